@@ -1,0 +1,36 @@
+# gpudra: two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint unit bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/gpudra up $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check operator tests bench
+	$(VENV)/bin/ruff format --check operator tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: $(STAMP) lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench $(BENCH)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,42 @@
+"""Object metadata, owner references and conditions (meta/v1 subset)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gpudra.api.base import WireModel
+
+
+class OwnerReference(WireModel):
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(WireModel):
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    owner_references: list[OwnerReference] | None = None
+    finalizers: list[str] | None = None
+
+
+class Condition(WireModel):
+    """metav1.Condition."""
+
+    type: str
+    status: str = Field(description="True, False or Unknown")
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None

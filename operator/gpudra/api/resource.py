@@ -1,0 +1,316 @@
+"""resource.k8s.io/v1 models (Kubernetes 1.34 / 1.35): DeviceClass, ResourceClaim, ResourceClaimTemplate,
+ResourceSlice. Only the fields gpudra reads or writes; unknown wire fields are ignored on read.
+
+Quantities stay strings here ("80Gi"); ``gpudra.api.quantity`` parses them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from gpudra.api.base import WireModel
+from gpudra.api.meta import Condition, ObjectMeta
+
+GROUP = "resource.k8s.io"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# ---------------------------------------------------------------- ResourceSlice
+
+
+class DeviceAttribute(WireModel):
+    """Exactly one of int, bool, string, version."""
+
+    int_: int | None = Field(default=None, alias="int")
+    bool_: bool | None = Field(default=None, alias="bool")
+    string: str | None = None
+    version: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DeviceAttribute:
+        set_ = [v for v in (self.int_, self.bool_, self.string, self.version) if v is not None]
+        if len(set_) != 1:
+            raise ValueError("a device attribute must have exactly one of int, bool, string, version")
+        return self
+
+    @property
+    def value(self) -> int | bool | str:
+        for v in (self.int_, self.bool_, self.string, self.version):
+            if v is not None:
+                return v
+        raise AssertionError("unreachable: validated to hold one value")
+
+    @property
+    def kind(self) -> Literal["int", "bool", "string", "version"]:
+        if self.int_ is not None:
+            return "int"
+        if self.bool_ is not None:
+            return "bool"
+        if self.string is not None:
+            return "string"
+        return "version"
+
+
+class CapacityRequestPolicyRange(WireModel):
+    min: str
+    max: str | None = None
+    step: str | None = None
+
+
+class CapacityRequestPolicy(WireModel):
+    default: str | None = None
+    valid_values: list[str] | None = None
+    valid_range: CapacityRequestPolicyRange | None = None
+
+
+class DeviceCapacity(WireModel):
+    value: str
+    request_policy: CapacityRequestPolicy | None = None
+
+
+class Counter(WireModel):
+    value: str
+
+
+class CounterSet(WireModel):
+    name: str
+    counters: dict[str, Counter]
+
+
+class DeviceCounterConsumption(WireModel):
+    counter_set: str
+    counters: dict[str, Counter]
+
+
+class DeviceTaint(WireModel):
+    key: str
+    value: str | None = None
+    effect: Literal["NoSchedule", "NoExecute", "None"]
+    time_added: str | None = None
+
+
+class Device(WireModel):
+    name: str
+    attributes: dict[str, DeviceAttribute] | None = None
+    capacity: dict[str, DeviceCapacity] | None = None
+    consumes_counters: list[DeviceCounterConsumption] | None = None
+    node_name: str | None = None
+    node_selector: dict[str, Any] | None = None
+    all_nodes: bool | None = None
+    taints: list[DeviceTaint] | None = None
+    binds_to_node: bool | None = None
+    binding_conditions: list[str] | None = None
+    binding_failure_conditions: list[str] | None = None
+    allow_multiple_allocations: bool | None = None
+
+
+class ResourcePool(WireModel):
+    name: str
+    generation: int
+    resource_slice_count: int
+
+
+class ResourceSliceSpec(WireModel):
+    driver: str
+    pool: ResourcePool
+    node_name: str | None = None
+    node_selector: dict[str, Any] | None = None
+    all_nodes: bool | None = None
+    per_device_node_selection: bool | None = None
+    devices: list[Device] | None = None
+    shared_counters: list[CounterSet] | None = None
+
+
+class ResourceSlice(WireModel):
+    api_version: str = API_VERSION
+    kind: str = "ResourceSlice"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ResourceSliceSpec
+
+
+# ---------------------------------------------------------------- selectors, classes
+
+
+class CELDeviceSelector(WireModel):
+    expression: str
+
+
+class DeviceSelector(WireModel):
+    cel: CELDeviceSelector | None = None
+
+
+class OpaqueDeviceConfiguration(WireModel):
+    driver: str
+    parameters: dict[str, Any]
+
+
+class DeviceClassConfiguration(WireModel):
+    opaque: OpaqueDeviceConfiguration | None = None
+
+
+class DeviceClassSpec(WireModel):
+    selectors: list[DeviceSelector] | None = None
+    config: list[DeviceClassConfiguration] | None = None
+    extended_resource_name: str | None = None
+
+
+class DeviceClass(WireModel):
+    api_version: str = API_VERSION
+    kind: str = "DeviceClass"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)
+
+
+# ---------------------------------------------------------------- ResourceClaim spec
+
+
+class DeviceToleration(WireModel):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "NoExecute", "None"] | None = None
+    toleration_seconds: int | None = None
+
+
+class CapacityRequirements(WireModel):
+    requests: dict[str, str] | None = None
+
+
+class ExactDeviceRequest(WireModel):
+    device_class_name: str
+    selectors: list[DeviceSelector] | None = None
+    allocation_mode: Literal["ExactCount", "All"] | None = None
+    count: int | None = None
+    admin_access: bool | None = None
+    tolerations: list[DeviceToleration] | None = None
+    capacity: CapacityRequirements | None = None
+
+
+class DeviceSubRequest(WireModel):
+    name: str
+    device_class_name: str
+    selectors: list[DeviceSelector] | None = None
+    allocation_mode: Literal["ExactCount", "All"] | None = None
+    count: int | None = None
+    tolerations: list[DeviceToleration] | None = None
+    capacity: CapacityRequirements | None = None
+
+
+class DeviceRequest(WireModel):
+    name: str
+    exactly: ExactDeviceRequest | None = None
+    first_available: list[DeviceSubRequest] | None = None
+
+
+class DeviceConstraint(WireModel):
+    requests: list[str] | None = None
+    match_attribute: str | None = None
+    distinct_attribute: str | None = None
+
+
+class DeviceClaimConfiguration(WireModel):
+    requests: list[str] | None = None
+    opaque: OpaqueDeviceConfiguration | None = None
+
+
+class DeviceClaim(WireModel):
+    requests: list[DeviceRequest] | None = None
+    constraints: list[DeviceConstraint] | None = None
+    config: list[DeviceClaimConfiguration] | None = None
+
+
+class ResourceClaimSpec(WireModel):
+    devices: DeviceClaim = Field(default_factory=DeviceClaim)
+
+
+# ---------------------------------------------------------------- ResourceClaim status
+
+
+class DeviceRequestAllocationResult(WireModel):
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool | None = None
+    tolerations: list[DeviceToleration] | None = None
+    binding_conditions: list[str] | None = None
+    binding_failure_conditions: list[str] | None = None
+    share_id: str | None = Field(default=None, alias="shareID")
+    consumed_capacity: dict[str, str] | None = None
+
+
+class DeviceAllocationConfiguration(WireModel):
+    source: Literal["FromClass", "FromClaim"]
+    requests: list[str] | None = None
+    opaque: OpaqueDeviceConfiguration | None = None
+
+
+class DeviceAllocationResult(WireModel):
+    results: list[DeviceRequestAllocationResult] | None = None
+    config: list[DeviceAllocationConfiguration] | None = None
+
+
+class NodeSelectorRequirement(WireModel):
+    key: str
+    operator: str
+    values: list[str] | None = None
+
+
+class NodeSelectorTerm(WireModel):
+    match_expressions: list[NodeSelectorRequirement] | None = None
+    match_fields: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(WireModel):
+    node_selector_terms: list[NodeSelectorTerm]
+
+
+class AllocationResult(WireModel):
+    devices: DeviceAllocationResult | None = None
+    node_selector: NodeSelector | None = None
+    allocation_timestamp: str | None = None
+
+
+class ResourceClaimConsumerReference(WireModel):
+    api_group: str | None = None
+    resource: str
+    name: str
+    uid: str
+
+
+class AllocatedDeviceStatus(WireModel):
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None = Field(default=None, alias="shareID")
+    conditions: list[Condition] | None = None
+    data: dict[str, Any] | None = None
+    network_data: dict[str, Any] | None = None
+
+
+class ResourceClaimStatus(WireModel):
+    allocation: AllocationResult | None = None
+    reserved_for: list[ResourceClaimConsumerReference] | None = None
+    devices: list[AllocatedDeviceStatus] | None = None
+
+
+class ResourceClaim(WireModel):
+    api_version: str = API_VERSION
+    kind: str = "ResourceClaim"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
+    status: ResourceClaimStatus | None = None
+
+
+class ResourceClaimTemplateSpec(WireModel):
+    metadata: ObjectMeta | None = None
+    spec: ResourceClaimSpec
+
+
+class ResourceClaimTemplate(WireModel):
+    api_version: str = API_VERSION
+    kind: str = "ResourceClaimTemplate"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ResourceClaimTemplateSpec

@@ -1,0 +1,70 @@
+"""The one error hierarchy of gpudra.
+
+Every layer raises subclasses of :class:`GpudraError`, chained ``from`` the original cause (an NVMLError, an HTTP
+error, a pydantic ValidationError). Edges (kopf handlers, the gRPC plugin, the CLI) map them to what their caller
+understands: kopf's Temporary/PermanentError, a per-claim error string, an exit code. Nothing below the edges knows
+about those.
+"""
+
+from __future__ import annotations
+
+
+class GpudraError(Exception):
+    """Base of every error gpudra raises on purpose."""
+
+
+class ConfigurationError(GpudraError):
+    """A setting, flag or input file is invalid; the message says which and why."""
+
+
+class InvalidInputError(GpudraError):
+    """A user-supplied object (claim, layout, opaque config, CEL expression) is invalid."""
+
+
+class HardwareError(GpudraError):
+    """The GPU seam failed. ``code`` names the NVML return code when there is one."""
+
+    def __init__(self, message: str, *, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class HardwareNotSupported(HardwareError):
+    """The GPU does not support the operation (NVML_ERROR_NOT_SUPPORTED)."""
+
+
+class HardwareInsufficientResources(HardwareError):
+    """No room for the requested MIG instance (NVML_ERROR_INSUFFICIENT_RESOURCES)."""
+
+
+class HardwareInUse(HardwareError):
+    """The GPU or instance is busy (NVML_ERROR_IN_USE)."""
+
+
+class HardwareNotFound(HardwareError):
+    """No such device or instance (NVML_ERROR_NOT_FOUND)."""
+
+
+class HardwareInvalidArgument(HardwareError):
+    """NVML rejected an argument (NVML_ERROR_INVALID_ARGUMENT), e.g. a placement not in the profile's list."""
+
+
+class HardwareTimeout(HardwareError):
+    """An NVML wait timed out (NVML_ERROR_TIMEOUT); normal for event polling."""
+
+
+class KubeError(GpudraError):
+    """The Kubernetes API answered with an error. ``status`` is the HTTP status, ``reason`` Kubernetes' reason."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFoundError(KubeError):
+    """404 from the API server."""
+
+
+class ConflictError(KubeError):
+    """409 from the API server: a stale resourceVersion or an existing name."""

@@ -1,0 +1,86 @@
+"""What a node's GPUs are, as read from the hardware: the contract between the hardware seam and the pure layers.
+
+Values are in the units NVML reports (bytes, counts); names are the ones NVIDIA's tools print. Immutable: a new
+reading is a new object, so two readings compare with ``==``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FabricInfo(_Frozen):
+    """nvmlDeviceGetGpuFabricInfoV. ``clique`` is "<clusterUuid>.<cliqueId>", or None when the GPU is in no clique
+    (NOT_SUPPORTED, state not COMPLETED, status not SUCCESS, or an all-zero cluster UUID)."""
+
+    cluster_uuid: str
+    clique_id: int
+    state: int
+    status: int
+
+    @property
+    def clique(self) -> str | None:
+        if self.state != 3 or self.status != 0 or set(self.cluster_uuid.replace("-", "")) <= {"0"}:
+            return None
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+
+class MigDeviceInfo(_Frozen):
+    """One MIG device (a GPU instance with its compute instance) as NVML reports it."""
+
+    uuid: str
+    parent_uuid: str
+    parent_index: int
+    parent_minor: int
+    profile: str  # "1g.10gb", "1g.10gb+me"
+    gi_profile_id: int  # the id nvidia-smi prints (19 for 1g on A100/H100), not the NVML constant
+    ci_profile_id: int
+    gi_id: int
+    ci_id: int
+    placement_start: int
+    placement_size: int
+    memory_bytes: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+
+
+class GpuInfo(_Frozen):
+    """One physical GPU."""
+
+    index: int
+    minor: int
+    uuid: str
+    product_name: str  # "NVIDIA H100 80GB HBM3"
+    brand: str  # "Nvidia", "Tesla", ...
+    architecture: str  # "Hopper", "Ampere", "Blackwell", "Ada Lovelace"
+    cuda_compute_capability: str  # "9.0"
+    pci_bus_id: str  # "0000:1a:00.0" (lower case, 4-digit domain)
+    pci_device_id: int  # 0x233010DE
+    pcie_root: str | None = None  # "pci0000:10" when resolvable
+    numa_node: int | None = None
+    addressing_mode: str | None = None  # "HMM" | "ATS" | "None" when supported
+    memory_bytes: int
+    multiprocessors: int
+    mig_capable: bool
+    mig_enabled: bool  # current mode
+    mig_pending: bool  # pending mode (after a reset)
+    mig_devices: tuple[MigDeviceInfo, ...] = ()
+    nvlink_count: int = 0
+    fabric: FabricInfo | None = None
+
+
+class NodeInventory(_Frozen):
+    """Everything the agent publishes about one node."""
+
+    node_name: str
+    driver_version: str  # "550.54.15"
+    cuda_driver_version: str  # "12.4"
+    gpus: tuple[GpuInfo, ...] = ()
