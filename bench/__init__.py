@@ -1,0 +1,1 @@
+"""gpudra benchmarks: run with `make bench`."""

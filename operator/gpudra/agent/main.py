@@ -1,0 +1,41 @@
+"""The ``gpudra agent`` process: settings -> backend -> client -> node agent, with metrics and health."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gpudra.agent.node_agent import NodeAgent
+from gpudra.config import AgentSettings
+from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.fake_nvml import FakeNvml
+from gpudra.hardware.nvml import NvmlBackend
+from gpudra.kube.client import KubeClient
+from gpudra.metrics import Metrics, metrics_app, serve_metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+def make_backend(settings: AgentSettings) -> GpuBackend:
+    if settings.backend == "simulated":
+        fake = FakeNvml.from_profile(settings.simulated_profile, node_name=settings.node_name, fleet_index=0)
+        return NvmlBackend(settings.node_name, nvml=fake)
+    return NvmlBackend(settings.node_name)
+
+
+async def run_agent(settings: AgentSettings) -> None:
+    metrics = Metrics()
+    backend = make_backend(settings)
+    client = await KubeClient.from_environment(settings.kubeconfig, field_manager=f"gpudra-agent-{settings.node_name}")
+    agent = NodeAgent(settings, backend, client, metrics)
+    runner = None
+    if settings.metrics_port:
+        app = metrics_app(metrics.registry, agent.published.is_set)
+        runner = await serve_metrics(app, settings.metrics_host, settings.metrics_port)
+    log.info("agent starting", node=settings.node_name, driver=settings.driver_name, backend=settings.backend)
+    try:
+        await agent.run()
+    finally:
+        await asyncio.shield(client.close())
+        if runner is not None:
+            await runner.cleanup()

@@ -1,0 +1,126 @@
+"""The node agent's main loop: read the GPUs, publish this node's ResourceSlices, keep them in sync.
+
+A hardware change (a MIG instance created or destroyed, a GPU lost) is seen at the next poll and published at
+once; ``poke()`` skips the wait when the agent itself changed the hardware. Every ``full_resync_seconds`` the slices
+are re-listed and repaired even when the hardware did not change (someone deleted or edited them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+from gpudra.agent.publisher import SlicePublisher
+from gpudra.agent.slicesync import NodeRef
+from gpudra.api.resource import Device
+from gpudra.config import AgentSettings
+from gpudra.devices.build import build_devices
+from gpudra.errors import GpudraError, NotFoundError
+from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.inventory import NodeInventory
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import NODES
+from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+def _attr(device: Device, name: str) -> str:
+    attrs = device.attributes or {}
+    return str(attrs[name].value) if name in attrs else ""
+
+
+class NodeAgent:
+    def __init__(
+        self, settings: AgentSettings, backend: GpuBackend, client: KubeClient, metrics: Metrics
+    ) -> None:
+        self.settings = settings
+        self._backend = backend
+        self._client = client
+        self._metrics = metrics
+        self._wake = asyncio.Event()
+        self.published = asyncio.Event()  # set once the first publish succeeded
+        self.inventory: NodeInventory | None = None
+        self.devices: list[Device] = []
+        self.publisher: SlicePublisher | None = None
+        self._published_counts: set[tuple[str, str]] = set()
+
+    def poke(self) -> None:
+        """Re-read the hardware now (after this agent changed it)."""
+        self._wake.set()
+
+    async def _node_ref(self) -> NodeRef:
+        name = self.settings.node_name
+        delay = 0.1
+        while True:
+            try:
+                node = await self._client.get(NODES, name)
+                return NodeRef(name=name, uid=node["metadata"]["uid"])
+            except NotFoundError:
+                log.warning("node object not found yet; waiting", node=name)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def run(self) -> None:
+        node = await self._node_ref()
+        self.publisher = SlicePublisher(
+            self._client,
+            node=node,
+            driver=self.settings.driver_name,
+            metrics=self._metrics,
+            max_devices_per_slice=self.settings.max_devices_per_slice,
+        )
+        last_full = 0.0
+        dirty = True
+        while True:
+            try:
+                inventory = await asyncio.to_thread(self._backend.read_inventory)
+                self._metrics.hardware_reads.labels(node.name, "ok").inc()
+            except GpudraError as exc:
+                self._metrics.hardware_reads.labels(node.name, "failed").inc()
+                log.error("reading the GPUs failed; keeping the published slices", node=node.name, error=str(exc))
+                inventory = self.inventory
+            now = time.monotonic()
+            if inventory is not None and (
+                dirty or inventory != self.inventory or now - last_full >= self.settings.full_resync_seconds
+            ):
+                dirty = await self._publish(inventory)
+                last_full = now if not dirty else last_full
+            await self._sleep()
+
+    async def _publish(self, inventory: NodeInventory) -> bool:
+        """Publish; return True when it must be retried."""
+        assert self.publisher is not None
+        devices = build_devices(inventory)
+        try:
+            await self.publisher.publish(devices)
+        except GpudraError as exc:
+            log.error("publishing resourceslices failed; will retry", node=inventory.node_name, error=str(exc))
+            return True
+        self._record(inventory, devices)
+        self.published.set()
+        return False
+
+    def _record(self, inventory: NodeInventory, devices: list[Device]) -> None:
+        if self.inventory is not None and inventory != self.inventory:
+            log.info("hardware changed; slices republished", node=inventory.node_name, devices=len(devices))
+        for gpu in inventory.gpus:
+            if gpu.mig_enabled and not gpu.mig_devices:
+                log.warning("MIG is enabled on a GPU with no MIG devices: it is not published", gpu=gpu.uuid)
+        self.inventory, self.devices = inventory, devices
+        counts = Counter((_attr(d, "type"), _attr(d, "profile")) for d in devices)
+        gauge = self._metrics.devices_published
+        for key in self._published_counts - set(counts):
+            gauge.labels(inventory.node_name, self.settings.driver_name, *key).set(0)
+        for key, n in counts.items():
+            gauge.labels(inventory.node_name, self.settings.driver_name, *key).set(n)
+        self._published_counts = set(counts)
+
+    async def _sleep(self) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=self.settings.hardware_poll_seconds)
+        except TimeoutError:
+            pass
+        self._wake.clear()

@@ -1,0 +1,76 @@
+"""Applies slice plans for one node through the client layer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from gpudra.agent.slicesync import NodeRef, plan_slices
+from gpudra.api.resource import Device
+from gpudra.errors import ConflictError, NotFoundError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import RESOURCE_SLICES
+from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+class SlicePublisher:
+    """Keeps this node's ResourceSlices equal to its devices. It lists only slices whose spec.nodeName is this
+    node and whose driver is ours, so it can never write another node's slices."""
+
+    def __init__(
+        self, client: KubeClient, *, node: NodeRef, driver: str, metrics: Metrics, max_devices_per_slice: int = 128
+    ) -> None:
+        self._client = client
+        self._node = node
+        self._driver = driver
+        self._metrics = metrics
+        self._max = max_devices_per_slice
+        self.slice_names: list[str] = []
+
+    async def publish(self, devices: Sequence[Device]) -> bool:
+        """Bring the slices in line; True when something was written. Retries a lost race once."""
+        started = time.perf_counter()
+        for attempt in (1, 2):
+            try:
+                changed = await self._publish_once(devices)
+                break
+            except (ConflictError, NotFoundError) as exc:
+                if attempt == 2:
+                    self._metrics.slice_syncs.labels(self._node.name, "failed").inc()
+                    raise
+                log.info("slice write raced, re-listing", node=self._node.name, error=str(exc))
+        self._metrics.slice_sync_seconds.labels(self._node.name).observe(time.perf_counter() - started)
+        self._metrics.slice_syncs.labels(self._node.name, "updated" if changed else "unchanged").inc()
+        self._metrics.slices_published.labels(self._node.name, self._driver).set(len(self.slice_names))
+        return changed
+
+    async def _publish_once(self, devices: Sequence[Device]) -> bool:
+        selector = f"spec.nodeName={self._node.name},spec.driver={self._driver}"
+        existing, _ = await self._client.list(RESOURCE_SLICES, field_selector=selector)
+        plan = plan_slices(
+            existing, devices, node=self._node, driver=self._driver, max_devices_per_slice=self._max
+        )
+        if plan.empty:
+            self.slice_names = sorted(s["metadata"]["name"] for s in existing)
+            return False
+        for name in plan.deletes:
+            await self._client.delete(RESOURCE_SLICES, name)
+        names = []
+        for body in plan.updates:
+            names.append((await self._client.replace(RESOURCE_SLICES, body))["metadata"]["name"])
+        for body in plan.creates:
+            names.append((await self._client.create(RESOURCE_SLICES, body))["metadata"]["name"])
+        self.slice_names = sorted(names)
+        log.info(
+            "resourceslices published",
+            node=self._node.name,
+            generation=plan.generation,
+            devices=len(devices),
+            deleted=len(plan.deletes),
+            updated=len(plan.updates),
+            created=len(plan.creates),
+        )
+        return True

@@ -1,0 +1,91 @@
+"""Pure planning of ResourceSlice writes: what to delete, update and create so that a node's published slices
+match its devices, with the fewest writes.
+
+Rules (Kubernetes' publishing convention): one pool per node named after it; when content changes, every slice of
+the pool moves to the next generation, so consumers never mix old and new slices; obsolete slices are deleted first,
+then existing ones updated in place (their names survive restarts: no delete/create storm), then missing ones created.
+A restart that finds the slices already current writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudra.api.meta import ObjectMeta, OwnerReference
+from gpudra.api.resource import Device, ResourceSlice, ResourceSliceSpec
+from gpudra.devices.slices import build_slice_specs
+
+SLICE_INDEX_LABEL = "gpudra.dev/slice-index"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    name: str
+    uid: str
+
+
+@dataclass
+class SlicePlan:
+    deletes: list[str] = field(default_factory=list)
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    creates: list[dict[str, Any]] = field(default_factory=list)
+    generation: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.deletes or self.updates or self.creates)
+
+
+def _index(slice_: dict[str, Any]) -> tuple[int, str]:
+    meta = slice_.get("metadata", {})
+    raw = (meta.get("labels") or {}).get(SLICE_INDEX_LABEL, "")
+    return (int(raw) if raw.isdigit() else 1 << 30, meta.get("name", ""))
+
+
+def _spec_wire(slice_: dict[str, Any]) -> dict[str, Any]:
+    return ResourceSliceSpec.model_validate(slice_.get("spec", {})).to_wire()
+
+
+def plan_slices(
+    existing: Sequence[dict[str, Any]],
+    devices: Sequence[Device],
+    *,
+    node: NodeRef,
+    driver: str,
+    max_devices_per_slice: int = 128,
+) -> SlicePlan:
+    """Compare the slices on the server (wire dicts of this node and driver) with the devices to publish."""
+    current = sorted(existing, key=_index)
+    generation = max((int(s.get("spec", {}).get("pool", {}).get("generation", 0)) for s in current), default=0)
+    same = build_slice_specs(
+        node_name=node.name, driver=driver, devices=devices, generation=generation,
+        max_devices_per_slice=max_devices_per_slice,
+    )  # fmt: skip
+    if len(same) == len(current) and all(
+        _spec_wire(have) == want.to_wire() and _index(have)[0] == i
+        for i, (have, want) in enumerate(zip(current, same, strict=True))
+    ):
+        return SlicePlan(generation=generation)
+
+    generation += 1
+    desired = build_slice_specs(
+        node_name=node.name, driver=driver, devices=devices, generation=generation,
+        max_devices_per_slice=max_devices_per_slice,
+    )  # fmt: skip
+    plan = SlicePlan(generation=generation)
+    plan.deletes = [s["metadata"]["name"] for s in current[len(desired) :]]
+    for i, spec in enumerate(desired):
+        labels = {SLICE_INDEX_LABEL: str(i), MANAGED_BY_LABEL: "gpudra"}
+        owner = OwnerReference(api_version="v1", kind="Node", name=node.name, uid=node.uid, controller=True)
+        if i < len(current):
+            meta = dict(current[i]["metadata"])
+            meta["labels"] = {**(meta.get("labels") or {}), **labels}
+            meta["ownerReferences"] = [owner.to_wire()]
+            plan.updates.append(ResourceSlice(spec=spec).to_wire() | {"metadata": meta})
+        else:
+            meta_model = ObjectMeta(generate_name=f"{node.name}-{driver}-", labels=labels, owner_references=[owner])
+            plan.creates.append(ResourceSlice(metadata=meta_model, spec=spec).to_wire())
+    return plan

@@ -1,0 +1,169 @@
+"""``gpudra up``: the embedded cluster in one process.
+
+It starts the project's in-process API server, applies the CRDs and DeviceClasses, registers one Node per simulated
+node, runs one node agent per node (the same code as on a real GPU node, over a simulated NVML) and the controller,
+then writes a kubeconfig and prints the fleet. ``--once`` brings everything up, prints, and shuts down cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from gpudra.agent.node_agent import NodeAgent
+from gpudra.api.crdgen import all_crds
+from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.fleet import FleetNode, node_object
+from gpudra.cluster.summary import fleet_table
+from gpudra.config import AgentSettings, ControllerSettings
+from gpudra.controller.operator import run_controller
+from gpudra.devices.classes import load_device_classes
+from gpudra.hardware.fake_nvml import FakeNvml
+from gpudra.hardware.nvml import NvmlBackend
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NODES
+from gpudra.metrics import Metrics, metrics_app, serve_metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+@dataclass
+class UpOptions:
+    nodes: list[FleetNode]
+    port: int = 0
+    kubeconfig: Path = Path("gpudra-demo/kubeconfig")
+    once: bool = False
+    metrics_port: int | None = None  # None: no metrics server; 0: a free port
+    hardware_poll_seconds: float = 0.25
+    ready_timeout: float = 120.0
+
+
+@dataclass
+class EmbeddedCluster:
+    """Everything ``gpudra up`` runs; tests use it directly."""
+
+    options: UpOptions
+    metrics: Metrics = field(default_factory=Metrics)
+    server: EmbeddedAPIServer | None = None
+    client: KubeClient | None = None
+    agents: dict[str, NodeAgent] = field(default_factory=dict)
+    simulated: dict[str, FakeNvml] = field(default_factory=dict)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _metrics_runner: object | None = None
+    metrics_url: str = ""
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return self.server.url
+
+    async def start(self) -> None:
+        self.server = EmbeddedAPIServer(port=self.options.port)
+        url = await self.server.start()
+        self.client = KubeClient.for_url(url, field_manager="gpudra-up")
+        for crd in all_crds():
+            await self.client.apply_object(CRDS, crd)
+        for device_class in load_device_classes():
+            await self.client.apply_object(DEVICE_CLASSES, device_class.to_wire())
+        self.options.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        self.server.write_kubeconfig(self.options.kubeconfig)
+
+        if self.options.metrics_port is not None:
+            runner = await serve_metrics(
+                metrics_app(self.metrics.registry, lambda: True), "127.0.0.1", self.options.metrics_port
+            )
+            self._metrics_runner = runner
+            port = runner.addresses[0][1]
+            self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+
+        for node in self.options.nodes:
+            await self.add_node(node)
+        controller_ready = asyncio.Event()
+        self._spawn(
+            run_controller(
+                ControllerSettings(), self.metrics, server_url=url, stop=self._stop, ready=controller_ready
+            ),
+            "controller",
+        )
+        waiters = [asyncio.create_task(a.published.wait()) for a in self.agents.values()]
+        waiters.append(asyncio.create_task(controller_ready.wait()))
+        done, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
+
+    async def add_node(self, node: FleetNode) -> NodeAgent:
+        """Register a Node, simulate its GPUs, start its agent."""
+        assert self.client is not None
+        await self.client.apply_object(NODES, node_object(node))
+        fake = FakeNvml.from_profile(node.profile, node_name=node.name, fleet_index=node.fleet_index)
+        settings = AgentSettings(
+            node_name=node.name,
+            backend="simulated",
+            simulated_profile=node.profile,
+            hardware_poll_seconds=self.options.hardware_poll_seconds,
+        )
+        agent = NodeAgent(settings, NvmlBackend(node.name, nvml=fake), self.client, self.metrics)
+        self.simulated[node.name] = fake
+        self.agents[node.name] = agent
+        self._spawn(agent.run(), f"agent {node.name}")
+        return agent
+
+    def _spawn(self, coro: object, name: str) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        task.set_name(name)
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("embedded cluster task failed", task=task.get_name(), error=repr(task.exception()))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            if task.get_name() != "controller":
+                task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*self._tasks, return_exceptions=True), timeout=10)
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()  # type: ignore[attr-defined]
+        if self.client is not None:
+            await self.client.close()
+        if self.server is not None:
+            await self.server.stop()
+
+
+async def run_up(options: UpOptions) -> int:
+    console = Console()
+    cluster = EmbeddedCluster(options)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await cluster.start()
+        assert cluster.client is not None
+        console.print(f"API server: {cluster.url}")
+        if cluster.metrics_url:
+            console.print(f"metrics:    {cluster.metrics_url}")
+        console.print(f"export KUBECONFIG={options.kubeconfig.resolve()}")
+        console.print(await fleet_table(cluster.client))
+        sys.stdout.flush()
+        if not options.once:
+            console.print("gpudra is up; Ctrl-C stops it.")
+            await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await cluster.stop()
+    return 0

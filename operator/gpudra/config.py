@@ -1,0 +1,57 @@
+"""Settings of each process, read once at start from flags and GPUDRA_* environment variables and passed down.
+
+Every flag has an environment twin (``--node-name`` = ``GPUDRA_NODE_NAME``). A bad value stops the process at start
+with a ConfigurationError that names the setting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpudra.errors import ConfigurationError
+
+
+class CommonSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUDRA_", extra="forbid")
+
+    log_format: Literal["console", "json"] = Field("console", description="console (readable) or json (one object a line)")
+    log_level: str = Field("INFO", description="Python logging level name")
+    kubeconfig: Path | None = Field(None, description="kubeconfig file; default: in-cluster, then ~/.kube/config")
+    metrics_host: str = Field("0.0.0.0", description="address of the /metrics, /healthz, /readyz server")
+    metrics_port: int = Field(0, ge=0, le=65535, description="port of the metrics server; 0 disables it")
+
+
+class AgentSettings(CommonSettings):
+    node_name: str = Field(..., min_length=1, description="this node's name (from the downward API)")
+    driver_name: str = Field("gpu.nvidia.com", description="DRA driver name published in slices")
+    backend: Literal["nvml", "simulated"] = Field("nvml", description="real GPUs through NVML, or a simulated node")
+    simulated_profile: str = Field("dgx-h100", description="node profile when backend=simulated")
+    hardware_poll_seconds: float = Field(
+        0.5, gt=0, description="how often the GPUs are re-read; slices follow a change within this time"
+    )
+    full_resync_seconds: float = Field(
+        60.0, gt=0, description="how often slices are re-listed and repaired even without a hardware change"
+    )
+    max_devices_per_slice: int = Field(128, ge=1, le=128, description="devices per ResourceSlice before splitting")
+
+
+class ControllerSettings(CommonSettings):
+    driver_name: str = Field("gpu.nvidia.com", description="DRA driver whose claims the controller explains")
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load_settings(cls: type[S], **values: Any) -> S:
+    """Build settings from explicit values (flags) over the environment; raise ConfigurationError on bad input."""
+    try:
+        return cls(**{k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigurationError(f"invalid {cls.__name__}: {problems}") from exc

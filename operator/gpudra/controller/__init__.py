@@ -1,0 +1,1 @@
+"""The controller: kopf handlers that reconcile gpudra's objects and explain pending claims."""

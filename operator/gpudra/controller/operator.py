@@ -1,0 +1,68 @@
+"""The controller process: a kopf operator with gpudra's handlers, runnable in-process (``gpudra up``) or alone.
+
+Handlers stay thin: parse the body, call a pure function, apply through the client layer, map errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import kopf
+
+from gpudra.config import ControllerSettings
+from gpudra.controller.fleet import slice_device_counts
+from gpudra.metrics import Metrics
+
+
+def build_registry(settings: ControllerSettings, metrics: Metrics, *, server_url: str | None) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    published: dict[str, tuple[str, Counter[str]]] = {}
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if server_url is not None:
+            return kopf.ConnectionInfo(server=server_url, insecure=True)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.event("resource.k8s.io", "v1", "resourceslices", registry=registry)
+    def slice_event(type: str, name: str, body: kopf.Body, **_: Any) -> None:
+        old_node, old = published.pop(name, ("", Counter()))
+        node, counts = ("", Counter[str]()) if type == "DELETED" else slice_device_counts(body, settings.driver_name)
+        if node:
+            published[name] = (node, counts)
+        totals: Counter[str] = Counter()
+        for other_node, other in published.values():
+            if other_node in {node, old_node}:
+                totals.update({f"{other_node}\0{t}": n for t, n in other.items()})
+        for key in {f"{old_node}\0{t}" for t in old} | {f"{node}\0{t}" for t in counts}:
+            n, t = key.split("\0")
+            if n:
+                metrics.cluster_devices.labels(n, t).set(totals.get(key, 0))
+
+    return registry
+
+
+async def run_controller(
+    settings: ControllerSettings,
+    metrics: Metrics,
+    *,
+    server_url: str | None = None,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Event | None = None,
+    standalone: bool = True,
+) -> None:
+    """Run until ``stop`` is set. ``server_url`` connects to an embedded server without credentials."""
+    kopf_settings = kopf.OperatorSettings()
+    kopf_settings.posting.level = 20  # INFO and above become Events on the objects
+    kopf_settings.watching.server_timeout = 300
+    kopf_settings.networking.request_timeout = 30
+    await kopf.operator(
+        registry=build_registry(settings, metrics, server_url=server_url),
+        settings=kopf_settings,
+        clusterwide=True,
+        standalone=standalone,
+        stop_flag=stop,
+        ready_flag=ready,
+    )

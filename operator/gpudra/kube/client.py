@@ -1,0 +1,217 @@
+"""KubeClient: typed, minimal verbs over kubernetes_asyncio's transport, with errors mapped to gpudra's.
+
+Objects travel as plain dicts (the wire form); callers parse them into ``gpudra.api`` models where they need types.
+Using the generic transport instead of the generated per-kind APIs keeps one code path for built-ins and CRDs, and
+lets the caller choose the exact patch content type.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpudra.api.base import WireModel
+from gpudra.errors import ConflictError, KubeError, NotFoundError
+from gpudra.kube.resources import Resource
+
+M = TypeVar("M", bound=WireModel)
+Body = dict[str, Any]
+PatchType = Literal["merge", "json", "apply"]
+
+_PATCH_CONTENT_TYPES: Mapping[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+
+def _map_error(exc: ApiException, what: str) -> KubeError:
+    reason, message = "", str(exc.reason or "")
+    try:
+        status = json.loads(exc.body or "{}")
+        reason, message = status.get("reason", ""), status.get("message", message)
+    except (TypeError, ValueError):
+        pass
+    text = f"{what}: {exc.status} {reason}: {message}".rstrip(": ")
+    cls = {404: NotFoundError, 409: ConflictError}.get(exc.status or 0, KubeError)
+    return cls(text, status=exc.status or 0, reason=reason)
+
+
+class KubeClient:
+    """One connection pool to one API server."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, *, field_manager: str = "gpudra") -> None:
+        self._api = api_client
+        self._field_manager = field_manager
+
+    @classmethod
+    def for_url(cls, url: str, *, field_manager: str = "gpudra") -> KubeClient:
+        configuration = k8s_client.Configuration(host=url)
+        return cls(k8s_client.ApiClient(configuration), field_manager=field_manager)
+
+    @classmethod
+    async def from_environment(cls, kubeconfig: Path | None = None, *, field_manager: str = "gpudra") -> KubeClient:
+        """In-cluster service account when running in a pod, else the given (or default) kubeconfig."""
+        configuration = k8s_client.Configuration()
+        if kubeconfig is None:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)
+                return cls(k8s_client.ApiClient(configuration), field_manager=field_manager)
+            except k8s_config.ConfigException:
+                pass
+        await k8s_config.load_kube_config(
+            config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
+        )
+        return cls(k8s_client.ApiClient(configuration), field_manager=field_manager)
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        what: str,
+        timeout: float | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            response = await self._api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            raise _map_error(exc, what) from exc
+        return response
+
+    async def _json(self, method: str, path: str, *, what: str, **kwargs: Any) -> Body:
+        response = await self._call(method, path, what=what, **kwargs)
+        async with response:
+            data: Body = json.loads(await response.read())
+        return data
+
+    # ------------------------------------------------------------------ verbs
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> Body:
+        return await self._json("GET", res.path(namespace, name), what=f"get {res.plural}/{name}")
+
+    async def get_as(self, model: type[M], res: Resource, name: str, namespace: str | None = None) -> M:
+        return model.from_wire(await self.get(res, name, namespace))
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[Body], str]:
+        """Items and the list's resourceVersion (to start a watch from)."""
+        query = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        data = await self._json("GET", res.path(namespace), query=query, what=f"list {res.plural}")
+        return list(data.get("items") or []), str(data.get("metadata", {}).get("resourceVersion", ""))
+
+    async def create(self, res: Resource, body: Body, namespace: str | None = None) -> Body:
+        name = body.get("metadata", {}).get("name") or body.get("metadata", {}).get("generateName", "")
+        query = [("fieldManager", self._field_manager)]
+        return await self._json(
+            "POST", res.path(namespace), query=query, body=body, what=f"create {res.plural}/{name}"
+        )
+
+    async def replace(self, res: Resource, body: Body, *, subresource: str | None = None) -> Body:
+        meta = body.get("metadata", {})
+        path = res.path(meta.get("namespace"), meta["name"], subresource)
+        query = [("fieldManager", self._field_manager)]
+        return await self._json("PUT", path, query=query, body=body, what=f"replace {res.plural}/{meta['name']}")
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        patch_type: PatchType = "merge",
+        force: bool = False,
+    ) -> Body:
+        query = [("fieldManager", self._field_manager)]
+        if patch_type == "apply" and force:
+            query.append(("force", "true"))
+        return await self._json(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            query=query,
+            body=patch,
+            content_type=_PATCH_CONTENT_TYPES[patch_type],
+            what=f"patch {res.plural}/{name}" + (f"/{subresource}" if subresource else ""),
+        )
+
+    async def delete(
+        self, res: Resource, name: str, namespace: str | None = None, *, missing_ok: bool = True
+    ) -> None:
+        try:
+            await self._json("DELETE", res.path(namespace, name), what=f"delete {res.plural}/{name}")
+        except NotFoundError:
+            if not missing_ok:
+                raise
+
+    async def apply_object(self, res: Resource, body: Body) -> Body:
+        """Create the object, or merge-patch it when it exists (idempotent, kubectl-apply-like)."""
+        meta = body["metadata"]
+        try:
+            return await self.create(res, body, meta.get("namespace"))
+        except ConflictError:
+            return await self.patch(res, meta["name"], body, meta.get("namespace"))
+
+    async def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str = "",
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[tuple[str, Body]]:
+        """Yield (type, object) until the server ends the watch; ERROR events raise KubeError (410 = start over)."""
+        query = [("watch", "true"), ("timeoutSeconds", str(timeout_seconds)), ("allowWatchBookmarks", "true")]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        response = await self._call(
+            "GET", res.path(namespace), query=query, what=f"watch {res.plural}", timeout=timeout_seconds + 10
+        )
+        async with response:
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type", ""), event.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code", 0))
+                    raise KubeError(f"watch {res.plural}: {obj.get('message', obj)}", status=code)
+                yield kind, obj

@@ -1,0 +1,78 @@
+"""All Prometheus metrics of gpudra, on a registry owned by the process (passed down, never a module global),
+and the small aiohttp app that serves them with health endpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.devices_published = Gauge(
+            "gpudra_devices_published",
+            "Devices this node's agent publishes in its ResourceSlices, by device type and MIG profile.",
+            ["node", "driver", "type", "profile"],
+            registry=r,
+        )
+        self.slices_published = Gauge(
+            "gpudra_resourceslices_published",
+            "ResourceSlices this node's agent currently owns.",
+            ["node", "driver"],
+            registry=r,
+        )
+        self.slice_syncs = Counter(
+            "gpudra_resourceslice_syncs_total",
+            "Slice reconciliations by outcome: unchanged, updated, failed.",
+            ["node", "result"],
+            registry=r,
+        )
+        self.slice_sync_seconds = Histogram(
+            "gpudra_resourceslice_sync_seconds",
+            "Time to bring this node's ResourceSlices in line with the hardware.",
+            ["node"],
+            registry=r,
+        )
+        self.cluster_devices = Gauge(
+            "gpudra_cluster_devices",
+            "Devices of this driver published in the cluster, as the controller sees them, by node and type.",
+            ["node", "type"],
+            registry=r,
+        )
+        self.hardware_reads = Counter(
+            "gpudra_hardware_reads_total",
+            "Inventory reads through the GPU backend by outcome.",
+            ["node", "result"],
+            registry=r,
+        )
+
+
+def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
+    """/metrics in the Prometheus text format, /healthz (process alive), /readyz (``ready()`` is true)."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.Response(text="ok") if ready() else web.Response(status=503, text="not ready")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def serve_metrics(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,90 @@
+"""The README's kubectl walk-through against the embedded cluster, with the real kubectl (skipped without it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.up import EmbeddedCluster, UpOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH"),
+]
+
+
+@pytest.fixture
+async def demo(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
+    options = UpOptions(
+        nodes=parse_fleet("dgx-h100:1,dgx-a100:1", {"dgx-h100", "dgx-a100"}), kubeconfig=tmp_path / "kubeconfig"
+    )
+    cluster = EmbeddedCluster(options)
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+async def kubectl(cluster: EmbeddedCluster, *args: str, check: bool = True) -> str:
+    env = {**os.environ, "KUBECONFIG": str(cluster.options.kubeconfig)}
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {err.decode()}")
+    return out.decode() + err.decode()
+
+
+async def test_get_nodes_deviceclasses_and_resourceslices(demo: EmbeddedCluster) -> None:
+    nodes = await kubectl(demo, "get", "nodes")
+    assert "dgx-h100-0" in nodes and "Ready" in nodes
+    classes = await kubectl(demo, "get", "deviceclasses")
+    assert "gpu.nvidia.com" in classes and "mig.nvidia.com" in classes
+    slices = await kubectl(demo, "get", "resourceslices")
+    assert "dgx-h100-0" in slices and "gpu.nvidia.com" in slices
+
+
+async def test_resourceslice_yaml_shows_nvidia_attributes(demo: EmbeddedCluster) -> None:
+    listing = json.loads(await kubectl(demo, "get", "resourceslices", "-o", "json"))
+    h100 = next(s for s in listing["items"] if s["spec"]["nodeName"] == "dgx-h100-0")
+    one = await kubectl(demo, "get", "resourceslice", h100["metadata"]["name"], "-o", "yaml")
+    assert "productName:" in one and "NVIDIA H100 80GB HBM3" in one
+    assert "cudaComputeCapability:" in one and "memory:" in one
+
+
+async def test_apply_and_delete_a_claim(demo: EmbeddedCluster) -> None:
+    example = str(ROOT / "examples" / "claim-h100.yaml")
+    assert "created" in await kubectl(demo, "apply", "-f", example)
+    assert "h100-80g" in await kubectl(demo, "get", "resourceclaims")
+    assert "unchanged" in await kubectl(demo, "apply", "-f", example)
+    assert "deleted" in await kubectl(demo, "delete", "-f", example)
+    assert "No resources found" in await kubectl(demo, "get", "resourceclaims")
+
+
+@pytest.mark.slow
+async def test_gpudra_up_once_prints_the_fleet_and_exits_zero(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "up", "--once", "--nodes", "dgx-a100:1,l4x4:1",
+        "--kubeconfig", str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    text = out.decode()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert f"export KUBECONFIG={kubeconfig.resolve()}" in text
+    assert "dgx-a100-0" in text and "l4x4-0" in text
+    assert "1g.5gb" in text
+    assert kubeconfig.exists()

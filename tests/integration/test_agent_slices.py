@@ -1,0 +1,153 @@
+"""Node agents against the embedded API server over simulated NVML: slices appear for every node, follow hardware
+changes without a restart, never touch another node's slices, and survive an agent restart without churn."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudra.agent.node_agent import NodeAgent
+from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from gpudra.config import AgentSettings
+from gpudra.hardware.nvml import NvmlBackend
+from gpudra.kube.resources import RESOURCE_SLICES
+
+FLEET = "dgx-a100:1,dgx-h100:1,l4x4:1"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
+    profiles = {"dgx-a100", "dgx-h100", "l4x4"}
+    options = UpOptions(
+        nodes=parse_fleet(FLEET, profiles), kubeconfig=tmp_path / "kubeconfig", hardware_poll_seconds=0.1
+    )
+    cluster = EmbeddedCluster(options)
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+async def node_slices(cluster: EmbeddedCluster, node: str) -> list[dict[str, Any]]:
+    assert cluster.client is not None
+    items, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+    return sorted(items, key=lambda s: s["metadata"]["name"])
+
+
+def device_names(slices: list[dict[str, Any]]) -> set[str]:
+    return {d["name"] for s in slices for d in s["spec"].get("devices") or []}
+
+
+async def test_every_simulated_node_publishes_its_devices(cluster: EmbeddedCluster) -> None:
+    a100 = device_names(await node_slices(cluster, "dgx-a100-0"))
+    h100 = device_names(await node_slices(cluster, "dgx-h100-0"))
+    l4 = device_names(await node_slices(cluster, "l4x4-0"))
+    assert h100 == {f"gpu-{i}" for i in range(8)}
+    assert l4 == {f"gpu-{i}" for i in range(4)}
+    assert len(a100) == 32  # all-balanced: 1g.5gb x2 + 2g.10gb + 3g.20gb on each of 8 GPUs
+    assert all("-mig-" in name for name in a100)
+    for node in ("dgx-a100-0", "dgx-h100-0", "l4x4-0"):
+        (slice_,) = await node_slices(cluster, node)
+        assert slice_["spec"]["pool"]["name"] == node
+        assert slice_["spec"]["driver"] == "gpu.nvidia.com"
+        assert slice_["metadata"]["ownerReferences"][0]["kind"] == "Node"
+
+
+async def wait_for(predicate: Any, timeout: float = 5.0) -> float:
+    """Poll an async predicate; return the seconds it took (generous timeout: these machines are noisy)."""
+    started = time.monotonic()
+    while not await predicate():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+async def test_mig_change_is_published_without_restart(cluster: EmbeddedCluster) -> None:
+    agent = cluster.agents["dgx-a100-0"]
+    backend = agent._backend
+    before = await node_slices(cluster, "dgx-a100-0")
+    generation = before[0]["spec"]["pool"]["generation"]
+    inventory = backend.read_inventory()
+    victim = inventory.gpus[0].mig_devices[0]
+    gone = f"gpu-0-mig-{victim.profile.replace('.', '')}-{victim.gi_profile_id}-{victim.placement_start}"
+    assert gone in device_names(before)
+
+    backend.destroy_mig_device(0, victim.gi_id)
+
+    async def removed() -> bool:
+        return gone not in device_names(await node_slices(cluster, "dgx-a100-0"))
+
+    took = await wait_for(removed)
+    print(f"MIG destroy -> slice update: {took * 1000:.0f} ms")
+    after = await node_slices(cluster, "dgx-a100-0")
+    assert [s["metadata"]["name"] for s in after] == [s["metadata"]["name"] for s in before]
+    assert after[0]["spec"]["pool"]["generation"] == generation + 1
+    assert len(device_names(after)) == 31
+
+    backend.create_mig_device(0, victim.profile, victim.placement_start)
+
+    async def restored() -> bool:
+        return gone in device_names(await node_slices(cluster, "dgx-a100-0"))
+
+    await wait_for(restored)
+
+
+async def test_agents_never_touch_other_nodes_slices(cluster: EmbeddedCluster) -> None:
+    others = {n: await node_slices(cluster, n) for n in ("dgx-h100-0", "l4x4-0")}
+    backend = cluster.agents["dgx-a100-0"]._backend
+    victim = backend.read_inventory().gpus[1].mig_devices[0]
+    backend.destroy_mig_device(1, victim.gi_id)
+
+    async def republished() -> bool:
+        return len(device_names(await node_slices(cluster, "dgx-a100-0"))) == 31
+
+    await wait_for(republished)
+    for node, slices in others.items():
+        now = await node_slices(cluster, node)
+        assert [s["metadata"]["resourceVersion"] for s in now] == [s["metadata"]["resourceVersion"] for s in slices]
+
+
+async def test_agent_restart_keeps_the_same_slices_without_writes(cluster: EmbeddedCluster) -> None:
+    node = "dgx-h100-0"
+    before = await node_slices(cluster, node)
+    task = next(t for t in cluster._tasks if t.get_name() == f"agent {node}")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+    old = cluster.agents[node]
+    settings = AgentSettings(node_name=node, backend="simulated", hardware_poll_seconds=0.1)
+    assert cluster.client is not None
+    restarted = NodeAgent(settings, NvmlBackend(node, nvml=cluster.simulated[node]), cluster.client, cluster.metrics)
+    new_task = asyncio.create_task(restarted.run())
+    try:
+        await asyncio.wait_for(restarted.published.wait(), timeout=10)
+        after = await node_slices(cluster, node)
+        assert [(s["metadata"]["name"], s["metadata"]["resourceVersion"]) for s in after] == [
+            (s["metadata"]["name"], s["metadata"]["resourceVersion"]) for s in before
+        ]
+        assert restarted.publisher is not None and old.publisher is not None
+        assert restarted.publisher.slice_names == old.publisher.slice_names
+    finally:
+        new_task.cancel()
+        await asyncio.gather(new_task, return_exceptions=True)
+
+
+async def test_deleted_slice_is_recreated_at_the_next_full_resync(cluster: EmbeddedCluster) -> None:
+    node = "l4x4-0"
+    (slice_,) = await node_slices(cluster, node)
+    assert cluster.client is not None
+    cluster.agents[node].settings = cluster.agents[node].settings.model_copy(update={"full_resync_seconds": 0.2})
+    await cluster.client.delete(RESOURCE_SLICES, slice_["metadata"]["name"])
+
+    async def back() -> bool:
+        return device_names(await node_slices(cluster, node)) == {f"gpu-{i}" for i in range(4)}
+
+    await wait_for(back)

@@ -1,0 +1,84 @@
+"""Planning slice writes: first publish creates, a restart with nothing changed writes nothing, a change moves the
+whole pool to the next generation in place, growth creates and shrinkage deletes (deletes first), names survive."""
+
+from typing import Any
+
+from gpudra.agent.slicesync import SLICE_INDEX_LABEL, NodeRef, plan_slices
+from gpudra.api.resource import Device, DeviceAttribute
+
+NODE = NodeRef(name="node-a", uid="uid-a")
+DRIVER = "gpu.nvidia.com"
+
+
+def devices(n: int, product: str = "NVIDIA H100 80GB HBM3") -> list[Device]:
+    return [
+        Device(name=f"gpu-{i}", attributes={"type": DeviceAttribute(string="gpu"), "productName": DeviceAttribute(string=product)})
+        for i in range(n)
+    ]
+
+
+def stored(plan_bodies: list[dict[str, Any]], start: int = 0) -> list[dict[str, Any]]:
+    """What the server holds after creating the planned bodies (names given, generateName resolved)."""
+    out = []
+    for i, body in enumerate(plan_bodies, start):
+        meta = dict(body["metadata"])
+        meta.pop("generateName", None)
+        meta["name"] = f"node-a-gpu.nvidia.com-{i:05d}"
+        meta["resourceVersion"] = str(100 + i)
+        out.append(body | {"metadata": meta})
+    return out
+
+
+def test_first_publish_creates_one_slice_owned_by_the_node() -> None:
+    plan = plan_slices([], devices(8), node=NODE, driver=DRIVER)
+    assert (len(plan.creates), plan.updates, plan.deletes, plan.generation) == (1, [], [], 1)
+    body = plan.creates[0]
+    assert body["metadata"]["generateName"] == "node-a-gpu.nvidia.com-"
+    assert body["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "uid-a", "controller": True}
+    ]
+    assert body["spec"]["nodeName"] == "node-a"
+    assert body["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
+    assert [d["name"] for d in body["spec"]["devices"]] == [f"gpu-{i}" for i in range(8)]
+
+
+def test_restart_with_unchanged_hardware_writes_nothing() -> None:
+    existing = stored(plan_slices([], devices(8), node=NODE, driver=DRIVER).creates)
+    plan = plan_slices(existing, devices(8), node=NODE, driver=DRIVER)
+    assert plan.empty
+    assert plan.generation == 1
+
+
+def test_changed_devices_update_in_place_with_next_generation() -> None:
+    existing = stored(plan_slices([], devices(8), node=NODE, driver=DRIVER).creates)
+    plan = plan_slices(existing, devices(7), node=NODE, driver=DRIVER)
+    assert (plan.creates, plan.deletes) == ([], [])
+    (update,) = plan.updates
+    assert update["metadata"]["name"] == existing[0]["metadata"]["name"]
+    assert update["metadata"]["resourceVersion"] == existing[0]["metadata"]["resourceVersion"]
+    assert update["spec"]["pool"]["generation"] == 2
+    assert len(update["spec"]["devices"]) == 7
+
+
+def test_growth_past_128_devices_splits_and_creates_the_extra_slice() -> None:
+    existing = stored(plan_slices([], devices(100), node=NODE, driver=DRIVER).creates)
+    plan = plan_slices(existing, devices(200), node=NODE, driver=DRIVER)
+    assert len(plan.updates) == 1 and len(plan.creates) == 1 and plan.deletes == []
+    assert plan.creates[0]["metadata"]["labels"][SLICE_INDEX_LABEL] == "1"
+    counts = [b["spec"]["pool"]["resourceSliceCount"] for b in plan.updates + plan.creates]
+    assert counts == [2, 2]
+
+
+def test_shrinking_deletes_obsolete_slices() -> None:
+    existing = stored(plan_slices([], devices(200), node=NODE, driver=DRIVER).creates)
+    assert len(existing) == 2
+    plan = plan_slices(existing, devices(10), node=NODE, driver=DRIVER)
+    assert plan.deletes == [existing[1]["metadata"]["name"]]
+    assert [u["metadata"]["name"] for u in plan.updates] == [existing[0]["metadata"]["name"]]
+
+
+def test_slices_edited_by_someone_else_are_repaired() -> None:
+    existing = stored(plan_slices([], devices(4), node=NODE, driver=DRIVER).creates)
+    existing[0]["spec"]["devices"] = existing[0]["spec"]["devices"][:1]
+    plan = plan_slices(existing, devices(4), node=NODE, driver=DRIVER)
+    assert len(plan.updates) == 1 and len(plan.updates[0]["spec"]["devices"]) == 4
