@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from gpudra.agent.node_agent import NodeAgent
-from gpudra.api.crdgen import all_crds
+from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.summary import fleet_table
@@ -69,7 +69,7 @@ class EmbeddedCluster:
         self.server = EmbeddedAPIServer(port=self.options.port)
         url = await self.server.start()
         self.client = KubeClient.for_url(url, field_manager="gpudra-up")
-        for crd in all_crds():
+        for crd in (crd_for(model) for model in CRD_MODELS):
             await self.client.apply_object(CRDS, crd)
         for device_class in load_device_classes():
             await self.client.apply_object(DEVICE_CLASSES, device_class.to_wire())

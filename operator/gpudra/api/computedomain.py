@@ -1,0 +1,165 @@
+"""ComputeDomain and ComputeDomainClique (resource.nvidia.com/v1beta1), wire-compatible with NVIDIA's driver.
+
+A ComputeDomain asks for a set of nodes whose GPUs share memory over multi-node NVLink (an IMEX domain); its
+workload pods reach it through the ResourceClaimTemplate named in ``spec.channel``. The whole spec is
+immutable. A ComputeDomainClique records the IMEX daemons of one ComputeDomain inside one NVLink clique.
+
+Same fields, defaults, enums and validation as NVIDIA's CRDs, so existing objects and manifests work
+unchanged. gpudra adds only presentation: ``kubectl get computedomains`` shows a Status column.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from gpudra.api.base import WireModel
+from gpudra.api.crd import CrdInfo, CustomResource, PrinterColumn
+
+GROUP = "resource.nvidia.com"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+ReadyState = Literal["Ready", "NotReady"]
+AllocationMode = Literal["All", "Single"]
+
+
+def _list_map(*keys: str) -> dict[str, Any]:
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
+class ComputeDomainResourceClaimTemplate(WireModel):
+    """The ResourceClaimTemplate the controller creates for this ComputeDomain's workload pods."""
+
+    name: str = Field(
+        description="Name of the ResourceClaimTemplate, created in the ComputeDomain's namespace. Pods "
+        "reference it in spec.resourceClaims[].resourceClaimTemplateName to join the domain."
+    )
+
+
+class ComputeDomainChannelSpec(WireModel):
+    """The IMEX channel that workload pods of this ComputeDomain receive."""
+
+    resource_claim_template: ComputeDomainResourceClaimTemplate
+    allocation_mode: AllocationMode = Field(
+        default="Single",
+        description="Single: each claim gets IMEX channel 0. All: each claim gets every IMEX channel of the "
+        "domain (2048).",
+    )
+
+
+class ComputeDomainSpec(WireModel):
+    """What the ComputeDomain should be. Immutable once created: delete and recreate to change it."""
+
+    num_nodes: int = Field(
+        default=0,
+        ge=0,
+        description="Deprecated. Expected number of nodes. 0 (recommended): nodes join as workload pods land "
+        "on them and status.status follows the nodes present. Greater than 0: status.status stays NotReady "
+        "until this many nodes are Ready.",
+    )
+    channel: ComputeDomainChannelSpec = Field(
+        description="The channel workload pods claim to join the domain."
+    )
+
+
+class ComputeDomainNode(WireModel):
+    """One node taking part in the ComputeDomain."""
+
+    name: str = Field(description="Name of the node.")
+    ip_address: str = Field(description="IP address of the node's IMEX daemon.")
+    clique_id: str = Field(
+        alias="cliqueID",
+        description='NVLink clique of the node\'s GPUs, "<clusterUUID>.<cliqueID>" as NVML reports it; empty '
+        "when the GPUs are in no clique.",
+    )
+    index: int | None = Field(
+        default=None,
+        description="Position of the node within its clique; (cliqueID, index) is unique and fixes the "
+        "node's DNS name among the IMEX daemons.",
+    )
+    status: ReadyState = Field(
+        default="NotReady", description="Ready once the node's IMEX daemon can broker memory exchanges."
+    )
+
+
+class ComputeDomainStatus(WireModel):
+    """What the controller observes; for debugging, workloads should not depend on it."""
+
+    model_config = ConfigDict(json_schema_extra={"required": ["status"]})
+
+    status: ReadyState = Field(
+        default="NotReady",
+        description="Ready when every node present is Ready (and, with numNodes > 0, at least numNodes are).",
+    )
+    nodes: list[ComputeDomainNode] | None = Field(
+        default=None,
+        description="The nodes in the domain, one entry per node name.",
+        json_schema_extra=_list_map("name"),
+    )
+
+
+class ComputeDomain(CustomResource):
+    """A set of nodes that run one multi-node workload with GPU memory shared over NVLink (an IMEX domain)."""
+
+    crd = CrdInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="ComputeDomain",
+        plural="computedomains",
+        singular="computedomain",
+        scope="Namespaced",
+        printer_columns=(
+            PrinterColumn(name="Status", json_path=".status.status", description="Ready or NotReady"),
+            PrinterColumn(name="Age", json_path=".metadata.creationTimestamp", type="date"),
+        ),
+        status_subresource=True,
+    )
+
+    api_version: str = API_VERSION
+    kind: str = "ComputeDomain"
+    spec: ComputeDomainSpec = Field(
+        description="The requested domain. Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "A computeDomain.spec is immutable"}
+            ]
+        },
+    )
+    status: ComputeDomainStatus | None = None
+
+
+class ComputeDomainDaemonInfo(WireModel):
+    """One IMEX daemon registered in a clique."""
+
+    node_name: str = Field(description="Node the daemon runs on.")
+    ip_address: str = Field(description="IP address the daemon serves on.")
+    clique_id: str = Field(alias="cliqueID", description='The clique, "<clusterUUID>.<cliqueID>".')
+    index: int | None = Field(
+        default=None, description="Lowest free index in the clique when the daemon registered (below 18)."
+    )
+    status: ReadyState = Field(
+        default="NotReady", description="Ready once the daemon can broker memory exchanges."
+    )
+
+
+class ComputeDomainClique(CustomResource):
+    """The IMEX daemons of one ComputeDomain in one NVLink clique, named "<computeDomainUID>.<cliqueID>"."""
+
+    crd = CrdInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="ComputeDomainClique",
+        plural="computedomaincliques",
+        singular="computedomainclique",
+        scope="Namespaced",
+    )
+
+    api_version: str = API_VERSION
+    kind: str = "ComputeDomainClique"
+    daemons: list[ComputeDomainDaemonInfo] | None = Field(
+        default=None,
+        description="The registered daemons, one entry per node.",
+        json_schema_extra=_list_map("nodeName"),
+    )
