@@ -1,0 +1,267 @@
+"""A reader for CEL's serialized abstract syntax tree (cel.expr.ParsedExpr / CheckedExpr, protobuf wire
+format).
+
+The CEL library hands back a parsed expression only as protobuf bytes and ships no Python classes for them,
+so this module decodes the few messages it needs (Expr and its kinds, SourceInfo positions) with a small
+wire-format reader into frozen dataclasses. The analysis in ``celanalysis`` walks these nodes to learn which
+device attributes a selector reads and to spot non-v1 forms users copy from articles. Field numbers follow
+cel/expr/syntax.proto and checked.proto.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from gpudra.errors import InvalidInputError
+
+Scalar = None | bool | int | float | str | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One expression node. ``kind`` is const | ident | select | call | list | struct | comprehension."""
+
+    id: int
+    kind: str
+    value: Scalar = None  # const
+    name: str = ""  # ident name, select field, call function
+    test_only: bool = False  # select: has()
+    target: Node | None = None  # select operand, call receiver
+    args: tuple[Node, ...] = ()  # call args, list elements, struct values (keys in keys)
+    keys: tuple[Node | str, ...] = ()  # struct: map key nodes or field names
+    # comprehension: iter_var, iter_range, accu_var, accu_init, loop_condition, loop_step, result
+    comp: tuple[str, ...] = ()
+    parts: tuple[Node, ...] = ()
+
+    def children(self) -> Iterator[Node]:
+        if self.target is not None:
+            yield self.target
+        yield from self.args
+        for key in self.keys:
+            if isinstance(key, Node):
+                yield key
+        yield from self.parts
+
+
+@dataclass(frozen=True, slots=True)
+class Ast:
+    root: Node
+    positions: dict[int, int] = field(default_factory=dict)  # node id -> code point offset in the source
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+    """Yield (field number, wire type, value) for each field of one message."""
+    pos, end = 0, len(data)
+    while pos < end:
+        tag, pos = _varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+            yield number, wire, value
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            yield number, wire, data[pos : pos + length]
+            pos += length
+        elif wire == 1:
+            yield number, wire, data[pos : pos + 8]
+            pos += 8
+        elif wire == 5:
+            yield number, wire, data[pos : pos + 4]
+            pos += 4
+        else:
+            raise InvalidInputError(f"unsupported protobuf wire type {wire} in a CEL syntax tree")
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _text(value: int | bytes) -> str:
+    assert isinstance(value, bytes)
+    return value.decode("utf-8")
+
+
+def _msg(value: int | bytes) -> bytes:
+    assert isinstance(value, bytes)
+    return value
+
+
+def _constant(data: bytes) -> Scalar:
+    for number, _, value in _fields(data):
+        if number == 1:
+            return None
+        if number == 2:
+            return bool(value)
+        if number == 3:
+            assert isinstance(value, int)
+            return _signed(value)
+        if number == 4:
+            assert isinstance(value, int)
+            return value
+        if number == 5:
+            return float(struct.unpack("<d", _msg(value))[0])
+        if number == 6:
+            return _text(value)
+        if number == 7:
+            return _msg(value)
+    return None
+
+
+def decode_expr(data: bytes) -> Node:
+    """Decode one cel.expr.Expr message."""
+    node_id = 0
+    for number, _, value in _fields(data):
+        if number == 2:
+            assert isinstance(value, int)
+            node_id = _signed(value)
+        elif number == 3:
+            return Node(node_id, "const", value=_constant(_msg(value)))
+        elif number == 4:
+            name = next((_text(v) for n, _, v in _fields(_msg(value)) if n == 1), "")
+            return Node(node_id, "ident", name=name)
+        elif number == 5:
+            return _select(node_id, _msg(value))
+        elif number == 6:
+            return _call(node_id, _msg(value))
+        elif number == 7:
+            elems = tuple(decode_expr(_msg(v)) for n, _, v in _fields(_msg(value)) if n == 1)
+            return Node(node_id, "list", args=elems)
+        elif number == 8:
+            return _struct(node_id, _msg(value))
+        elif number == 9:
+            return _comprehension(node_id, _msg(value))
+    return Node(node_id, "const", value=None)
+
+
+def _select(node_id: int, data: bytes) -> Node:
+    operand: Node | None = None
+    name, test_only = "", False
+    for number, _, value in _fields(data):
+        if number == 1:
+            operand = decode_expr(_msg(value))
+        elif number == 2:
+            name = _text(value)
+        elif number == 3:
+            test_only = bool(value)
+    return Node(node_id, "select", name=name, target=operand, test_only=test_only)
+
+
+def _call(node_id: int, data: bytes) -> Node:
+    target: Node | None = None
+    name = ""
+    args: list[Node] = []
+    for number, _, value in _fields(data):
+        if number == 1:
+            target = decode_expr(_msg(value))
+        elif number == 2:
+            name = _text(value)
+        elif number == 3:
+            args.append(decode_expr(_msg(value)))
+    return Node(node_id, "call", name=name, target=target, args=tuple(args))
+
+
+def _struct(node_id: int, data: bytes) -> Node:
+    keys: list[Node | str] = []
+    values: list[Node] = []
+    name = ""
+    for number, _, value in _fields(data):
+        if number == 1:
+            name = _text(value)
+        elif number == 2:
+            key: Node | str = ""
+            entry_value: Node | None = None
+            for n, _, v in _fields(_msg(value)):
+                if n == 2:
+                    key = _text(v)
+                elif n == 3:
+                    key = decode_expr(_msg(v))
+                elif n == 4:
+                    entry_value = decode_expr(_msg(v))
+            keys.append(key)
+            values.append(entry_value if entry_value is not None else Node(0, "const"))
+    return Node(node_id, "struct", name=name, keys=tuple(keys), args=tuple(values))
+
+
+def _comprehension(node_id: int, data: bytes) -> Node:
+    names = {1: "", 3: "", 8: ""}
+    parts: dict[int, Node] = {}
+    for number, _, value in _fields(data):
+        if number in names:
+            names[number] = _text(value)
+        elif number in (2, 4, 5, 6, 7):
+            parts[number] = decode_expr(_msg(value))
+    blank = Node(0, "const")
+    ordered = tuple(parts.get(n, blank) for n in (2, 4, 5, 6, 7))
+    return Node(node_id, "comprehension", comp=(names[1], names[3], names[8]), parts=ordered)
+
+
+def _positions(data: bytes) -> dict[int, int]:
+    positions: dict[int, int] = {}
+    for number, _, value in _fields(data):
+        if number == 4:
+            key = offset = 0
+            for n, _, v in _fields(_msg(value)):
+                assert isinstance(v, int)
+                if n == 1:
+                    key = _signed(v)
+                elif n == 2:
+                    offset = _signed(v)
+            positions[key] = offset
+    return positions
+
+
+def decode(serialized: bytes) -> Ast:
+    """Decode the library's serialized expression: an Any holding a ParsedExpr or a CheckedExpr."""
+    type_url, payload = "", b""
+    for number, _, value in _fields(serialized):
+        if number == 1:
+            type_url = _text(value)
+        elif number == 2:
+            payload = _msg(value)
+    expr_field, info_field = (4, 5) if type_url.endswith("CheckedExpr") else (2, 3)
+    root, positions = Node(0, "const"), {}
+    for number, _, value in _fields(payload):
+        if number == expr_field:
+            root = decode_expr(_msg(value))
+        elif number == info_field:
+            positions = _positions(_msg(value))
+    return Ast(root, positions)
+
+
+def line_column(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a code point offset in ``text``."""
+    offset = max(0, min(offset, len(text)))
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def walk(node: Node) -> Iterator[tuple[Node, Node | None]]:
+    """Yield (node, parent) pairs, depth first."""
+    stack: list[tuple[Node, Node | None]] = [(node, None)]
+    while stack:
+        current, parent = stack.pop()
+        yield current, parent
+        stack.extend((child, current) for child in current.children())
+
+
+def qualified_name(node: Node) -> str | None:
+    """``device.attributes`` for Ident(device).attributes or Ident("device.attributes"); None otherwise."""
+    if node.kind == "ident":
+        return node.name
+    if node.kind == "select" and not node.test_only and node.target is not None:
+        base = qualified_name(node.target)
+        return None if base is None else f"{base}.{node.name}"
+    return None
