@@ -53,6 +53,10 @@ class HardwareTimeout(HardwareError):
     """An NVML wait timed out (NVML_ERROR_TIMEOUT); normal for event polling."""
 
 
+class HardwareGpuLost(HardwareError):
+    """The GPU fell off the bus or stopped answering (NVML_ERROR_GPU_IS_LOST); it needs a reset or a reboot."""
+
+
 class KubeError(GpudraError):
     """The Kubernetes API answered with an error. ``status`` is the HTTP status, ``reason`` Kubernetes' reason."""
 
@@ -68,3 +72,33 @@ class NotFoundError(KubeError):
 
 class ConflictError(KubeError):
     """409 from the API server: a stale resourceVersion or an existing name."""
+
+
+class KubeletPluginError(GpudraError):
+    """The kubelet plugin gRPC exchange failed: an RPC error, or a plugin that broke the protocol (wrong plugin type,
+    no supported version, a response map missing a requested claim)."""
+
+
+class CheckpointError(GpudraError):
+    """The prepared-claims checkpoint cannot be trusted. ``path`` names the file; subclasses say why. The agent logs
+    it and reports it as a Node Event; it never silently overwrites what it could not read."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class CheckpointCorrupt(CheckpointError):
+    """The file is truncated, not JSON, not shaped like a checkpoint, or fails its checksum."""
+
+
+class CheckpointChecksumMismatch(CheckpointCorrupt):
+    """The file parses but its checksum does not match its payload (a partial or manual edit)."""
+
+
+class CheckpointForeign(CheckpointError):
+    """The file belongs to another node, another driver, or is not a gpudra checkpoint at all."""
+
+
+class CheckpointTooNew(CheckpointError):
+    """The file was written by a newer gpudra (higher version); it is kept aside, never overwritten."""

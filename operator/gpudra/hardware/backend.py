@@ -1,0 +1,103 @@
+"""The GPU seam: what the agent asks of a node's GPUs, whoever answers (real NVML or the simulation)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from gpudra.hardware.inventory import MigDeviceInfo, NodeInventory
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MigModeResult(_Frozen):
+    """The outcome of a MIG mode change. ``pending`` differs from ``current`` until the GPU is reset."""
+
+    gpu_index: int
+    current: bool
+    pending: bool
+    activation_code: str  # "NVML_SUCCESS", or why the mode is still pending ("NVML_ERROR_IN_USE", ...)
+
+    @property
+    def active(self) -> bool:
+        """The requested mode is in effect."""
+        return self.current == self.pending
+
+    @property
+    def reset_required(self) -> bool:
+        return self.current != self.pending
+
+
+class MigProfileInfo(_Frozen):
+    """A GPU-instance profile the GPU supports, with its valid placements (in memory slices)."""
+
+    profile: str  # "1g.10gb", "1g.10gb+me"
+    gi_profile_id: int
+    slice_count: int  # compute slices
+    placement_size: int  # memory slices
+    placements: tuple[int, ...]  # valid starts
+    instance_count: int
+    memory_bytes: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+
+
+class HealthEventKind(StrEnum):
+    XID = "xid"
+    DOUBLE_BIT_ECC = "double-bit-ecc"
+    SINGLE_BIT_ECC = "single-bit-ecc"
+    GPU_LOST = "gpu-lost"
+
+
+class HealthEvent(_Frozen):
+    """One health event of a GPU (or of one MIG device on it, when ``gi_id`` / ``ci_id`` are set)."""
+
+    kind: HealthEventKind
+    gpu_index: int | None  # None when NVML could not say which GPU
+    gpu_uuid: str | None
+    xid: int | None = None
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """Everything gpudra does to a node's GPUs. Raises :class:`gpudra.errors.HardwareError` subclasses."""
+
+    node_name: str
+
+    def read_inventory(self) -> NodeInventory:
+        """A fresh reading of every GPU and MIG device."""
+        ...
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigModeResult:
+        """Enable or disable MIG; the result says whether it is in effect or waits for a GPU reset."""
+        ...
+
+    def mig_profiles(self, gpu_index: int) -> tuple[MigProfileInfo, ...]:
+        """The GPU-instance profiles the GPU supports with their placements; empty for GPUs without MIG."""
+        ...
+
+    def create_mig_device(self, gpu_index: int, profile: str, placement_start: int) -> MigDeviceInfo:
+        """Create a GPU instance at the given placement and its full-size compute instance."""
+        ...
+
+    def destroy_mig_device(self, gpu_index: int, gi_id: int) -> None:
+        """Destroy a GPU instance: its compute instances first, then the instance itself."""
+        ...
+
+    def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
+        """Block up to ``timeout_s`` for an XID / ECC / lost-GPU event; None when none came."""
+        ...
+
+    def close(self) -> None:
+        """Release the library (nvmlShutdown) and event sets."""
+        ...

@@ -1,0 +1,416 @@
+"""NvmlBackend: the GPU seam over NVML. The only module that imports ``pynvml``.
+
+It calls NVML functions only (through the module it is given), so the very same code runs on a real GPU and on
+:class:`gpudra.hardware.simulated.FakeNvml`. NVML errors become :mod:`gpudra.errors` hardware errors, chained
+from the NVML error, with a message that says what was attempted on which GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gpudra.errors import (
+    HardwareError,
+    HardwareGpuLost,
+    HardwareInsufficientResources,
+    HardwareInUse,
+    HardwareInvalidArgument,
+    HardwareNotFound,
+    HardwareNotSupported,
+    HardwareTimeout,
+)
+from gpudra.hardware.backend import HealthEvent, HealthEventKind, MigModeResult, MigProfileInfo
+from gpudra.hardware.inventory import FabricInfo, GpuInfo, MigDeviceInfo, NodeInventory
+from gpudra.hardware.nvml_mig import MigOperations
+
+log = logging.getLogger(__name__)
+
+# The brand strings go-nvlib prints (and NVIDIA's DRA driver publishes), by NVML_BRAND_* value.
+BRAND_NAMES = {
+    0: "Unknown",
+    1: "Quadro",
+    2: "Tesla",
+    3: "NVS",
+    4: "Grid",
+    5: "GeForce",
+    6: "Titan",
+    7: "NvidiaVApps",
+    8: "NvidiaVPC",
+    9: "NvidiaVCS",
+    10: "NvidiaVWS",
+    11: "NvidiaCloudGaming",
+    12: "QuadroRTX",
+    13: "NvidiaRTX",
+    14: "Nvidia",
+    15: "GeForceRTX",
+    16: "TitanRTX",
+}
+# NVML_DEVICE_ARCH_* -> the architecture name NVIDIA's DRA driver publishes.
+ARCHITECTURE_NAMES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada Lovelace",
+    9: "Hopper",
+    10: "Blackwell",
+    13: "Rubin",
+}
+ADDRESSING_MODES = {0: "None", 1: "HMM", 2: "ATS"}
+
+_ERROR_CLASSES: dict[str, type[HardwareError]] = {
+    "NVML_ERROR_NOT_SUPPORTED": HardwareNotSupported,
+    "NVML_ERROR_INSUFFICIENT_RESOURCES": HardwareInsufficientResources,
+    "NVML_ERROR_IN_USE": HardwareInUse,
+    "NVML_ERROR_NOT_FOUND": HardwareNotFound,
+    "NVML_ERROR_INVALID_ARGUMENT": HardwareInvalidArgument,
+    "NVML_ERROR_TIMEOUT": HardwareTimeout,
+    "NVML_ERROR_GPU_IS_LOST": HardwareGpuLost,
+}
+_KNOWN_CODES = (
+    "NVML_SUCCESS",
+    "NVML_ERROR_UNINITIALIZED",
+    "NVML_ERROR_INVALID_ARGUMENT",
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_NO_PERMISSION",
+    "NVML_ERROR_NOT_FOUND",
+    "NVML_ERROR_INSUFFICIENT_SIZE",
+    "NVML_ERROR_DRIVER_NOT_LOADED",
+    "NVML_ERROR_TIMEOUT",
+    "NVML_ERROR_LIBRARY_NOT_FOUND",
+    "NVML_ERROR_FUNCTION_NOT_FOUND",
+    "NVML_ERROR_GPU_IS_LOST",
+    "NVML_ERROR_RESET_REQUIRED",
+    "NVML_ERROR_IN_USE",
+    "NVML_ERROR_INSUFFICIENT_RESOURCES",
+    "NVML_ERROR_INVALID_STATE",
+    "NVML_ERROR_UNKNOWN",
+)
+_WHOLE_GPU = 0xFFFFFFFF
+_HEALTH_EVENT_MASK_NAMES = ("nvmlEventTypeXidCriticalError", "nvmlEventTypeDoubleBitEccError")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def normalize_pci_bus_id(bus_id: str) -> str:
+    """NVML's "00000000:1A:00.0" as Kubernetes' resource.kubernetes.io/pciBusID wants it: "0000:1a:00.0"."""
+    domain, bus, device_function = _text(bus_id).strip().split(":")
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device_function.lower()}"
+
+
+def sysfs_pcie_root(pci_bus_id: str, sysfs: Path = Path("/sys")) -> str | None:
+    """The PCIe root complex ("pci0000:15") of a device, read from sysfs; None when it cannot be found."""
+    try:
+        real = (sysfs / "bus" / "pci" / "devices" / pci_bus_id).resolve(strict=True)
+    except OSError:
+        return None
+    return next((part for part in real.parts if part.startswith("pci")), None)
+
+
+class NvmlBackend:
+    """GpuBackend over an NVML binding: ``pynvml`` by default, or any object with its call surface.
+
+    ``pcie_root_of`` maps a PCI bus id to its root complex (default: the binding's own ``pcie_root_of`` when
+    it has one, as the simulation does, else sysfs). NVML is initialised on first use; :meth:`close` shuts it
+    down. Calls may come from several threads; :meth:`wait_health_event` is meant for one consumer (the
+    health watcher).
+    """
+
+    def __init__(
+        self,
+        node_name: str,
+        nvml: Any | None = None,
+        *,
+        pcie_root_of: Callable[[str], str | None] | None = None,
+    ) -> None:
+        if nvml is None:
+            import pynvml
+
+            nvml = pynvml
+        self.node_name = node_name
+        self._nvml = nvml
+        # A simulated NVML also stands in for sysfs (FakeNvml.pcie_root_of); pynvml has no such attribute.
+        self._pcie_root_of = pcie_root_of or getattr(nvml, "pcie_root_of", None) or sysfs_pcie_root
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._mig = MigOperations(self)
+        self._event_set: Any = None
+        self._watched: dict[int, tuple[Any, str]] = {}  # gpu index -> (handle, uuid)
+        self._reported_lost: set[int] = set()
+        self._pending_events: list[HealthEvent] = []
+        self.unmonitored_gpus: tuple[int, ...] = ()
+
+    # -- NVML plumbing (the NvmlCalls protocol that MigOperations uses) --------------------------------------
+
+    @property
+    def nvml(self) -> Any:
+        self._ensure_initialized()
+        return self._nvml
+
+    def code_name(self, value: int) -> str:
+        for name in _KNOWN_CODES:
+            if getattr(self._nvml, name, None) == value:
+                return name
+        return f"NVML_ERROR_{value}"
+
+    def error_code(self, exc: BaseException) -> str | None:
+        """The NVML_ERROR_* name of an NVML error, or None when ``exc`` is not one."""
+        if isinstance(exc, self._nvml.NVMLError):
+            return self.code_name(int(getattr(exc, "value", -1)))
+        return None
+
+    @contextlib.contextmanager
+    def errors(self, what: str, gpu_index: int | None = None) -> Iterator[None]:
+        """Map NVML errors raised inside to HardwareError subclasses, saying what failed on which GPU."""
+        try:
+            yield
+        except self._nvml.NVMLError as exc:
+            code = self.error_code(exc) or "UNKNOWN"
+            where = f" on GPU {gpu_index}" if gpu_index is not None else ""
+            error_class = _ERROR_CLASSES.get(code, HardwareError)
+            raise error_class(f"{what}{where} of node {self.node_name}: {exc} ({code})", code=code) from exc
+
+    def optional(self, function_name: str, *args: Any, lenient: bool = False) -> Any:
+        """Call an NVML function whose answer may legitimately be missing.
+
+        None when the binding lacks the function or the GPU does not support it; with ``lenient``, None on any
+        NVML error but a lost GPU (for details that must not keep a GPU out of the inventory).
+        """
+        function = getattr(self._nvml, function_name, None)
+        if function is None:
+            return None
+        try:
+            return function(*args)
+        except self._nvml.NVMLError as exc:
+            code = self.error_code(exc)
+            if code in {"NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND"}:
+                return None
+            if lenient and code != "NVML_ERROR_GPU_IS_LOST":
+                log.debug("%s failed on node %s: %s (%s)", function_name, self.node_name, exc, code)
+                return None
+            raise
+
+    def handle(self, gpu_index: int) -> Any:
+        with self.errors("get the handle", gpu_index):
+            return self.nvml.nvmlDeviceGetHandleByIndex(gpu_index)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def _ensure_initialized(self) -> None:
+        with self._lock:
+            if self._initialized:
+                return
+            with self.errors("initialise NVML"):
+                self._nvml.nvmlInit()
+            self._initialized = True
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._initialized:
+                return
+            with contextlib.suppress(self._nvml.NVMLError):
+                if self._event_set is not None:
+                    self._nvml.nvmlEventSetFree(self._event_set)
+            self._event_set = None
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlShutdown()
+            self._initialized = False
+
+    # -- inventory -------------------------------------------------------------------------------------------
+
+    def read_inventory(self) -> NodeInventory:
+        nvml = self.nvml
+        with self.errors("read the driver versions"):
+            driver_version = _text(nvml.nvmlSystemGetDriverVersion())
+            cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
+            count = int(nvml.nvmlDeviceGetCount())
+        gpus = []
+        for index in range(count):
+            try:
+                gpus.append(self._read_gpu(index))
+            except HardwareGpuLost as exc:
+                log.warning(
+                    "GPU %d of node %s is lost and left out of the inventory: %s", index, self.node_name, exc
+                )
+        return NodeInventory(
+            node_name=self.node_name,
+            driver_version=driver_version,
+            cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
+            gpus=tuple(gpus),
+        )
+
+    def _read_gpu(self, index: int) -> GpuInfo:
+        nvml = self.nvml
+        handle = self.handle(index)
+        with self.errors("read the GPU", index):
+            gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            brand = int(nvml.nvmlDeviceGetBrand(handle))
+            architecture = int(nvml.nvmlDeviceGetArchitecture(handle))
+            major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            total_bytes = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+            pci = nvml.nvmlDeviceGetPciInfo(handle)
+            minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
+            numa = self.optional("nvmlDeviceGetNumaNodeId", handle, lenient=True)
+            addressing = self.optional("nvmlDeviceGetAddressingMode", handle, lenient=True)
+            attributes = self.optional("nvmlDeviceGetAttributes", handle, lenient=True)
+            mig_mode = self.optional("nvmlDeviceGetMigMode", handle)
+            nvlinks = self._nvlink_count(handle)
+            fabric = self._fabric(handle)
+            product_name = _text(nvml.nvmlDeviceGetName(handle))
+        bus_id = normalize_pci_bus_id(pci.busId)
+        mig_enabled = bool(mig_mode and mig_mode[0])
+        mig_devices = (
+            self._mig.read_devices(handle, index, gpu_uuid, minor, total_bytes) if mig_enabled else ()
+        )
+        return GpuInfo(
+            index=index,
+            minor=minor,
+            uuid=gpu_uuid,
+            product_name=product_name,
+            brand=BRAND_NAMES.get(brand, f"Unknown({brand})"),
+            architecture=ARCHITECTURE_NAMES.get(architecture, "Unknown"),
+            cuda_compute_capability=f"{major}.{minor_cc}",
+            pci_bus_id=bus_id,
+            pci_device_id=int(pci.pciDeviceId),
+            pcie_root=self._pcie_root_of(bus_id),
+            numa_node=int(numa) if numa is not None and int(numa) >= 0 else None,
+            addressing_mode=ADDRESSING_MODES.get(int(addressing)) if addressing is not None else None,
+            memory_bytes=total_bytes,
+            multiprocessors=int(attributes.multiprocessorCount) if attributes is not None else 0,
+            mig_capable=mig_mode is not None,
+            mig_enabled=mig_enabled,
+            mig_pending=bool(mig_mode and mig_mode[1]),
+            mig_devices=mig_devices,
+            nvlink_count=nvlinks,
+            fabric=fabric,
+        )
+
+    def _nvlink_count(self, handle: Any) -> int:
+        field = getattr(self._nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", None)
+        values = (
+            self.optional("nvmlDeviceGetFieldValues", handle, [field], lenient=True)
+            if field is not None
+            else None
+        )
+        if not values or int(values[0].nvmlReturn) != 0:
+            return 0
+        return int(values[0].value.uiVal)
+
+    def _fabric(self, handle: Any) -> FabricInfo | None:
+        struct = getattr(self._nvml, "c_nvmlGpuFabricInfoV_t", None)
+        if struct is None or not hasattr(self._nvml, "nvmlDeviceGetGpuFabricInfoV"):
+            return None
+        info = struct()
+        if self.optional("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info), lenient=True) is None:
+            return None
+        return FabricInfo(
+            cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),
+            clique_id=int(info.cliqueId),
+            state=int(info.state),
+            status=int(info.status),
+        )
+
+    # -- MIG -------------------------------------------------------------------------------------------------
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigModeResult:
+        return self._mig.set_mode(gpu_index, enabled)
+
+    def mig_profiles(self, gpu_index: int) -> tuple[MigProfileInfo, ...]:
+        return self._mig.profiles(gpu_index)
+
+    def create_mig_device(self, gpu_index: int, profile: str, placement_start: int) -> MigDeviceInfo:
+        return self._mig.create(gpu_index, profile, placement_start)
+
+    def destroy_mig_device(self, gpu_index: int, gi_id: int) -> None:
+        self._mig.destroy(gpu_index, gi_id)
+
+    # -- health ----------------------------------------------------------------------------------------------
+
+    def _ensure_event_set(self) -> Any:
+        with self._lock:
+            if self._event_set is not None:
+                return self._event_set
+        nvml = self.nvml
+        mask = 0
+        for name in _HEALTH_EVENT_MASK_NAMES:
+            mask |= int(getattr(nvml, name))
+        with self.errors("create the NVML event set"):
+            event_set = nvml.nvmlEventSetCreate()
+            count = int(nvml.nvmlDeviceGetCount())
+        unmonitored = []
+        for index in range(count):
+            handle = self.handle(index)
+            try:
+                with self.errors("register health events", index):
+                    supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
+                    nvml.nvmlDeviceRegisterEvents(handle, mask & supported, event_set)
+                    self._watched[index] = (handle, _text(nvml.nvmlDeviceGetUUID(handle)))
+            except HardwareError as exc:
+                log.warning("GPU %d of node %s is not monitored: %s", index, self.node_name, exc)
+                unmonitored.append(index)
+        with self._lock:
+            self.unmonitored_gpus = tuple(unmonitored)
+            self._event_set = event_set
+        return event_set
+
+    def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
+        if self._pending_events:
+            return self._pending_events.pop(0)
+        event_set = self._ensure_event_set()
+        nvml = self.nvml
+        try:
+            data = nvml.nvmlEventSetWait(event_set, max(int(timeout_s * 1000), 0))
+        except nvml.NVMLError as exc:
+            code = self.error_code(exc)
+            if code == "NVML_ERROR_TIMEOUT":
+                return None
+            if code == "NVML_ERROR_GPU_IS_LOST":
+                return self._lost_gpu_events()
+            with self.errors("wait for health events"):
+                raise
+        with self.errors("read a health event"):
+            gpu_uuid = _text(nvml.nvmlDeviceGetUUID(data.device))
+        index = next((i for i, (_, u) in self._watched.items() if u == gpu_uuid), None)
+        event_type = int(data.eventType)
+        if event_type & int(nvml.nvmlEventTypeXidCriticalError):
+            kind, xid = HealthEventKind.XID, int(data.eventData)
+        elif event_type & int(nvml.nvmlEventTypeDoubleBitEccError):
+            kind, xid = HealthEventKind.DOUBLE_BIT_ECC, None
+        else:
+            kind, xid = HealthEventKind.SINGLE_BIT_ECC, None
+        gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
+        return HealthEvent(
+            kind=kind,
+            gpu_index=index,
+            gpu_uuid=gpu_uuid,
+            xid=xid,
+            gi_id=None if gi == _WHOLE_GPU else gi,
+            ci_id=None if ci == _WHOLE_GPU else ci,
+        )
+
+    def _lost_gpu_events(self) -> HealthEvent:
+        """NVML said a GPU is lost without saying which: ask each watched GPU."""
+        for index, (handle, gpu_uuid) in sorted(self._watched.items()):
+            if index in self._reported_lost:
+                continue
+            try:
+                self._nvml.nvmlDeviceGetUUID(handle)
+            except self._nvml.NVMLError as exc:
+                if self.error_code(exc) == "NVML_ERROR_GPU_IS_LOST":
+                    self._reported_lost.add(index)
+                    self._pending_events.append(
+                        HealthEvent(kind=HealthEventKind.GPU_LOST, gpu_index=index, gpu_uuid=gpu_uuid)
+                    )
+        if self._pending_events:
+            return self._pending_events.pop(0)
+        return HealthEvent(kind=HealthEventKind.GPU_LOST, gpu_index=None, gpu_uuid=None)

@@ -1,0 +1,317 @@
+"""FakeNvml: the pynvml call surface over simulated GPUs.
+
+An instance stands in for the ``pynvml`` module: its methods have pynvml's names, arguments and return shapes
+(ctypes structures, out-parameter arrays filled through ``byref`` counts), its attributes are pynvml's
+constants, error classes and structure types. So :class:`gpudra.hardware.nvml.NvmlBackend` runs the same code
+on it as on a real GPU. The MIG rules live in :mod:`gpu_state`, event sets in :mod:`events`.
+
+Test hooks (not NVML calls): :meth:`inject_xid`, :meth:`inject_ecc`, :meth:`lose_gpu`, :meth:`reset_gpu`,
+:meth:`set_processes`, :meth:`require_reset_for_mig_change`, :meth:`gpu`; and :meth:`pcie_root_of`, the stand-
+in for the sysfs lookup the backend does on a real machine.
+
+All calls take one re-entrant lock, so an agent thread may read while a test mutates."""
+
+from __future__ import annotations
+
+import ctypes
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from gpudra.hardware.catalog import Catalog, load_catalog
+from gpudra.hardware.profiles import SIMULATION_NAMESPACE, NodeProfile, node_profile
+from gpudra.hardware.simulated import nvml_types as t
+from gpudra.hardware.simulated.events import WHOLE_GPU, SimEvent
+from gpudra.hardware.simulated.fake_nvml_base import deref, handle_contents, locked
+from gpudra.hardware.simulated.fake_nvml_mig import MigCalls
+from gpudra.hardware.simulated.gpu_state import SimulatedGpu
+
+_ADDRESSING_MODES = {
+    "None": t.NVML_DEVICE_ADDRESSING_MODE_NONE,
+    "HMM": t.NVML_DEVICE_ADDRESSING_MODE_HMM,
+    "ATS": t.NVML_DEVICE_ADDRESSING_MODE_ATS,
+}
+_SUPPORTED_EVENTS = (
+    t.nvmlEventTypeSingleBitEccError | t.nvmlEventTypeDoubleBitEccError | t.nvmlEventTypeXidCriticalError
+)
+
+
+class FakeNvml(MigCalls):
+    """A simulated NVML library for one node."""
+
+    @classmethod
+    def from_profile(
+        cls, profile: str | NodeProfile, node_name: str, fleet_index: int = 0, catalog: Catalog | None = None
+    ) -> FakeNvml:
+        """A node of the profile; UUIDs derive from ``node_name``, NVLink cliques from ``fleet_index``."""
+        node = node_profile(profile) if isinstance(profile, str) else profile
+        model = (catalog or load_catalog()).model(node.model_id)
+        fabric = node.fabric_reading(fleet_index)
+        gpus = []
+        for index, slot in enumerate(node.slots):
+            gpu_uuid = f"GPU-{uuid.uuid5(SIMULATION_NAMESPACE, f'{node_name}/gpu/{index}')}"
+            gpu = SimulatedGpu(
+                index=index,
+                model=model,
+                gpu_uuid=gpu_uuid,
+                slot=slot,
+                fabric=fabric,
+                addressing_mode=node.addressing_mode,
+            )
+            if node.mig_enabled:
+                gpu.mig_current = gpu.mig_pending = True
+                spec = gpu.mig_spec()
+                for profile_name, start in node.mig_layout:
+                    mig_profile = spec.profile(profile_name)
+                    gi = gpu.create_gpu_instance(mig_profile.profile_id, (start, mig_profile.placement_size))
+                    gpu.create_compute_instance(gi, mig_profile.full_compute_instance().constant)
+            gpus.append(gpu)
+        return cls(gpus, driver_version=node.driver_version, cuda_driver_version=node.cuda_driver_version)
+
+    def __getattr__(self, name: str) -> Any:
+        """pynvml's constants, error classes and structure types (``nvml.NVML_ERROR_IN_USE``, ...)."""
+        if name.startswith(("NVML", "nvml", "c_nvml", "struct_c_nvml")):
+            try:
+                return getattr(t, name)
+            except AttributeError:
+                pass
+        raise AttributeError(f"FakeNvml has no attribute {name!r}")
+
+    # -- test hooks ------------------------------------------------------------------------------------------
+
+    def gpu(self, index: int) -> SimulatedGpu:
+        """The simulated GPU behind index ``index`` (for inspection; mutate it only through the hooks)."""
+        return self._gpus[index]
+
+    def inject_xid(self, gpu_index: int, xid: int, gi_id: int = WHOLE_GPU, ci_id: int = WHOLE_GPU) -> int:
+        """An XID error on the GPU (or one MIG device); returns how many event sets received it."""
+        return self._events.publish(SimEvent(gpu_index, t.nvmlEventTypeXidCriticalError, xid, gi_id, ci_id))
+
+    def inject_ecc(self, gpu_index: int, *, double_bit: bool = True) -> int:
+        kind = t.nvmlEventTypeDoubleBitEccError if double_bit else t.nvmlEventTypeSingleBitEccError
+        return self._events.publish(SimEvent(gpu_index, kind, 0))
+
+    def lose_gpu(self, gpu_index: int) -> None:
+        """The GPU falls off the bus: every call on it fails GPU_IS_LOST, and so does the next event wait."""
+        with self._lock:
+            self._gpus[gpu_index].lost = True
+            self._events.gpu_lost(gpu_index)
+
+    def reset_gpu(self, gpu_index: int) -> None:
+        """nvidia-smi -r: the pending MIG mode takes effect (raises NVMLError_InUse while processes run)."""
+        with self._lock:
+            self._gpus[gpu_index].reset()
+
+    def set_processes(self, gpu_index: int, count: int) -> None:
+        """Pretend ``count`` processes use the GPU (MIG mode changes then wait for a reset)."""
+        with self._lock:
+            self._gpus[gpu_index].processes = count
+
+    def require_reset_for_mig_change(self, gpu_index: int, required: bool = True) -> None:
+        with self._lock:
+            self._gpus[gpu_index].reset_required_for_mig_change = required
+
+    def pcie_root_of(self, pci_bus_id: str) -> str | None:
+        """Stand-in for resolving /sys/bus/pci/devices/<bus id> to its root complex ("pci0000:15")."""
+        wanted = pci_bus_id.lower()[-12:]
+        return next((g.slot.pcie_root for g in self._gpus if g.slot.pci_bus_id == wanted), None)
+
+    # -- library and system ----------------------------------------------------------------------------------
+
+    @locked
+    def nvmlInit(self) -> None:
+        self._init_count += 1
+
+    @locked
+    def nvmlShutdown(self) -> None:
+        self._init_count -= 1
+
+    @locked
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self._driver_version
+
+    @locked
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self._cuda_driver_version
+
+    # -- devices ---------------------------------------------------------------------------------------------
+
+    @locked
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self._gpus)
+
+    @locked
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+        if not 0 <= index < len(self._gpus):
+            raise t.NVMLError_InvalidArgument(f"GPU index {index} out of range (count {len(self._gpus)})")
+        return self._device_handle(index)
+
+    @locked
+    def nvmlDeviceGetHandleByUUID(self, device_uuid: str | bytes) -> Any:
+        wanted = device_uuid.decode() if isinstance(device_uuid, bytes) else device_uuid
+        for gpu in self._gpus:
+            if gpu.uuid == wanted:
+                gpu.check_alive()
+                return self._device_handle(gpu.index)
+            for gi in gpu.gpu_instances.values():
+                for ci in gi.cis.values():
+                    if ci.uuid == wanted:
+                        return self._device_handle(gpu.index, ci.serial)
+        raise t.NVMLError_NotFound(f"no device with UUID {wanted}")
+
+    @locked
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        gpu, mig = self._resolve(handle)
+        return gpu.uuid if mig is None else mig[1].uuid
+
+    @locked
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        gpu, mig = self._resolve(handle)
+        if mig is None:
+            return gpu.model.product_name
+        return f"{gpu.model.product_name} MIG {mig[0].profile.name}"
+
+    @locked
+    def nvmlDeviceGetBrand(self, handle: Any) -> int:
+        return self._resolve(handle)[0].model.brand_constant
+
+    @locked
+    def nvmlDeviceGetArchitecture(self, handle: Any) -> int:
+        return self._resolve(handle)[0].model.architecture_constant
+
+    @locked
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+        major, minor = self._resolve(handle)[0].model.compute_capability.split(".")
+        return int(major), int(minor)
+
+    @locked
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
+        gpu, mig = self._resolve(handle)
+        total = gpu.model.memory_bytes if mig is None else mig[0].profile.memory_bytes
+        return t.c_nvmlMemory_t(total, total, 0)
+
+    @locked
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
+        gpu = self._resolve(handle)[0]
+        domain, bus, rest = gpu.slot.pci_bus_id.split(":")
+        device = int(rest.split(".")[0], 16)
+        info = t.nvmlPciInfo_t()
+        info.busIdLegacy = f"{int(domain, 16):04X}:{int(bus, 16):02X}:{device:02X}.0"
+        info.busId = f"{int(domain, 16):08X}:{int(bus, 16):02X}:{device:02X}.0"
+        info.domain, info.bus, info.device = int(domain, 16), int(bus, 16), device
+        info.pciDeviceId = gpu.model.pci_device_id
+        info.pciSubSystemId = 0
+        return info
+
+    nvmlDeviceGetPciInfo_v3 = nvmlDeviceGetPciInfo
+
+    @locked
+    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        return self._full_gpu(handle).index
+
+    @locked
+    def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
+        return self._full_gpu(handle).slot.numa_node
+
+    @locked
+    def nvmlDeviceGetAddressingMode(self, handle: Any) -> int:
+        gpu = self._full_gpu(handle)
+        if gpu.addressing_mode is None:
+            raise t.NVMLError_NotSupported("addressing mode is not reported on this platform")
+        return _ADDRESSING_MODES[gpu.addressing_mode]
+
+    @locked
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: Sequence[int | tuple[int, int]]) -> Any:
+        gpu = self._full_gpu(handle)
+        values = (t.c_nvmlFieldValue_t * len(field_ids))()
+        for i, field_id in enumerate(field_ids):
+            fid, scope = field_id if isinstance(field_id, tuple) else (field_id, 0)
+            values[i].fieldId, values[i].scopeId = fid, scope
+            if fid == t.NVML_FI_DEV_NVLINK_LINK_COUNT and gpu.model.nvlink_count > 0:
+                values[i].valueType = t.NVML_VALUE_TYPE_UNSIGNED_INT
+                values[i].value.uiVal = gpu.model.nvlink_count
+                values[i].nvmlReturn = t.NVML_SUCCESS
+            else:
+                values[i].nvmlReturn = t.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    def _fill_fabric(self, handle: Any, info_ref: Any) -> None:
+        gpu = self._full_gpu(handle)
+        if gpu.fabric is None:
+            raise t.NVMLError_NotSupported(f"{gpu.model.product_name} has no NVLink fabric information")
+        info = deref(info_ref)
+        for i, byte in enumerate(uuid.UUID(gpu.fabric.cluster_uuid).bytes):
+            info.clusterUuid[i] = byte
+        info.status, info.cliqueId, info.state = gpu.fabric.status, gpu.fabric.clique_id, gpu.fabric.state
+        if hasattr(info, "healthMask"):
+            info.healthMask = 0
+
+    @locked
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info_ref: Any) -> int:
+        self._fill_fabric(handle, info_ref)
+        return t.NVML_SUCCESS
+
+    @locked
+    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, info_ref: Any) -> int:
+        self._fill_fabric(handle, info_ref)
+        return t.NVML_SUCCESS
+
+    @locked
+    def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
+        gpu, mig = self._resolve(handle)
+        attrs = t.c_nvmlDeviceAttributes()
+        if mig is None:
+            spec = gpu.model.mig
+            attrs.multiprocessorCount = gpu.model.multiprocessors
+            attrs.memorySizeMB = gpu.model.memory_mib
+            if spec is not None:
+                attrs.gpuInstanceSliceCount = attrs.computeInstanceSliceCount = spec.compute_slices
+            return attrs
+        gi, ci = mig
+        attrs.multiprocessorCount = ci.profile.multiprocessors
+        attrs.sharedCopyEngineCount = gi.profile.copy_engines
+        attrs.sharedDecoderCount = gi.profile.decoders
+        attrs.sharedEncoderCount = gi.profile.encoders
+        attrs.sharedJpegCount = gi.profile.jpeg_engines
+        attrs.sharedOfaCount = gi.profile.ofa_engines
+        attrs.gpuInstanceSliceCount = gi.profile.slice_count
+        attrs.computeInstanceSliceCount = ci.profile.slice_count
+        attrs.memorySizeMB = gi.profile.memory_mib
+        return attrs
+
+    nvmlDeviceGetAttributes_v2 = nvmlDeviceGetAttributes
+
+    # -- events ----------------------------------------------------------------------------------------------
+
+    @locked
+    def nvmlEventSetCreate(self) -> Any:
+        return ctypes.pointer(t.struct_c_nvmlEventSet_t(self._events.create()))
+
+    @locked
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
+        self._full_gpu(handle)
+        return _SUPPORTED_EVENTS
+
+    @locked
+    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None:
+        gpu = self._full_gpu(handle)
+        if event_types & ~_SUPPORTED_EVENTS:
+            raise t.NVMLError_NotSupported(
+                f"event types {event_types:#x} are not supported on GPU {gpu.index}"
+            )
+        self._events.register(
+            handle_contents(event_set, t.struct_c_nvmlEventSet_t).serial, gpu.index, event_types
+        )
+
+    @locked
+    def nvmlEventSetWait(self, event_set: Any, timeoutms: int) -> Any:
+        event = self._events.wait(handle_contents(event_set, t.struct_c_nvmlEventSet_t).serial, timeoutms)
+        return t.c_nvmlEventData_t(
+            self._device_handle(event.gpu), event.event_type, event.data, event.gi_id, event.ci_id
+        )
+
+    nvmlEventSetWait_v2 = nvmlEventSetWait
+
+    @locked
+    def nvmlEventSetFree(self, event_set: Any) -> None:
+        self._events.free(handle_contents(event_set, t.struct_c_nvmlEventSet_t).serial)

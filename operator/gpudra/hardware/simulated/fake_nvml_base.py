@@ -1,0 +1,148 @@
+"""The plumbing of FakeNvml: the lock every call takes, the opaque handles (ctypes pointers to structures that
+carry a GPU index and an object serial) and out-parameter helpers shaped like pynvml's."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+from gpudra.hardware.simulated import nvml_types as t
+from gpudra.hardware.simulated.events import EventHub
+from gpudra.hardware.simulated.gpu_state import SimComputeInstance, SimGpuInstance, SimulatedGpu
+
+P = ParamSpec("P")
+R = TypeVar("R")
+MigRef = tuple[SimGpuInstance, SimComputeInstance]
+
+
+def locked(method: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        self = args[0]
+        assert isinstance(self, FakeNvmlBase)
+        with self._lock:
+            self._check_initialized(method.__name__)
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+def deref(ref: Any) -> Any:
+    """The object behind ``byref(x)`` / ``pointer(x)`` / ``x``."""
+    if hasattr(ref, "_obj"):
+        return ref._obj
+    if hasattr(ref, "contents"):
+        return ref.contents
+    return ref
+
+
+def handle_contents(handle: Any, struct: type[ctypes.Structure]) -> Any:
+    """The structure an opaque handle points at, checked to be of the expected kind."""
+    if handle is None or not bool(handle):
+        raise t.NVMLError_InvalidArgument("NULL handle")
+    try:
+        contents = handle.contents
+    except (AttributeError, ValueError):
+        raise t.NVMLError_InvalidArgument(f"not an NVML handle: {handle!r}") from None
+    if not isinstance(contents, struct):
+        raise t.NVMLError_InvalidArgument(
+            f"expected a {struct.__name__} handle, got {type(contents).__name__}"
+        )
+    return contents
+
+
+def fill_array(array: Any, count_ref: Any, items: Sequence[Any]) -> None:
+    count = deref(count_ref)
+    if array is None:
+        count.value = len(items)
+        return
+    if count.value < len(items):
+        count.value = len(items)
+        raise t.NVMLError_InsufficientSize(f"{len(items)} entries do not fit an array of {count.value}")
+    for i, item in enumerate(items):
+        array[i] = item
+    count.value = len(items)
+
+
+class FakeNvmlBase:
+    """State and handle plumbing shared by the NVML call groups of FakeNvml."""
+
+    def __init__(
+        self, gpus: Sequence[SimulatedGpu], *, driver_version: str, cuda_driver_version: int
+    ) -> None:
+        self._lock = threading.RLock()
+        self._gpus = list(gpus)
+        self._driver_version = driver_version
+        self._cuda_driver_version = cuda_driver_version
+        self._init_count = 0
+        self._events = EventHub(self._lock)
+        self._handles: dict[tuple[str, int, int], Any] = {}
+
+    # -- handles ---------------------------------------------------------------------------------------------
+
+    def _handle(self, kind: str, struct: type[ctypes.Structure], gpu: int, serial: int) -> Any:
+        key = (kind, gpu, serial)
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = ctypes.pointer(struct(gpu, serial))
+            self._handles[key] = handle
+        return handle
+
+    def _device_handle(self, gpu: int, serial: int = 0) -> Any:
+        return self._handle("device", t.struct_c_nvmlDevice_t, gpu, serial)
+
+    def _gi_handle(self, gpu: int, gi: SimGpuInstance) -> Any:
+        return self._handle("gi", t.struct_c_nvmlGpuInstance_t, gpu, gi.serial)
+
+    def _ci_handle(self, gpu: int, ci: SimComputeInstance) -> Any:
+        return self._handle("ci", t.struct_c_nvmlComputeInstance_t, gpu, ci.serial)
+
+    def _resolve(self, handle: Any) -> tuple[SimulatedGpu, MigRef | None]:
+        contents = handle_contents(handle, t.struct_c_nvmlDevice_t)
+        if not 0 <= contents.gpu < len(self._gpus):
+            raise t.NVMLError_InvalidArgument(f"no GPU {contents.gpu}")
+        gpu = self._gpus[contents.gpu]
+        gpu.check_alive()
+        if contents.serial == 0:
+            return gpu, None
+        found = gpu.find_compute_instance(contents.serial)
+        if found is None:
+            raise t.NVMLError_InvalidArgument("the MIG device of this handle was destroyed")
+        return gpu, found
+
+    def _full_gpu(self, handle: Any) -> SimulatedGpu:
+        gpu, mig = self._resolve(handle)
+        if mig is not None:
+            raise t.NVMLError_InvalidArgument("a MIG device handle cannot be used here")
+        return gpu
+
+    def _mig(self, handle: Any) -> tuple[SimulatedGpu, MigRef]:
+        gpu, mig = self._resolve(handle)
+        if mig is None:
+            raise t.NVMLError_InvalidArgument("not a MIG device handle")
+        return gpu, mig
+
+    def _gi(self, handle: Any) -> tuple[SimulatedGpu, SimGpuInstance]:
+        contents = handle_contents(handle, t.struct_c_nvmlGpuInstance_t)
+        gpu = self._gpus[contents.gpu]
+        gpu.check_alive()
+        gi = gpu.find_gpu_instance(contents.serial)
+        if gi is None:
+            raise t.NVMLError_InvalidArgument("the GPU instance of this handle was destroyed")
+        return gpu, gi
+
+    def _ci(self, handle: Any) -> tuple[SimulatedGpu, SimGpuInstance, SimComputeInstance]:
+        contents = handle_contents(handle, t.struct_c_nvmlComputeInstance_t)
+        gpu = self._gpus[contents.gpu]
+        gpu.check_alive()
+        found = gpu.find_compute_instance(contents.serial)
+        if found is None:
+            raise t.NVMLError_InvalidArgument("the compute instance of this handle was destroyed")
+        return gpu, *found
+
+    def _check_initialized(self, function: str) -> None:
+        if self._init_count == 0 and function not in {"nvmlInit", "nvmlInitWithFlags"}:
+            raise t.NVMLError_Uninitialized(f"{function} called before nvmlInit")
