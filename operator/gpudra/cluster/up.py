@@ -8,8 +8,8 @@ then writes a kubeconfig and prints the fleet. ``--once`` brings everything up, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
+import threading
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +56,8 @@ class EmbeddedCluster:
     agents: dict[str, NodeAgent] = field(default_factory=dict)
     simulated: dict[str, FakeNvml] = field(default_factory=dict)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _controller: threading.Thread | None = None
     _metrics_runner: object | None = None
     metrics_url: str = ""
 
@@ -86,19 +87,24 @@ class EmbeddedCluster:
 
         for node in self.options.nodes:
             await self.add_node(node)
-        controller_ready = asyncio.Event()
-        self._spawn(
-            run_controller(
-                ControllerSettings(), self.metrics, server_url=url, stop=self._stop, ready=controller_ready
+        controller_ready = threading.Event()
+        self._controller = threading.Thread(
+            target=asyncio.run,
+            args=(
+                run_controller(
+                    ControllerSettings(), self.metrics, server_url=url, stop=self._stop, ready=controller_ready
+                ),
             ),
-            "controller",
+            name="gpudra-controller",
+            daemon=True,
         )
+        self._controller.start()
         waiters = [asyncio.create_task(a.published.wait()) for a in self.agents.values()]
-        waiters.append(asyncio.create_task(controller_ready.wait()))
-        done, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
+        waiters.append(asyncio.create_task(asyncio.to_thread(controller_ready.wait, self.options.ready_timeout)))
+        _, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
         for task in pending:
             task.cancel()
-        if pending:
+        if pending or not controller_ready.is_set():
             raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
 
     async def add_node(self, node: FleetNode) -> NodeAgent:
@@ -129,12 +135,14 @@ class EmbeddedCluster:
             log.error("embedded cluster task failed", task=task.get_name(), error=repr(task.exception()))
 
     async def stop(self) -> None:
+        """Agents are cancelled; the controller (in its own thread) stops on its flag."""
         self._stop.set()
         for task in self._tasks:
-            if task.get_name() != "controller":
-                task.cancel()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*self._tasks, return_exceptions=True), timeout=10)
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=10)
+        if self._controller is not None:
+            await asyncio.to_thread(self._controller.join, 10)
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()  # type: ignore[attr-defined]
         if self.client is not None:

@@ -6,6 +6,7 @@ Handlers stay thin: parse the body, call a pure function, apply through the clie
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from typing import Any
 
@@ -49,11 +50,15 @@ async def run_controller(
     metrics: Metrics,
     *,
     server_url: str | None = None,
-    stop: asyncio.Event | None = None,
-    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | threading.Event | None = None,
+    ready: asyncio.Event | threading.Event | None = None,
     standalone: bool = True,
 ) -> None:
-    """Run until ``stop`` is set. ``server_url`` connects to an embedded server without credentials."""
+    """Run until ``stop`` is set. ``server_url`` connects to an embedded server without credentials.
+
+    kopf treats every asyncio task created after its start as its own and cancels them when it stops, so an
+    embedding process (``gpudra up``, tests) runs it in a thread with its own event loop and threading flags.
+    """
     kopf_settings = kopf.OperatorSettings()
     kopf_settings.posting.level = 20  # INFO and above become Events on the objects
     kopf_settings.watching.server_timeout = 300

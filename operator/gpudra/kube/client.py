@@ -138,6 +138,14 @@ class KubeClient:
             "POST", res.path(namespace), query=query, body=body, what=f"create {res.plural}/{name}"
         )
 
+    async def create_subresource(
+        self, res: Resource, name: str, subresource: str, body: Body, namespace: str | None = None
+    ) -> Body:
+        """POST to a subresource, e.g. a pod's ``binding``."""
+        return await self._json(
+            "POST", res.path(namespace, name, subresource), body=body, what=f"create {res.plural}/{name}/{subresource}"
+        )
+
     async def replace(self, res: Resource, body: Body, *, subresource: str | None = None) -> Body:
         meta = body.get("metadata", {})
         path = res.path(meta.get("namespace"), meta["name"], subresource)

@@ -1,0 +1,64 @@
+"""core/v1 models gpudra reads: the parts of Pod and Node that concern device claims and scheduling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from gpudra.api.base import WireModel
+from gpudra.api.meta import ObjectMeta
+
+
+class PodResourceClaim(WireModel):
+    """pod.spec.resourceClaims[]: exactly one of resourceClaimName and resourceClaimTemplateName."""
+
+    name: str
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
+class PodResourceClaimStatus(WireModel):
+    name: str
+    resource_claim_name: str | None = None
+
+
+class ContainerClaim(WireModel):
+    name: str
+    request: str | None = None
+
+
+class ContainerResources(WireModel):
+    claims: list[ContainerClaim] | None = None
+    requests: dict[str, Any] | None = None
+    limits: dict[str, Any] | None = None
+
+
+class Container(WireModel):
+    name: str
+    image: str | None = None
+    resources: ContainerResources | None = None
+
+
+class PodSpec(WireModel):
+    node_name: str | None = None
+    node_selector: dict[str, str] | None = None
+    scheduler_name: str | None = None
+    resource_claims: list[PodResourceClaim] | None = None
+    containers: list[Container] = Field(default_factory=list)
+    init_containers: list[Container] | None = None
+    restart_policy: str | None = None
+
+
+class PodStatus(WireModel):
+    phase: str | None = None
+    resource_claim_statuses: list[PodResourceClaimStatus] | None = None
+    conditions: list[dict[str, Any]] | None = None
+
+
+class Pod(WireModel):
+    api_version: str = "v1"
+    kind: str = "Pod"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSpec = Field(default_factory=PodSpec)
+    status: PodStatus | None = None

@@ -1,0 +1,72 @@
+"""Pure: ResourceClaims generated from a pod's ResourceClaimTemplates, named and owned as Kubernetes does, and which
+claims a pod uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.api.core import Pod, PodResourceClaim
+from gpudra.api.resource import ResourceClaimTemplate
+
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+_MAX_GENERATE_BASE = 57  # 63 minus the hyphen and the 5 random characters the server appends
+
+
+def generate_name(pod_name: str, pod_claim_name: str) -> str:
+    """``<pod>-<podClaimName>-``, both parts shortened alike when too long (as kube-controller-manager does)."""
+    base = f"{pod_name}-{pod_claim_name}"
+    if len(base) > _MAX_GENERATE_BASE:
+        half = (_MAX_GENERATE_BASE - 1) // 2
+        base = f"{pod_name[:half]}-{pod_claim_name[:half]}"
+    return base + "-"
+
+
+def claim_from_template(pod: Pod, pod_claim: PodResourceClaim, template: ResourceClaimTemplate) -> dict[str, Any]:
+    """The ResourceClaim body for one templated pod claim: owned by the pod (controller), annotated with the pod
+    claim name, labels and annotations copied from the template's metadata."""
+    meta = template.spec.metadata
+    annotations = dict(meta.annotations or {}) if meta else {}
+    annotations[POD_CLAIM_NAME_ANNOTATION] = pod_claim.name
+    metadata: dict[str, Any] = {
+        "generateName": generate_name(pod.metadata.name or "", pod_claim.name),
+        "namespace": pod.metadata.namespace,
+        "annotations": annotations,
+        "ownerReferences": [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.metadata.name,
+                "uid": pod.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    if meta and meta.labels:
+        metadata["labels"] = dict(meta.labels)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": template.spec.spec.to_wire(),
+    }
+
+
+def is_generated_for(claim: dict[str, Any], pod: Pod, pod_claim_name: str) -> bool:
+    meta = claim.get("metadata", {})
+    owners = meta.get("ownerReferences") or []
+    return (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION) == pod_claim_name and any(
+        o.get("uid") == pod.metadata.uid and o.get("controller") for o in owners
+    )
+
+
+def pod_claim_names(pod: Pod) -> dict[str, str | None]:
+    """pod claim name -> ResourceClaim name (None while a templated claim has not been created yet)."""
+    statuses = {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])} if pod.status else {}
+    result: dict[str, str | None] = {}
+    for pod_claim in pod.spec.resource_claims or []:
+        if pod_claim.resource_claim_name:
+            result[pod_claim.name] = pod_claim.resource_claim_name
+        else:
+            result[pod_claim.name] = statuses.get(pod_claim.name)
+    return result
