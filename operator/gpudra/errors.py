@@ -75,13 +75,13 @@ class ConflictError(KubeError):
 
 
 class KubeletPluginError(GpudraError):
-    """The kubelet plugin gRPC exchange failed: an RPC error, or a plugin that broke the protocol (wrong plugin type,
-    no supported version, a response map missing a requested claim)."""
+    """The kubelet plugin gRPC exchange failed: an RPC error, or a plugin that broke the protocol (wrong
+    plugin type, no supported version, a response map missing a requested claim)."""
 
 
 class CheckpointError(GpudraError):
-    """The prepared-claims checkpoint cannot be trusted. ``path`` names the file; subclasses say why. The agent logs
-    it and reports it as a Node Event; it never silently overwrites what it could not read."""
+    """The prepared-claims checkpoint cannot be trusted. ``path`` names the file; subclasses say why. The
+    agent logs it and reports it as a Node Event; it never silently overwrites what it could not read."""
 
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)

@@ -1,0 +1,37 @@
+"""The kubelet DRA plugin: gRPC servers (DRAPlugin v1 + v1beta1, registration, health), kubelet client."""
+
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.agent.kubeletplugin.plugin import KubeletPlugin
+from gpudra.agent.kubeletplugin.types import (
+    CallCounters,
+    CallObserver,
+    CallRecord,
+    ClaimRef,
+    DeviceHealth,
+    HealthSource,
+    HealthStatus,
+    PluginHandler,
+    PluginInfo,
+    PreparedDevice,
+    PrepareResult,
+    RegistrationState,
+    UnprepareResult,
+)
+
+__all__ = [
+    "CallCounters",
+    "CallObserver",
+    "CallRecord",
+    "ClaimRef",
+    "DeviceHealth",
+    "HealthSource",
+    "HealthStatus",
+    "KubeletClient",
+    "KubeletPlugin",
+    "PluginHandler",
+    "PluginInfo",
+    "PrepareResult",
+    "PreparedDevice",
+    "RegistrationState",
+    "UnprepareResult",
+]

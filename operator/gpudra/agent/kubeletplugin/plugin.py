@@ -1,0 +1,201 @@
+"""KubeletPlugin: serves the DRA socket (v1, v1beta1, optional health) and registers it with the kubelet.
+
+Order matters to the kubelet: the DRA socket must answer before the registration socket appears, because the
+kubelet dials the endpoint right after GetInfo. A stale registration socket from a previous process is
+removed first (which deregisters that process), then the stale DRA socket. At stop the registration socket
+goes first, and only socket files this instance created are removed (a newer agent may already have replaced
+them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import stat
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import grpc
+
+from gpudra.agent.kubeletplugin.dra_service import DRAPluginServicer
+from gpudra.agent.kubeletplugin.health_service import DRAResourceHealthServicer
+from gpudra.agent.kubeletplugin.pb import (
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_pb2_grpc,
+)
+from gpudra.agent.kubeletplugin.registration_service import RegistrationServicer
+from gpudra.agent.kubeletplugin.types import (
+    HEALTH_SERVICE,
+    V1_SERVICE,
+    V1BETA1_SERVICE,
+    CallObserver,
+    HealthSource,
+    PluginHandler,
+    RegistrationState,
+)
+from gpudra.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes on Linux, including the terminating NUL
+_DRIVER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def socket_url(path: Path) -> str:
+    return f"unix:{path}"
+
+
+def _remove_stale(path: Path) -> None:
+    """Remove a leftover socket (or file, or link) so that bind() succeeds; refuse to remove a directory."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise ConfigurationError(f"{path} is a directory; the kubelet plugin needs that path for its socket")
+    log.info("removing stale socket file %s", path)
+    path.unlink(missing_ok=True)
+
+
+class KubeletPlugin:
+    """The kubelet-facing half of a DRA driver. Start it, keep it running, stop it on shutdown."""
+
+    def __init__(
+        self,
+        driver_name: str,
+        handler: PluginHandler,
+        *,
+        plugin_dir: Path | None = None,
+        registry_dir: Path = DEFAULT_REGISTRY_DIR,
+        health_source: HealthSource | None = None,
+        observer: CallObserver | None = None,
+        stop_grace_seconds: float = 5.0,
+    ) -> None:
+        if not _DRIVER_NAME.match(driver_name) or len(driver_name) > 63:
+            raise ConfigurationError(
+                f"driver name {driver_name!r} is not a DNS subdomain of at most 63 characters"
+                " (e.g. gpu.nvidia.com)"
+            )
+        self.driver_name = driver_name
+        self.plugin_dir = (
+            plugin_dir if plugin_dir is not None else DEFAULT_PLUGINS_DIR / driver_name
+        ).absolute()
+        self.registry_dir = registry_dir.absolute()
+        self.dra_socket = self.plugin_dir / "dra.sock"
+        self.registration_socket = self.registry_dir / f"{driver_name}-reg.sock"
+        self.supported_versions = [V1_SERVICE, V1BETA1_SERVICE] + ([HEALTH_SERVICE] if health_source else [])
+        self._handler = handler
+        self._health_source = health_source
+        self._observer = observer
+        self._grace = stop_grace_seconds
+        self._registration = RegistrationServicer(driver_name, self.dra_socket, self.supported_versions)
+        self._dra_server: grpc.aio.Server | None = None
+        self._registration_server: grpc.aio.Server | None = None
+        self._inodes: dict[Path, int] = {}
+
+    @property
+    def registration_state(self) -> RegistrationState:
+        """What the kubelet last said through NotifyRegistrationStatus."""
+        return self._registration.state
+
+    async def wait_for_registration_status(self) -> RegistrationState:
+        """Wait for the kubelet's next NotifyRegistrationStatus."""
+        return await self._registration.wait_for_notification()
+
+    @property
+    def serving(self) -> bool:
+        return self._registration_server is not None
+
+    async def start(self) -> None:
+        if self._dra_server is not None:
+            raise ConfigurationError(f"kubelet plugin {self.driver_name} is already started")
+        for path in (self.dra_socket, self.registration_socket):
+            if len(os.fsencode(str(path))) > MAX_SOCKET_PATH_BYTES:
+                raise ConfigurationError(
+                    f"socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes;"
+                    " choose a shorter directory"
+                )
+        for directory in (self.plugin_dir, self.registry_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        _remove_stale(self.registration_socket)
+        _remove_stale(self.dra_socket)
+        try:
+            self._dra_server = await self._serve_dra()
+            self._registration_server = await self._serve_registration()
+        except BaseException:
+            await self.stop()
+            raise
+        log.info(
+            "kubelet plugin %s serving %s, registration socket %s, versions %s",
+            self.driver_name,
+            self.dra_socket,
+            self.registration_socket,
+            self.supported_versions,
+        )
+
+    async def stop(self) -> None:
+        """Deregister (registration socket first), stop serving, remove the sockets this instance made."""
+        registration, self._registration_server = self._registration_server, None
+        dra, self._dra_server = self._dra_server, None
+        if registration is not None:
+            await registration.stop(0)
+            self._remove_own(self.registration_socket)
+        if dra is not None:
+            await dra.stop(self._grace)
+            self._remove_own(self.dra_socket)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def _serve_dra(self) -> grpc.aio.Server:
+        server = grpc.aio.server()
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
+            DRAPluginServicer("v1", self._handler, self._observer), server
+        )
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
+            DRAPluginServicer("v1beta1", self._handler, self._observer), server
+        )
+        if self._health_source is not None:
+            dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+                DRAResourceHealthServicer(self._health_source), server
+            )
+        return await self._bind(server, self.dra_socket)
+
+    async def _serve_registration(self) -> grpc.aio.Server:
+        server = grpc.aio.server()
+        pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(self._registration, server)
+        return await self._bind(server, self.registration_socket)
+
+    async def _bind(self, server: grpc.aio.Server, path: Path) -> grpc.aio.Server:
+        try:
+            server.add_insecure_port(socket_url(path))
+        except RuntimeError as exc:
+            raise ConfigurationError(f"cannot listen on {path}: {exc}") from exc
+        await server.start()
+        with contextlib.suppress(FileNotFoundError):
+            self._inodes[path] = os.stat(path).st_ino
+        return server
+
+    def _remove_own(self, path: Path) -> None:
+        inode = self._inodes.pop(path, None)
+        try:
+            current = path.lstat().st_ino
+        except FileNotFoundError:
+            return
+        if inode is not None and current == inode:
+            path.unlink(missing_ok=True)
+        else:
+            log.info("leaving %s in place: another process replaced it", path)

@@ -1,0 +1,351 @@
+"""The kubelet plugin over real unix sockets, with KubeletClient playing the kubelet."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from gpudra.agent.kubeletplugin import (
+    CallCounters,
+    ClaimRef,
+    DeviceHealth,
+    HealthStatus,
+    KubeletClient,
+    KubeletPlugin,
+    PreparedDevice,
+    PrepareResult,
+    UnprepareResult,
+)
+from gpudra.errors import ConfigurationError, InvalidInputError, KubeletPluginError
+
+DRIVER = "gpu.nvidia.com"
+
+
+def claim(uid: str) -> ClaimRef:
+    return ClaimRef(namespace="team-a", uid=uid, name=f"claim-{uid}")
+
+
+class FakeHandler:
+    """Behaviour by UID prefix: ok-*, bad-* (error result), boom-* (raises), drop-* (left out)."""
+
+    def __init__(self) -> None:
+        self.prepare_calls: list[list[str]] = []
+        self.unprepare_calls: list[list[str]] = []
+        self.gate: asyncio.Event | None = None
+        self.waiting = 0
+        self.expected_waiting = 0
+        self.all_waiting = asyncio.Event()
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        self.prepare_calls.append([c.uid for c in claims])
+        if self.gate is not None:
+            self.waiting += 1
+            if self.waiting == self.expected_waiting:
+                self.all_waiting.set()
+            await self.gate.wait()
+        if any(c.uid.startswith("boom") for c in claims):
+            raise RuntimeError("NVML exploded")
+        results: dict[str, PrepareResult] = {}
+        for c in claims:
+            if c.uid.startswith("drop"):
+                continue
+            if c.uid.startswith("bad"):
+                results[c.uid] = PrepareResult(error="device gpu-3 is already prepared for another claim")
+                continue
+            results[c.uid] = PrepareResult(
+                devices=[
+                    PreparedDevice(
+                        pool_name="node-1",
+                        device_name="gpu-0",
+                        request_names=["gpu"],
+                        cdi_device_ids=[f"k8s.gpu.nvidia.com/claim={c.uid}-gpu-0"],
+                    ),
+                    PreparedDevice(
+                        pool_name="node-1",
+                        device_name="gpu-1",
+                        request_names=["shared"],
+                        cdi_device_ids=[f"k8s.gpu.nvidia.com/claim={c.uid}-gpu-1"],
+                        share_id="4b1c0e2a",
+                    ),
+                ]
+            )
+        return results
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
+        self.unprepare_calls.append([c.uid for c in claims])
+        if any(c.uid.startswith("boom") for c in claims):
+            raise InvalidInputError("checkpoint entry unreadable")
+        return {
+            c.uid: UnprepareResult(error="busy" if c.uid.startswith("bad") else "")
+            for c in claims
+            if not c.uid.startswith("drop")
+        }
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer
+    path = Path(tempfile.mkdtemp(prefix="gd", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def handler() -> FakeHandler:
+    return FakeHandler()
+
+
+def make_plugin(short_dir: Path, handler: FakeHandler, **kwargs: object) -> KubeletPlugin:
+    return KubeletPlugin(
+        DRIVER,
+        handler,
+        plugin_dir=short_dir / "plugins" / DRIVER,
+        registry_dir=short_dir / "registry",
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+async def counters() -> CallCounters:
+    return CallCounters()
+
+
+@pytest.fixture
+async def plugin(
+    short_dir: Path, handler: FakeHandler, counters: CallCounters
+) -> AsyncIterator[KubeletPlugin]:
+    plugin = make_plugin(short_dir, handler, observer=counters)
+    await plugin.start()
+    yield plugin
+    await plugin.stop()
+
+
+@pytest.fixture
+async def kubelet(plugin: KubeletPlugin) -> AsyncIterator[KubeletClient]:
+    async with KubeletClient(plugin.registration_socket) as client:
+        await client.register()
+        yield client
+
+
+async def test_registration_answers_get_info_and_records_status(plugin: KubeletPlugin) -> None:
+    assert plugin.registration_socket == plugin.registry_dir / "gpu.nvidia.com-reg.sock"
+    before = plugin.registration_state
+    async with KubeletClient(plugin.registration_socket) as client:
+        info = await client.register()
+    assert before.registered is False
+    assert info.type == "DRAPlugin"
+    assert info.name == DRIVER
+    assert info.endpoint == str(plugin.dra_socket)
+    assert Path(info.endpoint).is_absolute()
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert client.api_version == "v1"
+    assert plugin.registration_state.registered is True
+    assert plugin.registration_state.notifications == 1
+
+
+async def test_kubelet_rejection_is_recorded_with_its_error(plugin: KubeletPlugin) -> None:
+    async with KubeletClient(plugin.registration_socket) as client:
+        with pytest.raises(KubeletPluginError, match="driver name taken"):
+            await client.register(accept=False, error="driver name taken")
+    assert plugin.registration_state.registered is False
+    assert plugin.registration_state.error == "driver name taken"
+
+
+async def test_kubelet_that_knows_only_v1beta1_picks_it(plugin: KubeletPlugin, handler: FakeHandler) -> None:
+    async with KubeletClient(plugin.registration_socket, known_versions=["v1beta1.DRAPlugin"]) as client:
+        await client.register()
+        assert client.api_version == "v1beta1"
+        results = await client.prepare([claim("ok-1")])
+    assert results["ok-1"].error == ""
+
+
+@pytest.mark.parametrize("api_version", ["v1", "v1beta1"])
+async def test_prepare_and_unprepare_round_trip(
+    kubelet: KubeletClient, handler: FakeHandler, api_version: str
+) -> None:
+    results = await kubelet.prepare([claim("ok-1"), claim("ok-2")], api_version=api_version)  # type: ignore[arg-type]
+    assert set(results) == {"ok-1", "ok-2"}
+    first, second = results["ok-1"].devices
+    assert (first.pool_name, first.device_name, list(first.request_names)) == ("node-1", "gpu-0", ["gpu"])
+    assert list(first.cdi_device_ids) == ["k8s.gpu.nvidia.com/claim=ok-1-gpu-0"]
+    assert first.share_id is None
+    assert second.share_id == "4b1c0e2a"
+    assert handler.prepare_calls == [["ok-1", "ok-2"]]
+
+    unprepared = await kubelet.unprepare([claim("ok-1"), claim("ok-2")], api_version=api_version)  # type: ignore[arg-type]
+    assert unprepared == {"ok-1": UnprepareResult(), "ok-2": UnprepareResult()}
+
+
+async def test_repeated_calls_give_the_same_answer(kubelet: KubeletClient, handler: FakeHandler) -> None:
+    first = await kubelet.prepare([claim("ok-1")])
+    second = await kubelet.prepare([claim("ok-1")])
+    assert first == second
+    assert await kubelet.unprepare([claim("ok-1")]) == await kubelet.unprepare([claim("ok-1")])
+    assert len(handler.prepare_calls) == 2
+
+
+async def test_duplicate_claims_in_one_request_are_prepared_once(
+    kubelet: KubeletClient, handler: FakeHandler
+) -> None:
+    results = await kubelet.prepare([claim("ok-1"), claim("ok-1")])
+    assert set(results) == {"ok-1"}
+    assert handler.prepare_calls == [["ok-1"]]
+
+
+async def test_calls_for_different_pods_run_concurrently(
+    kubelet: KubeletClient, handler: FakeHandler
+) -> None:
+    handler.gate = asyncio.Event()
+    handler.expected_waiting = 6
+    calls = [
+        asyncio.create_task(kubelet.prepare([claim(f"ok-{i}")], api_version="v1" if i % 2 else "v1beta1"))
+        for i in range(6)
+    ]
+    # every call reaches the handler before any finishes: nothing serializes them
+    await handler.all_waiting.wait()
+    handler.gate.set()
+    results = await asyncio.gather(*calls)
+    assert [set(r) for r in results] == [{f"ok-{i}"} for i in range(6)]
+
+
+async def test_a_failing_claim_does_not_fail_its_neighbours(kubelet: KubeletClient) -> None:
+    results = await kubelet.prepare([claim("ok-1"), claim("bad-1")])
+    assert results["ok-1"].error == ""
+    assert len(results["ok-1"].devices) == 2
+    assert results["bad-1"].error == "device gpu-3 is already prepared for another claim"
+    assert results["bad-1"].devices == ()
+
+
+async def test_handler_exception_becomes_a_per_claim_error(
+    kubelet: KubeletClient, handler: FakeHandler
+) -> None:
+    results = await kubelet.prepare([claim("ok-1"), claim("boom-1")])
+    assert results["ok-1"].error == ""
+    assert "RuntimeError: NVML exploded" in results["boom-1"].error
+    # the batch failed as a whole, so each claim was retried on its own
+    assert handler.prepare_calls == [["ok-1", "boom-1"], ["ok-1"], ["boom-1"]]
+
+    unprepared = await kubelet.unprepare([claim("boom-2")])
+    assert unprepared["boom-2"].error == "unprepare failed: checkpoint entry unreadable"
+
+
+async def test_claim_dropped_by_handler_gets_an_error_entry(kubelet: KubeletClient) -> None:
+    results = await kubelet.prepare([claim("ok-1"), claim("drop-1")])
+    assert results["ok-1"].error == ""
+    assert "no result" in results["drop-1"].error
+    unprepared = await kubelet.unprepare([claim("drop-2")])
+    assert "no result" in unprepared["drop-2"].error
+
+
+async def test_results_for_claims_not_asked_for_are_left_out(short_dir: Path, handler: FakeHandler) -> None:
+    async def chatty(claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        return {"stranger": PrepareResult()} | {c.uid: PrepareResult() for c in claims}
+
+    handler.prepare = chatty  # type: ignore[method-assign]
+    async with make_plugin(short_dir, handler) as plugin, KubeletClient(plugin.registration_socket) as client:
+        await client.register()
+        assert set(await client.prepare([claim("ok-1")])) == {"ok-1"}
+
+
+async def test_observer_sees_every_call(kubelet: KubeletClient, counters: CallCounters) -> None:
+    await kubelet.prepare([claim("ok-1"), claim("bad-1")])
+    await kubelet.unprepare([claim("ok-1")], api_version="v1beta1")
+    assert counters.in_flight == 0
+    assert counters.calls == {("prepare", "v1"): 1, ("unprepare", "v1beta1"): 1}
+    assert counters.claims == {"prepare": 2, "unprepare": 1}
+    assert counters.failed_claims == {"prepare": 1, "unprepare": 0}
+
+
+async def test_stale_socket_files_are_replaced(short_dir: Path, handler: FakeHandler) -> None:
+    plugin = make_plugin(short_dir, handler)
+    plugin.plugin_dir.mkdir(parents=True)
+    plugin.registry_dir.mkdir(parents=True)
+    # a socket left by a crashed process, and a plain file where a socket belongs
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(plugin.dra_socket))
+    stale.close()
+    plugin.registration_socket.write_text("junk")
+    async with plugin, KubeletClient(plugin.registration_socket) as client:
+        await client.register()
+        assert (await client.prepare([claim("ok-1")]))["ok-1"].error == ""
+
+
+async def test_stop_removes_own_sockets_only(short_dir: Path, handler: FakeHandler) -> None:
+    plugin = make_plugin(short_dir, handler)
+    await plugin.start()
+    assert plugin.dra_socket.is_socket()
+    assert plugin.registration_socket.is_socket()
+    await plugin.stop()
+    assert not plugin.dra_socket.exists()
+    assert not plugin.registration_socket.exists()
+
+    # a newer agent replaced the registration socket while this one was running: leave it alone
+    await plugin.start()
+    plugin.registration_socket.unlink()
+    plugin.registration_socket.write_text("the new agent's")
+    await plugin.stop()
+    assert plugin.registration_socket.read_text() == "the new agent's"
+    assert not plugin.dra_socket.exists()
+
+
+async def test_unregistered_client_refuses_calls(plugin: KubeletPlugin) -> None:
+    async with KubeletClient(plugin.registration_socket) as client:
+        with pytest.raises(KubeletPluginError, match="register"):
+            await client.prepare([claim("ok-1")])
+
+
+async def test_socket_path_too_long_is_a_clear_error(short_dir: Path, handler: FakeHandler) -> None:
+    plugin = make_plugin(short_dir / ("x" * 120), handler)
+    with pytest.raises(ConfigurationError, match="longer than 107 bytes"):
+        await plugin.start()
+
+
+def test_invalid_driver_name_is_rejected(handler: FakeHandler) -> None:
+    with pytest.raises(ConfigurationError, match="DNS subdomain"):
+        KubeletPlugin("GPU/nvidia", handler)
+
+
+async def test_health_stream_is_advertised_and_streams_updates(short_dir: Path, handler: FakeHandler) -> None:
+    updates = [
+        [DeviceHealth("node-1", "gpu-0", HealthStatus.HEALTHY, 1700000000, 30)],
+        [DeviceHealth("node-1", "gpu-0", HealthStatus.UNHEALTHY, 1700000060, 30)],
+    ]
+
+    async def source() -> AsyncIterator[Sequence[DeviceHealth]]:
+        for update in updates:
+            yield update
+
+    plugin = make_plugin(short_dir, handler, health_source=source)
+    async with plugin, KubeletClient(plugin.registration_socket) as client:
+        info = await client.register()
+        assert "v1alpha1.DRAResourceHealth" in info.supported_versions
+        received = [update async for update in client.watch_health()]
+    assert received == updates
+
+
+async def test_health_stream_is_not_advertised_without_a_source(kubelet: KubeletClient) -> None:
+    assert kubelet.info is not None
+    assert "v1alpha1.DRAResourceHealth" not in kubelet.info.supported_versions
+    with pytest.raises(KubeletPluginError, match="does not advertise"):
+        async for _ in kubelet.watch_health():
+            pass
+
+
+async def test_unusable_handler_result_becomes_an_error_entry(short_dir: Path, handler: FakeHandler) -> None:
+    async def sloppy(claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        device = PreparedDevice(pool_name=7, device_name="gpu-0")  # type: ignore[arg-type]
+        return {c.uid: PrepareResult(devices=[device]) for c in claims}
+
+    handler.prepare = sloppy  # type: ignore[method-assign]
+    plugin = make_plugin(short_dir, handler)
+    async with plugin, KubeletClient(plugin.registration_socket) as client:
+        await client.register()
+        result = (await client.prepare([claim("ok-1")]))["ok-1"]
+    assert "unusable prepare result" in result.error
+    assert result.devices == ()

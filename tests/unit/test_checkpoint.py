@@ -1,0 +1,318 @@
+"""The prepared-claims checkpoint: round trips, untrusted files, migration, atomicity, concurrency."""
+
+# ruff: noqa: ASYNC240 - tests read and write small files in tmp_path directly; blocking is harmless here
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudra.agent.checkpoint import (
+    CURRENT_VERSION,
+    KIND,
+    CheckpointStore,
+    DeviceRecord,
+    MigInstanceRecord,
+    checksum,
+)
+from gpudra.errors import (
+    CheckpointChecksumMismatch,
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointForeign,
+    CheckpointTooNew,
+)
+
+NODE = "node-1"
+DRIVER = "gpu.nvidia.com"
+NOW = 1_760_000_000.0
+
+
+def store(path: Path, *, node: str = NODE) -> CheckpointStore:
+    return CheckpointStore(path, node=node, driver=DRIVER, clock=lambda: NOW)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "checkpoint.json"
+
+
+DEVICE = DeviceRecord(
+    pool_name=NODE,
+    device_name="gpu-0",
+    request_names=["gpu"],
+    cdi_device_ids=["k8s.gpu.nvidia.com/claim=uid-1-gpu-0"],
+    uuid="GPU-aaaa",
+    device_type="gpu",
+)
+MIG = MigInstanceRecord(
+    parent_uuid="GPU-bbbb", profile="1g.12gb", placement_start=0, gpu_instance_id=9, compute_instance_id=0
+)
+
+
+async def prepared(path: Path) -> CheckpointStore:
+    checkpoint = store(path)
+    await checkpoint.load()
+    await checkpoint.transition("uid-1", "PrepareStarted", namespace="team-a", name="claim-1")
+    await checkpoint.transition(
+        "uid-1",
+        "PrepareCompleted",
+        devices=[DEVICE],
+        cdi_spec="/var/run/cdi/k8s.gpu.nvidia.com-claim_uid-1.json",
+        mig_instances_created=[MIG],
+        configs={"gpu-0": {"kind": "GpuConfig", "sharing": {"strategy": "MPS"}}},
+    )
+    return checkpoint
+
+
+async def test_missing_file_is_an_empty_checkpoint(path: Path) -> None:
+    assert await store(path).load() == {}
+    assert not path.exists()
+
+
+async def test_round_trip(path: Path) -> None:
+    checkpoint = await prepared(path)
+    reloaded = await store(path).load()
+    assert reloaded == checkpoint.claims()
+    entry = reloaded["uid-1"]
+    assert (entry.namespace, entry.name, entry.state) == ("team-a", "claim-1", "PrepareCompleted")
+    assert entry.devices == [DEVICE]
+    assert entry.mig_instances_created == [MIG]
+    assert entry.configs["gpu-0"]["sharing"] == {"strategy": "MPS"}
+    document = json.loads(path.read_text())
+    assert (document["kind"], document["version"], document["node"], document["driver"]) == (
+        KIND,
+        CURRENT_VERSION,
+        NODE,
+        DRIVER,
+    )
+    assert document["checksum"] == checksum(document["payload"])
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_unprepare_then_remove(path: Path) -> None:
+    checkpoint = await prepared(path)
+    await checkpoint.transition("uid-1", "UnprepareStarted")
+    assert (await store(path).load())["uid-1"].state == "UnprepareStarted"
+    assert await checkpoint.remove("uid-1") is True
+    assert await checkpoint.remove("uid-1") is False
+    assert await store(path).load() == {}
+
+
+async def test_impossible_transitions_are_refused(path: Path) -> None:
+    checkpoint = store(path)
+    await checkpoint.load()
+    with pytest.raises(CheckpointError, match="cannot go from unknown to PrepareCompleted"):
+        await checkpoint.transition("uid-9", "PrepareCompleted")
+    with pytest.raises(CheckpointError, match="namespace and name"):
+        await checkpoint.transition("uid-9", "PrepareStarted")
+
+
+def valid_document() -> dict[str, Any]:
+    payload = {"claims": {"uid-1": {"namespace": "a", "name": "c", "state": "PrepareCompleted"}}}
+    return {
+        "kind": KIND,
+        "version": CURRENT_VERSION,
+        "node": NODE,
+        "driver": DRIVER,
+        "checksum": checksum(payload),
+        "payload": payload,
+    }
+
+
+def dumped(change: Callable[[dict[str, Any]], None]) -> bytes:
+    document = valid_document()
+    change(document)
+    return json.dumps(document).encode()
+
+
+def resigned(change: Callable[[dict[str, Any]], None]) -> bytes:
+    """A change to the payload with a correct checksum (so only the content is wrong)."""
+
+    def both(document: dict[str, Any]) -> None:
+        change(document)
+        document["checksum"] = checksum(document["payload"])
+
+    return dumped(both)
+
+
+def set_key(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda document: document.__setitem__(key, value)
+
+
+UNTRUSTED = [
+    ("empty", b"", CheckpointCorrupt, "is empty"),
+    ("truncated", json.dumps(valid_document()).encode()[:120], CheckpointCorrupt, "not valid JSON"),
+    ("garbage", b"\x00\xff\x13", CheckpointCorrupt, "not valid JSON"),
+    ("a list", b"[]", CheckpointCorrupt, "not a JSON object"),
+    (
+        "edited payload",
+        dumped(lambda d: d["payload"]["claims"]["uid-1"].__setitem__("state", "PrepareStarted")),
+        CheckpointChecksumMismatch,
+        "fails its checksum",
+    ),
+    ("no checksum", dumped(lambda d: d.pop("checksum")), CheckpointChecksumMismatch, "fails its checksum"),
+    ("other node", dumped(set_key("node", "node-2")), CheckpointForeign, "node 'node-2', not 'node-1'"),
+    ("other driver", dumped(set_key("driver", "x.example.com")), CheckpointForeign, "driver 'x.example.com'"),
+    (
+        "other kind",
+        dumped(set_key("kind", "nvidia/checkpoint")),
+        CheckpointForeign,
+        "kind 'nvidia/checkpoint'",
+    ),
+    ("newer version", dumped(set_key("version", CURRENT_VERSION + 1)), CheckpointTooNew, "newer gpudra"),
+    ("no version", dumped(lambda d: d.pop("version")), CheckpointCorrupt, "no valid version"),
+    (
+        "bad state",
+        resigned(lambda d: d["payload"]["claims"]["uid-1"].__setitem__("state", "Prepared")),
+        CheckpointCorrupt,
+        "invalid payload",
+    ),
+    (
+        "unknown field",
+        resigned(lambda d: d["payload"]["claims"]["uid-1"].__setitem__("colour", "red")),
+        CheckpointCorrupt,
+        "invalid payload",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "error", "message"), [u[1:] for u in UNTRUSTED], ids=[u[0] for u in UNTRUSTED]
+)
+async def test_untrusted_files_are_detected_kept_and_never_overwritten(
+    path: Path, content: bytes, error: type[CheckpointError], message: str
+) -> None:
+    path.write_bytes(content)
+    checkpoint = store(path)
+    with pytest.raises(error, match=message) as caught:
+        await checkpoint.load()
+    kept = path.with_name(f"checkpoint.json.unreadable-{int(NOW)}")
+    assert str(kept) in str(caught.value)
+    assert caught.value.path == str(path)
+    assert kept.read_bytes() == content
+    with pytest.raises(CheckpointError, match="not loaded"):
+        await checkpoint.transition("uid-2", "PrepareStarted", namespace="a", name="b")
+    assert path.read_bytes() == content
+
+    await checkpoint.reset()
+    await checkpoint.transition("uid-2", "PrepareStarted", namespace="a", name="b")
+    assert set(await store(path).load()) == {"uid-2"}
+    assert kept.read_bytes() == content
+
+
+async def test_reset_without_a_failed_load_is_refused(path: Path) -> None:
+    await prepared(path)
+    with pytest.raises(CheckpointError, match="refusing to reset"):
+        await store(path).reset()
+    assert "uid-1" in await store(path).load()
+
+
+async def test_older_version_is_migrated_and_kept(path: Path) -> None:
+    payload = {
+        "claims": {
+            "uid-1": {
+                "namespace": "a",
+                "name": "c1",
+                "prepared": True,
+                "pool": NODE,
+                "devices": ["gpu-0", "gpu-1"],
+            },
+            "uid-2": {"namespace": "a", "name": "c2", "prepared": False, "devices": []},
+        }
+    }
+    v1 = {"kind": KIND, "version": 1, "node": NODE, "driver": DRIVER, "checksum": checksum(payload)}
+    v1["payload"] = payload
+    path.write_text(json.dumps(v1))
+    claims = await store(path).load()
+    assert claims["uid-1"].state == "PrepareCompleted"
+    assert [d.device_name for d in claims["uid-1"].devices] == ["gpu-0", "gpu-1"]
+    assert claims["uid-1"].devices[0].pool_name == NODE
+    assert claims["uid-2"].state == "PrepareStarted"
+    assert json.loads(path.read_text())["version"] == CURRENT_VERSION
+    assert json.loads(path.with_name("checkpoint.json.v1").read_text()) == v1
+    assert await store(path).load() == claims
+
+
+async def test_crash_between_temp_write_and_rename_leaves_the_old_file_valid(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint = await prepared(path)
+    before = path.read_bytes()
+
+    def crash(src: object, dst: object) -> None:
+        raise OSError("power cut before rename")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "replace", crash)
+        with pytest.raises(OSError, match="power cut"):
+            await checkpoint.transition("uid-1", "UnprepareStarted")
+    assert path.read_bytes() == before
+    assert (await store(path).load())["uid-1"].state == "PrepareCompleted"
+    assert checkpoint.get("uid-1") is not None
+    assert checkpoint.claims()["uid-1"].state == "PrepareCompleted"  # the failed change was rolled back
+    assert [p.name for p in path.parent.iterdir()] == ["checkpoint.json"]
+
+
+async def test_temp_file_left_by_a_real_crash_is_ignored(path: Path) -> None:
+    await prepared(path)
+    leftover = path.with_name(".checkpoint.json.abc123.tmp")
+    leftover.write_text('{"kind": "gpudra.dev/check')
+    assert "uid-1" in await store(path).load()
+    assert not leftover.exists()
+
+
+async def test_different_claims_proceed_in_parallel(path: Path) -> None:
+    checkpoint = store(path)
+    await checkpoint.load()
+    inside_a = asyncio.Event()
+    release_a = asyncio.Event()
+
+    async def slow_a() -> None:
+        async with checkpoint.claim_lock("uid-a"):
+            await checkpoint.transition("uid-a", "PrepareStarted", namespace="n", name="a")
+            inside_a.set()
+            await release_a.wait()
+            await checkpoint.transition("uid-a", "PrepareCompleted")
+
+    task = asyncio.create_task(slow_a())
+    await inside_a.wait()
+    # uid-a is still being prepared; uid-b is not blocked by it
+    async with checkpoint.claim_lock("uid-b"):
+        await checkpoint.transition("uid-b", "PrepareStarted", namespace="n", name="b")
+        await checkpoint.transition("uid-b", "PrepareCompleted")
+    assert not task.done()
+    release_a.set()
+    await task
+    states = {uid: e.state for uid, e in (await store(path).load()).items()}
+    assert states == {"uid-a": "PrepareCompleted", "uid-b": "PrepareCompleted"}
+
+
+async def test_same_claim_is_serialized(path: Path) -> None:
+    checkpoint = store(path)
+    await checkpoint.load()
+    order: list[str] = []
+
+    async def work(tag: str) -> None:
+        async with checkpoint.claim_lock("uid-1"):
+            order.append(f"{tag}-in")
+            await asyncio.sleep(0)
+            order.append(f"{tag}-out")
+
+    await asyncio.gather(work("first"), work("second"))
+    assert order == ["first-in", "first-out", "second-in", "second-out"]
+
+
+async def test_many_concurrent_writes_all_land(path: Path) -> None:
+    checkpoint = store(path)
+    await checkpoint.load()
+    await asyncio.gather(
+        *(checkpoint.transition(f"uid-{i}", "PrepareStarted", namespace="n", name=f"c{i}") for i in range(40))
+    )
+    assert len(await store(path).load()) == 40
