@@ -1,0 +1,1 @@
+"""The node agent: kubelet plugin, CDI specs, checkpoint, ResourceSlice publishing."""

@@ -1,0 +1,1 @@
+"""The embedded cluster behind `gpudra up`: API server, stand-in control plane, simulated nodes."""

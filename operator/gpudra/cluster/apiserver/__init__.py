@@ -1,0 +1,17 @@
+"""The project's own in-process Kubernetes API server (aiohttp, HTTP on 127.0.0.1, no auth).
+
+Faithful to what kopf, kubernetes_asyncio and kubectl rely on: server-set metadata, a global
+resourceVersion, optimistic concurrency, typed lists, watches from a resourceVersion over a bounded history
+(410 Expired), label and field selectors, merge / JSON / strategic (as merge, lists replaced) / apply
+patches, status subresources, finalizers, ownerReference garbage collection, discovery, a minimal OpenAPI
+v3, the Table format, and CRDs that become served resources. Request bodies are JSON or YAML: protobuf
+bodies (``kubectl create ns X``) get 415, use ``kubectl apply -f``. No admission, no schema validation (CRD
+defaults are applied), no controllers, no auth.
+"""
+
+from __future__ import annotations
+
+from .server import EmbeddedAPIServer
+from .status import APIStatusError
+
+__all__ = ["APIStatusError", "EmbeddedAPIServer"]

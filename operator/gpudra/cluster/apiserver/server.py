@@ -1,0 +1,298 @@
+"""The embedded Kubernetes API server: aiohttp, plain HTTP on 127.0.0.1, no authentication, no request log.
+
+Serves what kopf, kubernetes_asyncio and kubectl use (see the package docstring for the limits). Request
+bodies are JSON or YAML; kubectl's typed generators (``kubectl create ns X``) send protobuf and get a clear
+415: use ``kubectl apply -f``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from . import discovery
+from .collector import GarbageCollector
+from .database import APPLY, Database
+from .routing import Discovery, Target, parse
+from .selectors import parse_selectors
+from .status import APIStatusError, bad_request
+from .store import Entry, encode
+from .tables import table
+from .watching import WatchRequest, object_bytes
+
+_JSON = "application/json"
+_TRUE = ("true", "True", "1")
+_PLAIN = {"/healthz", "/readyz", "/livez", "/healthz/ping", "/readyz/ping", "/livez/ping"}
+
+
+def _response(body: Any, status: int = 200) -> web.Response:
+    data = body if isinstance(body, bytes) else encode(body)
+    return web.Response(body=data, status=status, content_type=_JSON)
+
+
+def _table_mode(request: web.Request) -> str | None:
+    accept = request.headers.get("Accept", "")
+    if "as=Table" in accept and "g=meta.k8s.io" in accept:
+        return request.query.get("includeObject") or "Metadata"
+    return None
+
+
+class EmbeddedAPIServer:
+    """An in-process Kubernetes API server for tests, benchmarks and ``gpudra up``."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._host, self._port = host, port
+        self._url = ""
+        self.database = Database()
+        self._collector: GarbageCollector | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        if not self._url:
+            raise RuntimeError("the embedded API server is not started")
+        return self._url
+
+    async def start(self) -> str:
+        """Bind (port 0 picks a free port) and serve; returns the base URL."""
+        self._collector = GarbageCollector(self.database)
+        self._collector.start()
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        address = self._runner.addresses[0]
+        self._url = f"http://{self._host}:{address[1]}"
+        return self._url
+
+    async def stop(self) -> None:
+        """End every watch, the garbage collector and the listener."""
+        for store in self.database.stores.values():
+            store.close_watchers()
+        if self._collector is not None:
+            await self._collector.stop()
+            self._collector = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def kubeconfig(self) -> dict[str, Any]:
+        """A kubeconfig with cluster, user and context ``gpudra`` pointing at this server."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "gpudra", "cluster": {"server": self.url}}],
+            "users": [{"name": "gpudra", "user": {}}],
+            "contexts": [{"name": "gpudra", "context": {"cluster": "gpudra", "user": "gpudra"}}],
+            "current-context": "gpudra",
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path: Path) -> None:
+        """Write :meth:`kubeconfig` as YAML, atomically (a temporary file renamed over ``path``)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                yaml.safe_dump(self.kubeconfig(), handle, sort_keys=False)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    # ------------------------------------------------------------------ HTTP
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._dispatch(request)
+        except APIStatusError as exc:
+            return _response(exc.to_status(), exc.status)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path.startswith(("/api/", "/apis/")) or path in ("/api", "/apis"):
+            target = parse(self.database.registry, path)
+            if isinstance(target, Discovery):
+                return self._discovery(request, target)
+            return await self._resource(request, target)
+        if request.method != "GET":
+            raise APIStatusError(
+                405, "MethodNotAllowed", f"the server does not allow {request.method} on {path}"
+            )
+        if path in _PLAIN:
+            return web.Response(text="ok", content_type="text/plain")
+        if path in ("/version", "/version/"):
+            return _response(discovery.SERVER_VERSION)
+        if path == "/openapi/v3":
+            return _response(discovery.openapi_index(self.database.registry))
+        if path.startswith("/openapi/v3/"):
+            key = path[len("/openapi/v3/") :].split("/")
+            group, version = (
+                ("", key[1])
+                if key[0] == "api" and len(key) == 2
+                else ((key[1], key[2]) if key[0] == "apis" and len(key) == 3 else ("", ""))
+            )
+            document = discovery.openapi_document(self.database.registry, group, version) if version else None
+            if document is not None:
+                return _response(document)
+        raise APIStatusError(404, "NotFound", "the server could not find the requested resource")
+
+    def _discovery(self, request: web.Request, target: Discovery) -> web.Response:
+        registry = self.database.registry
+        if request.method != "GET":
+            raise APIStatusError(405, "MethodNotAllowed", "discovery is read-only")
+        document: dict[str, Any] | None
+        if target.group is None:
+            document = discovery.api_versions() if target.legacy else discovery.group_list(registry)
+        elif target.version is None:
+            document = discovery.api_group(registry, target.group)
+        else:
+            document = discovery.resource_list(registry, target.group, target.version)
+        if document is None:
+            raise APIStatusError(404, "NotFound", "the server could not find the requested resource")
+        return _response(document)
+
+    async def _body(self, request: web.Request, *, optional: bool = False) -> Any:
+        ctype = request.headers.get("Content-Type", _JSON).split(";")[0].strip().lower()
+        raw = await request.read()
+        if "protobuf" in ctype:
+            raise APIStatusError(
+                415,
+                "UnsupportedMediaType",
+                f"the embedded API server accepts JSON and YAML request bodies only, not {ctype}; "
+                "kubectl's typed generators (kubectl create namespace/deployment/...) send protobuf: "
+                "write a manifest and use `kubectl apply -f` instead",
+            )
+        if not raw.strip():
+            if optional:
+                return {}
+            raise bad_request("the request body is empty")
+        try:
+            if "yaml" in ctype:
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise bad_request(
+                f"the request body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {exc}"
+            ) from exc
+
+    def _object(self, request: web.Request, target: Target, entry: Entry, status: int = 200) -> web.Response:
+        mode = _table_mode(request)
+        if mode is not None:
+            obj = json.loads(object_bytes(target.rt, entry))
+            return _response(table(target.rt, [obj], str(entry.rv), mode), status)
+        return _response(object_bytes(target.rt, entry), status)
+
+    async def _resource(self, request: web.Request, target: Target) -> web.StreamResponse:
+        db, rt, method, query = self.database, target.rt, request.method, request.query
+        dry_run = "All" in query.getall("dryRun", [])
+        if target.subresource in ("finalize",):
+            raise APIStatusError(405, "MethodNotAllowed", "namespaces/finalize is not supported")
+        if method == "GET":
+            if target.name:
+                return self._object(request, target, db.get(rt, target.ns, target.name))
+            labels, fields = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))
+            if target.watch_path or query.get("watch", "") in _TRUE:
+                watch = WatchRequest(db, rt, target.namespace, labels, fields, query, _table_mode(request))
+                return await watch.serve(request)
+            return self._list(request, target, db.select(rt, target.namespace, labels, fields))
+        if method == "POST":
+            if target.subresource == "binding":
+                db.bind(rt, target.ns, target.name, await self._body(request))
+                return _response(
+                    {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+                    201,
+                )
+            if target.name or (rt.namespaced and target.namespace is None):
+                raise APIStatusError(405, "MethodNotAllowed", f"POST is not allowed on {request.path}")
+            entry = db.create(rt, target.ns, await self._body(request), dry_run=dry_run)
+            return self._object(request, target, entry, 201)
+        if not target.name:
+            if method == "DELETE" and (target.namespace is not None or not rt.namespaced):
+                return await self._delete_collection(request, target, dry_run)
+            raise APIStatusError(405, "MethodNotAllowed", f"{method} is not allowed on {request.path}")
+        if method == "PUT":
+            body = await self._body(request)
+            entry = db.update(
+                rt, target.ns, target.name, body, subresource=target.subresource, dry_run=dry_run
+            )
+            return self._object(request, target, entry)
+        if method == "PATCH":
+            ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            body = await self._body(request)
+            entry, created = db.patch(
+                rt, target.ns, target.name, body, ctype, subresource=target.subresource, dry_run=dry_run
+            )
+            return self._object(request, target, entry, 201 if created and ctype == APPLY else 200)
+        if method == "DELETE":
+            options = self._delete_options(query, await self._body(request, optional=True))
+            before = db.get(rt, target.ns, target.name)
+            entry = db.delete(rt, target.ns, target.name, options, dry_run=dry_run)
+            if db.store(rt).get(target.ns, target.name) is not None and not dry_run:
+                return self._object(request, target, entry, 202 if entry is not before else 200)
+            meta = entry.obj["metadata"]
+            return _response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {
+                        "name": meta["name"],
+                        "group": rt.group,
+                        "kind": rt.plural,
+                        "uid": meta["uid"],
+                    },
+                }
+            )
+        raise APIStatusError(405, "MethodNotAllowed", f"{method} is not allowed on {request.path}")
+
+    @staticmethod
+    def _delete_options(query: Any, body: Any) -> dict[str, Any]:
+        options = dict(body) if isinstance(body, dict) else {}
+        if "propagationPolicy" in query:
+            options["propagationPolicy"] = query["propagationPolicy"]
+        if "orphanDependents" in query:
+            options["orphanDependents"] = query["orphanDependents"] in _TRUE
+        policy = options.get("propagationPolicy")
+        if policy not in (None, "Background", "Foreground", "Orphan"):
+            raise bad_request(f"propagationPolicy {policy!r} is not one of Background, Foreground, Orphan")
+        return options
+
+    def _list(self, request: web.Request, target: Target, entries: list[Entry]) -> web.Response:
+        rt = target.rt
+        rv = str(self.database.clock.value)
+        mode = _table_mode(request)
+        if mode is not None:
+            objects = [json.loads(object_bytes(rt, e)) for e in entries]
+            return _response(table(rt, objects, rv, mode))
+        head = encode(
+            {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": rv}}
+        )
+        body = head[:-1] + b',"items":[' + b",".join(object_bytes(rt, e) for e in entries) + b"]}"
+        return _response(body)
+
+    async def _delete_collection(self, request: web.Request, target: Target, dry_run: bool) -> web.Response:
+        db, rt = self.database, target.rt
+        query = request.query
+        labels, fields = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))
+        options = self._delete_options(query, await self._body(request, optional=True))
+        options.pop("preconditions", None)
+        deleted = []
+        for entry in db.select(rt, target.namespace, labels, fields):
+            meta = entry.obj["metadata"]
+            try:
+                deleted.append(
+                    db.delete(rt, meta.get("namespace") or "", meta["name"], options, dry_run=dry_run)
+                )
+            except APIStatusError as exc:
+                if exc.status != 404:
+                    raise
+        return self._list(request, target, deleted)

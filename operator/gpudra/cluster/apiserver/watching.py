@@ -1,0 +1,160 @@
+"""Watch streams: JSON lines over a chunked HTTP response, fed from a store's watcher queue."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import web
+
+from .database import Database
+from .registry import ResourceType
+from .selectors import FieldSelector, LabelSelector
+from .store import CLOSE, Entry, Watcher, encode
+from .tables import table
+
+DEFAULT_TIMEOUT = 1800.0
+IDLE_CHECK = 5.0  # seconds between checks for a gone client (and bookmarks) while idle
+BOOKMARK_EVERY = 30.0
+_INITIAL_END = "INITIAL_END"
+
+
+def object_bytes(rt: ResourceType, entry: Entry) -> bytes:
+    """The stored encoding, re-encoded only when served under another version of a CRD."""
+    if entry.obj.get("apiVersion") == rt.api_version:
+        return entry.data
+    return encode({**entry.obj, "apiVersion": rt.api_version})
+
+
+class WatchRequest:
+    def __init__(
+        self,
+        db: Database,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector | None,
+        fields: FieldSelector | None,
+        query: Any,
+        table_mode: str | None,
+    ) -> None:
+        self.db, self.rt = db, rt
+        self.namespace, self.labels, self.fields = namespace, labels, fields
+        self.rv = query.get("resourceVersion") or ""
+        self.bookmarks = query.get("allowWatchBookmarks", "") in ("true", "True", "1")
+        self.send_initial = query.get("sendInitialEvents", "") in ("true", "True", "1")
+        try:
+            self.timeout = float(query.get("timeoutSeconds") or DEFAULT_TIMEOUT)
+        except ValueError:
+            self.timeout = DEFAULT_TIMEOUT
+        self.initial_rv = 0
+        self.table_mode = table_mode  # None, or the includeObject value for Table events
+
+    def _line(self, kind: str, entry: Entry) -> bytes:
+        if self.table_mode is not None:
+            rows = table(self.rt, [json.loads(object_bytes(self.rt, entry))], str(entry.rv), self.table_mode)
+            return encode({"type": kind, "object": rows}) + b"\n"
+        return b'{"type":"' + kind.encode() + b'","object":' + object_bytes(self.rt, entry) + b"}\n"
+
+    def _bookmark(self, initial_end: bool = False) -> bytes:
+        rv = self.initial_rv if initial_end else self.db.clock.value
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return (
+            encode(
+                {
+                    "type": "BOOKMARK",
+                    "object": {"kind": self.rt.kind, "apiVersion": self.rt.api_version, "metadata": meta},
+                }
+            )
+            + b"\n"
+        )
+
+    async def serve(self, request: web.Request) -> web.StreamResponse:
+        store = self.db.store(self.rt)
+        watcher = Watcher(self.namespace, self.labels, self.fields)
+        expired: bytes | None = None
+        if self.send_initial or self.rv in ("", "0"):
+            self.initial_rv = self.db.clock.value
+            for entry in store.select(self.namespace, self.labels, self.fields):
+                watcher.push("ADDED", entry)
+            if self.send_initial and self.bookmarks:
+                watcher.push(_INITIAL_END, None)
+        else:
+            try:
+                since = int(self.rv)
+            except ValueError:
+                since = -1
+            events = store.since(since) if since >= 0 else None
+            if events is None:
+                status = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": f"too old resource version: {self.rv} ({store.floor + 1})",
+                    "reason": "Expired",
+                    "code": 410,
+                }
+                expired = encode({"type": "ERROR", "object": status}) + b"\n"
+            else:
+                for event in events:
+                    watcher.offer(event)
+        if expired is None:
+            store.watchers.add(watcher)
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+        )
+        try:
+            await response.prepare(request)
+            if expired is not None:
+                await response.write(expired)
+                return response
+            await self._pump(request, response, watcher)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            store.watchers.discard(watcher)
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+        return response
+
+    async def _pump(self, request: web.Request, response: web.StreamResponse, watcher: Watcher) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        last_bookmark = loop.time()
+        queue = watcher.queue
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            if queue.empty():
+                try:
+                    item = await asyncio.wait_for(queue.get(), min(remaining, IDLE_CHECK))
+                except TimeoutError:
+                    transport = request.transport
+                    if transport is None or transport.is_closing():
+                        return
+                    if self.bookmarks and loop.time() - last_bookmark >= BOOKMARK_EVERY:
+                        last_bookmark = loop.time()
+                        await response.write(self._bookmark())
+                    continue
+            else:
+                item = queue.get_nowait()
+            chunk: list[bytes] = []
+            while True:
+                kind, entry = item
+                if kind == CLOSE:
+                    if chunk:
+                        await response.write(b"".join(chunk))
+                    return
+                if kind == _INITIAL_END:
+                    chunk.append(self._bookmark(initial_end=True))
+                elif entry is not None:
+                    chunk.append(self._line(kind, entry))
+                if queue.empty() or len(chunk) >= 256:
+                    break
+                item = queue.get_nowait()
+            await response.write(b"".join(chunk))

@@ -1,0 +1,41 @@
+"""Fixtures of the integration tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from gpudra.cluster.apiserver import EmbeddedAPIServer
+
+# --- embedded API server fixtures (owned by the apiserver work; add other fixtures below) -------------------
+
+
+@pytest.fixture
+async def apiserver() -> AsyncIterator[EmbeddedAPIServer]:
+    """A started embedded API server on a free port, stopped after the test."""
+    server = EmbeddedAPIServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def kube_api(apiserver: EmbeddedAPIServer) -> AsyncIterator[ApiClient]:
+    """A kubernetes_asyncio ApiClient talking to the ``apiserver`` fixture."""
+    async with ApiClient(Configuration(host=apiserver.url)) as client:
+        yield client
+
+
+@pytest.fixture
+async def http(apiserver: EmbeddedAPIServer) -> AsyncIterator[aiohttp.ClientSession]:
+    """A raw aiohttp session whose relative URLs go to the ``apiserver`` fixture."""
+    async with aiohttp.ClientSession(base_url=apiserver.url) as session:
+        yield session
+
+
+# --- end of embedded API server fixtures ------------------------------------------------------------------
