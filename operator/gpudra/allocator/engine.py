@@ -1,0 +1,358 @@
+"""The allocator's front door: allocate one pod's claims on one node, or find the first node that fits.
+
+snapshot = ClusterSnapshot(slices)
+allocator = Allocator(snapshot, classes, namespace_labels={"team-a": {...}})
+outcome = allocator.allocate(NodeInfo("node-1"), [claim])
+if isinstance(outcome, Allocation):
+    allocator.commit(outcome)            # mark the devices allocated in the snapshot
+else:
+    print(render_text(outcome))          # Failure: reason codes and numbers
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from gpudra.allocator.constraints import Constraint, build_constraints
+from gpudra.allocator.explain import (
+    Failure,
+    NodesFailure,
+    RequestDiagnosis,
+    aggregate,
+    constraint_conflict,
+    describe_constraint,
+    diagnose,
+)
+from gpudra.allocator.pools import NodeInfo
+from gpudra.allocator.requests import (
+    ClaimSpec,
+    CompileSelector,
+    DeviceView,
+    RequestProblem,
+    RequestSpec,
+    Selector,
+    SelectorRuntimeError,
+    build_claim,
+    claim_key,
+    evaluate,
+    select,
+)
+from gpudra.allocator.result import Allocation, build_results
+from gpudra.allocator.search import BudgetExceeded, Search
+from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
+from gpudra.api.resource import DeviceClass, ResourceClaim
+from gpudra.errors import InvalidInputError
+
+DEFAULT_BUDGET = 200_000
+"""Search steps per node before giving up with SearchLimit (Kubernetes bounds Filter by a 10 s timeout)."""
+
+
+def _default_compile(expression: str) -> Selector:
+    cel: Any = importlib.import_module("gpudra.allocator.cel")
+    selector: Selector = cel.compile_selector(expression)
+    return selector
+
+
+def _default_view(driver: str, device: Any) -> Any:
+    cel: Any = importlib.import_module("gpudra.allocator.cel")
+    return cel.cel_device(driver, device)
+
+
+def _default_share_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Allocator:
+    """Structured allocation with Kubernetes' semantics over a :class:`ClusterSnapshot`."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        classes: Mapping[str, DeviceClass] | Iterable[DeviceClass],
+        *,
+        namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+        compile_selector: CompileSelector | None = None,
+        device_view: DeviceView | None = None,
+        share_id: Callable[[], str] | None = None,
+        budget: int = DEFAULT_BUDGET,
+        detail_nodes: int = 8,
+    ) -> None:
+        self.snapshot = snapshot
+        if isinstance(classes, Mapping):
+            self.classes: dict[str, DeviceClass] = dict(classes)
+        else:
+            self.classes = {c.metadata.name or "": c for c in classes}
+        self.namespace_labels = dict(namespace_labels or {})
+        self.compile_selector = compile_selector or _default_compile
+        self.device_view = device_view or _default_view
+        self.share_id = share_id or _default_share_id
+        self.budget = budget
+        self.detail_nodes = detail_nodes
+        self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
+        self._hints: dict[str, tuple[Sequence[NodeInfo], int, int, int, NodesFailure | None]] = {}
+        self._positions: tuple[Sequence[NodeInfo] | None, int, dict[str, int]] = (None, -1, {})
+        self._order: tuple[int, list[NodeInfo]] = (-1, [])
+
+    # ------------------------------------------------------------ one node
+
+    def allocate(self, node: NodeInfo | str, claims: Sequence[ResourceClaim]) -> Allocation | Failure:
+        """Allocate every claim of one pod on ``node``: all or nothing, Kubernetes' first solution."""
+        node = node if isinstance(node, NodeInfo) else NodeInfo(node)
+        prepared = self._prepare(claims)
+        if isinstance(prepared, Failure):
+            prepared.node = node.name
+            return prepared
+        return self._on_node(node, prepared, explain=True)
+
+    def commit(self, allocation: Allocation) -> None:
+        """Record a successful allocation in the snapshot (what writing status.allocation does)."""
+        for claim in allocation.claims:
+            self.snapshot.mark_allocated(claim.result)
+
+    def _prepare(self, claims: Sequence[ResourceClaim]) -> list[ClaimSpec] | Failure:
+        specs: list[ClaimSpec] = []
+        for i, claim in enumerate(claims):
+            labels = self.namespace_labels.get(claim.metadata.namespace or "default")
+            try:
+                specs.append(build_claim(i, claim, self.classes, self.compile_selector, labels))
+                build_constraints(claim.spec.devices.constraints)
+            except RequestProblem as problem:
+                diag = RequestDiagnosis(claim=problem.claim, request=problem.request, reason=problem.reason,
+                                        message=str(problem))  # fmt: skip
+                return Failure(node=None, reason=problem.reason, requests=[diag], message=str(problem))
+            except InvalidInputError as err:
+                return Failure(node=None, reason="InvalidSelector", message=f"{claim_key(claim)}: {err}")
+        return specs
+
+    def _on_node(self, node: NodeInfo, claims: list[ClaimSpec], *, explain: bool) -> Allocation | Failure:
+        pools = self.snapshot.node_pools(node)
+        specs = [s for c in claims for g in c.groups for s in g]
+        try:
+            for spec in specs:
+                select(spec, pools, self.snapshot, self.device_view)
+        except SelectorRuntimeError as err:
+            return Failure(node=node.name, reason="InvalidSelector", message=str(err),
+                           pools_incomplete=[str(k) for k in pools.incomplete])  # fmt: skip
+        constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
+        search = Search(self.snapshot, claims, constraints, self.budget)
+        search.prune()
+        try:
+            found = search.run()
+        except BudgetExceeded:
+            return Failure(
+                node=node.name,
+                reason="SearchLimit",
+                message=f"gave up after {search.steps} search steps; simplify the claim (fewer devices per "
+                "request, tighter selectors) or split it",
+                steps=search.steps,
+            )
+        if found:
+            results = build_results(node.name, claims, search.picks, search.chosen, self.share_id)
+            return Allocation(node=node.name, claims=results, steps=search.steps)
+        if not explain:
+            return Failure(node=node.name, reason="", steps=search.steps)
+        return self._explain(node, claims, constraints, pools, search)
+
+    def _explain(
+        self,
+        node: NodeInfo,
+        claims: list[ClaimSpec],
+        constraints: list[list[Constraint]],
+        pools: NodePools,
+        search: Search,
+    ) -> Failure:
+        hopeless: list[RequestDiagnosis] = []
+        feasible: list[tuple[ClaimSpec, RequestSpec]] = []
+        for claim_index, claim in enumerate(claims):
+            for group in claim.groups:
+                live = [s for s in group if not s.impossible]
+                if live:
+                    feasible.append((claim, live[0]))
+                    continue
+                for spec in group:
+                    d = diagnose(spec, claim.key, pools, self.snapshot, self.device_view)
+                    if not d.reason:
+                        applying = [c for c in constraints[claim_index] if c.applies(spec.base, spec.full)]
+                        if applying:
+                            d = describe_constraint(d, spec, applying[0])
+                        else:
+                            d = constraint_conflict(d, spec, search.misses, search.rejected)
+                    hopeless.append(d)
+        requests = hopeless
+        if not requests:
+            involved = {id(m.spec) for m in search.misses}
+            for claim, spec in feasible:
+                if involved and id(spec) not in involved:
+                    continue
+                d = diagnose(spec, claim.key, pools, self.snapshot, self.device_view)
+                requests.append(constraint_conflict(d, spec, search.misses, search.rejected))
+        reason = requests[0].reason if requests else "InsufficientDevices"
+        return Failure(
+            node=node.name,
+            reason=reason,
+            requests=requests,
+            pools_incomplete=[str(k) for k in pools.incomplete],
+            pools_invalid=[f"{k}: {why}" for k, why in pools.invalid],
+            steps=search.steps,
+        )
+
+    # ------------------------------------------------------------ many nodes
+
+    def find_node(
+        self, claims: Sequence[ResourceClaim], nodes: Sequence[NodeInfo] | None = None
+    ) -> Allocation | NodesFailure | Failure:
+        """Try nodes in order (``nodes`` as given, else every node with node-local slices by name) and return
+        the first allocation. Nodes with too few free devices are skipped without a search. A Failure (not per
+        node) comes back for problems no node can fix (missing class, bad selector, adminAccess denied)."""
+        prepared = self._prepare(claims)
+        if isinstance(prepared, Failure):
+            return prepared
+        order: Sequence[NodeInfo] = nodes if nodes is not None else self._default_order()
+        nowhere = self._matches_nowhere(prepared)
+        minimum = _min_devices(prepared)
+        shape = "|".join(f"{c.metadata.namespace}:{c.spec.devices.model_dump_json()}" for c in claims)
+        start, known = self._hint(order, shape) if nowhere is None else (0, None)
+        if known is not None:
+            return known
+        outcome = self._scan(order, prepared, nowhere, minimum, start)
+        if isinstance(outcome, Allocation):
+            self._remember(shape, order, self._index_of(order, outcome.node), None)
+            return outcome
+        if start:
+            outcome = self._scan(order, prepared, nowhere, minimum, 0)  # full scan for complete explanations
+        if nowhere is None and isinstance(outcome, NodesFailure):
+            self._remember(shape, order, len(order), outcome)
+        return outcome
+
+    def _remember(
+        self, shape: str, order: Sequence[NodeInfo], index: int, failure: NodesFailure | None
+    ) -> None:
+        if len(self._hints) > 4096:
+            self._hints.clear()
+        self._hints[shape] = (order, index, self.snapshot.version, len(self.snapshot.freed), failure)
+
+    def _index_of(self, order: Sequence[NodeInfo], node: str) -> int:
+        return self._positions_for(order).get(node, 0)
+
+    def _positions_for(self, order: Sequence[NodeInfo]) -> dict[str, int]:
+        if self._positions[0] is not order or self._positions[1] != self.snapshot.version:
+            self._positions = (order, self.snapshot.version, {n.name: i for i, n in enumerate(order)})
+        return self._positions[2]
+
+    def _default_order(self) -> list[NodeInfo]:
+        if self._order[0] != self.snapshot.version:
+            self._order = (self.snapshot.version, [NodeInfo(n) for n in self.snapshot.node_names()])
+        return self._order[1]
+
+    def _hint(self, order: Sequence[NodeInfo], shape: str) -> tuple[int, NodesFailure | None]:
+        """Where a first-fit scan for this claim shape may start, and the failure to answer when no node can
+        have changed for the better. Allocating only ever removes options, so a node that could not take
+        the shape still cannot until it gets a device back (or slices change); nodes before the hint are such.
+        """
+        hint = self._hints.get(shape)
+        if hint is None or hint[0] is not order or hint[2] != self.snapshot.version:
+            return 0, None
+        _, index, _, seen, failure = hint
+        freed = self.snapshot.freed[seen:]
+        if not freed:
+            return index, failure
+        if any(n is None for n in freed):
+            return 0, None
+        positions = self._positions_for(order)
+        return min([index, *(positions.get(n, 0) for n in freed if n is not None)]), None
+
+    def _scan(
+        self,
+        order: Sequence[NodeInfo],
+        prepared: list[ClaimSpec],
+        nowhere: RequestDiagnosis | None,
+        minimum: int,
+        start: int,
+    ) -> Allocation | NodesFailure:
+        failures: list[Failure] = []
+        counts: dict[str, int] = {}
+        detailed = 0
+        for index in range(start, len(order)):
+            node = order[index]
+            if nowhere is not None:
+                counts["NoMatchingDevice"] = counts.get("NoMatchingDevice", 0) + 1
+                continue
+            total, free, loose = self.snapshot.node_counts(node.name)
+            if not loose and free < minimum:
+                reason = "InsufficientDevices" if total < minimum else "DevicesInUse"
+                counts[reason] = counts.get(reason, 0) + 1
+                if detailed < self.detail_nodes:
+                    detailed += 1
+                    message = f"needs {minimum} devices, {total} on node, {free} free"
+                    failures.append(Failure(node=node.name, reason=reason, message=message))
+                continue
+            outcome = self._on_node(node, prepared, explain=detailed < self.detail_nodes)
+            if isinstance(outcome, Allocation):
+                return outcome
+            if outcome.reason:
+                detailed += 1
+                failures.append(outcome)
+                counts[outcome.reason] = counts.get(outcome.reason, 0) + 1
+            else:
+                counts["Unexplained"] = counts.get("Unexplained", 0) + 1
+        if nowhere is not None:
+            failures.append(Failure(node=None, reason="NoMatchingDevice", requests=[nowhere],
+                                    message="no device in the cluster matches"))  # fmt: skip
+        if "Unexplained" in counts:
+            # Nodes past the detail limit: count them under the most common explained reason.
+            extra = counts.pop("Unexplained")
+            top = max(counts.items(), key=lambda kv: kv[1])[0] if counts else "InsufficientDevices"
+            counts[top] = counts.get(top, 0) + extra
+        result = aggregate(failures, len(order))
+        result.by_reason = counts
+        return result
+
+    def _matches_nowhere(self, claims: list[ClaimSpec]) -> RequestDiagnosis | None:
+        """A request whose selectors match no device anywhere in the cluster (cached per snapshot version)."""
+        for claim in claims:
+            for group in claim.groups:
+                if all(self._cluster_matches(s) == 0 for s in group):
+                    spec = group[0]
+                    return RequestDiagnosis(
+                        claim=claim.key, request=spec.full, reason="NoMatchingDevice",
+                        message=f"no device in the cluster passes the selectors of class {spec.class_name} "
+                        "and the request",
+                    )  # fmt: skip
+        return None
+
+    def _cluster_matches(self, spec: RequestSpec) -> int:
+        exprs = tuple(s.expression for s in spec.selectors)
+        key = (self.snapshot.version, exprs)
+        cached = self._cluster_match.get(key)
+        if cached is not None:
+            return cached
+        if len(self._cluster_match) > 1024:
+            self._cluster_match.clear()
+        count = 0
+        for pool in self.snapshot.pools():
+            for entry in pool.entries:
+                try:
+                    if all(evaluate(s, entry, self.device_view) for s in spec.selectors):
+                        count += 1
+                        break
+                except SelectorRuntimeError:
+                    count += 1  # let the per-node path report it
+                    break
+            if count:
+                break
+        self._cluster_match[key] = count
+        return count
+
+
+def _min_devices(claims: list[ClaimSpec]) -> int:
+    total = 0
+    for claim in claims:
+        for group in claim.groups:
+            total += min((s.count if not s.admin and not s.all_mode else 0) for s in group)
+    return total
+
+
+__all__ = ["Allocation", "Allocator", "Failure", "NodePools", "NodesFailure"]

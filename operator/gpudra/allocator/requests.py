@@ -1,0 +1,302 @@
+"""Requests of the claims being allocated, resolved against DeviceClasses and compiled selectors, and the per-
+node candidate lists the search walks.
+
+Selector outcomes are cached on each :class:`DeviceEntry` per CEL expression, so a device is evaluated once
+per expression for the life of its slice, whichever pod or node asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Protocol
+
+from gpudra.allocator.counters import capacity_demand, fits_capacity, fits_counters
+from gpudra.allocator.pools import DeviceEntry, PoolKey
+from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
+from gpudra.api.quantity import parse_quantity
+from gpudra.api.resource import DeviceClass, DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim
+from gpudra.errors import GpudraError, InvalidInputError
+
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+
+class Selector(Protocol):
+    """A compiled CEL selector (gpudra.allocator.cel.CompiledSelector satisfies it)."""
+
+    expression: str
+
+    def matches(self, device: Any) -> bool: ...
+
+
+CompileSelector = Callable[[str], Selector]
+DeviceView = Callable[[str, Any], Any]
+
+
+class RequestProblem(GpudraError):
+    """A request that cannot be allocated anywhere; ``reason`` is a reason code of allocator.explain."""
+
+    def __init__(self, reason: str, message: str, *, claim: str = "", request: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.claim = claim
+        self.request = request
+
+
+class SelectorRuntimeError(GpudraError):
+    """A CEL selector failed while evaluating a device: an error for this node, as in kube-scheduler."""
+
+    def __init__(self, message: str, *, expression: str, device: str) -> None:
+        super().__init__(message)
+        self.expression = expression
+        self.device = device
+
+
+@dataclass(slots=True, eq=False)
+class RequestSpec:
+    """One request (or one firstAvailable subrequest) ready to allocate."""
+
+    claim_index: int
+    base: str
+    full: str
+    class_name: str
+    device_class: DeviceClass
+    class_selectors: tuple[Selector, ...]
+    request_selectors: tuple[Selector, ...]
+    all_mode: bool
+    count: int
+    admin: bool
+    tolerations: list[DeviceToleration] | None
+    capacity_requests: dict[str, Fraction]
+    # per node, filled by select():
+    selected: list[DeviceEntry] = field(default_factory=list)
+    usable: list[DeviceEntry] = field(default_factory=list)
+    demand: dict[DeviceEntry, dict[str, Fraction]] = field(default_factory=dict)
+    need: int = 0
+    impossible: bool = False
+
+    @property
+    def selectors(self) -> tuple[Selector, ...]:
+        return self.class_selectors + self.request_selectors
+
+
+@dataclass(slots=True)
+class ClaimSpec:
+    claim: ResourceClaim
+    key: str
+    groups: list[list[RequestSpec]]
+    first_available: list[bool]
+
+
+def claim_key(claim: ResourceClaim) -> str:
+    name = claim.metadata.name or claim.metadata.generate_name or "?"
+    return f"{claim.metadata.namespace or 'default'}/{name}"
+
+
+def _compile(
+    compile_selector: CompileSelector, selectors: list[DeviceSelector] | None, where: str
+) -> tuple[Selector, ...]:
+    out: list[Selector] = []
+    for i, sel in enumerate(selectors or ()):
+        if sel.cel is None:
+            raise RequestProblem("InvalidSelector", f"{where}: selector #{i} has no CEL expression")
+        try:
+            out.append(compile_selector(sel.cel.expression))
+        except InvalidInputError as err:
+            raise RequestProblem("InvalidSelector", f"{where}: selector #{i}: {err}") from err
+    return tuple(out)
+
+
+def build_claim(
+    index: int,
+    claim: ResourceClaim,
+    classes: Mapping[str, DeviceClass],
+    compile_selector: CompileSelector,
+    namespace_labels: Mapping[str, str] | None,
+) -> ClaimSpec:
+    """Resolve every request of a claim; raise RequestProblem for what no node could fix."""
+    key = claim_key(claim)
+    groups: list[list[RequestSpec]] = []
+    first: list[bool] = []
+    for request in claim.spec.devices.requests or ():
+        try:
+            if request.exactly is not None:
+                ex = request.exactly
+                if ex.admin_access and (namespace_labels or {}).get(ADMIN_ACCESS_LABEL) != "true":
+                    raise RequestProblem(
+                        "AdminAccessDenied",
+                        f"adminAccess needs namespace {claim.metadata.namespace or 'default'} labelled "
+                        f"{ADMIN_ACCESS_LABEL}=true",
+                    )
+                capacity = ex.capacity.requests if ex.capacity else None
+                spec = _spec(index, request.name, request.name, ex.device_class_name, ex.selectors,
+                             ex.allocation_mode, ex.count, bool(ex.admin_access), ex.tolerations,
+                             capacity, classes, compile_selector)  # fmt: skip
+                groups.append([spec])
+                first.append(False)
+            elif request.first_available:
+                subs = [
+                    _spec(
+                        index,
+                        request.name,
+                        f"{request.name}/{sub.name}",
+                        sub.device_class_name,
+                        sub.selectors,
+                        sub.allocation_mode,
+                        sub.count,
+                        False,
+                        sub.tolerations,
+                        sub.capacity.requests if sub.capacity else None,
+                        classes,
+                        compile_selector,
+                    )
+                    for sub in request.first_available
+                ]
+                groups.append(subs)
+                first.append(True)
+            else:
+                raise RequestProblem("InvalidSelector", "request has neither exactly nor firstAvailable")
+        except RequestProblem as problem:
+            problem.claim, problem.request = key, request.name
+            raise
+    return ClaimSpec(claim, key, groups, first)
+
+
+def _spec(
+    claim_index: int,
+    base: str,
+    full: str,
+    class_name: str,
+    selectors: list[DeviceSelector] | None,
+    mode: str | None,
+    count: int | None,
+    admin: bool,
+    tolerations: list[DeviceToleration] | None,
+    capacity: dict[str, str] | None,
+    classes: Mapping[str, DeviceClass],
+    compile_selector: CompileSelector,
+) -> RequestSpec:
+    device_class = classes.get(class_name)
+    if device_class is None:
+        raise RequestProblem("ClassNotFound", f"request {full}: DeviceClass {class_name} not found")
+    class_sel = _compile(compile_selector, device_class.spec.selectors, f"DeviceClass {class_name}")
+    req_sel = _compile(compile_selector, selectors, f"request {full}")
+    all_mode = mode == "All"
+    return RequestSpec(
+        claim_index=claim_index,
+        base=base,
+        full=full,
+        class_name=class_name,
+        device_class=device_class,
+        class_selectors=class_sel,
+        request_selectors=req_sel,
+        all_mode=all_mode,
+        count=1 if count is None else count,
+        admin=admin,
+        tolerations=tolerations,
+        capacity_requests={k: parse_quantity(v) for k, v in (capacity or {}).items()},
+    )
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def evaluate(selector: Selector, entry: DeviceEntry, device_view: DeviceView) -> bool:
+    """Whether the device passes the selector (cached); raises SelectorRuntimeError on a CEL runtime error."""
+    outcome = entry.matches.get(selector.expression)
+    if outcome is None:
+        if entry.view is None:
+            entry.view = device_view(entry.id.driver, entry.device)
+        try:
+            outcome = bool(selector.matches(entry.view))
+        except GpudraError as err:
+            outcome = err
+        entry.matches[selector.expression] = outcome
+    if isinstance(outcome, Exception):
+        raise SelectorRuntimeError(
+            f"CEL runtime error in {selector.expression!r} on device {entry.id}: {outcome}",
+            expression=selector.expression,
+            device=str(entry.id),
+        ) from outcome
+    return outcome
+
+
+def tolerated(taint: DeviceTaint, tolerations: list[DeviceToleration] | None) -> bool:
+    """Kubernetes' ToleratesTaint: key (when set) and effect (when set) must match; Exists tolerates any
+    value, Equal needs the same value."""
+    for t in tolerations or ():
+        if t.key and t.key != taint.key:
+            continue
+        if t.effect and t.effect != taint.effect:
+            continue
+        if t.operator == "Exists" or (t.value or "") == (taint.value or ""):
+            return True
+    return False
+
+
+def all_tolerated(entry: DeviceEntry, tolerations: list[DeviceToleration] | None) -> bool:
+    return all(tolerated(t, tolerations) for t in entry.taints)
+
+
+# Why a selected device is not usable, in the order Kubernetes checks (selectors come before all of these).
+IN_USE, TAINTED, COUNTERS, CAPACITY = "in use", "tainted", "counters exhausted", "capacity exhausted"
+
+
+def blocker(spec: RequestSpec, entry: DeviceEntry, snapshot: ClusterSnapshot) -> str | None:
+    """What keeps a selected device from this request given what is already allocated (None: usable)."""
+    if not spec.admin and snapshot.in_use(entry.id):
+        return IN_USE
+    if entry.taints and not all_tolerated(entry, spec.tolerations):
+        return TAINTED
+    if entry.consumes and not (entry.multi and snapshot.shares(entry.id)):
+        view = snapshot.pool(PoolKey(entry.id.driver, entry.id.pool))
+        if view is None or not fits_counters(entry, snapshot.available_counters(view), None):
+            return COUNTERS
+    demand = spec.demand.get(entry)
+    if demand is None:
+        return CAPACITY
+    committed = snapshot.consumed_capacity(entry.id) if entry.multi else {}
+    if not fits_capacity(entry, demand, committed, None):
+        return CAPACITY
+    return None
+
+
+_NO_DEMAND: dict[str, Fraction] = {}
+"""A device that is not multi-allocatable, for a request without capacity requests, always holds it."""
+
+
+def select(
+    spec: RequestSpec, node_pools: NodePools, snapshot: ClusterSnapshot, device_view: DeviceView
+) -> None:
+    """Fill ``selected`` / ``usable`` / ``need`` / ``impossible`` of a spec for one node."""
+    selectors = spec.selectors
+    selected: list[DeviceEntry] = []
+    demand: dict[DeviceEntry, dict[str, Fraction]] = {}
+    for _, entries in node_pools.usable:
+        for entry in entries:
+            if all(evaluate(s, entry, device_view) for s in selectors):
+                d = (
+                    _NO_DEMAND
+                    if not (spec.capacity_requests or entry.multi)
+                    else capacity_demand(spec.capacity_requests, entry)
+                )
+                if d is not None:
+                    demand[entry] = d
+                elif spec.all_mode:
+                    continue  # Kubernetes leaves devices that cannot hold the request out of "all"
+                selected.append(entry)
+    spec.selected = selected
+    spec.demand = demand
+    spec.usable = [e for e in selected if blocker(spec, e, snapshot) is None]
+    if spec.all_mode:
+        spec.need = len(selected)
+        spec.impossible = (
+            not selected
+            or len(spec.usable) < len(selected)
+            or bool(node_pools.incomplete)
+            or bool(node_pools.invalid)
+        )
+    else:
+        spec.need = spec.count
+        spec.impossible = len(spec.usable) < spec.count and not any(e.multi for e in spec.usable)

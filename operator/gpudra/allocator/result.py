@@ -1,0 +1,169 @@
+"""What a successful allocation writes into each claim's status.allocation, exactly as Kubernetes writes it.
+
+- results[]: one per device in request order (``req`` or ``req/sub``), with adminAccess when set, the
+  request's tolerations, binding conditions, and shareID + consumedCapacity for shares of multi-allocatable
+  devices;
+- config[]: each used DeviceClass's configs once (FromClass, ``requests`` = the requests that used the class,
+  emptied when that is every request), then the claim's configs (FromClaim) that apply to an allocated request
+  — once per matching request, as Kubernetes does;
+- nodeSelector: ``metadata.name In [node]`` as soon as one device comes from a node-local slice (or binds to
+  the node); otherwise the union of the slices' single-term node selectors; none for devices usable
+  everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpudra.allocator.pools import DeviceEntry
+from gpudra.allocator.requests import ClaimSpec
+from gpudra.allocator.search import Pick
+from gpudra.api.quantity import format_quantity
+from gpudra.api.resource import (
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceRequestAllocationResult,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """The allocation of one claim: ``key`` is namespace/name, ``result`` goes to status.allocation."""
+
+    key: str
+    result: AllocationResult
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Success: every claim of the pod got its devices on ``node``."""
+
+    node: str
+    claims: list[ClaimAllocation]
+    steps: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+
+def build_results(
+    node: str,
+    claims: list[ClaimSpec],
+    picks: list[Pick],
+    chosen: dict[tuple[int, int], int],
+    share_id: Callable[[], str],
+) -> list[ClaimAllocation]:
+    out: list[ClaimAllocation] = []
+    for ci, claim in enumerate(claims):
+        mine = [p for p in picks if p.claim_index == ci]
+        results = [_result(p, share_id) for p in mine]
+        devices = DeviceAllocationResult(results=results, config=_configs(ci, claim, chosen) or None)
+        selector = _node_selector(node, [p.entry for p in mine])
+        out.append(ClaimAllocation(claim.key, AllocationResult(devices=devices, node_selector=selector)))
+    return out
+
+
+def _result(pick: Pick, share_id: Callable[[], str]) -> DeviceRequestAllocationResult:
+    entry, spec = pick.entry, pick.spec
+    device = entry.device
+    return DeviceRequestAllocationResult(
+        request=spec.full,
+        driver=entry.id.driver,
+        pool=entry.id.pool,
+        device=entry.id.device,
+        admin_access=True if spec.admin else None,
+        tolerations=spec.tolerations or None,
+        binding_conditions=device.binding_conditions or None,
+        binding_failure_conditions=device.binding_failure_conditions or None,
+        share_id=share_id() if pick.demand is not None else None,
+        consumed_capacity={k: format_quantity(v) for k, v in pick.demand.items()} or None
+        if pick.demand is not None
+        else None,
+    )
+
+
+def _configs(
+    ci: int, claim: ClaimSpec, chosen: dict[tuple[int, int], int]
+) -> list[DeviceAllocationConfiguration]:
+    configs: list[DeviceAllocationConfiguration] = []
+    by_class: dict[str, list[int]] = {}
+    n_requests = len(claim.groups)
+    selected_full: list[str] = []
+    for ri, group in enumerate(claim.groups):
+        spec = group[chosen.get((ci, ri), 0)]
+        selected_full.append(spec.full)
+        positions = by_class.get(spec.class_name)
+        if positions is not None:
+            for pos in positions:
+                configs[pos].requests = [*(configs[pos].requests or []), spec.full]
+            continue
+        positions = []
+        for class_cfg in spec.device_class.spec.config or ():
+            positions.append(len(configs))
+            configs.append(
+                DeviceAllocationConfiguration(
+                    source="FromClass", requests=[spec.full], opaque=class_cfg.opaque
+                )
+            )
+        by_class[spec.class_name] = positions
+    for cfg in configs:
+        if cfg.requests is not None and len(cfg.requests) == n_requests:
+            cfg.requests = None
+    requests = claim.claim.spec.devices.requests or []
+    for claim_cfg in claim.claim.spec.devices.config or ():
+        names = claim_cfg.requests
+        if not names:
+            configs.append(DeviceAllocationConfiguration(source="FromClaim", opaque=claim_cfg.opaque))
+            continue
+        for ri, request in enumerate(requests):
+            if request.name in names or (claim.first_available[ri] and selected_full[ri] in names):
+                configs.append(
+                    DeviceAllocationConfiguration(
+                        source="FromClaim", requests=list(names), opaque=claim_cfg.opaque
+                    )
+                )
+    return configs
+
+
+def _node_selector(node: str, entries: list[DeviceEntry]) -> NodeSelector | None:
+    fields: list[NodeSelectorRequirement] = []
+    exprs: list[NodeSelectorRequirement] = []
+    for entry in entries:
+        if entry.node_name or entry.binds_to_node:
+            return NodeSelector(
+                node_selector_terms=[
+                    NodeSelectorTerm(
+                        match_fields=[
+                            NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
+                        ]
+                    )
+                ]
+            )
+        if entry.node_selector:
+            terms = entry.node_selector.get("nodeSelectorTerms") or []
+            if len(terms) == 1:
+                _merge(terms[0].get("matchFields") or [], fields)
+                _merge(terms[0].get("matchExpressions") or [], exprs)
+    if not fields and not exprs:
+        return None
+    return NodeSelector(
+        node_selector_terms=[NodeSelectorTerm(match_fields=fields or None, match_expressions=exprs or None)]
+    )
+
+
+def _merge(source: list[dict[str, Any]], into: list[NodeSelectorRequirement]) -> None:
+    for raw in source:
+        req = NodeSelectorRequirement.model_validate(raw)
+        same = any(
+            r.key == req.key and r.operator == req.operator and set(r.values or ()) == set(req.values or ())
+            for r in into
+        )
+        if not same:
+            into.append(req)

@@ -1,0 +1,268 @@
+"""The backtracking search: Kubernetes' first solution, found without its wasted work.
+
+Kubernetes walks claim -> request -> device slot, trying every device for every slot in pool/slice/device
+order, and keeps the first complete solution. Two devices of one request taken as (A, B) or (B, A) leave the
+same state behind, so the first solution Kubernetes finds always lists a request's devices in device order;
+walking combinations in that order instead of permutations finds the same solution. On top of that, the search
+only walks devices that pass every check that does not depend on the attempt (``RequestSpec.usable``), drops
+devices that cannot meet a constraint, stops a branch when too few candidates remain, checks before each
+request that every later request still has enough free candidates, and gives up with ``SearchLimit`` after
+``budget`` steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from gpudra.allocator.constraints import Constraint, remove, try_add
+from gpudra.allocator.counters import fits_capacity, fits_counters
+from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey
+from gpudra.allocator.requests import ClaimSpec, RequestSpec
+from gpudra.allocator.snapshot import ClusterSnapshot
+
+
+class BudgetExceeded(Exception):
+    """Raised inside the search when it ran out of steps."""
+
+
+@dataclass(slots=True)
+class Pick:
+    claim_index: int
+    spec: RequestSpec
+    entry: DeviceEntry
+    demand: dict[str, Fraction] | None
+    """Consumed capacity when the device is multi-allocatable (a share), else None."""
+
+
+@dataclass(slots=True)
+class ConstraintMiss:
+    """A constraint rejected a device during the search (for explanations)."""
+
+    claim_index: int
+    constraint: Constraint
+    spec: RequestSpec
+
+
+class Search:
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        claims: list[ClaimSpec],
+        constraints: list[list[Constraint]],
+        budget: int,
+    ) -> None:
+        self.snapshot = snapshot
+        self.claims = claims
+        self.constraints = constraints
+        self.budget = budget
+        self.steps = 0
+        self.picks: list[Pick] = []
+        self.chosen: dict[tuple[int, int], int] = {}
+        self.misses: list[ConstraintMiss] = []
+        self.rejected = {"counters": 0, "capacity": 0, "in use": 0}
+        """Attempt-time rejections (devices taken by other requests), for explanations."""
+        self._exclusive: dict[DeviceId, set[int]] = {}
+        self._shares: dict[DeviceId, int] = {}
+        self._counters: dict[tuple[str, str, str, str], Fraction] = {}
+        self._capacity: dict[DeviceId, dict[str, Fraction]] = {}
+        self._candidates: dict[int, list[DeviceEntry]] = {}
+
+    # ------------------------------------------------------------ pre-pruning
+
+    def prune(self) -> None:
+        """Restrict candidates by the claims' constraints (a device lacking the attribute never fits; a
+        matchAttribute value is kept only if every constrained request could be filled with it)."""
+        for ci, claim in enumerate(self.claims):
+            for c in self.constraints[ci]:
+                groups = [[s for s in g if c.applies(s.base, s.full)] for g in claim.groups]
+                for group in groups:
+                    for spec in group:
+                        cands = self._cands(spec)
+                        keep = [e for e in cands if c.attribute in e.attributes]
+                        if spec.all_mode and len(keep) < len(cands):
+                            spec.impossible = True
+                        self._candidates[id(spec)] = keep
+                if c.distinct:
+                    continue
+                constrained = [
+                    g for g, full in zip(groups, claim.groups, strict=True) if g and len(g) == len(full)
+                ]
+                values: set[AttrValue] = {
+                    e.attributes[c.attribute] for g in groups for s in g for e in self._cands(s)
+                }
+                viable = {
+                    v for v in values
+                    if all(any(self._count(s, c.attribute, v) >= s.need for s in g) for g in constrained)
+                }  # fmt: skip
+                for group in groups:
+                    for spec in group:
+                        if spec.all_mode:
+                            if len({e.attributes[c.attribute] for e in spec.usable}) > 1:
+                                spec.impossible = True
+                            continue
+                        self._candidates[id(spec)] = [
+                            e for e in self._cands(spec) if e.attributes[c.attribute] in viable
+                        ]
+        for claim in self.claims:
+            for group in claim.groups:
+                for spec in group:
+                    cands = self._cands(spec)
+                    if not spec.all_mode and not any(e.multi for e in cands) and len(cands) < spec.need:
+                        spec.impossible = True
+
+    def _cands(self, spec: RequestSpec) -> list[DeviceEntry]:
+        got = self._candidates.get(id(spec))
+        return spec.usable if got is None else got
+
+    def _count(self, spec: RequestSpec, attribute: str, value: AttrValue) -> int:
+        if spec.all_mode:
+            return spec.need
+        cands = self._cands(spec)
+        if any(e.multi for e in cands):
+            return spec.need
+        return sum(1 for e in cands if e.attributes.get(attribute) == value)
+
+    # ------------------------------------------------------------ search
+
+    def run(self) -> bool:
+        """True when a full solution was found (then ``picks`` and ``chosen`` hold it)."""
+        return self._claim(0)
+
+    def _claim(self, ci: int) -> bool:
+        if ci == len(self.claims):
+            return True
+        return self._request(ci, 0)
+
+    def _request(self, ci: int, ri: int) -> bool:
+        claim = self.claims[ci]
+        if ri == len(claim.groups):
+            return self._claim(ci + 1)
+        if not self._rest_feasible(ci, ri):
+            return False
+        for si, spec in enumerate(claim.groups[ri]):
+            if spec.impossible:
+                continue
+            if self._pick(ci, ri, spec, 0, 0):
+                self.chosen[(ci, ri)] = si
+                return True
+        return False
+
+    def _rest_feasible(self, ci: int, ri: int) -> bool:
+        """Every request from (ci, ri) on still has a subrequest with enough candidates not taken."""
+        if not self._exclusive:
+            return True
+        for cj in range(ci, len(self.claims)):
+            groups = self.claims[cj].groups
+            for group in groups[ri if cj == ci else 0 :]:
+                if not any(self._enough(s) for s in group):
+                    return False
+        return True
+
+    def _enough(self, spec: RequestSpec) -> bool:
+        if spec.impossible:
+            return False
+        if spec.admin:
+            return True
+        cands = self._cands(spec)
+        free = 0
+        for e in cands:
+            if e.multi:
+                return True
+            if e.id not in self._exclusive or not self._exclusive[e.id]:
+                free += 1
+                if free >= spec.need:
+                    return True
+        return free >= spec.need
+
+    def _pick(self, ci: int, ri: int, spec: RequestSpec, k: int, start: int) -> bool:
+        self.steps += 1
+        if self.steps > self.budget:
+            raise BudgetExceeded
+        if k == spec.need:
+            return self._request(ci, ri + 1)
+        if spec.all_mode:
+            entry = spec.selected[k]
+            if not self._take(ci, spec, entry):
+                return False
+            if self._pick(ci, ri, spec, k + 1, 0):
+                return True
+            self._undo(ci, spec)
+            return False
+        cands = self._cands(spec)
+        stop = len(cands)
+        if not any(e.multi for e in cands):
+            stop = len(cands) - (spec.need - k) + 1
+        for idx in range(start, stop):
+            entry = cands[idx]
+            if not self._take(ci, spec, entry):
+                continue
+            if self._pick(ci, ri, spec, k + 1, idx if entry.multi else idx + 1):
+                return True
+            self._undo(ci, spec)
+        return False
+
+    def _take(self, ci: int, spec: RequestSpec, entry: DeviceEntry) -> bool:
+        """Check the attempt-dependent conditions and, when they hold, record the device as picked."""
+        did = entry.id
+        holders = self._exclusive.get(did)
+        if holders and (ci in holders or not spec.admin):
+            self.rejected["in use"] += 1
+            return False
+        charge = bool(entry.consumes) and not (
+            entry.multi and (self._shares.get(did) or self.snapshot.shares(did))
+        )
+        if charge:
+            view = self.snapshot.pool(PoolKey(did.driver, did.pool))
+            if view is None or not fits_counters(
+                entry, self.snapshot.available_counters(view), self._counters
+            ):
+                self.rejected["counters"] += 1
+                return False
+        demand = spec.demand.get(entry)
+        if entry.multi and (
+            demand is None
+            or not fits_capacity(entry, demand, self.snapshot.consumed_capacity(did), self._capacity.get(did))
+        ):
+            self.rejected["capacity"] += 1
+            return False
+        failed = try_add(self.constraints[ci], spec.base, spec.full, entry)
+        if failed >= 0:
+            if len(self.misses) < 64:
+                self.misses.append(ConstraintMiss(ci, self.constraints[ci][failed], spec))
+            return False
+        if charge:
+            for set_name, counter, value in entry.consumes:
+                key = (did.driver, did.pool, set_name, counter)
+                self._counters[key] = self._counters.get(key, Fraction(0)) + value
+        if entry.multi:
+            self._shares[did] = self._shares.get(did, 0) + 1
+            assert demand is not None
+            used = self._capacity.setdefault(did, {})
+            for name, amount in demand.items():
+                used[name] = used.get(name, Fraction(0)) + amount
+        else:
+            self._exclusive.setdefault(did, set()).add(ci)
+        self.picks.append(Pick(ci, spec, entry, demand if entry.multi else None))
+        return True
+
+    def _undo(self, ci: int, spec: RequestSpec) -> None:
+        pick = self.picks.pop()
+        entry, did = pick.entry, pick.entry.id
+        remove(self.constraints[ci], spec.base, spec.full, entry)
+        if entry.multi:
+            left = self._shares[did] - 1
+            if left:
+                self._shares[did] = left
+            else:
+                del self._shares[did]
+            used = self._capacity[did]
+            for name, amount in (pick.demand or {}).items():
+                used[name] -= amount
+            charged = bool(entry.consumes) and not left and not self.snapshot.shares(did)
+        else:
+            self._exclusive[did].discard(ci)
+            charged = bool(entry.consumes)
+        if charged:
+            for set_name, counter, value in entry.consumes:
+                self._counters[(did.driver, did.pool, set_name, counter)] -= value

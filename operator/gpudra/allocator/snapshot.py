@@ -1,0 +1,289 @@
+"""The cluster's devices and what is allocated, as an incremental index kept across pods.
+
+Kubernetes rebuilds its pool view from every slice for each pod (O(cluster) per pod, kubernetes#136588). Here
+a :class:`ClusterSnapshot` is updated in place (``add_slice`` / ``remove_slice`` / ``mark_allocated`` /
+``mark_free``) and answers "which pools can this node reach" from a per-node index: O(that node's slices) plus
+the few pools whose slices use nodeSelector / allNodes / perDeviceNodeSelection or carry shared counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from gpudra.allocator.pools import (
+    DeviceEntry,
+    DeviceId,
+    NodeInfo,
+    PoolKey,
+    PoolView,
+    build_pool,
+    node_matches,
+)
+from gpudra.api.quantity import parse_quantity
+from gpudra.api.resource import AllocationResult, DeviceRequestAllocationResult, ResourceSlice
+
+
+@dataclass(slots=True)
+class NodePools:
+    """The pools reachable from one node: usable ones (sorted as Kubernetes does) with the devices the node
+    can use, plus the incomplete and invalid ones (for "All" requests and explanations)."""
+
+    usable: list[tuple[PoolView, list[DeviceEntry]]]
+    incomplete: list[PoolKey]
+    invalid: list[tuple[PoolKey, str]]
+
+
+class ClusterSnapshot:
+    """Slices, pools and allocation state. Not thread-safe; one owner mutates it."""
+
+    def __init__(self, slices: Iterable[ResourceSlice] = ()) -> None:
+        self._slices: dict[str, ResourceSlice] = {}
+        self._pool_slices: dict[PoolKey, dict[str, ResourceSlice]] = {}
+        self._pools: dict[PoolKey, PoolView] = {}
+        self._dirty: set[PoolKey] = set()
+        self._by_node: dict[str, set[PoolKey]] = {}
+        self._pool_nodes: dict[PoolKey, set[str]] = {}
+        self._global: dict[PoolKey, int] = {}
+        self._in_use: set[DeviceId] = set()
+        self._shares: dict[DeviceId, dict[str, dict[str, Fraction]]] = {}
+        self._available: dict[PoolKey, dict[tuple[str, str], Fraction]] = {}
+        self._node_cache: dict[str, tuple[int, NodeInfo, NodePools]] = {}
+        self._by_pool_in_use: dict[PoolKey, set[DeviceId]] = {}
+        self._node_counts: dict[str, tuple[int, int, int, bool]] = {}
+        self.version = 0
+        self.freed: list[str | None] = []
+        """Nodes that got devices back, in order (None: unknown node); lets first-fit scans resume safely."""
+        self._names: tuple[int, list[str]] = (-1, [])
+        """Bumped on every slice change; caches keyed on it stay valid while allocations change."""
+        self._anon = 0
+        for s in slices:
+            self.add_slice(s)
+
+    # ------------------------------------------------------------ slices
+
+    def add_slice(self, slice_: ResourceSlice) -> None:
+        """Add or replace (by metadata.name) one slice."""
+        name = slice_.metadata.name
+        if not name:
+            self._anon += 1
+            name = f"<unnamed-{self._anon}>"
+            slice_ = slice_.model_copy(update={"metadata": slice_.metadata.model_copy(update={"name": name})})
+        if name in self._slices:
+            self.remove_slice(name)
+        key = PoolKey(slice_.spec.driver, slice_.spec.pool.name)
+        self._slices[name] = slice_
+        self._pool_slices.setdefault(key, {})[name] = slice_
+        self._index(key, slice_, +1)
+        self._touch(key)
+
+    def remove_slice(self, name: str) -> None:
+        slice_ = self._slices.pop(name, None)
+        if slice_ is None:
+            return
+        key = PoolKey(slice_.spec.driver, slice_.spec.pool.name)
+        pool = self._pool_slices.get(key, {})
+        pool.pop(name, None)
+        if not pool:
+            self._pool_slices.pop(key, None)
+        self._index(key, slice_, -1)
+        self._touch(key)
+
+    def _index(self, key: PoolKey, slice_: ResourceSlice, delta: int) -> None:
+        spec = slice_.spec
+        if not spec.devices:
+            return  # counters-only slices never make a pool reachable by themselves
+        if spec.node_name:
+            nodes = self._pool_nodes.setdefault(key, set())
+            if delta > 0:
+                nodes.add(spec.node_name)
+                self._by_node.setdefault(spec.node_name, set()).add(key)
+            elif not any(
+                s.spec.node_name == spec.node_name and s.spec.devices
+                for s in self._pool_slices.get(key, {}).values()
+            ):
+                nodes.discard(spec.node_name)
+                self._by_node.get(spec.node_name, set()).discard(key)
+        else:
+            count = self._global.get(key, 0) + delta
+            if count > 0:
+                self._global[key] = count
+            else:
+                self._global.pop(key, None)
+
+    def _touch(self, key: PoolKey) -> None:
+        self._dirty.add(key)
+        self._available.pop(key, None)
+        self.version += 1
+
+    def pool(self, key: PoolKey) -> PoolView | None:
+        if key in self._dirty:
+            self._dirty.discard(key)
+            view = build_pool(key, self._pool_slices.get(key, {}).values(), self._pools.get(key))
+            if view is None:
+                self._pools.pop(key, None)
+            else:
+                self._pools[key] = view
+        return self._pools.get(key)
+
+    def pools(self) -> list[PoolView]:
+        out = [self.pool(k) for k in sorted(set(self._pool_slices) | set(self._pools))]
+        return [p for p in out if p is not None]
+
+    def node_names(self) -> list[str]:
+        """Names of nodes that have node-local slices (sorted; cached per slice version)."""
+        if self._names[0] != self.version:
+            self._names = (self.version, sorted(n for n, keys in self._by_node.items() if keys))
+        return self._names[1]
+
+    def node_pools(self, node: NodeInfo) -> NodePools:
+        """The pools reachable from ``node`` in Kubernetes' order (driver, pool name; pools whose devices have
+        binding conditions last)."""
+        cached = self._node_cache.get(node.name)
+        if cached is not None and cached[0] == self.version and cached[1] == node:
+            return cached[2]
+        keys = set(self._by_node.get(node.name, ())) | set(self._global)
+        usable: list[tuple[PoolView, list[DeviceEntry]]] = []
+        incomplete: list[PoolKey] = []
+        invalid: list[tuple[PoolKey, str]] = []
+        for key in sorted(keys):
+            view = self.pool(key)
+            if view is None:
+                continue
+            entries = [
+                e for e in view.entries if node_matches(node, e.node_name, e.all_nodes, e.node_selector)
+            ]
+            if not entries:
+                continue
+            if not view.complete:
+                incomplete.append(key)
+            elif view.invalid_reason is not None:
+                invalid.append((key, view.invalid_reason))
+            else:
+                usable.append((view, entries))
+        usable.sort(key=lambda pe: pe[0].has_binding_conditions)
+        result = NodePools(usable, incomplete, invalid)
+        self._node_cache[node.name] = (self.version, node, result)
+        return result
+
+    # ------------------------------------------------------------ allocation state
+
+    def in_use(self, device: DeviceId) -> bool:
+        return device in self._in_use
+
+    def shares(self, device: DeviceId) -> dict[str, dict[str, Fraction]]:
+        return self._shares.get(device, {})
+
+    def consumed_capacity(self, device: DeviceId) -> dict[str, Fraction]:
+        total: dict[str, Fraction] = {}
+        for consumed in self._shares.get(device, {}).values():
+            for name, value in consumed.items():
+                total[name] = total.get(name, Fraction(0)) + value
+        return total
+
+    def node_counts(self, node: str) -> tuple[int, int, bool]:
+        """(devices, devices not in use, loose) of a node's node-local pools, cached and kept up to date by
+        allocation changes. ``loose`` is True when counting cannot bound the search (multi-allocatable
+        devices, pools shared between nodes)."""
+        cached = self._node_counts.get(node)
+        if cached is not None and cached[0] == self.version:
+            return cached[1], cached[2], cached[3]
+        total = free = 0
+        loose = bool(self._global)
+        for key in self._by_node.get(node, ()):
+            view = self.pool(key)
+            if view is None:
+                continue
+            for entry in view.entries:
+                total += 1
+                loose = loose or entry.multi
+                if entry.id not in self._in_use:
+                    free += 1
+        self._node_counts[node] = (self.version, total, free, loose)
+        return total, free, loose
+
+    def _forget_node(self, device: DeviceId, freed: bool = False) -> None:
+        view = self._pools.get(PoolKey(device.driver, device.pool))
+        node = view.node_local if view is not None else None
+        if node is not None:
+            self._node_counts.pop(node, None)
+        if freed:
+            self.freed.append(node)
+
+    def allocate_device(self, device: DeviceId) -> None:
+        self._forget_node(device)
+        self._in_use.add(device)
+        self._by_pool_in_use.setdefault(PoolKey(device.driver, device.pool), set()).add(device)
+        self._available.pop(PoolKey(device.driver, device.pool), None)
+
+    def free_device(self, device: DeviceId) -> None:
+        self._forget_node(device, freed=True)
+        self._in_use.discard(device)
+        self._by_pool_in_use.get(PoolKey(device.driver, device.pool), set()).discard(device)
+        self._available.pop(PoolKey(device.driver, device.pool), None)
+
+    def add_share(self, device: DeviceId, share_id: str, consumed: dict[str, Fraction]) -> None:
+        self._shares.setdefault(device, {})[share_id] = dict(consumed)
+        self._by_pool_in_use.setdefault(PoolKey(device.driver, device.pool), set()).add(device)
+        self._available.pop(PoolKey(device.driver, device.pool), None)
+
+    def remove_share(self, device: DeviceId, share_id: str) -> None:
+        self._forget_node(device, freed=True)
+        shares = self._shares.get(device)
+        if shares is not None:
+            shares.pop(share_id, None)
+            if not shares:
+                del self._shares[device]
+                if device not in self._in_use:
+                    self._by_pool_in_use.get(PoolKey(device.driver, device.pool), set()).discard(device)
+        self._available.pop(PoolKey(device.driver, device.pool), None)
+
+    def mark_allocated(self, allocation: AllocationResult | Iterable[DeviceRequestAllocationResult]) -> None:
+        """Record a claim's allocation (as written in status.allocation). adminAccess results take nothing."""
+        for r in _results(allocation):
+            if r.admin_access:
+                continue
+            device = DeviceId(r.driver, r.pool, r.device)
+            if r.share_id:
+                consumed = {k: parse_quantity(v) for k, v in (r.consumed_capacity or {}).items()}
+                self.add_share(device, r.share_id, consumed)
+            else:
+                self.allocate_device(device)
+
+    def mark_free(self, allocation: AllocationResult | Iterable[DeviceRequestAllocationResult]) -> None:
+        """Undo :meth:`mark_allocated` for a deallocated claim."""
+        for r in _results(allocation):
+            if r.admin_access:
+                continue
+            device = DeviceId(r.driver, r.pool, r.device)
+            if r.share_id:
+                self.remove_share(device, r.share_id)
+            else:
+                self.free_device(device)
+
+    def available_counters(self, pool: PoolView) -> dict[tuple[str, str], Fraction]:
+        """Counter values of the pool minus what allocated devices consume (a multi-allocatable device counts
+        once, however many shares it has). May go negative; negative means exhausted."""
+        cached = self._available.get(pool.key)
+        if cached is not None:
+            return cached
+        available = {(s, c): v for s, counters in pool.counter_sets.items() for c, v in counters.items()}
+        busy = self._by_pool_in_use.get(pool.key, set())
+        if busy:
+            for entry in pool.entries:
+                if entry.consumes and (entry.id in self._in_use or entry.id in self._shares):
+                    for set_name, counter, value in entry.consumes:
+                        k = (set_name, counter)
+                        if k in available:
+                            available[k] -= value
+        self._available[pool.key] = available
+        return available
+
+
+def _results(
+    allocation: AllocationResult | Iterable[DeviceRequestAllocationResult],
+) -> Iterable[DeviceRequestAllocationResult]:
+    if isinstance(allocation, AllocationResult):
+        return (allocation.devices.results or []) if allocation.devices else []
+    return allocation

@@ -1,0 +1,110 @@
+"""Explanations: reason codes, the numbers behind them, and the text an Event would carry."""
+
+from __future__ import annotations
+
+from _allocator_kit import claim, gpu, gpus, make_allocator, match, mig, req, slice_
+
+from gpudra.allocator import REASONS, DeviceId, Failure, NodesFailure, render_text
+from gpudra.api.resource import DeviceTaint
+
+H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+B300 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B300"'
+
+
+def test_no_matching_device_names_the_selector_and_closest_devices() -> None:
+    allocator = make_allocator([gpus("n1", 4, "NVIDIA A100-SXM4-40GB")])
+    outcome = allocator.allocate("n1", [claim("train", req("gpu", "gpu.nvidia.com", H100))])
+    assert isinstance(outcome, Failure)
+    d = outcome.requests[0]
+    assert (d.reason, d.devices, d.class_kept, d.request_kept) == ("NoMatchingDevice", 4, 4, 0)
+    assert d.selectors[0].eliminated == 4
+    assert d.near_misses[0].device == "gpu.nvidia.com/n1/gpu-0"
+    text = render_text(outcome)
+    assert "NoMatchingDevice" in text
+    assert "class kept 4" in text
+    assert "eliminated 4" in text
+    assert "default/train" in text
+    assert len(text.encode()) <= 1024
+
+
+def test_in_use_and_tainted_counts() -> None:
+    taint = DeviceTaint(key="gpu.nvidia.com/gpu-lost", effect="NoSchedule")
+    allocator = make_allocator([slice_("n1", [gpu("gpu-0"), gpu("gpu-1", taints=[taint]), gpu("gpu-2")])])
+    allocator.snapshot.allocate_device(DeviceId("gpu.nvidia.com", "n1", "gpu-0"))
+    allocator.snapshot.allocate_device(DeviceId("gpu.nvidia.com", "n1", "gpu-2"))
+    outcome = allocator.allocate("n1", [claim("c", req())])
+    assert isinstance(outcome, Failure)
+    d = outcome.requests[0]
+    assert (d.reason, d.in_use, d.tainted, d.free) == ("DevicesInUse", 2, 1, 0)
+    assert "in use 2" in render_text(outcome)
+    assert "tainted 1" in render_text(outcome)
+
+
+def test_constraint_conflict_lists_values() -> None:
+    devices = [mig(f"gpu-{g}-mig-{i}", f"gpu-{g}", "1g.5gb") for g in range(2) for i in range(3)]
+    allocator = make_allocator([slice_("n1", devices)])
+    c = claim("c", req("m", "mig.nvidia.com", count=4), constraints=[match("gpu.nvidia.com/parentUUID")])
+    outcome = allocator.allocate("n1", [c])
+    assert isinstance(outcome, Failure)
+    d = outcome.requests[0]
+    assert d.reason == "ConstraintConflict"
+    assert d.values == {"GPU-gpu-0": 3, "GPU-gpu-1": 3}
+    assert "parentUUID" in render_text(outcome)
+
+
+def test_nodes_failure_aggregates_per_reason() -> None:
+    slices = [gpus("n1", 2, "NVIDIA A100-SXM4-40GB"), gpus("n2", 1), gpus("n3", 2), gpus("n4", 2)]
+    allocator = make_allocator(slices)
+    for dev in ("gpu-0", "gpu-1"):
+        allocator.snapshot.allocate_device(DeviceId("gpu.nvidia.com", "n3", dev))
+    allocator.snapshot.allocate_device(DeviceId("gpu.nvidia.com", "n4", "gpu-0"))
+    outcome = allocator.find_node([claim("c", req("gpu", "gpu.nvidia.com", H100, count=2))])
+    assert isinstance(outcome, NodesFailure)
+    assert outcome.total == 4
+    assert outcome.by_reason == {"NoMatchingDevice": 1, "InsufficientDevices": 1, "DevicesInUse": 2}
+    text = render_text(outcome)
+    assert text.startswith("0/4 nodes can allocate: 2 matching devices in use, 1 ")
+
+
+def test_model_that_does_not_exist_anywhere_is_answered_without_search() -> None:
+    allocator = make_allocator([gpus(f"n{i}", 8) for i in range(50)])
+    outcome = allocator.find_node([claim("c", req("gpu", "gpu.nvidia.com", B300))])
+    assert isinstance(outcome, NodesFailure)
+    assert outcome.by_reason == {"NoMatchingDevice": 50}
+    assert "no device in the cluster" in outcome.failures[-1].requests[0].message
+
+
+def test_class_not_found_and_admin_denied_are_not_per_node() -> None:
+    allocator = make_allocator([gpus("n1", 1)])
+    outcome = allocator.find_node([claim("c", req("gpu", "missing.example.com"))])
+    assert isinstance(outcome, Failure)
+    assert outcome.reason == "ClassNotFound"
+    assert "missing.example.com" in render_text(outcome)
+    outcome = allocator.find_node([claim("c", req(admin=True))])
+    assert isinstance(outcome, Failure)
+    assert outcome.reason == "AdminAccessDenied"
+
+
+def test_search_limit_is_reported() -> None:
+    devices = [gpu(f"gpu-{i}", group=i % 2) for i in range(12)]
+    allocator = make_allocator([slice_("n1", devices)], budget=5)
+    c = claim("c", req("a", count=3), req("b", count=3), constraints=[match("gpu.nvidia.com/group")])
+    outcome = allocator.allocate("n1", [c])
+    assert isinstance(outcome, Failure)
+    assert outcome.reason == "SearchLimit"
+
+
+def test_reasons_are_a_small_documented_set() -> None:
+    import gpudra.allocator.explain as explain
+
+    assert len(REASONS) <= 14
+    for reason in REASONS:
+        assert reason in (explain.__doc__ or "")
+
+
+def test_text_is_capped_at_one_kib() -> None:
+    allocator = make_allocator([gpus("n1", 2)])
+    requests = [req(f"request-with-a-long-name-{i}", "gpu.nvidia.com", B300) for i in range(30)]
+    outcome = allocator.allocate("n1", [claim("c", *requests)])
+    assert isinstance(outcome, Failure)
+    assert len(render_text(outcome).encode()) <= 1024
