@@ -19,6 +19,7 @@ from rich.console import Console
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.summary import fleet_table
 from gpudra.config import AgentSettings, ControllerSettings
@@ -56,6 +57,7 @@ class EmbeddedCluster:
     agents: dict[str, NodeAgent] = field(default_factory=dict)
     simulated: dict[str, FakeNvml] = field(default_factory=dict)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    control_plane: ControlPlane | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _controller: threading.Thread | None = None
     _metrics_runner: object | None = None
@@ -87,6 +89,8 @@ class EmbeddedCluster:
 
         for node in self.options.nodes:
             await self.add_node(node)
+        self.control_plane = ControlPlane(self.client)
+        self._spawn(self.control_plane.run(), "control plane")
         controller_ready = threading.Event()
         self._controller = threading.Thread(
             target=asyncio.run,
@@ -100,6 +104,7 @@ class EmbeddedCluster:
         )
         self._controller.start()
         waiters = [asyncio.create_task(a.published.wait()) for a in self.agents.values()]
+        waiters.append(asyncio.create_task(self.control_plane.synced.wait()))
         waiters.append(asyncio.create_task(asyncio.to_thread(controller_ready.wait, self.options.ready_timeout)))
         _, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
         for task in pending:

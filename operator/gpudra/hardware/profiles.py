@@ -128,6 +128,12 @@ NODE_PROFILES: Mapping[str, NodeProfile] = {
             description="8 x A100 SXM4 40GB with mig-parted all-balanced applied",
         ),
         NodeProfile(
+            name="dgx-a100-80gb",
+            model_id="A100-SXM4-80GB",
+            slots=_DGX_A100_SLOTS,
+            description="8 x A100 SXM4 80GB, NVSwitch, MIG capable and disabled (whole GPUs)",
+        ),
+        NodeProfile(
             name="hgx-h200",
             model_id="H200",
             slots=_HGX_HOPPER_SLOTS,

@@ -1,0 +1,282 @@
+"""The stand-in control plane: kube-controller-manager's resourceclaim controller (claims from templates,
+reservedFor cleanup, deallocation of unused claims) and kube-scheduler's DRA part (allocate a pending pod's claims
+on one node with gpudra's allocator, write status.allocation and reservedFor, bind the pod).
+
+One worker processes pods one at a time, like the scheduler's single scheduling cycle, so allocations never race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from gpudra.allocator.explain import render_text
+from gpudra.allocator.result import Allocation
+from gpudra.api.core import Pod
+from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate
+from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
+from gpudra.cluster.controlplane.state import ClusterState
+from gpudra.errors import ConflictError, GpudraError, NotFoundError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
+from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+RETRY_SECONDS = 2.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _consumer(pod: dict[str, Any]) -> dict[str, str]:
+    return {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+
+
+class ControlPlane:
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        self.state = ClusterState(client)
+        self.state.pods._handler = self._on_pod
+        self._claims_handler = self.state.claims._handler
+        self.state.claims._handler = self._on_claim
+        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._queued: set[tuple[str, str]] = set()
+        self._unschedulable: set[tuple[str, str]] = set()
+        self._events = EventRecorder(client, "gpudra-scheduler")
+        self.synced = asyncio.Event()
+
+    # ------------------------------------------------------------------ events in
+
+    def _enqueue(self, key: tuple[str, str]) -> None:
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    async def _on_pod(self, kind: str, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        if kind == "DELETED":
+            await self._release(meta["uid"])
+            self._unschedulable.discard((meta.get("namespace", ""), meta["name"]))
+            self._retry_unschedulable()
+            return
+        self._enqueue((meta.get("namespace", ""), meta["name"]))
+
+    async def _on_claim(self, kind: str, body: dict[str, Any]) -> None:
+        assert self._claims_handler is not None
+        before = self.state.changed
+        await self._claims_handler(kind, body)
+        if self.state.changed != before:
+            self._retry_unschedulable()
+        status = body.get("status") or {}
+        if kind != "DELETED" and status.get("allocation") and not status.get("reservedFor"):
+            await self._deallocate(body)
+
+    def _retry_unschedulable(self) -> None:
+        for key in sorted(self._unschedulable):
+            self._enqueue(key)
+        self._unschedulable.clear()
+
+    # ------------------------------------------------------------------ loop
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(i.run(), name=f"informer {i.resource.plural}") for i in self.state.informers]
+        try:
+            await asyncio.gather(*(i.synced.wait() for i in self.state.informers))
+            self.synced.set()
+            retry = asyncio.create_task(self._periodic_retry())
+            tasks.append(retry)
+            while True:
+                key = await self._queue.get()
+                self._queued.discard(key)
+                try:
+                    await self.sync_pod(key)
+                except GpudraError as exc:
+                    log.warning("pod sync failed; will retry", pod="/".join(key), error=str(exc))
+                    self._unschedulable.add(key)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _periodic_retry(self) -> None:
+        while True:
+            await asyncio.sleep(RETRY_SECONDS)
+            self._retry_unschedulable()
+
+    # ------------------------------------------------------------------ one pod
+
+    async def sync_pod(self, key: tuple[str, str]) -> None:
+        body = self.state.pods.cache.get(key)
+        if body is None:
+            return
+        pod = Pod.model_validate(body)
+        if pod.status and pod.status.phase in ("Succeeded", "Failed"):
+            await self._release(pod.metadata.uid or "")
+            return
+        if pod.metadata.deletion_timestamp or not pod.spec.resource_claims:
+            return
+        names = await self._ensure_claims(pod, body)
+        if names is None or pod.spec.node_name:
+            return
+        claims = [self.state.claims.cache.get((key[0], name)) for name in names]
+        if any(c is None for c in claims):
+            self._unschedulable.add(key)  # a named claim that does not exist yet
+            return
+        await self._schedule(pod, body, [c for c in claims if c is not None])
+
+    async def _ensure_claims(self, pod: Pod, body: dict[str, Any]) -> list[str] | None:
+        """Create missing claims from templates and record them in pod status; the claim names, or None."""
+        namespace = pod.metadata.namespace or "default"
+        wanted = pod_claim_names(pod)
+        statuses = []
+        missing_template = False
+        for pod_claim in pod.spec.resource_claims or []:
+            name = wanted[pod_claim.name]
+            if pod_claim.resource_claim_template_name and name is None:
+                name = self._find_generated(pod, pod_claim.name)
+                if name is None:
+                    template_body = self.state.templates.cache.get((namespace, pod_claim.resource_claim_template_name))
+                    if template_body is None:
+                        missing_template = True
+                        await self._events.post(
+                            body, "Warning", "FailedResourceClaimCreation",
+                            f"resourceclaimtemplate {pod_claim.resource_claim_template_name!r} not found",
+                        )  # fmt: skip
+                        continue
+                    template = ResourceClaimTemplate.model_validate(template_body)
+                    created = await self._client.create(
+                        RESOURCE_CLAIMS, claim_from_template(pod, pod_claim, template), namespace
+                    )
+                    self.state.claims.cache[(namespace, created["metadata"]["name"])] = created
+                    name = created["metadata"]["name"]
+            if pod_claim.resource_claim_template_name:
+                statuses.append({"name": pod_claim.name, "resourceClaimName": name})
+            wanted[pod_claim.name] = name
+        have = (body.get("status") or {}).get("resourceClaimStatuses") or []
+        if statuses and statuses != have:
+            await self._client.patch(
+                PODS, pod.metadata.name or "", {"status": {"resourceClaimStatuses": statuses}}, namespace,
+                subresource="status",
+            )  # fmt: skip
+        if missing_template:
+            return None
+        return [n for n in wanted.values() if n is not None]
+
+    def _find_generated(self, pod: Pod, pod_claim_name: str) -> str | None:
+        for (namespace, name), claim in self.state.claims.cache.items():
+            if namespace == pod.metadata.namespace and is_generated_for(claim, pod, pod_claim_name):
+                return name
+        return None
+
+    async def _schedule(self, pod: Pod, body: dict[str, Any], claims: list[dict[str, Any]]) -> None:
+        key = (pod.metadata.namespace or "", pod.metadata.name or "")
+        pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+        allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
+        nodes = self.state.node_infos(pod.spec.node_selector)
+        for claim in allocated:
+            node = _allocated_node(claim)
+            if node is not None:
+                nodes = [n for n in nodes if n.name == node]
+        if not nodes:
+            self._unschedulable.add(key)
+            await self._events.post(
+                body, "Warning", "FailedScheduling", "0 nodes are available: the pod's claims are allocated on "
+                "different nodes or no node matches its nodeSelector",
+            )  # fmt: skip
+            return
+        allocator = self.state.allocator()
+        node_name = nodes[0].name
+        outcome: Any = None
+        if pending:
+            models = [ResourceClaim.model_validate(c) for c in pending]
+            outcome = allocator.find_node(models, nodes)
+            if not isinstance(outcome, Allocation):
+                self._unschedulable.add(key)
+                message = render_text(outcome)
+                await self._events.post(body, "Warning", "FailedScheduling", message)
+                for claim in pending:
+                    await self._events.post(claim, "Warning", "FailedAllocation", message)
+                return
+            node_name = outcome.node
+        results = {c.key: c.result for c in outcome.claims} if outcome is not None else {}
+        for claim in claims:
+            uid = claim["metadata"]["uid"]
+            result = results.get(f"{claim['metadata']['namespace']}/{claim['metadata']['name']}")
+            if result is not None:
+                result = result.model_copy(update={"allocation_timestamp": _now()})
+                self.state.record_allocation(uid, result)
+            await self._reserve(claim, body, result.to_wire() if result is not None else None)
+        await self._client.create_subresource(
+            PODS, pod.metadata.name or "", "binding",
+            {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod.metadata.name},
+             "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
+            pod.metadata.namespace,
+        )  # fmt: skip
+        log.info("pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c in claims])
+
+    async def _reserve(self, claim: dict[str, Any], pod: dict[str, Any], allocation: dict[str, Any] | None) -> None:
+        """Write allocation (when new) and add the pod to reservedFor, retrying on conflicts with a fresh read."""
+        meta = claim["metadata"]
+        for _ in range(5):
+            status = dict(claim.get("status") or {})
+            if allocation is not None:
+                status["allocation"] = allocation
+            reserved = list(status.get("reservedFor") or [])
+            if all(r.get("uid") != pod["metadata"]["uid"] for r in reserved):
+                reserved.append(_consumer(pod))
+            status["reservedFor"] = reserved
+            try:
+                updated = await self._client.replace(RESOURCE_CLAIMS, {**claim, "status": status}, subresource="status")
+                self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
+                return
+            except ConflictError:
+                claim = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
+        raise ConflictError(f"resourceclaim {meta['namespace']}/{meta['name']}: too many write conflicts")
+
+    # ------------------------------------------------------------------ release
+
+    async def _release(self, pod_uid: str) -> None:
+        """Drop a gone or finished pod from reservedFor of every claim; unused claims are deallocated."""
+        for claim in list(self.state.claims.cache.values()):
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            if not any(r.get("uid") == pod_uid for r in reserved):
+                continue
+            remaining = [r for r in reserved if r.get("uid") != pod_uid]
+            status = dict(claim["status"])
+            status["reservedFor"] = remaining or None
+            if not remaining:
+                status.pop("allocation", None)
+                status.pop("devices", None)
+            await self._write_status(claim, status)
+
+    async def _deallocate(self, claim: dict[str, Any]) -> None:
+        status = {k: v for k, v in (claim.get("status") or {}).items() if k not in ("allocation", "devices")}
+        await self._write_status(claim, status)
+
+    async def _write_status(self, claim: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = claim["metadata"]
+        body = {**claim, "status": {k: v for k, v in status.items() if v is not None}}
+        try:
+            updated = await self._client.replace(RESOURCE_CLAIMS, body, subresource="status")
+        except NotFoundError:
+            self.state.record_allocation(meta["uid"], None)
+            return
+        except ConflictError:
+            fresh = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
+            await self._on_claim("MODIFIED", fresh)
+            return
+        self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
+        await self.state._on_claim("MODIFIED", updated)
+        self._retry_unschedulable()
+
+
+def _allocated_node(claim: dict[str, Any]) -> str | None:
+    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
+    for term in selector.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and field.get("values"):
+                return str(field["values"][0])
+    return None

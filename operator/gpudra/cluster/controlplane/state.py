@@ -1,0 +1,96 @@
+"""The stand-in control plane's view of the cluster: informers over the objects DRA scheduling reads, and the
+allocator's snapshot kept in step with slices and claim allocations (incrementally, never rebuilt per pod)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.allocator.engine import Allocator
+from gpudra.allocator.pools import NodeInfo
+from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.api.resource import AllocationResult, DeviceClass, ResourceSlice
+from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import Informer
+from gpudra.kube.resources import (
+    DEVICE_CLASSES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Resource,
+)
+
+
+class ClusterState:
+    def __init__(self, client: KubeClient) -> None:
+        self.snapshot = ClusterSnapshot()
+        self.allocations: dict[str, AllocationResult] = {}  # claim uid -> allocation the snapshot holds
+        self.slices = Informer(client, RESOURCE_SLICES, self._on_slice)
+        self.claims = Informer(client, RESOURCE_CLAIMS, self._on_claim)
+        self.classes = Informer(client, DEVICE_CLASSES, self._on_class)
+        self.templates = Informer(client, RESOURCE_CLAIM_TEMPLATES)
+        self.namespaces = Informer(client, NAMESPACES)
+        self.nodes = Informer(client, NODES)
+        self.pods = Informer(client, PODS)
+        self.changed = 0  # bumped when devices may have become available
+        self._allocator: Allocator | None = None
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.slices, self.claims, self.classes, self.templates, self.namespaces, self.nodes, self.pods]
+
+    def informer(self, resource: Resource) -> Informer:
+        return next(i for i in self.informers if i.resource == resource)
+
+    async def _on_slice(self, kind: str, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        if kind == "DELETED":
+            self.snapshot.remove_slice(name)
+        else:
+            self.snapshot.add_slice(ResourceSlice.model_validate(body))
+        self.changed += 1
+
+    async def _on_class(self, kind: str, body: dict[str, Any]) -> None:
+        self._allocator = None
+        self.changed += 1
+
+    async def _on_claim(self, kind: str, body: dict[str, Any]) -> None:
+        uid = body["metadata"]["uid"]
+        raw = (body.get("status") or {}).get("allocation")
+        new = None if kind == "DELETED" or raw is None else AllocationResult.model_validate(raw)
+        self.record_allocation(uid, new)
+
+    def record_allocation(self, uid: str, allocation: AllocationResult | None) -> None:
+        """Make the snapshot hold ``allocation`` for the claim (None: nothing)."""
+        old = self.allocations.get(uid)
+        if old == allocation:
+            return
+        if old is not None:
+            self.snapshot.mark_free(old)
+            self.changed += 1
+        if allocation is None:
+            self.allocations.pop(uid, None)
+        else:
+            self.snapshot.mark_allocated(allocation)
+            self.allocations[uid] = allocation
+
+    def allocator(self) -> Allocator:
+        if self._allocator is None:
+            classes = [DeviceClass.model_validate(b) for b in self.classes.cache.values()]
+            self._allocator = Allocator(self.snapshot, classes)
+        labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in self.namespaces.cache.values()}
+        self._allocator.namespace_labels = labels
+        return self._allocator
+
+    def node_infos(self, node_selector: dict[str, str] | None = None) -> list[NodeInfo]:
+        infos = []
+        for body in sorted(self.nodes.cache.values(), key=lambda n: n["metadata"]["name"]):
+            labels = body["metadata"].get("labels") or {}
+            if node_selector and any(labels.get(k) != v for k, v in node_selector.items()):
+                continue
+            if (body.get("spec") or {}).get("unschedulable"):
+                continue
+            infos.append(NodeInfo(body["metadata"]["name"], labels))
+        return infos

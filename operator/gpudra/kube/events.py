@@ -1,0 +1,71 @@
+"""Posting core/v1 Events about objects, deduplicated: the same reason and message on the same object within the
+window only bumps a counter in memory, so a pending claim cannot flood the API (kubernetes#137617)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from gpudra.errors import KubeError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import EVENTS
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+EventType = Literal["Normal", "Warning"]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    def __init__(self, client: KubeClient, component: str, *, window_seconds: float = 600.0) -> None:
+        self._client = client
+        self._component = component
+        self._window = window_seconds
+        self._last: dict[tuple[str, str, str], float] = {}
+        self.suppressed = 0
+
+    async def post(self, involved: dict[str, Any], type_: EventType, reason: str, message: str) -> bool:
+        """Post unless the same event on the same object was posted within the window; True when posted."""
+        meta = involved.get("metadata", {})
+        key = (str(meta.get("uid", "")), reason, message)
+        now = time.monotonic()
+        if now - self._last.get(key, -1e18) < self._window:
+            self.suppressed += 1
+            return False
+        self._last[key] = now
+        if len(self._last) > 10_000:
+            cutoff = now - self._window
+            self._last = {k: t for k, t in self._last.items() if t >= cutoff}
+        namespace = meta.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion", ""),
+                "kind": involved.get("kind", ""),
+                "name": meta.get("name", ""),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid", ""),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": self._component},
+            "reportingComponent": self._component,
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "count": 1,
+        }
+        try:
+            await self._client.create(EVENTS, body, namespace)
+        except KubeError as exc:
+            log.warning("posting an event failed", reason=reason, error=str(exc))
+            return False
+        return True

@@ -1,0 +1,192 @@
+"""The seed documents' claim patterns in the embedded cluster: claims from templates, allocation by gpudra's
+allocator, pods bound to the node holding the devices, release on pod deletion, and explanations for claims that
+cannot be satisfied. The manifests are the ones in examples/seeds/ (the e2e tests apply them with kubectl)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Resource
+
+SEEDS = Path(__file__).resolve().parents[2] / "examples" / "seeds"
+KINDS: dict[str, Resource] = {"Pod": PODS, "ResourceClaim": RESOURCE_CLAIMS, "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES}
+FLEET = "dgx-h100:1,dgx-a100:1,dgx-a100-80gb:1"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
+    options = UpOptions(
+        nodes=parse_fleet(FLEET, {"dgx-h100", "dgx-a100", "dgx-a100-80gb"}), kubeconfig=tmp_path / "kubeconfig"
+    )
+    cluster = EmbeddedCluster(options)
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+def client_of(cluster: EmbeddedCluster) -> KubeClient:
+    assert cluster.client is not None
+    return cluster.client
+
+
+async def apply_file(cluster: EmbeddedCluster, name: str) -> None:
+    for doc in yaml.safe_load_all((SEEDS / name).read_text()):
+        await client_of(cluster).create(KINDS[doc["kind"]], doc, doc["metadata"]["namespace"])
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
+    """Retry ``check`` until it returns a truthy value (generous timeout: CI machines are noisy)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
+        await asyncio.sleep(0.05)
+
+
+async def pod(cluster: EmbeddedCluster, name: str) -> dict[str, Any]:
+    return await client_of(cluster).get(PODS, name, "default")
+
+
+async def bound(cluster: EmbeddedCluster, name: str) -> str:
+    return str((await pod(cluster, name))["spec"].get("nodeName") or "")
+
+
+async def claim_of(cluster: EmbeddedCluster, pod_name: str, pod_claim: str) -> dict[str, Any]:
+    body = await pod(cluster, pod_name)
+    statuses = {s["name"]: s.get("resourceClaimName") for s in body.get("status", {}).get("resourceClaimStatuses", [])}
+    named = {c["name"]: c.get("resourceClaimName") for c in body["spec"]["resourceClaims"]}
+    name = statuses.get(pod_claim) or named.get(pod_claim)
+    assert name, f"pod {pod_name} has no claim for {pod_claim}"
+    return await client_of(cluster).get(RESOURCE_CLAIMS, name, "default")
+
+
+def devices_of(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
+    results = claim["status"]["allocation"]["devices"]["results"]
+    return [(r["request"], r["pool"], r["device"]) for r in results]
+
+
+async def test_template_gives_each_pod_its_own_claim_and_gpu(cluster: EmbeddedCluster) -> None:
+    await apply_file(cluster, "01-template-two-pods.yaml")
+    node_a = await eventually(lambda: bound(cluster, "trainer-a"))
+    node_b = await eventually(lambda: bound(cluster, "trainer-b"))
+    assert node_a == node_b == "dgx-h100-0"
+
+    claim_a = await claim_of(cluster, "trainer-a", "training-gpu")
+    claim_b = await claim_of(cluster, "trainer-b", "training-gpu")
+    assert claim_a["metadata"]["name"].startswith("trainer-a-training-gpu-")
+    assert claim_a["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "training-gpu"
+    owner = claim_a["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("Pod", "trainer-a", True)
+    assert devices_of(claim_a) != devices_of(claim_b)
+    allocation = claim_a["status"]["allocation"]
+    (result,) = allocation["devices"]["results"]
+    assert result["driver"] == "gpu.nvidia.com" and result["pool"] == "dgx-h100-0" and result["request"] == "gpu"
+    assert allocation["nodeSelector"] == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["dgx-h100-0"]}]}]
+    }
+    pod_a = await pod(cluster, "trainer-a")
+    assert claim_a["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "trainer-a", "uid": pod_a["metadata"]["uid"]}
+    ]
+
+
+async def test_named_claim_shared_by_two_pods_gives_both_the_same_gpu(cluster: EmbeddedCluster) -> None:
+    await apply_file(cluster, "02-shared-claim-two-pods.yaml")
+    first = await eventually(lambda: bound(cluster, "qwen-inference"))
+    second = await eventually(lambda: bound(cluster, "embedding-service"))
+    assert first == second
+    claim = await client_of(cluster).get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+    assert len(devices_of(claim)) == 1
+    assert {r["name"] for r in claim["status"]["reservedFor"]} == {"qwen-inference", "embedding-service"}
+
+
+async def test_mig_slices_of_one_claim_come_from_the_same_gpu(cluster: EmbeddedCluster) -> None:
+    await apply_file(cluster, "03-two-containers-one-claim.yaml")
+    assert await eventually(lambda: bound(cluster, "mig-inference")) == "dgx-a100-0"
+    claim = await claim_of(cluster, "mig-inference", "mig-devices")
+    by_request = {request: device for request, _, device in devices_of(claim)}
+    assert by_request["large-slice"].startswith("gpu-0-mig-2g10gb-14-")
+    assert by_request["small-slice"].startswith("gpu-0-mig-1g5gb-19-")
+
+
+async def test_two_h100s_in_one_request(cluster: EmbeddedCluster) -> None:
+    await apply_file(cluster, "04-two-h100-nvlink.yaml")
+    assert await eventually(lambda: bound(cluster, "distributed-training")) == "dgx-h100-0"
+    claim = await client_of(cluster).get(RESOURCE_CLAIMS, "training-gpus", "default")
+    devices = devices_of(claim)
+    assert len(devices) == 2 and len({d for _, _, d in devices}) == 2
+    assert {r for r, _, _ in devices} == {"gpus"}
+
+
+async def test_first_available_falls_back_when_h100s_are_taken(cluster: EmbeddedCluster) -> None:
+    client = client_of(cluster)
+    template = next(yaml.safe_load_all((SEEDS / "01-template-two-pods.yaml").read_text()))
+    await client.create(RESOURCE_CLAIM_TEMPLATES, template, "default")
+    for i in range(8):  # take every H100
+        body = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"filler-{i}", "namespace": "default"},
+            "spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "training-gpu"}],
+                     "containers": [{"name": "c", "image": "busybox"}]},
+        }  # fmt: skip
+        await client.create(PODS, body, "default")
+    for i in range(8):
+        await eventually(lambda i=i: bound(cluster, f"filler-{i}"))
+    await apply_file(cluster, "05-first-available.yaml")
+    assert await eventually(lambda: bound(cluster, "flexible-trainer")) == "dgx-a100-80gb-0"
+    claim = await claim_of(cluster, "flexible-trainer", "gpu")
+    assert [r for r, _, _ in devices_of(claim)] == ["gpu/a100"]
+
+
+async def test_deleting_pods_frees_devices(cluster: EmbeddedCluster) -> None:
+    client = client_of(cluster)
+    await apply_file(cluster, "02-shared-claim-two-pods.yaml")
+    await eventually(lambda: bound(cluster, "qwen-inference"))
+    await eventually(lambda: bound(cluster, "embedding-service"))
+    await client.delete(PODS, "qwen-inference", "default")
+
+    async def one_reservation() -> bool:
+        claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+        return [r["name"] for r in claim["status"].get("reservedFor") or []] == ["embedding-service"]
+
+    await eventually(one_reservation)
+    await client.delete(PODS, "embedding-service", "default")
+
+    async def deallocated() -> bool:
+        claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+        return not (claim.get("status") or {}).get("allocation")
+
+    await eventually(deallocated)
+
+
+async def test_unsatisfiable_claim_stays_pending_with_an_explanation(cluster: EmbeddedCluster) -> None:
+    client = client_of(cluster)
+    await apply_file(cluster, "06-unsatisfiable.yaml")
+
+    async def explained() -> list[dict[str, Any]]:
+        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=b300-please")
+        return events
+
+    events = await eventually(explained)
+    assert events[0]["type"] == "Warning"
+    assert "NVIDIA B300" in events[0]["message"] or "NoMatchingDevice" in events[0]["message"]
+    pod_events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=waits-forever")
+    assert any(e["reason"] == "FailedScheduling" for e in pod_events)
+    assert not await bound(cluster, "waits-forever")
+    claim = await client.get(RESOURCE_CLAIMS, "b300-please", "default")
+    assert not (claim.get("status") or {}).get("allocation")
