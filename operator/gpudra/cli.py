@@ -26,9 +26,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run an embedded cluster with simulated GPU nodes")
-    up.add_argument("--nodes", default=None, help="PROFILE:COUNT[,PROFILE:COUNT...] (default: the demo fleet)")
+    up.add_argument(
+        "--nodes", default=None, help="PROFILE:COUNT[,PROFILE:COUNT...] (default: the demo fleet)"
+    )
     up.add_argument("--port", type=int, default=0, help="API server port; 0 picks a free port")
-    up.add_argument("--kubeconfig", type=Path, default=Path("gpudra-demo/kubeconfig"), help="where to write it")
+    up.add_argument(
+        "--kubeconfig", type=Path, default=Path("gpudra-demo/kubeconfig"), help="where to write it"
+    )
     up.add_argument("--once", action="store_true", help="bring everything up, print the fleet, shut down")
     up.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free port, -1: none)")
     up.add_argument("--list-profiles", action="store_true", help="list the node profiles and exit")

@@ -18,9 +18,13 @@ from gpudra.errors import ConfigurationError
 class CommonSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUDRA_", extra="forbid")
 
-    log_format: Literal["console", "json"] = Field("console", description="console (readable) or json (one object a line)")
+    log_format: Literal["console", "json"] = Field(
+        "console", description="console (readable) or json (one object a line)"
+    )
     log_level: str = Field("INFO", description="Python logging level name")
-    kubeconfig: Path | None = Field(None, description="kubeconfig file; default: in-cluster, then ~/.kube/config")
+    kubeconfig: Path | None = Field(
+        None, description="kubeconfig file; default: in-cluster, then ~/.kube/config"
+    )
     metrics_host: str = Field("0.0.0.0", description="address of the /metrics, /healthz, /readyz server")
     metrics_port: int = Field(0, ge=0, le=65535, description="port of the metrics server; 0 disables it")
 
@@ -28,7 +32,9 @@ class CommonSettings(BaseSettings):
 class AgentSettings(CommonSettings):
     node_name: str = Field(..., min_length=1, description="this node's name (from the downward API)")
     driver_name: str = Field("gpu.nvidia.com", description="DRA driver name published in slices")
-    backend: Literal["nvml", "simulated"] = Field("nvml", description="real GPUs through NVML, or a simulated node")
+    backend: Literal["nvml", "simulated"] = Field(
+        "nvml", description="real GPUs through NVML, or a simulated node"
+    )
     simulated_profile: str = Field("dgx-h100", description="node profile when backend=simulated")
     hardware_poll_seconds: float = Field(
         0.5, gt=0, description="how often the GPUs are re-read; slices follow a change within this time"
@@ -36,7 +42,9 @@ class AgentSettings(CommonSettings):
     full_resync_seconds: float = Field(
         60.0, gt=0, description="how often slices are re-listed and repaired even without a hardware change"
     )
-    max_devices_per_slice: int = Field(128, ge=1, le=128, description="devices per ResourceSlice before splitting")
+    max_devices_per_slice: int = Field(
+        128, ge=1, le=128, description="devices per ResourceSlice before splitting"
+    )
 
 
 class ControllerSettings(CommonSettings):

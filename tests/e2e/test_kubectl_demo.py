@@ -25,7 +25,8 @@ pytestmark = [
 @pytest.fixture
 async def demo(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
     options = UpOptions(
-        nodes=parse_fleet("dgx-h100:1,dgx-a100:1", {"dgx-h100", "dgx-a100"}), kubeconfig=tmp_path / "kubeconfig"
+        nodes=parse_fleet("dgx-h100:1,dgx-a100:1", {"dgx-h100", "dgx-a100"}),
+        kubeconfig=tmp_path / "kubeconfig",
     )
     cluster = EmbeddedCluster(options)
     await cluster.start()

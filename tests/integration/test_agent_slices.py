@@ -112,7 +112,9 @@ async def test_agents_never_touch_other_nodes_slices(cluster: EmbeddedCluster) -
     await wait_for(republished)
     for node, slices in others.items():
         now = await node_slices(cluster, node)
-        assert [s["metadata"]["resourceVersion"] for s in now] == [s["metadata"]["resourceVersion"] for s in slices]
+        assert [s["metadata"]["resourceVersion"] for s in now] == [
+            s["metadata"]["resourceVersion"] for s in slices
+        ]
 
 
 async def test_agent_restart_keeps_the_same_slices_without_writes(cluster: EmbeddedCluster) -> None:
@@ -125,7 +127,9 @@ async def test_agent_restart_keeps_the_same_slices_without_writes(cluster: Embed
     old = cluster.agents[node]
     settings = AgentSettings(node_name=node, backend="simulated", hardware_poll_seconds=0.1)
     assert cluster.client is not None
-    restarted = NodeAgent(settings, NvmlBackend(node, nvml=cluster.simulated[node]), cluster.client, cluster.metrics)
+    restarted = NodeAgent(
+        settings, NvmlBackend(node, nvml=cluster.simulated[node]), cluster.client, cluster.metrics
+    )
     new_task = asyncio.create_task(restarted.run())
     try:
         await asyncio.wait_for(restarted.published.wait(), timeout=10)
@@ -144,7 +148,9 @@ async def test_deleted_slice_is_recreated_at_the_next_full_resync(cluster: Embed
     node = "l4x4-0"
     (slice_,) = await node_slices(cluster, node)
     assert cluster.client is not None
-    cluster.agents[node].settings = cluster.agents[node].settings.model_copy(update={"full_resync_seconds": 0.2})
+    cluster.agents[node].settings = cluster.agents[node].settings.model_copy(
+        update={"full_resync_seconds": 0.2}
+    )
     await cluster.client.delete(RESOURCE_SLICES, slice_["metadata"]["name"])
 
     async def back() -> bool:

@@ -19,14 +19,19 @@ from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Resource
 
 SEEDS = Path(__file__).resolve().parents[2] / "examples" / "seeds"
-KINDS: dict[str, Resource] = {"Pod": PODS, "ResourceClaim": RESOURCE_CLAIMS, "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES}
+KINDS: dict[str, Resource] = {
+    "Pod": PODS,
+    "ResourceClaim": RESOURCE_CLAIMS,
+    "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES,
+}
 FLEET = "dgx-h100:1,dgx-a100:1,dgx-a100-80gb:1"
 
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
     options = UpOptions(
-        nodes=parse_fleet(FLEET, {"dgx-h100", "dgx-a100", "dgx-a100-80gb"}), kubeconfig=tmp_path / "kubeconfig"
+        nodes=parse_fleet(FLEET, {"dgx-h100", "dgx-a100", "dgx-a100-80gb"}),
+        kubeconfig=tmp_path / "kubeconfig",
     )
     cluster = EmbeddedCluster(options)
     await cluster.start()
@@ -68,7 +73,9 @@ async def bound(cluster: EmbeddedCluster, name: str) -> str:
 
 async def claim_of(cluster: EmbeddedCluster, pod_name: str, pod_claim: str) -> dict[str, Any]:
     body = await pod(cluster, pod_name)
-    statuses = {s["name"]: s.get("resourceClaimName") for s in body.get("status", {}).get("resourceClaimStatuses", [])}
+    statuses = {
+        s["name"]: s.get("resourceClaimName") for s in body.get("status", {}).get("resourceClaimStatuses", [])
+    }
     named = {c["name"]: c.get("resourceClaimName") for c in body["spec"]["resourceClaims"]}
     name = statuses.get(pod_claim) or named.get(pod_claim)
     assert name, f"pod {pod_name} has no claim for {pod_claim}"
@@ -95,9 +102,13 @@ async def test_template_gives_each_pod_its_own_claim_and_gpu(cluster: EmbeddedCl
     assert devices_of(claim_a) != devices_of(claim_b)
     allocation = claim_a["status"]["allocation"]
     (result,) = allocation["devices"]["results"]
-    assert result["driver"] == "gpu.nvidia.com" and result["pool"] == "dgx-h100-0" and result["request"] == "gpu"
+    assert (
+        result["driver"] == "gpu.nvidia.com" and result["pool"] == "dgx-h100-0" and result["request"] == "gpu"
+    )
     assert allocation["nodeSelector"] == {
-        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["dgx-h100-0"]}]}]
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["dgx-h100-0"]}]}
+        ]
     }
     pod_a = await pod(cluster, "trainer-a")
     assert claim_a["status"]["reservedFor"] == [

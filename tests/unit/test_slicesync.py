@@ -12,7 +12,13 @@ DRIVER = "gpu.nvidia.com"
 
 def devices(n: int, product: str = "NVIDIA H100 80GB HBM3") -> list[Device]:
     return [
-        Device(name=f"gpu-{i}", attributes={"type": DeviceAttribute(string="gpu"), "productName": DeviceAttribute(string=product)})
+        Device(
+            name=f"gpu-{i}",
+            attributes={
+                "type": DeviceAttribute(string="gpu"),
+                "productName": DeviceAttribute(string=product),
+            },
+        )
         for i in range(n)
     ]
 

@@ -26,7 +26,9 @@ def make_backend(settings: AgentSettings) -> GpuBackend:
 async def run_agent(settings: AgentSettings) -> None:
     metrics = Metrics()
     backend = make_backend(settings)
-    client = await KubeClient.from_environment(settings.kubeconfig, field_manager=f"gpudra-agent-{settings.node_name}")
+    client = await KubeClient.from_environment(
+        settings.kubeconfig, field_manager=f"gpudra-agent-{settings.node_name}"
+    )
     agent = NodeAgent(settings, backend, client, metrics)
     runner = None
     if settings.metrics_port:

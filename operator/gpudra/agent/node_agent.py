@@ -8,6 +8,7 @@ are re-listed and repaired even when the hardware did not change (someone delete
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 
@@ -75,12 +76,15 @@ class NodeAgent:
         last_full = 0.0
         dirty = True
         while True:
+            inventory: NodeInventory | None
             try:
                 inventory = await asyncio.to_thread(self._backend.read_inventory)
                 self._metrics.hardware_reads.labels(node.name, "ok").inc()
             except GpudraError as exc:
                 self._metrics.hardware_reads.labels(node.name, "failed").inc()
-                log.error("reading the GPUs failed; keeping the published slices", node=node.name, error=str(exc))
+                log.error(
+                    "reading the GPUs failed; keeping the published slices", node=node.name, error=str(exc)
+                )
                 inventory = self.inventory
             now = time.monotonic()
             if inventory is not None and (
@@ -97,7 +101,9 @@ class NodeAgent:
         try:
             await self.publisher.publish(devices)
         except GpudraError as exc:
-            log.error("publishing resourceslices failed; will retry", node=inventory.node_name, error=str(exc))
+            log.error(
+                "publishing resourceslices failed; will retry", node=inventory.node_name, error=str(exc)
+            )
             return True
         self._record(inventory, devices)
         self.published.set()
@@ -119,8 +125,6 @@ class NodeAgent:
         self._published_counts = set(counts)
 
     async def _sleep(self) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=self.settings.hardware_poll_seconds)
-        except TimeoutError:
-            pass
         self._wake.clear()

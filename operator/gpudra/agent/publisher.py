@@ -21,7 +21,13 @@ class SlicePublisher:
     node and whose driver is ours, so it can never write another node's slices."""
 
     def __init__(
-        self, client: KubeClient, *, node: NodeRef, driver: str, metrics: Metrics, max_devices_per_slice: int = 128
+        self,
+        client: KubeClient,
+        *,
+        node: NodeRef,
+        driver: str,
+        metrics: Metrics,
+        max_devices_per_slice: int = 128,
     ) -> None:
         self._client = client
         self._node = node

@@ -59,7 +59,9 @@ def plan_slices(
 ) -> SlicePlan:
     """Compare the slices on the server (wire dicts of this node and driver) with the devices to publish."""
     current = sorted(existing, key=_index)
-    generation = max((int(s.get("spec", {}).get("pool", {}).get("generation", 0)) for s in current), default=0)
+    generation = max(
+        (int(s.get("spec", {}).get("pool", {}).get("generation", 0)) for s in current), default=0
+    )
     same = build_slice_specs(
         node_name=node.name, driver=driver, devices=devices, generation=generation,
         max_devices_per_slice=max_devices_per_slice,
@@ -86,6 +88,8 @@ def plan_slices(
             meta["ownerReferences"] = [owner.to_wire()]
             plan.updates.append(ResourceSlice(spec=spec).to_wire() | {"metadata": meta})
         else:
-            meta_model = ObjectMeta(generate_name=f"{node.name}-{driver}-", labels=labels, owner_references=[owner])
+            meta_model = ObjectMeta(
+                generate_name=f"{node.name}-{driver}-", labels=labels, owner_references=[owner]
+            )
             plan.creates.append(ResourceSlice(metadata=meta_model, spec=spec).to_wire())
     return plan

@@ -32,7 +32,9 @@ def parse_fleet(spec: str, known_profiles: set[str]) -> list[FleetNode]:
                 f"--nodes: unknown node profile {profile!r}; known: {', '.join(sorted(known_profiles))}"
             )
         if profile in seen:
-            raise ConfigurationError(f"--nodes: profile {profile!r} is listed twice; give one count per profile")
+            raise ConfigurationError(
+                f"--nodes: profile {profile!r} is listed twice; give one count per profile"
+            )
         seen.add(profile)
         try:
             count = int(count_text) if sep else 1
@@ -65,7 +67,13 @@ def node_object(node: FleetNode, *, kubelet_version: str = "v1.34.0-gpudra") -> 
         "status": {
             "capacity": {"cpu": "128", "memory": "2Ti", "pods": "110"},
             "allocatable": {"cpu": "126", "memory": "2000Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated"}],
-            "nodeInfo": {"kubeletVersion": kubelet_version, "architecture": "amd64", "operatingSystem": "linux"},
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated"}
+            ],
+            "nodeInfo": {
+                "kubeletVersion": kubelet_version,
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+            },
         },
     }

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import sys
+import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -33,6 +35,10 @@ from gpudra.metrics import Metrics, metrics_app, serve_metrics
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+
+
+def _wait_flag(flag: threading.Event, timeout: float) -> bool:
+    return flag.wait(timeout)
 
 
 @dataclass
@@ -96,16 +102,24 @@ class EmbeddedCluster:
             target=asyncio.run,
             args=(
                 run_controller(
-                    ControllerSettings(), self.metrics, server_url=url, stop=self._stop, ready=controller_ready
+                    ControllerSettings(),
+                    self.metrics,
+                    server_url=url,
+                    stop=self._stop,
+                    ready=controller_ready,
                 ),
             ),
             name="gpudra-controller",
             daemon=True,
         )
         self._controller.start()
-        waiters = [asyncio.create_task(a.published.wait()) for a in self.agents.values()]
+        waiters: list[asyncio.Task[Any]] = [
+            asyncio.create_task(a.published.wait()) for a in self.agents.values()
+        ]
         waiters.append(asyncio.create_task(self.control_plane.synced.wait()))
-        waiters.append(asyncio.create_task(asyncio.to_thread(controller_ready.wait, self.options.ready_timeout)))
+        waiters.append(
+            asyncio.create_task(asyncio.to_thread(_wait_flag, controller_ready, self.options.ready_timeout))
+        )
         _, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
         for task in pending:
             task.cancel()
@@ -129,9 +143,8 @@ class EmbeddedCluster:
         self._spawn(agent.run(), f"agent {node.name}")
         return agent
 
-    def _spawn(self, coro: object, name: str) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
-        task.set_name(name)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
         task.add_done_callback(self._task_done)
         self._tasks.append(task)
 

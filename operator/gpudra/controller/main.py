@@ -14,7 +14,9 @@ async def run_controller_process(settings: ControllerSettings) -> None:
     ready = asyncio.Event()
     runner = None
     if settings.metrics_port:
-        runner = await serve_metrics(metrics_app(metrics.registry, ready.is_set), settings.metrics_host, settings.metrics_port)
+        runner = await serve_metrics(
+            metrics_app(metrics.registry, ready.is_set), settings.metrics_host, settings.metrics_port
+        )
     try:
         await run_controller(settings, metrics, ready=ready, standalone=False)
     finally:

@@ -17,7 +17,9 @@ from gpudra.controller.fleet import slice_device_counts
 from gpudra.metrics import Metrics
 
 
-def build_registry(settings: ControllerSettings, metrics: Metrics, *, server_url: str | None) -> kopf.OperatorRegistry:
+def build_registry(
+    settings: ControllerSettings, metrics: Metrics, *, server_url: str | None
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
 
@@ -30,7 +32,9 @@ def build_registry(settings: ControllerSettings, metrics: Metrics, *, server_url
     @kopf.on.event("resource.k8s.io", "v1", "resourceslices", registry=registry)
     def slice_event(type: str, name: str, body: kopf.Body, **_: Any) -> None:
         old_node, old = published.pop(name, ("", Counter()))
-        node, counts = ("", Counter[str]()) if type == "DELETED" else slice_device_counts(body, settings.driver_name)
+        node, counts = (
+            ("", Counter[str]()) if type == "DELETED" else slice_device_counts(body, settings.driver_name)
+        )
         if node:
             published[name] = (node, counts)
         totals: Counter[str] = Counter()

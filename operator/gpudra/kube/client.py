@@ -56,12 +56,14 @@ class KubeClient:
         return cls(k8s_client.ApiClient(configuration), field_manager=field_manager)
 
     @classmethod
-    async def from_environment(cls, kubeconfig: Path | None = None, *, field_manager: str = "gpudra") -> KubeClient:
+    async def from_environment(
+        cls, kubeconfig: Path | None = None, *, field_manager: str = "gpudra"
+    ) -> KubeClient:
         """In-cluster service account when running in a pod, else the given (or default) kubeconfig."""
         configuration = k8s_client.Configuration()
         if kubeconfig is None:
             try:
-                k8s_config.load_incluster_config(client_configuration=configuration)
+                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
                 return cls(k8s_client.ApiClient(configuration), field_manager=field_manager)
             except k8s_config.ConfigException:
                 pass
@@ -143,14 +145,19 @@ class KubeClient:
     ) -> Body:
         """POST to a subresource, e.g. a pod's ``binding``."""
         return await self._json(
-            "POST", res.path(namespace, name, subresource), body=body, what=f"create {res.plural}/{name}/{subresource}"
+            "POST",
+            res.path(namespace, name, subresource),
+            body=body,
+            what=f"create {res.plural}/{name}/{subresource}",
         )
 
     async def replace(self, res: Resource, body: Body, *, subresource: str | None = None) -> Body:
         meta = body.get("metadata", {})
         path = res.path(meta.get("namespace"), meta["name"], subresource)
         query = [("fieldManager", self._field_manager)]
-        return await self._json("PUT", path, query=query, body=body, what=f"replace {res.plural}/{meta['name']}")
+        return await self._json(
+            "PUT", path, query=query, body=body, what=f"replace {res.plural}/{meta['name']}"
+        )
 
     async def patch(
         self,

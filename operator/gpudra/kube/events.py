@@ -45,7 +45,10 @@ class EventRecorder:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "metadata": {
+                "name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:12]}",
+                "namespace": namespace,
+            },
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion", ""),
                 "kind": involved.get("kind", ""),

@@ -96,7 +96,9 @@ class Informer:
                     log.warning("watch failed; re-listing", resource=self.resource.plural, error=str(exc))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
-            except (OSError, asyncio.TimeoutError) as exc:
-                log.warning("watch connection lost; re-listing", resource=self.resource.plural, error=str(exc))
+            except (TimeoutError, OSError) as exc:
+                log.warning(
+                    "watch connection lost; re-listing", resource=self.resource.plural, error=str(exc)
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)

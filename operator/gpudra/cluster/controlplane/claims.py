@@ -21,7 +21,9 @@ def generate_name(pod_name: str, pod_claim_name: str) -> str:
     return base + "-"
 
 
-def claim_from_template(pod: Pod, pod_claim: PodResourceClaim, template: ResourceClaimTemplate) -> dict[str, Any]:
+def claim_from_template(
+    pod: Pod, pod_claim: PodResourceClaim, template: ResourceClaimTemplate
+) -> dict[str, Any]:
     """The ResourceClaim body for one templated pod claim: owned by the pod (controller), annotated with the pod
     claim name, labels and annotations copied from the template's metadata."""
     meta = template.spec.metadata
@@ -62,7 +64,11 @@ def is_generated_for(claim: dict[str, Any], pod: Pod, pod_claim_name: str) -> bo
 
 def pod_claim_names(pod: Pod) -> dict[str, str | None]:
     """pod claim name -> ResourceClaim name (None while a templated claim has not been created yet)."""
-    statuses = {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])} if pod.status else {}
+    statuses = (
+        {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])}
+        if pod.status
+        else {}
+    )
     result: dict[str, str | None] = {}
     for pod_claim in pod.spec.resource_claims or []:
         if pod_claim.resource_claim_name:

@@ -82,7 +82,9 @@ class ControlPlane:
     # ------------------------------------------------------------------ loop
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(i.run(), name=f"informer {i.resource.plural}") for i in self.state.informers]
+        tasks = [
+            asyncio.create_task(i.run(), name=f"informer {i.resource.plural}") for i in self.state.informers
+        ]
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.state.informers))
             self.synced.set()
@@ -138,7 +140,9 @@ class ControlPlane:
             if pod_claim.resource_claim_template_name and name is None:
                 name = self._find_generated(pod, pod_claim.name)
                 if name is None:
-                    template_body = self.state.templates.cache.get((namespace, pod_claim.resource_claim_template_name))
+                    template_body = self.state.templates.cache.get(
+                        (namespace, pod_claim.resource_claim_template_name)
+                    )
                     if template_body is None:
                         missing_template = True
                         await self._events.post(
@@ -215,9 +219,13 @@ class ControlPlane:
              "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
             pod.metadata.namespace,
         )  # fmt: skip
-        log.info("pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c in claims])
+        log.info(
+            "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c in claims]
+        )
 
-    async def _reserve(self, claim: dict[str, Any], pod: dict[str, Any], allocation: dict[str, Any] | None) -> None:
+    async def _reserve(
+        self, claim: dict[str, Any], pod: dict[str, Any], allocation: dict[str, Any] | None
+    ) -> None:
         """Write allocation (when new) and add the pod to reservedFor, retrying on conflicts with a fresh read."""
         meta = claim["metadata"]
         for _ in range(5):
@@ -229,7 +237,9 @@ class ControlPlane:
                 reserved.append(_consumer(pod))
             status["reservedFor"] = reserved
             try:
-                updated = await self._client.replace(RESOURCE_CLAIMS, {**claim, "status": status}, subresource="status")
+                updated = await self._client.replace(
+                    RESOURCE_CLAIMS, {**claim, "status": status}, subresource="status"
+                )
                 self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
                 return
             except ConflictError:

@@ -39,7 +39,15 @@ class ClusterState:
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.slices, self.claims, self.classes, self.templates, self.namespaces, self.nodes, self.pods]
+        return [
+            self.slices,
+            self.claims,
+            self.classes,
+            self.templates,
+            self.namespaces,
+            self.nodes,
+            self.pods,
+        ]
 
     def informer(self, resource: Resource) -> Informer:
         return next(i for i in self.informers if i.resource == resource)
@@ -80,7 +88,10 @@ class ClusterState:
         if self._allocator is None:
             classes = [DeviceClass.model_validate(b) for b in self.classes.cache.values()]
             self._allocator = Allocator(self.snapshot, classes)
-        labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in self.namespaces.cache.values()}
+        labels = {
+            ns["metadata"]["name"]: ns["metadata"].get("labels") or {}
+            for ns in self.namespaces.cache.values()
+        }
         self._allocator.namespace_labels = labels
         return self._allocator
 
