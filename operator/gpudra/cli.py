@@ -45,6 +45,19 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
     agent.add_argument("--metrics-port", type=int, default=None, help="env GPUDRA_METRICS_PORT (0: off)")
 
+    explain = sub.add_parser(
+        "explain", help="why a claim is pending, or whether a claim would fit, and where"
+    )
+    explain.add_argument("kind", nargs="?", choices=["claim"], help="what to explain (a ResourceClaim)")
+    explain.add_argument("name", nargs="?", help="the claim's name")
+    explain.add_argument("-n", "--namespace", default="default")
+    explain.add_argument(
+        "-f", "--file", type=Path, default=None, help="a ResourceClaim manifest; nothing is created"
+    )
+    explain.add_argument(
+        "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
+    )
+
     controller = sub.add_parser("controller", help="run the controller (Deployment)")
     controller.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
     controller.add_argument("--metrics-port", type=int, default=None, help="env GPUDRA_METRICS_PORT (0: off)")
@@ -112,10 +125,51 @@ async def _run_controller(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_explain(args: argparse.Namespace) -> int:
+    import yaml
+    from rich.console import Console
+
+    from gpudra.api.resource import AllocationResult, ResourceClaim
+    from gpudra.controller.explaining import explain, load_view
+    from gpudra.errors import ConfigurationError
+    from gpudra.kube.client import KubeClient
+    from gpudra.kube.resources import RESOURCE_CLAIMS
+    from gpudra.reports import allocation_table, outcome_report
+
+    if (args.file is None) == (args.name is None):
+        raise ConfigurationError("explain: give either `claim NAME` or `--file claim.yaml`")
+    client = await KubeClient.from_environment(args.kubeconfig, field_manager="gpudra-explain")
+    console = Console()
+    try:
+        if args.file is not None:
+            try:
+                body = yaml.safe_load(args.file.read_text())
+            except (OSError, yaml.YAMLError) as exc:
+                raise ConfigurationError(f"explain: cannot read {args.file}: {exc}") from exc
+            if not isinstance(body, dict) or body.get("kind") != "ResourceClaim":
+                raise ConfigurationError(f"explain: {args.file} must hold one ResourceClaim")
+            body.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+            body["metadata"].setdefault("name", args.file.stem)
+            skip = None
+        else:
+            body = await client.get(RESOURCE_CLAIMS, args.name, args.namespace)
+            allocation = (body.get("status") or {}).get("allocation")
+            if allocation:
+                title = f"claim {args.namespace}/{args.name} is allocated"
+                console.print(allocation_table(title, AllocationResult.model_validate(allocation)))
+                return 0
+            skip = body["metadata"].get("uid")
+        view = await load_view(client, skip_claim_uid=skip)
+        console.print(outcome_report(explain(view, ResourceClaim.model_validate(body))))
+    finally:
+        await client.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_format or "console", args.log_level or "INFO")
-    runners = {"up": _run_up, "agent": _run_agent, "controller": _run_controller}
+    runners = {"up": _run_up, "agent": _run_agent, "controller": _run_controller, "explain": _run_explain}
     try:
         return asyncio.run(runners[args.command](args))
     except GpudraError as exc:

@@ -281,7 +281,7 @@ def render_text(failure: Failure | NodesFailure, limit: int = 1024) -> str:
         text = f"0/{failure.total} nodes can allocate: " + ", ".join(parts)
         detail = next((f for f in failure.failures if f.requests), None)
         if detail is not None:
-            text += f". e.g. {detail.node}: " + _failure_line(detail)
+            text += ". e.g. " + (f"{detail.node}: " if detail.node else "") + _failure_line(detail)
         return _cut(text, limit)
     where = f"node {failure.node}: " if failure.node else ""
     return _cut(where + _failure_line(failure), limit)
