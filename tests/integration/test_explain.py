@@ -67,7 +67,8 @@ async def test_bad_cel_is_reported_with_position(cluster: EmbeddedCluster, tmp_p
     manifest.write_text(
         "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: bad}\nspec:\n  devices:\n"
         "    requests:\n    - name: gpu\n      exactly:\n        deviceClassName: gpu.nvidia.com\n"
-        '        selectors:\n        - cel: {expression: \'device.capacity["gpu.nvidia.com"].memory >= quantity("40Gi")\'}\n'
+        "        selectors:\n        - cel:\n"
+        '            expression: \'device.capacity["gpu.nvidia.com"].memory >= quantity("40Gi")\'\n'
     )
     code, out = await gpudra(cluster, "--file", str(manifest))
     assert code == 0, out
