@@ -49,6 +49,12 @@ class AgentSettings(CommonSettings):
 
 class ControllerSettings(CommonSettings):
     driver_name: str = Field("gpu.nvidia.com", description="DRA driver whose claims the controller explains")
+    pending_grace_seconds: float = Field(
+        10.0, ge=0, description="how long a claim may stay unallocated before the controller explains it"
+    )
+    pending_interval_seconds: float = Field(
+        30.0, gt=0, description="how often a pending claim is re-explained (Events are deduplicated)"
+    )
 
 
 S = TypeVar("S", bound=BaseSettings)

@@ -44,6 +44,25 @@ class Metrics:
             ["node", "type"],
             registry=r,
         )
+        self.pending_claims = Gauge(
+            "gpudra_pending_claims",
+            "Claims of this driver pending past the grace period, by the allocator's reason code.",
+            ["reason"],
+            registry=r,
+        )
+        self.known_pending_reasons: set[str] = set()
+        self.allocation_failures = Counter(
+            "gpudra_allocation_failures_total",
+            "Pending claims explained, counted once per claim and reason code (bounded label set).",
+            ["reason"],
+            registry=r,
+        )
+        self.claim_pending_seconds = Histogram(
+            "gpudra_claim_pending_seconds",
+            "Time from creation to allocation of claims that were seen pending.",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
+            registry=r,
+        )
         self.hardware_reads = Counter(
             "gpudra_hardware_reads_total",
             "Inventory reads through the GPU backend by outcome.",

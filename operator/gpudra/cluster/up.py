@@ -49,6 +49,7 @@ class UpOptions:
     once: bool = False
     metrics_port: int | None = None  # None: no metrics server; 0: a free port
     hardware_poll_seconds: float = 0.25
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
     ready_timeout: float = 120.0
 
 
@@ -102,7 +103,7 @@ class EmbeddedCluster:
             target=asyncio.run,
             args=(
                 run_controller(
-                    ControllerSettings(),
+                    self.options.controller,
                     self.metrics,
                     server_url=url,
                     stop=self._stop,

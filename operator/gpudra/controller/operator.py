@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -14,14 +15,47 @@ import kopf
 
 from gpudra.config import ControllerSettings
 from gpudra.controller.fleet import slice_device_counts
+from gpudra.controller.pending import PendingClaims, age_seconds
+from gpudra.kube.client import KubeClient
 from gpudra.metrics import Metrics
 
 
 def build_registry(
-    settings: ControllerSettings, metrics: Metrics, *, server_url: str | None
+    settings: ControllerSettings, metrics: Metrics, client: KubeClient, *, server_url: str | None
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
+    pending = PendingClaims(client, metrics, driver=settings.driver_name)
+    explainers: list[asyncio.Task[None]] = []
+
+    @kopf.index("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="device_classes")
+    def device_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+        return {name: dict(body)}
+
+    def unallocated(body: kopf.Body, **_: Any) -> bool:
+        return not (body.get("status") or {}).get("allocation")
+
+    @kopf.index(
+        "resource.k8s.io", "v1", "resourceclaims", registry=registry, id="pending_claims", when=unallocated
+    )
+    def pending_claims(uid: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+        return {uid: dict(body)}
+
+    @kopf.on.startup(registry=registry)
+    async def start_explainer(**kwargs: Any) -> None:
+        # Not a kopf timer: timers put a finalizer on every claim, and a controller must never block the deletion
+        # of objects it does not own. One loop over an index of unallocated claims instead.
+        explainer = asyncio.get_running_loop().create_task(
+            _explain_loop(pending, settings, kwargs["pending_claims"], kwargs["device_classes"])
+        )
+        explainers.append(explainer)
+
+    @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
+    def claim_event(type: str, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            pending.forget(body["metadata"]["uid"])
+        elif (body.get("status") or {}).get("allocation"):
+            pending.allocated(dict(body))
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -49,6 +83,23 @@ def build_registry(
     return registry
 
 
+async def _explain_loop(
+    pending: PendingClaims,
+    settings: ControllerSettings,
+    claims: kopf.Index[str, dict[str, Any]],
+    device_classes: kopf.Index[str, dict[str, Any]],
+) -> None:
+    """Every interval, explain each claim unallocated for longer than the grace period."""
+    while True:
+        await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
+        classes = {name: next(iter(store)) for name, store in device_classes.items()}
+        now = time.time()
+        for store in list(claims.values()):
+            for body in list(store):
+                if age_seconds(body, now) >= settings.pending_grace_seconds:
+                    await pending.check(body, classes)
+
+
 async def run_controller(
     settings: ControllerSettings,
     metrics: Metrics,
@@ -67,11 +118,19 @@ async def run_controller(
     kopf_settings.posting.level = 20  # INFO and above become Events on the objects
     kopf_settings.watching.server_timeout = 300
     kopf_settings.networking.request_timeout = 30
-    await kopf.operator(
-        registry=build_registry(settings, metrics, server_url=server_url),
-        settings=kopf_settings,
-        clusterwide=True,
-        standalone=standalone,
-        stop_flag=stop,
-        ready_flag=ready,
-    )
+    kopf_settings.persistence.finalizer = "gpudra.dev/controller"
+    if server_url is not None:
+        client = KubeClient.for_url(server_url, field_manager="gpudra-controller")
+    else:
+        client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
+    try:
+        await kopf.operator(
+            registry=build_registry(settings, metrics, client, server_url=server_url),
+            settings=kopf_settings,
+            clusterwide=True,
+            standalone=standalone,
+            stop_flag=stop,
+            ready_flag=ready,
+        )
+    finally:
+        await client.close()

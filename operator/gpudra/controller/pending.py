@@ -1,0 +1,94 @@
+"""The controller's real-cluster role for claims: a claim of this driver still unallocated after a grace period gets
+an Event saying why (the allocator's explanation), deduplicated so one pending claim cannot flood the API, and the
+pending claims are counted by reason code in metrics."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from gpudra.allocator.explain import Failure, NodesFailure, render_text
+from gpudra.allocator.result import Allocation
+from gpudra.api.resource import ResourceClaim
+from gpudra.controller.explaining import ClusterView, explain, load_view
+from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
+from gpudra.metrics import Metrics
+
+
+def uses_driver(claim: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> bool:
+    """Pure: does any request of the claim name a DeviceClass whose selectors mention ``driver``?"""
+    names: set[str] = set()
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if request.get("exactly"):
+            names.add(request["exactly"].get("deviceClassName", ""))
+        for sub in request.get("firstAvailable") or []:
+            names.add(sub.get("deviceClassName", ""))
+    for name in names:
+        selectors = ((classes.get(name) or {}).get("spec") or {}).get("selectors") or []
+        if any(driver in ((s.get("cel") or {}).get("expression") or "") for s in selectors):
+            return True
+    return False
+
+
+def age_seconds(body: dict[str, Any], now: float) -> float:
+    created = body.get("metadata", {}).get("creationTimestamp")
+    if not created:
+        return 0.0
+    return max(0.0, now - datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp())
+
+
+class PendingClaims:
+    def __init__(self, client: KubeClient, metrics: Metrics, *, driver: str, view_ttl: float = 2.0) -> None:
+        self._client = client
+        self._metrics = metrics
+        self._driver = driver
+        self._ttl = view_ttl
+        self._view: tuple[float, ClusterView] | None = None
+        self._events = EventRecorder(client, "gpudra-controller")
+        self.reasons: dict[str, str] = {}  # claim uid -> reason code while pending
+
+    async def _cluster(self) -> ClusterView:
+        now = time.monotonic()
+        if self._view is None or now - self._view[0] > self._ttl:
+            self._view = (now, await load_view(self._client))
+        return self._view[1]
+
+    async def check(self, body: dict[str, Any], classes: dict[str, dict[str, Any]]) -> str | None:
+        """Explain one pending claim; return the Event message (None when it would fit now or is not ours)."""
+        uid = body["metadata"]["uid"]
+        if (body.get("status") or {}).get("allocation") or not uses_driver(body, classes, self._driver):
+            self.forget(uid)
+            return None
+        outcome = explain(await self._cluster(), ResourceClaim.model_validate(body))
+        if isinstance(outcome, Allocation):
+            self.forget(uid)  # it fits now; the scheduler will get to it
+            return None
+        reason = outcome.reason if isinstance(outcome, (Failure, NodesFailure)) else "Unknown"
+        if self.reasons.get(uid) != reason:
+            self._metrics.allocation_failures.labels(reason).inc()
+        self.reasons[uid] = reason
+        self._refresh_gauge()
+        message = f"pending for {age_seconds(body, time.time()):.0f}s: {render_text(outcome)}"
+        await self._events.post(body, "Warning", reason, render_text(outcome))
+        return message
+
+    def allocated(self, body: dict[str, Any]) -> None:
+        """A claim we saw pending got its allocation: record how long it waited."""
+        uid = body["metadata"]["uid"]
+        if uid in self.reasons:
+            self._metrics.claim_pending_seconds.observe(age_seconds(body, time.time()))
+        self.forget(uid)
+
+    def forget(self, uid: str) -> None:
+        if self.reasons.pop(uid, None) is not None:
+            self._refresh_gauge()
+
+    def _refresh_gauge(self) -> None:
+        counts: dict[str, int] = {}
+        for reason in self.reasons.values():
+            counts[reason] = counts.get(reason, 0) + 1
+        for reason in self._metrics.known_pending_reasons | set(counts):
+            self._metrics.pending_claims.labels(reason).set(counts.get(reason, 0))
+        self._metrics.known_pending_reasons |= set(counts)

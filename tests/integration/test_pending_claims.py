@@ -1,0 +1,66 @@
+"""The controller explains claims that stay pending (Events with the allocator's reason, bounded by dedup), counts
+them by reason in metrics, and never puts a finalizer on a claim it does not own."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from gpudra.config import ControllerSettings
+from gpudra.kube.resources import EVENTS, RESOURCE_CLAIMS
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
+    options = UpOptions(
+        nodes=parse_fleet("l4x4:1", {"l4x4"}),
+        kubeconfig=tmp_path / "kc",
+        controller=ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.2),
+    )
+    cluster = EmbeddedCluster(options)
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+def claim(name: str, expression: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression": expression}}]}}]}},
+    }  # fmt: skip
+
+
+async def test_pending_claim_gets_one_explaining_event(cluster: EmbeddedCluster) -> None:
+    assert cluster.client is not None
+    expression = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+    await cluster.client.create(RESOURCE_CLAIMS, claim("wants-h100", expression), "default")
+    deadline = time.monotonic() + 20
+    events: list[dict[str, Any]] = []
+    while not events and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        events, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=wants-h100")
+        events = [e for e in events if e["source"]["component"] == "gpudra-controller"]
+    assert events, "no explanation event from the controller"
+    assert events[0]["reason"] == "NoMatchingDevice"
+    assert "NVIDIA H100 80GB HBM3" in events[0]["message"] or "no matching device" in events[0]["message"]
+
+    await asyncio.sleep(1.5)  # several more timer ticks: the same explanation is not posted again
+    again, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=wants-h100")
+    assert len([e for e in again if e["source"]["component"] == "gpudra-controller"]) == 1
+
+    body = await cluster.client.get(RESOURCE_CLAIMS, "wants-h100", "default")
+    assert not body["metadata"].get("finalizers")
+    text = cluster.metrics.registry.get_sample_value("gpudra_pending_claims", {"reason": "NoMatchingDevice"})
+    assert text == 1.0
