@@ -89,3 +89,17 @@ async def test_gpudra_up_once_prints_the_fleet_and_exits_zero(tmp_path: Path) ->
     assert "dgx-a100-0" in text and "l4x4-0" in text
     assert "1g.5gb" in text
     assert kubeconfig.exists()
+
+
+async def test_kubectl_apply_of_a_seed_pattern_gets_allocated_and_bound(demo: EmbeddedCluster) -> None:
+    seed = str(ROOT / "examples" / "seeds" / "02-shared-claim-two-pods.yaml")
+    await kubectl(demo, "apply", "-f", seed)
+    for _ in range(100):
+        claims = await kubectl(demo, "get", "resourceclaims")
+        if "allocated,reserved" in claims:
+            break
+        await asyncio.sleep(0.1)
+    assert "shared-inference-gpu" in claims and "allocated,reserved" in claims
+    pods = json.loads(await kubectl(demo, "get", "pods", "-o", "json"))
+    assert {p["spec"].get("nodeName") for p in pods["items"]} == {"dgx-h100-0"}
+    await kubectl(demo, "delete", "-f", seed)
