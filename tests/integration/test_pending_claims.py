@@ -50,7 +50,9 @@ async def test_pending_claim_gets_one_explaining_event(cluster: EmbeddedCluster)
     events: list[dict[str, Any]] = []
     while not events and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
-        events, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=wants-h100")
+        events, _ = await cluster.client.list(
+            EVENTS, "default", field_selector="involvedObject.name=wants-h100"
+        )
         events = [e for e in events if e["source"]["component"] == "gpudra-controller"]
     assert events, "no explanation event from the controller"
     assert events[0]["reason"] == "NoMatchingDevice"
