@@ -16,10 +16,20 @@ import yaml
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Resource
+from gpudra.kube.resources import (
+    DEPLOYMENTS,
+    EVENTS,
+    JOBS,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    Resource,
+)
 
 SEEDS = Path(__file__).resolve().parents[2] / "examples" / "seeds"
 KINDS: dict[str, Resource] = {
+    "Job": JOBS,
+    "Deployment": DEPLOYMENTS,
     "Pod": PODS,
     "ResourceClaim": RESOURCE_CLAIMS,
     "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES,
@@ -201,3 +211,25 @@ async def test_unsatisfiable_claim_stays_pending_with_an_explanation(cluster: Em
     assert not await bound(cluster, "waits-forever")
     claim = await client.get(RESOURCE_CLAIMS, "b300-please", "default")
     assert not (claim.get("status") or {}).get("allocation")
+
+
+async def test_job_and_deployment_pods_get_their_own_claims(cluster: EmbeddedCluster) -> None:
+    client = client_of(cluster)
+    await apply_file(cluster, "07-job-and-deployment.yaml")
+
+    async def all_bound() -> list[dict[str, Any]]:
+        pods, _ = await client.list(PODS, "default")
+        return pods if len(pods) == 3 and all(p["spec"].get("nodeName") for p in pods) else []
+
+    pods = await eventually(all_bound)
+    by_owner: dict[str, list[str]] = {}
+    for p in pods:
+        by_owner.setdefault(p["metadata"]["ownerReferences"][0]["kind"], []).append(p["spec"]["nodeName"])
+    assert by_owner == {"Job": ["dgx-a100-80gb-0"], "Deployment": ["dgx-a100-0", "dgx-a100-0"]}
+    devices = []
+    for p in pods:
+        claim = await claim_of(
+            cluster, p["metadata"]["name"], next(iter(c["name"] for c in p["spec"]["resourceClaims"]))
+        )
+        devices += [d for _, _, d in devices_of(claim)]
+    assert len(devices) == len(set(devices)) == 5

@@ -50,6 +50,12 @@ def build_registry(
         )
         explainers.append(explainer)
 
+    @kopf.on.cleanup(registry=registry)
+    async def stop_explainer(**_: Any) -> None:
+        for explainer in explainers:
+            explainer.cancel()
+        await asyncio.gather(*explainers, return_exceptions=True)
+
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
     def claim_event(type: str, body: kopf.Body, **_: Any) -> None:
         if type == "DELETED":

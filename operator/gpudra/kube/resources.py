@@ -43,3 +43,6 @@ RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceC
 RESOURCE_CLAIM_TEMPLATES = Resource(
     "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True
 )
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
+DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
+JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)

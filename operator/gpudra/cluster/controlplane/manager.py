@@ -17,6 +17,7 @@ from gpudra.api.core import Pod
 from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
 from gpudra.cluster.controlplane.state import ClusterState
+from gpudra.cluster.controlplane.workloads import Workloads
 from gpudra.errors import ConflictError, GpudraError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -46,6 +47,7 @@ class ControlPlane:
         self._queued: set[tuple[str, str]] = set()
         self._unschedulable: set[tuple[str, str]] = set()
         self._events = EventRecorder(client, "gpudra-scheduler")
+        self.workloads = Workloads(client, self.state.pods)
         self.synced = asyncio.Event()
 
     # ------------------------------------------------------------------ events in
@@ -87,6 +89,10 @@ class ControlPlane:
         ]
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.state.informers))
+            # workloads start once the pod cache is complete, so they never create a pod twice
+            workloads = [self.workloads.deployments, self.workloads.jobs]
+            tasks += [asyncio.create_task(i.run(), name=f"informer {i.resource.plural}") for i in workloads]
+            await asyncio.gather(*(i.synced.wait() for i in workloads))
             self.synced.set()
             retry = asyncio.create_task(self._periodic_retry())
             tasks.append(retry)
