@@ -287,6 +287,16 @@ def _encoded_maps(
     return encoded
 
 
+@functools.lru_cache(maxsize=8192)
+def _semver(text: str) -> Semver:
+    return Semver.parse(text, normalize=True)
+
+
+@functools.lru_cache(maxsize=8192)
+def _quantity(text: str) -> Quantity:
+    return Quantity.parse(text)
+
+
 def cel_device(driver: str, device: Device) -> CelDevice:
     """The CEL view of one published device: bare names go under the driver's domain, versions become Semver,
     capacities Quantity. Raise InvalidInputError for a malformed version or quantity."""
@@ -295,12 +305,12 @@ def cel_device(driver: str, device: Device) -> CelDevice:
         domain, _, name = qualified.rpartition("/")
         value: object = attribute.value
         if attribute.kind == "version":
-            value = Semver.parse(str(attribute.value), normalize=True)
+            value = _semver(str(attribute.value))
         attributes.setdefault(domain or driver, {})[name] = value
     capacity: dict[str, dict[str, object]] = {}
     for qualified, entry in (device.capacity or {}).items():
         domain, _, name = qualified.rpartition("/")
-        capacity.setdefault(domain or driver, {})[name] = Quantity.parse(entry.value)
+        capacity.setdefault(domain or driver, {})[name] = _quantity(entry.value)
     multi = bool(device.allow_multiple_allocations)
     shape = (
         driver,
