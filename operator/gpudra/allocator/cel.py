@@ -288,12 +288,12 @@ def _encoded_maps(
 
 
 @functools.lru_cache(maxsize=8192)
-def _semver(text: str) -> Semver:
+def _parsed_version(text: str) -> Semver:
     return Semver.parse(text, normalize=True)
 
 
 @functools.lru_cache(maxsize=8192)
-def _quantity(text: str) -> Quantity:
+def _parsed_quantity(text: str) -> Quantity:
     return Quantity.parse(text)
 
 
@@ -305,12 +305,12 @@ def cel_device(driver: str, device: Device) -> CelDevice:
         domain, _, name = qualified.rpartition("/")
         value: object = attribute.value
         if attribute.kind == "version":
-            value = _semver(str(attribute.value))
+            value = _parsed_version(str(attribute.value))
         attributes.setdefault(domain or driver, {})[name] = value
     capacity: dict[str, dict[str, object]] = {}
     for qualified, entry in (device.capacity or {}).items():
         domain, _, name = qualified.rpartition("/")
-        capacity.setdefault(domain or driver, {})[name] = _quantity(entry.value)
+        capacity.setdefault(domain or driver, {})[name] = _parsed_quantity(entry.value)
     multi = bool(device.allow_multiple_allocations)
     shape = (
         driver,
