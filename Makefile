@@ -22,6 +22,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check operator tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/hadolint Dockerfile
 
 test: $(STAMP) lint
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -52,7 +52,9 @@ def test_committed_crds_match_the_models() -> None:
         path = CRDS / name
         assert path.exists(), f"crds/{name} is missing; {FIX}"
         assert path.read_text(encoding="utf-8") == text, f"crds/{name} is out of date; {FIX}"
-    extra = sorted(p.name for p in CRDS.glob("*.yaml") if p.name not in expected)
+    extra = sorted(
+        p.name for p in CRDS.glob("*.yaml") if p.name not in expected and p.name != "kustomization.yaml"
+    )
     assert not extra, f"crds/ holds files no model generates: {extra}; add the model to CRD_MODELS and {FIX}"
 
 

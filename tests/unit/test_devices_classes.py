@@ -13,7 +13,7 @@ from gpudra.errors import ConfigurationError
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE_COPY = REPO / "operator" / "gpudra" / "devices" / "deviceclasses.yaml"
-MANIFEST_COPY = REPO / "manifests" / "deviceclasses.yaml"
+MANIFEST_COPY = REPO / "manifests" / "base" / "deviceclasses.yaml"
 
 _DRIVER = re.compile(r"^device\.driver == '([^']+)'$")
 _ATTRIBUTE = re.compile(r"^device\.attributes\['([^']+)'\]\.(\w+) == (?:'([^']*)'|(\d+))$")
@@ -105,6 +105,6 @@ def test_a_manifest_with_other_objects_is_refused() -> None:
 def test_the_manifest_copy_matches_the_packaged_classes() -> None:
     assert device_classes_text() == PACKAGE_COPY.read_text(encoding="utf-8")
     assert MANIFEST_COPY.read_text(encoding="utf-8") == PACKAGE_COPY.read_text(encoding="utf-8"), (
-        "manifests/deviceclasses.yaml differs from the canonical copy; run: "
-        "cp operator/gpudra/devices/deviceclasses.yaml manifests/deviceclasses.yaml"
+        "manifests/base/deviceclasses.yaml differs from the canonical copy; run: "
+        "cp operator/gpudra/devices/deviceclasses.yaml manifests/base/deviceclasses.yaml"
     )

@@ -2,7 +2,7 @@
 
 The one deliberate read of this otherwise pure package: the canonical ``deviceclasses.yaml`` sits next to this
 module (package data), so an installed gpudra finds it without the repository.
-``manifests/deviceclasses.yaml`` is a copy of it for ``kubectl apply -f``; a unit test fails when the two
+``manifests/base/deviceclasses.yaml`` is a copy of it for ``kubectl apply -f``; a unit test fails when the two
 differ.
 """
 
