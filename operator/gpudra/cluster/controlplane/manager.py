@@ -8,14 +8,24 @@ One worker processes pods one at a time, like the scheduler's single scheduling 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
 from gpudra.allocator.explain import render_text
+from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.result import Allocation
 from gpudra.api.core import Pod
 from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
+from gpudra.cluster.controlplane.extended import (
+    EXTENDED_CLAIM_ANNOTATION,
+    ExtendedRequest,
+    class_for_resource,
+    extended_claim,
+    extended_requests,
+    extended_status,
+)
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.cluster.controlplane.workloads import Workloads
 from gpudra.errors import ConflictError, GpudraError, NotFoundError
@@ -124,11 +134,14 @@ class ControlPlane:
         if pod.status and pod.status.phase in ("Succeeded", "Failed"):
             await self._release(pod.metadata.uid or "")
             return
-        if pod.metadata.deletion_timestamp or not pod.spec.resource_claims:
+        if pod.metadata.deletion_timestamp or pod.spec.node_name:
             return
         names = await self._ensure_claims(pod, body)
-        if names is None or pod.spec.node_name:
+        if names is None:
             return
+        extended = extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
+        if extended:
+            names.append(await self._ensure_extended_claim(pod, body, extended))
         claims = [self.state.claims.cache.get((key[0], name)) for name in names]
         if any(c is None for c in claims):
             self._unschedulable.add(key)  # a named claim that does not exist yet
@@ -175,6 +188,35 @@ class ControlPlane:
             return None
         return [n for n in wanted.values() if n is not None]
 
+    async def _ensure_extended_claim(
+        self, pod: Pod, body: dict[str, Any], requests: list[ExtendedRequest]
+    ) -> str:
+        """The pod's one claim for extended resources backed by DRA, created once, recorded in pod status."""
+        namespace = pod.metadata.namespace or "default"
+        name = next(
+            (
+                n
+                for (ns, n), claim in self.state.claims.cache.items()
+                if ns == namespace
+                and (claim["metadata"].get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true"
+                and any(
+                    o.get("uid") == pod.metadata.uid for o in claim["metadata"].get("ownerReferences") or []
+                )
+            ),
+            None,
+        )
+        if name is None:
+            created = await self._client.create(RESOURCE_CLAIMS, extended_claim(pod, requests), namespace)
+            name = created["metadata"]["name"]
+            self.state.claims.cache[(namespace, name)] = created
+        status = extended_status(name, requests)
+        if (body.get("status") or {}).get("extendedResourceClaimStatus") != status:
+            await self._client.patch(
+                PODS, pod.metadata.name or "", {"status": {"extendedResourceClaimStatus": status}}, namespace,
+                subresource="status",
+            )  # fmt: skip
+        return name
+
     def _find_generated(self, pod: Pod, pod_claim_name: str) -> str | None:
         for (namespace, name), claim in self.state.claims.cache.items():
             if namespace == pod.metadata.namespace and is_generated_for(claim, pod, pod_claim_name):
@@ -198,7 +240,7 @@ class ControlPlane:
             )  # fmt: skip
             return
         allocator = self.state.allocator()
-        node_name = nodes[0].name
+        node_name = self._least_loaded(nodes) if not claims else nodes[0].name
         outcome: Any = None
         if pending:
             models = [ResourceClaim.model_validate(c) for c in pending]
@@ -228,6 +270,11 @@ class ControlPlane:
         log.info(
             "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c in claims]
         )
+
+    def _least_loaded(self, nodes: list[NodeInfo]) -> str:
+        """For pods without claims: spread them over the nodes by the number of pods bound there."""
+        load = Counter(str(p["spec"].get("nodeName")) for p in self.state.pods.cache.values())
+        return min(nodes, key=lambda n: (load.get(n.name, 0), n.name)).name
 
     async def _reserve(
         self, claim: dict[str, Any], pod: dict[str, Any], allocation: dict[str, Any] | None
