@@ -16,7 +16,7 @@ from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
 from gpudra.config import AgentSettings
 from gpudra.hardware.nvml import NvmlBackend
-from gpudra.kube.resources import RESOURCE_SLICES
+from gpudra.kube.resources import NODES, RESOURCE_SLICES
 
 FLEET = "dgx-a100:1,dgx-h100:1,l4x4:1"
 
@@ -157,3 +157,23 @@ async def test_deleted_slice_is_recreated_at_the_next_full_resync(cluster: Embed
         return device_names(await node_slices(cluster, node)) == {f"gpu-{i}" for i in range(4)}
 
     await wait_for(back)
+
+
+async def test_node_says_its_slices_are_published(cluster: EmbeddedCluster) -> None:
+    assert cluster.client is not None
+    node = await cluster.client.get(NODES, "dgx-h100-0")
+    assert node["metadata"]["labels"]["gpudra.dev/resourceslices-published"] == "true"
+    (slice_,) = await node_slices(cluster, "dgx-h100-0")
+    generation = str(slice_["spec"]["pool"]["generation"])
+    assert node["metadata"]["annotations"]["gpudra.dev/resourceslices-generation"] == generation
+
+    backend = cluster.agents["dgx-a100-0"]._backend
+    backend.destroy_mig_device(2, backend.read_inventory().gpus[2].mig_devices[0].gi_id)
+
+    async def annotated() -> bool:
+        body = await cluster.client.get(NODES, "dgx-a100-0")  # type: ignore[union-attr]
+        (current,) = await node_slices(cluster, "dgx-a100-0")
+        want = str(current["spec"]["pool"]["generation"])
+        return body["metadata"]["annotations"]["gpudra.dev/resourceslices-generation"] == want != "1"
+
+    await wait_for(annotated)

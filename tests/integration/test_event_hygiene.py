@@ -20,7 +20,9 @@ async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: obj
     try:
         claim = await client.create(RESOURCE_CLAIMS, CLAIM, "default")
         recorder = EventRecorder(client, "test", window_seconds=3600)
-        posted = [await recorder.post(claim, "Warning", "DevicesInUse", "all 8 H100s in use") for _ in range(1000)]
+        posted = [
+            await recorder.post(claim, "Warning", "DevicesInUse", "all 8 H100s in use") for _ in range(1000)
+        ]
         assert posted.count(True) == 1
         assert recorder.suppressed == 999
         assert await recorder.post(claim, "Warning", "NoMatchingDevice", "no device matches") is True

@@ -38,6 +38,7 @@ async def run_agent(settings: AgentSettings) -> None:
     try:
         await agent.run()
     finally:
+        await asyncio.shield(agent.unmark_node())
         await asyncio.shield(client.close())
         if runner is not None:
             await runner.cleanup()

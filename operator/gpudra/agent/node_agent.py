@@ -26,6 +26,8 @@ from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+PUBLISHED_LABEL = "gpudra.dev/resourceslices-published"
+GENERATION_ANNOTATION = "gpudra.dev/resourceslices-generation"
 
 
 def _attr(device: Device, name: str) -> str:
@@ -47,6 +49,7 @@ class NodeAgent:
         self.devices: list[Device] = []
         self.publisher: SlicePublisher | None = None
         self._published_counts: set[tuple[str, str]] = set()
+        self._node_mark: tuple[str, str] | None = None
 
     def poke(self) -> None:
         """Re-read the hardware now (after this agent changed it)."""
@@ -107,7 +110,34 @@ class NodeAgent:
             return True
         self._record(inventory, devices)
         self.published.set()
+        return await self._mark_node(True)
+
+    async def _mark_node(self, published: bool) -> bool:
+        """Tell autoscalers and admins, on the Node, that this node's slices are published and current (label
+        ``gpudra.dev/resourceslices-published``; annotation with the pool generation). Written only on change."""
+        assert self.publisher is not None
+        value = "true" if published else "false"
+        generation = str(self.publisher.generation)
+        if self._node_mark == (value, generation):
+            return False
+        patch = {
+            "metadata": {
+                "labels": {PUBLISHED_LABEL: value},
+                "annotations": {GENERATION_ANNOTATION: generation},
+            }
+        }
+        try:
+            await self._client.patch(NODES, self.settings.node_name, patch)
+        except GpudraError as exc:
+            log.warning("marking the node failed; will retry", node=self.settings.node_name, error=str(exc))
+            return True
+        self._node_mark = (value, generation)
         return False
+
+    async def unmark_node(self) -> None:
+        """On a clean shutdown: the slices will go stale, say so."""
+        if self.publisher is not None and self._node_mark is not None:
+            await self._mark_node(False)
 
     def _record(self, inventory: NodeInventory, devices: list[Device]) -> None:
         if self.inventory is not None and inventory != self.inventory:

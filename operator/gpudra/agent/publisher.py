@@ -35,6 +35,7 @@ class SlicePublisher:
         self._metrics = metrics
         self._max = max_devices_per_slice
         self.slice_names: list[str] = []
+        self.generation = 0
 
     async def publish(self, devices: Sequence[Device]) -> bool:
         """Bring the slices in line; True when something was written. Retries a lost race once."""
@@ -59,6 +60,7 @@ class SlicePublisher:
         plan = plan_slices(
             existing, devices, node=self._node, driver=self._driver, max_devices_per_slice=self._max
         )
+        self.generation = plan.generation
         if plan.empty:
             self.slice_names = sorted(s["metadata"]["name"] for s in existing)
             return False
