@@ -7,13 +7,12 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from gpudra.cluster.fleet import parse_fleet
-from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from clusterkit import StartCluster
+from gpudra.cluster.up import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -23,17 +22,8 @@ pytestmark = [
 
 
 @pytest.fixture
-async def demo(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
-    options = UpOptions(
-        nodes=parse_fleet("dgx-h100:1,dgx-a100:1", {"dgx-h100", "dgx-a100"}),
-        kubeconfig=tmp_path / "kubeconfig",
-    )
-    cluster = EmbeddedCluster(options)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
+async def demo(start_cluster: StartCluster) -> EmbeddedCluster:
+    return await start_cluster("dgx-h100:1,dgx-a100:1")
 
 
 async def kubectl(cluster: EmbeddedCluster, *args: str, check: bool = True) -> str:

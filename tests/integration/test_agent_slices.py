@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from clusterkit import StartCluster
 from gpudra.agent.node_agent import NodeAgent
-from gpudra.cluster.fleet import parse_fleet
-from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import AgentSettings
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.kube.resources import NODES, RESOURCE_SLICES
@@ -22,17 +20,8 @@ FLEET = "dgx-a100:1,dgx-h100:1,l4x4:1"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
-    profiles = {"dgx-a100", "dgx-h100", "l4x4"}
-    options = UpOptions(
-        nodes=parse_fleet(FLEET, profiles), kubeconfig=tmp_path / "kubeconfig", hardware_poll_seconds=0.1
-    )
-    cluster = EmbeddedCluster(options)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
+async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
+    return await start_cluster(FLEET, hardware_poll_seconds=0.1)
 
 
 async def node_slices(cluster: EmbeddedCluster, node: str) -> list[dict[str, Any]]:

@@ -6,29 +6,20 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from gpudra.cluster.fleet import parse_fleet
-from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from clusterkit import StartCluster
+from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import RESOURCE_CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
-    options = UpOptions(
-        nodes=parse_fleet("dgx-h100:1,l4x4:1", {"dgx-h100", "l4x4"}), kubeconfig=tmp_path / "kc"
-    )
-    cluster = EmbeddedCluster(options)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
+async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
+    return await start_cluster("dgx-h100:1,l4x4:1")
 
 
 async def gpudra(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gpudra.cluster.fleet import parse_fleet
-from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from clusterkit import StartCluster
+from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 
@@ -21,16 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
-    options = UpOptions(
-        nodes=parse_fleet("dgx-h100:1,dgx-a100:1", {"dgx-h100", "dgx-a100"}), kubeconfig=tmp_path / "kc"
-    )
-    cluster = EmbeddedCluster(options)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
+async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
+    return await start_cluster("dgx-h100:1,dgx-a100:1")
 
 
 def pod(name: str, limits: dict[str, str]) -> dict[str, Any]:

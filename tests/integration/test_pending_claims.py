@@ -5,31 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpudra.cluster.fleet import parse_fleet
-from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from clusterkit import StartCluster
+from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
 from gpudra.kube.resources import EVENTS, RESOURCE_CLAIMS
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
-    options = UpOptions(
-        nodes=parse_fleet("l4x4:1", {"l4x4"}),
-        kubeconfig=tmp_path / "kc",
-        controller=ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.2),
+async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
+    return await start_cluster(
+        "l4x4:1", controller=ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.2)
     )
-    cluster = EmbeddedCluster(options)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
 
 
 def claim(name: str, expression: str) -> dict[str, Any]:

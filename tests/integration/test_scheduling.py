@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gpudra.cluster.fleet import parse_fleet
-from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from clusterkit import StartCluster
+from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
     DEPLOYMENTS,
@@ -38,17 +38,8 @@ FLEET = "dgx-h100:1,dgx-a100:1,dgx-a100-80gb:1"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[EmbeddedCluster]:
-    options = UpOptions(
-        nodes=parse_fleet(FLEET, {"dgx-h100", "dgx-a100", "dgx-a100-80gb"}),
-        kubeconfig=tmp_path / "kubeconfig",
-    )
-    cluster = EmbeddedCluster(options)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
+async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
+    return await start_cluster(FLEET)
 
 
 def client_of(cluster: EmbeddedCluster) -> KubeClient:
