@@ -42,6 +42,14 @@ class AgentSettings(CommonSettings):
     full_resync_seconds: float = Field(
         60.0, gt=0, description="how often slices are re-listed and repaired even without a hardware change"
     )
+    health_checks: bool = Field(True, description="watch NVML XID/ECC events and taint unhealthy devices")
+    health_recovery_seconds: float = Field(
+        300.0, ge=0, description="remove a device's health taint after this long without events (0: never)"
+    )
+    health_ignored_xids: list[int] = Field(
+        default_factory=lambda: [13, 31, 43, 45, 68, 109],
+        description="XIDs that are application errors: tainted with effect None (visible, not repelling)",
+    )
     max_devices_per_slice: int = Field(
         128, ge=1, le=128, description="devices per ResourceSlice before splitting"
     )

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections import Counter
 
+from gpudra.agent.health import HealthState, with_taints
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.resource import Device
 from gpudra.config import AgentSettings
 from gpudra.devices.build import build_devices
 from gpudra.errors import GpudraError, NotFoundError
-from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.backend import GpuBackend, HealthEvent
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import NODES
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
@@ -50,6 +53,13 @@ class NodeAgent:
         self.publisher: SlicePublisher | None = None
         self._published_counts: set[tuple[str, str]] = set()
         self._node_mark: tuple[str, str] | None = None
+        self.health = HealthState(
+            ignored_xids=frozenset(settings.health_ignored_xids),
+            recovery_seconds=settings.health_recovery_seconds,
+        )
+        self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
+        self._health_stop = threading.Event()
+        self._health_changed = False
 
     def poke(self) -> None:
         """Re-read the hardware now (after this agent changed it)."""
@@ -78,16 +88,28 @@ class NodeAgent:
         )
         last_full = 0.0
         dirty = True
+        if self.settings.health_checks:
+            self._start_health_watch(asyncio.get_running_loop())
+        try:
+            await self._loop(last_full, dirty)
+        finally:
+            self._health_stop.set()
+
+    async def _loop(self, last_full: float, dirty: bool) -> None:
+        node = self.settings.node_name
         while True:
+            if self.health.expire(time.time()):
+                log.info("devices recovered: health taints removed", node=self.settings.node_name)
+                dirty = True
+            if self._health_changed:
+                self._health_changed, dirty = False, True
             inventory: NodeInventory | None
             try:
                 inventory = await asyncio.to_thread(self._backend.read_inventory)
-                self._metrics.hardware_reads.labels(node.name, "ok").inc()
+                self._metrics.hardware_reads.labels(node, "ok").inc()
             except GpudraError as exc:
-                self._metrics.hardware_reads.labels(node.name, "failed").inc()
-                log.error(
-                    "reading the GPUs failed; keeping the published slices", node=node.name, error=str(exc)
-                )
+                self._metrics.hardware_reads.labels(node, "failed").inc()
+                log.error("reading the GPUs failed; keeping the published slices", node=node, error=str(exc))
                 inventory = self.inventory
             now = time.monotonic()
             if inventory is not None and (
@@ -97,10 +119,40 @@ class NodeAgent:
                 last_full = now if not dirty else last_full
             await self._sleep()
 
+    def _start_health_watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A thread blocks in NVML's event wait (as real NVML requires) and hands events to the loop."""
+
+        def watch() -> None:
+            while not self._health_stop.is_set():
+                try:
+                    event = self._backend.wait_health_event(0.5)
+                except GpudraError as exc:
+                    log.warning("health event wait failed", node=self.settings.node_name, error=str(exc))
+                    self._health_stop.wait(5.0)
+                    continue
+                if event is not None and not self._health_stop.is_set():
+                    asyncio.run_coroutine_threadsafe(self._on_health(event), loop)
+
+        threading.Thread(target=watch, name=f"health-{self.settings.node_name}", daemon=True).start()
+
+    async def _on_health(self, event: HealthEvent) -> None:
+        taint = self.health.record(event, time.time())
+        what = f"GPU {event.gpu_uuid}" + (f" MIG GI {event.gi_id}" if event.gi_id is not None else "")
+        detail = f"XID {event.xid}" if event.xid is not None else event.kind.value
+        effect = taint.effect if taint is not None else "removed from the slices"
+        log.warning(
+            "GPU health event", node=self.settings.node_name, device=what, health=detail, effect=effect
+        )
+        uid = self.publisher.node_uid if self.publisher is not None else ""
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name, "uid": uid}}
+        self._health_changed = True
+        self.poke()
+        await self._events.post(node, "Warning", "GpuHealth", f"{what}: {detail}; taint effect {effect}")
+
     async def _publish(self, inventory: NodeInventory) -> bool:
         """Publish; return True when it must be retried."""
         assert self.publisher is not None
-        devices = build_devices(inventory)
+        devices = with_taints(build_devices(inventory), self.health.taints_for(inventory))
         try:
             await self.publisher.publish(devices)
         except GpudraError as exc:

@@ -36,6 +36,7 @@ class SlicePublisher:
         self._max = max_devices_per_slice
         self.slice_names: list[str] = []
         self.generation = 0
+        self.node_uid = node.uid
 
     async def publish(self, devices: Sequence[Device]) -> bool:
         """Bring the slices in line; True when something was written. Retries a lost race once."""
