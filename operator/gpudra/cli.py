@@ -58,6 +58,14 @@ def _parser() -> argparse.ArgumentParser:
         "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
     )
 
+    status = sub.add_parser(
+        "status", help="the fleet: nodes, GPUs, MIG devices, allocated and unhealthy devices"
+    )
+    status.add_argument(
+        "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
+    )
+    status.add_argument("--driver-name", default="gpu.nvidia.com")
+
     controller = sub.add_parser("controller", help="run the controller (Deployment)")
     controller.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
     controller.add_argument("--metrics-port", type=int, default=None, help="env GPUDRA_METRICS_PORT (0: off)")
@@ -166,10 +174,30 @@ async def _run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gpudra.kube.client import KubeClient
+    from gpudra.reports import fleet_table
+
+    client = await KubeClient.from_environment(args.kubeconfig, field_manager="gpudra-status")
+    try:
+        Console().print(await fleet_table(client, args.driver_name))
+    finally:
+        await client.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_format or "console", args.log_level or "INFO")
-    runners = {"up": _run_up, "agent": _run_agent, "controller": _run_controller, "explain": _run_explain}
+    runners = {
+        "up": _run_up,
+        "agent": _run_agent,
+        "controller": _run_controller,
+        "explain": _run_explain,
+        "status": _run_status,
+    }
     try:
         return asyncio.run(runners[args.command](args))
     except GpudraError as exc:

@@ -1,6 +1,10 @@
-"""Rich renderings for the CLI: allocation outcomes (``gpudra explain``)."""
+"""Rich renderings for the CLI: the fleet (``gpudra status``, ``gpudra up``) and allocation outcomes
+(``gpudra explain``). Read through the API, so they show what any client of the cluster would see."""
 
 from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -9,6 +13,59 @@ from rich.text import Text
 from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis, render_text
 from gpudra.allocator.result import Allocation
 from gpudra.api.resource import AllocationResult
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+
+PROFILE_LABEL = "gpudra.dev/node-profile"
+
+
+def _attr(device: dict[str, Any], name: str) -> str:
+    value = (device.get("attributes") or {}).get(name) or {}
+    return str(next(iter(value.values()), ""))
+
+
+async def fleet_table(client: KubeClient, driver: str = "gpu.nvidia.com") -> Table:
+    """Nodes, GPUs, MIG devices, published slices, allocated devices and unhealthy (tainted) devices."""
+    nodes, _ = await client.list(NODES)
+    slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
+    claims, _ = await client.list(RESOURCE_CLAIMS)
+    per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    slice_names: dict[str, list[str]] = defaultdict(list)
+    for s in slices:
+        node = s["spec"].get("nodeName", "")
+        per_node[node].extend(s["spec"].get("devices") or [])
+        slice_names[node].append(s["metadata"]["name"])
+    allocated: Counter[str] = Counter()
+    for claim in claims:
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+            "results"
+        ) or []
+        allocated.update(r["pool"] for r in results if r.get("driver") == driver)
+
+    table = Table(title="gpudra fleet", header_style="bold")
+    for column in ("NODE", "PROFILE", "GPU MODEL", "GPUS", "MIG DEVICES", "DEVICES", "ALLOCATED", "UNHEALTHY",
+                   "SLICES"):  # fmt: skip
+        table.add_column(column)
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = node["metadata"]["name"]
+        devices = per_node.get(name, [])
+        gpus = {_attr(d, "uuid") for d in devices if _attr(d, "type") == "gpu"}
+        gpus |= {_attr(d, "parentUUID") for d in devices if _attr(d, "type") == "mig"}
+        models = sorted({_attr(d, "productName") for d in devices} - {""})
+        profiles = Counter(_attr(d, "profile") for d in devices if _attr(d, "type") == "mig")
+        unhealthy = sum(1 for d in devices if any(t.get("effect") != "None" for t in d.get("taints") or []))
+        table.add_row(
+            name,
+            (node["metadata"].get("labels") or {}).get(PROFILE_LABEL, "-"),
+            ", ".join(models) or "-",
+            str(len(gpus)),
+            ", ".join(f"{n}x {p}" for p, n in sorted(profiles.items())) or "-",
+            str(len(devices)),
+            str(allocated.get(name, 0)),
+            str(unhealthy),
+            ", ".join(sorted(slice_names.get(name, []))) or "-",
+        )
+    return table
 
 
 def allocation_table(title: str, allocation: AllocationResult) -> Table:

@@ -70,3 +70,18 @@ async def test_missing_arguments_are_a_clear_error(cluster: EmbeddedCluster) -> 
     code, out = await gpudra(cluster)
     assert code == 2
     assert "give either `claim NAME` or `--file claim.yaml`" in out
+
+
+async def test_status_shows_the_fleet_with_allocated_devices(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "status", "--kubeconfig", str(cluster.options.kubeconfig),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "COLUMNS": "250"},
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    h100 = next(line for line in text.splitlines() if "dgx-h100-0" in line)
+    assert "NVIDIA H100 80GB HBM3" in h100 and " 8 " in h100
+    assert "UNHEALTHY" in text and "ALLOCATED" in text

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudra.errors import ConfigurationError
+from gpudra.reports import PROFILE_LABEL
 
 DEFAULT_FLEET = "dgx-h100:2,dgx-a100:1,l4x4:1"
-PROFILE_LABEL = "gpudra.dev/node-profile"
 
 
 @dataclass(frozen=True)

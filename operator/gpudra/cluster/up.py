@@ -23,7 +23,6 @@ from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
-from gpudra.cluster.summary import fleet_table
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -32,6 +31,7 @@ from gpudra.hardware.nvml import NvmlBackend
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
+from gpudra.reports import fleet_table
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
