@@ -9,6 +9,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+ALLOCATION_LABELS = (
+    "dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name",
+    "dra_mig_profile", "dra_mig_device_uuid", "gpu_uuid", "pod", "namespace",
+)  # fmt: skip
+"""dcgm-exporter's DRA label names (plus the GPU UUID and the consuming pod) on per-device allocation series."""
+
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -61,6 +67,25 @@ class Metrics:
             "gpudra_claim_pending_seconds",
             "Time from creation to allocation of claims that were seen pending.",
             buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
+            registry=r,
+        )
+        self.device_allocated = Gauge(
+            "gpudra_device_allocated",
+            "1 for each allocated device, labelled with its claim, pool, device, MIG profile and UUIDs, and the pod "
+            "using it (dcgm-exporter's dra_* label names, so dashboards can join on them).",
+            list(ALLOCATION_LABELS),
+            registry=r,
+        )
+        self.node_allocated = Gauge(
+            "gpudra_node_allocated",
+            "Allocated GPU resources per node: devices, memory (bytes), multiprocessors, memory_slices (MIG).",
+            ["node", "resource"],
+            registry=r,
+        )
+        self.node_capacity = Gauge(
+            "gpudra_node_capacity",
+            "Published GPU resources per node: devices, memory (bytes), multiprocessors, memory_slices (MIG).",
+            ["node", "resource"],
             registry=r,
         )
         self.hardware_reads = Counter(

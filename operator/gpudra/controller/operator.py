@@ -16,6 +16,7 @@ import kopf
 from gpudra.config import ControllerSettings
 from gpudra.controller.fleet import slice_device_counts
 from gpudra.controller.pending import PendingClaims, age_seconds
+from gpudra.controller.usage import Attribution
 from gpudra.kube.client import KubeClient
 from gpudra.metrics import Metrics
 
@@ -26,6 +27,7 @@ def build_registry(
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
     pending = PendingClaims(client, metrics, driver=settings.driver_name)
+    attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
 
     @kopf.index("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="device_classes")
@@ -49,6 +51,7 @@ def build_registry(
             _explain_loop(pending, settings, kwargs["pending_claims"], kwargs["device_classes"])
         )
         explainers.append(explainer)
+        explainers.append(asyncio.get_running_loop().create_task(attribution.refresh_loop()))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_explainer(**_: Any) -> None:
@@ -57,7 +60,8 @@ def build_registry(
         await asyncio.gather(*explainers, return_exceptions=True)
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
-    def claim_event(type: str, body: kopf.Body, **_: Any) -> None:
+    async def claim_event(type: str, body: kopf.Body, **_: Any) -> None:
+        attribution.claim_changed(body["metadata"]["uid"], None if type == "DELETED" else dict(body))
         if type == "DELETED":
             pending.forget(body["metadata"]["uid"])
         elif (body.get("status") or {}).get("allocation"):
@@ -70,7 +74,8 @@ def build_registry(
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceslices", registry=registry)
-    def slice_event(type: str, name: str, body: kopf.Body, **_: Any) -> None:
+    async def slice_event(type: str, name: str, body: kopf.Body, **_: Any) -> None:
+        attribution.slice_changed(name, None if type == "DELETED" else dict(body))
         old_node, old = published.pop(name, ("", Counter()))
         node, counts = (
             ("", Counter[str]()) if type == "DELETED" else slice_device_counts(body, settings.driver_name)

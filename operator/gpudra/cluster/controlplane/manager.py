@@ -56,6 +56,7 @@ class ControlPlane:
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._queued: set[tuple[str, str]] = set()
         self._unschedulable: set[tuple[str, str]] = set()
+        self._bound: set[str] = set()  # uids of pods this scheduler bound
         self._events = EventRecorder(client, "gpudra-scheduler")
         self.workloads = Workloads(client, self.state.pods)
         self.synced = asyncio.Event()
@@ -70,6 +71,7 @@ class ControlPlane:
     async def _on_pod(self, kind: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         if kind == "DELETED":
+            self._bound.discard(meta["uid"])
             await self._release(meta["uid"])
             self._unschedulable.discard((meta.get("namespace", ""), meta["name"]))
             self._retry_unschedulable()
@@ -134,8 +136,8 @@ class ControlPlane:
         if pod.status and pod.status.phase in ("Succeeded", "Failed"):
             await self._release(pod.metadata.uid or "")
             return
-        if pod.metadata.deletion_timestamp or pod.spec.node_name:
-            return
+        if pod.metadata.deletion_timestamp or pod.spec.node_name or pod.metadata.uid in self._bound:
+            return  # bound already (the cache may lag behind our own binding)
         names = await self._ensure_claims(pod, body)
         if names is None:
             return
@@ -267,6 +269,7 @@ class ControlPlane:
              "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
             pod.metadata.namespace,
         )  # fmt: skip
+        self._bound.add(pod.metadata.uid or "")
         log.info(
             "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c in claims]
         )
