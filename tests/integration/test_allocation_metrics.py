@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import yaml
-from clusterkit import StartCluster
 
+from clusterkit import StartCluster
 from gpudra.kube.resources import PODS, RESOURCE_CLAIM_TEMPLATES
 
 SEED = Path(__file__).resolve().parents[2] / "examples" / "seeds" / "03-two-containers-one-claim.yaml"
