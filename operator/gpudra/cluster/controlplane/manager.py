@@ -49,10 +49,8 @@ def _consumer(pod: dict[str, Any]) -> dict[str, str]:
 class ControlPlane:
     def __init__(self, client: KubeClient) -> None:
         self._client = client
-        self.state = ClusterState(client)
-        self.state.pods._handler = self._on_pod
-        self._claims_handler = self.state.claims._handler
-        self.state.claims._handler = self._on_claim
+        self.state = ClusterState(client, on_pod=self._on_pod, on_claim=self._on_claim)
+        self._changed_seen = 0
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._queued: set[tuple[str, str]] = set()
         self._unschedulable: set[tuple[str, str]] = set()
@@ -79,10 +77,9 @@ class ControlPlane:
         self._enqueue((meta.get("namespace", ""), meta["name"]))
 
     async def _on_claim(self, kind: str, body: dict[str, Any]) -> None:
-        assert self._claims_handler is not None
-        before = self.state.changed
-        await self._claims_handler(kind, body)
-        if self.state.changed != before:
+        """After the state recorded the claim's allocation: retry pods if devices came free, deallocate unused."""
+        if self.state.changed != self._changed_seen:
+            self._changed_seen = self.state.changed
             self._retry_unschedulable()
         status = body.get("status") or {}
         if kind != "DELETED" and status.get("allocation") and not status.get("reservedFor"):
@@ -332,10 +329,10 @@ class ControlPlane:
             return
         except ConflictError:
             fresh = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
-            await self._on_claim("MODIFIED", fresh)
+            await self.state.claim_event("MODIFIED", fresh)
             return
         self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
-        await self.state._on_claim("MODIFIED", updated)
+        await self.state.claim_event("MODIFIED", updated)
         self._retry_unschedulable()
 
 

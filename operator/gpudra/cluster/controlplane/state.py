@@ -10,7 +10,7 @@ from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.snapshot import ClusterSnapshot
 from gpudra.api.resource import AllocationResult, DeviceClass, ResourceSlice
 from gpudra.kube.client import KubeClient
-from gpudra.kube.informer import Informer
+from gpudra.kube.informer import Handler, Informer
 from gpudra.kube.resources import (
     DEVICE_CLASSES,
     NAMESPACES,
@@ -24,16 +24,21 @@ from gpudra.kube.resources import (
 
 
 class ClusterState:
-    def __init__(self, client: KubeClient) -> None:
+    """``on_pod`` and ``on_claim`` are the control plane's reactions; claims update the snapshot first."""
+
+    def __init__(
+        self, client: KubeClient, *, on_pod: Handler | None = None, on_claim: Handler | None = None
+    ) -> None:
+        self._on_claim_hook = on_claim
         self.snapshot = ClusterSnapshot()
         self.allocations: dict[str, AllocationResult] = {}  # claim uid -> allocation the snapshot holds
         self.slices = Informer(client, RESOURCE_SLICES, self._on_slice)
-        self.claims = Informer(client, RESOURCE_CLAIMS, self._on_claim)
+        self.claims = Informer(client, RESOURCE_CLAIMS, self.claim_event)
         self.classes = Informer(client, DEVICE_CLASSES, self._on_class)
         self.templates = Informer(client, RESOURCE_CLAIM_TEMPLATES)
         self.namespaces = Informer(client, NAMESPACES)
         self.nodes = Informer(client, NODES)
-        self.pods = Informer(client, PODS)
+        self.pods = Informer(client, PODS, on_pod)
         self.changed = 0  # bumped when devices may have become available
         self._allocator: Allocator | None = None
 
@@ -64,11 +69,13 @@ class ClusterState:
         self._allocator = None
         self.changed += 1
 
-    async def _on_claim(self, kind: str, body: dict[str, Any]) -> None:
+    async def claim_event(self, kind: str, body: dict[str, Any]) -> None:
         uid = body["metadata"]["uid"]
         raw = (body.get("status") or {}).get("allocation")
         new = None if kind == "DELETED" or raw is None else AllocationResult.model_validate(raw)
         self.record_allocation(uid, new)
+        if self._on_claim_hook is not None:
+            await self._on_claim_hook(kind, body)
 
     def record_allocation(self, uid: str, allocation: AllocationResult | None) -> None:
         """Make the snapshot hold ``allocation`` for the claim (None: nothing)."""
