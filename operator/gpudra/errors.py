@@ -102,3 +102,27 @@ class CheckpointForeign(CheckpointError):
 
 class CheckpointTooNew(CheckpointError):
     """The file was written by a newer gpudra (higher version); it is kept aside, never overwritten."""
+
+
+class ComputeDomainError(GpudraError):
+    """A ComputeDomain cannot be served as asked; the message names the domain, nodes and cliques
+    involved. ``retryable`` is True when waiting can fix it (a daemon not Ready yet, a node still held by
+    another domain) and False when only a change of the request or the cluster can (a full clique)."""
+
+    retryable: bool = False
+
+
+class CliqueFullError(ComputeDomainError):
+    """A node cannot join a ComputeDomain's clique: all 18 daemon indices of that clique are taken."""
+
+
+class ComputeDomainPlacementError(ComputeDomainError):
+    """A node or clique cannot serve one more ComputeDomain (its IMEX daemon or channels are spoken for)."""
+
+    retryable = True
+
+
+class DaemonNotReadyError(ComputeDomainError):
+    """A channel cannot be prepared yet: the node's IMEX daemon for the domain is not Ready."""
+
+    retryable = True
