@@ -53,6 +53,27 @@ class AgentSettings(CommonSettings):
     max_devices_per_slice: int = Field(
         128, ge=1, le=128, description="devices per ResourceSlice before splitting"
     )
+    serve_kubelet_plugin: bool = Field(
+        True, description="serve the kubelet DRA plugin (prepare / unprepare, CDI specs, checkpoint)"
+    )
+    plugin_dir: Path | None = Field(
+        None, description="directory of the DRA socket; default /var/lib/kubelet/plugins/<driver>"
+    )
+    registry_dir: Path = Field(
+        Path("/var/lib/kubelet/plugins_registry"), description="the kubelet's plugin registration directory"
+    )
+    cdi_dir: Path = Field(Path("/var/run/cdi"), description="where per-claim CDI spec files are written")
+    state_dir: Path | None = Field(
+        None, description="directory of the prepared-claims checkpoint; default the plugin directory"
+    )
+
+    @property
+    def plugin_path(self) -> Path:
+        return self.plugin_dir or Path("/var/lib/kubelet/plugins") / self.driver_name
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir or self.plugin_path
 
 
 class ControllerSettings(CommonSettings):

@@ -79,6 +79,16 @@ class KubeletPluginError(GpudraError):
     plugin type, no supported version, a response map missing a requested claim)."""
 
 
+class PrepareError(GpudraError):
+    """A claim cannot be prepared (or unprepared) on this node. ``reason`` is a short CamelCase code for the
+    claim's Ready condition, Events and metrics (ClaimNotFound, ClaimReplaced, NotAllocated, WrongNode,
+    UnknownDevice, InvalidConfig, DeviceInUse, Hardware)."""
+
+    def __init__(self, message: str, *, reason: str = "PrepareFailed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class CheckpointError(GpudraError):
     """The prepared-claims checkpoint cannot be trusted. ``path`` names the file; subclasses say why. The
     agent logs it and reports it as a Node Event; it never silently overwrites what it could not read."""

@@ -94,6 +94,48 @@ class Metrics:
             ["node", "result"],
             registry=r,
         )
+        self.prepare_requests = Counter(
+            "gpudra_prepare_requests_total",
+            "Claims the kubelet asked this node to prepare, by outcome (ok, failed).",
+            ["node", "result"],
+            registry=r,
+        )
+        self.unprepare_requests = Counter(
+            "gpudra_unprepare_requests_total",
+            "Claims the kubelet asked this node to unprepare, by outcome (ok, failed).",
+            ["node", "result"],
+            registry=r,
+        )
+        self.prepare_errors = Counter(
+            "gpudra_prepare_errors_total",
+            "Failed prepares and unprepares by operation and reason code (WrongNode, DeviceInUse, ...).",
+            ["node", "operation", "reason"],
+            registry=r,
+        )
+        self.prepare_seconds = Histogram(
+            "gpudra_prepare_seconds",
+            "Time to prepare one claim (read the claim, configure sharing, write the CDI spec).",
+            ["node"],
+            registry=r,
+        )
+        self.unprepare_seconds = Histogram(
+            "gpudra_unprepare_seconds",
+            "Time to unprepare one claim.",
+            ["node"],
+            registry=r,
+        )
+        self.prepared_devices = Gauge(
+            "gpudra_prepared_devices",
+            "Devices of claims prepared on this node (checkpoint state PrepareCompleted).",
+            ["node"],
+            registry=r,
+        )
+        self.recovery_actions = Counter(
+            "gpudra_prepare_recovery_actions_total",
+            "Start-up reconcile actions: regenerated, rolled_back, finished, orphan_removed, checkpoint_reset.",
+            ["node", "action"],
+            registry=r,
+        )
 
 
 def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:

@@ -339,6 +339,17 @@ class ClaimSpecDir:
         write_atomically(path, body.encode())
         return path
 
+    def write_document(self, claim_uid: str, document: Mapping[str, Any]) -> Path:
+        """Write a spec document produced earlier by ``CDISpec.to_json()`` (kept in the checkpoint) again."""
+        if document.get("kind") != f"{self.vendor}/{CLAIM_CLASS}" or not document.get("devices"):
+            raise InvalidInputError(
+                f"document of kind {document.get('kind')!r} does not belong in {self.prefix}*"
+            )
+        path = self.path_for(claim_uid)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, (json.dumps(document, indent=2, sort_keys=False) + "\n").encode())
+        return path
+
     def read(self, claim_uid: str) -> dict[str, Any] | None:
         try:
             loaded: dict[str, Any] = json.loads(self.path_for(claim_uid).read_text())

@@ -90,6 +90,8 @@ class ClaimEntry(_Record):
     mig_instances_created: list[MigInstanceRecord] = Field(default_factory=list)
     configs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Device name -> the opaque config applied to it (wire form), to undo sharing settings."""
+    cdi_document: dict[str, Any] | None = None
+    """The claim's CDI spec document, so that start-up can rewrite it exactly after a reboot wiped /var/run/cdi."""
     updated_at: float = 0.0
 
 
@@ -268,6 +270,7 @@ class CheckpointStore:
         cdi_spec: str | None = None,
         mig_instances_created: Sequence[MigInstanceRecord] | None = None,
         configs: Mapping[str, Mapping[str, Any]] | None = None,
+        cdi_document: Mapping[str, Any] | None = None,
     ) -> ClaimEntry:
         """Move a claim to ``state`` (fields given replace the stored ones) and write the file before
         returning.
@@ -287,6 +290,7 @@ class CheckpointStore:
             ("cdi_spec", cdi_spec),
             ("mig_instances_created", None if mig_instances_created is None else list(mig_instances_created)),
             ("configs", None if configs is None else {k: dict(v) for k, v in configs.items()}),
+            ("cdi_document", None if cdi_document is None else dict(cdi_document)),
         ):
             if value is not None:
                 update[key] = value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpudra.agent.node_agent import NodeAgent
+from gpudra.agent.runtime import AgentRuntime
 from gpudra.config import AgentSettings
 from gpudra.hardware.backend import GpuBackend
 from gpudra.hardware.fake_nvml import FakeNvml
@@ -29,14 +29,15 @@ async def run_agent(settings: AgentSettings) -> None:
     client = await KubeClient.from_environment(
         settings.kubeconfig, field_manager=f"gpudra-agent-{settings.node_name}"
     )
-    agent = NodeAgent(settings, backend, client, metrics)
+    runtime = AgentRuntime(settings, backend, client, metrics)
+    agent = runtime.agent
     runner = None
     if settings.metrics_port:
         app = metrics_app(metrics.registry, agent.published.is_set)
         runner = await serve_metrics(app, settings.metrics_host, settings.metrics_port)
     log.info("agent starting", node=settings.node_name, driver=settings.driver_name, backend=settings.backend)
     try:
-        await agent.run()
+        await runtime.run()
     finally:
         await asyncio.shield(agent.unmark_node())
         await asyncio.shield(client.close())

@@ -8,8 +8,11 @@ then writes a kubeconfig and prints the fleet. ``--once`` brings everything up, 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -18,11 +21,14 @@ from typing import Any
 
 from rich.console import Console
 
+from gpudra.agent.kubeletplugin.plugin import MAX_SOCKET_PATH_BYTES
 from gpudra.agent.node_agent import NodeAgent
+from gpudra.agent.runtime import AgentRuntime
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
+from gpudra.cluster.kubelet import StandInKubelet
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -63,6 +69,10 @@ class EmbeddedCluster:
     client: KubeClient | None = None
     agents: dict[str, NodeAgent] = field(default_factory=dict)
     simulated: dict[str, FakeNvml] = field(default_factory=dict)
+    runtimes: dict[str, AgentRuntime] = field(default_factory=dict)
+    kubelets: dict[str, StandInKubelet] = field(default_factory=dict)
+    node_dirs: dict[str, Path] = field(default_factory=dict)
+    _temp_dirs: list[Path] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     control_plane: ControlPlane | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -128,21 +138,44 @@ class EmbeddedCluster:
             raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
 
     async def add_node(self, node: FleetNode) -> NodeAgent:
-        """Register a Node, simulate its GPUs, start its agent."""
+        """Register a Node, simulate its GPUs, start its agent (slices + kubelet plugin) and its stand-in
+        kubelet. Each node gets its own plugin, registry, CDI and state directories."""
         assert self.client is not None
         await self.client.apply_object(NODES, node_object(node))
         fake = FakeNvml.from_profile(node.profile, node_name=node.name, fleet_index=node.fleet_index)
+        root = self._node_root(node.name)
         settings = AgentSettings(
             node_name=node.name,
             backend="simulated",
             simulated_profile=node.profile,
             hardware_poll_seconds=self.options.hardware_poll_seconds,
+            plugin_dir=root / "plugins",
+            registry_dir=root / "registry",
+            cdi_dir=root / "cdi",
+            state_dir=root / "state",
         )
-        agent = NodeAgent(settings, NvmlBackend(node.name, nvml=fake), self.client, self.metrics)
+        runtime = AgentRuntime(settings, NvmlBackend(node.name, nvml=fake), self.client, self.metrics)
         self.simulated[node.name] = fake
-        self.agents[node.name] = agent
-        self._spawn(agent.run(), f"agent {node.name}")
-        return agent
+        self.agents[node.name] = runtime.agent
+        self.runtimes[node.name] = runtime
+        self.node_dirs[node.name] = root
+        self._spawn(runtime.run(), f"agent {node.name}")
+        assert runtime.plugin is not None
+        kubelet = StandInKubelet(self.client, node.name, runtime.plugin.registration_socket)
+        self.kubelets[node.name] = kubelet
+        self._spawn(kubelet.run(), f"kubelet {node.name}")
+        return runtime.agent
+
+    def _node_root(self, name: str) -> Path:
+        """``<kubeconfig dir>/nodes/<node>``, or a short temporary directory when the socket paths under it
+        would pass the 107-byte unix socket limit."""
+        root = (self.options.kubeconfig.parent / "nodes" / name).absolute()
+        longest = root / "registry" / f"{AgentSettings.model_fields['driver_name'].default}-reg.sock"
+        if len(os.fsencode(str(longest))) > MAX_SOCKET_PATH_BYTES:
+            root = Path(tempfile.mkdtemp(prefix="gpudra-")) / name
+            self._temp_dirs.append(root.parent)
+        root.mkdir(parents=True, exist_ok=True)
+        return root
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -168,6 +201,8 @@ class EmbeddedCluster:
             await self.client.close()
         if self.server is not None:
             await self.server.stop()
+        for directory in self._temp_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 async def run_up(options: UpOptions) -> int:

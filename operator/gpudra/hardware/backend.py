@@ -94,6 +94,14 @@ class GpuBackend(Protocol):
         """Destroy a GPU instance: its compute instances first, then the instance itself."""
         ...
 
+    def set_compute_mode(self, gpu_uuid: str, exclusive_process: bool) -> None:
+        """MPS sharing: EXCLUSIVE_PROCESS (only the MPS server opens the GPU), or back to DEFAULT."""
+        ...
+
+    def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
+        """Time-slicing: the compute-policy time slice (0 Default, 1 Short, 2 Medium, 3 Long)."""
+        ...
+
     def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
         """Block up to ``timeout_s`` for an XID / ECC / lost-GPU event; None when none came."""
         ...

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -333,6 +334,33 @@ class NvmlBackend:
 
     def destroy_mig_device(self, gpu_index: int, gi_id: int) -> None:
         self._mig.destroy(gpu_index, gi_id)
+
+    # -- sharing ---------------------------------------------------------------------------------------------
+
+    def set_compute_mode(self, gpu_uuid: str, exclusive_process: bool) -> None:
+        nvml = self.nvml
+        mode = nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if exclusive_process else nvml.NVML_COMPUTEMODE_DEFAULT
+        with self.errors(f"set the compute mode of {gpu_uuid} to {int(mode)}"):
+            handle = nvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+            if int(nvml.nvmlDeviceGetComputeMode(handle)) != int(mode):
+                nvml.nvmlDeviceSetComputeMode(handle, mode)
+
+    def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
+        """NVML has no call for the compute-policy time slice: the simulation records it, a real node runs
+        ``nvidia-smi compute-policy`` (as NVIDIA's driver does)."""
+        simulated = getattr(self._nvml, "set_time_slice", None)
+        if simulated is not None:
+            with self.errors(f"set the time slice of {gpu_uuid}"):
+                simulated(gpu_uuid, interval)
+            return
+        command = ["nvidia-smi", "compute-policy", "-i", gpu_uuid, f"--set-timeslice={interval}"]
+        try:
+            subprocess.run(command, check=True, capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = getattr(exc, "stderr", b"") or b""
+            raise HardwareError(
+                f"set the time slice of {gpu_uuid} on node {self.node_name}: {exc} {_text(detail).strip()}"
+            ) from exc
 
     # -- health ----------------------------------------------------------------------------------------------
 

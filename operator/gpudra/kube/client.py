@@ -100,6 +100,14 @@ class KubeClient:
             )
         except ApiException as exc:
             raise _map_error(exc, what) from exc
+        # Without _preload_content kubernetes_asyncio hands back error responses instead of raising.
+        status = int(getattr(response, "status", 200))
+        if not 200 <= status <= 299:
+            async with response:
+                body = await response.read()
+            error = ApiException(status=status, reason=str(getattr(response, "reason", "") or ""))
+            error.body = body
+            raise _map_error(error, what)
         return response
 
     async def _json(self, method: str, path: str, *, what: str, **kwargs: Any) -> Body:

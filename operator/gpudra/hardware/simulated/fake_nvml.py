@@ -6,8 +6,9 @@ constants, error classes and structure types. So :class:`gpudra.hardware.nvml.Nv
 on it as on a real GPU. The MIG rules live in :mod:`gpu_state`, event sets in :mod:`events`.
 
 Test hooks (not NVML calls): :meth:`inject_xid`, :meth:`inject_ecc`, :meth:`lose_gpu`, :meth:`reset_gpu`,
-:meth:`set_processes`, :meth:`require_reset_for_mig_change`, :meth:`gpu`; and :meth:`pcie_root_of`, the stand-
-in for the sysfs lookup the backend does on a real machine.
+:meth:`set_processes`, :meth:`require_reset_for_mig_change`, :meth:`gpu`, :meth:`set_time_slice` (the
+``nvidia-smi compute-policy`` stand-in); and :meth:`pcie_root_of`, the stand-in for the sysfs lookup the backend
+does on a real machine.
 
 All calls take one re-entrant lock, so an agent thread may read while a test mutates."""
 
@@ -110,6 +111,13 @@ class FakeNvml(MigCalls):
     def require_reset_for_mig_change(self, gpu_index: int, required: bool = True) -> None:
         with self._lock:
             self._gpus[gpu_index].reset_required_for_mig_change = required
+
+    @locked
+    def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
+        """Stand-in for ``nvidia-smi compute-policy -i <uuid> --set-timeslice=<interval>`` (no NVML call)."""
+        gpu = self._full_gpu(self.nvmlDeviceGetHandleByUUID(gpu_uuid))
+        gpu.check_alive()
+        gpu.time_slice = interval
 
     def pcie_root_of(self, pci_bus_id: str) -> str | None:
         """Stand-in for resolving /sys/bus/pci/devices/<bus id> to its root complex ("pci0000:15")."""
@@ -280,6 +288,22 @@ class FakeNvml(MigCalls):
         return attrs
 
     nvmlDeviceGetAttributes_v2 = nvmlDeviceGetAttributes
+
+    # -- compute mode (MPS sharing) ----------------------------------------------------------------------------
+
+    @locked
+    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
+        gpu = self._full_gpu(handle)
+        gpu.check_alive()
+        return gpu.compute_mode
+
+    @locked
+    def nvmlDeviceSetComputeMode(self, handle: Any, mode: int) -> None:
+        gpu = self._full_gpu(handle)
+        gpu.check_alive()
+        if not 0 <= mode < t.NVML_COMPUTEMODE_COUNT:
+            raise t.NVMLError_InvalidArgument(f"compute mode {mode} is not an NVML compute mode")
+        gpu.compute_mode = mode
 
     # -- events ----------------------------------------------------------------------------------------------
 

@@ -78,6 +78,8 @@ class SimulatedGpu:
         self.lost = False
         self.processes = 0  # processes using the GPU: MIG mode changes wait for a reset while > 0
         self.reset_required_for_mig_change = False
+        self.compute_mode = 0  # NVML_COMPUTEMODE_DEFAULT; MPS sets EXCLUSIVE_PROCESS (3)
+        self.time_slice = 0  # nvidia-smi compute-policy --set-timeslice value (0 Default ... 3 Long)
         self.gpu_instances: dict[int, SimGpuInstance] = {}
         self._serials = itertools.count(1)
 

@@ -1,0 +1,377 @@
+"""ClaimPreparer: the node agent's answer to the kubelet's NodePrepareResources / NodeUnprepareResources.
+
+Prepare of one claim, under that claim's checkpoint lock (other claims run in parallel, there is no global lock):
+GET the ResourceClaim, check its UID and allocation, take the results of this driver on this node, map them to
+the GPUs and MIG devices present now, resolve the opaque configs, refuse devices another claim holds, then
+
+    checkpoint PrepareStarted (with the plan) -> sharing settings -> CDI spec written -> PrepareCompleted
+
+and report ``status.devices`` Ready on the claim. A failure after PrepareStarted is rolled back at once; a crash
+is repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from
+the checkpoint. Unprepare undoes exactly what the checkpoint says was done, and an unknown claim is a success.
+
+``hook`` is called with the name of each step boundary (``prepare_started``, ``cdi_written``,
+``before_prepare_completed``, ``prepare_completed``, ``unprepare_started``, ``cdi_deleted``); tests raise from it
+to simulate a crash there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from gpudra.agent.cdi import ClaimSpecDir
+from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
+from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
+from gpudra.agent.preparing import (
+    DeviceKey,
+    conflicts,
+    device_status,
+    device_targets,
+    merge_device_statuses,
+    plan_claim,
+    prepared_devices,
+    select_results,
+    sharing_actions,
+)
+from gpudra.api.nvidia import SharingFeatures
+from gpudra.api.resource import DeviceRequestAllocationResult, ResourceClaim
+from gpudra.errors import (
+    CheckpointError,
+    ConflictError,
+    GpudraError,
+    HardwareError,
+    KubeError,
+    NotFoundError,
+    PrepareError,
+)
+from gpudra.hardware.backend import GpuBackend
+from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
+from gpudra.kube.resources import RESOURCE_CLAIMS
+from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+Hook = Callable[[str], None]
+
+
+def no_hook(step: str) -> None:
+    return None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _as_prepare_error(exc: GpudraError) -> PrepareError:
+    if isinstance(exc, PrepareError):
+        return exc
+    if isinstance(exc, HardwareError):
+        return PrepareError(f"GPU operation failed: {exc}", reason="Hardware")
+    if isinstance(exc, CheckpointError):
+        return PrepareError(f"checkpoint: {exc}", reason="Checkpoint")
+    if isinstance(exc, KubeError):
+        return PrepareError(f"Kubernetes API: {exc}", reason="ApiError")
+    return PrepareError(str(exc), reason="PrepareFailed")
+
+
+class ClaimPreparer:
+    """PluginHandler of the GPU driver. ``shareable`` names devices that allow multiple allocations."""
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        backend: GpuBackend,
+        store: CheckpointStore,
+        specs: ClaimSpecDir,
+        driver: str,
+        node: str,
+        metrics: Metrics | None = None,
+        events: EventRecorder | None = None,
+        features: SharingFeatures | None = None,
+        shareable: Callable[[], Iterable[str]] = lambda: (),
+        mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
+        hook: Hook = no_hook,
+    ) -> None:
+        self._client = client
+        self._backend = backend
+        self.store = store
+        self.specs = specs
+        self.driver = driver
+        self.node = node
+        self._metrics = metrics
+        self._events = events or EventRecorder(client, f"gpudra-agent-{node}", window_seconds=60)
+        self._features = features
+        self._shareable = shareable
+        self._mps_root = mps_root
+        self.hook = hook
+        self._in_flight: dict[str, set[DeviceKey]] = {}
+
+    # -- PluginHandler ---------------------------------------------------------------------------------------
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        results = await asyncio.gather(*(self._prepare_one(ref) for ref in claims))
+        self._update_gauge()
+        return {ref.uid: result for ref, result in zip(claims, results, strict=True)}
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
+        results = await asyncio.gather(*(self._unprepare_one(ref) for ref in claims))
+        self._update_gauge()
+        return {ref.uid: result for ref, result in zip(claims, results, strict=True)}
+
+    # -- prepare ---------------------------------------------------------------------------------------------
+
+    async def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
+        started = time.monotonic()
+        try:
+            async with self.store.claim_lock(ref.uid):
+                result = await self._prepare_locked(ref)
+        except PrepareError as exc:
+            log.warning("prepare failed", claim=f"{ref.namespace}/{ref.name}", uid=ref.uid, error=str(exc))
+            self._count("prepare", "failed", exc.reason)
+            return PrepareResult(error=str(exc))
+        finally:
+            if self._metrics is not None:
+                self._metrics.prepare_seconds.labels(self.node).observe(time.monotonic() - started)
+        self._count("prepare", "ok")
+        return result
+
+    async def _prepare_locked(self, ref: ClaimRef) -> PrepareResult:
+        entry = self.store.get(ref.uid)
+        if entry is not None and entry.state == "PrepareCompleted":
+            await self._ensure_spec(ref.uid, entry)
+            return PrepareResult(devices=prepared_devices(entry.devices))
+        claim: dict[str, Any] | None = None
+        results: list[DeviceRequestAllocationResult] = []
+        try:
+            claim = await self._get_claim(ref)
+            model = ResourceClaim.from_wire(claim)
+            results = select_results(model, ref, driver=self.driver, node=self.node)
+            inventory = await asyncio.to_thread(self._backend.read_inventory)
+            plan = plan_claim(
+                ref.uid,
+                model,
+                results,
+                device_targets(inventory),
+                driver=self.driver,
+                features=self._features,
+                mps_root=self._mps_root,
+            )
+            await self._execute(ref, plan.devices, plan.configs, plan.cdi_document)
+        except GpudraError as exc:
+            error = _as_prepare_error(exc)
+            await self._report_failure(ref, claim, results, error)
+            if error is exc:
+                raise
+            raise error from exc
+        ready = [
+            device_status(
+                self.driver, d.pool_name, d.device_name, ready=True, reason="Prepared",
+                message=f"prepared on node {self.node}", now=_now(), share_id=d.share_id,
+                data={"uuid": d.uuid, "type": d.device_type, "cdiDeviceIDs": list(d.cdi_device_ids)},
+            )
+            for d in plan.devices
+        ]  # fmt: skip
+        await self._update_status(ref, ready)
+        return PrepareResult(devices=prepared_devices(plan.devices))
+
+    async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        try:
+            return await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+        except NotFoundError as exc:
+            raise PrepareError(
+                f"ResourceClaim {ref.namespace}/{ref.name} not found (deleted?)", reason="ClaimNotFound"
+            ) from exc
+
+    async def _execute(
+        self,
+        ref: ClaimRef,
+        devices: Sequence[Any],
+        configs: Mapping[str, Mapping[str, Any]],
+        document: Mapping[str, Any],
+    ) -> None:
+        keys = {(d.pool_name, d.device_name) for d in devices}
+        holders: dict[str, Iterable[DeviceKey]] = {
+            uid: [(d.pool_name, d.device_name) for d in e.devices] for uid, e in self.store.claims().items()
+        }
+        holders.update(self._in_flight)
+        problems = conflicts(ref.uid, sorted(keys), holders, shareable=frozenset(self._shareable()))
+        if problems:
+            raise PrepareError(
+                "; ".join(problems) + "; refusing to hand one device to two claims", reason="DeviceInUse"
+            )
+        # No await between the check above and this reservation: concurrent prepares see each other.
+        self._in_flight[ref.uid] = keys
+        try:
+            entry = await self.store.transition(
+                ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
+                devices=devices, configs=configs, cdi_document=document,
+            )  # fmt: skip
+            self.hook("prepare_started")
+            try:
+                await self._apply_sharing(entry)
+                path = await asyncio.to_thread(self.specs.write_document, ref.uid, document)
+                self.hook("cdi_written")
+                self.hook("before_prepare_completed")
+                await self.store.transition(ref.uid, "PrepareCompleted", cdi_spec=str(path))
+                self.hook("prepare_completed")
+            except Exception:
+                log.warning("prepare failed midway; rolling back", uid=ref.uid)
+                await self.undo(ref.uid, entry)
+                raise
+        finally:
+            self._in_flight.pop(ref.uid, None)
+
+    async def _ensure_spec(self, uid: str, entry: ClaimEntry) -> None:
+        if entry.cdi_document is not None and await asyncio.to_thread(self.specs.read, uid) is None:
+            log.warning("CDI spec of a prepared claim was missing; rewritten", uid=uid)
+            await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
+
+    # -- unprepare -------------------------------------------------------------------------------------------
+
+    async def _unprepare_one(self, ref: ClaimRef) -> UnprepareResult:
+        started = time.monotonic()
+        entry: ClaimEntry | None = None
+        try:
+            async with self.store.claim_lock(ref.uid):
+                entry = self.store.get(ref.uid)
+                if entry is None:
+                    await asyncio.to_thread(self.specs.delete, ref.uid)  # a file no entry owns
+                else:
+                    await self.store.transition(ref.uid, "UnprepareStarted")
+                    self.hook("unprepare_started")
+                    await self.undo(ref.uid, entry, hooked=True)
+        except GpudraError as exc:
+            error = _as_prepare_error(exc)
+            log.warning("unprepare failed", uid=ref.uid, error=str(error))
+            self._count("unprepare", "failed", error.reason)
+            return UnprepareResult(error=str(error))
+        finally:
+            if self._metrics is not None:
+                self._metrics.unprepare_seconds.labels(self.node).observe(time.monotonic() - started)
+        if entry is not None:
+            await self._update_status(ref, [])
+        self._count("unprepare", "ok")
+        return UnprepareResult()
+
+    async def undo(self, uid: str, entry: ClaimEntry, *, hooked: bool = False) -> None:
+        """Undo a (possibly partial) prepare: sharing settings, the CDI spec, then the checkpoint entry.
+        Sharing that cannot be undone (a lost GPU) is logged, not fatal: pods must not stay Terminating."""
+        for action in sharing_actions(entry.devices, entry.configs):
+            try:
+                if action.exclusive_process:
+                    await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, False)
+                if action.time_slice is not None:
+                    await asyncio.to_thread(self._backend.set_time_slice, action.gpu_uuid, 0)
+            except HardwareError as exc:
+                log.warning("could not undo a sharing setting", uid=uid, gpu=action.gpu_uuid, error=str(exc))
+        await asyncio.to_thread(self.specs.delete, uid)
+        if hooked:
+            self.hook("cdi_deleted")
+        await self.store.remove(uid)
+
+    async def _apply_sharing(self, entry: ClaimEntry) -> None:
+        for action in sharing_actions(entry.devices, entry.configs):
+            if action.exclusive_process:
+                await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, True)
+            if action.time_slice is not None:
+                await asyncio.to_thread(self._backend.set_time_slice, action.gpu_uuid, action.time_slice)
+
+    async def restore(self, uid: str, entry: ClaimEntry) -> bool:
+        """At start-up: re-apply a completed claim's sharing and rewrite its CDI spec when it is missing or
+        differs (a reboot wipes /var/run/cdi). True when the spec was rewritten."""
+        try:
+            await self._apply_sharing(entry)
+        except HardwareError as exc:
+            log.error("could not re-apply sharing of a prepared claim", uid=uid, error=str(exc))
+        if entry.cdi_document is None:
+            log.warning("prepared claim has no CDI document in the checkpoint; cannot regenerate", uid=uid)
+            return False
+        if await asyncio.to_thread(self.specs.read, uid) == entry.cdi_document:
+            return False
+        await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
+        return True
+
+    # -- status and events -----------------------------------------------------------------------------------
+
+    async def _report_failure(
+        self,
+        ref: ClaimRef,
+        claim: dict[str, Any] | None,
+        results: Sequence[DeviceRequestAllocationResult],
+        error: PrepareError,
+    ) -> None:
+        involved = claim or {
+            "apiVersion": RESOURCE_CLAIMS.api_version,
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
+        }
+        if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
+            await self._events.post(
+                involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"
+            )
+        if results:
+            entries = [
+                device_status(
+                    self.driver, r.pool, r.device, ready=False, reason=error.reason, message=str(error),
+                    now=_now(), share_id=r.share_id,
+                )
+                for r in results
+            ]  # fmt: skip
+            await self._update_status(ref, entries)
+
+    async def _update_status(self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5) -> None:
+        """Replace this node's entries of our driver in ``status.devices``; others' entries are kept. Best
+        effort: the claim may be gone, and a failure here does not undo a prepare."""
+        for _ in range(attempts):
+            try:
+                claim = await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+            except NotFoundError:
+                return
+            except KubeError as exc:
+                log.warning("reading the claim for its status failed", uid=ref.uid, error=str(exc))
+                return
+            meta = claim.get("metadata", {})
+            if meta.get("uid") != ref.uid:
+                return
+            existing = (claim.get("status") or {}).get("devices") or []
+            merged = merge_device_statuses(existing, driver=self.driver, pool=self.node, ours=ours)
+            if merged == existing:
+                return
+            patch = {
+                "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "status": {"devices": merged or None},
+            }
+            try:
+                await self._client.patch(
+                    RESOURCE_CLAIMS, ref.name, patch, ref.namespace, subresource="status"
+                )
+                return
+            except ConflictError:
+                continue
+            except KubeError as exc:
+                log.warning("updating the claim status failed", uid=ref.uid, error=str(exc))
+                return
+
+    # -- metrics ---------------------------------------------------------------------------------------------
+
+    def _count(self, operation: str, result: str, reason: str = "") -> None:
+        if self._metrics is None:
+            return
+        counter = (
+            self._metrics.prepare_requests if operation == "prepare" else self._metrics.unprepare_requests
+        )
+        counter.labels(self.node, result).inc()
+        if reason:
+            self._metrics.prepare_errors.labels(self.node, operation, reason).inc()
+
+    def _update_gauge(self) -> None:
+        if self._metrics is None:
+            return
+        count = sum(len(e.devices) for e in self.store.claims().values() if e.state == "PrepareCompleted")
+        self._metrics.prepared_devices.labels(self.node).set(count)

@@ -1,0 +1,334 @@
+"""Pure decisions of prepare / unprepare: which allocation results are ours, which hardware each names, what the
+CDI spec and the sharing settings are, whether a device is already held by another claim, and what the claim's
+``status.devices`` becomes. No I/O: :mod:`gpudra.agent.prepare` does the reading and writing around these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpudra.agent.cdi import (
+    ClaimDevice,
+    ContainerEdits,
+    DeviceNode,
+    Mount,
+    build_claim_spec,
+    claim_device_id,
+    gpu_device_nodes,
+    mig_device_nodes,
+)
+from gpudra.agent.checkpoint import DeviceRecord
+from gpudra.agent.kubeletplugin.types import ClaimRef, PreparedDevice
+from gpudra.api.nvidia import (
+    TIME_SLICE_VALUES,
+    AllocatedDevice,
+    GpuConfig,
+    MigDeviceConfig,
+    MpsConfig,
+    OpaqueConfig,
+    SharingFeatures,
+    resolve_configs,
+)
+from gpudra.api.resource import DeviceRequestAllocationResult, ResourceClaim
+from gpudra.devices.names import gpu_device_name, mig_device_name
+from gpudra.errors import InvalidInputError, PrepareError
+from gpudra.hardware.inventory import NodeInventory
+
+MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+MPS_LOG_DIRECTORY = "/var/log/nvidia-mps"
+READY = "Ready"
+DeviceKey = tuple[str, str]
+"""(pool, device) of an allocated device."""
+
+# /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU 15 GPU instances of 9 minors each
+# (the GI's access capability, then its compute instances 0..7).
+_CAPS_FIRST = 3
+_CAPS_PER_GI = 9
+_CAPS_PER_GPU = 15 * _CAPS_PER_GI
+
+
+def mig_cap_minors(parent_minor: int, gi_id: int, ci_id: int) -> tuple[int, int]:
+    """The nvidia-caps minors of a MIG device's GPU-instance and compute-instance access files."""
+    gi_minor = _CAPS_FIRST + parent_minor * _CAPS_PER_GPU + gi_id * _CAPS_PER_GI
+    return gi_minor, gi_minor + 1 + ci_id
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTarget:
+    """The hardware behind one published device name."""
+
+    name: str
+    device_type: Literal["gpu", "mig"]
+    uuid: str
+    gpu_uuid: str  # the device itself for a GPU, the parent for a MIG device
+    device_nodes: tuple[DeviceNode, ...]
+
+
+def device_targets(inventory: NodeInventory) -> dict[str, DeviceTarget]:
+    """Device name -> hardware, for every device the node publishes now."""
+    targets: dict[str, DeviceTarget] = {}
+    for gpu in inventory.gpus:
+        if not gpu.mig_enabled:
+            name = gpu_device_name(gpu.minor)
+            targets[name] = DeviceTarget(name, "gpu", gpu.uuid, gpu.uuid, gpu_device_nodes(gpu.minor))
+            continue
+        for mig in gpu.mig_devices:
+            name = mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
+            nodes = mig_device_nodes(gpu.minor, *mig_cap_minors(gpu.minor, mig.gi_id, mig.ci_id))
+            targets[name] = DeviceTarget(name, "mig", mig.uuid, gpu.uuid, nodes)
+    return targets
+
+
+def select_results(
+    claim: ResourceClaim, ref: ClaimRef, *, driver: str, node: str
+) -> list[DeviceRequestAllocationResult]:
+    """The allocation results this node's driver must prepare; PrepareError when the claim cannot be prepared."""
+    what = f"ResourceClaim {ref.namespace}/{ref.name}"
+    if claim.metadata.uid != ref.uid:
+        raise PrepareError(
+            f"{what}: claim got replaced (the kubelet asked for UID {ref.uid}, the API has "
+            f"{claim.metadata.uid})",
+            reason="ClaimReplaced",
+        )
+    allocation = claim.status.allocation if claim.status is not None else None
+    if allocation is None or allocation.devices is None:
+        raise PrepareError(f"{what} is not allocated (status.allocation is missing)", reason="NotAllocated")
+    results = [r for r in allocation.devices.results or [] if r.driver == driver]
+    mine = [r for r in results if r.pool == node]
+    if results and not mine:
+        pools = sorted({r.pool for r in results})
+        raise PrepareError(
+            f"{what} is allocated devices of {driver} on {', '.join(pools)}, not on this node {node}",
+            reason="WrongNode",
+        )
+    return mine
+
+
+def _sharing_features(features: SharingFeatures | None) -> SharingFeatures:
+    return features or SharingFeatures()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    """Everything prepare will do for one claim, decided before any side effect."""
+
+    devices: tuple[DeviceRecord, ...]
+    configs: dict[str, dict[str, Any]]
+    cdi_document: dict[str, Any]
+    gpu_uuids: dict[str, str]  # device name -> the full GPU it lives on (sharing settings apply there)
+
+
+def plan_claim(
+    uid: str,
+    claim: ResourceClaim,
+    results: Sequence[DeviceRequestAllocationResult],
+    targets: Mapping[str, DeviceTarget],
+    *,
+    driver: str,
+    features: SharingFeatures | None = None,
+    mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
+) -> ClaimPlan:
+    """Map results to hardware, resolve the opaque configs, and build the CDI document."""
+    chosen: list[tuple[DeviceRequestAllocationResult, DeviceTarget]] = []
+    for result in results:
+        target = targets.get(result.device)
+        if target is None:
+            raise PrepareError(
+                f"device {result.device} of request {result.request!r} is not on this node now "
+                f"(devices: {', '.join(sorted(targets)) or 'none'})",
+                reason="UnknownDevice",
+            )
+        chosen.append((result, target))
+    allocation = claim.status.allocation if claim.status is not None else None
+    configs = (allocation.devices.config if allocation and allocation.devices else None) or []
+    try:
+        effective = resolve_configs(
+            configs,
+            [AllocatedDevice(r.request, t.name, t.device_type) for r, t in chosen],
+            driver=driver,
+            features=_sharing_features(features),
+        )
+        claim_edits = mps_edits(uid, [(t, c) for (_, t), c in zip(chosen, effective, strict=True)], mps_root)
+    except InvalidInputError as exc:
+        raise PrepareError(f"invalid opaque config: {exc}", reason="InvalidConfig") from exc
+    records = []
+    applied: dict[str, dict[str, Any]] = {}
+    for (result, target), config in zip(chosen, effective, strict=True):
+        records.append(
+            DeviceRecord(
+                pool_name=result.pool,
+                device_name=result.device,
+                request_names=[result.request.split("/", 1)[0]],
+                cdi_device_ids=[claim_device_id(uid, target.name)],
+                share_id=result.share_id,
+                uuid=target.uuid,
+                device_type=target.device_type,
+            )
+        )
+        if config is not None:
+            applied[target.name] = config.to_wire()
+    spec = build_claim_spec(
+        uid,
+        [ClaimDevice(t.name, [t.uuid], ContainerEdits(device_nodes=t.device_nodes)) for _, t in chosen],
+        claim_edits=claim_edits,
+    )
+    return ClaimPlan(
+        devices=tuple(records),
+        configs=applied,
+        cdi_document=spec.to_json(),
+        gpu_uuids={t.name: t.gpu_uuid for _, t in chosen},
+    )
+
+
+def mps_edits(
+    uid: str, devices: Sequence[tuple[DeviceTarget, OpaqueConfig | None]], mps_root: str
+) -> ContainerEdits:
+    """The claim-wide edits MPS clients need: the control daemon's pipe and log directories and the limits."""
+    mps: list[tuple[DeviceTarget, MpsConfig | None]] = []
+    for target, config in devices:
+        if (
+            isinstance(config, GpuConfig | MigDeviceConfig)
+            and config.sharing
+            and config.sharing.strategy == "MPS"
+        ):
+            mps.append((target, config.sharing.mps_config))
+    if not mps:
+        return ContainerEdits()
+    percentages = {m.default_active_thread_percentage for _, m in mps if m is not None} - {None}
+    if len(percentages) > 1:
+        raise InvalidInputError(
+            f"sharing.mpsConfig.defaultActiveThreadPercentage: the MPS configs of one claim disagree "
+            f"({sorted(p for p in percentages if p is not None)}); one MPS daemon serves the claim"
+        )
+    limits: dict[str, str] = {}
+    uuids = [t.uuid for t, _ in mps]
+    for target, mps_config in mps:
+        if mps_config is not None:
+            # keys name a device by UUID or by its index among the claim's MPS devices
+            own = mps_config.pinned_memory_limits(uuids).get(target.uuid)
+            if own is not None:
+                limits[target.uuid] = own
+    env = [f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_DIRECTORY}", f"CUDA_MPS_LOG_DIRECTORY={MPS_LOG_DIRECTORY}"]
+    if percentages:
+        env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentages.pop()}")
+    if limits:
+        env.append(
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + ",".join(f"{u}={v}" for u, v in sorted(limits.items()))
+        )
+    options = ["rw", "nosuid", "nodev", "bind"]
+    mounts = [
+        Mount(f"{mps_root}/{uid}/pipe", MPS_PIPE_DIRECTORY, options),
+        Mount(f"{mps_root}/{uid}/log", MPS_LOG_DIRECTORY, options),
+    ]
+    return ContainerEdits(env=env, mounts=mounts)
+
+
+@dataclass(frozen=True, slots=True)
+class SharingAction:
+    """A setting on one full GPU: EXCLUSIVE_PROCESS compute mode (MPS) and/or a time slice (0..3)."""
+
+    gpu_uuid: str
+    exclusive_process: bool = False
+    time_slice: int | None = None
+
+
+def sharing_actions(
+    devices: Sequence[DeviceRecord], configs: Mapping[str, Mapping[str, Any]]
+) -> list[SharingAction]:
+    """What to apply (and later undo) for a claim's full GPUs. MIG devices change nothing GPU-wide (their
+    parent may serve other claims); a Default time slice is the GPU's state already and is not applied."""
+    actions = []
+    for device in devices:
+        config = configs.get(device.device_name) or {}
+        sharing = config.get("sharing") or {}
+        if device.device_type != "gpu" or device.uuid is None or config.get("kind") != "GpuConfig":
+            continue
+        if sharing.get("strategy") == "MPS":
+            actions.append(SharingAction(device.uuid, exclusive_process=True))
+        elif sharing.get("strategy") == "TimeSlicing":
+            interval = (sharing.get("timeSlicingConfig") or {}).get("interval") or "Default"
+            if interval != "Default":
+                actions.append(SharingAction(device.uuid, time_slice=TIME_SLICE_VALUES[interval]))
+    return actions
+
+
+def conflicts(
+    uid: str,
+    wanted: Iterable[DeviceKey],
+    holders: Mapping[str, Iterable[DeviceKey]],
+    *,
+    shareable: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Why devices cannot be prepared for ``uid``: each one already prepared (or being prepared) for another
+    claim, unless the device allows multiple allocations (kubernetes #136269)."""
+    problems = []
+    for pool, device in wanted:
+        if device in shareable:
+            continue
+        for other, keys in holders.items():
+            if other != uid and (pool, device) in set(keys):
+                problems.append(f"device {device} is already prepared for claim {other}")
+    return problems
+
+
+def prepared_devices(devices: Sequence[DeviceRecord]) -> list[PreparedDevice]:
+    return [
+        PreparedDevice(
+            pool_name=d.pool_name,
+            device_name=d.device_name,
+            request_names=tuple(d.request_names),
+            cdi_device_ids=tuple(d.cdi_device_ids),
+            share_id=d.share_id,
+        )
+        for d in devices
+    ]
+
+
+def device_status(
+    driver: str, pool: str, device: str, *, ready: bool, reason: str, message: str, now: str,
+    share_id: str | None = None, data: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One ``status.devices[]`` entry with its Ready condition."""
+    entry: dict[str, Any] = {
+        "driver": driver,
+        "pool": pool,
+        "device": device,
+        "conditions": [
+            {
+                "type": READY,
+                "status": "True" if ready else "False",
+                "reason": reason,
+                "message": message[:1024],
+                "lastTransitionTime": now,
+            }
+        ],
+    }
+    if share_id:
+        entry["shareID"] = share_id
+    if data:
+        entry["data"] = dict(data)
+    return entry
+
+
+def merge_device_statuses(
+    existing: Sequence[Mapping[str, Any]], *, driver: str, pool: str, ours: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``status.devices`` with this node's entries of ``driver`` replaced by ``ours``, others' kept in order.
+    An unchanged Ready condition keeps its lastTransitionTime."""
+    previous = {
+        (e.get("device"), e.get("shareID")): e
+        for e in existing
+        if e.get("driver") == driver and e.get("pool") == pool
+    }
+    merged = [dict(e) for e in existing if not (e.get("driver") == driver and e.get("pool") == pool)]
+    for entry in ours:
+        new = dict(entry)
+        old = previous.get((entry.get("device"), entry.get("shareID")))
+        old_ready = next((c for c in (old or {}).get("conditions") or [] if c.get("type") == READY), None)
+        new_ready = new["conditions"][0]
+        if old_ready is not None and old_ready.get("status") == new_ready["status"]:
+            new["conditions"] = [dict(new_ready, lastTransitionTime=old_ready.get("lastTransitionTime"))]
+        merged.append(new)
+    return merged

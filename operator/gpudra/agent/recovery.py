@@ -1,0 +1,94 @@
+"""Start-up reconcile of prepared claims, run BEFORE the plugin registers with the kubelet.
+
+- The checkpoint is loaded; a corrupt, foreign or too-new file is reported (log + ``report_problem``, which the
+  agent turns into a Node Event), kept aside by the store, and the agent starts from an empty checkpoint.
+- PrepareCompleted claims get their CDI spec rewritten when it is missing or differs (a reboot wipes
+  /var/run/cdi: kubernetes #141433) and their sharing settings re-applied.
+- PrepareStarted claims (a crash before the kubelet got an answer) are rolled back; the kubelet retries prepare.
+- UnprepareStarted claims (a crash during unprepare) are finished.
+- Spec files no checkpoint entry owns are deleted, but only when the checkpoint could be trusted: after a reset
+  the agent cannot tell which specs running pods still need, so it leaves them.
+- Half-written temp files are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from gpudra.agent.prepare import ClaimPreparer
+from gpudra.errors import CheckpointError
+from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+ProblemReporter = Callable[[CheckpointError], Awaitable[None]]
+
+
+@dataclass
+class RecoveryReport:
+    checkpoint_problem: str = ""
+    regenerated: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    orphans_removed: list[str] = field(default_factory=list)
+    temp_files_removed: int = 0
+
+
+async def _ignore(problem: CheckpointError) -> None:
+    return None
+
+
+async def recover(
+    preparer: ClaimPreparer, *, report_problem: ProblemReporter = _ignore, metrics: Metrics | None = None
+) -> RecoveryReport:
+    """Bring the checkpoint, the CDI directory and the GPUs' sharing settings back in line."""
+    store, specs = preparer.store, preparer.specs
+    report = RecoveryReport()
+    trusted = True
+    try:
+        await store.load()
+    except CheckpointError as exc:
+        trusted = False
+        report.checkpoint_problem = str(exc)
+        log.error("checkpoint cannot be trusted; starting empty", node=preparer.node, error=str(exc))
+        await report_problem(exc)
+        await store.reset()
+    report.temp_files_removed = len(await asyncio.to_thread(specs.remove_temp_files))
+    for uid, entry in sorted(store.claims().items()):
+        async with store.claim_lock(uid):
+            if entry.state == "PrepareCompleted":
+                if await preparer.restore(uid, entry):
+                    report.regenerated.append(uid)
+            elif entry.state == "PrepareStarted":
+                await preparer.undo(uid, entry)
+                report.rolled_back.append(uid)
+            else:
+                await preparer.undo(uid, entry)
+                report.finished.append(uid)
+    if trusted:
+        owned = set(store.claims())
+        for uid in await asyncio.to_thread(specs.claim_uids):
+            if uid not in owned:
+                await asyncio.to_thread(specs.delete, uid)
+                report.orphans_removed.append(uid)
+    log.info(
+        "prepared claims reconciled",
+        node=preparer.node,
+        regenerated=len(report.regenerated),
+        rolled_back=len(report.rolled_back),
+        finished=len(report.finished),
+        orphans_removed=len(report.orphans_removed),
+    )
+    if metrics is not None:
+        for action, count in (
+            ("regenerated", len(report.regenerated)),
+            ("rolled_back", len(report.rolled_back)),
+            ("finished", len(report.finished)),
+            ("orphan_removed", len(report.orphans_removed)),
+            ("checkpoint_reset", int(not trusted)),
+        ):
+            if count:
+                metrics.recovery_actions.labels(preparer.node, action).inc(count)
+    return report

@@ -1,0 +1,111 @@
+"""AgentRuntime: the node agent's two halves in one process.
+
+The slice publisher (:class:`NodeAgent`) and the kubelet DRA plugin (:class:`ClaimPreparer` behind a
+:class:`KubeletPlugin`). Start-up order: reconcile the checkpoint and the CDI directory first
+(:func:`recover`), then serve the plugin sockets (the kubelet may call prepare right after registration),
+then run the publishing loop; on exit the plugin is deregistered and stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gpudra.agent.cdi import ClaimSpecDir
+from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.kubeletplugin import KubeletPlugin
+from gpudra.agent.node_agent import NodeAgent
+from gpudra.agent.prepare import ClaimPreparer, Hook, no_hook
+from gpudra.agent.recovery import RecoveryReport, recover
+from gpudra.config import AgentSettings
+from gpudra.errors import CheckpointError, KubeError
+from gpudra.hardware.backend import GpuBackend
+from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
+from gpudra.kube.resources import NODES
+from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+CHECKPOINT_FILE = "checkpoint.json"
+
+
+class AgentRuntime:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        backend: GpuBackend,
+        client: KubeClient,
+        metrics: Metrics,
+        *,
+        hook: Hook | None = None,
+    ) -> None:
+        self.settings = settings
+        self.agent = NodeAgent(settings, backend, client, metrics)
+        self._client = client
+        self._metrics = metrics
+        self._events = EventRecorder(client, f"gpudra-agent-{settings.node_name}", window_seconds=60)
+        self.plugin_ready = asyncio.Event()
+        self.recovery: RecoveryReport | None = None
+        self.preparer: ClaimPreparer | None = None
+        self.plugin: KubeletPlugin | None = None
+        if not settings.serve_kubelet_plugin:
+            return
+        store = CheckpointStore(
+            settings.state_path / CHECKPOINT_FILE, node=settings.node_name, driver=settings.driver_name
+        )
+        self.preparer = ClaimPreparer(
+            client=client,
+            backend=backend,
+            store=store,
+            specs=ClaimSpecDir(settings.cdi_dir),
+            driver=settings.driver_name,
+            node=settings.node_name,
+            metrics=metrics,
+            events=self._events,
+            shareable=self._shareable,
+            mps_root=str(settings.plugin_path / "mps"),
+            hook=hook or no_hook,
+        )
+        self.plugin = KubeletPlugin(
+            settings.driver_name,
+            self.preparer,
+            plugin_dir=settings.plugin_path,
+            registry_dir=settings.registry_dir,
+        )
+
+    def _shareable(self) -> list[str]:
+        return [d.name for d in self.agent.devices if d.allow_multiple_allocations]
+
+    async def _report_checkpoint_problem(self, problem: CheckpointError) -> None:
+        name = self.settings.node_name
+        try:
+            node = await self._client.get(NODES, name)
+        except KubeError:
+            node = {"metadata": {"name": name}}
+        node.setdefault("apiVersion", "v1")
+        node.setdefault("kind", "Node")
+        message = (
+            f"prepared-claims checkpoint {problem.path or ''} cannot be trusted; started empty: {problem}"
+        )
+        await self._events.post(node, "Warning", "CheckpointUnreadable", message)
+
+    async def start_plugin(self) -> None:
+        """Reconcile, then serve and register the kubelet plugin."""
+        if self.preparer is None or self.plugin is None:
+            return
+        self.recovery = await recover(
+            self.preparer, report_problem=self._report_checkpoint_problem, metrics=self._metrics
+        )
+        await self.plugin.start()
+        self.plugin_ready.set()
+
+    async def stop_plugin(self) -> None:
+        if self.plugin is not None:
+            await self.plugin.stop()
+
+    async def run(self) -> None:
+        try:
+            await self.start_plugin()
+            await self.agent.run()
+        finally:
+            await asyncio.shield(self.stop_plugin())

@@ -1,0 +1,183 @@
+"""A node's prepare machinery over real sockets: embedded API server, simulated GPUs, ClaimPreparer behind a
+KubeletPlugin, and a KubeletClient playing the kubelet. Shared by the prepare tests."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudra.agent.cdi import ClaimSpecDir
+from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, KubeletPlugin
+from gpudra.agent.prepare import ClaimPreparer, no_hook
+from gpudra.agent.recovery import RecoveryReport, recover
+from gpudra.hardware.fake_nvml import FakeNvml
+from gpudra.hardware.nvml import NvmlBackend
+from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
+from gpudra.kube.resources import EVENTS, NAMESPACES, NODES, RESOURCE_CLAIMS
+from gpudra.metrics import Metrics
+
+DRIVER = "gpu.nvidia.com"
+NODE = "node-1"
+NAMESPACE = "team-a"
+GPU_CONFIG = "resource.nvidia.com/v1beta1"
+
+
+def claim_body(name: str, requests: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "devices": {"requests": [{"name": r, "exactly": {"deviceClassName": DRIVER}} for r in requests]}
+        },
+    }
+
+
+@dataclass
+class Node:
+    """One simulated node's agent side, restartable (``restart`` builds a new preparer over the same disk)."""
+
+    client: KubeClient
+    root: Path
+    socket_dir: Path
+    fake: FakeNvml = field(init=False)
+    backend: NvmlBackend = field(init=False)
+    metrics: Metrics = field(default_factory=Metrics)
+    preparer: ClaimPreparer | None = None
+    plugin: KubeletPlugin | None = None
+    kubelet: KubeletClient | None = None
+
+    def __post_init__(self) -> None:
+        self.fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
+        self.backend = NvmlBackend(NODE, nvml=self.fake)
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "state" / "checkpoint.json"
+
+    def specs(self) -> ClaimSpecDir:
+        return ClaimSpecDir(self.cdi_dir)
+
+    def uuid(self, gpu: int) -> str:
+        return self.fake.gpu(gpu).uuid
+
+    def build(self, hook: Callable[[str], None] = no_hook) -> ClaimPreparer:
+        self.preparer = ClaimPreparer(
+            client=self.client,
+            backend=self.backend,
+            store=CheckpointStore(self.checkpoint, node=NODE, driver=DRIVER),
+            specs=self.specs(),
+            driver=DRIVER,
+            node=NODE,
+            metrics=self.metrics,
+            events=EventRecorder(self.client, "gpudra-agent-test", window_seconds=0),
+            mps_root=str(self.root / "mps"),
+            hook=hook,
+        )
+        return self.preparer
+
+    async def start(self, hook: Callable[[str], None] = no_hook) -> RecoveryReport:
+        """Recover, serve the plugin, register a kubelet client (the agent's start-up order)."""
+        preparer = self.build(hook)
+        report = await recover(preparer, report_problem=self._node_event)
+        self.plugin = KubeletPlugin(
+            DRIVER, preparer, plugin_dir=self.socket_dir / "plugins", registry_dir=self.socket_dir / "reg"
+        )
+        await self.plugin.start()
+        self.kubelet = KubeletClient(self.plugin.registration_socket)
+        await self.kubelet.register()
+        return report
+
+    async def _node_event(self, problem: Exception) -> None:
+        node = await self.client.get(NODES, NODE)
+        assert self.preparer is not None
+        await EventRecorder(self.client, "gpudra-agent-test").post(
+            node, "Warning", "CheckpointUnreadable", str(problem)
+        )
+
+    async def stop(self) -> None:
+        if self.kubelet is not None:
+            await self.kubelet.close()
+        if self.plugin is not None:
+            await self.plugin.stop()
+        self.kubelet = self.plugin = None
+
+    async def restart(self, hook: Callable[[str], None] = no_hook) -> RecoveryReport:
+        await self.stop()
+        return await self.start(hook)
+
+    # -- claims ----------------------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        name: str,
+        devices: dict[str, str] | None = None,
+        *,
+        pool: str = NODE,
+        config: list[dict[str, Any]] | None = None,
+        allocate: bool = True,
+    ) -> ClaimRef:
+        """Create a claim (request -> device) and write its allocation through the status subresource."""
+        devices = devices if devices is not None else {"gpu": "gpu-0"}
+        created = await self.client.create(RESOURCE_CLAIMS, claim_body(name, list(devices)), NAMESPACE)
+        if allocate:
+            created["status"] = {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": r, "driver": DRIVER, "pool": pool, "device": d}
+                            for r, d in devices.items()
+                        ],
+                        "config": config or [],
+                    }
+                },
+                "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": f"pod-{name}"}],
+            }
+            created = await self.client.replace(RESOURCE_CLAIMS, created, subresource="status")
+        return ClaimRef(namespace=NAMESPACE, uid=created["metadata"]["uid"], name=name)
+
+    async def get_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        return await self.client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+
+    async def events(self, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+        items, _ = await self.client.list(EVENTS, namespace)
+        return items
+
+    def spec_of(self, ref: ClaimRef) -> dict[str, Any] | None:
+        return self.specs().read(ref.uid)
+
+
+def gpu_config(sharing: dict[str, Any], requests: list[str] | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "source": "FromClaim",
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {"apiVersion": GPU_CONFIG, "kind": "GpuConfig", "sharing": sharing},
+        },
+    }
+    if requests:
+        entry["requests"] = requests
+    return entry
+
+
+async def make_node(client: KubeClient, root: Path) -> Node:
+    await client.apply_object(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    )
+    await client.apply_object(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    socket_dir = Path(tempfile.mkdtemp(prefix="gpudra-t-"))
+    return Node(client=client, root=root, socket_dir=socket_dir)
+
+
+def cleanup(node: Node) -> None:
+    shutil.rmtree(node.socket_dir, ignore_errors=True)

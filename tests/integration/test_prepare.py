@@ -1,0 +1,226 @@
+"""Prepare / unprepare through the real gRPC sockets, against the embedded API server and simulated GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _prepare_kit import DRIVER, NODE, Node, cleanup, gpu_config, make_node
+
+from gpudra.agent.kubeletplugin import ClaimRef
+from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import RESOURCE_CLAIMS
+
+
+@pytest.fixture
+async def node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
+    client = KubeClient.for_url(apiserver.url)
+    rig = await make_node(client, tmp_path)
+    await rig.start()
+    try:
+        yield rig
+    finally:
+        await rig.stop()
+        await client.close()
+        cleanup(rig)
+
+
+def env_of(spec: dict[str, Any]) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in spec.get("containerEdits", {}).get("env", []))
+
+
+def ready_of(claim: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {
+        (d["driver"], d["pool"], d["device"]): next(c for c in d["conditions"] if c["type"] == "Ready")
+        for d in (claim.get("status") or {}).get("devices") or []
+    }
+
+
+async def prepare(node: Node, ref: ClaimRef) -> Any:
+    assert node.kubelet is not None
+    return (await node.kubelet.prepare([ref]))[ref.uid]
+
+
+async def test_prepare_writes_cdi_spec_and_claim_status(node: Node) -> None:
+    ref = await node.claim("train", {"gpu": "gpu-3"})
+    result = await prepare(node, ref)
+    assert result.error == ""
+    (device,) = result.devices
+    assert (device.pool_name, device.device_name, list(device.request_names)) == (NODE, "gpu-3", ["gpu"])
+    assert list(device.cdi_device_ids) == [f"k8s.gpu.nvidia.com/claim={ref.uid}-gpu-3"]
+    spec = node.spec_of(ref)
+    assert spec is not None and spec["kind"] == "k8s.gpu.nvidia.com/claim"
+    assert env_of(spec)["NVIDIA_VISIBLE_DEVICES"] == node.uuid(3)
+    (cdi_device,) = spec["devices"]
+    assert cdi_device["name"] == f"{ref.uid}-gpu-3"
+    minor = node.backend.read_inventory().gpus[3].minor
+    assert {"path": f"/dev/nvidia{minor}"} in cdi_device["containerEdits"]["deviceNodes"]
+    claim = await node.get_claim(ref)
+    ready = ready_of(claim)[(DRIVER, NODE, "gpu-3")]
+    assert (ready["status"], ready["reason"]) == ("True", "Prepared")
+    (status_entry,) = claim["status"]["devices"]
+    assert status_entry["data"]["uuid"] == node.uuid(3)
+
+
+async def test_repeated_prepare_answers_the_same_without_rewriting(node: Node) -> None:
+    ref = await node.claim("again")
+    first = await prepare(node, ref)
+    path = node.specs().path_for(ref.uid)
+    before = path.stat().st_mtime_ns, path.stat().st_ino
+    second = await prepare(node, ref)
+    assert second == first
+    assert (path.stat().st_mtime_ns, path.stat().st_ino) == before
+
+
+async def test_unprepare_removes_spec_and_status_and_is_idempotent(node: Node) -> None:
+    ref = await node.claim("done")
+    await prepare(node, ref)
+    assert node.kubelet is not None
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert node.spec_of(ref) is None
+    assert not (await node.get_claim(ref))["status"].get("devices")
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    unknown = ClaimRef(namespace="team-a", uid="never-prepared", name="ghost")
+    assert (await node.kubelet.unprepare([unknown]))[unknown.uid].error == ""
+
+
+async def test_status_entries_of_other_drivers_are_kept(node: Node) -> None:
+    ref = await node.claim("mixed")
+    claim = await node.get_claim(ref)
+    other = {"driver": "net.example.com", "pool": NODE, "device": "nic-0", "conditions": []}
+    claim["status"]["devices"] = [other]
+    await node.client.replace(RESOURCE_CLAIMS, claim, subresource="status")
+    await prepare(node, ref)
+    devices = (await node.get_claim(ref))["status"]["devices"]
+    assert devices[0] == other and len(devices) == 2
+    assert node.kubelet is not None
+    await node.kubelet.unprepare([ref])
+    assert (await node.get_claim(ref))["status"]["devices"] == [other]
+
+
+async def test_different_claims_prepare_concurrently(node: Node) -> None:
+    refs = [await node.claim(f"c{i}", {"gpu": f"gpu-{i}"}) for i in range(6)]
+    assert node.kubelet is not None
+    results = await asyncio.gather(*(node.kubelet.prepare([r]) for r in refs))
+    assert all(r[ref.uid].error == "" for r, ref in zip(results, refs, strict=True))
+    assert sorted(node.specs().claim_uids()) == sorted(r.uid for r in refs)
+
+
+async def test_a_device_prepared_for_another_claim_is_refused(node: Node) -> None:
+    first = await node.claim("first", {"gpu": "gpu-1"})
+    second = await node.claim("second", {"gpu": "gpu-1"})
+    assert (await prepare(node, first)).error == ""
+    result = await prepare(node, second)
+    assert "gpu-1 is already prepared for claim" in result.error and first.uid in result.error
+    assert node.spec_of(second) is None
+    ready = ready_of(await node.get_claim(second))[(DRIVER, NODE, "gpu-1")]
+    assert (ready["status"], ready["reason"]) == ("False", "DeviceInUse")
+
+
+async def test_concurrent_prepares_of_one_device_give_it_to_one_claim(node: Node) -> None:
+    refs = [await node.claim(f"race{i}", {"gpu": "gpu-5"}) for i in range(4)]
+    assert node.kubelet is not None
+    results = await asyncio.gather(*(node.kubelet.prepare([r]) for r in refs))
+    errors = [res[ref.uid].error for res, ref in zip(results, refs, strict=True)]
+    assert sum(1 for e in errors if e == "") == 1
+    assert len(node.specs().claim_uids()) == 1
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("wrong-node", "not on this node node-1"),
+        ("unallocated", "is not allocated"),
+        ("replaced", "claim got replaced"),
+        ("missing", "not found"),
+        ("unknown-device", "device gpu-42 of request 'gpu' is not on this node"),
+    ],
+)
+async def test_claims_that_cannot_be_prepared_fail_clearly(node: Node, case: str, expected: str) -> None:
+    if case == "wrong-node":
+        ref = await node.claim(case, pool="node-2")
+    elif case == "unallocated":
+        ref = await node.claim(case, allocate=False)
+    elif case == "replaced":
+        ref = await node.claim(case)
+        ref = ClaimRef(namespace=ref.namespace, uid="0ld-uid", name=ref.name)
+    elif case == "missing":
+        ref = ClaimRef(namespace="team-a", uid="u-missing", name="missing")
+    else:
+        ref = await node.claim(case, {"gpu": "gpu-42"})
+    result = await prepare(node, ref)
+    assert expected in result.error
+    assert result.devices == ()
+    assert node.specs().claim_uids() == []
+
+
+async def test_opaque_config_error_names_the_field_and_is_reported(node: Node) -> None:
+    config = gpu_config({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentag": 50}})
+    ref = await node.claim("typo", config=[config])
+    result = await prepare(node, ref)
+    assert "defaultActiveThreadPercentag: unknown field" in result.error
+    ready = ready_of(await node.get_claim(ref))[(DRIVER, NODE, "gpu-0")]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidConfig")
+    assert "defaultActiveThreadPercentag" in ready["message"]
+    events = [e for e in await node.events() if e["involvedObject"]["uid"] == ref.uid]
+    assert events and events[0]["type"] == "Warning" and "InvalidConfig" in events[0]["message"]
+
+
+async def test_mps_sets_exclusive_process_and_mps_environment(node: Node) -> None:
+    config = gpu_config(
+        {
+            "strategy": "MPS",
+            "mpsConfig": {"defaultActiveThreadPercentage": 40, "defaultPinnedDeviceMemoryLimit": "2Gi"},
+        }
+    )
+    ref = await node.claim("mps", {"gpu": "gpu-2"}, config=[config])
+    assert (await prepare(node, ref)).error == ""
+    index = next(g.index for g in node.backend.read_inventory().gpus if g.minor == 2)
+    assert node.fake.gpu(index).compute_mode == 3  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+    spec = node.spec_of(ref)
+    assert spec is not None
+    env = env_of(spec)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert "CUDA_MPS_LOG_DIRECTORY" in env
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{node.uuid(index)}=2048M"
+    assert node.kubelet is not None
+    await node.kubelet.unprepare([ref])
+    assert node.fake.gpu(index).compute_mode == 0
+
+
+async def test_time_slicing_interval_is_applied_and_undone(node: Node) -> None:
+    config = gpu_config({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}})
+    ref = await node.claim("ts", {"gpu": "gpu-4"}, config=[config])
+    assert (await prepare(node, ref)).error == ""
+    index = next(g.index for g in node.backend.read_inventory().gpus if g.minor == 4)
+    assert node.fake.gpu(index).time_slice == 3
+    assert node.kubelet is not None
+    await node.kubelet.unprepare([ref])
+    assert node.fake.gpu(index).time_slice == 0
+
+
+async def test_metrics_count_prepares(node: Node) -> None:
+    ok = await node.claim("m-ok")
+    bad = await node.claim("m-bad", pool="elsewhere")
+    await prepare(node, ok)
+    await prepare(node, bad)
+    sample = node.metrics.registry.get_sample_value
+    assert sample("gpudra_prepare_requests_total", {"node": NODE, "result": "ok"}) == 1
+    assert (
+        sample("gpudra_prepare_errors_total", {"node": NODE, "operation": "prepare", "reason": "WrongNode"})
+        == 1
+    )
+    assert sample("gpudra_prepared_devices", {"node": NODE}) == 1
+
+
+async def test_checkpoint_records_prepared_claim(node: Node) -> None:
+    ref = await node.claim("ckpt")
+    await prepare(node, ref)
+    document = json.loads(node.checkpoint.read_text())
+    assert document["payload"]["claims"][ref.uid]["state"] == "PrepareCompleted"

@@ -1,0 +1,135 @@
+"""End to end in the embedded cluster: a bound pod's claim is prepared by the stand-in kubelet over the agent's
+real gRPC sockets, the pod runs, and deleting the pod unprepares the claim."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from clusterkit import StartCluster
+from gpudra.cluster.up import EmbeddedCluster
+from gpudra.errors import ConflictError
+from gpudra.kube.resources import EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS
+
+NODE = "l4x4-0"
+NS = "e2e"
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: StartCluster) -> None:
+    cluster: EmbeddedCluster = await start_cluster("l4x4:1", hardware_poll_seconds=0.1)
+    client = cluster.client
+    assert client is not None
+    await client.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    claim = await client.create(
+        RESOURCE_CLAIMS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "one-gpu", "namespace": NS},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+            },
+        },
+        NS,
+    )
+    pod = await client.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "trainer", "namespace": NS},
+            "spec": {
+                "schedulerName": "test-binds-it-itself",
+                "containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "one-gpu"}],
+            },
+        },
+        NS,
+    )
+    # allocate (as kube-scheduler would) unless the control plane already did
+    current = await client.get(RESOURCE_CLAIMS, "one-gpu", NS)
+    if not (current.get("status") or {}).get("allocation"):
+        current["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-2"}
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": "trainer", "uid": pod["metadata"]["uid"]}],
+        }
+        with contextlib.suppress(ConflictError):  # the control plane allocated it meanwhile
+            await client.replace(RESOURCE_CLAIMS, current, subresource="status")
+    if not (await client.get(PODS, "trainer", NS))["spec"].get("nodeName"):
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "trainer", "namespace": NS},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE},
+        }
+        with contextlib.suppress(ConflictError):  # the control plane bound it meanwhile
+            await client.create_subresource(PODS, "trainer", "binding", binding, NS)
+    node = (await client.get(PODS, "trainer", NS))["spec"]["nodeName"]
+    specs = cluster.runtimes[node].preparer
+    assert specs is not None
+    uid = claim["metadata"]["uid"]
+
+    async def running() -> bool:
+        return bool((await client.get(PODS, "trainer", NS)).get("status", {}).get("phase") == "Running")
+
+    await eventually(running)
+    spec = specs.specs.read(uid)
+    assert spec is not None
+    assert specs.specs.directory.is_relative_to(cluster.node_dirs[node])
+    claim_now = await client.get(RESOURCE_CLAIMS, "one-gpu", NS)
+    (status,) = claim_now["status"]["devices"]
+    assert status["conditions"][0]["status"] == "True"
+    assert f"NVIDIA_VISIBLE_DEVICES={status['data']['uuid']}" in spec["containerEdits"]["env"]
+
+    await client.delete(PODS, "trainer", NS)
+
+    async def released() -> bool:
+        return specs.specs.read(uid) is None
+
+    await eventually(released)
+
+
+async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster: StartCluster) -> None:
+    cluster = await start_cluster("l4x4:1", hardware_poll_seconds=0.1)
+    client = cluster.client
+    assert client is not None
+    await client.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    await client.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "orphan", "namespace": NS},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [{"name": "main", "image": "cuda"}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "does-not-exist"}],
+            },
+        },
+        NS,
+    )
+
+    async def warned() -> bool:
+        items: list[dict[str, Any]]
+        items, _ = await client.list(EVENTS, NS)
+        return any(e["reason"] == "FailedPrepareDynamicResources" for e in items)
+
+    await eventually(warned)
+    assert (await client.get(PODS, "orphan", NS)).get("status", {}).get("phase") != "Running"

@@ -1,0 +1,144 @@
+"""Crash at every step of prepare / unprepare, restart, and check what the node finds; corrupt and future
+checkpoints; a reboot that wiped the CDI directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from _prepare_kit import NODE, Node, cleanup, gpu_config, make_node
+
+from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import EVENTS
+
+
+class Crash(BaseException):
+    """The process dies here: nothing after this step runs, no rollback."""
+
+
+def crash_at(step: str) -> Callable[[str], None]:
+    def hook(reached: str) -> None:
+        if reached == step:
+            raise Crash(step)
+
+    return hook
+
+
+@pytest.fixture
+async def node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
+    client = KubeClient.for_url(apiserver.url)
+    rig = await make_node(client, tmp_path)
+    try:
+        yield rig
+    finally:
+        await rig.stop()
+        await client.close()
+        cleanup(rig)
+
+
+MPS = [gpu_config({"strategy": "MPS"})]
+
+
+@pytest.mark.parametrize(
+    ("operation", "step", "prepared_after_restart"),
+    [
+        ("prepare", "prepare_started", False),
+        ("prepare", "cdi_written", False),
+        ("prepare", "before_prepare_completed", False),
+        ("prepare", "prepare_completed", True),
+        ("unprepare", "unprepare_started", False),
+        ("unprepare", "cdi_deleted", False),
+    ],
+)
+async def test_crash_points(node: Node, operation: str, step: str, prepared_after_restart: bool) -> None:
+    ref = await node.claim("crashy", {"gpu": "gpu-1"}, config=MPS)
+    gpu = next(g.index for g in node.backend.read_inventory().gpus if g.minor == 1)
+    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
+    await preparer.store.load()
+    if operation == "prepare":
+        with pytest.raises(Crash):
+            await preparer.prepare([ref])
+    else:
+        assert (await preparer.prepare([ref]))[ref.uid].error == ""
+        preparer.hook = crash_at(step)
+        with pytest.raises(Crash):
+            await preparer.unprepare([ref])
+
+    report = await node.start()  # a new process: recovery, then the plugin registers
+
+    entries = node.preparer.store.claims() if node.preparer else {}
+    if prepared_after_restart:
+        assert entries[ref.uid].state == "PrepareCompleted"
+        assert node.spec_of(ref) is not None
+        assert node.fake.gpu(gpu).compute_mode == 3
+    else:
+        assert ref.uid not in entries
+        assert node.spec_of(ref) is None
+        assert node.fake.gpu(gpu).compute_mode == 0
+        assert ref.uid in report.rolled_back + report.finished or step == "prepare_started"
+    # whatever the crash left, the kubelet's next call converges
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert node.spec_of(ref) is not None
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert node.spec_of(ref) is None and node.fake.gpu(gpu).compute_mode == 0
+
+
+async def test_reboot_regenerates_cdi_specs_before_registration(node: Node) -> None:
+    await node.start()
+    ref = await node.claim("survivor", {"gpu": "gpu-6"})
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    written = node.spec_of(ref)
+    await node.stop()
+    shutil.rmtree(node.cdi_dir)  # /var/run/cdi is a tmpfs: a reboot empties it
+    report = await node.start()
+    assert report.regenerated == [ref.uid]
+    assert node.spec_of(ref) == written
+
+
+async def test_orphan_specs_and_temp_files_are_removed(node: Node) -> None:
+    node.cdi_dir.mkdir(parents=True)
+    orphan = node.cdi_dir / "k8s.gpu.nvidia.com-claim_orphan-uid.json"
+    orphan.write_text("{}")
+    temp = node.cdi_dir / ".k8s.gpu.nvidia.com-claim_x.json.123.tmp"
+    temp.write_text("partial")
+    unrelated = node.cdi_dir / "other-vendor.json"
+    unrelated.write_text("{}")
+    report = await node.start()
+    assert report.orphans_removed == ["orphan-uid"]
+    assert not orphan.exists() and unrelated.exists()
+    assert report.temp_files_removed == 1 and not temp.exists()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        json.dumps(
+            {"kind": "gpudra.dev/checkpoint", "version": 99, "node": NODE, "driver": "gpu.nvidia.com"}
+        ).encode(),
+    ],
+    ids=["corrupt", "too-new"],
+)
+async def test_untrusted_checkpoint_is_reported_on_the_node_and_start_is_clean(
+    node: Node, content: bytes
+) -> None:
+    node.checkpoint.parent.mkdir(parents=True)
+    node.checkpoint.write_bytes(content)
+    spec = node.cdi_dir / "k8s.gpu.nvidia.com-claim_maybe-in-use.json"
+    node.cdi_dir.mkdir(parents=True)
+    spec.write_text("{}")
+    report = await node.start()
+    assert report.checkpoint_problem
+    assert list(node.checkpoint.parent.glob("checkpoint.json.unreadable-*"))
+    assert spec.exists()  # an untrusted checkpoint cannot say which specs are orphans
+    items, _ = await node.client.list(EVENTS, "default")
+    assert any(e["involvedObject"]["kind"] == "Node" and e["reason"] == "CheckpointUnreadable" for e in items)
+    ref = await node.claim("after", {"gpu": "gpu-0"})
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
