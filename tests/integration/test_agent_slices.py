@@ -151,7 +151,7 @@ async def test_deleted_slice_is_recreated_at_the_next_full_resync(cluster: Embed
 async def test_node_says_its_slices_are_published(cluster: EmbeddedCluster) -> None:
     assert cluster.client is not None
     node = await cluster.client.get(NODES, "dgx-h100-0")
-    assert node["metadata"]["labels"]["gpudra.dev/resourceslices-published"] == "true"
+    assert (node["metadata"].get("labels") or {}).get("gpudra.dev/resourceslices-published") == "true"
     (slice_,) = await node_slices(cluster, "dgx-h100-0")
     generation = str(slice_["spec"]["pool"]["generation"])
     assert node["metadata"]["annotations"]["gpudra.dev/resourceslices-generation"] == generation

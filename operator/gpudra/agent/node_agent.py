@@ -161,8 +161,9 @@ class NodeAgent:
             )
             return True
         self._record(inventory, devices)
-        self.published.set()
-        return await self._mark_node(True)
+        retry = await self._mark_node(True)
+        self.published.set()  # after the Node says so: whoever waits on this sees the label too
+        return retry
 
     async def _mark_node(self, published: bool) -> bool:
         """Tell autoscalers and admins, on the Node, that this node's slices are published and current (label
