@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["apiserver", "cel", "allocator"]
+BENCHMARKS = ["apiserver", "cel", "allocator", "mig"]
 
 
 def main(argv: list[str]) -> int:

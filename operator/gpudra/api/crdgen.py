@@ -20,9 +20,10 @@ import yaml
 
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.crd import CustomResource
+from gpudra.api.miglayout import MigLayout
 from gpudra.errors import GpudraError
 
-CRD_MODELS: tuple[type[CustomResource], ...] = (ComputeDomain, ComputeDomainClique)
+CRD_MODELS: tuple[type[CustomResource], ...] = (ComputeDomain, ComputeDomainClique, MigLayout)
 
 GENERATE_COMMAND = "python -m gpudra.api.crdgen --out crds/"
 

@@ -34,9 +34,11 @@ class ObjectMeta(WireModel):
 class Condition(WireModel):
     """metav1.Condition."""
 
-    type: str
+    type: str = Field(description="the condition's type, e.g. Ready or Applied")
     status: str = Field(description="True, False or Unknown")
-    reason: str = ""
-    message: str = ""
-    last_transition_time: str | None = None
-    observed_generation: int | None = None
+    reason: str = Field("", description="a CamelCase reason for the last transition")
+    message: str = Field("", description="a human-readable explanation of the last transition")
+    last_transition_time: str | None = Field(None, description="when the status last changed (RFC 3339)")
+    observed_generation: int | None = Field(
+        None, description="the metadata.generation the condition is based on"
+    )

@@ -1,0 +1,1 @@
+"""MIG: pure layout validation, placement search, plans (current -> desired) and demand packing."""
