@@ -5,27 +5,14 @@ slice; the Node gets an Event."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.hardware.simulated import FakeNvml
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 async def devices(cluster: EmbeddedCluster, node: str) -> dict[str, dict[str, Any]]:

@@ -4,16 +4,13 @@ cannot be satisfied. The manifests are the ones in examples/seeds/ (the e2e test
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
@@ -50,18 +47,6 @@ def client_of(cluster: EmbeddedCluster) -> KubeClient:
 async def apply_file(cluster: EmbeddedCluster, name: str) -> None:
     for doc in yaml.safe_load_all((SEEDS / name).read_text()):
         await client_of(cluster).create(KINDS[doc["kind"]], doc, doc["metadata"]["namespace"])
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
-    """Retry ``check`` until it returns a truthy value (generous timeout: CI machines are noisy)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
-        await asyncio.sleep(0.05)
 
 
 async def pod(cluster: EmbeddedCluster, name: str) -> dict[str, Any]:

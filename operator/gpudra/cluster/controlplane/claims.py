@@ -21,6 +21,18 @@ def generate_name(pod_name: str, pod_claim_name: str) -> str:
     return base + "-"
 
 
+def pod_owner(pod: Pod) -> dict[str, Any]:
+    """The ownerReference a claim generated for a pod carries: the pod is its controller."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": pod.metadata.name,
+        "uid": pod.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 def claim_from_template(
     pod: Pod, pod_claim: PodResourceClaim, template: ResourceClaimTemplate
 ) -> dict[str, Any]:
@@ -33,16 +45,7 @@ def claim_from_template(
         "generateName": generate_name(pod.metadata.name or "", pod_claim.name),
         "namespace": pod.metadata.namespace,
         "annotations": annotations,
-        "ownerReferences": [
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": pod.metadata.name,
-                "uid": pod.metadata.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [pod_owner(pod)],
     }
     if meta and meta.labels:
         metadata["labels"] = dict(meta.labels)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudra.api.core import Pod
+from gpudra.cluster.controlplane.claims import pod_owner
 
 EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -63,16 +64,7 @@ def extended_claim(pod: Pod, requests: list[ExtendedRequest]) -> dict[str, Any]:
             "generateName": f"{(pod.metadata.name or '')[:40]}-extended-resources-",
             "namespace": pod.metadata.namespace,
             "annotations": {EXTENDED_CLAIM_ANNOTATION: "true"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": pod.metadata.name,
-                    "uid": pod.metadata.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [pod_owner(pod)],
         },
         "spec": {
             "devices": {
