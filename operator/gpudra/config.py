@@ -53,6 +53,20 @@ class AgentSettings(CommonSettings):
     max_devices_per_slice: int = Field(
         128, ge=1, le=128, description="devices per ResourceSlice before splitting"
     )
+    mig_policy: Literal["Static", "Dynamic"] = Field(
+        "Static",
+        description=(
+            "Static: publish the MIG instances that exist; Dynamic: publish every MIG-capable GPU with MIG mode on "
+            "as partitionable devices (each profile at each placement) and create the instance at prepare"
+        ),
+    )
+    counter_layout: Literal["auto", "1.34", "1.35"] = Field(
+        "auto",
+        description=(
+            "where dynamic MIG's shared counters go: 1.34 (in the device slice), 1.35 (a counters-only slice), "
+            "or auto (from the API server's version)"
+        ),
+    )
     serve_kubelet_plugin: bool = Field(
         True, description="serve the kubelet DRA plugin (prepare / unprepare, CDI specs, checkpoint)"
     )

@@ -60,18 +60,22 @@ class HealthState:
             del self.marks[key]
         return bool(stale)
 
-    def taints_for(self, inventory: NodeInventory) -> dict[str, list[DeviceTaint]]:
-        """Device name -> taints: a whole-GPU event taints the GPU and all its MIG devices; a MIG event its device."""
+    def taints_for(
+        self, inventory: NodeInventory, devices: Sequence[Device] = ()
+    ) -> dict[str, list[DeviceTaint]]:
+        """Device name -> taints: a whole-GPU event taints the GPU and all its MIG devices (among ``devices``, every
+        device whose parentUUID is the GPU: the placements a dynamic GPU offers); a MIG event its device."""
         out: dict[str, list[DeviceTaint]] = {}
         for gpu in inventory.gpus:
             whole = self.marks.get((gpu.uuid, None))
             names = [gpu_device_name(gpu.minor)]
             if whole is not None:
+                names += [d.name for d in devices if _parent_uuid(d) == gpu.uuid]
                 for mig in gpu.mig_devices:
                     names.append(
                         mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
                     )
-                for name in names:
+                for name in dict.fromkeys(names):
                     out.setdefault(name, []).append(whole.taint)
             for mig in gpu.mig_devices:
                 mark = self.marks.get((gpu.uuid, mig.gi_id))
@@ -79,6 +83,11 @@ class HealthState:
                     name = mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
                     out.setdefault(name, []).append(mark.taint)
         return out
+
+
+def _parent_uuid(device: Device) -> str | None:
+    attribute = (device.attributes or {}).get("parentUUID")
+    return attribute.string if attribute is not None else None
 
 
 def with_taints(devices: Sequence[Device], taints: dict[str, list[DeviceTaint]]) -> list[Device]:

@@ -4,29 +4,36 @@ Prepare of one claim, under that claim's checkpoint lock (other claims run in pa
 GET the ResourceClaim, check its UID and allocation, take the results of this driver on this node, map them to
 the GPUs and MIG devices present now, resolve the opaque configs, refuse devices another claim holds, then
 
-    checkpoint PrepareStarted (with the plan) -> sharing settings -> CDI spec written -> PrepareCompleted
+    [dynamic MIG: checkpoint PrepareStarted (placements to create) -> instances created -> checkpoint (their
+    ids)] -> checkpoint PrepareStarted (with the plan) -> sharing settings -> CDI spec written -> PrepareCompleted
 
 and report ``status.devices`` Ready on the claim. A failure after PrepareStarted is rolled back at once; a crash
 is repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from
 the checkpoint. Unprepare undoes exactly what the checkpoint says was done, and an unknown claim is a success.
 
-``hook`` is called with the name of each step boundary (``prepare_started``, ``cdi_written``,
-``before_prepare_completed``, ``prepare_completed``, ``unprepare_started``, ``cdi_deleted``); tests raise from it
-to simulate a crash there.
+Dynamic MIG instances are recorded before they are created, so a crash at any point leaves a record of every
+instance that may exist; undo (and start-up recovery) destroys them by placement. Unprepare destroys them after
+the CDI spec is gone.
+
+``hook`` is called with the name of each step boundary (``instances_planned``, ``instances_created``,
+``instances_recorded``, ``prepare_started``, ``cdi_written``, ``before_prepare_completed``, ``prepare_completed``,
+``unprepare_started``, ``cdi_deleted``, ``instances_destroyed``); tests raise from it to simulate a crash there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from gpudra.agent.cdi import ClaimSpecDir
-from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
+from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, MigInstanceRecord
+from gpudra.agent.dynamicmig import InstanceCreation, plan_instances
 from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.preparing import (
+    ClaimPlan,
     DeviceKey,
     conflicts,
     device_status,
@@ -48,7 +55,8 @@ from gpudra.errors import (
     NotFoundError,
     PrepareError,
 )
-from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.backend import GpuBackend, MigProfileInfo
+from gpudra.hardware.inventory import GpuInfo, NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import RESOURCE_CLAIMS
@@ -95,6 +103,7 @@ class ClaimPreparer:
         events: EventRecorder | None = None,
         features: SharingFeatures | None = None,
         shareable: Callable[[], Iterable[str]] = lambda: (),
+        dynamic_gpus: Callable[[], Collection[str]] = frozenset,
         mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
         hook: Hook = no_hook,
     ) -> None:
@@ -108,6 +117,8 @@ class ClaimPreparer:
         self._events = events or EventRecorder(client, f"gpudra-agent-{node}", window_seconds=60)
         self._features = features
         self._shareable = shareable
+        self._dynamic_gpus = dynamic_gpus
+        self._mig_profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
         self._mps_root = mps_root
         self.hook = hook
         self._in_flight: dict[str, set[DeviceKey]] = {}
@@ -152,17 +163,7 @@ class ClaimPreparer:
             claim = await self._get_claim(ref)
             model = ResourceClaim.from_wire(claim)
             results = select_results(model, ref, driver=self.driver, node=self.node)
-            inventory = await asyncio.to_thread(self._backend.read_inventory)
-            plan = plan_claim(
-                ref.uid,
-                model,
-                results,
-                device_targets(inventory),
-                driver=self.driver,
-                features=self._features,
-                mps_root=self._mps_root,
-            )
-            await self._execute(ref, plan.devices, plan.configs, plan.cdi_document)
+            plan = await self._execute(ref, model, results)
         except GpudraError as exc:
             error = _as_prepare_error(exc)
             await self._report_failure(ref, claim, results, error)
@@ -188,14 +189,16 @@ class ClaimPreparer:
                 f"ResourceClaim {ref.namespace}/{ref.name} not found (deleted?)", reason="ClaimNotFound"
             ) from exc
 
+    def _profiles_of(self, gpu: GpuInfo) -> tuple[MigProfileInfo, ...]:
+        """The GPU's MIG profiles (read once; called from a worker thread)."""
+        if gpu.uuid not in self._mig_profiles:
+            self._mig_profiles[gpu.uuid] = self._backend.mig_profiles(gpu.index)
+        return self._mig_profiles[gpu.uuid]
+
     async def _execute(
-        self,
-        ref: ClaimRef,
-        devices: Sequence[Any],
-        configs: Mapping[str, Mapping[str, Any]],
-        document: Mapping[str, Any],
-    ) -> None:
-        keys = {(d.pool_name, d.device_name) for d in devices}
+        self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
+    ) -> ClaimPlan:
+        keys = {(r.pool, r.device) for r in results}
         holders: dict[str, Iterable[DeviceKey]] = {
             uid: [(d.pool_name, d.device_name) for d in e.devices] for uid, e in self.store.claims().items()
         }
@@ -207,25 +210,67 @@ class ClaimPreparer:
             )
         # No await between the check above and this reservation: concurrent prepares see each other.
         self._in_flight[ref.uid] = keys
+        recorded: ClaimEntry | None = None
         try:
-            entry = await self.store.transition(
+            dynamic = frozenset(self._dynamic_gpus())
+            inventory = await asyncio.to_thread(self._backend.read_inventory)
+            creations = await asyncio.to_thread(
+                plan_instances, results, inventory, dynamic, self._profiles_of
+            )
+            if creations:
+                recorded = await self.store.transition(
+                    ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
+                    mig_instances_created=[c.record for c in creations],
+                )  # fmt: skip
+                self.hook("instances_planned")
+                inventory = await self._create_instances(ref.uid, creations)
+            plan = plan_claim(
+                ref.uid, claim, results, device_targets(inventory, dynamic), driver=self.driver,
+                features=self._features, mps_root=self._mps_root,
+            )  # fmt: skip
+            recorded = await self.store.transition(
                 ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
-                devices=devices, configs=configs, cdi_document=document,
+                devices=plan.devices, configs=plan.configs, cdi_document=plan.cdi_document,
             )  # fmt: skip
             self.hook("prepare_started")
-            try:
-                await self._apply_sharing(entry)
-                path = await asyncio.to_thread(self.specs.write_document, ref.uid, document)
-                self.hook("cdi_written")
-                self.hook("before_prepare_completed")
-                await self.store.transition(ref.uid, "PrepareCompleted", cdi_spec=str(path))
-                self.hook("prepare_completed")
-            except Exception:
+            await self._apply_sharing(recorded)
+            path = await asyncio.to_thread(self.specs.write_document, ref.uid, plan.cdi_document)
+            self.hook("cdi_written")
+            self.hook("before_prepare_completed")
+            await self.store.transition(ref.uid, "PrepareCompleted", cdi_spec=str(path))
+            self.hook("prepare_completed")
+            return plan
+        except Exception:
+            if recorded is not None:
                 log.warning("prepare failed midway; rolling back", uid=ref.uid)
-                await self.undo(ref.uid, entry)
-                raise
+                await self.undo(ref.uid, self.store.get(ref.uid) or recorded)
+            raise
         finally:
             self._in_flight.pop(ref.uid, None)
+
+    async def _create_instances(self, uid: str, creations: Sequence[InstanceCreation]) -> NodeInventory:
+        """Create the planned MIG instances, record their ids, and return the inventory that holds them."""
+        created: list[MigInstanceRecord] = []
+        for creation in creations:
+            record = creation.record
+            info = await asyncio.to_thread(
+                self._backend.create_mig_device, creation.gpu_index, record.profile, record.placement_start
+            )
+            log.info("MIG instance created", uid=uid, gpu=record.parent_uuid, instance=info.uuid,
+                     profile=record.profile, placement=record.placement_start)  # fmt: skip
+            created.append(
+                record.model_copy(
+                    update={
+                        "gpu_instance_id": info.gi_id,
+                        "compute_instance_id": info.ci_id,
+                        "uuid": info.uuid,
+                    }
+                )
+            )
+        self.hook("instances_created")
+        await self.store.transition(uid, "PrepareStarted", mig_instances_created=created)
+        self.hook("instances_recorded")
+        return await asyncio.to_thread(self._backend.read_inventory)
 
     async def _ensure_spec(self, uid: str, entry: ClaimEntry) -> None:
         if entry.cdi_document is not None and await asyncio.to_thread(self.specs.read, uid) is None:
@@ -273,7 +318,31 @@ class ClaimPreparer:
         await asyncio.to_thread(self.specs.delete, uid)
         if hooked:
             self.hook("cdi_deleted")
+        if entry.mig_instances_created:
+            await asyncio.to_thread(self._destroy_instances, uid, entry.mig_instances_created)
+            if hooked:
+                self.hook("instances_destroyed")
         await self.store.remove(uid)
+
+    def _destroy_instances(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
+        """Destroy the recorded instances that still exist, found by GPU and placement (a record written
+        before the creation has no ids yet). A GPU gone from the node took its instances with it. Raises
+        HardwareError when an instance cannot be destroyed (the entry stays, and the next try repeats this)."""
+        inventory = self._backend.read_inventory()
+        gpus = {gpu.uuid: gpu for gpu in inventory.gpus}
+        for record in records:
+            gpu = gpus.get(record.parent_uuid)
+            if gpu is None:
+                log.warning("GPU of a MIG instance is gone", uid=uid, gpu=record.parent_uuid)
+                continue
+            for instance in gpu.mig_devices:
+                if (instance.profile, instance.placement_start) != (record.profile, record.placement_start):
+                    continue
+                if record.gpu_instance_id is not None and instance.gi_id != record.gpu_instance_id:
+                    continue  # someone else's instance at that placement: not ours to destroy
+                self._backend.destroy_mig_device(gpu.index, instance.gi_id)
+                log.info("MIG instance destroyed", uid=uid, gpu=gpu.uuid, instance=instance.uuid,
+                         profile=record.profile, placement=record.placement_start)  # fmt: skip
 
     async def _apply_sharing(self, entry: ClaimEntry) -> None:
         for action in sharing_actions(entry.devices, entry.configs):

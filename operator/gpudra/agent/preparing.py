@@ -5,7 +5,7 @@ CDI spec and the sharing settings are, whether a device is already held by anoth
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -66,14 +66,16 @@ class DeviceTarget:
     device_nodes: tuple[DeviceNode, ...]
 
 
-def device_targets(inventory: NodeInventory) -> dict[str, DeviceTarget]:
-    """Device name -> hardware, for every device the node publishes now."""
+def device_targets(inventory: NodeInventory, dynamic: Collection[str] = ()) -> dict[str, DeviceTarget]:
+    """Device name -> hardware, for every device the node publishes now. A GPU in dynamic MIG mode (UUID in
+    ``dynamic``) is a target as a whole GPU as well as through the MIG instances that exist on it."""
     targets: dict[str, DeviceTarget] = {}
     for gpu in inventory.gpus:
-        if not gpu.mig_enabled:
+        if not gpu.mig_enabled or gpu.uuid in dynamic:
             name = gpu_device_name(gpu.minor)
             targets[name] = DeviceTarget(name, "gpu", gpu.uuid, gpu.uuid, gpu_device_nodes(gpu.minor))
-            continue
+            if not gpu.mig_enabled:
+                continue
         for mig in gpu.mig_devices:
             name = mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
             nodes = mig_device_nodes(gpu.minor, *mig_cap_minors(gpu.minor, mig.gi_id, mig.ci_id))

@@ -12,6 +12,7 @@ import asyncio
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.dynamicmig import claimed_placements
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.prepare import ClaimPreparer, Hook, no_hook
@@ -40,7 +41,7 @@ class AgentRuntime:
         hook: Hook | None = None,
     ) -> None:
         self.settings = settings
-        self.agent = NodeAgent(settings, backend, client, metrics)
+        self.agent = NodeAgent(settings, backend, client, metrics, claimed_instances=self._claimed_instances)
         self._client = client
         self._metrics = metrics
         self._events = EventRecorder(client, f"gpudra-agent-{settings.node_name}", window_seconds=60)
@@ -63,6 +64,7 @@ class AgentRuntime:
             metrics=metrics,
             events=self._events,
             shareable=self._shareable,
+            dynamic_gpus=self.agent.dynamic_gpus,
             mps_root=str(settings.plugin_path / "mps"),
             hook=hook or no_hook,
         )
@@ -72,6 +74,14 @@ class AgentRuntime:
             plugin_dir=settings.plugin_path,
             registry_dir=settings.registry_dir,
         )
+
+    def _claimed_instances(self) -> dict[str, list[tuple[str, int]]]:
+        """Dynamic MIG instances recorded for claims (also those about to be created): the slices keep
+        offering their placements, so an allocated device never disappears while its claim holds it."""
+        if self.preparer is None:
+            return {}
+        records = [r for entry in self.preparer.store.claims().values() for r in entry.mig_instances_created]
+        return claimed_placements(records)
 
     def _shareable(self) -> list[str]:
         return [d.name for d in self.agent.devices if d.allow_multiple_allocations]
