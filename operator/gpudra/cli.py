@@ -36,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--once", action="store_true", help="bring everything up, print the fleet, shut down")
     up.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free port, -1: none)")
     up.add_argument("--list-profiles", action="store_true", help="list the node profiles and exit")
+    up.add_argument(
+        "--dynamic-mig",
+        action="store_true",
+        help="MIG-capable GPUs start with MIG on and no instances, published as dynamic MIG (created at prepare)",
+    )
 
     agent = sub.add_parser("agent", help="run the node agent (DaemonSet)")
     agent.add_argument("--node-name", default=None, help="env GPUDRA_NODE_NAME")
@@ -97,6 +102,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         once=args.once,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        dynamic_mig=args.dynamic_mig,
     )
     return await run_up(options)
 

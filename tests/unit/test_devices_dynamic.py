@@ -18,9 +18,8 @@ from gpudra.api.resource import Device, ResourceSlice
 from gpudra.devices.dynamic import build_node_devices, gpu_counters, placement_counters
 from gpudra.devices.slices import CounterLayout, build_slice_specs
 from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.inventory import NodeInventory
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.simulated import empty_mig, simulated_backend
 from gpudra.mig.layout import MigLayout, Placement, model_of_gpu
 from gpudra.mig.space import placement_space
 from gpudra.mig.validate import layout_problems
@@ -32,14 +31,8 @@ MIG_PROFILES = ["dgx-h100", "dgx-a100", "dgx-a100-80gb", "hgx-h200", "dgx-b200",
 @cache
 def node(profile: str = "dgx-h100") -> tuple[NodeInventory, dict[str, tuple[MigProfileInfo, ...]]]:
     """A node of ``profile`` with MIG mode on and no instances, and each GPU's profiles as NVML reports them."""
-    fake = FakeNvml.from_profile(profile, node_name=NODE)
-    backend = NvmlBackend(NODE, nvml=fake)
-    for index in range(len(backend.read_inventory().gpus)):
-        if not backend.mig_profiles(index):
-            continue
-        backend.set_mig_mode(index, True)
-        for instance in backend.read_inventory().gpus[index].mig_devices:
-            backend.destroy_mig_device(index, instance.gi_id)
+    backend = simulated_backend(profile, NODE).backend
+    empty_mig(backend)
     inventory = backend.read_inventory()
     return inventory, {gpu.uuid: backend.mig_profiles(gpu.index) for gpu in inventory.gpus}
 
@@ -117,8 +110,7 @@ def test_gpus_not_in_dynamic_mode_publish_as_before() -> None:
 
 def test_foreign_instances_hide_the_placements_they_cover_and_the_full_gpu() -> None:
     inventory, profiles = node()
-    fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
-    backend = NvmlBackend(NODE, nvml=fake)
+    backend = simulated_backend("dgx-h100", NODE).backend
     backend.set_mig_mode(0, True)
     backend.create_mig_device(0, "3g.40gb", 4)  # left over from a static layout
     backend.create_mig_device(0, "1g.10gb", 0)  # created for a claim

@@ -34,6 +34,7 @@ from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.simulated import empty_mig
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
@@ -57,6 +58,7 @@ class UpOptions:
     hardware_poll_seconds: float = 0.25
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     ready_timeout: float = 120.0
+    dynamic_mig: bool = False  # MIG-capable GPUs start MIG-enabled and empty, agents run mig_policy=Dynamic
 
 
 @dataclass
@@ -153,8 +155,12 @@ class EmbeddedCluster:
             registry_dir=root / "registry",
             cdi_dir=root / "cdi",
             state_dir=root / "state",
+            mig_policy="Dynamic" if self.options.dynamic_mig else "Static",
         )
-        runtime = AgentRuntime(settings, NvmlBackend(node.name, nvml=fake), self.client, self.metrics)
+        backend = NvmlBackend(node.name, nvml=fake)
+        if self.options.dynamic_mig:
+            empty_mig(backend)
+        runtime = AgentRuntime(settings, backend, self.client, self.metrics)
         self.simulated[node.name] = fake
         self.agents[node.name] = runtime.agent
         self.runtimes[node.name] = runtime
