@@ -88,6 +88,66 @@ async def test_crash_points(node: Node, operation: str, step: str, prepared_afte
     assert node.spec_of(ref) is None and node.fake.gpu(gpu).compute_mode == 0
 
 
+DYNAMIC_DEVICE = "gpu-1-mig-1g10gb-19-3"
+MIG_MPS = [gpu_config({"strategy": "MPS"}, kind="MigDeviceConfig")]
+
+
+@pytest.mark.parametrize(
+    ("operation", "step", "prepared_after_restart"),
+    [
+        ("prepare", "instances_planned", False),
+        ("prepare", "instances_created", False),
+        ("prepare", "instances_recorded", False),
+        ("prepare", "prepare_started", False),
+        ("prepare", "cdi_written", False),
+        ("prepare", "prepare_completed", True),
+        ("unprepare", "unprepare_started", False),
+        ("unprepare", "cdi_deleted", False),
+        ("unprepare", "instances_destroyed", False),
+    ],
+)
+async def test_dynamic_mig_crash_points(
+    node: Node, operation: str, step: str, prepared_after_restart: bool
+) -> None:
+    """A dynamic MIG claim (with MPS through a MigDeviceConfig): whatever step the process dies at, the
+    restart leaves either the completed claim with its instance or no claim and no instance."""
+    gpu = node.make_dynamic(1)
+    ref = await node.claim("dyn", {"mig": DYNAMIC_DEVICE}, config=MIG_MPS)
+    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
+    await preparer.store.load()
+    if operation == "prepare":
+        with pytest.raises(Crash):
+            await preparer.prepare([ref])
+    else:
+        assert (await preparer.prepare([ref]))[ref.uid].error == ""
+        assert node.instances(gpu) == [("1g.10gb", 3)]
+        preparer.hook = crash_at(step)
+        with pytest.raises(Crash):
+            await preparer.unprepare([ref])
+
+    report = await node.start()
+
+    entries = node.preparer.store.claims() if node.preparer else {}
+    if prepared_after_restart:
+        assert entries[ref.uid].state == "PrepareCompleted"
+        assert node.instances(gpu) == [("1g.10gb", 3)]
+    else:
+        assert ref.uid not in entries and node.spec_of(ref) is None
+        assert node.instances(gpu) == []
+        assert ref.uid in report.rolled_back + report.finished
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    (instance,) = node.backend.read_inventory().gpus[gpu].mig_devices
+    spec = node.spec_of(ref)
+    assert spec is not None
+    env = spec["containerEdits"]["env"]
+    assert f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in env and any(
+        e.startswith("CUDA_MPS_PIPE") for e in env
+    )
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert node.instances(gpu) == [] and node.spec_of(ref) is None
+
+
 async def test_reboot_regenerates_cdi_specs_before_registration(node: Node) -> None:
     await node.start()
     ref = await node.claim("survivor", {"gpu": "gpu-6"})

@@ -108,7 +108,7 @@ def test_gpus_not_in_dynamic_mode_publish_as_before() -> None:
     assert [d.name for d in plain.devices] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"] and not plain.counter_sets
 
 
-def test_foreign_instances_hide_the_placements_they_cover_and_the_full_gpu() -> None:
+def test_foreign_instances_stay_static_and_hide_what_they_overlap_and_the_full_gpu() -> None:
     inventory, profiles = node()
     backend = simulated_backend("dgx-h100", NODE).backend
     backend.set_mig_mode(0, True)
@@ -119,11 +119,14 @@ def test_foreign_instances_hide_the_placements_they_cover_and_the_full_gpu() -> 
     published = build_node_devices(
         with_leftover, {gpu0.uuid: profiles[inventory.gpus[0].uuid]}, claimed={gpu0.uuid: [("1g.10gb", 0)]}
     )
-    names = {d.name for d in published.devices}
-    assert (
-        "gpu-0" not in names and "gpu-0-mig-3g40gb-9-4" not in names and "gpu-0-mig-1g10gb-19-5" not in names
-    )
-    assert {"gpu-0-mig-1g10gb-19-0", "gpu-0-mig-3g40gb-9-0", "gpu-0-mig-2g20gb-14-2"} <= names
+    devices = {d.name: d for d in published.devices}
+    hidden = {"gpu-0", "gpu-0-mig-1g10gb-19-5", "gpu-0-mig-7g80gb-0-0", "gpu-0-mig-2g20gb-14-4"}
+    assert not hidden & set(devices)
+    assert {"gpu-0-mig-1g10gb-19-0", "gpu-0-mig-3g40gb-9-0", "gpu-0-mig-2g20gb-14-2"} <= set(devices)
+    leftover = devices["gpu-0-mig-3g40gb-9-4"]  # published as the static MIG device it is
+    assert attr(leftover, "uuid") == next(m.uuid for m in gpu0.mig_devices if m.profile == "3g.40gb")
+    assert not leftover.consumes_counters and "memorySlice7" in (leftover.capacity or {})
+    assert devices["gpu-0-mig-1g10gb-19-0"].consumes_counters
 
 
 @pytest.mark.parametrize("profile", MIG_PROFILES)

@@ -41,9 +41,10 @@ def plan_instances(
 ) -> list[InstanceCreation]:
     """The instances to create for ``results`` on the GPUs whose UUIDs are in ``dynamic``, in result order.
 
-    PrepareError when a result names a profile the GPU does not have or a placement it does not offer, when
-    another instance already covers part of the placement (reason PlacementOccupied), or when the full GPU is
-    asked for while MIG instances exist on it (reason GpuPartitioned).
+    A result naming an instance that exists already (one the GPU had before it went dynamic, published as a
+    static MIG device) needs no creation. PrepareError when a result names a profile the GPU does not have or a
+    placement it does not offer, when another instance covers part of the placement (reason
+    PlacementOccupied), or when the full GPU is asked for while MIG instances exist on it (GpuPartitioned).
     """
     by_minor = {gpu.minor: gpu for gpu in inventory.gpus if gpu.uuid in dynamic}
     creations: list[InstanceCreation] = []
@@ -63,6 +64,8 @@ def plan_instances(
                 f"{start}",
                 reason="UnknownDevice",
             )
+        if any((m.profile, m.placement_start) == (profile.profile, start) for m in gpu.mig_devices):
+            continue  # an instance that exists (published as a static MIG device): used as it is
         for instance in gpu.mig_devices:
             if _overlaps(start, profile.placement_size, instance.placement_start, instance.placement_size):
                 raise PrepareError(

@@ -15,8 +15,10 @@ placements that share a memory slice never fit together; the full GPU never fits
 one ``+me`` instance fits (it takes the GPU's only OFA engine); every layout the hardware can create fits.
 
 Instances that exist on a dynamic GPU without being created for a claim (``foreign``: left over from a static
-layout, or made by hand) are not known to the counters, so the devices whose memory slices overlap them, and the
-full GPU, are left out rather than offered and then failed at prepare.
+layout, or made by hand) are not known to the counters. They are published as the static MIG devices they are
+(usable, no counters), and the placements overlapping them, and the full GPU, are left out rather than offered
+and then failed at prepare. Nothing is destroyed to make room (NVIDIA's driver destroys unknown instances at
+start-up, which left A100s needing a reset: its issue #883).
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ from dataclasses import dataclass
 
 from gpudra.api.quantity import format_quantity
 from gpudra.api.resource import Counter, CounterSet, Device, DeviceCounterConsumption
-from gpudra.devices.build import devices_of_gpu, gpu_device, in_name_order, mig_attributes, mig_capacity
+from gpudra.devices.build import (
+    devices_of_gpu,
+    gpu_device,
+    in_name_order,
+    mig_attributes,
+    mig_capacity,
+    mig_device,
+)
 from gpudra.devices.names import device_sort_key, mig_device_name
 from gpudra.hardware.backend import MigProfileInfo
 from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory
@@ -135,11 +144,13 @@ def dynamic_gpu(
     extensions: bool = True,
 ) -> DynamicGpu:
     """The counter set and partitionable devices of one MIG-capable GPU (``profiles`` as the hardware reports
-    them). Devices overlapping a ``foreign`` instance, and then the full GPU, are left out."""
+    them). A ``foreign`` instance is published as a static MIG device; the placements overlapping it, and then
+    the full GPU, are left out."""
     taken: set[int] = set()
+    devices: list[Device] = []
     for instance in foreign:
         taken |= _span(instance.placement_start, instance.placement_size)
-    devices: list[Device] = []
+        devices.append(mig_device(gpu, instance, inventory))
     if not taken:
         full = gpu_device(gpu, inventory, extensions=extensions)
         consumes = _consumes(gpu.minor, gpu_counters(gpu, profiles))
