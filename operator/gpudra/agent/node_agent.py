@@ -79,7 +79,7 @@ class NodeAgent:
         )
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
         self._health_stop = threading.Event()
-        self._health_changed = False
+        self._republish = False  # health or dynamic-MIG mode changed what is published
         self.claimed_instances = claimed_instances
         self._dynamic_override: frozenset[str] | None = None
         self._mig_profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
@@ -90,6 +90,7 @@ class NodeAgent:
         """Publish exactly these GPUs (by UUID) as dynamic MIG from now on; None: back to ``mig_policy``.
         GPUs without MIG, or with MIG mode off, stay published as they are. Takes effect at once."""
         self._dynamic_override = None if uuids is None else frozenset(uuids)
+        self._republish = True
         log.info(
             "dynamic MIG GPUs set",
             node=self.settings.node_name,
@@ -178,8 +179,8 @@ class NodeAgent:
             if self.health.expire(time.time()):
                 log.info("devices recovered: health taints removed", node=self.settings.node_name)
                 dirty = True
-            if self._health_changed:
-                self._health_changed, dirty = False, True
+            if self._republish:
+                self._republish, dirty = False, True
             inventory: NodeInventory | None
             try:
                 inventory = await asyncio.to_thread(self._backend.read_inventory)
@@ -222,7 +223,7 @@ class NodeAgent:
         )
         uid = self.publisher.node_uid if self.publisher is not None else ""
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name, "uid": uid}}
-        self._health_changed = True
+        self._republish = True
         self.poke()
         await self._events.post(node, "Warning", "GpuHealth", f"{what}: {detail}; taint effect {effect}")
 
