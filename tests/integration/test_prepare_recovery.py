@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from _prepare_kit import NODE, Node, cleanup, gpu_config, make_node
 
+from gpudra.agent.kubeletplugin import ClaimRef
+from gpudra.agent.recovery import RecoveryReport
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS
@@ -43,6 +45,21 @@ async def node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[No
 MPS = [gpu_config({"strategy": "MPS"})]
 
 
+async def crash_and_restart(node: Node, ref: ClaimRef, operation: str, step: str) -> RecoveryReport:
+    """Prepare (or prepare, then unprepare) ``ref`` in a process that dies at ``step``; start a new one."""
+    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
+    await preparer.store.load()
+    if operation == "prepare":
+        with pytest.raises(Crash):
+            await preparer.prepare([ref])
+    else:
+        assert (await preparer.prepare([ref]))[ref.uid].error == ""
+        preparer.hook = crash_at(step)
+        with pytest.raises(Crash):
+            await preparer.unprepare([ref])
+    return await node.start()  # a new process: recovery, then the plugin registers
+
+
 @pytest.mark.parametrize(
     ("operation", "step", "prepared_after_restart"),
     [
@@ -57,18 +74,7 @@ MPS = [gpu_config({"strategy": "MPS"})]
 async def test_crash_points(node: Node, operation: str, step: str, prepared_after_restart: bool) -> None:
     ref = await node.claim("crashy", {"gpu": "gpu-1"}, config=MPS)
     gpu = next(g.index for g in node.backend.read_inventory().gpus if g.minor == 1)
-    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
-    await preparer.store.load()
-    if operation == "prepare":
-        with pytest.raises(Crash):
-            await preparer.prepare([ref])
-    else:
-        assert (await preparer.prepare([ref]))[ref.uid].error == ""
-        preparer.hook = crash_at(step)
-        with pytest.raises(Crash):
-            await preparer.unprepare([ref])
-
-    report = await node.start()  # a new process: recovery, then the plugin registers
+    report = await crash_and_restart(node, ref, operation, step)
 
     entries = node.preparer.store.claims() if node.preparer else {}
     if prepared_after_restart:
@@ -113,19 +119,7 @@ async def test_dynamic_mig_crash_points(
     restart leaves either the completed claim with its instance or no claim and no instance."""
     gpu = node.make_dynamic(1)
     ref = await node.claim("dyn", {"mig": DYNAMIC_DEVICE}, config=MIG_MPS)
-    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
-    await preparer.store.load()
-    if operation == "prepare":
-        with pytest.raises(Crash):
-            await preparer.prepare([ref])
-    else:
-        assert (await preparer.prepare([ref]))[ref.uid].error == ""
-        assert node.instances(gpu) == [("1g.10gb", 3)]
-        preparer.hook = crash_at(step)
-        with pytest.raises(Crash):
-            await preparer.unprepare([ref])
-
-    report = await node.start()
+    report = await crash_and_restart(node, ref, operation, step)
 
     entries = node.preparer.store.claims() if node.preparer else {}
     if prepared_after_restart:

@@ -99,28 +99,18 @@ def _consumes(minor: int, values: dict[str, int]) -> list[DeviceCounterConsumpti
     return [DeviceCounterConsumption(counter_set=counter_set_name(minor), counters=counters)]
 
 
+_FROM_PROFILE = {
+    "gi_profile_id", "placement_size", "memory_bytes", "multiprocessors", "copy_engines", "decoders", "encoders",
+    "jpeg_engines", "ofa_engines",
+}  # fmt: skip
+
+
 def _as_instance(gpu: GpuInfo, profile: MigProfileInfo, start: int) -> MigDeviceInfo:
     """The MIG device an instance of ``profile`` at ``start`` would be (no UUID or ids yet)."""
     return MigDeviceInfo(
-        uuid="",
-        parent_uuid=gpu.uuid,
-        parent_index=gpu.index,
-        parent_minor=gpu.minor,
-        profile=profile.profile,
-        gi_profile_id=profile.gi_profile_id,
-        ci_profile_id=0,
-        gi_id=0,
-        ci_id=0,
-        placement_start=start,
-        placement_size=profile.placement_size,
-        memory_bytes=profile.memory_bytes,
-        multiprocessors=profile.multiprocessors,
-        copy_engines=profile.copy_engines,
-        decoders=profile.decoders,
-        encoders=profile.encoders,
-        jpeg_engines=profile.jpeg_engines,
-        ofa_engines=profile.ofa_engines,
-    )
+        uuid="", parent_uuid=gpu.uuid, parent_index=gpu.index, parent_minor=gpu.minor, profile=profile.profile,
+        ci_profile_id=0, gi_id=0, ci_id=0, placement_start=start, **profile.model_dump(include=_FROM_PROFILE),
+    )  # fmt: skip
 
 
 def _span(start: int, size: int) -> set[int]:
