@@ -21,6 +21,7 @@ from gpudra.agent.slicesync import NodeRef
 from gpudra.api.resource import Device
 from gpudra.config import AgentSettings
 from gpudra.devices.build import build_devices
+from gpudra.devices.sharing import time_sliced
 from gpudra.errors import GpudraError, NotFoundError
 from gpudra.hardware.backend import GpuBackend, HealthEvent
 from gpudra.hardware.inventory import NodeInventory
@@ -201,7 +202,10 @@ class NodeAgent:
     async def _publish(self, inventory: NodeInventory) -> bool:
         """Publish; return True when it must be retried."""
         assert self.publisher is not None
-        devices = with_taints(build_devices(inventory), self.health.taints_for(inventory))
+        devices = with_taints(
+            time_sliced(build_devices(inventory), self.settings.shared_gpu_replicas),
+            self.health.taints_for(inventory),
+        )
         try:
             await self.publisher.publish(devices)
         except GpudraError as exc:
