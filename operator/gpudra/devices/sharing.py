@@ -13,7 +13,8 @@ every full GPU of a node with ``shared_gpu_replicas = N`` is published once, wit
   ``memory / N`` (rounded down to MiB). This is what the scheduler and Kueue charge; time-slicing itself does not
   enforce memory (MPS with pinned-memory limits does).
 
-MIG devices are never shared this way. Pure: devices in, devices out.
+MIG devices, and GPUs published as partitionable devices (dynamic MIG: they consume counters), are never shared
+this way. Pure: devices in, devices out.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def time_sliced(devices: Sequence[Device], replicas: int) -> list[Device]:
 
 def _is_full_gpu(device: Device) -> bool:
     kind = (device.attributes or {}).get("type")
-    return kind is not None and kind.value == "gpu"
+    return kind is not None and kind.value == "gpu" and not device.consumes_counters
 
 
 def _shared(device: Device, replicas: int) -> Device:
