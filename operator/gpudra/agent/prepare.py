@@ -292,8 +292,12 @@ class ClaimPreparer:
 
     async def undo(self, uid: str, entry: ClaimEntry, *, hooked: bool = False) -> None:
         """Undo a (possibly partial) prepare: sharing settings, the CDI spec, then the checkpoint entry.
-        Sharing that cannot be undone (a lost GPU) is logged, not fatal: pods must not stay Terminating."""
+        Sharing that cannot be undone (a lost GPU) is logged, not fatal: pods must not stay Terminating. A GPU
+        another claim still holds (a shared GPU) keeps its settings until the last claim is unprepared."""
+        held = {d.uuid for other, e in self.store.claims().items() if other != uid for d in e.devices}
         for action in sharing_actions(entry.devices, entry.configs):
+            if action.gpu_uuid in held:
+                continue
             try:
                 if action.exclusive_process:
                     await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, False)
