@@ -57,6 +57,8 @@ class UpOptions:
     hardware_poll_seconds: float = 0.25
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     ready_timeout: float = 120.0
+    agent_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
 
 
 @dataclass
@@ -153,6 +155,7 @@ class EmbeddedCluster:
             registry_dir=root / "registry",
             cdi_dir=root / "cdi",
             state_dir=root / "state",
+            **self.options.agent_overrides.get(node.profile, {}),
         )
         runtime = AgentRuntime(settings, NvmlBackend(node.name, nvml=fake), self.client, self.metrics)
         self.simulated[node.name] = fake
