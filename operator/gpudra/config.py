@@ -50,6 +50,13 @@ class AgentSettings(CommonSettings):
         default_factory=lambda: [13, 31, 43, 45, 68, 109],
         description="XIDs that are application errors: tainted with effect None (visible, not repelling)",
     )
+    shared_gpu_replicas: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="publish every full GPU as a time-sliced GPU shared by up to this many claims "
+        "(class shared.gpu.nvidia.com, extended resource nvidia.com/gpu.shared); 0: GPUs are exclusive",
+    )
     max_devices_per_slice: int = Field(
         128, ge=1, le=128, description="devices per ResourceSlice before splitting"
     )

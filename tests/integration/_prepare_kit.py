@@ -53,6 +53,7 @@ class Node:
     plugin: KubeletPlugin | None = None
     kubelet: KubeletClient | None = None
     dynamic: set[str] = field(default_factory=set)  # UUIDs of the GPUs in dynamic MIG mode
+    shareable: tuple[str, ...] = ()  # devices published with allowMultipleAllocations
 
     def __post_init__(self) -> None:
         self.fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
@@ -96,6 +97,7 @@ class Node:
             events=EventRecorder(self.client, "gpudra-agent-test", window_seconds=0),
             mps_root=str(self.root / "mps"),
             dynamic_gpus=lambda: frozenset(self.dynamic),
+            shareable=lambda: self.shareable,
             hook=hook,
         )
         return self.preparer

@@ -16,14 +16,16 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
-from gpudra.agent.health import HealthState, with_taints
+from gpudra.agent.health import DeviceProblem, HealthState, with_taints
+from gpudra.agent.kubeletplugin.types import DeviceHealth, HealthStatus
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.resource import Device
 from gpudra.config import AgentSettings
 from gpudra.devices.dynamic import build_node_devices
+from gpudra.devices.sharing import time_sliced
 from gpudra.devices.slices import CounterLayout, counter_layout_for
 from gpudra.errors import GpudraError, KubeError, NotFoundError
 from gpudra.hardware.backend import GpuBackend, HealthEvent, MigProfileInfo
@@ -79,7 +81,13 @@ class NodeAgent:
         )
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
         self._health_stop = threading.Event()
-        self._republish = False  # health or dynamic-MIG mode changed what is published
+        self._health_changed = False
+        self._health_unreported = True  # the listener has not seen the current health yet
+        self._health_tick = asyncio.Event()  # set (and replaced) when published health changed
+        self.health_listener: Callable[[], Awaitable[None]] | None = None
+        """Called after a publish that changed device health (and after the first): the kubelet plugin marks
+        the claims prepared on unhealthy devices."""
+        self._republish = False  # the dynamic-MIG GPUs changed: publish again
         self.claimed_instances = claimed_instances
         self._dynamic_override: frozenset[str] | None = None
         self._mig_profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
@@ -178,13 +186,19 @@ class NodeAgent:
         while True:
             if self.health.expire(time.time()):
                 log.info("devices recovered: health taints removed", node=self.settings.node_name)
-                dirty = True
+                self._health_changed = True
+            if self._health_changed:
+                self._health_changed, dirty, self._health_unreported = False, True, True
             if self._republish:
                 self._republish, dirty = False, True
             inventory: NodeInventory | None
             try:
+                read_at = time.time()
                 inventory = await asyncio.to_thread(self._backend.read_inventory)
                 self._metrics.hardware_reads.labels(node, "ok").inc()
+                if self.health.remember(inventory, read_at):
+                    log.info("a lost GPU is back", node=node)
+                    dirty, self._health_unreported = True, True
             except GpudraError as exc:
                 self._metrics.hardware_reads.labels(node, "failed").inc()
                 log.error("reading the GPUs failed; keeping the published slices", node=node, error=str(exc))
@@ -195,7 +209,45 @@ class NodeAgent:
             ):
                 dirty = await self._publish(inventory)
                 last_full = now if not dirty else last_full
+            if not dirty and self._health_unreported:
+                await self._report_health()
             await self._sleep()
+
+    async def _report_health(self) -> None:
+        """Tell the health stream's readers and the listener that the published health changed."""
+        self._health_unreported = False
+        self._health_tick.set()
+        self._health_tick = asyncio.Event()
+        if self.health_listener is not None:
+            try:
+                await self.health_listener()
+            except GpudraError as exc:
+                log.warning(
+                    "reporting device health failed; will retry", node=self.settings.node_name, error=str(exc)
+                )
+                self._health_unreported = True
+
+    def device_problems(self) -> dict[str, DeviceProblem]:
+        """Device name -> why it is unhealthy, as published now (devices of lost GPUs included)."""
+        return self.health.problems(self.inventory)
+
+    async def health_reports(self) -> AsyncIterator[list[DeviceHealth]]:
+        """The kubelet's health stream: the health of every device now, then again at each change."""
+        while True:
+            tick = self._health_tick
+            problems = self.device_problems()
+            names = sorted({d.name for d in self.devices} | set(problems))
+            now = int(time.time())
+            yield [
+                DeviceHealth(
+                    pool_name=self.settings.node_name,
+                    device_name=name,
+                    health=HealthStatus.UNHEALTHY if name in problems else HealthStatus.HEALTHY,
+                    last_updated_time=now,
+                )
+                for name in names
+            ]
+            await tick.wait()
 
     def _start_health_watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """A thread blocks in NVML's event wait (as real NVML requires) and hands events to the loop."""
@@ -223,7 +275,7 @@ class NodeAgent:
         )
         uid = self.publisher.node_uid if self.publisher is not None else ""
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name, "uid": uid}}
-        self._republish = True
+        self._health_changed = True
         self.poke()
         await self._events.post(node, "Warning", "GpuHealth", f"{what}: {detail}; taint effect {effect}")
 
@@ -236,7 +288,10 @@ class NodeAgent:
         except GpudraError as exc:
             log.error("building the devices failed; will retry", node=inventory.node_name, error=str(exc))
             return True
-        devices = with_taints(built.devices, self.health.taints_for(inventory, built.devices))
+        devices = with_taints(
+            time_sliced(built.devices, self.settings.shared_gpu_replicas),
+            self.health.taints_for(inventory, built.devices),
+        )
         try:
             await self.publisher.publish(devices, built.counter_sets)
         except GpudraError as exc:

@@ -65,6 +65,7 @@ class AgentRuntime:
             events=self._events,
             shareable=self._shareable,
             dynamic_gpus=self.agent.dynamic_gpus,
+            problems=self.agent.device_problems if settings.health_checks else None,
             mps_root=str(settings.plugin_path / "mps"),
             hook=hook or no_hook,
         )
@@ -73,7 +74,10 @@ class AgentRuntime:
             self.preparer,
             plugin_dir=settings.plugin_path,
             registry_dir=settings.registry_dir,
+            health_source=self.agent.health_reports if settings.health_checks else None,
         )
+        self.agent.health_listener = self._report_health
+        self._health_refreshed = False
 
     def _claimed_instances(self) -> dict[str, list[tuple[str, int]]]:
         """Dynamic MIG instances recorded for claims (also those about to be created): the slices keep
@@ -85,6 +89,13 @@ class AgentRuntime:
 
     def _shareable(self) -> list[str]:
         return [d.name for d in self.agent.devices if d.allow_multiple_allocations]
+
+    async def _report_health(self) -> None:
+        """Mark the claims prepared on devices whose health changed; the first time, every prepared claim (a
+        previous agent may have left marks that no longer hold)."""
+        if self.preparer is not None:
+            await self.preparer.report_health(refresh=not self._health_refreshed)
+            self._health_refreshed = True
 
     async def _report_checkpoint_problem(self, problem: CheckpointError) -> None:
         name = self.settings.node_name

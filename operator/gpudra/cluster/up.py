@@ -59,6 +59,8 @@ class UpOptions:
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     ready_timeout: float = 120.0
     dynamic_mig: bool = False  # MIG-capable GPUs start MIG-enabled and empty, agents run mig_policy=Dynamic
+    agent_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
 
 
 @dataclass
@@ -155,7 +157,10 @@ class EmbeddedCluster:
             registry_dir=root / "registry",
             cdi_dir=root / "cdi",
             state_dir=root / "state",
-            mig_policy="Dynamic" if self.options.dynamic_mig else "Static",
+            **{
+                "mig_policy": "Dynamic" if self.options.dynamic_mig else "Static",
+                **self.options.agent_overrides.get(node.profile, {}),
+            },
         )
         backend = NvmlBackend(node.name, nvml=fake)
         if self.options.dynamic_mig:
