@@ -188,8 +188,13 @@ async def test_whole_gpu_and_a_mig_device_of_it_are_never_allocated_together(
     assert len(gpu0(cluster).mig_devices) == 1
 
 
-async def test_a_health_event_on_the_gpu_taints_every_placement_it_offers(cluster: EmbeddedCluster) -> None:
+async def test_a_health_event_on_the_gpu_taints_every_placement_and_marks_the_claims_on_it(
+    cluster: EmbeddedCluster,
+) -> None:
     client = client_of(cluster)
+    uuid = gpu0(cluster).uuid
+    await run_pod_with_claim(client, "busy", "mig.nvidia.com", on_gpu(uuid))
+    await eventually(lambda: running(client, "busy"))
     cluster.simulated[NODE].inject_xid(0, 79)
 
     async def tainted() -> list[str]:
@@ -203,7 +208,14 @@ async def test_a_health_event_on_the_gpu_taints_every_placement_it_offers(cluste
 
     names = await eventually(tainted)
     assert len(names) == 26 and all(n == "gpu-0" or n.startswith("gpu-0-mig-") for n in names)
-    await run_pod_with_claim(client, "sick", "mig.nvidia.com", on_gpu(gpu0(cluster).uuid))
+
+    async def unhealthy() -> dict[str, Any] | None:
+        (entry,) = (await client.get(RESOURCE_CLAIMS, "busy", "default"))["status"]["devices"]
+        condition = next((c for c in entry["conditions"] if c["type"] == "Healthy"), None)
+        return condition if condition is not None and condition["status"] == "False" else None
+
+    assert (await eventually(unhealthy))["reason"] == "Xid79"  # the instance created at prepare
+    await run_pod_with_claim(client, "sick", "mig.nvidia.com", on_gpu(uuid))
     # (while the slices are being rewritten the pool may be explained as incomplete first)
     assert await eventually(lambda: explanation(client, "sick", reason="Tainted"))
 
