@@ -52,14 +52,18 @@ async def fleet_table(client: KubeClient, driver: str = "gpu.nvidia.com") -> Tab
         gpus = {_attr(d, "uuid") for d in devices if _attr(d, "type") == "gpu"}
         gpus |= {_attr(d, "parentUUID") for d in devices if _attr(d, "type") == "mig"}
         models = sorted({_attr(d, "productName") for d in devices} - {""})
-        profiles = Counter(_attr(d, "profile") for d in devices if _attr(d, "type") == "mig")
+        migs = [d for d in devices if _attr(d, "type") == "mig"]
+        profiles = Counter(_attr(d, "profile") for d in migs if not d.get("consumesCounters"))
+        dynamic = {_attr(d, "parentUUID") for d in migs if d.get("consumesCounters")}
+        mig_text = [f"{n}x {p}" for p, n in sorted(profiles.items())]
+        mig_text += [f"dynamic on {len(dynamic)} GPU{'s' if len(dynamic) > 1 else ''}"] if dynamic else []
         unhealthy = sum(1 for d in devices if any(t.get("effect") != "None" for t in d.get("taints") or []))
         table.add_row(
             name,
             (node["metadata"].get("labels") or {}).get(PROFILE_LABEL, "-"),
             ", ".join(models) or "-",
             str(len(gpus)),
-            ", ".join(f"{n}x {p}" for p, n in sorted(profiles.items())) or "-",
+            ", ".join(mig_text) or "-",
             str(len(devices)),
             str(allocated.get(name, 0)),
             str(unhealthy),

@@ -4,12 +4,14 @@ and explained, and the whole GPU never allocated beside one of its MIG devices."
 
 from __future__ import annotations
 
+import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from rich.console import Console
 
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
@@ -18,6 +20,7 @@ from gpudra.hardware.inventory import GpuInfo, NodeInventory
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.reports import fleet_table
 
 NODE = "dgx-h100-0"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -253,3 +256,12 @@ async def test_gpus_switch_to_dynamic_at_run_time_and_keep_their_instances(
 async def _when(value: Awaitable[Any], check: Callable[[Any], bool]) -> Any:
     result = await value
     return result if check(result) else None
+
+
+async def test_status_says_the_gpus_are_dynamic_instead_of_counting_placements(
+    cluster: EmbeddedCluster,
+) -> None:
+    console = Console(width=250, record=True, file=io.StringIO())
+    console.print(await fleet_table(client_of(cluster)))
+    row = next(line for line in console.export_text().splitlines() if NODE in line)
+    assert "dynamic on 8 GPUs" in row and "1g.10gb" not in row
