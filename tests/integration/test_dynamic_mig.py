@@ -265,3 +265,20 @@ async def test_status_says_the_gpus_are_dynamic_instead_of_counting_placements(
     console.print(await fleet_table(client_of(cluster)))
     row = next(line for line in console.export_text().splitlines() if NODE in line)
     assert "dynamic on 8 GPUs" in row and "1g.10gb" not in row
+
+
+async def test_shared_example_creates_one_instance_served_through_mps(cluster: EmbeddedCluster) -> None:
+    client = client_of(cluster)
+    for doc in yaml.safe_load_all((EXAMPLES / "dynamic-mig-shared.yaml").read_text()):
+        kind = {"ResourceClaim": RESOURCE_CLAIMS, "Pod": PODS}[doc["kind"]]
+        await client.create(kind, doc, "default")
+    await eventually(lambda: running(client, "mps-clients"))
+    (instance,) = [m for g in inventory(cluster).gpus for m in g.mig_devices]
+    assert instance.profile == "2g.20gb"
+    claim = await client.get(RESOURCE_CLAIMS, "shared-2g", "default")
+    preparer = cluster.runtimes[NODE].preparer
+    assert preparer is not None
+    spec = preparer.specs.read(claim["metadata"]["uid"])
+    assert spec is not None
+    env = spec["containerEdits"]["env"]
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in env and f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in env
