@@ -155,6 +155,32 @@ async def test_reboot_regenerates_cdi_specs_before_registration(node: Node) -> N
     assert node.spec_of(ref) == written
 
 
+async def test_reboot_that_took_a_dynamic_instance_forgets_the_claim_so_prepare_creates_it_again(
+    node: Node,
+) -> None:
+    gpu = node.make_dynamic(1)
+    await node.start()
+    ref = await node.claim("after-reboot", {"mig": DYNAMIC_DEVICE})
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    (before,) = node.backend.read_inventory().gpus[gpu].mig_devices
+    await node.stop()
+    node.backend.destroy_mig_device(gpu, before.gi_id)  # MIG instances do not survive a reboot,
+    shutil.rmtree(node.cdi_dir)  # and neither does /var/run/cdi
+
+    report = await node.start()
+
+    assert report.instances_lost == [ref.uid] and node.preparer is not None
+    assert ref.uid not in node.preparer.store.claims() and node.spec_of(ref) is None
+    assert (await node.kubelet.prepare([ref]))[
+        ref.uid
+    ].error == ""  # the kubelet prepares before restarting the pod
+    (after,) = node.backend.read_inventory().gpus[gpu].mig_devices
+    assert (after.profile, after.placement_start) == ("1g.10gb", 3)  # created again
+    spec = node.spec_of(ref)
+    assert spec is not None and f"NVIDIA_VISIBLE_DEVICES={after.uuid}" in spec["containerEdits"]["env"]
+
+
 async def test_orphan_specs_and_temp_files_are_removed(node: Node) -> None:
     node.cdi_dir.mkdir(parents=True)
     orphan = node.cdi_dir / "k8s.gpu.nvidia.com-claim_orphan-uid.json"

@@ -29,10 +29,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpudra.agent.cdi import ClaimSpecDir
-from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord, MigInstanceRecord
+from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
 from gpudra.agent.dynamicmig import InstanceCreation, plan_instances
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
+from gpudra.agent.miginstances import MigInstances
 from gpudra.agent.preparing import (
     ClaimPlan,
     DeviceKey,
@@ -56,8 +57,8 @@ from gpudra.errors import (
     NotFoundError,
     PrepareError,
 )
-from gpudra.hardware.backend import GpuBackend, MigProfileInfo
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import RESOURCE_CLAIMS
@@ -141,7 +142,7 @@ class ClaimPreparer:
         self._problems = problems
         self._health_view: dict[str, frozenset[tuple[str, str]]] = {}
         self._dynamic_gpus = dynamic_gpus
-        self._mig_profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
+        self._instances = MigInstances(backend)
         self._mps_root = mps_root
         self.hook = hook
         self._in_flight: dict[str, set[DeviceKey]] = {}
@@ -220,12 +221,6 @@ class ClaimPreparer:
                 f"ResourceClaim {ref.namespace}/{ref.name} not found (deleted?)", reason="ClaimNotFound"
             ) from exc
 
-    def _profiles_of(self, gpu: GpuInfo) -> tuple[MigProfileInfo, ...]:
-        """The GPU's MIG profiles (read once; called from a worker thread)."""
-        if gpu.uuid not in self._mig_profiles:
-            self._mig_profiles[gpu.uuid] = self._backend.mig_profiles(gpu.index)
-        return self._mig_profiles[gpu.uuid]
-
     async def _execute(
         self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
     ) -> ClaimPlan:
@@ -246,7 +241,7 @@ class ClaimPreparer:
             dynamic = frozenset(self._dynamic_gpus())
             inventory = await asyncio.to_thread(self._backend.read_inventory)
             creations = await asyncio.to_thread(
-                plan_instances, results, inventory, dynamic, self._profiles_of
+                plan_instances, results, inventory, dynamic, self._instances.profiles_of
             )
             if creations:
                 recorded = await self.store.transition(
@@ -281,23 +276,7 @@ class ClaimPreparer:
 
     async def _create_instances(self, uid: str, creations: Sequence[InstanceCreation]) -> NodeInventory:
         """Create the planned MIG instances, record their ids, and return the inventory that holds them."""
-        created: list[MigInstanceRecord] = []
-        for creation in creations:
-            record = creation.record
-            info = await asyncio.to_thread(
-                self._backend.create_mig_device, creation.gpu_index, record.profile, record.placement_start
-            )
-            log.info("MIG instance created", uid=uid, gpu=record.parent_uuid, instance=info.uuid,
-                     profile=record.profile, placement=record.placement_start)  # fmt: skip
-            created.append(
-                record.model_copy(
-                    update={
-                        "gpu_instance_id": info.gi_id,
-                        "compute_instance_id": info.ci_id,
-                        "uuid": info.uuid,
-                    }
-                )
-            )
+        created = await asyncio.to_thread(self._instances.create, uid, creations)
         self.hook("instances_created")
         await self.store.transition(uid, "PrepareStarted", mig_instances_created=created)
         self.hook("instances_recorded")
@@ -354,30 +333,10 @@ class ClaimPreparer:
         if hooked:
             self.hook("cdi_deleted")
         if entry.mig_instances_created:
-            await asyncio.to_thread(self._destroy_instances, uid, entry.mig_instances_created)
+            await asyncio.to_thread(self._instances.destroy, uid, entry.mig_instances_created)
             if hooked:
                 self.hook("instances_destroyed")
         await self.store.remove(uid)
-
-    def _destroy_instances(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
-        """Destroy the recorded instances that still exist, found by GPU and placement (a record written
-        before the creation has no ids yet). A GPU gone from the node took its instances with it. Raises
-        HardwareError when an instance cannot be destroyed (the entry stays, and the next try repeats this)."""
-        inventory = self._backend.read_inventory()
-        gpus = {gpu.uuid: gpu for gpu in inventory.gpus}
-        for record in records:
-            gpu = gpus.get(record.parent_uuid)
-            if gpu is None:
-                log.warning("GPU of a MIG instance is gone", uid=uid, gpu=record.parent_uuid)
-                continue
-            for instance in gpu.mig_devices:
-                if (instance.profile, instance.placement_start) != (record.profile, record.placement_start):
-                    continue
-                if record.gpu_instance_id is not None and instance.gi_id != record.gpu_instance_id:
-                    continue  # someone else's instance at that placement: not ours to destroy
-                self._backend.destroy_mig_device(gpu.index, instance.gi_id)
-                log.info("MIG instance destroyed", uid=uid, gpu=gpu.uuid, instance=instance.uuid,
-                         profile=record.profile, placement=record.placement_start)  # fmt: skip
 
     async def _apply_sharing(self, entry: ClaimEntry) -> None:
         for action in sharing_actions(entry.devices, entry.configs):
@@ -385,6 +344,12 @@ class ClaimPreparer:
                 await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, True)
             if action.time_slice is not None:
                 await asyncio.to_thread(self._backend.set_time_slice, action.gpu_uuid, action.time_slice)
+
+    async def instances_lost(self, uid: str, entry: ClaimEntry) -> bool:
+        """Whether a dynamic MIG instance recorded for the claim is gone from its (present) GPU."""
+        if not entry.mig_instances_created:
+            return False
+        return await asyncio.to_thread(self._instances.lost, uid, entry.mig_instances_created)
 
     async def restore(self, uid: str, entry: ClaimEntry) -> bool:
         """At start-up: re-apply a completed claim's sharing and rewrite its CDI spec when it is missing or
