@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit import StartCluster, eventually
+from gpudra.agent.recovery import recover
 from gpudra.api.computedomain import ComputeDomain
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.computedomain.children import desired_children
@@ -245,3 +246,26 @@ async def test_host_managed_domains_share_a_node_on_disjoint_channels(start_clus
     await eventually(lambda: _is_running(client, "r"), timeout=30)
     minors = [channel_minors(s) for s in cd_specs(cluster, "gb200-nvl72-0")]
     assert sorted(minors) == [[0], [1]]
+
+
+async def test_restart_regenerates_channel_specs_and_gpu_recovery_leaves_them(
+    start_cluster: StartCluster,
+) -> None:
+    cluster = await start_cluster("gb200-nvl72:1")
+    client = cluster.client
+    assert client is not None
+    await _namespaces(client)
+    await make_domain(client, "ring")
+    await client.create(PODS, workload_pod("worker", "ring", "gb200-nvl72-0"), NS)
+    await eventually(lambda: _is_running(client, "worker"), timeout=30)
+    runtime = cluster.runtimes["gb200-nvl72-0"]
+    assert runtime.preparer is not None and runtime.compute_domains is not None
+    before = cd_specs(cluster, "gb200-nvl72-0")
+
+    gpu_report = await recover(runtime.preparer)  # the GPU driver's start-up: CD specs are not its orphans
+    assert gpu_report.orphans_removed == [] and cd_specs(cluster, "gb200-nvl72-0") == before
+
+    for path in (cluster.node_dirs["gb200-nvl72-0"] / "cdi").glob("k8s.compute-domain.nvidia.com-*"):
+        path.unlink()  # a reboot wiped /var/run/cdi
+    report = await recover(runtime.compute_domains.preparer)
+    assert len(report.regenerated) == len(before) and cd_specs(cluster, "gb200-nvl72-0") == before
