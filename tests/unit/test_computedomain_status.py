@@ -116,8 +116,8 @@ CASES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
             "cliques": {"n1": C1, "n2": ""},
         },
         "NotReady",
-        "CliqueMismatch",
-        ["NVLink fabric lost", "n2", "(no clique): n2"],
+        "NodesNotReady",
+        ["NVLink fabric lost", "n2", "1 of 2 nodes not ready"],
     ),
     (
         "clique mismatch names nodes and cliques",

@@ -11,11 +11,15 @@ node is still in the clique its daemon registered in. Otherwise the reason is na
 - ``NodeGone``: the Node object is deleted; the entry stays until the daemon's registration is released;
 - ``FabricLost``: the node's GPUs report no clique any more;
 - ``CliqueChanged``: the node reports another clique than the one its daemon registered in.
+- ``NodeHeld``: a workload of this domain landed on a node that serves another domain and cannot serve
+  both (``held_nodes``, the message from ``index.check_node_admits``); the channel waits for that node.
 
 The domain is Ready when every node is Ready, all nodes share one NVLink clique, and with numNodes > 0 at
 least numNodes nodes are there (numNodes 0: any count, none included). Nodes of one domain in different
 cliques, or several nodes when one has no clique, is an error (``CliqueMismatch``): nodes of different
-cliques share no NVLink, so the workload cannot share memory; the message names the nodes by clique.
+cliques share no NVLink, so the workload cannot share memory; the message names the nodes by clique. A
+node that lost its fabric counts in the clique its daemon registered in: it is a fault of that node
+(``FabricLost``), not a workload spread over cliques.
 
 Conditions (type, then True when good): ``Ready`` (the summary, its message says everything that is
 missing), ``NodesReady``, ``CliqueConsistent``. lastTransitionTime is carried over from the previous
@@ -25,8 +29,8 @@ conditions while a condition's status does not change, so the result is a pure f
 transition times) and returns None when nothing changed: the controller never writes a no-op, and since it
 sends a merge patch without resourceVersion a write never fails with 409 either.
 
-NOTE: ``ComputeDomainStatus`` (the CRD) has no ``conditions`` field yet; until it has, write with
-``to_wire(include_conditions=False)``, else the API server prunes them and every comparison differs.
+``status.conditions`` is gpudra's additive field of the CRD; ``to_wire(include_conditions=False)`` gives
+NVIDIA's status alone.
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ from gpudra.api.computedomain import (
 )
 from gpudra.api.meta import Condition
 
-NodeReason = Literal["DaemonNotStarted", "DaemonNotReady", "NodeGone", "FabricLost", "CliqueChanged"]
+NodeReason = Literal[
+    "DaemonNotStarted", "DaemonNotReady", "NodeGone", "FabricLost", "CliqueChanged", "NodeHeld"
+]
 CONDITION_TYPES: Final = ("Ready", "NodesReady", "CliqueConsistent")
 _NO_CLIQUE: Final = "(no clique)"
 
@@ -95,10 +101,12 @@ class DomainStatus:
 
 
 def _node_problem(
-    node: str, report: DaemonReport | None, fabric: str | None, workload: bool
+    node: str, report: DaemonReport | None, fabric: str | None, workload: bool, held: str | None
 ) -> NodeProblem | None:
     if fabric is None:
         return NodeProblem(node, "NodeGone", "node is gone (Node object deleted)")
+    if report is None and held:
+        return NodeProblem(node, "NodeHeld", held)
     if report is None:
         what = "a workload pod runs here but " if workload else ""
         return NodeProblem(node, "DaemonNotStarted", f"{what}no IMEX daemon of this domain has started")
@@ -173,8 +181,12 @@ def aggregate_status(
     node_cliques: Mapping[str, str],
     now: str,
     previous_conditions: Sequence[Condition] = (),
+    held_nodes: Mapping[str, str] | None = None,
 ) -> DomainStatus:
-    """The status of ``domain`` from what is observed (see the module docstring for the rules)."""
+    """The status of ``domain`` from what is observed (see the module docstring for the rules).
+
+    ``held_nodes``: node -> why another domain keeps this domain off it (daemonset mode, one IMEX daemon
+    per node); only consulted for nodes where this domain's daemon has not registered."""
     reports = [d if isinstance(d, DaemonReport) else DaemonReport.from_info(d) for d in daemons]
     by_node: dict[str, list[DaemonReport]] = {}
     for entry in reports:
@@ -186,9 +198,11 @@ def aggregate_status(
     for name in names:
         fabric = node_cliques.get(name)
         report = _pick_report(by_node.get(name, []), fabric)
-        problem = _node_problem(name, report, fabric, name in workload_nodes)
+        problem = _node_problem(name, report, fabric, name in workload_nodes, (held_nodes or {}).get(name))
         clique = report.clique_id if report is not None else (fabric or "")
-        if fabric is not None:
+        if problem is not None and problem.reason == "FabricLost":
+            cliques[name] = clique  # still a member of its clique, with a hardware fault: NodesNotReady
+        elif fabric is not None:
             cliques[name] = fabric
         nodes.append(
             ComputeDomainNode(

@@ -16,7 +16,7 @@ from gpudra.allocator.explain import render_text
 from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.result import Allocation
 from gpudra.api.core import Pod
-from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate
+from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate, allocated_node
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
 from gpudra.cluster.controlplane.extended import (
     EXTENDED_CLAIM_ANNOTATION,
@@ -228,7 +228,7 @@ class ControlPlane:
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         nodes = self.state.node_infos(pod.spec.node_selector)
         for claim in allocated:
-            node = _allocated_node(claim)
+            node = allocated_node(claim)
             if node is not None:
                 nodes = [n for n in nodes if n.name == node]
         if not nodes:
@@ -334,12 +334,3 @@ class ControlPlane:
         self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
         await self.state.claim_event("MODIFIED", updated)
         self._retry_unschedulable()
-
-
-def _allocated_node(claim: dict[str, Any]) -> str | None:
-    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
-    for term in selector.get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("operator") == "In" and field.get("values"):
-                return str(field["values"][0])
-    return None
