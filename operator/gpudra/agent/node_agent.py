@@ -12,6 +12,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from gpudra.agent.health import HealthState, with_taints
 from gpudra.agent.publisher import SlicePublisher
@@ -60,6 +61,8 @@ class NodeAgent:
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
         self._health_stop = threading.Event()
         self._health_changed = False
+        self.inventory_listeners: list[Callable[[NodeInventory], None]] = []
+        """Called with every successful hardware reading (the compute-domain driver follows the fabric)."""
 
     def poke(self) -> None:
         """Re-read the hardware now (after this agent changed it)."""
@@ -107,6 +110,8 @@ class NodeAgent:
             try:
                 inventory = await asyncio.to_thread(self._backend.read_inventory)
                 self._metrics.hardware_reads.labels(node, "ok").inc()
+                for listener in self.inventory_listeners:
+                    listener(inventory)
             except GpudraError as exc:
                 self._metrics.hardware_reads.labels(node, "failed").inc()
                 log.error("reading the GPUs failed; keeping the published slices", node=node, error=str(exc))

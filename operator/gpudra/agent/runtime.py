@@ -12,6 +12,7 @@ import asyncio
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.computedomain.driver import ComputeDomainDriver
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.prepare import ClaimPreparer, Hook, no_hook
@@ -48,6 +49,10 @@ class AgentRuntime:
         self.recovery: RecoveryReport | None = None
         self.preparer: ClaimPreparer | None = None
         self.plugin: KubeletPlugin | None = None
+        self.compute_domains: ComputeDomainDriver | None = None
+        if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
+            self.compute_domains = ComputeDomainDriver(settings, backend, client, metrics)
+            self.agent.inventory_listeners.append(self.compute_domains.observe)
         if not settings.serve_kubelet_plugin:
             return
         store = CheckpointStore(
@@ -106,6 +111,11 @@ class AgentRuntime:
     async def run(self) -> None:
         try:
             await self.start_plugin()
-            await self.agent.run()
+            if self.compute_domains is None:
+                await self.agent.run()
+            else:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.agent.run())
+                    group.create_task(self.compute_domains.run())
         finally:
             await asyncio.shield(self.stop_plugin())

@@ -18,6 +18,7 @@ from gpudra.allocator.result import Allocation
 from gpudra.api.core import Pod
 from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate, allocated_node
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
+from gpudra.cluster.controlplane.daemonsets import DaemonSets
 from gpudra.cluster.controlplane.extended import (
     EXTENDED_CLAIM_ANNOTATION,
     ExtendedRequest,
@@ -57,6 +58,7 @@ class ControlPlane:
         self._bound: set[str] = set()  # uids of pods this scheduler bound
         self._events = EventRecorder(client, "gpudra-scheduler")
         self.workloads = Workloads(client, self.state.pods)
+        self.daemonsets = DaemonSets(client, self.state.pods)
         self.synced = asyncio.Event()
 
     # ------------------------------------------------------------------ events in
@@ -99,7 +101,7 @@ class ControlPlane:
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.state.informers))
             # workloads start once the pod cache is complete, so they never create a pod twice
-            workloads = [self.workloads.deployments, self.workloads.jobs]
+            workloads = [self.workloads.deployments, self.workloads.jobs, *self.daemonsets.informers]
             tasks += [asyncio.create_task(i.run(), name=f"informer {i.resource.plural}") for i in workloads]
             await asyncio.gather(*(i.synced.wait() for i in workloads))
             self.synced.set()
