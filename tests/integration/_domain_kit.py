@@ -1,20 +1,13 @@
-"""Helpers of the ComputeDomain controller tests: domains, what the scheduler and the IMEX daemons would
-write (allocated channel claims, ComputeDomainClique reports), and node labels the agent would set."""
+"""Helpers of the ComputeDomain controller tests: domains and workload pods as a user writes them, and
+reading back what the controller reports on the domain."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from clusterkit import eventually
-from gpudra.computedomain.names import NODE_CLIQUE_LABEL, OBJECT_LABEL, clique_object_name
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import (
-    COMPUTE_DOMAIN_CLIQUES,
-    COMPUTE_DOMAINS,
-    EVENTS,
-    NODES,
-    RESOURCE_CLAIMS,
-)
+from gpudra.kube.resources import COMPUTE_DOMAINS, EVENTS, PODS
 
 NS = "default"
 DRIVER_NS = "gpudra"
@@ -37,51 +30,34 @@ async def create_domain(client: KubeClient, name: str, **kwargs: Any) -> str:
     return str(created["metadata"]["uid"])
 
 
-async def allocate_channel(client: KubeClient, uid: str, node: str, pod: str) -> None:
-    """A workload channel claim of domain ``uid`` allocated on ``node`` and reserved for ``pod``, as the
-    scheduler leaves it."""
-    request = {"name": "channel", "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"}}
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"{pod}-channel", "namespace": NS, "labels": {OBJECT_LABEL: uid}},
-        "spec": {"devices": {"requests": [request]}},
+def workload_pod(name: str, domain_name: str, node: str) -> dict[str, Any]:
+    """A pod of the domain pinned to ``node``, claiming the domain's channel template."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "channel"}]}}],
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": f"{domain_name}-channel"}],
+        },
     }
-    claim = await client.create(RESOURCE_CLAIMS, body, NS)
-    allocation = {
-        "devices": {"results": [{"request": "channel", "driver": "compute-domain.nvidia.com", "pool": node,
-                                 "device": "channel-0"}]},
-        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
-    }  # fmt: skip
-    reserved = [{"resource": "pods", "name": pod, "uid": f"uid-{pod}"}]
-    await client.patch(
-        RESOURCE_CLAIMS,
-        claim["metadata"]["name"],
-        {"status": {"allocation": allocation, "reservedFor": reserved}},
-        NS,
-        subresource="status",
-    )
 
 
-async def label_clique(client: KubeClient, node: str, clique: str | None) -> None:
-    await client.patch(NODES, node, {"metadata": {"labels": {NODE_CLIQUE_LABEL: clique}}})
+async def run_pods(client: KubeClient, domain_name: str, nodes: list[str]) -> list[str]:
+    """One workload pod of the domain per node; the pod names."""
+    names = [f"{domain_name}-{i}" for i in range(len(nodes))]
+    for name, node in zip(names, nodes, strict=True):
+        await client.create(PODS, workload_pod(name, domain_name, node), NS)
+    return names
 
 
-async def report_daemons(client: KubeClient, uid: str, clique: str, daemons: list[tuple[str, str]]) -> None:
-    """Write the clique object of domain ``uid`` with (node, status) daemons, indices in order."""
-    body = {
-        "apiVersion": "resource.nvidia.com/v1beta1",
-        "kind": "ComputeDomainClique",
-        "metadata": {"name": clique_object_name(uid, clique), "namespace": DRIVER_NS},
-        "daemons": [
-            {"nodeName": node, "ipAddress": f"10.0.0.{i}", "cliqueID": clique, "index": i, "status": status}
-            for i, (node, status) in enumerate(daemons)
-        ],
-    }
-    await client.patch(
-        COMPUTE_DOMAIN_CLIQUES, body["metadata"]["name"], body, DRIVER_NS, patch_type="apply", force=True
-    )
+async def all_running(client: KubeClient, names: list[str]) -> bool:
+    for name in names:
+        pod = await client.get(PODS, name, NS)
+        if (pod.get("status") or {}).get("phase") != "Running":
+            return False
+    return True
 
 
 async def domain_status(client: KubeClient, name: str) -> dict[str, Any]:
@@ -93,12 +69,18 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
-async def wait_status(client: KubeClient, name: str, state: str, reason: str | None = None) -> dict[str, Any]:
+async def wait_status(
+    client: KubeClient, name: str, state: str, reason: str | None = None, *, nodes: int | None = None
+) -> dict[str, Any]:
+    """The domain's status once it says ``state`` (with the Ready condition's ``reason``, over ``nodes``)."""
+
     async def check() -> dict[str, Any] | None:
         status = await domain_status(client, name)
         if status.get("status") != state:
             return None
         if reason is not None and condition(status, "Ready").get("reason") != reason:
+            return None
+        if nodes is not None and len(status.get("nodes") or []) != nodes:
             return None
         return status
 
@@ -109,3 +91,10 @@ async def wait_status(client: KubeClient, name: str, state: str, reason: str | N
 async def domain_events(client: KubeClient, name: str) -> list[dict[str, Any]]:
     events, _ = await client.list(EVENTS, NS, field_selector=f"involvedObject.name={name}")
     return [e for e in events if e["source"]["component"] == "gpudra-controller"]
+
+
+async def has_event(client: KubeClient, name: str, reason: str, *words: str) -> bool:
+    return any(
+        e["reason"] == reason and all(w in e["message"] for w in words)
+        for e in await domain_events(client, name)
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.computedomain.names import NODE_CLIQUE_LABEL, OBJECT_LABEL, node_label_key
+from gpudra.computedomain.clique import CLIQUE_LABEL
+from gpudra.computedomain.names import OBJECT_LABEL, node_label_key
 from gpudra.controller.domainview import DomainView
 
 C1 = "cluster-1.1"
@@ -34,7 +35,7 @@ def claim(uid: str, node: str | None, device_class: str = "compute-domain-defaul
 def node(name: str, clique: str | None, *domains: str) -> dict[str, Any]:
     labels = {node_label_key(uid): "true" for uid in domains}
     if clique is not None:
-        labels[NODE_CLIQUE_LABEL] = clique
+        labels[CLIQUE_LABEL] = clique
     return {"metadata": {"name": name, "labels": labels}}
 
 

@@ -120,7 +120,9 @@ class EmbeddedCluster:
             target=asyncio.run,
             args=(
                 run_controller(
-                    self.options.controller,
+                    self.options.controller.model_copy(
+                        update={"imex_daemon_mode": self.options.compute_domain_daemon_mode}
+                    ),
                     self.metrics,
                     server_url=url,
                     stop=self._stop,

@@ -135,7 +135,8 @@ class DomainStatusWriter:
         patch = status_patch(stored, computed)
         if patch is not None and not await self._write(domain, uid, patch):
             return
-        await self._report(domain, computed, was_ready=stored is not None and stored.status == "Ready")
+        was_ready = stored is not None and stored.status == "Ready" and bool(stored.nodes)
+        await self._report(domain, computed, was_ready=was_ready)
         self._update_gauge()
 
     async def _write(self, domain: ComputeDomain, uid: str, patch: dict[str, Any]) -> bool:
@@ -163,7 +164,7 @@ class DomainStatusWriter:
         uid = domain.metadata.uid or ""
         involved = _involved(domain)
         if computed.ready:
-            if not was_ready:
+            if not was_ready and computed.status.nodes:  # Ready with no node yet is no news
                 age = _age_seconds(domain)
                 if uid not in self._ready_observed and age is not None:
                     self._metrics.computedomain_ready_seconds.observe(max(age, 0.0))

@@ -21,10 +21,10 @@ from typing import Any
 
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, ComputeDomainDaemonInfo
 from gpudra.api.resource import allocated_node
+from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.index import DomainRef, check_node_admits
 from gpudra.computedomain.names import (
     DAEMON_CLASS,
-    NODE_CLIQUE_LABEL,
     NODE_LABEL_PREFIX,
     OBJECT_LABEL,
     DaemonMode,
@@ -72,7 +72,7 @@ class NodeFacts:
 def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     labels = (node.get("metadata") or {}).get("labels") or {}
     domains = frozenset(k.removeprefix(NODE_LABEL_PREFIX) for k in labels if k.startswith(NODE_LABEL_PREFIX))
-    return NodeFacts(clique=str(labels.get(NODE_CLIQUE_LABEL, "")), domains=domains)
+    return NodeFacts(clique=str(labels.get(CLIQUE_LABEL, "")), domains=domains)
 
 
 @dataclass

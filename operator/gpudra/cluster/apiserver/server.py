@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 

@@ -50,7 +50,9 @@ def _consumer(pod: dict[str, Any]) -> dict[str, str]:
 class ControlPlane:
     def __init__(self, client: KubeClient) -> None:
         self._client = client
-        self.state = ClusterState(client, on_pod=self._on_pod, on_claim=self._on_claim)
+        self.state = ClusterState(
+            client, on_pod=self._on_pod, on_claim=self._on_claim, on_template=self._on_template
+        )
         self._changed_seen = 0
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._queued: set[tuple[str, str]] = set()
@@ -86,6 +88,11 @@ class ControlPlane:
         status = body.get("status") or {}
         if kind != "DELETED" and status.get("allocation") and not status.get("reservedFor"):
             await self._deallocate(body)
+
+    async def _on_template(self, kind: str, body: dict[str, Any]) -> None:
+        """A template appeared (e.g. a ComputeDomain's): pods that waited for it make their claims now."""
+        if kind == "ADDED":
+            self._retry_unschedulable()
 
     def _retry_unschedulable(self) -> None:
         for key in sorted(self._unschedulable):
@@ -139,6 +146,7 @@ class ControlPlane:
             return  # bound already (the cache may lag behind our own binding)
         names = await self._ensure_claims(pod, body)
         if names is None:
+            self._unschedulable.add(key)  # a template is missing: retried when one appears
             return
         extended = extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
         if extended:
