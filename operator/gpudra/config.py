@@ -157,6 +157,11 @@ class ControllerSettings(CommonSettings):
         "ghcr.io/gpudra/gpudra:latest",
         description="image of the per-domain IMEX daemon pods (daemonset mode)",
     )
+    computedomain_span_cliques: bool = Field(
+        True,
+        description="a ComputeDomain over several NVLink cliques (racks) can be Ready, each clique its own IMEX "
+        "domain as with NVIDIA's driver (a Warning says so); false: that is an error (CliqueMismatch, NotReady)",
+    )
     computedomain_status_batch_seconds: float = Field(
         0.1, ge=0, description="changes within this window are coalesced into one ComputeDomain status write"
     )

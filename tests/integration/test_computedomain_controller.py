@@ -113,20 +113,30 @@ async def test_tray_losing_its_fabric_makes_the_domain_not_ready_naming_it(clust
     await wait_status(client, "fabric", "Ready")
 
 
-async def test_pods_of_one_domain_in_two_racks_are_a_clique_mismatch(start_cluster: StartCluster) -> None:
-    cluster = await start_cluster("gb200-nvl72:19", controller=FAST)  # tray 18 is in the second rack
+@pytest.mark.parametrize("span", [False, True], ids=["strict", "spanning"])
+async def test_pods_of_one_domain_in_two_racks(start_cluster: StartCluster, span: bool) -> None:
+    """Strict: an error (CliqueMismatch, NotReady). Spanning (the default, NVIDIA's model): each rack is its
+    own IMEX domain, the domain is Ready, and a Warning says that memory is shared only within a rack."""
+    settings = FAST.model_copy(update={"computedomain_span_cliques": span})
+    cluster = await start_cluster("gb200-nvl72:19", controller=settings)  # tray 18 is in the second rack
     client = client_of(cluster)
     await create_domain(client, "split")
     pods = await run_pods(client, "split", ["gb200-nvl72-0", "gb200-nvl72-18"])
     await eventually(lambda: all_running(client, pods), timeout=30)
-
-    status = await wait_status(client, "split", "NotReady", "CliqueMismatch", nodes=2)
     first = (await node_labels(client, "gb200-nvl72-0"))[CLIQUE_LABEL]
     second = (await node_labels(client, "gb200-nvl72-18"))[CLIQUE_LABEL]
     assert first != second
+
+    if span:
+        status = await wait_status(client, "split", "Ready", nodes=2)
+        assert condition(status, "CliqueConsistent")["reason"] == "MultipleCliques"
+        assert sorted(n["index"] for n in status["nodes"]) == [0, 0]  # one IMEX domain per rack
+        await eventually(lambda: has_event(client, "split", "MultipleCliques", first, second))
+    else:
+        status = await wait_status(client, "split", "NotReady", "CliqueMismatch", nodes=2)
+        await eventually(lambda: has_event(client, "split", "CliqueMismatch", "gb200-nvl72-18"))
     message = condition(status, "CliqueConsistent")["message"]
     assert f"{first}: gb200-nvl72-0" in message and f"{second}: gb200-nvl72-18" in message
-    await eventually(lambda: has_event(client, "split", "CliqueMismatch", "gb200-nvl72-18"))
 
 
 async def test_daemonset_mode_names_the_domain_holding_a_node(cluster: EmbeddedCluster) -> None:

@@ -35,7 +35,7 @@ def register_compute_domains(
     registry: kopf.OperatorRegistry, settings: ControllerSettings, metrics: Metrics, client: KubeClient
 ) -> DomainStatusWriter:
     events = EventRecorder(client, "gpudra-controller")
-    view = DomainView(mode=settings.imex_daemon_mode)
+    view = DomainView(mode=settings.imex_daemon_mode, span_cliques=settings.computedomain_span_cliques)
     writer = DomainStatusWriter(client, metrics, view, settings, events)
     tasks: list[asyncio.Task[None]] = []
 

@@ -163,6 +163,15 @@ class DomainStatusWriter:
     async def _report(self, domain: ComputeDomain, computed: DomainStatus, *, was_ready: bool) -> None:
         uid = domain.metadata.uid or ""
         involved = _involved(domain)
+        if computed.condition("CliqueConsistent").reason == "MultipleCliques":
+            cliques = sorted({n.clique_id for n in computed.status.nodes or []})
+            await self._events.post(
+                involved,
+                "Warning",
+                "MultipleCliques",
+                f"pods of this domain run in {len(cliques)} NVLink cliques ({', '.join(cliques)}), each its own "
+                "IMEX domain: GPU memory is shared over NVLink only within a clique",
+            )
         if computed.ready:
             if not was_ready and computed.status.nodes:  # Ready with no node yet is no news
                 age = _age_seconds(domain)

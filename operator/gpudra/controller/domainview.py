@@ -78,6 +78,7 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
 @dataclass
 class DomainView:
     mode: DaemonMode = "daemonset"
+    span_cliques: bool = True
     domains: dict[str, ComputeDomain] = field(default_factory=dict)
     claims: dict[str, tuple[str, str]] = field(default_factory=dict)
     """claim UID -> (domain UID, node)"""
@@ -184,4 +185,5 @@ class DomainView:
             now=now,
             previous_conditions=previous or (),
             held_nodes=self.held_nodes(uid, nodes),
+            span_cliques=self.span_cliques,
         )
