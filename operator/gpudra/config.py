@@ -140,6 +140,45 @@ class ControllerSettings(CommonSettings):
     pending_interval_seconds: float = Field(
         30.0, gt=0, description="how often a pending claim is re-explained (Events are deduplicated)"
     )
+    namespace: str = Field(
+        "gpudra",
+        min_length=1,
+        description="the driver's namespace: ComputeDomain daemon DaemonSets and templates",
+    )
+    compute_domain_driver: str = Field(
+        "compute-domain.nvidia.com", description="DRA driver name of ComputeDomain channels and daemons"
+    )
+    imex_daemon_mode: Literal["daemonset", "host-managed"] = Field(
+        "daemonset",
+        description="daemonset: one IMEX daemon DaemonSet per ComputeDomain (one domain per node); host-managed: "
+        "one nvidia-imex per node run outside Kubernetes, domains share nodes by IMEX channel",
+    )
+    imex_daemon_image: str = Field(
+        "ghcr.io/gpudra/gpudra:latest",
+        description="image of the per-domain IMEX daemon pods (daemonset mode)",
+    )
+    computedomain_span_cliques: bool = Field(
+        True,
+        description="a ComputeDomain over several NVLink cliques (racks) can be Ready, each clique its own IMEX "
+        "domain as with NVIDIA's driver (a Warning says so); false: that is an error (CliqueMismatch, NotReady)",
+    )
+    computedomain_status_batch_seconds: float = Field(
+        0.1, ge=0, description="changes within this window are coalesced into one ComputeDomain status write"
+    )
+    computedomain_resync_seconds: float = Field(
+        5.0, gt=0, description="how often every NotReady ComputeDomain is re-evaluated without a change"
+    )
+    computedomain_event_grace_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="a node waiting for its IMEX daemon this long gets a Warning Event on the domain (fabric "
+        "loss, clique mismatch and held nodes are reported at once)",
+    )
+    computedomain_cleanup_attempts: int = Field(
+        5,
+        ge=1,
+        description="deletion passes over a domain's children before its finalizer is released anyway",
+    )
 
 
 S = TypeVar("S", bound=BaseSettings)

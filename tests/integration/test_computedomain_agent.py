@@ -70,7 +70,7 @@ async def make_domain(
         mode=mode,
     )
     for child in children.objects():
-        await client.create(KINDS[child["kind"]], child, child["metadata"]["namespace"])
+        await client.apply_object(KINDS[child["kind"]], child)  # the controller may have been first
     return str(created["metadata"]["uid"])
 
 

@@ -37,6 +37,13 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
+        # ComputeDomains: watch domains, cliques and nodes; write status; apply and delete children
+        ("", "nodes", "watch"), ("", "nodes", "patch"),
+        *{("resource.nvidia.com", "computedomains", v) for v in ("list", "watch", "patch")},
+        ("resource.nvidia.com", "computedomains/status", "patch"),
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},
+        *{(g, r, v) for g, r in (("resource.k8s.io", "resourceclaimtemplates"), ("apps", "daemonsets"))
+          for v in ("list", "create", "patch", "delete")},
         *{("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")},
         *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")},
     },

@@ -35,7 +35,7 @@ from gpudra.devices.classes import load_device_classes
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NODES
+from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
 from gpudra.reports import fleet_table
 from gpudra.telemetry import get_logger
@@ -94,6 +94,12 @@ class EmbeddedCluster:
             await self.client.apply_object(CRDS, crd)
         for device_class in load_device_classes():
             await self.client.apply_object(DEVICE_CLASSES, device_class.to_wire())
+        namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": self.options.controller.namespace},
+        }
+        await self.client.apply_object(NAMESPACES, namespace)
         self.options.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         self.server.write_kubeconfig(self.options.kubeconfig)
 
@@ -114,7 +120,9 @@ class EmbeddedCluster:
             target=asyncio.run,
             args=(
                 run_controller(
-                    self.options.controller,
+                    self.options.controller.model_copy(
+                        update={"imex_daemon_mode": self.options.compute_domain_daemon_mode}
+                    ),
                     self.metrics,
                     server_url=url,
                     stop=self._stop,

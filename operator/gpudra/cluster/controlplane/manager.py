@@ -16,7 +16,7 @@ from gpudra.allocator.explain import render_text
 from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.result import Allocation
 from gpudra.api.core import Pod
-from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate
+from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate, allocated_node
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
 from gpudra.cluster.controlplane.daemonsets import DaemonSets
 from gpudra.cluster.controlplane.extended import (
@@ -50,7 +50,9 @@ def _consumer(pod: dict[str, Any]) -> dict[str, str]:
 class ControlPlane:
     def __init__(self, client: KubeClient) -> None:
         self._client = client
-        self.state = ClusterState(client, on_pod=self._on_pod, on_claim=self._on_claim)
+        self.state = ClusterState(
+            client, on_pod=self._on_pod, on_claim=self._on_claim, on_template=self._on_template
+        )
         self._changed_seen = 0
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._queued: set[tuple[str, str]] = set()
@@ -86,6 +88,11 @@ class ControlPlane:
         status = body.get("status") or {}
         if kind != "DELETED" and status.get("allocation") and not status.get("reservedFor"):
             await self._deallocate(body)
+
+    async def _on_template(self, kind: str, body: dict[str, Any]) -> None:
+        """A template appeared (e.g. a ComputeDomain's): pods that waited for it make their claims now."""
+        if kind == "ADDED":
+            self._retry_unschedulable()
 
     def _retry_unschedulable(self) -> None:
         for key in sorted(self._unschedulable):
@@ -139,6 +146,7 @@ class ControlPlane:
             return  # bound already (the cache may lag behind our own binding)
         names = await self._ensure_claims(pod, body)
         if names is None:
+            self._unschedulable.add(key)  # a template is missing: retried when one appears
             return
         extended = extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
         if extended:
@@ -230,7 +238,7 @@ class ControlPlane:
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         nodes = self.state.node_infos(pod.spec.node_selector)
         for claim in allocated:
-            node = _allocated_node(claim)
+            node = allocated_node(claim)
             if node is not None:
                 nodes = [n for n in nodes if n.name == node]
         if not nodes:
@@ -336,12 +344,3 @@ class ControlPlane:
         self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
         await self.state.claim_event("MODIFIED", updated)
         self._retry_unschedulable()
-
-
-def _allocated_node(claim: dict[str, Any]) -> str | None:
-    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
-    for term in selector.get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("operator") == "In" and field.get("values"):
-                return str(field["values"][0])
-    return None
