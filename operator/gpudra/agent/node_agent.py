@@ -68,6 +68,8 @@ class NodeAgent:
         self.health_listener: Callable[[], Awaitable[None]] | None = None
         """Called after a publish that changed device health (and after the first): the kubelet plugin marks
         the claims prepared on unhealthy devices."""
+        self.inventory_listeners: list[Callable[[NodeInventory], None]] = []
+        """Called with every successful hardware reading (the compute-domain driver follows the fabric)."""
 
     def poke(self) -> None:
         """Re-read the hardware now (after this agent changed it)."""
@@ -119,6 +121,8 @@ class NodeAgent:
                 if self.health.remember(inventory, read_at):
                     log.info("a lost GPU is back", node=node)
                     dirty, self._health_unreported = True, True
+                for listener in self.inventory_listeners:
+                    listener(inventory)
             except GpudraError as exc:
                 self._metrics.hardware_reads.labels(node, "failed").inc()
                 log.error("reading the GPUs failed; keeping the published slices", node=node, error=str(exc))

@@ -10,6 +10,10 @@ and report ``status.devices`` Ready on the claim. A failure after PrepareStarted
 is repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from
 the checkpoint. Unprepare undoes exactly what the checkpoint says was done, and an unknown claim is a success.
 
+The GPU driver's plan (which GPUs and MIG devices, sharing settings, CDI edits) is the default; another
+driver served by the same machinery (the compute-domain driver) passes its own ``planner``, which decides the
+plan of a claim and is told when a claim was released.
+
 ``hook`` is called with the name of each step boundary (``prepare_started``, ``cdi_written``,
 ``before_prepare_completed``, ``prepare_completed``, ``unprepare_started``, ``cdi_deleted``); tests raise from it
 to simulate a crash there.
@@ -21,13 +25,14 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.preparing import (
+    ClaimPlan,
     DeviceKey,
     conflicts,
     device_status,
@@ -62,6 +67,20 @@ Hook = Callable[[str], None]
 
 def no_hook(step: str) -> None:
     return None
+
+
+class ClaimPlanner(Protocol):
+    """What a driver other than the GPU driver plugs into :class:`ClaimPreparer`."""
+
+    async def plan(
+        self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
+    ) -> ClaimPlan:
+        """Everything prepare will do for the claim; raise a GpudraError when it cannot be prepared (yet)."""
+        ...
+
+    async def released(self, uid: str, entry: ClaimEntry | None) -> None:
+        """After an unprepare (``entry`` None: the claim was not prepared here, perhaps only attempted)."""
+        ...
 
 
 def _now() -> str:
@@ -118,6 +137,7 @@ class ClaimPreparer:
         problems: Callable[[], Mapping[str, DeviceProblem]] | None = None,
         mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
         hook: Hook = no_hook,
+        planner: ClaimPlanner | None = None,
     ) -> None:
         self._client = client
         self._backend = backend
@@ -133,6 +153,7 @@ class ClaimPreparer:
         self._health_view: dict[str, frozenset[tuple[str, str]]] = {}
         self._mps_root = mps_root
         self.hook = hook
+        self._planner = planner
         self._in_flight: dict[str, set[DeviceKey]] = {}
 
     # -- PluginHandler ---------------------------------------------------------------------------------------
@@ -175,16 +196,10 @@ class ClaimPreparer:
             claim = await self._get_claim(ref)
             model = ResourceClaim.from_wire(claim)
             results = select_results(model, ref, driver=self.driver, node=self.node)
-            inventory = await asyncio.to_thread(self._backend.read_inventory)
-            plan = plan_claim(
-                ref.uid,
-                model,
-                results,
-                device_targets(inventory),
-                driver=self.driver,
-                features=self._features,
-                mps_root=self._mps_root,
-            )
+            if self._planner is not None:
+                plan = await self._planner.plan(ref, model, results)
+            else:
+                plan = await self._plan_gpus(ref, model, results)
             await self._execute(ref, plan.devices, plan.configs, plan.cdi_document)
         except GpudraError as exc:
             error = _as_prepare_error(exc)
@@ -210,6 +225,20 @@ class ClaimPreparer:
             )
             for d in devices
         ]  # fmt: skip
+
+    async def _plan_gpus(
+        self, ref: ClaimRef, model: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
+    ) -> ClaimPlan:
+        inventory = await asyncio.to_thread(self._backend.read_inventory)
+        return plan_claim(
+            ref.uid,
+            model,
+            results,
+            device_targets(inventory),
+            driver=self.driver,
+            features=self._features,
+            mps_root=self._mps_root,
+        )
 
     async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
         try:
@@ -277,6 +306,8 @@ class ClaimPreparer:
                     await self.store.transition(ref.uid, "UnprepareStarted")
                     self.hook("unprepare_started")
                     await self.undo(ref.uid, entry, hooked=True)
+                if self._planner is not None:
+                    await self._planner.released(ref.uid, entry)
         except GpudraError as exc:
             error = _as_prepare_error(exc)
             log.warning("unprepare failed", uid=ref.uid, error=str(error))
