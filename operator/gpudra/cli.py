@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudra import __version__
-from gpudra.config import AgentSettings, ControllerSettings, load_settings
+from gpudra.config import AgentSettings, ControllerSettings, ImexDaemonSettings, load_settings
 from gpudra.errors import GpudraError
 from gpudra.telemetry import configure_logging, get_logger
 
@@ -50,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--simulated-profile", default=None, help="env GPUDRA_SIMULATED_PROFILE")
     agent.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
     agent.add_argument("--metrics-port", type=int, default=None, help="env GPUDRA_METRICS_PORT (0: off)")
+
+    imex = sub.add_parser(
+        "imex-daemon",
+        help="a ComputeDomain's IMEX daemon on one node (the per-domain DaemonSet runs it)",
+        description="Registers the node in the domain's ComputeDomainClique, reports Ready while its IMEX "
+        "service runs (simulated when no command is given), releases the entry on exit. Identity from "
+        "the env: COMPUTE_DOMAIN_UUID, CLIQUE_ID, NODE_NAME, POD_NAMESPACE, POD_IP.",
+    )
+    imex.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
+    imex.add_argument("exec", nargs="*", help="the IMEX service to supervise (after --), e.g. nvidia-imex")
 
     explain = sub.add_parser(
         "explain", help="why a claim is pending, or whether a claim would fit, and where"
@@ -134,6 +144,26 @@ async def _run_agent(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     await _until_signal(run_agent(settings))
+    return 0
+
+
+async def _run_imex_daemon(args: argparse.Namespace) -> int:
+    from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
+    from gpudra.kube.client import KubeClient
+
+    settings = load_settings(ImexDaemonSettings, kubeconfig=args.kubeconfig)
+    identity = DaemonIdentity(
+        namespace=settings.namespace,
+        domain_uid=settings.domain_uid,
+        clique_id=settings.clique_id,
+        node_name=settings.node_name,
+        ip_address=settings.ip_address,
+    )
+    client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-imex-daemon")
+    try:
+        await _until_signal(run_daemon(client, identity, stop=asyncio.Event(), command=args.exec))
+    finally:
+        await client.close()
     return 0
 
 
@@ -252,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     runners = {
         "up": _run_up,
         "agent": _run_agent,
+        "imex-daemon": _run_imex_daemon,
         "controller": _run_controller,
         "explain": _run_explain,
         "status": _run_status,

@@ -29,12 +29,21 @@ THIRD_PARTY_CRDS = {
 # What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
 # exactly these. Controller: kopf watches (list+watch) slices, classes and claims, lists namespaces and nodes to
 # explain claims, posts Events, and uses kopf peering and CRD discovery. Agent: reads and labels its Node, lists
-# and writes its own slices, reads claims it prepares and writes their status, posts Events.
+# and writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain
+# driver reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps.
+# IMEX daemon: reads and writes its domain's ComputeDomainClique.
 USED: dict[str, set[tuple[str, str, str]]] = {
     "gpudra-controller": {
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
+        # ComputeDomains: watch domains, cliques and nodes; write status; apply and delete children
+        ("", "nodes", "watch"), ("", "nodes", "patch"),
+        *{("resource.nvidia.com", "computedomains", v) for v in ("list", "watch", "patch")},
+        ("resource.nvidia.com", "computedomains/status", "patch"),
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},
+        *{(g, r, v) for g, r in (("resource.k8s.io", "resourceclaimtemplates"), ("apps", "daemonsets"))
+          for v in ("list", "create", "patch", "delete")},
         *{("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")},
         *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")},
     },
@@ -44,6 +53,11 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims/status", "patch"), ("resource.k8s.io", "resourceclaims/status", "update"),
         ("", "events", "create"),
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")},
+        *{("", "configmaps", v) for v in ("get", "create", "update")},
+    },
+    "gpudra-imex-daemon": {
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")},
     },
 }  # fmt: skip
 

@@ -91,6 +91,8 @@ class NodeAgent:
         self.claimed_instances = claimed_instances
         self._dynamic_override: frozenset[str] | None = None
         self._mig_profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
+        self.inventory_listeners: list[Callable[[NodeInventory], None]] = []
+        """Called with every successful hardware reading (the compute-domain driver follows the fabric)."""
 
     # -- dynamic MIG -----------------------------------------------------------------------------------------
 
@@ -199,6 +201,8 @@ class NodeAgent:
                 if self.health.remember(inventory, read_at):
                     log.info("a lost GPU is back", node=node)
                     dirty, self._health_unreported = True, True
+                for listener in self.inventory_listeners:
+                    listener(inventory)
             except GpudraError as exc:
                 self._metrics.hardware_reads.labels(node, "failed").inc()
                 log.error("reading the GPUs failed; keeping the published slices", node=node, error=str(exc))

@@ -11,6 +11,10 @@ and report ``status.devices`` Ready on the claim. A failure after PrepareStarted
 is repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from
 the checkpoint. Unprepare undoes exactly what the checkpoint says was done, and an unknown claim is a success.
 
+The GPU driver's plan (which GPUs and MIG devices, sharing settings, CDI edits) is the default; another
+driver served by the same machinery (the compute-domain driver) passes its own ``planner``, which decides the
+plan of a claim and is told when a claim was released.
+
 Dynamic MIG instances are recorded before they are created, so a crash at any point leaves a record of every
 instance that may exist; undo (and start-up recovery) destroys them by placement. Unprepare destroys them after
 the CDI spec is gone.
@@ -24,9 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
@@ -71,6 +75,20 @@ Hook = Callable[[str], None]
 
 def no_hook(step: str) -> None:
     return None
+
+
+class ClaimPlanner(Protocol):
+    """What a driver other than the GPU driver plugs into :class:`ClaimPreparer`."""
+
+    async def plan(
+        self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
+    ) -> ClaimPlan:
+        """Everything prepare will do for the claim; raise a GpudraError when it cannot be prepared (yet)."""
+        ...
+
+    async def released(self, uid: str, entry: ClaimEntry | None) -> None:
+        """After an unprepare (``entry`` None: the claim was not prepared here, perhaps only attempted)."""
+        ...
 
 
 def _now() -> str:
@@ -128,6 +146,7 @@ class ClaimPreparer:
         dynamic_gpus: Callable[[], Collection[str]] = frozenset,
         mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
         hook: Hook = no_hook,
+        planner: ClaimPlanner | None = None,
     ) -> None:
         self._client = client
         self._backend = backend
@@ -145,6 +164,7 @@ class ClaimPreparer:
         self._instances = MigInstances(backend)
         self._mps_root = mps_root
         self.hook = hook
+        self._planner = planner
         self._in_flight: dict[str, set[DeviceKey]] = {}
 
     # -- PluginHandler ---------------------------------------------------------------------------------------
@@ -187,7 +207,14 @@ class ClaimPreparer:
             claim = await self._get_claim(ref)
             model = ResourceClaim.from_wire(claim)
             results = select_results(model, ref, driver=self.driver, node=self.node)
-            plan = await self._execute(ref, model, results)
+            planner = self._planner
+            plan = await self._execute(
+                ref,
+                results,
+                (lambda: planner.plan(ref, model, results))
+                if planner is not None
+                else (lambda: self._plan_gpus(ref, model, results)),
+            )
         except GpudraError as exc:
             error = _as_prepare_error(exc)
             await self._report_failure(ref, claim, results, error)
@@ -213,6 +240,27 @@ class ClaimPreparer:
             for d in devices
         ]  # fmt: skip
 
+    async def _plan_gpus(
+        self, ref: ClaimRef, model: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
+    ) -> ClaimPlan:
+        """The GPU driver's plan; dynamic MIG instances the results name are recorded and created first."""
+        dynamic = frozenset(self._dynamic_gpus())
+        inventory = await asyncio.to_thread(self._backend.read_inventory)
+        creations = await asyncio.to_thread(
+            plan_instances, results, inventory, dynamic, self._instances.profiles_of
+        )
+        if creations:
+            await self.store.transition(
+                ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
+                mig_instances_created=[c.record for c in creations],
+            )  # fmt: skip
+            self.hook("instances_planned")
+            inventory = await self._create_instances(ref.uid, creations)
+        return plan_claim(
+            ref.uid, model, results, device_targets(inventory, dynamic), driver=self.driver,
+            features=self._features, mps_root=self._mps_root,
+        )  # fmt: skip
+
     async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
         try:
             return await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
@@ -222,8 +270,13 @@ class ClaimPreparer:
             ) from exc
 
     async def _execute(
-        self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
+        self,
+        ref: ClaimRef,
+        results: Sequence[DeviceRequestAllocationResult],
+        plan_of: Callable[[], Awaitable[ClaimPlan]],
     ) -> ClaimPlan:
+        """Refuse devices another claim holds, then plan (``plan_of``, which may already record and create
+        dynamic MIG instances) and carry the plan out; anything recorded is undone when a step fails."""
         keys = {(r.pool, r.device) for r in results}
         holders: dict[str, Iterable[DeviceKey]] = {
             uid: [(d.pool_name, d.device_name) for d in e.devices] for uid, e in self.store.claims().items()
@@ -236,30 +289,15 @@ class ClaimPreparer:
             )
         # No await between the check above and this reservation: concurrent prepares see each other.
         self._in_flight[ref.uid] = keys
-        recorded: ClaimEntry | None = None
+        before = self.store.get(ref.uid)
         try:
-            dynamic = frozenset(self._dynamic_gpus())
-            inventory = await asyncio.to_thread(self._backend.read_inventory)
-            creations = await asyncio.to_thread(
-                plan_instances, results, inventory, dynamic, self._instances.profiles_of
-            )
-            if creations:
-                recorded = await self.store.transition(
-                    ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
-                    mig_instances_created=[c.record for c in creations],
-                )  # fmt: skip
-                self.hook("instances_planned")
-                inventory = await self._create_instances(ref.uid, creations)
-            plan = plan_claim(
-                ref.uid, claim, results, device_targets(inventory, dynamic), driver=self.driver,
-                features=self._features, mps_root=self._mps_root,
-            )  # fmt: skip
-            recorded = await self.store.transition(
+            plan = await plan_of()
+            entry = await self.store.transition(
                 ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
                 devices=plan.devices, configs=plan.configs, cdi_document=plan.cdi_document,
             )  # fmt: skip
             self.hook("prepare_started")
-            await self._apply_sharing(recorded)
+            await self._apply_sharing(entry)
             path = await asyncio.to_thread(self.specs.write_document, ref.uid, plan.cdi_document)
             self.hook("cdi_written")
             self.hook("before_prepare_completed")
@@ -267,9 +305,10 @@ class ClaimPreparer:
             self.hook("prepare_completed")
             return plan
         except Exception:
-            if recorded is not None:
+            recorded = self.store.get(ref.uid)
+            if recorded is not None and recorded is not before:
                 log.warning("prepare failed midway; rolling back", uid=ref.uid)
-                await self.undo(ref.uid, self.store.get(ref.uid) or recorded)
+                await self.undo(ref.uid, recorded)
             raise
         finally:
             self._in_flight.pop(ref.uid, None)
@@ -301,6 +340,8 @@ class ClaimPreparer:
                     await self.store.transition(ref.uid, "UnprepareStarted")
                     self.hook("unprepare_started")
                     await self.undo(ref.uid, entry, hooked=True)
+                if self._planner is not None:
+                    await self._planner.released(ref.uid, entry)
         except GpudraError as exc:
             error = _as_prepare_error(exc)
             log.warning("unprepare failed", uid=ref.uid, error=str(error))

@@ -4,6 +4,9 @@ The slice publisher (:class:`NodeAgent`) and the kubelet DRA plugin (:class:`Cla
 :class:`KubeletPlugin`). Start-up order: reconcile the checkpoint and the CDI directory first
 (:func:`recover`), then serve the plugin sockets (the kubelet may call prepare right after registration),
 then run the publishing loop; on exit the plugin is deregistered and stopped.
+
+Beside them, on nodes with multi-node NVLink, the compute-domain driver (:class:`ComputeDomainDriver`,
+its own plugin, checkpoint and slice) runs in the same process and follows the GPU agent's readings.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.computedomain.driver import ComputeDomainDriver
 from gpudra.agent.dynamicmig import claimed_placements
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.node_agent import NodeAgent
@@ -49,6 +53,12 @@ class AgentRuntime:
         self.recovery: RecoveryReport | None = None
         self.preparer: ClaimPreparer | None = None
         self.plugin: KubeletPlugin | None = None
+        self.compute_domains: ComputeDomainDriver | None = None
+        if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
+            self.compute_domains = ComputeDomainDriver(
+                settings, backend, client, metrics, report_problem=self._report_checkpoint_problem
+            )
+            self.agent.inventory_listeners.append(self.compute_domains.observe)
         if not settings.serve_kubelet_plugin:
             return
         store = CheckpointStore(
@@ -127,6 +137,11 @@ class AgentRuntime:
     async def run(self) -> None:
         try:
             await self.start_plugin()
-            await self.agent.run()
+            if self.compute_domains is None:
+                await self.agent.run()
+            else:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.agent.run())
+                    group.create_task(self.compute_domains.run())
         finally:
             await asyncio.shield(self.stop_plugin())

@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from gpudra.config import ControllerSettings
+from gpudra.controller.computedomains import register_compute_domains
 from gpudra.controller.fleet import slice_device_counts
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
@@ -29,6 +30,7 @@ def build_registry(
     pending = PendingClaims(client, metrics, driver=settings.driver_name)
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
+    register_compute_domains(registry, settings, metrics, client)
 
     @kopf.index("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="device_classes")
     def device_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:

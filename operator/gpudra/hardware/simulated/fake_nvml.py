@@ -6,6 +6,7 @@ constants, error classes and structure types. So :class:`gpudra.hardware.nvml.Nv
 on it as on a real GPU. The MIG rules live in :mod:`gpu_state`, event sets in :mod:`events`.
 
 Test hooks (not NVML calls): :meth:`inject_xid`, :meth:`inject_ecc`, :meth:`lose_gpu`, :meth:`reset_gpu`,
+:meth:`lose_fabric` / :meth:`restore_fabric` (a GB200 tray leaving its NVLink fabric),
 :meth:`set_processes`, :meth:`require_reset_for_mig_change`, :meth:`gpu`, :meth:`set_time_slice` (the
 ``nvidia-smi compute-policy`` stand-in); and :meth:`pcie_root_of`, the stand-in for the sysfs lookup the backend
 does on a real machine.
@@ -15,6 +16,7 @@ All calls take one re-entrant lock, so an agent thread may read while a test mut
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -102,6 +104,26 @@ class FakeNvml(MigCalls):
         with self._lock:
             self._gpus[gpu_index].lost = True
             self._events.gpu_lost(gpu_index)
+
+    def lose_fabric(self, gpu_index: int | None = None) -> None:
+        """The GPU (every GPU when None) drops out of its NVLink fabric: fabric info then reports state
+        NOT_STARTED with a non-success status, as while the fabric manager re-registers the GPU. The cluster
+        UUID and clique id are kept, so :meth:`restore_fabric` brings the same clique back."""
+        with self._lock:
+            for gpu in self._gpus if gpu_index is None else [self._gpus[gpu_index]]:
+                if gpu.fabric is not None:
+                    gpu.fabric = dataclasses.replace(
+                        gpu.fabric, state=t.NVML_GPU_FABRIC_STATE_NOT_STARTED, status=t.NVML_ERROR_UNKNOWN
+                    )
+
+    def restore_fabric(self, gpu_index: int | None = None) -> None:
+        """Fabric registration completed again (state COMPLETED, status SUCCESS)."""
+        with self._lock:
+            for gpu in self._gpus if gpu_index is None else [self._gpus[gpu_index]]:
+                if gpu.fabric is not None:
+                    gpu.fabric = dataclasses.replace(
+                        gpu.fabric, state=t.NVML_GPU_FABRIC_STATE_COMPLETED, status=t.NVML_SUCCESS
+                    )
 
     def reset_gpu(self, gpu_index: int) -> None:
         """nvidia-smi -r: the pending MIG mode takes effect (raises NVMLError_InUse while processes run)."""
