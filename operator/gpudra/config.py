@@ -14,6 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpudra.errors import ConfigurationError
 
+MigPlannerPolicy = Literal["off", "suggest", "apply"]
+
 
 class CommonSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUDRA_", extra="forbid")
@@ -83,6 +85,12 @@ class ControllerSettings(CommonSettings):
     )
     pending_interval_seconds: float = Field(
         30.0, gt=0, description="how often a pending claim is re-explained (Events are deduplicated)"
+    )
+    mig_planner: MigPlannerPolicy = Field(
+        "suggest",
+        description="MIG planner for pending MIG claims: off; suggest (the repartition of idle GPUs that would "
+        "satisfy them, in the claim's Event and `gpudra explain`); apply (also write it as the MigLayout "
+        "gpudra-planner-<node>, never over a user's MigLayout)",
     )
 
 

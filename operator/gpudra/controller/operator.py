@@ -26,7 +26,7 @@ def build_registry(
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
-    pending = PendingClaims(client, metrics, driver=settings.driver_name)
+    pending = PendingClaims(client, metrics, driver=settings.driver_name, mig_planner=settings.mig_planner)
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
 
@@ -105,10 +105,13 @@ async def _explain_loop(
         await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
         classes = {name: next(iter(store)) for name, store in device_classes.items()}
         now = time.time()
-        for store in list(claims.values()):
-            for body in list(store):
-                if age_seconds(body, now) >= settings.pending_grace_seconds:
-                    await pending.check(body, classes)
+        due = [
+            body
+            for store in list(claims.values())
+            for body in list(store)
+            if age_seconds(body, now) >= settings.pending_grace_seconds
+        ]
+        await pending.check_all(due, classes)
 
 
 async def run_controller(
