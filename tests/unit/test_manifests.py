@@ -28,13 +28,15 @@ THIRD_PARTY_CRDS = {
 
 # What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
 # exactly these. Controller: kopf watches (list+watch) slices, classes and claims, lists namespaces and nodes to
-# explain claims, posts Events, and uses kopf peering and CRD discovery. Agent: reads and labels its Node, lists
+# explain claims, posts Events, lists and writes the MIG planner's MigLayouts (create, then merge-patch), and uses
+# kopf peering and CRD discovery. Agent: reads and labels its Node, lists
 # and writes its own slices, reads claims it prepares and writes their status, posts Events.
 USED: dict[str, set[tuple[str, str, str]]] = {
     "gpudra-controller": {
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
+        *{("gpudra.dev", "miglayouts", v) for v in ("list", "create", "patch")},
         *{("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")},
         *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")},
     },

@@ -9,9 +9,11 @@ Rules:
 - In-use instances are never destroyed or moved (the packer keeps them fixed); a GPU used whole is skipped.
 - A claim is placed whole on one node and one GPU model of it (a claim's devices come from one node).
 - Minimal change: within a node, demand is served from free instances first, then on the fullest GPUs
-  (``plan_packing``); among nodes, the one serving the most pending demand goes first, ties to the fewest
-  instances destroyed, then the fewest GPUs touched, then the fewest changes. Each changed GPU's layout is
-  re-placed with ``place_counts_keeping``, so applying its counts (a MigLayout entry) reaches that very layout.
+  (``plan_packing``), unless one GPU alone serves as much while touching fewer GPUs or destroying fewer
+  instances (an idle 7g.80gb becomes 3x 2g.20gb rather than two GPUs changing). Among nodes, the one
+  serving the most pending demand goes first, ties to the fewest instances destroyed, then the fewest GPUs
+  touched, then the fewest changes. Each changed GPU's layout is re-placed with ``place_counts_keeping``, so
+  applying its counts (a MigLayout entry) reaches that very layout.
 - Claims are taken in the order given (oldest first); a claim that does not fit whole is left out entirely.
 """
 
@@ -24,8 +26,8 @@ from dataclasses import dataclass, field
 from gpudra.hardware.catalog import GpuModel
 from gpudra.mig.keep import place_counts_keeping
 from gpudra.mig.layout import GpuMigState, MigLayout
-from gpudra.mig.packing import Packing, PackingGpu, plan_packing
-from gpudra.mig.plan import CreateMigDevice, DestroyMigDevice, MigPlan, SetMigMode, Step, plan_gpu
+from gpudra.mig.packing import GpuPacking, Packing, PackingGpu, plan_packing
+from gpudra.mig.plan import CreateMigDevice, DestroyMigDevice, MigPlan, SetMigMode, Step, plan_gpu, unchanged
 
 
 @dataclass(frozen=True)
@@ -189,8 +191,31 @@ def _groups(gpus: Sequence[DemandGpu]) -> list[_Group]:
     return [by_key[k] for k in sorted(by_key)]
 
 
+def _cost(packing: Packing) -> tuple[int, int, int, int]:
+    """(demand left unserved, GPUs touched, instances destroyed, changes): smaller is better."""
+    plans = [g.plan for g in packing.gpus if g.plan.steps]
+    destroyed = sum(1 for p in plans for s in p.steps if isinstance(s, DestroyMigDevice))
+    return (-packing.served_slices, len(plans), destroyed, packing.changes)
+
+
+def _alone(packing: Packing, index: int, gpus: Sequence[PackingGpu]) -> Packing:
+    """A one-GPU packing spread to the group's shape (the other GPUs unchanged)."""
+    out = [GpuPacking(g.state.layout, unchanged(g.state)) for g in gpus]
+    out[index] = packing.gpus[0]
+    return Packing(tuple(out), packing.served, packing.unserved, packing.served_slices, packing.changes)
+
+
 def _pack(group: _Group, demand: Counter[str]) -> Packing:
-    return plan_packing([PackingGpu(g.model, g.state, g.in_use) for g in group.gpus], demand)
+    """The packer over the group's GPUs, or, when one GPU alone serves as much with fewer GPUs touched or
+    instances destroyed, that GPU alone."""
+    gpus = [PackingGpu(g.model, g.state, g.in_use) for g in group.gpus]
+    best = plan_packing(gpus, demand)
+    if len(gpus) > 1 and _cost(best)[1] > 1:
+        for i, gpu in enumerate(gpus):
+            alone = _alone(plan_packing([gpu], demand), i, gpus)
+            if _cost(alone) < _cost(best):
+                best = alone
+    return best
 
 
 def _take(claims: Sequence[tuple[MigDemand, Counter[str]]], served: Counter[str]) -> list[int]:
