@@ -155,6 +155,11 @@ class VirtualFleet:
         return cls(devices)
 
 
+def virtual_fleet(snapshot: ClusterSnapshot, driver: str, catalog: Catalog | None = None) -> VirtualFleet:
+    """The virtual MIG devices of the GPU models the snapshot publishes for ``driver``."""
+    return VirtualFleet.of(_scan(snapshot, driver, catalog or load_catalog()))
+
+
 def _choices(spec: RequestSpec, fleet: VirtualFleet, allocator: Allocator) -> tuple[ProfileChoice, ...]:
     models: dict[str, set[str]] = defaultdict(set)
     order: dict[str, tuple[int, int, str]] = {}
