@@ -7,7 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.hardware.catalog import GpuModel, load_catalog
-from gpudra.mig.demand import DemandGpu, DemandPlan, MigDemand, MigRequest, ProfileChoice, plan_demand
+from gpudra.mig.demand import (
+    DemandGpu,
+    DemandPlan,
+    MigDemand,
+    MigRequest,
+    ProfileChoice,
+    applied_layout,
+    plan_demand,
+)
 from gpudra.mig.keep import place_counts_keeping
 from gpudra.mig.layout import GpuMigState, MigInstance, MigLayout
 from gpudra.mig.plan import DestroyMigDevice, simulate
@@ -216,8 +224,5 @@ def test_suggestions_are_valid_and_never_touch_in_use_instances(
             assert not destroyed & {i.uuid for i in busy}
             reached = simulate(source.model, source.state, suggestion.steps)
             assert reached.layout == suggestion.layout
-            counts = suggestion.layout.counts()
-            assert (
-                place_counts_keeping(source.model, source.state, counts, source.in_use) == suggestion.layout
-            )
+            assert applied_layout(source, suggestion.layout.counts()) == suggestion.layout
     assert set(plan.placed) | {u.claim for u in plan.unsatisfied} == {d.claim for d in demands}

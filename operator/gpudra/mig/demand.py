@@ -12,8 +12,8 @@ Rules:
   (``plan_packing``), unless one GPU alone serves as much while touching fewer GPUs or destroying fewer
   instances (an idle 7g.80gb becomes 3x 2g.20gb rather than two GPUs changing). Among nodes, the one
   serving the most pending demand goes first, ties to the fewest instances destroyed, then the fewest GPUs
-  touched, then the fewest changes. Each changed GPU's layout is re-placed with ``place_counts_keeping``, so
-  applying its counts (a MigLayout entry) reaches that very layout.
+  touched, then the fewest changes. Each changed GPU's suggested layout is the one its counts give when
+  applied as a MigLayout entry (``applied_layout``), so what the Event says is what the applier does.
 - Claims are taken in the order given (oldest first); a claim that does not fit whole is left out entirely.
 """
 
@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 
 from gpudra.hardware.catalog import GpuModel
 from gpudra.mig.keep import place_counts_keeping
-from gpudra.mig.layout import GpuMigState, MigLayout
+from gpudra.mig.layout import GpuMigState, InvalidLayoutError, MigLayout
 from gpudra.mig.packing import GpuPacking, Packing, PackingGpu, plan_packing
 from gpudra.mig.plan import CreateMigDevice, DestroyMigDevice, MigPlan, SetMigMode, Step, plan_gpu, unchanged
+from gpudra.mig.validate import place_counts
 
 
 @dataclass(frozen=True)
@@ -229,12 +230,26 @@ def _take(claims: Sequence[tuple[MigDemand, Counter[str]]], served: Counter[str]
     return taken
 
 
+def applied_layout(gpu: DemandGpu, counts: dict[str, int]) -> MigLayout:
+    """The layout a MigLayout entry of ``counts`` gives this GPU: mig-parted's placement of the counts (what the
+    agent's applier creates) when it keeps every in-use instance where it is, else the fewest-change placement
+    around them (``place_counts_keeping``)."""
+    busy = {i.placement for i in gpu.state.in_use(gpu.in_use)} if gpu.state.mig_enabled else set()
+    try:
+        canonical = place_counts(gpu.model, counts)
+    except InvalidLayoutError:
+        canonical = None
+    if canonical is not None and busy <= set(canonical.instances):
+        return canonical
+    return place_counts_keeping(gpu.model, gpu.state, counts, gpu.in_use)
+
+
 def _suggestion(gpu: DemandGpu, layout: MigLayout, plan: MigPlan) -> GpuSuggestion | None:
     if not plan.steps:
         return None
-    kept = place_counts_keeping(gpu.model, gpu.state, layout.counts(), gpu.in_use)
-    final = plan_gpu(gpu.model, gpu.state, kept, gpu.in_use) if kept != layout else plan
-    return GpuSuggestion(gpu.node, gpu.state.index, gpu.model.model_id, gpu.state.layout, kept, final.steps)
+    final = applied_layout(gpu, layout.counts())
+    steps = plan_gpu(gpu.model, gpu.state, final, gpu.in_use).steps if final != layout else plan.steps
+    return GpuSuggestion(gpu.node, gpu.state.index, gpu.model.model_id, gpu.state.layout, final, steps)
 
 
 def _trial(group: _Group, pending: Sequence[MigDemand]) -> _Trial | None:
