@@ -110,7 +110,9 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {"name": "small", "namespace": "default"},
-            "spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com"}}]}},
+            "spec": {
+                "devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com"}}]}
+            },
         },
         "default",
     )
@@ -141,7 +143,9 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
 
     cond = await eventually(blocked, timeout=30)
     assert "default/small" in cond["message"]
-    report = NodeReport.from_json((await client.get(NODES, node))["metadata"]["annotations"]["gpudra.dev/mig-state"])
+    report = NodeReport.from_json(
+        (await client.get(NODES, node))["metadata"]["annotations"]["gpudra.dev/mig-state"]
+    )
     assert report is not None and report.blocked_by == ("default/small",)
     assert (await node_labels(client, node))[CONFIG_STATE_LABEL] == "pending"
     assert "7g.40gb" not in await profiles(client, node), "a blocked node is not changed at all"

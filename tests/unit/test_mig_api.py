@@ -62,8 +62,10 @@ def test_crd_names_columns_and_validations() -> None:
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Policy",
         "Config",
+        "Nodes",
         "Applied",
         "Blocked",
+        "Invalid",
         "Age",
     ]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
@@ -73,9 +75,24 @@ def test_crd_names_columns_and_validations() -> None:
     assert spec["properties"]["policy"]["enum"] == ["Static", "Dynamic"]
     entry = layout["properties"]["entries"]["items"]
     assert set(entry["properties"]) == {"device-filter", "devices", "mig-enabled", "mig-devices"}
+    entry_rules = [v["message"] for v in entry["x-kubernetes-validations"]]
+    assert "mig-devices must be empty when mig-enabled is false" in entry_rules
+    assert entry["properties"]["mig-devices"]["additionalProperties"] == {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 7,
+    }
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     node = status["nodes"]["items"]["properties"]
-    assert node["state"]["enum"] == ["pending", "applying", "success", "failed", "blocked"]
+    assert node["state"]["enum"] == [
+        "pending",
+        "applying",
+        "success",
+        "failed",
+        "blocked",
+        "invalid",
+        "conflict",
+    ]
 
 
 def _descriptions_missing(node: dict[str, Any], path: str) -> list[str]:

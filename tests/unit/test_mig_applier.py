@@ -84,9 +84,15 @@ class CrashingBackend:
         self._inner.destroy_mig_device(gpu_index, gi_id)
 
 
-def desired(counts_by_gpu: dict[int, dict[str, int] | None], name: str = "layout", generation: int = 1) -> DesiredState:
+def desired(
+    counts_by_gpu: dict[int, dict[str, int] | None], name: str = "layout", generation: int = 1
+) -> DesiredState:
     entries = [
-        {"devices": [i], "mig-enabled": counts is not None, **({"mig-devices": counts} if counts is not None else {})}
+        {
+            "devices": [i],
+            "mig-enabled": counts is not None,
+            **({"mig-devices": counts} if counts is not None else {}),
+        }
         for i, counts in counts_by_gpu.items()
     ]
     return DesiredState(source="MigLayout", name=name, generation=generation, entries=tuple(entries))
@@ -104,7 +110,10 @@ def apply(a: MigApplier, want: DesiredState) -> NodeReport:
     return asyncio.run(a.apply(want))[0]
 
 
-H100_COUNTS = [space_layout.counts() for space_layout in map(placement_space(H100).layout_of, placement_space(H100).layouts)]
+H100_COUNTS = [
+    space_layout.counts()
+    for space_layout in map(placement_space(H100).layout_of, placement_space(H100).layouts)
+]
 
 
 @given(
@@ -192,7 +201,9 @@ def test_a_mig_mode_change_waiting_for_a_reset_is_reported_not_retried(tmp_path:
     assert "reset" in first.message
     made = 1000 - calls.left
     again = apply(a, want)
-    assert (again.state, 1000 - calls.left) == ("pending", made), "no second mode change while the reset waits"
+    assert (again.state, 1000 - calls.left) == ("pending", made), (
+        "no second mode change while the reset waits"
+    )
     fake.reset_gpu(0)
     assert apply(a, want).state == "success"
     assert layouts(backend.read_inventory())[0] == place_counts(H100, {"3g.40gb": 2})
@@ -221,7 +232,9 @@ def test_dynamic_policy_enables_mig_and_hands_the_gpus_to_the_agent(tmp_path: Pa
     fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
     backend = NvmlBackend(NODE, nvml=fake)
     marked: list[frozenset[int]] = []
-    a = MigApplier(backend, PlanJournal(tmp_path / "p.json", node=NODE), node=NODE, mark_dynamic=marked.append)
+    a = MigApplier(
+        backend, PlanJournal(tmp_path / "p.json", node=NODE), node=NODE, mark_dynamic=marked.append
+    )
     want = desired({0: {}, 1: {}}).model_copy(update={"policy": "Dynamic"})
     assert apply(a, want).state == "success"
     inventory = backend.read_inventory()
