@@ -241,3 +241,33 @@ def test_dynamic_policy_enables_mig_and_hands_the_gpus_to_the_agent(tmp_path: Pa
     assert [g.mig_enabled for g in inventory.gpus[:3]] == [True, True, False]
     assert not inventory.gpus[0].mig_devices, "dynamic GPUs get instances at prepare, not from the layout"
     assert marked[-1] == frozenset({0, 1})
+
+
+@pytest.mark.parametrize("allow_partial", [False, True])
+def test_held_devices_block_the_node_or_with_allow_partial_are_worked_around(
+    tmp_path: Path, allow_partial: bool
+) -> None:
+    fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
+    backend = NvmlBackend(NODE, nvml=fake)
+    holders = Holders()
+    a = applier(backend, tmp_path, holders)
+    small = {"1g.10gb": 7}
+    assert apply(a, desired({0: small, 1: small})).state == "success"
+    holders.held = {(NODE, "gpu-0-mig-1g10gb-19-0"): "ns/inference"}  # GPU 0's 1g.10gb at slice 0
+    halves = {"3g.40gb": 2}
+    want = desired({0: halves, 1: halves}, generation=2).model_copy(update={"allow_partial": allow_partial})
+
+    report = apply(a, want)
+    assert (report.state, report.blocked_by) == ("blocked", ("ns/inference",))
+    now = layouts(backend.read_inventory())
+    if allow_partial:
+        assert now[1] == place_counts(H100, halves), "a free GPU is changed"
+        assert now[0] == MigLayout.of(("1g.10gb", 0), ("3g.40gb", 4)), (
+            "the held instance is kept, the rest fits"
+        )
+        assert "not applied: 3g.40gb@0" in report.message
+    else:
+        assert now[0] == now[1] == place_counts(H100, small), "nothing changes while the node is blocked"
+    holders.held = {}
+    assert apply(a, want).state == "success"
+    assert layouts(backend.read_inventory())[0] == place_counts(H100, halves)

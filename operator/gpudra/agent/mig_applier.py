@@ -75,6 +75,10 @@ class NoHolders:
 class _StepRefused(Exception):
     """A claim took a device between planning and the step; the next pass re-plans."""
 
+    def __init__(self, gpu_index: int, claims: list[str]) -> None:
+        super().__init__(f"GPU {gpu_index}: devices became in use by {', '.join(claims)}")
+        self.claims = claims
+
 
 @dataclass
 class _Pass:
@@ -199,33 +203,24 @@ class MigApplier:
                 )  # fmt: skip
             return result
         steps = [(plan, step) for plan in plans.values() for step in plan.steps]
-        if not steps:
-            self._journal.clear()
-        else:
-            final_targets = {i: plans[i].target if i in plans else t for i, t in targets.items()}
-            self._journal.save(desired.key, final_targets, saved[1] if saved else 0)
-            await self._run_steps(desired.key, final_targets, steps, result, saved[1] if saved else 0)
-        after = await self.read()
-        after_by_index = {g.index: g for g in after.gpus}
-        done = True
-        for index, target in targets.items():
+        if steps:
+            final = {i: plans[i].target if i in plans else t for i, t in targets.items()}
+            done_before = saved[1] if saved else 0
+            self._journal.save(desired.key, final, done_before)
+            await self._run_steps(desired.key, final, steps, result, done_before)
+        self._journal.clear()  # the pass ran to its end: nothing to resume; the next pass re-plans
+        after = {g.index: g for g in (await self.read()).gpus}
+        for index, plan in plans.items():
             if index in result.states:
-                done = done and result.states[index].state == "success"
                 continue
-            gpu = after_by_index[index]
-            plan = plans[index]
-            if gpu.mig_enabled != plan.target.mig_enabled or state_of_gpu(gpu, "").layout != plan.target:
-                done = False
+            if state_of_gpu(after[index], "").layout != plan.target:
                 result.states[index] = GpuReport(
-                    index=index, state="pending", message=f"GPU {index}: not yet {target}"
+                    index=index, state="pending", message=f"GPU {index}: not yet {plan.target}"
                 )
-            elif plan.status is PlanStatus.PARTIAL or (plan.status is PlanStatus.BLOCKED):
-                done = False
+            elif plan.status is PlanStatus.PARTIAL:
                 result.states[index] = GpuReport(index=index, state="blocked", message=plan.message)
             else:
                 result.states[index] = GpuReport(index=index, state="success")
-        if done:
-            self._journal.clear()
         return result
 
     async def _run_steps(
@@ -245,6 +240,7 @@ class MigApplier:
                 state = await self._run_step(step)
             except _StepRefused as exc:
                 stopped.add(index)
+                result.blocked_by.update(exc.claims)
                 result.states[index] = GpuReport(index=index, state="blocked", message=str(exc))
                 continue
             except HardwareError as exc:
@@ -275,7 +271,7 @@ class MigApplier:
             keys = {(self._node, t.name) for t in named.values() if t.gpu_uuid == gpu.uuid}
         holders = self._holders.reserve_devices(HOLDER, keys)
         if holders:
-            raise _StepRefused(f"GPU {step.gpu_index}: devices became in use by {', '.join(sorted(holders))}")
+            raise _StepRefused(step.gpu_index, holders)
         try:
             if isinstance(step, DestroyMigDevice):
                 await asyncio.to_thread(self._backend.destroy_mig_device, step.gpu_index, step.gi_id)
