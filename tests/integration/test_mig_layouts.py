@@ -3,15 +3,20 @@ repartitions its GPUs and republishes its slices, and status, labels and Events 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from clusterkit import StartCluster, eventually
 from gpudra.api.miglayout import API_VERSION
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import EVENTS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.kube.resources import CONFIGMAPS, EVENTS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.desired import CONFIG_LABEL, CONFIG_STATE_LABEL, NodeReport
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def mig_layout(name: str, node: str, layout: dict[str, Any]) -> dict[str, Any]:
@@ -38,6 +43,17 @@ def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 
 
+async def true_condition(client: KubeClient, layout: str, kind: str) -> dict[str, Any]:
+    """The MigLayout's condition once it is True (waits for it)."""
+
+    async def check() -> dict[str, Any]:
+        cond = condition(await client.get(MIGLAYOUTS, layout), kind)
+        return cond if cond.get("status") == "True" else {}
+
+    result: dict[str, Any] = await eventually(check, timeout=30)
+    return result
+
+
 async def node_labels(client: KubeClient, node: str) -> dict[str, str]:
     return (await client.get(NODES, node))["metadata"].get("labels") or {}
 
@@ -50,11 +66,7 @@ async def test_a_layout_repartitions_the_node_and_reports_applied(start_cluster:
     assert await profiles(client, node) == []
     await client.create(MIGLAYOUTS, mig_layout("balanced", node, {"config": "all-balanced"}))
 
-    async def applied() -> bool:
-        body = await client.get(MIGLAYOUTS, "balanced")
-        return condition(body, "Applied").get("status") == "True"
-
-    await eventually(applied, timeout=30)
+    await true_condition(client, "balanced", "Applied")
     body = await client.get(MIGLAYOUTS, "balanced")
     assert body["status"]["applied"] == "1/1"
     assert condition(body, "Applied")["observedGeneration"] == body["metadata"]["generation"]
@@ -74,11 +86,7 @@ async def test_an_invalid_layout_is_rejected_with_the_reason_and_the_gpus_untouc
     bad = {"entries": [{"devices": "all", "mig-enabled": True, "mig-devices": {"4g.40gb": 2}}]}
     await client.create(MIGLAYOUTS, mig_layout("two-4g", node, bad))
 
-    async def invalid() -> dict[str, Any]:
-        cond = condition(await client.get(MIGLAYOUTS, "two-4g"), "Invalid")
-        return cond if cond.get("status") == "True" else {}
-
-    cond = await eventually(invalid, timeout=30)
+    cond = await true_condition(client, "two-4g", "Invalid")
     assert "too many 4g.40gb: 2 requested, H100-SXM5-80GB allows at most 1" in cond["message"]
     assert not any(cluster.simulated[node].gpu(i).mig_current for i in range(8))
     events, _ = await client.list(EVENTS, "default")
@@ -97,6 +105,19 @@ async def test_the_mig_config_label_applies_a_named_config(start_cluster: StartC
 
     await eventually(success, timeout=30)
     assert await profiles(client, node) == ["3g.40gb"] * 16
+
+
+async def test_a_named_config_from_a_configmap(start_cluster: StartCluster) -> None:
+    cluster: EmbeddedCluster = await start_cluster("dgx-h100:1", hardware_poll_seconds=0.1)
+    client = cluster.client
+    assert client is not None
+    for doc in yaml.safe_load_all((ROOT / "examples" / "miglayout-configmap.yaml").read_text()):
+        if doc["kind"] == "ConfigMap":
+            await client.create(CONFIGMAPS, doc, doc["metadata"]["namespace"])
+        else:
+            await client.create(MIGLAYOUTS, doc)
+    await true_condition(client, "two-halves", "Applied")
+    assert await profiles(client, "dgx-h100-0") == ["3g.40gb"] * 16
 
 
 async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_cluster: StartCluster) -> None:
@@ -137,11 +158,7 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
     await eventually(prepared, timeout=30)
     await client.create(MIGLAYOUTS, mig_layout("big", node, {"config": "all-7g.40gb"}))
 
-    async def blocked() -> dict[str, Any]:
-        cond = condition(await client.get(MIGLAYOUTS, "big"), "Blocked")
-        return cond if cond.get("status") == "True" else {}
-
-    cond = await eventually(blocked, timeout=30)
+    cond = await true_condition(client, "big", "Blocked")
     assert "default/small" in cond["message"]
     report = NodeReport.from_json(
         (await client.get(NODES, node))["metadata"]["annotations"]["gpudra.dev/mig-state"]
@@ -152,8 +169,5 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
 
     await client.delete(PODS, "worker", "default")
 
-    async def applied() -> bool:
-        return condition(await client.get(MIGLAYOUTS, "big"), "Applied").get("status") == "True"
-
-    await eventually(applied, timeout=30)
+    await true_condition(client, "big", "Applied")
     assert await profiles(client, node) == ["7g.40gb"] * 8

@@ -3,31 +3,20 @@ repartitioned, and a device being repartitioned is never prepared. Real ClaimPre
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _prepare_kit import NAMESPACE, NODE, Node, cleanup, make_node
+from _prepare_kit import NAMESPACE, NODE, Node
 
 from gpudra.agent.mig_applier import HOLDER, MigApplier
 from gpudra.agent.mig_journal import PlanJournal
-from gpudra.cluster.apiserver import EmbeddedAPIServer
-from gpudra.kube.client import KubeClient
 from gpudra.mig.desired import DesiredState
 
 
 @pytest.fixture
-async def node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
-    client = KubeClient.for_url(apiserver.url)
-    rig = await make_node(client, tmp_path)
-    await rig.start()
-    try:
-        yield rig
-    finally:
-        await rig.stop()
-        await client.close()
-        cleanup(rig)
+def node(prepare_node: Node) -> Node:
+    return prepare_node
 
 
 async def prepare(node: Node, name: str, device: str) -> Any:

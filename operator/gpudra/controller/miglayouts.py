@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +36,7 @@ from gpudra.mig.rollout import BLOCKED, INVALID, LayoutInput, NodeInput, layout_
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+CONFIG_FILE_TTL = 5.0
 MIGLAYOUTS = Resource("gpudra.dev", "v1alpha1", "miglayouts", "MigLayout", namespaced=False)
 
 
@@ -51,6 +53,7 @@ class MigLayoutReconciler:
         self.nodes: dict[str, dict[str, Any]] = {}
         self._wake = asyncio.Event()
         self._defaults = default_configs()
+        self._files: dict[tuple[str, str, str], tuple[float, MigPartedConfig | InvalidInputError]] = {}
 
     def layout_event(self, kind: str, body: dict[str, Any]) -> None:
         self._remember(self.layouts, kind, body)
@@ -82,6 +85,22 @@ class MigLayoutReconciler:
     # -- resolving layouts ---------------------------------------------------------------------------------
 
     async def _config_file(self, namespace: str, name: str, key: str) -> MigPartedConfig:
+        """The parsed file, read at most every CONFIG_FILE_TTL seconds (node events wake the loop often)."""
+        cached = self._files.get((namespace, name, key))
+        if cached is not None and time.monotonic() - cached[0] < CONFIG_FILE_TTL:
+            if isinstance(cached[1], InvalidInputError):
+                raise cached[1]
+            return cached[1]
+        try:
+            file: MigPartedConfig | InvalidInputError = await self._read_config_file(namespace, name, key)
+        except InvalidInputError as exc:
+            file = exc
+        self._files[(namespace, name, key)] = (time.monotonic(), file)
+        if isinstance(file, InvalidInputError):
+            raise file
+        return file
+
+    async def _read_config_file(self, namespace: str, name: str, key: str) -> MigPartedConfig:
         try:
             config_map = await self._client.get(CONFIGMAPS, name, namespace)
         except KubeError as exc:
