@@ -67,6 +67,7 @@ class MigSync:
         informer = Informer(self._client, NODES, self._on_node, field_selector=f"metadata.name={self._node}")
         watch = asyncio.create_task(informer.run(), name=f"mig-watch-{self._node}")
         try:
+            await informer.synced.wait()  # the first pass sees the desired state, not an empty one
             await self._loop()
         finally:
             watch.cancel()
