@@ -39,6 +39,15 @@ async def profiles(client: KubeClient, node: str) -> list[str]:
     )
 
 
+async def published(client: KubeClient, node: str, expected: list[str]) -> None:
+    """Wait until the node's slices show exactly these MIG profiles (they follow the hardware within a poll)."""
+
+    async def check() -> bool:
+        return await profiles(client, node) == expected
+
+    await eventually(check)
+
+
 def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 
@@ -72,7 +81,7 @@ async def test_a_layout_repartitions_the_node_and_reports_applied(start_cluster:
     assert condition(body, "Applied")["observedGeneration"] == body["metadata"]["generation"]
     assert condition(body, "Blocked")["status"] == "False"
     assert condition(body, "Invalid")["status"] == "False"
-    assert await profiles(client, node) == sorted(["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"] * 8)
+    await published(client, node, sorted(["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"] * 8))
     assert (await node_labels(client, node))[CONFIG_STATE_LABEL] == "success"
 
 
@@ -92,6 +101,17 @@ async def test_an_invalid_layout_is_rejected_with_the_reason_and_the_gpus_untouc
     events, _ = await client.list(EVENTS, "default")
     assert any(e["involvedObject"]["name"] == "two-4g" and e["type"] == "Warning" for e in events)
 
+    await client.create(MIGLAYOUTS, mig_layout("typo", "elsewhere", {"config": "all-9g.90gb"}))
+    assert (
+        "no mig-parted config named 'all-9g.90gb'"
+        in (await true_condition(client, "typo", "Invalid"))["message"]
+    )
+    too_many = {"entries": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 9}}]}
+    await client.create(MIGLAYOUTS, mig_layout("nine", node, too_many))
+    message = (await true_condition(client, "nine", "Invalid"))["message"]
+    assert message.startswith("invalid spec: spec.layout.entries.0.mig-devices.1g.10gb: ")
+    assert not any(cluster.simulated[node].gpu(i).mig_current for i in range(8))
+
 
 async def test_the_mig_config_label_applies_a_named_config(start_cluster: StartCluster) -> None:
     cluster: EmbeddedCluster = await start_cluster("dgx-h100:1", hardware_poll_seconds=0.1)
@@ -104,7 +124,7 @@ async def test_the_mig_config_label_applies_a_named_config(start_cluster: StartC
         return (await node_labels(client, node)).get(CONFIG_STATE_LABEL) == "success"
 
     await eventually(success, timeout=30)
-    assert await profiles(client, node) == ["3g.40gb"] * 16
+    await published(client, node, ["3g.40gb"] * 16)
 
 
 async def test_a_named_config_from_a_configmap(start_cluster: StartCluster) -> None:
@@ -117,7 +137,7 @@ async def test_a_named_config_from_a_configmap(start_cluster: StartCluster) -> N
         else:
             await client.create(MIGLAYOUTS, doc)
     await true_condition(client, "two-halves", "Applied")
-    assert await profiles(client, "dgx-h100-0") == ["3g.40gb"] * 16
+    await published(client, "dgx-h100-0", ["3g.40gb"] * 16)
 
 
 async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_cluster: StartCluster) -> None:
@@ -170,4 +190,4 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
     await client.delete(PODS, "worker", "default")
 
     await true_condition(client, "big", "Applied")
-    assert await profiles(client, node) == ["7g.40gb"] * 8
+    await published(client, node, ["7g.40gb"] * 8)

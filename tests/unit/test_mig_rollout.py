@@ -89,3 +89,12 @@ def test_examples_are_valid_miglayouts(path: Path) -> None:
     assert docs
     for doc in docs:
         MigLayout.from_wire(doc)
+
+
+def test_a_malformed_layout_selects_no_node_and_says_why() -> None:
+    broken = LayoutInput("broken", 1, "0", {}, problem="invalid spec: spec.layout: Field required", parsed=False)
+    out = plan_rollout([broken, layout("good", "1")], [node("n1")], {})
+    assert out.nodes["broken"] == [] and out.nodes["good"][0].state == "pending"
+    status = layout_status(broken, [], None, "now")
+    invalid = next(c for c in status["conditions"] if c["type"] == "Invalid")
+    assert (invalid["status"], invalid["message"]) == ("True", "invalid spec: spec.layout: Field required")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +33,15 @@ from gpudra.mig.desired import (
     NodeReport,
 )
 from gpudra.mig.migparted import MigPartedConfig, default_configs, parse_entries, parse_mig_parted
-from gpudra.mig.rollout import BLOCKED, INVALID, LayoutInput, NodeInput, layout_status, plan_rollout
+from gpudra.mig.rollout import (
+    BLOCKED,
+    INVALID,
+    LayoutInput,
+    NodeInput,
+    NodeOutcome,
+    layout_status,
+    plan_rollout,
+)
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -123,30 +132,30 @@ class MigLayoutReconciler:
             meta["name"], int(meta.get("generation") or 1), meta.get("creationTimestamp", ""), {}
         )
         try:
-            layout = MigLayout.from_wire(body)
+            spec = MigLayout.from_wire(body).spec
         except ValidationError as exc:
-            return LayoutInput(**{**base.__dict__, "problem": f"invalid spec: {exc}"})
-        spec = layout.spec
-        fields = {
-            **base.__dict__,
-            "match_labels": spec.node_selector.match_labels or {},
-            "policy": spec.policy,
-            "allow_partial": spec.allow_partial,
-            "config": spec.layout.config,
-        }
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            return replace(base, parsed=False, problem=f"invalid spec: {problems}")
+        layout = replace(
+            base,
+            match_labels=spec.node_selector.match_labels or {},
+            policy=spec.policy,
+            allow_partial=spec.allow_partial,
+            config=spec.layout.config,
+        )
         try:
+            if (spec.layout.entries is None) == (spec.layout.config is None):
+                raise InvalidInputError("spec.layout: set exactly one of config or entries")
             if spec.layout.entries is not None:
                 raw = [e.model_dump(by_alias=True, exclude_none=True) for e in spec.layout.entries]
                 entries = tuple(e.to_document() for e in parse_entries(raw, "spec.layout.entries"))
-            elif spec.layout.config:
+            else:
                 ref = spec.layout.config_map
                 where = (ref.namespace, ref.name, ref.key) if ref else ("", "", "")
-                entries = await self._named(spec.layout.config, *where)
-            else:
-                raise InvalidInputError("spec.layout: set exactly one of config or entries")
+                entries = await self._named(spec.layout.config or "", *where)
         except InvalidInputError as exc:
-            return LayoutInput(**{**fields, "problem": str(exc)})
-        return LayoutInput(**{**fields, "entries": entries})
+            return replace(layout, problem=str(exc))
+        return replace(layout, entries=entries)
 
     async def _label_configs(self, names: set[str]) -> dict[str, tuple[tuple[dict[str, Any], ...], str]]:
         namespace, _, name = self._settings.mig_config_map.partition("/")
@@ -195,7 +204,7 @@ class MigLayoutReconciler:
             {"apiVersion": "v1", "kind": "Node", **body}, "Warning", "MigConfigInvalid", problem
         )
 
-    async def _write_status(self, layout: LayoutInput, outcomes: list[Any]) -> None:
+    async def _write_status(self, layout: LayoutInput, outcomes: list[NodeOutcome]) -> None:
         body = self.layouts.get(layout.name)
         if body is None:
             return

@@ -36,6 +36,7 @@ class LayoutInput:
     config: str | None = None
     entries: tuple[dict[str, Any], ...] = ()
     problem: str = ""
+    parsed: bool = True  # False: the spec itself is malformed; the layout selects no node
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ def _mig_capable(report: NodeReport | None, catalog: Catalog) -> bool:
 
 
 def _selects(layout: LayoutInput, node: NodeInput, catalog: Catalog) -> bool:
+    if not layout.parsed:
+        return False
     if not layout.match_labels:
         return _mig_capable(node.report, catalog)
     return all(node.labels.get(k) == v for k, v in layout.match_labels.items())
