@@ -103,6 +103,11 @@ class MigSync:
             gpus = (await self._applier.report_gpus()).gpus
             self.report = NodeReport(key="unreadable", state="invalid", message=str(exc), gpus=gpus)
             return self.report
+        if self.report is None or self.report.key != desired.key:  # a new desired state: say so first
+            gpus = self.report.gpus if self.report is not None else ()
+            await self._write(
+                NodeReport(key=desired.key, state="applying", message="applying", gpus=gpus), True
+            )
         report, changed = await self._applier.apply(desired)
         if changed:
             self._poke()
