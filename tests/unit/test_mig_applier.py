@@ -241,6 +241,8 @@ def test_dynamic_policy_enables_mig_and_hands_the_gpus_to_the_agent(tmp_path: Pa
     assert [g.mig_enabled for g in inventory.gpus[:3]] == [True, True, False]
     assert not inventory.gpus[0].mig_devices, "dynamic GPUs get instances at prepare, not from the layout"
     assert marked[-1] == frozenset({0, 1})
+    assert apply(a, desired({2: {"7g.80gb": 1}}, generation=2)).state == "success"
+    assert marked[-1] == frozenset(), "a Static layout takes the GPUs back from dynamic MIG"
 
 
 @pytest.mark.parametrize("allow_partial", [False, True])

@@ -122,6 +122,7 @@ class MigApplier:
 
     async def report_gpus(self) -> NodeReport:
         """Only this node's GPUs (no desired state yet): lets the controller validate layouts early."""
+        self._hand_dynamic(frozenset())
         return NodeReport(gpus=node_gpus(await self.read(), self._catalog))
 
     async def apply(self, desired: DesiredState) -> tuple[NodeReport, bool]:
@@ -139,6 +140,7 @@ class MigApplier:
         if desired.policy == "Dynamic":
             result = await self._apply_dynamic(inventory, layouts)
         else:
+            self._hand_dynamic(frozenset())
             result = await self._apply_static(desired, inventory, layouts)
         return self._report(desired, gpus, result), result.changed
 
@@ -310,6 +312,7 @@ class MigApplier:
             try:
                 state = await self._run_step(SetMigMode(index, True))
             except (_StepRefused, HardwareError) as exc:
+                result.blocked_by.update(exc.claims if isinstance(exc, _StepRefused) else ())
                 result.states[index] = GpuReport(
                     index=index,
                     state="blocked" if isinstance(exc, _StepRefused) else "failed",
@@ -318,10 +321,14 @@ class MigApplier:
                 continue
             result.changed = True
             result.states[index] = state or GpuReport(index=index, state="dynamic")
-        dynamic = frozenset(i for i, s in result.states.items() if s.state == "dynamic")
-        if self._mark_dynamic is not None:
-            self._mark_dynamic(dynamic)  # the Dynamic policy's single call site into the node agent
+        self._hand_dynamic(frozenset(i for i, s in result.states.items() if s.state == "dynamic"))
         return result
+
+    def _hand_dynamic(self, gpus: frozenset[int]) -> None:
+        """The Dynamic policy's single call site into the node agent: which GPUs follow claims (none unless
+        the node's desired policy is Dynamic)."""
+        if self._mark_dynamic is not None:
+            self._mark_dynamic(gpus)
 
     # -- report --------------------------------------------------------------------------------------------
 
