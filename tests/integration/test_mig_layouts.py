@@ -125,6 +125,9 @@ async def test_the_mig_config_label_applies_a_named_config(start_cluster: StartC
 
     await eventually(success, timeout=30)
     await published(client, node, ["3g.40gb"] * 16)
+    events, _ = await client.list(EVENTS, "default")
+    applied = [e for e in events if e["involvedObject"]["name"] == node and e["reason"] == "MigLayoutApplied"]
+    assert applied and applied[0]["message"].startswith("Label/all-3g.40gb@0: ")
 
 
 async def test_a_named_config_from_a_configmap(start_cluster: StartCluster) -> None:
@@ -185,6 +188,8 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
     )
     assert report is not None and report.blocked_by == ("default/small",)
     assert (await node_labels(client, node))[CONFIG_STATE_LABEL] == "pending"
+    events, _ = await client.list(EVENTS, "default")
+    assert any(e["reason"] == "MigLayoutBlocked" and "default/small" in e["message"] for e in events)
     assert "7g.40gb" not in await profiles(client, node), "a blocked node is not changed at all"
 
     await client.delete(PODS, "worker", "default")

@@ -92,7 +92,9 @@ def test_examples_are_valid_miglayouts(path: Path) -> None:
 
 
 def test_a_malformed_layout_selects_no_node_and_says_why() -> None:
-    broken = LayoutInput("broken", 1, "0", {}, problem="invalid spec: spec.layout: Field required", parsed=False)
+    broken = LayoutInput(
+        "broken", 1, "0", {}, problem="invalid spec: spec.layout: Field required", parsed=False
+    )
     out = plan_rollout([broken, layout("good", "1")], [node("n1")], {})
     assert out.nodes["broken"] == [] and out.nodes["good"][0].state == "pending"
     status = layout_status(broken, [], None, "now")

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from gpudra.agent.mig_applier import MigApplier
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer
 from gpudra.kube.resources import NODES
 from gpudra.mig.desired import (
@@ -33,6 +34,12 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 _SETTLED = frozenset({"success", "invalid"})
+_EVENT_REASONS = {
+    "success": "MigLayoutApplied",
+    "blocked": "MigLayoutBlocked",
+    "failed": "MigLayoutFailed",
+    "invalid": "MigLayoutInvalid",
+}
 
 
 class MigSync:
@@ -44,18 +51,22 @@ class MigSync:
         node: str,
         poke: Callable[[], None],
         retry_seconds: float,
+        events: EventRecorder | None = None,
     ) -> None:
         self._client = client
         self._applier = applier
         self._node = node
         self._poke = poke
         self._retry = retry_seconds
+        self._events = events
+        self._node_body: dict[str, Any] = {}
         self._wake = asyncio.Event()
         self._desired_text: str | None = None
         self._written: tuple[str, str | None] | None = None
         self.report: NodeReport | None = None
 
     async def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        self._node_body = {"apiVersion": "v1", "kind": "Node", "metadata": node.get("metadata", {})}
         text = (
             None if kind == "DELETED" else (node["metadata"].get("annotations") or {}).get(DESIRED_ANNOTATION)
         )
@@ -114,8 +125,17 @@ class MigSync:
         if self.report is None or (report.state, report.message) != (self.report.state, self.report.message):
             log.info("MIG layout state", node=self._node, layout=desired.key, state=report.state,
                      message=report.message)  # fmt: skip
+            await self._announce(report)
         self.report = report
         return report
+
+    async def _announce(self, report: NodeReport) -> None:
+        """A Node Event when the node reaches its layout or cannot (label users see them in kubectl describe)."""
+        reason = _EVENT_REASONS.get(report.state)
+        if self._events is None or reason is None or not self._node_body:
+            return
+        kind: Literal["Normal", "Warning"] = "Normal" if report.state == "success" else "Warning"
+        await self._events.post(self._node_body, kind, reason, f"{report.key}: {report.message}")
 
     async def _write(self, report: NodeReport, with_label: bool) -> None:
         text = report.to_json()

@@ -68,6 +68,7 @@ class AgentRuntime:
             node=settings.node_name,
             poke=self.agent.poke,
             retry_seconds=settings.mig_retry_seconds,
+            events=self._events,
         )
 
     def _build_plugin(
