@@ -68,6 +68,11 @@ class AgentSettings(CommonSettings):
     state_dir: Path | None = Field(
         None, description="directory of the prepared-claims checkpoint; default the plugin directory"
     )
+    mig_retry_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="how often a MIG layout not yet reached (blocked, waiting for a reset) is retried",
+    )
 
     @property
     def plugin_path(self) -> Path:
@@ -85,6 +90,15 @@ class ControllerSettings(CommonSettings):
     )
     pending_interval_seconds: float = Field(
         30.0, gt=0, description="how often a pending claim is re-explained (Events are deduplicated)"
+    )
+    mig_config_map: str = Field(
+        "",
+        description="namespace/name of the ConfigMap holding the mig-parted config file that the node label "
+        "nvidia.com/mig.config names configs from; empty: mig-parted's default configs",
+    )
+    mig_config_map_key: str = Field("config.yaml", description="key of that ConfigMap holding the file")
+    mig_resync_seconds: float = Field(
+        30.0, gt=0, description="how often MigLayouts are re-resolved without a change (ConfigMap edits)"
     )
     mig_planner: MigPlannerPolicy = Field(
         "suggest",

@@ -13,8 +13,9 @@ from typing import Any
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings, MigPlannerPolicy
+from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.hardware.catalog import load_catalog
-from gpudra.kube.resources import EVENTS, MIG_LAYOUTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.validate import place_counts
 
 NODE = "dgx-h100-0"
@@ -107,7 +108,7 @@ async def test_pending_mig_claim_event_and_explain_name_the_repartition(start_cl
     assert "does not fit" in out and "MIG repartition that would satisfy this claim" in out
     row = next(line for line in out.splitlines() if NODE in line and "3g.40gb@0" in line)
     assert "destroy 2x 1g.10gb, 2g.20gb, create 3g.40gb" in row and "default/wants-3g" in row
-    layouts, _ = await cluster.client.list(MIG_LAYOUTS)
+    layouts, _ = await cluster.client.list(MIGLAYOUTS)
     assert layouts == []  # suggest only
 
 
@@ -126,7 +127,7 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
 
     async def written() -> dict[str, Any] | None:
-        layouts, _ = await cluster.client.list(MIG_LAYOUTS)  # type: ignore[union-attr]
+        layouts, _ = await cluster.client.list(MIGLAYOUTS)  # type: ignore[union-attr]
         return next((b for b in layouts if b["metadata"]["name"] == f"gpudra-planner-{NODE}"), None)
 
     layout = await eventually(written, timeout=30)
@@ -150,14 +151,14 @@ async def test_apply_policy_never_overrides_a_users_miglayout(start_cluster: Sta
         "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}},
                  "layout": {"config": "all-balanced"}},
     }  # fmt: skip
-    await cluster.client.create(MIG_LAYOUTS, user)
+    await cluster.client.create(MIGLAYOUTS, user)
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
     events = await eventually(lambda: planner_events(cluster, "wants-3g"), timeout=30)
     assert SUGGESTION in events[0]["message"]
     assert (
         f"not applied: MigLayout team-layout (not the planner's) selects node {NODE}" in events[0]["message"]
     )
-    layouts, _ = await cluster.client.list(MIG_LAYOUTS)
+    layouts, _ = await cluster.client.list(MIGLAYOUTS)
     assert [b["metadata"]["name"] for b in layouts] == ["team-layout"]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from gpudra.allocator.pools import NodeInfo
 from gpudra.api.resource import ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import ClusterView, build_view
 from gpudra.controller.migdemand import (
@@ -154,3 +155,14 @@ def test_decisions_merge_new_gpus_into_the_planner_layout_and_respect_user_layou
     (blocked,) = decide(plan, v.nodes, [done, user], pci_device_ids())
     assert blocked.body is None
     assert blocked.note == f"not applied: MigLayout everything (not the planner's) selects node {NODE}"
+
+
+def test_a_node_following_the_mig_config_label_is_only_suggested() -> None:
+    v = view(busy_3g())
+    plan = plan_pending(
+        v.allocator, [ResourceClaim.model_validate(claim("wants", "mig-3g.20gb.nvidia.com"))], DRIVER
+    )
+    labelled = [NodeInfo(NODE, {"kubernetes.io/hostname": NODE, "nvidia.com/mig.config": "all-balanced"})]
+    (decision,) = decide(plan, labelled, [], pci_device_ids())
+    assert decision.body is None
+    assert decision.note == f"not applied: node {NODE} follows its label nvidia.com/mig.config=all-balanced"

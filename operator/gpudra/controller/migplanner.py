@@ -4,7 +4,8 @@ With ``GPUDRA_MIG_PLANNER=apply`` the controller writes the suggested layouts of
 ``gpudra-planner-<node>`` (label ``gpudra.dev/planner=true``; nodeSelector on ``kubernetes.io/hostname``; one
 mig-parted entry per repartitioned GPU: ``devices: [index]`` narrowed by ``device-filter`` to the GPU's model;
 entries for GPUs it repartitioned earlier stay). The MigLayout reconciler and the agent apply it. It never
-writes a node that a user's MigLayout selects (it only suggests, and says so), and it does not re-plan a node
+writes a node that a user's MigLayout selects or that follows an ``nvidia.com/mig.config`` label (it only
+suggests, and says so), and it does not re-plan a node
 while its planner MigLayout is progressing (not yet observed, Progressing, or a node still pending/applying),
 so demand that is being served is not planned twice.
 """
@@ -17,10 +18,11 @@ from typing import Any
 
 from gpudra.allocator.pools import NodeInfo
 from gpudra.api.miglayout import API_VERSION, PROGRESSING
+from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import MIG_LAYOUTS
 from gpudra.mig.demand import DemandPlan, GpuSuggestion
+from gpudra.mig.desired import CONFIG_LABEL
 from gpudra.mig.migparted import MigConfigEntry, MigPartedConfigError, parse_entries
 from gpudra.telemetry import get_logger
 
@@ -118,7 +120,10 @@ def decide(
         ours = next((b for b in layouts if b["metadata"]["name"] == layout_name(name)), None)
         user = next((b for b in layouts if not is_planner_owned(b) and selects(b, node)), None)
         mine = layout_name(name)
-        if user is not None:
+        if CONFIG_LABEL in node.labels:
+            label = f"{CONFIG_LABEL}={node.labels[CONFIG_LABEL]}"
+            out.append(NodeDecision(name, f"not applied: node {name} follows its label {label}"))
+        elif user is not None:
             who = user["metadata"]["name"]
             out.append(
                 NodeDecision(name, f"not applied: MigLayout {who} (not the planner's) selects node {name}")
@@ -138,14 +143,14 @@ async def apply_plan(
     client: KubeClient, plan: DemandPlan, nodes: Sequence[NodeInfo], pci_ids: Mapping[str, int]
 ) -> dict[str, str]:
     """Write the planner MigLayouts the plan calls for; returns a note per node for the claims' Events."""
-    layouts, _ = await client.list(MIG_LAYOUTS)
+    layouts, _ = await client.list(MIGLAYOUTS)
     notes: dict[str, str] = {}
     for decision in decide(plan, nodes, layouts, pci_ids):
         notes[decision.node] = decision.note
         if decision.body is None:
             continue
         try:
-            await client.apply_object(MIG_LAYOUTS, decision.body)
+            await client.apply_object(MIGLAYOUTS, decision.body)
             log.info("planner MigLayout written", node=decision.node, layout=layout_name(decision.node))
         except KubeError as exc:
             log.warning("writing the planner MigLayout failed", node=decision.node, error=str(exc))

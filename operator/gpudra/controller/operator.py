@@ -15,6 +15,7 @@ import kopf
 
 from gpudra.config import ControllerSettings
 from gpudra.controller.fleet import slice_device_counts
+from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
 from gpudra.kube.client import KubeClient
@@ -29,6 +30,15 @@ def build_registry(
     pending = PendingClaims(client, metrics, driver=settings.driver_name, mig_planner=settings.mig_planner)
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
+    mig_layouts = MigLayoutReconciler(client, settings)
+
+    @kopf.on.event("gpudra.dev", "v1alpha1", "miglayouts", registry=registry)
+    def miglayout_event(type: str, body: kopf.Body, **_: Any) -> None:
+        mig_layouts.layout_event(type, dict(body))
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    def node_event(type: str, body: kopf.Body, **_: Any) -> None:
+        mig_layouts.node_event(type, dict(body))
 
     @kopf.index("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="device_classes")
     def device_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
@@ -52,6 +62,7 @@ def build_registry(
         )
         explainers.append(explainer)
         explainers.append(asyncio.get_running_loop().create_task(attribution.refresh_loop()))
+        explainers.append(asyncio.get_running_loop().create_task(mig_layouts.run()))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_explainer(**_: Any) -> None:

@@ -46,4 +46,3 @@ RESOURCE_CLAIM_TEMPLATES = Resource(
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
 JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)
-MIG_LAYOUTS = Resource("gpudra.dev", "v1alpha1", "miglayouts", "MigLayout", namespaced=False)
