@@ -54,20 +54,24 @@ async def balanced_and_busy(cluster: EmbeddedCluster) -> None:
 
     await eventually(published)
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("busy", "3g.40gb", 8), "default")
-    holder = {
+    await cluster.client.create(PODS, pod("holder", "busy"), "default")
+    await eventually(lambda: allocation(cluster, "busy"), timeout=30)
+
+
+def pod(name: str, claim: str) -> dict[str, Any]:
+    return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "holder", "namespace": "default"},
-        "spec": {"resourceClaims": [{"name": "mig", "resourceClaimName": "busy"}],
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"resourceClaims": [{"name": "mig", "resourceClaimName": claim}],
                  "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "mig"}]}}]},
     }  # fmt: skip
-    await cluster.client.create(PODS, holder, "default")
 
-    async def allocated() -> bool:
-        body = await cluster.client.get(RESOURCE_CLAIMS, "busy", "default")  # type: ignore[union-attr]
-        return bool((body.get("status") or {}).get("allocation"))
 
-    await eventually(allocated, timeout=30)
+async def allocation(cluster: EmbeddedCluster, claim: str) -> dict[str, Any] | None:
+    assert cluster.client is not None
+    body = await cluster.client.get(RESOURCE_CLAIMS, claim, "default")
+    return (body.get("status") or {}).get("allocation")
 
 
 async def start(start_cluster: StartCluster, policy: MigPlannerPolicy) -> EmbeddedCluster:
@@ -139,6 +143,24 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     ]
     events = await eventually(lambda: planner_events(cluster, "wants-3g"), timeout=30)
     assert f"applying through MigLayout gpudra-planner-{NODE}" in events[0]["message"]
+
+
+async def test_applied_repartition_lets_the_waiting_pod_run(start_cluster: StartCluster) -> None:
+    cluster = await start(start_cluster, "apply")
+    assert cluster.client is not None
+    await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
+    await cluster.client.create(PODS, pod("waiting", "wants-3g"), "default")
+
+    allocated = await eventually(lambda: allocation(cluster, "wants-3g"), timeout=60)
+    (result,) = allocated["devices"]["results"]
+    assert result["device"] == "gpu-0-mig-3g40gb-9-0"  # the new instance at slices 0-3 of GPU 0
+    busy = await allocation(cluster, "busy")
+    assert (
+        busy is not None and len(busy["devices"]["results"]) == 8
+    )  # the in-use instances were never touched
+    layout = await cluster.client.get(MIGLAYOUTS, f"gpudra-planner-{NODE}")
+    applied = next(c for c in layout["status"]["conditions"] if c["type"] == "Applied")
+    assert applied["status"] == "True"
 
 
 async def test_apply_policy_never_overrides_a_users_miglayout(start_cluster: StartCluster) -> None:
