@@ -74,6 +74,16 @@ async def allocation(cluster: EmbeddedCluster, claim: str) -> dict[str, Any] | N
     return (body.get("status") or {}).get("allocation")
 
 
+def user_layout() -> dict[str, Any]:
+    return {
+        "apiVersion": "gpudra.dev/v1alpha1",
+        "kind": "MigLayout",
+        "metadata": {"name": "team-layout"},
+        "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}},
+                 "layout": {"config": "all-balanced"}},
+    }  # fmt: skip
+
+
 async def start(start_cluster: StartCluster, policy: MigPlannerPolicy) -> EmbeddedCluster:
     settings = ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.2, mig_planner=policy)
     cluster = await start_cluster("dgx-h100:1", controller=settings)
@@ -144,6 +154,14 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     events = await eventually(lambda: planner_events(cluster, "wants-3g"), timeout=30)
     assert f"applying through MigLayout gpudra-planner-{NODE}" in events[0]["message"]
 
+    await cluster.client.create(MIGLAYOUTS, user_layout())  # the user's layout wins: the planner's goes
+
+    async def stepped_aside() -> bool:
+        layouts, _ = await cluster.client.list(MIGLAYOUTS)  # type: ignore[union-attr]
+        return [b["metadata"]["name"] for b in layouts] == ["team-layout"]
+
+    await eventually(stepped_aside, timeout=30)
+
 
 async def test_applied_repartition_lets_the_waiting_pod_run(start_cluster: StartCluster) -> None:
     cluster = await start(start_cluster, "apply")
@@ -166,14 +184,7 @@ async def test_applied_repartition_lets_the_waiting_pod_run(start_cluster: Start
 async def test_apply_policy_never_overrides_a_users_miglayout(start_cluster: StartCluster) -> None:
     cluster = await start(start_cluster, "apply")
     assert cluster.client is not None
-    user = {
-        "apiVersion": "gpudra.dev/v1alpha1",
-        "kind": "MigLayout",
-        "metadata": {"name": "team-layout"},
-        "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}},
-                 "layout": {"config": "all-balanced"}},
-    }  # fmt: skip
-    await cluster.client.create(MIGLAYOUTS, user)
+    await cluster.client.create(MIGLAYOUTS, user_layout())
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
     events = await eventually(lambda: planner_events(cluster, "wants-3g"), timeout=30)
     assert SUGGESTION in events[0]["message"]

@@ -30,15 +30,15 @@ THIRD_PARTY_CRDS = {
 # exactly these. Controller: kopf watches (list+watch) slices, classes and claims, lists namespaces and nodes to
 # explain claims, posts Events, and uses kopf peering and CRD discovery; for MigLayouts it watches them and Nodes,
 # patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted files); the MIG planner
-# creates and merge-patches its own MigLayouts. Agent: reads, watches (by name) and labels its Node, lists and
-# writes its own slices, reads claims it prepares and writes their status, posts Events.
+# creates, merge-patches and deletes its own MigLayouts. Agent: reads, watches (by name) and labels its Node, lists
+# and writes its own slices, reads claims it prepares and writes their status, posts Events.
 USED: dict[str, set[tuple[str, str, str]]] = {
     "gpudra-controller": {
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
         ("", "nodes", "watch"), ("", "nodes", "patch"), ("", "configmaps", "get"),
-        *{("gpudra.dev", "miglayouts", v) for v in ("list", "watch", "create", "patch")},
+        *{("gpudra.dev", "miglayouts", v) for v in ("list", "watch", "create", "patch", "delete")},
         ("gpudra.dev", "miglayouts/status", "patch"),
         *{("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")},
         *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")},

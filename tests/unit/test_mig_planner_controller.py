@@ -19,7 +19,7 @@ from gpudra.controller.migdemand import (
     plan_pending,
     virtual_fleet,
 )
-from gpudra.controller.migplanner import decide, progressing
+from gpudra.controller.migplanner import decide, progressing, superseded
 from gpudra.devices.build import build_devices
 from gpudra.devices.classes import load_device_classes
 from gpudra.devices.slices import build_slice_specs
@@ -166,3 +166,15 @@ def test_a_node_following_the_mig_config_label_is_only_suggested() -> None:
     (decision,) = decide(plan, labelled, [], pci_device_ids())
     assert decision.body is None
     assert decision.note == f"not applied: node {NODE} follows its label nvidia.com/mig.config=all-balanced"
+
+
+def test_planner_layout_steps_aside_for_a_users_layout_on_its_node() -> None:
+    nodes = view().nodes
+    ours = _planner_layout(observedGeneration=2)
+    user = {
+        "metadata": {"name": "team"},
+        "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}}},
+    }
+    other = {"metadata": {"name": "elsewhere"}, "spec": {"nodeSelector": {"matchLabels": {"pool": "b"}}}}
+    assert superseded([ours, other], nodes) == []
+    assert superseded([ours, user], nodes) == [f"gpudra-planner-{NODE}"]

@@ -5,7 +5,8 @@ With ``GPUDRA_MIG_PLANNER=apply`` the controller writes the suggested layouts of
 mig-parted entry per repartitioned GPU: ``devices: [index]`` narrowed by ``device-filter`` to the GPU's model;
 entries for GPUs it repartitioned earlier stay). The MigLayout reconciler and the agent apply it. It never
 writes a node that a user's MigLayout selects or that follows an ``nvidia.com/mig.config`` label (it only
-suggests, and says so), and it does not re-plan a node
+suggests, and says so; a planner MigLayout whose node a user's MigLayout later selects is deleted, so the
+user's governs), and it does not re-plan a node
 while its planner MigLayout is progressing (not yet observed, Progressing, or a node still pending/applying),
 so demand that is being served is not planned twice.
 """
@@ -137,6 +138,29 @@ def decide(
             unchanged = ours is not None and ours.get("spec") == body["spec"]
             out.append(NodeDecision(name, f"applying through MigLayout {mine}", None if unchanged else body))
     return out
+
+
+def superseded(layouts: Sequence[Mapping[str, Any]], nodes: Sequence[NodeInfo]) -> list[str]:
+    """Pure: planner MigLayouts whose node a user's MigLayout now selects (the user's wins: MigLayouts govern a
+    node oldest first, so the planner's must go for the user's to apply)."""
+    out: list[str] = []
+    for node in nodes:
+        name = layout_name(node.name)
+        ours = next((b for b in layouts if b["metadata"]["name"] == name and is_planner_owned(b)), None)
+        if ours is not None and any(not is_planner_owned(b) and selects(b, node) for b in layouts):
+            out.append(name)
+    return out
+
+
+async def step_aside(client: KubeClient, nodes: Sequence[NodeInfo]) -> None:
+    """Delete the planner MigLayouts that a user's MigLayout supersedes."""
+    layouts, _ = await client.list(MIGLAYOUTS)
+    for name in superseded(layouts, nodes):
+        try:
+            await client.delete(MIGLAYOUTS, name)
+            log.info("planner MigLayout removed: a user's MigLayout selects its node", layout=name)
+        except KubeError as exc:
+            log.warning("removing a superseded planner MigLayout failed", layout=name, error=str(exc))
 
 
 async def apply_plan(

@@ -17,7 +17,7 @@ from gpudra.api.resource import ResourceClaim
 from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, load_view
 from gpudra.controller.migdemand import pci_device_ids, plan_pending
-from gpudra.controller.migplanner import apply_plan
+from gpudra.controller.migplanner import apply_plan, step_aside
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.metrics import Metrics
@@ -87,9 +87,14 @@ class PendingClaims:
                 self.forget(body["metadata"]["uid"])
             else:
                 ours.append(body)
-        if not ours:
+        if not ours and self._planner != "apply":
             return {}
         view = await self._cluster()
+        if self._planner == "apply":
+            await step_aside(self._client, view.nodes)
+        # The claim index can lag behind the listed view: a claim allocated there is not pending.
+        unallocated = {c["metadata"].get("uid") for c in view.pending}
+        ours = [b for b in ours if b["metadata"]["uid"] in unallocated]
         failed: list[tuple[dict[str, Any], Failure | NodesFailure]] = []
         for body in ours:
             outcome = explain(view, ResourceClaim.model_validate(body))
