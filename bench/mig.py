@@ -77,7 +77,7 @@ def controller_planner(gpus_per_node: int) -> Packer:
     def pack(fleet: Fleet, pending: Sequence[Claim]) -> list[MigLayout | None]:
         models = frozenset(m.model_id for m in fleet.models)
         gpus = [
-            DemandGpu(f"node-{g // gpus_per_node}", gpu.model, gpu.state, gpu.in_use)
+            DemandGpu(gpu.model, gpu.state, gpu.in_use, node=f"node-{g // gpus_per_node}")
             for g, gpu in enumerate(fleet.packing_gpus())
         ]
         demands = [

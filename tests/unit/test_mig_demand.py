@@ -46,8 +46,8 @@ def gpu(
     in_use = {i.uuid for i in instances if f"{i.profile}@{i.start}" in busy} | (
         {uuid} if "gpu" in busy else set()
     )
-    return DemandGpu(node, model, GpuMigState(model.model_id, index, layout.mig_enabled, instances, uuid),
-                     frozenset(in_use))  # fmt: skip
+    state = GpuMigState(model.model_id, index, layout.mig_enabled, instances, uuid)
+    return DemandGpu(model, state, frozenset(in_use), node=node)
 
 
 def claim(name: str, model: GpuModel, *wants: tuple[str, int]) -> MigDemand:

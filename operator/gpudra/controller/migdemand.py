@@ -55,7 +55,7 @@ class _GpuSeen:
             for gi, (profile, start, mig_uuid) in enumerate(sorted(self.instances, key=lambda i: i[1]), 1)
         )
         state = GpuMigState(self.model.model_id, self.minor, self.enabled, instances, self.uuid)
-        return DemandGpu(self.node, self.model, state, frozenset(self.in_use))
+        return DemandGpu(self.model, state, frozenset(self.in_use), node=self.node)
 
 
 def _attr(entry: DeviceEntry, name: str) -> str:

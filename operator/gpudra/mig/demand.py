@@ -21,25 +21,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from gpudra.hardware.catalog import GpuModel
 from gpudra.mig.keep import place_counts_keeping
-from gpudra.mig.layout import GpuMigState, InvalidLayoutError, MigLayout
+from gpudra.mig.layout import InvalidLayoutError, MigLayout
 from gpudra.mig.packing import GpuPacking, Packing, PackingGpu, plan_packing
 from gpudra.mig.plan import CreateMigDevice, DestroyMigDevice, MigPlan, SetMigMode, Step, plan_gpu, unchanged
 from gpudra.mig.validate import place_counts
 
 
 @dataclass(frozen=True)
-class DemandGpu:
-    """One GPU of the fleet as the planner sees it. ``in_use``: GI ids or MIG UUIDs allocated to claims (the
-    GPU's own UUID when the whole GPU is allocated)."""
+class DemandGpu(PackingGpu):
+    """One GPU of the fleet and its node. ``in_use``: GI ids or MIG UUIDs allocated to claims (the GPU's own UUID
+    when the whole GPU is allocated)."""
 
-    node: str
-    model: GpuModel
-    state: GpuMigState
-    in_use: frozenset[int | str] = frozenset()
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,15 +74,29 @@ class MigDemand:
 
 @dataclass(frozen=True)
 class GpuSuggestion:
-    """One GPU to repartition: what it is, what it should become, the steps, and the claims it serves."""
+    """One GPU to repartition: its node and model, the plan taking it to the suggested layout, and the claims
+    the new layout serves."""
 
     node: str
-    gpu_index: int
     model_id: str
-    current: MigLayout
-    layout: MigLayout
-    steps: tuple[Step, ...]
+    plan: MigPlan
     claims: tuple[str, ...] = ()
+
+    @property
+    def gpu_index(self) -> int:
+        return self.plan.gpu_index
+
+    @property
+    def current(self) -> MigLayout:
+        return self.plan.current
+
+    @property
+    def layout(self) -> MigLayout:
+        return self.plan.target
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return self.plan.steps
 
     @property
     def counts(self) -> dict[str, int]:
@@ -199,7 +209,7 @@ def _cost(packing: Packing) -> tuple[int, int, int, int]:
     return (-packing.served_slices, len(plans), destroyed, packing.changes)
 
 
-def _alone(packing: Packing, index: int, gpus: Sequence[PackingGpu]) -> Packing:
+def _alone(packing: Packing, index: int, gpus: Sequence[DemandGpu]) -> Packing:
     """A one-GPU packing spread to the group's shape (the other GPUs unchanged)."""
     out = [GpuPacking(g.state.layout, unchanged(g.state)) for g in gpus]
     out[index] = packing.gpus[0]
@@ -209,7 +219,7 @@ def _alone(packing: Packing, index: int, gpus: Sequence[PackingGpu]) -> Packing:
 def _pack(group: _Group, demand: Counter[str]) -> Packing:
     """The packer over the group's GPUs, or, when one GPU alone serves as much with fewer GPUs touched or
     instances destroyed, that GPU alone."""
-    gpus = [PackingGpu(g.model, g.state, g.in_use) for g in group.gpus]
+    gpus = group.gpus
     best = plan_packing(gpus, demand)
     if len(gpus) > 1 and _cost(best)[1] > 1:
         for i, gpu in enumerate(gpus):
@@ -248,8 +258,9 @@ def _suggestion(gpu: DemandGpu, layout: MigLayout, plan: MigPlan) -> GpuSuggesti
     if not plan.steps:
         return None
     final = applied_layout(gpu, layout.counts())
-    steps = plan_gpu(gpu.model, gpu.state, final, gpu.in_use).steps if final != layout else plan.steps
-    return GpuSuggestion(gpu.node, gpu.state.index, gpu.model.model_id, gpu.state.layout, final, steps)
+    if final != layout:
+        plan = plan_gpu(gpu.model, gpu.state, final, gpu.in_use)
+    return GpuSuggestion(gpu.node, gpu.model.model_id, plan)
 
 
 def _trial(group: _Group, pending: Sequence[MigDemand]) -> _Trial | None:
@@ -283,11 +294,7 @@ def _attribute(trial: _Trial) -> tuple[GpuSuggestion, ...]:
                         owners[i].append(demand.claim)
                 if not count:
                     break
-    return tuple(
-        GpuSuggestion(g.node, g.gpu_index, g.model_id, g.current, g.layout, g.steps, tuple(owners[i]))
-        for i, g in enumerate(trial.gpus)
-        if g is not None
-    )
+    return tuple(replace(g, claims=tuple(owners[i])) for i, g in enumerate(trial.gpus) if g is not None)
 
 
 def _unsatisfied(demand: MigDemand, groups: Collection[_Group]) -> str:
