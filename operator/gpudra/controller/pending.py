@@ -72,10 +72,6 @@ class PendingClaims:
             self._view = (now, await load_view(self._client))
         return self._view[1]
 
-    async def check(self, body: dict[str, Any], classes: dict[str, dict[str, Any]]) -> str | None:
-        """Explain one pending claim; return the Event message (None when it would fit now or is not ours)."""
-        return (await self.check_all([body], classes)).get(body["metadata"]["uid"])
-
     async def check_all(
         self, bodies: list[dict[str, Any]], classes: dict[str, dict[str, Any]]
     ) -> dict[str, str]:
