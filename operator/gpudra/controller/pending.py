@@ -18,9 +18,13 @@ from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, load_view
 from gpudra.controller.migdemand import pci_device_ids, plan_pending
 from gpudra.controller.migplanner import apply_plan, step_aside
+from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
 
 EVENT_LIMIT = 1024
 
@@ -87,7 +91,10 @@ class PendingClaims:
             return {}
         view = await self._cluster()
         if self._planner == "apply":
-            await step_aside(self._client, view.nodes)
+            try:
+                await step_aside(self._client, view.nodes)
+            except GpudraError as exc:
+                log.warning("checking planner MigLayouts failed", error=str(exc))
         # The claim index can lag behind the listed view: a claim allocated there is not pending.
         unallocated = {c["metadata"].get("uid") for c in view.pending}
         ours = [b for b in ours if b["metadata"]["uid"] in unallocated]
@@ -98,7 +105,12 @@ class PendingClaims:
                 self.forget(body["metadata"]["uid"])  # it fits now; the scheduler will get to it
             else:
                 failed.append((body, outcome))
-        suggestions = await self._suggest(view, ours) if failed and self._planner != "off" else {}
+        suggestions: dict[str, str] = {}
+        if failed and self._planner != "off":
+            try:
+                suggestions = await self._suggest(view, ours)
+            except GpudraError as exc:  # the explanations still go out
+                log.warning("the MIG planner failed", error=str(exc))
         messages: dict[str, str] = {}
         for body, outcome in failed:
             uid = body["metadata"]["uid"]

@@ -263,10 +263,7 @@ def _suggestion(gpu: DemandGpu, layout: MigLayout, plan: MigPlan) -> GpuSuggesti
     return GpuSuggestion(gpu.node, gpu.model.model_id, plan)
 
 
-def _trial(group: _Group, pending: Sequence[MigDemand]) -> _Trial | None:
-    claims = [(d, need) for d in pending if (need := d.profiles_on(group.model_id)) is not None]
-    if not claims:
-        return None
+def _trial(group: _Group, claims: list[tuple[MigDemand, Counter[str]]]) -> _Trial | None:
     demand = sum((need for _, need in claims), Counter[str]())
     packing = _pack(group, demand)
     taken = [claims[i] for i in _take(claims, Counter(packing.served))]
@@ -322,8 +319,18 @@ def plan_demand(gpus: Sequence[DemandGpu], demands: Sequence[MigDemand]) -> Dema
     pending = [d for d in demands if d.requests]
     nodes: dict[str, list[GpuSuggestion]] = {}
     placed: dict[str, str] = {}
+    tried: dict[
+        tuple[int, tuple[str, ...]], _Trial | None
+    ] = {}  # a group's trial only changes with its claims
     while pending and free:
-        trials = [t for g in free if (t := _trial(g, pending)) is not None]
+        trials: list[_Trial] = []
+        for group in free:
+            claims = [(d, need) for d in pending if (need := d.profiles_on(group.model_id)) is not None]
+            key = (id(group), tuple(d.claim for d, _ in claims))
+            if key not in tried:
+                tried[key] = _trial(group, claims) if claims else None
+            if (trial := tried[key]) is not None:
+                trials.append(trial)
         if not trials:
             break
         best = min(trials, key=_Trial.key)
