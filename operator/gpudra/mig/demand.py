@@ -11,8 +11,8 @@ Rules:
 - Minimal change: within a node, demand is served from free instances first, then on the fullest GPUs
   (``plan_packing``), unless one GPU alone serves as much while touching fewer GPUs or destroying fewer
   instances (an idle 7g.80gb becomes 3x 2g.20gb rather than two GPUs changing). Among nodes, the one
-  serving the most pending demand goes first, ties to the fewest instances destroyed, then the fewest GPUs
-  touched, then the fewest changes. Each changed GPU's suggested layout is the one its counts give when
+  serving the most pending demand goes first, ties to the fewest GPUs touched, then the fewest instances
+  destroyed, then the fewest changes. Each changed GPU's suggested layout is the one its counts give when
   applied as a MigLayout entry (``applied_layout``), so what the Event says is what the applier does.
 - Claims are taken in the order given (oldest first); a claim that does not fit whole is left out entirely.
 """
@@ -180,14 +180,9 @@ class _Trial:
 
     def key(self) -> tuple[int, int, int, int, str, str]:
         changed = [g for g in self.gpus if g is not None]
-        return (
-            -self.packing.served_slices,
-            sum(g.destroyed for g in changed),
-            len(changed),
-            self.packing.changes,
-            self.group.node,
-            self.group.model_id,
-        )
+        destroyed = sum(g.destroyed for g in changed)
+        return (-self.packing.served_slices, len(changed), destroyed, self.packing.changes, self.group.node,
+                self.group.model_id)  # fmt: skip
 
 
 def _groups(gpus: Sequence[DemandGpu]) -> list[_Group]:
@@ -203,7 +198,8 @@ def _groups(gpus: Sequence[DemandGpu]) -> list[_Group]:
 
 
 def _cost(packing: Packing) -> tuple[int, int, int, int]:
-    """(demand left unserved, GPUs touched, instances destroyed, changes): smaller is better."""
+    """(minus the demand served in compute slices, GPUs touched, instances destroyed, changes): smaller is
+    better."""
     plans = [g.plan for g in packing.gpus if g.plan.steps]
     destroyed = sum(1 for p in plans for s in p.steps if isinstance(s, DestroyMigDevice))
     return (-packing.served_slices, len(plans), destroyed, packing.changes)
