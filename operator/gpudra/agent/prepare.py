@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -155,6 +155,7 @@ class ClaimPreparer:
         self.hook = hook
         self._planner = planner
         self._in_flight: dict[str, set[DeviceKey]] = {}
+        self._repartitions = 0  # bumped when the MIG applier releases devices it changed
 
     # -- PluginHandler ---------------------------------------------------------------------------------------
 
@@ -196,11 +197,12 @@ class ClaimPreparer:
             claim = await self._get_claim(ref)
             model = ResourceClaim.from_wire(claim)
             results = select_results(model, ref, driver=self.driver, node=self.node)
+            seen = self._repartitions
             if self._planner is not None:
                 plan = await self._planner.plan(ref, model, results)
             else:
                 plan = await self._plan_gpus(ref, model, results)
-            await self._execute(ref, plan.devices, plan.configs, plan.cdi_document)
+            await self._execute(ref, plan.devices, plan.configs, plan.cdi_document, seen)
         except GpudraError as exc:
             error = _as_prepare_error(exc)
             await self._report_failure(ref, claim, results, error)
@@ -254,7 +256,13 @@ class ClaimPreparer:
         devices: Sequence[Any],
         configs: Mapping[str, Mapping[str, Any]],
         document: Mapping[str, Any],
+        repartitions_seen: int,
     ) -> None:
+        if repartitions_seen != self._repartitions:
+            raise PrepareError(
+                "the node's MIG devices were repartitioned while preparing; the kubelet will retry",
+                reason="Repartitioned",
+            )
         keys = {(d.pool_name, d.device_name) for d in devices}
         holders: dict[str, Iterable[DeviceKey]] = {
             uid: [(d.pool_name, d.device_name) for d in e.devices] for uid, e in self.store.claims().items()
@@ -291,6 +299,34 @@ class ClaimPreparer:
         if entry.cdi_document is not None and await asyncio.to_thread(self.specs.read, uid) is None:
             log.warning("CDI spec of a prepared claim was missing; rewritten", uid=uid)
             await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
+
+    # -- devices held, for the MIG applier -------------------------------------------------------------------
+
+    def holders(self) -> dict[DeviceKey, str]:
+        """Every device a claim holds or is being prepared with -> the claim ("namespace/name", or the UID
+        while its prepare has not reached the checkpoint)."""
+        held: dict[DeviceKey, str] = {}
+        for uid, keys in self._in_flight.items():
+            held.update({key: uid for key in keys})
+        for entry in self.store.claims().values():
+            held.update(
+                {(d.pool_name, d.device_name): f"{entry.namespace}/{entry.name}" for d in entry.devices}
+            )
+        return held
+
+    def reserve_devices(self, holder: str, keys: Collection[DeviceKey]) -> list[str]:
+        """Atomically (no await): the claims holding any of ``keys``, or, when none does, reserve them for
+        ``holder`` so that prepares of them are refused until :meth:`release_devices`."""
+        held = self.holders()
+        claims = sorted({held[key] for key in keys if key in held and held[key] != holder})
+        if not claims:
+            self._in_flight[holder] = set(keys)
+        return claims
+
+    def release_devices(self, holder: str) -> None:
+        """End a reservation; prepares that read the hardware before it re-read it (the kubelet retries)."""
+        if self._in_flight.pop(holder, None) is not None:
+            self._repartitions += 1
 
     # -- unprepare -------------------------------------------------------------------------------------------
 
