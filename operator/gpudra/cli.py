@@ -73,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
     )
+    explain.add_argument("--driver-name", default="gpu.nvidia.com", help="for the MIG planner section")
 
     status = sub.add_parser(
         "status", help="the fleet: nodes, GPUs, MIG devices, allocated and unhealthy devices"
@@ -185,12 +186,15 @@ async def _run_explain(args: argparse.Namespace) -> int:
     import yaml
     from rich.console import Console
 
+    from gpudra.allocator.requests import claim_key
+    from gpudra.allocator.result import Allocation
     from gpudra.api.resource import AllocationResult, ResourceClaim
     from gpudra.controller.explaining import explain, load_view
+    from gpudra.controller.migdemand import plan_pending
     from gpudra.errors import ConfigurationError
     from gpudra.kube.client import KubeClient
     from gpudra.kube.resources import RESOURCE_CLAIMS
-    from gpudra.reports import allocation_table, outcome_report
+    from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 
     if (args.file is None) == (args.name is None):
         raise ConfigurationError("explain: give either `claim NAME` or `--file claim.yaml`")
@@ -216,7 +220,17 @@ async def _run_explain(args: argparse.Namespace) -> int:
                 return 0
             skip = body["metadata"].get("uid")
         view = await load_view(client, skip_claim_uid=skip)
-        console.print(outcome_report(explain(view, ResourceClaim.model_validate(body))))
+        claim = ResourceClaim.model_validate(body)
+        outcome = explain(view, claim)
+        console.print(outcome_report(outcome))
+        if not isinstance(outcome, Allocation):
+            others = [c for c in view.pending if c["metadata"].get("uid") != skip]
+            waiting = [*(ResourceClaim.model_validate(c) for c in others), claim]
+            section = mig_plan_report(
+                plan_pending(view.allocator, waiting, args.driver_name), claim_key(claim)
+            )
+            if section is not None:
+                console.print(section)
     finally:
         await client.close()
     return 0

@@ -99,7 +99,10 @@ class NodeAgent:
     def set_dynamic_gpus(self, uuids: set[str] | None) -> None:
         """Publish exactly these GPUs (by UUID) as dynamic MIG from now on; None: back to ``mig_policy``.
         GPUs without MIG, or with MIG mode off, stay published as they are. Takes effect at once."""
-        self._dynamic_override = None if uuids is None else frozenset(uuids)
+        wanted = None if uuids is None else frozenset(uuids)
+        if wanted == self._dynamic_override:
+            return
+        self._dynamic_override = wanted
         self._republish = True
         log.info(
             "dynamic MIG GPUs set",

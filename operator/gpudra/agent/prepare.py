@@ -166,6 +166,7 @@ class ClaimPreparer:
         self.hook = hook
         self._planner = planner
         self._in_flight: dict[str, set[DeviceKey]] = {}
+        self._repartitions = 0  # bumped when the MIG applier releases devices it changed
 
     # -- PluginHandler ---------------------------------------------------------------------------------------
 
@@ -291,7 +292,13 @@ class ClaimPreparer:
         self._in_flight[ref.uid] = keys
         before = self.store.get(ref.uid)
         try:
+            seen = self._repartitions
             plan = await plan_of()
+            if seen != self._repartitions:
+                raise PrepareError(
+                    "the node's MIG devices were repartitioned while preparing; the kubelet will retry",
+                    reason="Repartitioned",
+                )
             entry = await self.store.transition(
                 ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
                 devices=plan.devices, configs=plan.configs, cdi_document=plan.cdi_document,
@@ -325,6 +332,34 @@ class ClaimPreparer:
         if entry.cdi_document is not None and await asyncio.to_thread(self.specs.read, uid) is None:
             log.warning("CDI spec of a prepared claim was missing; rewritten", uid=uid)
             await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
+
+    # -- devices held, for the MIG applier -------------------------------------------------------------------
+
+    def holders(self) -> dict[DeviceKey, str]:
+        """Every device a claim holds or is being prepared with -> the claim ("namespace/name", or the UID
+        while its prepare has not reached the checkpoint)."""
+        held: dict[DeviceKey, str] = {}
+        for uid, keys in self._in_flight.items():
+            held.update({key: uid for key in keys})
+        for entry in self.store.claims().values():
+            held.update(
+                {(d.pool_name, d.device_name): f"{entry.namespace}/{entry.name}" for d in entry.devices}
+            )
+        return held
+
+    def reserve_devices(self, holder: str, keys: Collection[DeviceKey]) -> list[str]:
+        """Atomically (no await): the claims holding any of ``keys``, or, when none does, reserve them for
+        ``holder`` so that prepares of them are refused until :meth:`release_devices`."""
+        held = self.holders()
+        claims = sorted({held[key] for key in keys if key in held and held[key] != holder})
+        if not claims:
+            self._in_flight[holder] = set(keys)
+        return claims
+
+    def release_devices(self, holder: str) -> None:
+        """End a reservation; prepares that read the hardware before it re-read it (the kubelet retries)."""
+        if self._in_flight.pop(holder, None) is not None:
+            self._repartitions += 1
 
     # -- unprepare -------------------------------------------------------------------------------------------
 

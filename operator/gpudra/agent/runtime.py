@@ -18,6 +18,9 @@ from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.computedomain.driver import ComputeDomainDriver
 from gpudra.agent.dynamicmig import claimed_placements
 from gpudra.agent.kubeletplugin import KubeletPlugin
+from gpudra.agent.mig_applier import MigApplier
+from gpudra.agent.mig_journal import PlanJournal
+from gpudra.agent.mig_sync import MigSync
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.prepare import ClaimPreparer, Hook, no_hook
 from gpudra.agent.recovery import RecoveryReport, recover
@@ -32,6 +35,7 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 CHECKPOINT_FILE = "checkpoint.json"
+MIG_PLAN_FILE = "mig-plan.json"
 
 
 class AgentRuntime:
@@ -59,8 +63,33 @@ class AgentRuntime:
                 settings, backend, client, metrics, report_problem=self._report_checkpoint_problem
             )
             self.agent.inventory_listeners.append(self.compute_domains.observe)
-        if not settings.serve_kubelet_plugin:
-            return
+        self.dynamic_gpus: frozenset[int] | None = None
+        if settings.serve_kubelet_plugin:
+            self._build_plugin(settings, backend, client, metrics, hook)
+        applier = MigApplier(
+            backend,
+            PlanJournal(settings.state_path / MIG_PLAN_FILE, node=settings.node_name),
+            node=settings.node_name,
+            holders=self.preparer,
+            mark_dynamic=self._mark_dynamic,
+        )
+        self.mig = MigSync(
+            client,
+            applier,
+            node=settings.node_name,
+            poke=self.agent.poke,
+            retry_seconds=settings.mig_retry_seconds,
+            events=self._events,
+        )
+
+    def _build_plugin(
+        self,
+        settings: AgentSettings,
+        backend: GpuBackend,
+        client: KubeClient,
+        metrics: Metrics,
+        hook: Hook | None,
+    ) -> None:
         store = CheckpointStore(
             settings.state_path / CHECKPOINT_FILE, node=settings.node_name, driver=settings.driver_name
         )
@@ -96,6 +125,19 @@ class AgentRuntime:
             return {}
         records = [r for entry in self.preparer.store.claims().values() for r in entry.mig_instances_created]
         return claimed_placements(records)
+
+    def _mark_dynamic(self, gpus: frozenset[int] | None) -> None:
+        """The MigLayout applier's hand-off: these GPUs (NVML indices; MIG is on) follow claims, none for a
+        Static layout, or None when no MigLayout governs the node (``mig_policy`` decides)."""
+        if gpus != self.dynamic_gpus:
+            log.info("GPUs under dynamic MIG", node=self.settings.node_name, gpus=sorted(gpus or ()))
+        self.dynamic_gpus = gpus
+        if gpus is None:
+            self.agent.set_dynamic_gpus(None)
+            return
+        inventory = self.agent.inventory
+        by_index = {gpu.index: gpu.uuid for gpu in inventory.gpus} if inventory is not None else {}
+        self.agent.set_dynamic_gpus({by_index[i] for i in gpus if i in by_index})
 
     def _shareable(self) -> list[str]:
         return [d.name for d in self.agent.devices if d.allow_multiple_allocations]
@@ -135,8 +177,10 @@ class AgentRuntime:
             await self.plugin.stop()
 
     async def run(self) -> None:
+        mig: asyncio.Task[None] | None = None
         try:
             await self.start_plugin()
+            mig = asyncio.create_task(self.mig.run(), name=f"mig-{self.settings.node_name}")
             if self.compute_domains is None:
                 await self.agent.run()
             else:
@@ -144,4 +188,6 @@ class AgentRuntime:
                     group.create_task(self.agent.run())
                     group.create_task(self.compute_domains.run())
         finally:
+            if mig is not None:
+                mig.cancel()
             await asyncio.shield(self.stop_plugin())

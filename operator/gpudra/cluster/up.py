@@ -162,6 +162,7 @@ class EmbeddedCluster:
             backend="simulated",
             simulated_profile=node.profile,
             hardware_poll_seconds=self.options.hardware_poll_seconds,
+            mig_retry_seconds=max(self.options.hardware_poll_seconds * 2, 0.2),
             plugin_dir=root / "plugins",
             registry_dir=root / "registry",
             cdi_dir=root / "cdi",
