@@ -16,10 +16,18 @@ from rich.console import Console
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
+from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.hardware.inventory import GpuInfo, NodeInventory
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.kube.resources import (
+    EVENTS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from gpudra.reports import fleet_table
 
 NODE = "dgx-h100-0"
@@ -253,9 +261,8 @@ async def test_gpus_switch_to_dynamic_at_run_time_and_keep_their_instances(
     assert await eventually(lambda: _when(gpu0_devices(), lambda v: v == before))
 
 
-async def _when(value: Awaitable[Any], check: Callable[[Any], bool]) -> Any:
-    result = await value
-    return result if check(result) else None
+async def _when(value: Awaitable[Any], check: Callable[[Any], bool]) -> bool:
+    return check(await value)
 
 
 async def test_status_says_the_gpus_are_dynamic_instead_of_counting_placements(
@@ -282,3 +289,37 @@ async def test_shared_example_creates_one_instance_served_through_mps(cluster: E
     assert spec is not None
     env = spec["containerEdits"]["env"]
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in env and f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in env
+
+
+async def test_a_dynamic_miglayout_hands_the_gpus_to_dynamic_mig_and_back(
+    start_cluster: StartCluster,
+) -> None:
+    """examples/miglayout-dynamic.yaml on a node whose GPUs start with MIG off: the applier enables MIG, the agent
+    publishes every placement, and a claim gets its instance at prepare; deleting the layout hands the node back
+    to its own setting (Static)."""
+    cluster = await start_cluster("dgx-h100:1", hardware_poll_seconds=0.1)
+    client = client_of(cluster)
+    await client.patch(NODES, NODE, {"metadata": {"labels": {"gpudra.dev/mig": "dynamic"}}})
+    (layout,) = yaml.safe_load_all((EXAMPLES / "miglayout-dynamic.yaml").read_text())
+    await client.create(MIGLAYOUTS, layout)
+
+    async def counter_sets() -> int:
+        slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        return sum(len(s["spec"].get("sharedCounters") or []) for s in slices)
+
+    await eventually(lambda: _when(counter_sets(), lambda n: n == 8), timeout=30)
+    await run_pod_with_claim(
+        client, "small", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+    )
+    await eventually(lambda: running(client, "small"))
+    assert [(m.profile, m.placement_start) for g in inventory(cluster).gpus for m in g.mig_devices] == [
+        ("1g.10gb", 0)
+    ]
+    await client.delete(PODS, "small", "default")
+    await eventually(lambda: _when(inventory_instances(cluster), lambda n: n == 0))
+    await client.delete(MIGLAYOUTS, "dynamic")
+    await eventually(lambda: _when(counter_sets(), lambda n: n == 0), timeout=30)
+
+
+async def inventory_instances(cluster: EmbeddedCluster) -> int:
+    return sum(len(g.mig_devices) for g in inventory(cluster).gpus)
