@@ -64,13 +64,14 @@ async def test_trays_publish_clique_and_compute_domain_devices(start_cluster: St
     assert client is not None
     tray = await eventually(lambda: labels(client, "gb200-nvl72-0"))
     clique = await eventually(lambda: _label(client, "gb200-nvl72-0"))
-    assert clique == await _label(client, "gb200-nvl72-1")  # one rack, one clique
+    assert clique == await eventually(lambda: _label(client, "gb200-nvl72-1"))  # one rack, one clique
     assert CLIQUE_LABEL not in await labels(client, "dgx-h100-0")  # NVLink inside the node only
     assert tray
 
     async def cd_slice() -> list[dict[str, Any]]:
         items, _ = await client.list(RESOURCE_SLICES)
-        return [s for s in items if s["spec"]["driver"] == CD]
+        found = [s for s in items if s["spec"]["driver"] == CD]
+        return found if len(found) == 2 else []  # both trays published
 
     slices = await eventually(cd_slice)
     assert {s["spec"]["nodeName"] for s in slices} == {"gb200-nvl72-0", "gb200-nvl72-1"}
