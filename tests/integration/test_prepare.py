@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from _prepare_kit import DRIVER, NODE, Node, cleanup, gpu_config, make_node
+from _prepare_kit import DRIVER, NODE, Node, gpu_config
 
 from gpudra.agent.kubeletplugin import ClaimRef
-from gpudra.cluster.apiserver import EmbeddedAPIServer
-from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import RESOURCE_CLAIMS
 
 
 @pytest.fixture
-async def node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
-    client = KubeClient.for_url(apiserver.url)
-    rig = await make_node(client, tmp_path)
-    await rig.start()
-    try:
-        yield rig
-    finally:
-        await rig.stop()
-        await client.close()
-        cleanup(rig)
+def node(prepare_node: Node) -> Node:
+    return prepare_node
 
 
 def env_of(spec: dict[str, Any]) -> dict[str, str]:
