@@ -1,4 +1,5 @@
-"""The ``gpudra`` command: ``up`` (embedded cluster), ``agent`` (node agent), ``controller``."""
+"""The ``gpudra`` command: ``up`` (embedded cluster), ``agent`` (node agent), ``controller``, ``explain``,
+``status``, ``hardware record``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudra import __version__
-from gpudra.config import AgentSettings, ControllerSettings, load_settings
+from gpudra.config import AgentSettings, ControllerSettings, ImexDaemonSettings, load_settings
 from gpudra.errors import GpudraError
 from gpudra.telemetry import configure_logging, get_logger
 
@@ -36,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--once", action="store_true", help="bring everything up, print the fleet, shut down")
     up.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free port, -1: none)")
     up.add_argument("--list-profiles", action="store_true", help="list the node profiles and exit")
+    up.add_argument(
+        "--dynamic-mig",
+        action="store_true",
+        help="MIG-capable GPUs start with MIG on and no instances, published as dynamic MIG (created at prepare)",
+    )
 
     agent = sub.add_parser("agent", help="run the node agent (DaemonSet)")
     agent.add_argument("--node-name", default=None, help="env GPUDRA_NODE_NAME")
@@ -44,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--simulated-profile", default=None, help="env GPUDRA_SIMULATED_PROFILE")
     agent.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
     agent.add_argument("--metrics-port", type=int, default=None, help="env GPUDRA_METRICS_PORT (0: off)")
+
+    imex = sub.add_parser(
+        "imex-daemon",
+        help="a ComputeDomain's IMEX daemon on one node (the per-domain DaemonSet runs it)",
+        description="Registers the node in the domain's ComputeDomainClique, reports Ready while its IMEX "
+        "service runs (simulated when no command is given), releases the entry on exit. Identity from "
+        "the env: COMPUTE_DOMAIN_UUID, CLIQUE_ID, NODE_NAME, POD_NAMESPACE, POD_IP.",
+    )
+    imex.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
+    imex.add_argument("exec", nargs="*", help="the IMEX service to supervise (after --), e.g. nvidia-imex")
 
     explain = sub.add_parser(
         "explain", help="why a claim is pending, or whether a claim would fit, and where"
@@ -57,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
     )
+    explain.add_argument("--driver-name", default="gpu.nvidia.com", help="for the MIG planner section")
 
     status = sub.add_parser(
         "status", help="the fleet: nodes, GPUs, MIG devices, allocated and unhealthy devices"
@@ -65,6 +82,17 @@ def _parser() -> argparse.ArgumentParser:
         "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
     )
     status.add_argument("--driver-name", default="gpu.nvidia.com")
+
+    hardware = sub.add_parser("hardware", help="this node's GPUs as NVML reports them")
+    hardware_sub = hardware.add_subparsers(dest="hardware_command", required=True)
+    record = hardware_sub.add_parser(
+        "record", help="record what NVML reports (read-only) as JSON, to check gpudra against your GPUs"
+    )
+    record.add_argument("-o", "--output", type=Path, default=None, help="default: standard output")
+    record.add_argument("--node-name", default="recorded-node", help="the node name the inventory carries")
+    record.add_argument(
+        "--simulated-profile", default=None, help="record a simulated node of this profile instead of NVML"
+    )
 
     controller = sub.add_parser("controller", help="run the controller (Deployment)")
     controller.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
@@ -97,6 +125,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         once=args.once,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        dynamic_mig=args.dynamic_mig,
     )
     return await run_up(options)
 
@@ -119,6 +148,26 @@ async def _run_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_imex_daemon(args: argparse.Namespace) -> int:
+    from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
+    from gpudra.kube.client import KubeClient
+
+    settings = load_settings(ImexDaemonSettings, kubeconfig=args.kubeconfig)
+    identity = DaemonIdentity(
+        namespace=settings.namespace,
+        domain_uid=settings.domain_uid,
+        clique_id=settings.clique_id,
+        node_name=settings.node_name,
+        ip_address=settings.ip_address,
+    )
+    client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-imex-daemon")
+    try:
+        await _until_signal(run_daemon(client, identity, stop=asyncio.Event(), command=args.exec))
+    finally:
+        await client.close()
+    return 0
+
+
 async def _run_controller(args: argparse.Namespace) -> int:
     from gpudra.controller.main import run_controller_process
 
@@ -137,12 +186,15 @@ async def _run_explain(args: argparse.Namespace) -> int:
     import yaml
     from rich.console import Console
 
+    from gpudra.allocator.requests import claim_key
+    from gpudra.allocator.result import Allocation
     from gpudra.api.resource import AllocationResult, ResourceClaim
     from gpudra.controller.explaining import explain, load_view
+    from gpudra.controller.migdemand import plan_pending
     from gpudra.errors import ConfigurationError
     from gpudra.kube.client import KubeClient
     from gpudra.kube.resources import RESOURCE_CLAIMS
-    from gpudra.reports import allocation_table, outcome_report
+    from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 
     if (args.file is None) == (args.name is None):
         raise ConfigurationError("explain: give either `claim NAME` or `--file claim.yaml`")
@@ -168,7 +220,17 @@ async def _run_explain(args: argparse.Namespace) -> int:
                 return 0
             skip = body["metadata"].get("uid")
         view = await load_view(client, skip_claim_uid=skip)
-        console.print(outcome_report(explain(view, ResourceClaim.model_validate(body))))
+        claim = ResourceClaim.model_validate(body)
+        outcome = explain(view, claim)
+        console.print(outcome_report(outcome))
+        if not isinstance(outcome, Allocation):
+            others = [c for c in view.pending if c["metadata"].get("uid") != skip]
+            waiting = [*(ResourceClaim.model_validate(c) for c in others), claim]
+            section = mig_plan_report(
+                plan_pending(view.allocator, waiting, args.driver_name), claim_key(claim)
+            )
+            if section is not None:
+                console.print(section)
     finally:
         await client.close()
     return 0
@@ -188,15 +250,57 @@ async def _run_status(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_hardware(args: argparse.Namespace) -> int:
+    import datetime
+    import json
+    from importlib import metadata
+
+    from gpudra.devices.build import build_devices
+    from gpudra.hardware.inventory import NodeInventory
+    from gpudra.hardware.nvml import NvmlBackend, load_binding
+    from gpudra.hardware.recording import ReadOnlyNvml, record
+    from gpudra.hardware.simulated import FakeNvml
+
+    if args.simulated_profile:
+        nvml = FakeNvml.from_profile(args.simulated_profile, node_name=args.node_name)
+        binding = f"simulated:{args.simulated_profile}"
+    else:
+        nvml = load_binding()
+        binding = f"nvidia-ml-py {metadata.version('nvidia-ml-py')}"
+    backend = NvmlBackend(args.node_name, ReadOnlyNvml(nvml))
+    try:
+        recording = record(backend)
+    finally:
+        backend.close()
+    recording["recorded_with"] = {
+        "gpudra": __version__,
+        "binding": binding,
+        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    if "error" not in recording["inventory"]:
+        inventory = NodeInventory.model_validate(recording["inventory"])
+        recording["devices"] = [
+            d.model_dump(mode="json", exclude_none=True) for d in build_devices(inventory)
+        ]
+    text = json.dumps(recording, indent=2, sort_keys=True) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_format or "console", args.log_level or "INFO")
     runners = {
         "up": _run_up,
         "agent": _run_agent,
+        "imex-daemon": _run_imex_daemon,
         "controller": _run_controller,
         "explain": _run_explain,
         "status": _run_status,
+        "hardware": _run_hardware,
     }
     try:
         return asyncio.run(runners[args.command](args))

@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpudra.errors import ConfigurationError
+
+MigPlannerPolicy = Literal["off", "suggest", "apply"]
 
 
 class CommonSettings(BaseSettings):
@@ -50,8 +52,29 @@ class AgentSettings(CommonSettings):
         default_factory=lambda: [13, 31, 43, 45, 68, 109],
         description="XIDs that are application errors: tainted with effect None (visible, not repelling)",
     )
+    shared_gpu_replicas: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="publish every full GPU as a time-sliced GPU shared by up to this many claims "
+        "(class shared.gpu.nvidia.com, extended resource nvidia.com/gpu.shared); 0: GPUs are exclusive",
+    )
     max_devices_per_slice: int = Field(
         128, ge=1, le=128, description="devices per ResourceSlice before splitting"
+    )
+    mig_policy: Literal["Static", "Dynamic"] = Field(
+        "Static",
+        description=(
+            "Static: publish the MIG instances that exist; Dynamic: publish every MIG-capable GPU with MIG mode on "
+            "as partitionable devices (each profile at each placement) and create the instance at prepare"
+        ),
+    )
+    counter_layout: Literal["auto", "1.34", "1.35"] = Field(
+        "auto",
+        description=(
+            "where dynamic MIG's shared counters go: 1.34 (in the device slice), 1.35 (a counters-only slice), "
+            "or auto (from the API server's version)"
+        ),
     )
     serve_kubelet_plugin: bool = Field(
         True, description="serve the kubelet DRA plugin (prepare / unprepare, CDI specs, checkpoint)"
@@ -66,6 +89,30 @@ class AgentSettings(CommonSettings):
     state_dir: Path | None = Field(
         None, description="directory of the prepared-claims checkpoint; default the plugin directory"
     )
+    compute_domains: Literal["auto", "enabled", "disabled"] = Field(
+        "auto",
+        description="serve the compute-domain driver: auto = on nodes whose GPUs have multi-node NVLink",
+    )
+    compute_domain_driver_name: str = Field(
+        "compute-domain.nvidia.com", description="DRA driver name of the ComputeDomain channels and daemons"
+    )
+    compute_domain_plugin_dir: Path | None = Field(
+        None, description="directory of its DRA socket; default /var/lib/kubelet/plugins/<that driver>"
+    )
+    compute_domain_daemon_mode: Literal["daemonset", "host-managed"] = Field(
+        "daemonset",
+        description="daemonset: one IMEX daemon pod per domain and node (one domain per node); "
+        "host-managed: one nvidia-imex per node run outside Kubernetes, domains share nodes by channel",
+    )
+    driver_namespace: str = Field(
+        "gpudra", min_length=1, description="namespace of the ComputeDomainClique objects and daemons"
+    )
+    imex_channel_major: int | None = Field(
+        None,
+        ge=0,
+        description="major of /dev/nvidia-caps-imex-channels/*; default: read from /proc/devices",
+    )
+    node_ip: str = Field("", description="this node's IP (host-managed IMEX daemon entries)")
     mig_retry_seconds: float = Field(
         5.0,
         gt=0,
@@ -77,8 +124,40 @@ class AgentSettings(CommonSettings):
         return self.plugin_dir or Path("/var/lib/kubelet/plugins") / self.driver_name
 
     @property
+    def compute_domain_plugin_path(self) -> Path:
+        return (
+            self.compute_domain_plugin_dir
+            or Path("/var/lib/kubelet/plugins") / self.compute_domain_driver_name
+        )
+
+    @property
+    def compute_domain_state_path(self) -> Path:
+        return self.state_dir / "compute-domain" if self.state_dir else self.compute_domain_plugin_path
+
+    @property
     def state_path(self) -> Path:
         return self.state_dir or self.plugin_path
+
+
+def _env(name: str, field: str) -> AliasChoices:
+    return AliasChoices(name, field)  # the env name first: errors name the variable to set
+
+
+class ImexDaemonSettings(CommonSettings):
+    """``gpudra imex-daemon``: what the per-domain DaemonSet's pod env (and its claim's CDI env) says."""
+
+    domain_uid: str = Field(
+        ...,
+        min_length=1,
+        validation_alias=_env("COMPUTE_DOMAIN_UUID", "domain_uid"),
+        description="the domain",
+    )
+    clique_id: str = Field(
+        ..., min_length=1, validation_alias=_env("CLIQUE_ID", "clique_id"), description="set by the claim"
+    )
+    node_name: str = Field(..., min_length=1, validation_alias=_env("NODE_NAME", "node_name"))
+    namespace: str = Field(..., min_length=1, validation_alias=_env("POD_NAMESPACE", "namespace"))
+    ip_address: str = Field("", validation_alias=_env("POD_IP", "ip_address"))
 
 
 class ControllerSettings(CommonSettings):
@@ -89,6 +168,45 @@ class ControllerSettings(CommonSettings):
     pending_interval_seconds: float = Field(
         30.0, gt=0, description="how often a pending claim is re-explained (Events are deduplicated)"
     )
+    namespace: str = Field(
+        "gpudra",
+        min_length=1,
+        description="the driver's namespace: ComputeDomain daemon DaemonSets and templates",
+    )
+    compute_domain_driver: str = Field(
+        "compute-domain.nvidia.com", description="DRA driver name of ComputeDomain channels and daemons"
+    )
+    imex_daemon_mode: Literal["daemonset", "host-managed"] = Field(
+        "daemonset",
+        description="daemonset: one IMEX daemon DaemonSet per ComputeDomain (one domain per node); host-managed: "
+        "one nvidia-imex per node run outside Kubernetes, domains share nodes by IMEX channel",
+    )
+    imex_daemon_image: str = Field(
+        "ghcr.io/gpudra/gpudra:latest",
+        description="image of the per-domain IMEX daemon pods (daemonset mode)",
+    )
+    computedomain_span_cliques: bool = Field(
+        True,
+        description="a ComputeDomain over several NVLink cliques (racks) can be Ready, each clique its own IMEX "
+        "domain as with NVIDIA's driver (a Warning says so); false: that is an error (CliqueMismatch, NotReady)",
+    )
+    computedomain_status_batch_seconds: float = Field(
+        0.1, ge=0, description="changes within this window are coalesced into one ComputeDomain status write"
+    )
+    computedomain_resync_seconds: float = Field(
+        5.0, gt=0, description="how often every NotReady ComputeDomain is re-evaluated without a change"
+    )
+    computedomain_event_grace_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="a node waiting for its IMEX daemon this long gets a Warning Event on the domain (fabric "
+        "loss, clique mismatch and held nodes are reported at once)",
+    )
+    computedomain_cleanup_attempts: int = Field(
+        5,
+        ge=1,
+        description="deletion passes over a domain's children before its finalizer is released anyway",
+    )
     mig_config_map: str = Field(
         "",
         description="namespace/name of the ConfigMap holding the mig-parted config file that the node label "
@@ -97,6 +215,12 @@ class ControllerSettings(CommonSettings):
     mig_config_map_key: str = Field("config.yaml", description="key of that ConfigMap holding the file")
     mig_resync_seconds: float = Field(
         30.0, gt=0, description="how often MigLayouts are re-resolved without a change (ConfigMap edits)"
+    )
+    mig_planner: MigPlannerPolicy = Field(
+        "suggest",
+        description="MIG planner for pending MIG claims: off; suggest (the repartition of idle GPUs that would "
+        "satisfy them, in the claim's Event and `gpudra explain`); apply (also write it as the MigLayout "
+        "gpudra-planner-<node>, never over a user's MigLayout)",
     )
 
 

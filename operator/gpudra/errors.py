@@ -82,7 +82,7 @@ class KubeletPluginError(GpudraError):
 class PrepareError(GpudraError):
     """A claim cannot be prepared (or unprepared) on this node. ``reason`` is a short CamelCase code for the
     claim's Ready condition, Events and metrics (ClaimNotFound, ClaimReplaced, NotAllocated, WrongNode,
-    UnknownDevice, InvalidConfig, DeviceInUse, Hardware)."""
+    UnknownDevice, InvalidConfig, DeviceInUse, Hardware; dynamic MIG: PlacementOccupied, GpuPartitioned)."""
 
     def __init__(self, message: str, *, reason: str = "PrepareFailed") -> None:
         super().__init__(message)

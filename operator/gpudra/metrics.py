@@ -137,6 +137,37 @@ class Metrics:
             registry=r,
         )
 
+        self.computedomains = Gauge(
+            "gpudra_computedomains",
+            "ComputeDomains the controller tracks, by status.status (Ready, NotReady).",
+            ["status"],
+            registry=r,
+        )
+        self.computedomain_ready_seconds = Histogram(
+            "gpudra_computedomain_ready_seconds",
+            "Time from a ComputeDomain's creation to its first Ready status, observed once per domain.",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800),
+            registry=r,
+        )
+        self.computedomain_status_writes = Counter(
+            "gpudra_computedomain_status_writes_total",
+            "ComputeDomain status writes by outcome: written, failed (no-op recomputations are not written).",
+            ["result"],
+            registry=r,
+        )
+        self.computedomain_status_conflicts = Counter(
+            "gpudra_computedomain_status_conflicts_total",
+            "ComputeDomain status writes the API server answered with 409 Conflict (expected 0: merge patches "
+            "carry no resourceVersion).",
+            registry=r,
+        )
+        self.computedomain_cleanups = Counter(
+            "gpudra_computedomain_cleanups_total",
+            "ComputeDomain deletions by outcome: complete, retried, incomplete (gave up, finalizer released).",
+            ["result"],
+            registry=r,
+        )
+
 
 def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
     """/metrics in the Prometheus text format, /healthz (process alive), /readyz (``ready()`` is true)."""

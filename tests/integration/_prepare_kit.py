@@ -52,6 +52,8 @@ class Node:
     preparer: ClaimPreparer | None = None
     plugin: KubeletPlugin | None = None
     kubelet: KubeletClient | None = None
+    dynamic: set[str] = field(default_factory=set)  # UUIDs of the GPUs in dynamic MIG mode
+    shareable: tuple[str, ...] = ()  # devices published with allowMultipleAllocations
 
     def __post_init__(self) -> None:
         self.fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
@@ -71,6 +73,18 @@ class Node:
     def uuid(self, gpu: int) -> str:
         return self.fake.gpu(gpu).uuid
 
+    def make_dynamic(self, minor: int) -> int:
+        """Put the GPU with this minor in dynamic MIG mode (MIG on, no instances); returns its NVML index."""
+        gpu = next(g for g in self.backend.read_inventory().gpus if g.minor == minor)
+        self.backend.set_mig_mode(gpu.index, True)
+        self.dynamic.add(gpu.uuid)
+        return gpu.index
+
+    def instances(self, index: int) -> list[tuple[str, int]]:
+        """(profile, placement start) of the MIG instances on a GPU now."""
+        gpu = self.backend.read_inventory().gpus[index]
+        return [(m.profile, m.placement_start) for m in gpu.mig_devices]
+
     def build(self, hook: Callable[[str], None] = no_hook) -> ClaimPreparer:
         self.preparer = ClaimPreparer(
             client=self.client,
@@ -82,6 +96,8 @@ class Node:
             metrics=self.metrics,
             events=EventRecorder(self.client, "gpudra-agent-test", window_seconds=0),
             mps_root=str(self.root / "mps"),
+            dynamic_gpus=lambda: frozenset(self.dynamic),
+            shareable=lambda: self.shareable,
             hook=hook,
         )
         return self.preparer
@@ -157,12 +173,15 @@ class Node:
         return self.specs().read(ref.uid)
 
 
-def gpu_config(sharing: dict[str, Any], requests: list[str] | None = None) -> dict[str, Any]:
+def gpu_config(
+    sharing: dict[str, Any], requests: list[str] | None = None, *, kind: str = "GpuConfig"
+) -> dict[str, Any]:
+    """A FromClaim opaque config (``kind`` GpuConfig, or MigDeviceConfig for MIG devices)."""
     entry: dict[str, Any] = {
         "source": "FromClaim",
         "opaque": {
             "driver": DRIVER,
-            "parameters": {"apiVersion": GPU_CONFIG, "kind": "GpuConfig", "sharing": sharing},
+            "parameters": {"apiVersion": GPU_CONFIG, "kind": kind, "sharing": sharing},
         },
     }
     if requests:

@@ -10,6 +10,8 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi, ResourceV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpudra.cluster.apiserver import EmbeddedAPIServer
+
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 JSON_PATCH = {"Content-Type": "application/json-patch+json"}
@@ -127,6 +129,22 @@ async def test_put_with_stale_resource_version_is_409(http: aiohttp.ClientSessio
     async with http.put(f"{CLAIMS}/c1", json=obj) as rsp:
         assert rsp.status == 409
         assert (await rsp.json())["reason"] == "Conflict"
+
+
+async def test_the_server_counts_conflicts(http: aiohttp.ClientSession, apiserver: EmbeddedAPIServer) -> None:
+    """Benchmarks read how many writes were refused with 409 Conflict (AlreadyExists is counted apart)."""
+    async with http.post(CLAIMS, json=claim()) as rsp:
+        obj = await rsp.json()
+    async with http.post(CLAIMS, json=claim()) as rsp:
+        assert rsp.status == 409
+    for _ in range(2):
+        async with http.patch(
+            f"{CLAIMS}/c1", json={"metadata": {"resourceVersion": "1"}}, headers=MERGE
+        ) as rsp:
+            assert rsp.status == 409
+    assert obj["metadata"]["resourceVersion"] != "1"
+    assert apiserver.conflicts == 2
+    assert apiserver.errors[(409, "AlreadyExists")] == 1
 
 
 async def test_no_op_write_keeps_resource_version(http: aiohttp.ClientSession) -> None:

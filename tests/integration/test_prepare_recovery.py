@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from _prepare_kit import NODE, Node, cleanup, gpu_config, make_node
 
+from gpudra.agent.kubeletplugin import ClaimRef
+from gpudra.agent.recovery import RecoveryReport
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS
@@ -43,6 +45,21 @@ async def node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[No
 MPS = [gpu_config({"strategy": "MPS"})]
 
 
+async def crash_and_restart(node: Node, ref: ClaimRef, operation: str, step: str) -> RecoveryReport:
+    """Prepare (or prepare, then unprepare) ``ref`` in a process that dies at ``step``; start a new one."""
+    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
+    await preparer.store.load()
+    if operation == "prepare":
+        with pytest.raises(Crash):
+            await preparer.prepare([ref])
+    else:
+        assert (await preparer.prepare([ref]))[ref.uid].error == ""
+        preparer.hook = crash_at(step)
+        with pytest.raises(Crash):
+            await preparer.unprepare([ref])
+    return await node.start()  # a new process: recovery, then the plugin registers
+
+
 @pytest.mark.parametrize(
     ("operation", "step", "prepared_after_restart"),
     [
@@ -57,18 +74,7 @@ MPS = [gpu_config({"strategy": "MPS"})]
 async def test_crash_points(node: Node, operation: str, step: str, prepared_after_restart: bool) -> None:
     ref = await node.claim("crashy", {"gpu": "gpu-1"}, config=MPS)
     gpu = next(g.index for g in node.backend.read_inventory().gpus if g.minor == 1)
-    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
-    await preparer.store.load()
-    if operation == "prepare":
-        with pytest.raises(Crash):
-            await preparer.prepare([ref])
-    else:
-        assert (await preparer.prepare([ref]))[ref.uid].error == ""
-        preparer.hook = crash_at(step)
-        with pytest.raises(Crash):
-            await preparer.unprepare([ref])
-
-    report = await node.start()  # a new process: recovery, then the plugin registers
+    report = await crash_and_restart(node, ref, operation, step)
 
     entries = node.preparer.store.claims() if node.preparer else {}
     if prepared_after_restart:
@@ -88,6 +94,54 @@ async def test_crash_points(node: Node, operation: str, step: str, prepared_afte
     assert node.spec_of(ref) is None and node.fake.gpu(gpu).compute_mode == 0
 
 
+DYNAMIC_DEVICE = "gpu-1-mig-1g10gb-19-3"
+MIG_MPS = [gpu_config({"strategy": "MPS"}, kind="MigDeviceConfig")]
+
+
+@pytest.mark.parametrize(
+    ("operation", "step", "prepared_after_restart"),
+    [
+        ("prepare", "instances_planned", False),
+        ("prepare", "instances_created", False),
+        ("prepare", "instances_recorded", False),
+        ("prepare", "prepare_started", False),
+        ("prepare", "cdi_written", False),
+        ("prepare", "prepare_completed", True),
+        ("unprepare", "unprepare_started", False),
+        ("unprepare", "cdi_deleted", False),
+        ("unprepare", "instances_destroyed", False),
+    ],
+)
+async def test_dynamic_mig_crash_points(
+    node: Node, operation: str, step: str, prepared_after_restart: bool
+) -> None:
+    """A dynamic MIG claim (with MPS through a MigDeviceConfig): whatever step the process dies at, the
+    restart leaves either the completed claim with its instance or no claim and no instance."""
+    gpu = node.make_dynamic(1)
+    ref = await node.claim("dyn", {"mig": DYNAMIC_DEVICE}, config=MIG_MPS)
+    report = await crash_and_restart(node, ref, operation, step)
+
+    entries = node.preparer.store.claims() if node.preparer else {}
+    if prepared_after_restart:
+        assert entries[ref.uid].state == "PrepareCompleted"
+        assert node.instances(gpu) == [("1g.10gb", 3)]
+    else:
+        assert ref.uid not in entries and node.spec_of(ref) is None
+        assert node.instances(gpu) == []
+        assert ref.uid in report.rolled_back + report.finished
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    (instance,) = node.backend.read_inventory().gpus[gpu].mig_devices
+    spec = node.spec_of(ref)
+    assert spec is not None
+    env = spec["containerEdits"]["env"]
+    assert f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in env and any(
+        e.startswith("CUDA_MPS_PIPE") for e in env
+    )
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert node.instances(gpu) == [] and node.spec_of(ref) is None
+
+
 async def test_reboot_regenerates_cdi_specs_before_registration(node: Node) -> None:
     await node.start()
     ref = await node.claim("survivor", {"gpu": "gpu-6"})
@@ -99,6 +153,32 @@ async def test_reboot_regenerates_cdi_specs_before_registration(node: Node) -> N
     report = await node.start()
     assert report.regenerated == [ref.uid]
     assert node.spec_of(ref) == written
+
+
+async def test_reboot_that_took_a_dynamic_instance_forgets_the_claim_so_prepare_creates_it_again(
+    node: Node,
+) -> None:
+    gpu = node.make_dynamic(1)
+    await node.start()
+    ref = await node.claim("after-reboot", {"mig": DYNAMIC_DEVICE})
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    (before,) = node.backend.read_inventory().gpus[gpu].mig_devices
+    await node.stop()
+    node.backend.destroy_mig_device(gpu, before.gi_id)  # MIG instances do not survive a reboot,
+    shutil.rmtree(node.cdi_dir)  # and neither does /var/run/cdi
+
+    report = await node.start()
+
+    assert report.instances_lost == [ref.uid] and node.preparer is not None
+    assert ref.uid not in node.preparer.store.claims() and node.spec_of(ref) is None
+    assert (await node.kubelet.prepare([ref]))[
+        ref.uid
+    ].error == ""  # the kubelet prepares before restarting the pod
+    (after,) = node.backend.read_inventory().gpus[gpu].mig_devices
+    assert (after.profile, after.placement_start) == ("1g.10gb", 3)  # created again
+    spec = node.spec_of(ref)
+    assert spec is not None and f"NVIDIA_VISIBLE_DEVICES={after.uuid}" in spec["containerEdits"]["env"]
 
 
 async def test_orphan_specs_and_temp_files_are_removed(node: Node) -> None:

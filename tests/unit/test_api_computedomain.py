@@ -107,6 +107,8 @@ def test_clique_round_trips_with_daemons_at_the_top_level() -> None:
                           "x-kubernetes-list-map-keys": ["name"]}),
         ("status.nodes.[]", {"type": "object", "required": ["name", "ipAddress", "cliqueID"]}),
         ("status.nodes.[].index", {"type": "integer"}),
+        ("status.conditions", {"type": "array", "x-kubernetes-list-type": "map",
+                               "x-kubernetes-list-map-keys": ["type"]}),
         ("status.nodes.[].status", {"type": "string", "default": "NotReady", "enum": ["Ready", "NotReady"]}),
     ],
 )  # fmt: skip
@@ -134,6 +136,7 @@ def test_computedomain_crd_identity(cd_crd: dict[str, Any]) -> None:
     assert version["subresources"] == {"status": {}}
     assert [c["jsonPath"] for c in version["additionalPrinterColumns"]] == [
         ".status.status",
+        '.status.conditions[?(@.type=="Ready")].reason',
         ".metadata.creationTimestamp",
     ]
     assert "required" not in version["schema"]["openAPIV3Schema"]

@@ -116,8 +116,8 @@ CASES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
             "cliques": {"n1": C1, "n2": ""},
         },
         "NotReady",
-        "CliqueMismatch",
-        ["NVLink fabric lost", "n2", "(no clique): n2"],
+        "NodesNotReady",
+        ["NVLink fabric lost", "n2", "1 of 2 nodes not ready"],
     ),
     (
         "clique mismatch names nodes and cliques",
@@ -247,3 +247,34 @@ def test_without_conditions_a_stored_status_lacking_them_matches() -> None:
     result = run(workload=["n1"], daemons=[ready("n1", 0)], cliques={"n1": C1})
     stored = result.to_wire(include_conditions=False)
     assert status_patch(stored, result.to_wire(include_conditions=False)) is None
+
+
+def test_a_domain_may_span_cliques_when_allowed_and_says_so() -> None:
+    inputs: dict[str, Any] = {
+        "workload_nodes": ["n1", "n2", "n3"],
+        "daemons": [ready("n1", 0), ready("n2", 1), ready("n3", 0, clique=C2)],
+        "node_cliques": {"n1": C1, "n2": C1, "n3": C2},
+        "now": NOW,
+    }
+    strict = aggregate_status(domain(), **inputs)
+    assert (strict.status.status, strict.condition("Ready").reason) == ("NotReady", "CliqueMismatch")
+
+    spanning = aggregate_status(domain(), span_cliques=True, **inputs)
+    assert spanning.ready
+    assert spanning.condition("Ready").message == "all 3 nodes ready in 2 NVLink cliques"
+    consistent = spanning.condition("CliqueConsistent")
+    assert (consistent.status, consistent.reason) == ("False", "MultipleCliques")
+    assert f"{C1}: n1, n2" in consistent.message and f"{C2}: n3" in consistent.message
+
+
+def test_a_node_in_no_clique_blocks_even_a_spanning_domain() -> None:
+    result = aggregate_status(
+        domain(),
+        workload_nodes=["n1", "n2"],
+        daemons=[ready("n1", 0), DaemonReport("n2", "10.0.0.2", "", 0, "Ready")],
+        node_cliques={"n1": C1, "n2": ""},
+        now=NOW,
+        span_cliques=True,
+    )
+    assert (result.status.status, result.condition("Ready").reason) == ("NotReady", "CliqueMismatch")
+    assert "(no clique): n2" in result.condition("CliqueConsistent").message

@@ -29,16 +29,25 @@ THIRD_PARTY_CRDS = {
 # What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
 # exactly these. Controller: kopf watches (list+watch) slices, classes and claims, lists namespaces and nodes to
 # explain claims, posts Events, and uses kopf peering and CRD discovery; for MigLayouts it watches them and Nodes,
-# patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted files). Agent: reads,
-# watches (by name) and labels its Node, lists and writes its own slices, reads claims it prepares and writes
-# their status, posts Events.
+# patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted files); the MIG planner
+# creates, merge-patches and deletes its own MigLayouts. Agent: reads, watches (by name) and labels its Node, lists
+# and writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain
+# driver reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps.
+# IMEX daemon: reads and writes its domain's ComputeDomainClique.
 USED: dict[str, set[tuple[str, str, str]]] = {
     "gpudra-controller": {
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
-        ("", "nodes", "watch"), ("", "nodes", "patch"), ("", "configmaps", "get"),
-        ("gpudra.dev", "miglayouts", "list"), ("gpudra.dev", "miglayouts", "watch"),
+        # ComputeDomains: watch domains, cliques and nodes; write status; apply and delete children
+        ("", "nodes", "watch"), ("", "nodes", "patch"),
+        *{("resource.nvidia.com", "computedomains", v) for v in ("list", "watch", "patch")},
+        ("resource.nvidia.com", "computedomains/status", "patch"),
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},
+        *{(g, r, v) for g, r in (("resource.k8s.io", "resourceclaimtemplates"), ("apps", "daemonsets"))
+          for v in ("list", "create", "patch", "delete")},
+        ("", "configmaps", "get"),
+        *{("gpudra.dev", "miglayouts", v) for v in ("list", "watch", "create", "patch", "delete")},
         ("gpudra.dev", "miglayouts/status", "patch"),
         *{("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")},
         *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")},
@@ -49,6 +58,11 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims/status", "patch"), ("resource.k8s.io", "resourceclaims/status", "update"),
         ("", "events", "create"),
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")},
+        *{("", "configmaps", v) for v in ("get", "create", "update")},
+    },
+    "gpudra-imex-daemon": {
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")},
     },
 }  # fmt: skip
 

@@ -5,6 +5,11 @@ from typing import Any
 
 from gpudra.agent.slicesync import SLICE_INDEX_LABEL, NodeRef, plan_slices
 from gpudra.api.resource import Device, DeviceAttribute
+from gpudra.devices.dynamic import build_node_devices
+from gpudra.devices.slices import CounterLayout, counter_layout_for
+from gpudra.hardware.backend import MigProfileInfo
+from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.simulated import empty_mig, simulated_backend
 
 NODE = NodeRef(name="node-a", uid="uid-a")
 DRIVER = "gpu.nvidia.com"
@@ -88,3 +93,28 @@ def test_slices_edited_by_someone_else_are_repaired() -> None:
     existing[0]["spec"]["devices"] = existing[0]["spec"]["devices"][:1]
     plan = plan_slices(existing, devices(4), node=NODE, driver=DRIVER)
     assert len(plan.updates) == 1 and len(plan.updates[0]["spec"]["devices"]) == 4
+
+
+def test_dynamic_mig_counters_follow_the_server_version_and_a_restart_writes_nothing() -> None:
+    inventory, profiles = dynamic_h100()
+    published = build_node_devices(inventory, profiles)
+    for layout, slices in ((counter_layout_for(1, 34), 8), (counter_layout_for(1, 35), 5)):
+        kwargs: dict[str, Any] = {"node": NODE, "driver": DRIVER, "counter_sets": published.counter_sets}
+        first = plan_slices([], published.devices, layout=layout, **kwargs)
+        assert len(first.creates) == slices, (
+            layout
+        )  # 1.34: a slice per GPU; 1.35: counters, then 208 devices by 64
+        specs = [body["spec"] for body in first.creates]
+        if layout is CounterLayout.V1_35:
+            assert not any(s.get("sharedCounters") and s.get("devices") for s in specs)
+            assert all(len(s.get("devices") or []) <= 64 for s in specs)
+        else:
+            assert all(len(s["sharedCounters"]) == 1 and len(s["devices"]) == 26 for s in specs)
+        assert plan_slices(stored(first.creates), published.devices, layout=layout, **kwargs).empty
+
+
+def dynamic_h100() -> tuple[NodeInventory, dict[str, tuple[MigProfileInfo, ...]]]:
+    backend = simulated_backend("dgx-h100", NODE.name).backend
+    empty_mig(backend)
+    inventory = backend.read_inventory()
+    return inventory, {gpu.uuid: backend.mig_profiles(gpu.index) for gpu in inventory.gpus}

@@ -71,13 +71,14 @@ class DeviceRecord(_Record):
 
 
 class MigInstanceRecord(_Record):
-    """A MIG instance prepare created (dynamic MIG); unprepare destroys exactly these."""
+    """A MIG instance prepare creates (dynamic MIG); unprepare destroys exactly these. Recorded before the
+    instance is created (ids None: only the placement is known) and again once it exists (with its ids)."""
 
     parent_uuid: str
     profile: str
     placement_start: int
-    gpu_instance_id: int
-    compute_instance_id: int
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
     uuid: str | None = None
 
 

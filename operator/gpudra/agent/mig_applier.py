@@ -107,7 +107,7 @@ class MigApplier:
         *,
         node: str,
         holders: DeviceHolders | None = None,
-        mark_dynamic: Callable[[frozenset[int]], None] | None = None,
+        mark_dynamic: Callable[[frozenset[int] | None], None] | None = None,
         catalog: Catalog | None = None,
     ) -> None:
         self._backend = backend
@@ -121,8 +121,9 @@ class MigApplier:
         return await asyncio.to_thread(self._backend.read_inventory)
 
     async def report_gpus(self) -> NodeReport:
-        """Only this node's GPUs (no desired state yet): lets the controller validate layouts early."""
-        self._hand_dynamic(frozenset())
+        """Only this node's GPUs (no desired state yet): lets the controller validate layouts early. No MigLayout
+        governs the node, so the agent's own ``mig_policy`` setting decides which GPUs are dynamic."""
+        self._hand_dynamic(None)
         return NodeReport(gpus=node_gpus(await self.read(), self._catalog))
 
     async def apply(self, desired: DesiredState) -> tuple[NodeReport, bool]:
@@ -324,9 +325,9 @@ class MigApplier:
         self._hand_dynamic(frozenset(i for i, s in result.states.items() if s.state == "dynamic"))
         return result
 
-    def _hand_dynamic(self, gpus: frozenset[int]) -> None:
+    def _hand_dynamic(self, gpus: frozenset[int] | None) -> None:
         """The Dynamic policy's single call site into the node agent: which GPUs follow claims (none unless
-        the node's desired policy is Dynamic)."""
+        the node's desired policy is Dynamic; None when no MigLayout governs the node)."""
         if self._mark_dynamic is not None:
             self._mark_dynamic(gpus)
 

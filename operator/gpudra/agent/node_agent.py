@@ -3,6 +3,10 @@
 A hardware change (a MIG instance created or destroyed, a GPU lost) is seen at the next poll and published at
 once; ``poke()`` skips the wait when the agent itself changed the hardware. Every ``full_resync_seconds`` the slices
 are re-listed and repaired even when the hardware did not change (someone deleted or edited them).
+
+Dynamic MIG: GPUs in dynamic mode (``settings.mig_policy`` for all MIG-capable GPUs, or the set given to
+:meth:`NodeAgent.set_dynamic_gpus` at run time) are published as partitionable devices with their counter sets
+(:mod:`gpudra.devices.dynamic`), in the counter layout of the API server's version unless the setting names one.
 """
 
 from __future__ import annotations
@@ -12,15 +16,19 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
-from gpudra.agent.health import HealthState, with_taints
+from gpudra.agent.health import DeviceProblem, HealthState, with_taints
+from gpudra.agent.kubeletplugin.types import DeviceHealth, HealthStatus
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.resource import Device
 from gpudra.config import AgentSettings
-from gpudra.devices.build import build_devices
-from gpudra.errors import GpudraError, NotFoundError
-from gpudra.hardware.backend import GpuBackend, HealthEvent
+from gpudra.devices.dynamic import build_node_devices
+from gpudra.devices.sharing import time_sliced
+from gpudra.devices.slices import CounterLayout, counter_layout_for
+from gpudra.errors import GpudraError, KubeError, NotFoundError
+from gpudra.hardware.backend import GpuBackend, HealthEvent, MigProfileInfo
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -38,9 +46,23 @@ def _attr(device: Device, name: str) -> str:
     return str(attrs[name].value) if name in attrs else ""
 
 
+ClaimedInstances = Callable[[], Mapping[str, Iterable[tuple[str, int]]]]
+"""GPU UUID -> (profile, placement start) of the MIG instances prepared (or being prepared) for claims."""
+
+
+def _no_claims() -> Mapping[str, Iterable[tuple[str, int]]]:
+    return {}
+
+
 class NodeAgent:
     def __init__(
-        self, settings: AgentSettings, backend: GpuBackend, client: KubeClient, metrics: Metrics
+        self,
+        settings: AgentSettings,
+        backend: GpuBackend,
+        client: KubeClient,
+        metrics: Metrics,
+        *,
+        claimed_instances: ClaimedInstances = _no_claims,
     ) -> None:
         self.settings = settings
         self._backend = backend
@@ -60,6 +82,74 @@ class NodeAgent:
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
         self._health_stop = threading.Event()
         self._health_changed = False
+        self._health_unreported = True  # the listener has not seen the current health yet
+        self._health_tick = asyncio.Event()  # set (and replaced) when published health changed
+        self.health_listener: Callable[[], Awaitable[None]] | None = None
+        """Called after a publish that changed device health (and after the first): the kubelet plugin marks
+        the claims prepared on unhealthy devices."""
+        self._republish = False  # the dynamic-MIG GPUs changed: publish again
+        self.claimed_instances = claimed_instances
+        self._dynamic_override: frozenset[str] | None = None
+        self._mig_profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
+        self.inventory_listeners: list[Callable[[NodeInventory], None]] = []
+        """Called with every successful hardware reading (the compute-domain driver follows the fabric)."""
+
+    # -- dynamic MIG -----------------------------------------------------------------------------------------
+
+    def set_dynamic_gpus(self, uuids: set[str] | None) -> None:
+        """Publish exactly these GPUs (by UUID) as dynamic MIG from now on; None: back to ``mig_policy``.
+        GPUs without MIG, or with MIG mode off, stay published as they are. Takes effect at once."""
+        wanted = None if uuids is None else frozenset(uuids)
+        if wanted == self._dynamic_override:
+            return
+        self._dynamic_override = wanted
+        self._republish = True
+        log.info(
+            "dynamic MIG GPUs set",
+            node=self.settings.node_name,
+            gpus=sorted(uuids) if uuids is not None else f"policy {self.settings.mig_policy}",
+        )
+        self.poke()
+
+    def dynamic_gpus(self) -> frozenset[str]:
+        """UUIDs of the GPUs published as dynamic MIG now (MIG-capable, MIG mode on, in dynamic mode)."""
+        inventory = self.inventory
+        if inventory is None:
+            return frozenset()
+        return frozenset(
+            gpu.uuid
+            for gpu in inventory.gpus
+            if gpu.mig_capable and gpu.mig_enabled and self._wants_dynamic(gpu.uuid)
+        )
+
+    def _wants_dynamic(self, uuid: str) -> bool:
+        wanted = self._dynamic_override
+        return uuid in wanted if wanted is not None else self.settings.mig_policy == "Dynamic"
+
+    def _profiles_of_dynamic(self, inventory: NodeInventory) -> dict[str, tuple[MigProfileInfo, ...]]:
+        """GPU UUID -> its MIG profiles, for the GPUs that are dynamic in ``inventory`` (read once per GPU)."""
+        out: dict[str, tuple[MigProfileInfo, ...]] = {}
+        for gpu in inventory.gpus:
+            if not (gpu.mig_capable and self._wants_dynamic(gpu.uuid)):
+                continue
+            if not gpu.mig_enabled:
+                log.warning("dynamic MIG needs MIG mode on; the GPU is published whole", gpu=gpu.uuid)
+                continue
+            if gpu.uuid not in self._mig_profiles:
+                self._mig_profiles[gpu.uuid] = self._backend.mig_profiles(gpu.index)
+            out[gpu.uuid] = self._mig_profiles[gpu.uuid]
+        return out
+
+    async def _counter_layout(self) -> CounterLayout:
+        if self.settings.counter_layout != "auto":
+            return CounterLayout(self.settings.counter_layout)
+        try:
+            layout = counter_layout_for(*await self._client.server_version())
+        except KubeError as exc:
+            log.warning("server version unknown; shared counters in the 1.34 layout", error=str(exc))
+            return CounterLayout.V1_34
+        log.info("shared counter layout chosen", node=self.settings.node_name, layout=layout.value)
+        return layout
 
     def poke(self) -> None:
         """Re-read the hardware now (after this agent changed it)."""
@@ -85,6 +175,7 @@ class NodeAgent:
             driver=self.settings.driver_name,
             metrics=self._metrics,
             max_devices_per_slice=self.settings.max_devices_per_slice,
+            layout=await self._counter_layout(),
         )
         last_full = 0.0
         dirty = True
@@ -100,13 +191,21 @@ class NodeAgent:
         while True:
             if self.health.expire(time.time()):
                 log.info("devices recovered: health taints removed", node=self.settings.node_name)
-                dirty = True
+                self._health_changed = True
             if self._health_changed:
-                self._health_changed, dirty = False, True
+                self._health_changed, dirty, self._health_unreported = False, True, True
+            if self._republish:
+                self._republish, dirty = False, True
             inventory: NodeInventory | None
             try:
+                read_at = time.time()
                 inventory = await asyncio.to_thread(self._backend.read_inventory)
                 self._metrics.hardware_reads.labels(node, "ok").inc()
+                if self.health.remember(inventory, read_at):
+                    log.info("a lost GPU is back", node=node)
+                    dirty, self._health_unreported = True, True
+                for listener in self.inventory_listeners:
+                    listener(inventory)
             except GpudraError as exc:
                 self._metrics.hardware_reads.labels(node, "failed").inc()
                 log.error("reading the GPUs failed; keeping the published slices", node=node, error=str(exc))
@@ -117,7 +216,45 @@ class NodeAgent:
             ):
                 dirty = await self._publish(inventory)
                 last_full = now if not dirty else last_full
+            if not dirty and self._health_unreported:
+                await self._report_health()
             await self._sleep()
+
+    async def _report_health(self) -> None:
+        """Tell the health stream's readers and the listener that the published health changed."""
+        self._health_unreported = False
+        self._health_tick.set()
+        self._health_tick = asyncio.Event()
+        if self.health_listener is not None:
+            try:
+                await self.health_listener()
+            except GpudraError as exc:
+                log.warning(
+                    "reporting device health failed; will retry", node=self.settings.node_name, error=str(exc)
+                )
+                self._health_unreported = True
+
+    def device_problems(self) -> dict[str, DeviceProblem]:
+        """Device name -> why it is unhealthy, as published now (devices of lost GPUs included)."""
+        return self.health.problems(self.inventory)
+
+    async def health_reports(self) -> AsyncIterator[list[DeviceHealth]]:
+        """The kubelet's health stream: the health of every device now, then again at each change."""
+        while True:
+            tick = self._health_tick
+            problems = self.device_problems()
+            names = sorted({d.name for d in self.devices} | set(problems))
+            now = int(time.time())
+            yield [
+                DeviceHealth(
+                    pool_name=self.settings.node_name,
+                    device_name=name,
+                    health=HealthStatus.UNHEALTHY if name in problems else HealthStatus.HEALTHY,
+                    last_updated_time=now,
+                )
+                for name in names
+            ]
+            await tick.wait()
 
     def _start_health_watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """A thread blocks in NVML's event wait (as real NVML requires) and hands events to the loop."""
@@ -152,9 +289,18 @@ class NodeAgent:
     async def _publish(self, inventory: NodeInventory) -> bool:
         """Publish; return True when it must be retried."""
         assert self.publisher is not None
-        devices = with_taints(build_devices(inventory), self.health.taints_for(inventory))
         try:
-            await self.publisher.publish(devices)
+            dynamic = await asyncio.to_thread(self._profiles_of_dynamic, inventory)
+            built = build_node_devices(inventory, dynamic, claimed=self.claimed_instances())
+        except GpudraError as exc:
+            log.error("building the devices failed; will retry", node=inventory.node_name, error=str(exc))
+            return True
+        devices = with_taints(
+            time_sliced(built.devices, self.settings.shared_gpu_replicas),
+            self.health.taints_for(inventory, built.devices),
+        )
+        try:
+            await self.publisher.publish(devices, built.counter_sets)
         except GpudraError as exc:
             log.error(
                 "publishing resourceslices failed; will retry", node=inventory.node_name, error=str(exc)
@@ -195,10 +341,11 @@ class NodeAgent:
     def _record(self, inventory: NodeInventory, devices: list[Device]) -> None:
         if self.inventory is not None and inventory != self.inventory:
             log.info("hardware changed; slices republished", node=inventory.node_name, devices=len(devices))
-        for gpu in inventory.gpus:
-            if gpu.mig_enabled and not gpu.mig_devices:
-                log.warning("MIG is enabled on a GPU with no MIG devices: it is not published", gpu=gpu.uuid)
         self.inventory, self.devices = inventory, devices
+        dynamic = self.dynamic_gpus()
+        for gpu in inventory.gpus:
+            if gpu.mig_enabled and not gpu.mig_devices and gpu.uuid not in dynamic:
+                log.warning("MIG is enabled on a GPU with no MIG devices: it is not published", gpu=gpu.uuid)
         counts = Counter((_attr(d, "type"), _attr(d, "profile")) for d in devices)
         gauge = self._metrics.devices_published
         for key in self._published_counts - set(counts):

@@ -4,29 +4,42 @@ Prepare of one claim, under that claim's checkpoint lock (other claims run in pa
 GET the ResourceClaim, check its UID and allocation, take the results of this driver on this node, map them to
 the GPUs and MIG devices present now, resolve the opaque configs, refuse devices another claim holds, then
 
-    checkpoint PrepareStarted (with the plan) -> sharing settings -> CDI spec written -> PrepareCompleted
+    [dynamic MIG: checkpoint PrepareStarted (placements to create) -> instances created -> checkpoint (their
+    ids)] -> checkpoint PrepareStarted (with the plan) -> sharing settings -> CDI spec written -> PrepareCompleted
 
 and report ``status.devices`` Ready on the claim. A failure after PrepareStarted is rolled back at once; a crash
 is repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from
 the checkpoint. Unprepare undoes exactly what the checkpoint says was done, and an unknown claim is a success.
 
-``hook`` is called with the name of each step boundary (``prepare_started``, ``cdi_written``,
-``before_prepare_completed``, ``prepare_completed``, ``unprepare_started``, ``cdi_deleted``); tests raise from it
-to simulate a crash there.
+The GPU driver's plan (which GPUs and MIG devices, sharing settings, CDI edits) is the default; another
+driver served by the same machinery (the compute-domain driver) passes its own ``planner``, which decides the
+plan of a claim and is told when a claim was released.
+
+Dynamic MIG instances are recorded before they are created, so a crash at any point leaves a record of every
+instance that may exist; undo (and start-up recovery) destroys them by placement. Unprepare destroys them after
+the CDI spec is gone.
+
+``hook`` is called with the name of each step boundary (``instances_planned``, ``instances_created``,
+``instances_recorded``, ``prepare_started``, ``cdi_written``, ``before_prepare_completed``, ``prepare_completed``,
+``unprepare_started``, ``cdi_deleted``, ``instances_destroyed``); tests raise from it to simulate a crash there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from gpudra.agent.cdi import ClaimSpecDir
-from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
+from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
+from gpudra.agent.dynamicmig import InstanceCreation, plan_instances
+from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
+from gpudra.agent.miginstances import MigInstances
 from gpudra.agent.preparing import (
+    ClaimPlan,
     DeviceKey,
     conflicts,
     device_status,
@@ -49,6 +62,7 @@ from gpudra.errors import (
     PrepareError,
 )
 from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import RESOURCE_CLAIMS
@@ -63,8 +77,40 @@ def no_hook(step: str) -> None:
     return None
 
 
+class ClaimPlanner(Protocol):
+    """What a driver other than the GPU driver plugs into :class:`ClaimPreparer`."""
+
+    async def plan(
+        self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
+    ) -> ClaimPlan:
+        """Everything prepare will do for the claim; raise a GpudraError when it cannot be prepared (yet)."""
+        ...
+
+    async def released(self, uid: str, entry: ClaimEntry | None) -> None:
+        """After an unprepare (``entry`` None: the claim was not prepared here, perhaps only attempted)."""
+        ...
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _claim_object(ref: ClaimRef) -> dict[str, Any]:
+    """Enough of a ResourceClaim to be an Event's involved object."""
+    return {
+        "apiVersion": RESOURCE_CLAIMS.api_version,
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
+    }
+
+
+def _view(
+    devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]
+) -> frozenset[tuple[str, str]]:
+    """(device, reason) of a claim's unhealthy devices: what the last report said."""
+    return frozenset(
+        (d.device_name, problems[d.device_name].reason) for d in devices if d.device_name in problems
+    )
 
 
 def _as_prepare_error(exc: GpudraError) -> PrepareError:
@@ -80,7 +126,8 @@ def _as_prepare_error(exc: GpudraError) -> PrepareError:
 
 
 class ClaimPreparer:
-    """PluginHandler of the GPU driver. ``shareable`` names devices that allow multiple allocations."""
+    """PluginHandler of the GPU driver. ``shareable`` names devices that allow multiple allocations;
+    ``problems`` (when the agent watches GPU health) says which devices are unhealthy now and why."""
 
     def __init__(
         self,
@@ -95,8 +142,11 @@ class ClaimPreparer:
         events: EventRecorder | None = None,
         features: SharingFeatures | None = None,
         shareable: Callable[[], Iterable[str]] = lambda: (),
+        problems: Callable[[], Mapping[str, DeviceProblem]] | None = None,
+        dynamic_gpus: Callable[[], Collection[str]] = frozenset,
         mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
         hook: Hook = no_hook,
+        planner: ClaimPlanner | None = None,
     ) -> None:
         self._client = client
         self._backend = backend
@@ -108,8 +158,13 @@ class ClaimPreparer:
         self._events = events or EventRecorder(client, f"gpudra-agent-{node}", window_seconds=60)
         self._features = features
         self._shareable = shareable
+        self._problems = problems
+        self._health_view: dict[str, frozenset[tuple[str, str]]] = {}
+        self._dynamic_gpus = dynamic_gpus
+        self._instances = MigInstances(backend)
         self._mps_root = mps_root
         self.hook = hook
+        self._planner = planner
         self._in_flight: dict[str, set[DeviceKey]] = {}
         self._repartitions = 0  # bumped when the MIG applier releases devices it changed
 
@@ -153,34 +208,59 @@ class ClaimPreparer:
             claim = await self._get_claim(ref)
             model = ResourceClaim.from_wire(claim)
             results = select_results(model, ref, driver=self.driver, node=self.node)
-            seen = self._repartitions
-            inventory = await asyncio.to_thread(self._backend.read_inventory)
-            plan = plan_claim(
-                ref.uid,
-                model,
+            planner = self._planner
+            plan = await self._execute(
+                ref,
                 results,
-                device_targets(inventory),
-                driver=self.driver,
-                features=self._features,
-                mps_root=self._mps_root,
+                (lambda: planner.plan(ref, model, results))
+                if planner is not None
+                else (lambda: self._plan_gpus(ref, model, results)),
             )
-            await self._execute(ref, plan.devices, plan.configs, plan.cdi_document, seen)
         except GpudraError as exc:
             error = _as_prepare_error(exc)
             await self._report_failure(ref, claim, results, error)
             if error is exc:
                 raise
             raise error from exc
-        ready = [
+        problems = self._problems() if self._problems is not None else {}
+        await self._update_status(ref, self._prepared_statuses(plan.devices, problems))
+        self._health_view[ref.uid] = _view(plan.devices, problems)
+        return PrepareResult(devices=prepared_devices(plan.devices))
+
+    def _prepared_statuses(
+        self, devices: Sequence[DeviceRecord], problems: Mapping[str, DeviceProblem]
+    ) -> list[dict[str, Any]]:
+        watched = self._problems is not None
+        return [
             device_status(
                 self.driver, d.pool_name, d.device_name, ready=True, reason="Prepared",
                 message=f"prepared on node {self.node}", now=_now(), share_id=d.share_id,
                 data={"uuid": d.uuid, "type": d.device_type, "cdiDeviceIDs": list(d.cdi_device_ids)},
+                health=problems.get(d.device_name, "Healthy") if watched else None,
             )
-            for d in plan.devices
+            for d in devices
         ]  # fmt: skip
-        await self._update_status(ref, ready)
-        return PrepareResult(devices=prepared_devices(plan.devices))
+
+    async def _plan_gpus(
+        self, ref: ClaimRef, model: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
+    ) -> ClaimPlan:
+        """The GPU driver's plan; dynamic MIG instances the results name are recorded and created first."""
+        dynamic = frozenset(self._dynamic_gpus())
+        inventory = await asyncio.to_thread(self._backend.read_inventory)
+        creations = await asyncio.to_thread(
+            plan_instances, results, inventory, dynamic, self._instances.profiles_of
+        )
+        if creations:
+            await self.store.transition(
+                ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
+                mig_instances_created=[c.record for c in creations],
+            )  # fmt: skip
+            self.hook("instances_planned")
+            inventory = await self._create_instances(ref.uid, creations)
+        return plan_claim(
+            ref.uid, model, results, device_targets(inventory, dynamic), driver=self.driver,
+            features=self._features, mps_root=self._mps_root,
+        )  # fmt: skip
 
     async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
         try:
@@ -193,17 +273,12 @@ class ClaimPreparer:
     async def _execute(
         self,
         ref: ClaimRef,
-        devices: Sequence[Any],
-        configs: Mapping[str, Mapping[str, Any]],
-        document: Mapping[str, Any],
-        repartitions_seen: int,
-    ) -> None:
-        if repartitions_seen != self._repartitions:
-            raise PrepareError(
-                "the node's MIG devices were repartitioned while preparing; the kubelet will retry",
-                reason="Repartitioned",
-            )
-        keys = {(d.pool_name, d.device_name) for d in devices}
+        results: Sequence[DeviceRequestAllocationResult],
+        plan_of: Callable[[], Awaitable[ClaimPlan]],
+    ) -> ClaimPlan:
+        """Refuse devices another claim holds, then plan (``plan_of``, which may already record and create
+        dynamic MIG instances) and carry the plan out; anything recorded is undone when a step fails."""
+        keys = {(r.pool, r.device) for r in results}
         holders: dict[str, Iterable[DeviceKey]] = {
             uid: [(d.pool_name, d.device_name) for d in e.devices] for uid, e in self.store.claims().items()
         }
@@ -215,25 +290,43 @@ class ClaimPreparer:
             )
         # No await between the check above and this reservation: concurrent prepares see each other.
         self._in_flight[ref.uid] = keys
+        before = self.store.get(ref.uid)
         try:
+            seen = self._repartitions
+            plan = await plan_of()
+            if seen != self._repartitions:
+                raise PrepareError(
+                    "the node's MIG devices were repartitioned while preparing; the kubelet will retry",
+                    reason="Repartitioned",
+                )
             entry = await self.store.transition(
                 ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
-                devices=devices, configs=configs, cdi_document=document,
+                devices=plan.devices, configs=plan.configs, cdi_document=plan.cdi_document,
             )  # fmt: skip
             self.hook("prepare_started")
-            try:
-                await self._apply_sharing(entry)
-                path = await asyncio.to_thread(self.specs.write_document, ref.uid, document)
-                self.hook("cdi_written")
-                self.hook("before_prepare_completed")
-                await self.store.transition(ref.uid, "PrepareCompleted", cdi_spec=str(path))
-                self.hook("prepare_completed")
-            except Exception:
+            await self._apply_sharing(entry)
+            path = await asyncio.to_thread(self.specs.write_document, ref.uid, plan.cdi_document)
+            self.hook("cdi_written")
+            self.hook("before_prepare_completed")
+            await self.store.transition(ref.uid, "PrepareCompleted", cdi_spec=str(path))
+            self.hook("prepare_completed")
+            return plan
+        except Exception:
+            recorded = self.store.get(ref.uid)
+            if recorded is not None and recorded is not before:
                 log.warning("prepare failed midway; rolling back", uid=ref.uid)
-                await self.undo(ref.uid, entry)
-                raise
+                await self.undo(ref.uid, recorded)
+            raise
         finally:
             self._in_flight.pop(ref.uid, None)
+
+    async def _create_instances(self, uid: str, creations: Sequence[InstanceCreation]) -> NodeInventory:
+        """Create the planned MIG instances, record their ids, and return the inventory that holds them."""
+        created = await asyncio.to_thread(self._instances.create, uid, creations)
+        self.hook("instances_created")
+        await self.store.transition(uid, "PrepareStarted", mig_instances_created=created)
+        self.hook("instances_recorded")
+        return await asyncio.to_thread(self._backend.read_inventory)
 
     async def _ensure_spec(self, uid: str, entry: ClaimEntry) -> None:
         if entry.cdi_document is not None and await asyncio.to_thread(self.specs.read, uid) is None:
@@ -282,6 +375,8 @@ class ClaimPreparer:
                     await self.store.transition(ref.uid, "UnprepareStarted")
                     self.hook("unprepare_started")
                     await self.undo(ref.uid, entry, hooked=True)
+                if self._planner is not None:
+                    await self._planner.released(ref.uid, entry)
         except GpudraError as exc:
             error = _as_prepare_error(exc)
             log.warning("unprepare failed", uid=ref.uid, error=str(error))
@@ -297,8 +392,12 @@ class ClaimPreparer:
 
     async def undo(self, uid: str, entry: ClaimEntry, *, hooked: bool = False) -> None:
         """Undo a (possibly partial) prepare: sharing settings, the CDI spec, then the checkpoint entry.
-        Sharing that cannot be undone (a lost GPU) is logged, not fatal: pods must not stay Terminating."""
+        Sharing that cannot be undone (a lost GPU) is logged, not fatal: pods must not stay Terminating. A GPU
+        another claim still holds (a shared GPU) keeps its settings until the last claim is unprepared."""
+        held = {d.uuid for other, e in self.store.claims().items() if other != uid for d in e.devices}
         for action in sharing_actions(entry.devices, entry.configs):
+            if action.gpu_uuid in held:
+                continue
             try:
                 if action.exclusive_process:
                     await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, False)
@@ -309,6 +408,10 @@ class ClaimPreparer:
         await asyncio.to_thread(self.specs.delete, uid)
         if hooked:
             self.hook("cdi_deleted")
+        if entry.mig_instances_created:
+            await asyncio.to_thread(self._instances.destroy, uid, entry.mig_instances_created)
+            if hooked:
+                self.hook("instances_destroyed")
         await self.store.remove(uid)
 
     async def _apply_sharing(self, entry: ClaimEntry) -> None:
@@ -317,6 +420,12 @@ class ClaimPreparer:
                 await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, True)
             if action.time_slice is not None:
                 await asyncio.to_thread(self._backend.set_time_slice, action.gpu_uuid, action.time_slice)
+
+    async def instances_lost(self, uid: str, entry: ClaimEntry) -> bool:
+        """Whether a dynamic MIG instance recorded for the claim is gone from its (present) GPU."""
+        if not entry.mig_instances_created:
+            return False
+        return await asyncio.to_thread(self._instances.lost, uid, entry.mig_instances_created)
 
     async def restore(self, uid: str, entry: ClaimEntry) -> bool:
         """At start-up: re-apply a completed claim's sharing and rewrite its CDI spec when it is missing or
@@ -333,6 +442,48 @@ class ClaimPreparer:
         await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
         return True
 
+    # -- health ----------------------------------------------------------------------------------------------
+
+    async def report_health(self, *, refresh: bool = False) -> None:
+        """Bring the Healthy condition of every prepared claim's devices in line with the health watcher: set it
+        False with the reason when a device turned unhealthy, True again when it recovered, with an Event on the
+        claim for each change. Claims whose devices did not change are not touched unless ``refresh`` (at start,
+        to correct what a previous agent wrote)."""
+        if self._problems is None:
+            return
+        problems = self._problems()
+        claims = self.store.claims()
+        for uid in set(self._health_view) - set(claims):
+            del self._health_view[uid]
+        for uid, entry in claims.items():
+            view = _view(entry.devices, problems)
+            before = self._health_view.get(uid, frozenset())
+            if entry.state != "PrepareCompleted" or (view == before and not refresh):
+                continue
+            ref = ClaimRef(namespace=entry.namespace, uid=uid, name=entry.name)
+            async with self.store.claim_lock(uid):
+                current = self.store.get(uid)
+                if current is None or current.state != "PrepareCompleted":
+                    continue
+                await self._update_status(ref, self._prepared_statuses(current.devices, problems))
+            self._health_view[uid] = view
+            await self._post_health_events(ref, before, view, problems)
+
+    async def _post_health_events(
+        self,
+        ref: ClaimRef,
+        before: frozenset[tuple[str, str]],
+        after: frozenset[tuple[str, str]],
+        problems: Mapping[str, DeviceProblem],
+    ) -> None:
+        involved = _claim_object(ref)
+        for device, _ in sorted(after - before):
+            message = f"node {self.node}: device {device}: {problems[device].message}"
+            await self._events.post(involved, "Warning", "DeviceUnhealthy", message)
+        for device in sorted({d for d, _ in before} - {d for d, _ in after}):
+            message = f"node {self.node}: device {device} is healthy again"
+            await self._events.post(involved, "Normal", "DeviceRecovered", message)
+
     # -- status and events -----------------------------------------------------------------------------------
 
     async def _report_failure(
@@ -342,11 +493,7 @@ class ClaimPreparer:
         results: Sequence[DeviceRequestAllocationResult],
         error: PrepareError,
     ) -> None:
-        involved = claim or {
-            "apiVersion": RESOURCE_CLAIMS.api_version,
-            "kind": "ResourceClaim",
-            "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
-        }
+        involved = claim or _claim_object(ref)
         if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
             await self._events.post(
                 involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"

@@ -5,7 +5,7 @@ CDI spec and the sharing settings are, whether a device is already held by anoth
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from gpudra.agent.cdi import (
     mig_device_nodes,
 )
 from gpudra.agent.checkpoint import DeviceRecord
+from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef, PreparedDevice
 from gpudra.api.nvidia import (
     TIME_SLICE_VALUES,
@@ -39,6 +40,7 @@ from gpudra.hardware.inventory import NodeInventory
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 MPS_LOG_DIRECTORY = "/var/log/nvidia-mps"
 READY = "Ready"
+HEALTHY = "Healthy"
 DeviceKey = tuple[str, str]
 """(pool, device) of an allocated device."""
 
@@ -66,14 +68,16 @@ class DeviceTarget:
     device_nodes: tuple[DeviceNode, ...]
 
 
-def device_targets(inventory: NodeInventory) -> dict[str, DeviceTarget]:
-    """Device name -> hardware, for every device the node publishes now."""
+def device_targets(inventory: NodeInventory, dynamic: Collection[str] = ()) -> dict[str, DeviceTarget]:
+    """Device name -> hardware, for every device the node publishes now. A GPU in dynamic MIG mode (UUID in
+    ``dynamic``) is a target as a whole GPU as well as through the MIG instances that exist on it."""
     targets: dict[str, DeviceTarget] = {}
     for gpu in inventory.gpus:
-        if not gpu.mig_enabled:
+        if not gpu.mig_enabled or gpu.uuid in dynamic:
             name = gpu_device_name(gpu.minor)
             targets[name] = DeviceTarget(name, "gpu", gpu.uuid, gpu.uuid, gpu_device_nodes(gpu.minor))
-            continue
+            if not gpu.mig_enabled:
+                continue
         for mig in gpu.mig_devices:
             name = mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
             nodes = mig_device_nodes(gpu.minor, *mig_cap_minors(gpu.minor, mig.gi_id, mig.ci_id))
@@ -289,22 +293,16 @@ def prepared_devices(devices: Sequence[DeviceRecord]) -> list[PreparedDevice]:
 def device_status(
     driver: str, pool: str, device: str, *, ready: bool, reason: str, message: str, now: str,
     share_id: str | None = None, data: Mapping[str, Any] | None = None,
+    health: DeviceProblem | Literal["Healthy"] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One ``status.devices[]`` entry with its Ready condition."""
-    entry: dict[str, Any] = {
-        "driver": driver,
-        "pool": pool,
-        "device": device,
-        "conditions": [
-            {
-                "type": READY,
-                "status": "True" if ready else "False",
-                "reason": reason,
-                "message": message[:1024],
-                "lastTransitionTime": now,
-            }
-        ],
-    }
+    """One ``status.devices[]`` entry with its Ready condition and, when the agent watches health, a Healthy
+    condition (False with the problem's reason while the device is unhealthy)."""
+    conditions = [_condition(READY, ready, reason, message, now)]
+    if isinstance(health, DeviceProblem):
+        conditions.append(_condition(HEALTHY, False, health.reason, health.message, now))
+    elif health == "Healthy":
+        conditions.append(_condition(HEALTHY, True, "Healthy", "no outstanding health events", now))
+    entry: dict[str, Any] = {"driver": driver, "pool": pool, "device": device, "conditions": conditions}
     if share_id:
         entry["shareID"] = share_id
     if data:
@@ -312,11 +310,21 @@ def device_status(
     return entry
 
 
+def _condition(type_: str, status: bool, reason: str, message: str, now: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": now,
+    }
+
+
 def merge_device_statuses(
     existing: Sequence[Mapping[str, Any]], *, driver: str, pool: str, ours: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """``status.devices`` with this node's entries of ``driver`` replaced by ``ours``, others' kept in order.
-    An unchanged Ready condition keeps its lastTransitionTime."""
+    A condition whose status did not change keeps its lastTransitionTime."""
     previous = {
         (e.get("device"), e.get("shareID")): e
         for e in existing
@@ -326,9 +334,13 @@ def merge_device_statuses(
     for entry in ours:
         new = dict(entry)
         old = previous.get((entry.get("device"), entry.get("shareID")))
-        old_ready = next((c for c in (old or {}).get("conditions") or [] if c.get("type") == READY), None)
-        new_ready = new["conditions"][0]
-        if old_ready is not None and old_ready.get("status") == new_ready["status"]:
-            new["conditions"] = [dict(new_ready, lastTransitionTime=old_ready.get("lastTransitionTime"))]
+        old_conditions = {c.get("type"): c for c in (old or {}).get("conditions") or []}
+        conditions = []
+        for condition in new["conditions"]:
+            before = old_conditions.get(condition["type"])
+            if before is not None and before.get("status") == condition["status"]:
+                condition = dict(condition, lastTransitionTime=before.get("lastTransitionTime"))
+            conditions.append(condition)
+        new["conditions"] = conditions
         merged.append(new)
     return merged

@@ -6,7 +6,8 @@ import time
 from collections.abc import Sequence
 
 from gpudra.agent.slicesync import NodeRef, plan_slices
-from gpudra.api.resource import Device
+from gpudra.api.resource import CounterSet, Device
+from gpudra.devices.slices import CounterLayout
 from gpudra.errors import ConflictError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import RESOURCE_SLICES
@@ -28,22 +29,24 @@ class SlicePublisher:
         driver: str,
         metrics: Metrics,
         max_devices_per_slice: int = 128,
+        layout: CounterLayout = CounterLayout.V1_35,
     ) -> None:
         self._client = client
         self._node = node
         self._driver = driver
         self._metrics = metrics
         self._max = max_devices_per_slice
+        self.layout = layout
         self.slice_names: list[str] = []
         self.generation = 0
         self.node_uid = node.uid
 
-    async def publish(self, devices: Sequence[Device]) -> bool:
+    async def publish(self, devices: Sequence[Device], counter_sets: Sequence[CounterSet] = ()) -> bool:
         """Bring the slices in line; True when something was written. Retries a lost race once."""
         started = time.perf_counter()
         for attempt in (1, 2):
             try:
-                changed = await self._publish_once(devices)
+                changed = await self._publish_once(devices, counter_sets)
                 break
             except (ConflictError, NotFoundError) as exc:
                 if attempt == 2:
@@ -55,12 +58,13 @@ class SlicePublisher:
         self._metrics.slices_published.labels(self._node.name, self._driver).set(len(self.slice_names))
         return changed
 
-    async def _publish_once(self, devices: Sequence[Device]) -> bool:
+    async def _publish_once(self, devices: Sequence[Device], counter_sets: Sequence[CounterSet]) -> bool:
         selector = f"spec.nodeName={self._node.name},spec.driver={self._driver}"
         existing, _ = await self._client.list(RESOURCE_SLICES, field_selector=selector)
         plan = plan_slices(
-            existing, devices, node=self._node, driver=self._driver, max_devices_per_slice=self._max
-        )
+            existing, devices, node=self._node, driver=self._driver, max_devices_per_slice=self._max,
+            counter_sets=counter_sets, layout=self.layout,
+        )  # fmt: skip
         self.generation = plan.generation
         if plan.empty:
             self.slice_names = sorted(s["metadata"]["name"] for s in existing)

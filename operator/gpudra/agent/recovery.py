@@ -6,6 +6,12 @@
   /var/run/cdi: kubernetes #141433) and their sharing settings re-applied.
 - PrepareStarted claims (a crash before the kubelet got an answer) are rolled back; the kubelet retries prepare.
 - UnprepareStarted claims (a crash during unprepare) are finished.
+- Dynamic MIG instances of claims rolled back or finished are destroyed (found by their recorded placement, so an
+  instance created just before a crash, whose ids were never written, goes too); one that cannot be destroyed
+  keeps its claim in the checkpoint (``failed``) and the kubelet's next call tries again.
+- A PrepareCompleted claim whose dynamic MIG instance is gone (MIG instances do not survive a reboot or a GPU
+  reset) is forgotten (``instances_lost``): its spec names a device that no longer exists, and the kubelet's next
+  prepare, which comes before the pod's containers start again, creates the instance anew.
 - Spec files no checkpoint entry owns are deleted, but only when the checkpoint could be trusted: after a reset
   the agent cannot tell which specs running pods still need, so it leaves them.
 - Half-written temp files are removed.
@@ -18,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gpudra.agent.prepare import ClaimPreparer
-from gpudra.errors import CheckpointError
+from gpudra.errors import CheckpointError, GpudraError
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
 
@@ -32,6 +38,8 @@ class RecoveryReport:
     regenerated: list[str] = field(default_factory=list)
     rolled_back: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    instances_lost: list[str] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
 
@@ -58,15 +66,23 @@ async def recover(
     report.temp_files_removed = len(await asyncio.to_thread(specs.remove_temp_files))
     for uid, entry in sorted(store.claims().items()):
         async with store.claim_lock(uid):
-            if entry.state == "PrepareCompleted":
+            lost = entry.state == "PrepareCompleted" and await preparer.instances_lost(uid, entry)
+            if entry.state == "PrepareCompleted" and not lost:
                 if await preparer.restore(uid, entry):
                     report.regenerated.append(uid)
-            elif entry.state == "PrepareStarted":
+                continue
+            try:
                 await preparer.undo(uid, entry)
-                report.rolled_back.append(uid)
+            except (
+                GpudraError
+            ) as exc:  # e.g. a MIG instance still in use: kept, the kubelet's retry repeats it
+                log.error("could not undo a claim; kept for a retry", uid=uid, error=str(exc))
+                report.failed.append(uid)
+                continue
+            if lost:
+                report.instances_lost.append(uid)
             else:
-                await preparer.undo(uid, entry)
-                report.finished.append(uid)
+                (report.rolled_back if entry.state == "PrepareStarted" else report.finished).append(uid)
     if trusted:
         owned = set(store.claims())
         for uid in await asyncio.to_thread(specs.claim_uids):

@@ -4,6 +4,9 @@ The slice publisher (:class:`NodeAgent`) and the kubelet DRA plugin (:class:`Cla
 :class:`KubeletPlugin`). Start-up order: reconcile the checkpoint and the CDI directory first
 (:func:`recover`), then serve the plugin sockets (the kubelet may call prepare right after registration),
 then run the publishing loop; on exit the plugin is deregistered and stopped.
+
+Beside them, on nodes with multi-node NVLink, the compute-domain driver (:class:`ComputeDomainDriver`,
+its own plugin, checkpoint and slice) runs in the same process and follows the GPU agent's readings.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import asyncio
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.computedomain.driver import ComputeDomainDriver
+from gpudra.agent.dynamicmig import claimed_placements
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.mig_applier import MigApplier
 from gpudra.agent.mig_journal import PlanJournal
@@ -44,7 +49,7 @@ class AgentRuntime:
         hook: Hook | None = None,
     ) -> None:
         self.settings = settings
-        self.agent = NodeAgent(settings, backend, client, metrics)
+        self.agent = NodeAgent(settings, backend, client, metrics, claimed_instances=self._claimed_instances)
         self._client = client
         self._metrics = metrics
         self._events = EventRecorder(client, f"gpudra-agent-{settings.node_name}", window_seconds=60)
@@ -52,7 +57,13 @@ class AgentRuntime:
         self.recovery: RecoveryReport | None = None
         self.preparer: ClaimPreparer | None = None
         self.plugin: KubeletPlugin | None = None
-        self.dynamic_gpus: frozenset[int] = frozenset()
+        self.compute_domains: ComputeDomainDriver | None = None
+        if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
+            self.compute_domains = ComputeDomainDriver(
+                settings, backend, client, metrics, report_problem=self._report_checkpoint_problem
+            )
+            self.agent.inventory_listeners.append(self.compute_domains.observe)
+        self.dynamic_gpus: frozenset[int] | None = None
         if settings.serve_kubelet_plugin:
             self._build_plugin(settings, backend, client, metrics, hook)
         applier = MigApplier(
@@ -92,6 +103,8 @@ class AgentRuntime:
             metrics=metrics,
             events=self._events,
             shareable=self._shareable,
+            dynamic_gpus=self.agent.dynamic_gpus,
+            problems=self.agent.device_problems if settings.health_checks else None,
             mps_root=str(settings.plugin_path / "mps"),
             hook=hook or no_hook,
         )
@@ -100,17 +113,41 @@ class AgentRuntime:
             self.preparer,
             plugin_dir=settings.plugin_path,
             registry_dir=settings.registry_dir,
+            health_source=self.agent.health_reports if settings.health_checks else None,
         )
+        self.agent.health_listener = self._report_health
+        self._health_refreshed = False
 
-    def _mark_dynamic(self, gpus: frozenset[int]) -> None:
-        """The MigLayout Dynamic policy's hand-off: MIG is enabled on these GPUs and their instances follow claims.
-        Dynamic MIG publication and prepare (the mig-dynamic work) take it from here."""
+    def _claimed_instances(self) -> dict[str, list[tuple[str, int]]]:
+        """Dynamic MIG instances recorded for claims (also those about to be created): the slices keep
+        offering their placements, so an allocated device never disappears while its claim holds it."""
+        if self.preparer is None:
+            return {}
+        records = [r for entry in self.preparer.store.claims().values() for r in entry.mig_instances_created]
+        return claimed_placements(records)
+
+    def _mark_dynamic(self, gpus: frozenset[int] | None) -> None:
+        """The MigLayout applier's hand-off: these GPUs (NVML indices; MIG is on) follow claims, none for a
+        Static layout, or None when no MigLayout governs the node (``mig_policy`` decides)."""
         if gpus != self.dynamic_gpus:
-            log.info("GPUs under dynamic MIG", node=self.settings.node_name, gpus=sorted(gpus))
+            log.info("GPUs under dynamic MIG", node=self.settings.node_name, gpus=sorted(gpus or ()))
         self.dynamic_gpus = gpus
+        if gpus is None:
+            self.agent.set_dynamic_gpus(None)
+            return
+        inventory = self.agent.inventory
+        by_index = {gpu.index: gpu.uuid for gpu in inventory.gpus} if inventory is not None else {}
+        self.agent.set_dynamic_gpus({by_index[i] for i in gpus if i in by_index})
 
     def _shareable(self) -> list[str]:
         return [d.name for d in self.agent.devices if d.allow_multiple_allocations]
+
+    async def _report_health(self) -> None:
+        """Mark the claims prepared on devices whose health changed; the first time, every prepared claim (a
+        previous agent may have left marks that no longer hold)."""
+        if self.preparer is not None:
+            await self.preparer.report_health(refresh=not self._health_refreshed)
+            self._health_refreshed = True
 
     async def _report_checkpoint_problem(self, problem: CheckpointError) -> None:
         name = self.settings.node_name
@@ -144,7 +181,12 @@ class AgentRuntime:
         try:
             await self.start_plugin()
             mig = asyncio.create_task(self.mig.run(), name=f"mig-{self.settings.node_name}")
-            await self.agent.run()
+            if self.compute_domains is None:
+                await self.agent.run()
+            else:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.agent.run())
+                    group.create_task(self.compute_domains.run())
         finally:
             if mig is not None:
                 mig.cancel()

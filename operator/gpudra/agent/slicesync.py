@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.meta import ObjectMeta, OwnerReference
-from gpudra.api.resource import Device, ResourceSlice, ResourceSliceSpec
-from gpudra.devices.slices import build_slice_specs
+from gpudra.api.resource import CounterSet, Device, ResourceSlice, ResourceSliceSpec
+from gpudra.devices.slices import CounterLayout, build_slice_specs
 
 SLICE_INDEX_LABEL = "gpudra.dev/slice-index"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -56,15 +56,18 @@ def plan_slices(
     node: NodeRef,
     driver: str,
     max_devices_per_slice: int = 128,
+    counter_sets: Sequence[CounterSet] = (),
+    layout: CounterLayout = CounterLayout.V1_35,
 ) -> SlicePlan:
-    """Compare the slices on the server (wire dicts of this node and driver) with the devices to publish."""
+    """Compare the slices on the server (wire dicts of this node and driver) with the devices (and the shared
+    counter sets of dynamic MIG, laid out for the server's version) to publish."""
     current = sorted(existing, key=_index)
     generation = max(
         (int(s.get("spec", {}).get("pool", {}).get("generation", 0)) for s in current), default=0
     )
     same = build_slice_specs(
         node_name=node.name, driver=driver, devices=devices, generation=generation,
-        max_devices_per_slice=max_devices_per_slice,
+        max_devices_per_slice=max_devices_per_slice, counter_sets=counter_sets, layout=layout,
     )  # fmt: skip
     if len(same) == len(current) and all(
         _spec_wire(have) == want.to_wire() and _index(have)[0] == i
@@ -75,7 +78,7 @@ def plan_slices(
     generation += 1
     desired = build_slice_specs(
         node_name=node.name, driver=driver, devices=devices, generation=generation,
-        max_devices_per_slice=max_devices_per_slice,
+        max_devices_per_slice=max_devices_per_slice, counter_sets=counter_sets, layout=layout,
     )  # fmt: skip
     plan = SlicePlan(generation=generation)
     plan.deletes = [s["metadata"]["name"] for s in current[len(desired) :]]

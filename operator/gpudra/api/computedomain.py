@@ -5,7 +5,9 @@ workload pods reach it through the ResourceClaimTemplate named in ``spec.channel
 immutable. A ComputeDomainClique records the IMEX daemons of one ComputeDomain inside one NVLink clique.
 
 Same fields, defaults, enums and validation as NVIDIA's CRDs, so existing objects and manifests work
-unchanged. gpudra adds only presentation: ``kubectl get computedomains`` shows a Status column.
+unchanged. gpudra adds only what is additive: ``kubectl get computedomains`` shows a Status column, and
+``status.conditions`` (optional, written only by gpudra's controller) says what is missing while the domain is
+NotReady. NVIDIA's objects never set it, so their manifests and their controller's status writes still validate.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pydantic import ConfigDict, Field
 
 from gpudra.api.base import WireModel
 from gpudra.api.crd import CrdInfo, CustomResource, PrinterColumn
+from gpudra.api.meta import Condition
 
 GROUP = "resource.nvidia.com"
 VERSION = "v1beta1"
@@ -98,6 +101,12 @@ class ComputeDomainStatus(WireModel):
         description="The nodes in the domain, one entry per node name.",
         json_schema_extra=_list_map("name"),
     )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="gpudra addition: Ready (the summary; its message names every missing node and why), "
+        "NodesReady, CliqueConsistent. Absent when another controller writes the status.",
+        json_schema_extra=_list_map("type"),
+    )
 
 
 class ComputeDomain(CustomResource):
@@ -112,6 +121,11 @@ class ComputeDomain(CustomResource):
         scope="Namespaced",
         printer_columns=(
             PrinterColumn(name="Status", json_path=".status.status", description="Ready or NotReady"),
+            PrinterColumn(
+                name="Reason",
+                json_path='.status.conditions[?(@.type=="Ready")].reason',
+                description="Why the domain is (not) Ready (gpudra's controller only)",
+            ),
             PrinterColumn(name="Age", json_path=".metadata.creationTimestamp", type="date"),
         ),
         status_subresource=True,

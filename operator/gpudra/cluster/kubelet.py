@@ -1,21 +1,32 @@
 """The embedded cluster's stand-in kubelet: one per simulated node, the DRA part of a real kubelet's pod sync.
 
 It watches the pods bound to its node. For a new pod it reads the pod's claims, checks the pod is in each
-claim's ``status.reservedFor``, and calls NodePrepareResources over the agent's REAL plugin sockets (registration
-first, like the kubelet) for the claims allocated devices of the driver; then it marks the pod Running and Ready.
-A failure posts Event FailedPrepareDynamicResources on the pod and is retried with backoff. When a pod goes
-away, its claims that no other pod on the node still uses are unprepared (retried until they succeed).
+claim's ``status.reservedFor``, and calls NodePrepareResources of each driver the claims are allocated from over
+that driver's REAL plugin sockets (``<registry dir>/<driver>-reg.sock``, registration first, like the kubelet);
+then it marks the pod Running and Ready. A failure posts Event FailedPrepareDynamicResources on the pod and is
+retried with backoff. When a pod goes away, its claims that no other pod on the node still uses are unprepared
+(retried until they succeed).
+
+Containers do not run, with one exception: a ComputeDomain's IMEX daemon pod (labelled as the controller's
+DaemonSet labels it) runs as a simulated daemon coroutine, the same registration code as ``gpudra
+imex-daemon``, with the env a container would get: the pod's own env plus what the CDI specs of its prepared
+claims add (CLIQUE_ID), read from the node's CDI directory as a container runtime would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient
+from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
+from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PrepareResult
+from gpudra.computedomain.names import COMPONENT_LABEL, OBJECT_LABEL
 from gpudra.errors import GpudraError, KubeletPluginError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -46,26 +57,61 @@ def pod_claim_names(pod: dict[str, Any]) -> list[str]:
     return names
 
 
+def cdi_env(cdi_dir: Path, device_ids: Iterable[str]) -> dict[str, str]:
+    """The env a container runtime gives a container with these CDI devices (spec-wide, then device edits)."""
+    wanted = set(device_ids)
+    env: dict[str, str] = {}
+    if not cdi_dir.is_dir():
+        return env
+    for path in sorted(cdi_dir.glob("*.json")):
+        try:
+            spec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        kind = spec.get("kind", "")
+        names = [d.get("name") for d in spec.get("devices") or [] if f"{kind}={d.get('name')}" in wanted]
+        if not names:
+            continue
+        edits = [spec.get("containerEdits") or {}]
+        edits += [d.get("containerEdits") or {} for d in spec["devices"] if d.get("name") in names]
+        for edit in edits:
+            for entry in edit.get("env") or []:
+                key, _, value = entry.partition("=")
+                env[key] = value
+    return env
+
+
+def simulated_pod_ip(node: str) -> str:
+    digest = hashlib.sha256(node.encode()).digest()
+    return f"10.{digest[0]}.{digest[1]}.{max(digest[2], 1)}"
+
+
+def is_imex_daemon(pod: dict[str, Any]) -> bool:
+    labels = pod["metadata"].get("labels") or {}
+    return labels.get(COMPONENT_LABEL) == "daemon" and OBJECT_LABEL in labels
+
+
 class StandInKubelet:
     def __init__(
         self,
         client: KubeClient,
         node: str,
-        registration_socket: Path,
+        registry_dir: Path,
         *,
-        driver: str = "gpu.nvidia.com",
+        cdi_dir: Path | None = None,
         max_backoff: float = 5.0,
     ) -> None:
         self.node = node
-        self.driver = driver
         self._client = client
-        self._socket = registration_socket
+        self._registry = registry_dir
+        self._cdi_dir = cdi_dir
         self._max_backoff = max_backoff
         self._informer = Informer(client, PODS, self._on_pod, field_selector=f"spec.nodeName={node}")
         self._events = EventRecorder(client, "kubelet", window_seconds=30)
-        self._plugin: KubeletClient | None = None
-        self._prepared: dict[str, list[ClaimRef]] = {}  # pod uid -> the claims prepared for it
+        self._plugins: dict[str, KubeletClient] = {}
+        self._prepared: dict[str, list[tuple[str, ClaimRef]]] = {}  # pod uid -> (driver, claim) prepared
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
@@ -74,8 +120,11 @@ class StandInKubelet:
         finally:
             for task in [*self._tasks.values(), *self._background]:
                 task.cancel()
-            if self._plugin is not None:
-                await asyncio.shield(self._plugin.close())
+            for stop, task in self._daemons.values():
+                stop.set()
+                task.cancel()
+            for plugin in self._plugins.values():
+                await asyncio.shield(plugin.close())
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata", {})
@@ -96,34 +145,48 @@ class StandInKubelet:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _connect(self) -> KubeletClient:
-        if self._plugin is None:
-            plugin = KubeletClient(self._socket)
+    async def _connect(self, driver: str) -> KubeletClient:
+        if driver not in self._plugins:
+            plugin = KubeletClient(self._registry / f"{driver}-reg.sock")
             try:
                 await plugin.register()
             except BaseException:
                 await plugin.close()
                 raise
-            self._plugin = plugin
-        return self._plugin
+            self._plugins[driver] = plugin
+        return self._plugins[driver]
 
-    async def _drop_connection(self) -> None:
-        plugin, self._plugin = self._plugin, None
-        if plugin is not None:
+    async def _drop_connections(self) -> None:
+        plugins, self._plugins = self._plugins, {}
+        for plugin in plugins.values():
             await plugin.close()
 
-    async def _claims_to_prepare(self, pod: dict[str, Any]) -> list[ClaimRef]:
+    async def _claims_to_prepare(self, pod: dict[str, Any]) -> dict[str, list[ClaimRef]]:
+        """driver -> the pod's claims allocated devices of that driver."""
         meta = pod["metadata"]
-        refs = []
+        by_driver: dict[str, list[ClaimRef]] = {}
         for name in pod_claim_names(pod):
             claim = await self._client.get(RESOURCE_CLAIMS, name, meta["namespace"])
             status = claim.get("status") or {}
             if not any(r.get("uid") == meta["uid"] for r in status.get("reservedFor") or []):
                 raise PrepareError(f"pod is not yet in the reservedFor of claim {name}", reason="NotReserved")
             results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-            if any(r.get("driver") == self.driver for r in results):
-                refs.append(ClaimRef(namespace=meta["namespace"], uid=claim["metadata"]["uid"], name=name))
-        return refs
+            ref = ClaimRef(namespace=meta["namespace"], uid=claim["metadata"]["uid"], name=name)
+            for driver in sorted({str(r.get("driver")) for r in results}):
+                by_driver.setdefault(driver, []).append(ref)
+        return by_driver
+
+    async def _prepare(self, by_driver: dict[str, list[ClaimRef]]) -> list[str]:
+        """Prepare every driver's claims; the CDI ids the container would get."""
+        device_ids: list[str] = []
+        for driver, refs in sorted(by_driver.items()):
+            plugin = await self._connect(driver)
+            results: dict[str, PrepareResult] = await plugin.prepare(refs)
+            errors = [f"{r.name}: {results[r.uid].error}" for r in refs if results[r.uid].error]
+            if errors:
+                raise PrepareError("; ".join(errors))
+            device_ids += [i for r in refs for d in results[r.uid].devices for i in d.cdi_device_ids]
+        return device_ids
 
     async def _start_pod(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
@@ -131,14 +194,11 @@ class StandInKubelet:
         try:
             while True:
                 try:
-                    refs = await self._claims_to_prepare(pod)
-                    if refs:
-                        plugin = await self._connect()
-                        results = await plugin.prepare(refs)
-                        errors = [f"{r.name}: {results[r.uid].error}" for r in refs if results[r.uid].error]
-                        if errors:
-                            raise PrepareError("; ".join(errors))
-                    self._prepared[uid] = refs
+                    by_driver = await self._claims_to_prepare(pod)
+                    device_ids = await self._prepare(by_driver)
+                    self._prepared[uid] = [(d, r) for d, refs in sorted(by_driver.items()) for r in refs]
+                    if is_imex_daemon(pod):
+                        self._start_daemon(pod, device_ids)
                     await self._set_running(pod)
                     return
                 except NotFoundError as exc:
@@ -146,7 +206,7 @@ class StandInKubelet:
                         return  # the pod is gone
                     await self._failed(pod, exc)
                 except KubeletPluginError as exc:
-                    await self._drop_connection()
+                    await self._drop_connections()
                     await self._failed(pod, exc)
                 except GpudraError as exc:
                     await self._failed(pod, exc)
@@ -174,19 +234,58 @@ class StandInKubelet:
         meta = pod["metadata"]
         await self._client.patch(PODS, meta["name"], patch, meta["namespace"], subresource="status")
 
+    def _start_daemon(self, pod: dict[str, Any], device_ids: list[str]) -> None:
+        """Run the daemon pod's container: the simulated IMEX daemon with the container's env."""
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+        env = {e.get("name"): e.get("value") for e in container.get("env") or [] if "value" in e}
+        if self._cdi_dir is not None:
+            env.update(cdi_env(self._cdi_dir, device_ids))
+        identity = DaemonIdentity(
+            namespace=pod["metadata"]["namespace"],
+            domain_uid=str(env.get("COMPUTE_DOMAIN_UUID") or pod["metadata"]["labels"][OBJECT_LABEL]),
+            clique_id=str(env.get("CLIQUE_ID") or ""),
+            node_name=self.node,
+            ip_address=simulated_pod_ip(self.node),
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_daemon(self._client, identity, stop=stop), name=f"imex-daemon {self.node}"
+        )
+        self._daemons[pod["metadata"]["uid"]] = (stop, task)
+
+    async def _stop_daemon(self, pod_uid: str) -> None:
+        daemon = self._daemons.pop(pod_uid, None)
+        if daemon is not None:
+            stop, task = daemon
+            stop.set()
+            with contextlib.suppress(Exception):
+                await task
+
     async def _release(self, pod_uid: str) -> None:
-        """Unprepare the pod's claims that no other pod on this node still uses; retry until done."""
-        refs = self._prepared.pop(pod_uid, [])
-        in_use = {r.uid for claims in self._prepared.values() for r in claims}
-        refs = [r for r in refs if r.uid not in in_use]
+        """Stop its containers, then unprepare the pod's claims that no other pod on this node still uses;
+        retry until done."""
+        await self._stop_daemon(pod_uid)
+        claims = self._prepared.pop(pod_uid, [])
+        in_use = {r.uid for prepared in self._prepared.values() for _, r in prepared}
+        pending: dict[str, list[ClaimRef]] = {}
+        for driver, ref in claims:
+            if ref.uid not in in_use:
+                pending.setdefault(driver, []).append(ref)
         delay = 0.1
-        while refs:
-            with contextlib.suppress(GpudraError):
-                plugin = await self._connect()
-                results = await plugin.unprepare(refs)
-                refs = [r for r in refs if results[r.uid].error]
-                if not refs:
-                    return
-                log.warning("unprepare failed; will retry", node=self.node, claims=[r.name for r in refs])
+        while pending:
+            for driver, refs in list(pending.items()):
+                with contextlib.suppress(GpudraError):
+                    plugin = await self._connect(driver)
+                    results = await plugin.unprepare(refs)
+                    pending[driver] = [r for r in refs if results[r.uid].error]
+                if not pending[driver]:
+                    del pending[driver]
+            if not pending:
+                return
+            log.warning(
+                "unprepare failed; will retry",
+                node=self.node,
+                claims=[r.name for v in pending.values() for r in v],
+            )
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._max_backoff)

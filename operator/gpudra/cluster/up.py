@@ -17,7 +17,7 @@ import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 
@@ -28,14 +28,15 @@ from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
-from gpudra.cluster.kubelet import StandInKubelet
+from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.simulated import empty_mig
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NODES
+from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
 from gpudra.reports import fleet_table
 from gpudra.telemetry import get_logger
@@ -55,8 +56,12 @@ class UpOptions:
     once: bool = False
     metrics_port: int | None = None  # None: no metrics server; 0: a free port
     hardware_poll_seconds: float = 0.25
+    compute_domain_daemon_mode: Literal["daemonset", "host-managed"] = "daemonset"
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     ready_timeout: float = 120.0
+    dynamic_mig: bool = False  # MIG-capable GPUs start MIG-enabled and empty, agents run mig_policy=Dynamic
+    agent_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
 
 
 @dataclass
@@ -93,6 +98,12 @@ class EmbeddedCluster:
             await self.client.apply_object(CRDS, crd)
         for device_class in load_device_classes():
             await self.client.apply_object(DEVICE_CLASSES, device_class.to_wire())
+        namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": self.options.controller.namespace},
+        }
+        await self.client.apply_object(NAMESPACES, namespace)
         self.options.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         self.server.write_kubeconfig(self.options.kubeconfig)
 
@@ -113,7 +124,9 @@ class EmbeddedCluster:
             target=asyncio.run,
             args=(
                 run_controller(
-                    self.options.controller,
+                    self.options.controller.model_copy(
+                        update={"imex_daemon_mode": self.options.compute_domain_daemon_mode}
+                    ),
                     self.metrics,
                     server_url=url,
                     stop=self._stop,
@@ -154,15 +167,25 @@ class EmbeddedCluster:
             registry_dir=root / "registry",
             cdi_dir=root / "cdi",
             state_dir=root / "state",
+            compute_domain_plugin_dir=root / "cd-plugin",
+            compute_domain_daemon_mode=self.options.compute_domain_daemon_mode,
+            node_ip=simulated_pod_ip(node.name),
+            **{
+                "mig_policy": "Dynamic" if self.options.dynamic_mig else "Static",
+                **self.options.agent_overrides.get(node.profile, {}),
+            },
         )
-        runtime = AgentRuntime(settings, NvmlBackend(node.name, nvml=fake), self.client, self.metrics)
+        backend = NvmlBackend(node.name, nvml=fake)
+        if self.options.dynamic_mig:
+            empty_mig(backend)
+        runtime = AgentRuntime(settings, backend, self.client, self.metrics)
         self.simulated[node.name] = fake
         self.agents[node.name] = runtime.agent
         self.runtimes[node.name] = runtime
         self.node_dirs[node.name] = root
         self._spawn(runtime.run(), f"agent {node.name}")
         assert runtime.plugin is not None
-        kubelet = StandInKubelet(self.client, node.name, runtime.plugin.registration_socket)
+        kubelet = StandInKubelet(self.client, node.name, settings.registry_dir, cdi_dir=settings.cdi_dir)
         self.kubelets[node.name] = kubelet
         self._spawn(kubelet.run(), f"kubelet {node.name}")
         return runtime.agent
@@ -171,7 +194,9 @@ class EmbeddedCluster:
         """``<kubeconfig dir>/nodes/<node>``, or a short temporary directory when the socket paths under it
         would pass the 107-byte unix socket limit."""
         root = (self.options.kubeconfig.parent / "nodes" / name).absolute()
-        longest = root / "registry" / f"{AgentSettings.model_fields['driver_name'].default}-reg.sock"
+        longest = (
+            root / "registry" / f"{AgentSettings.model_fields['compute_domain_driver_name'].default}-reg.sock"
+        )
         if len(os.fsencode(str(longest))) > MAX_SOCKET_PATH_BYTES:
             root = Path(tempfile.mkdtemp(prefix="gpudra-")) / name
             self._temp_dirs.append(root.parent)

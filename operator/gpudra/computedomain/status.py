@@ -11,11 +11,19 @@ node is still in the clique its daemon registered in. Otherwise the reason is na
 - ``NodeGone``: the Node object is deleted; the entry stays until the daemon's registration is released;
 - ``FabricLost``: the node's GPUs report no clique any more;
 - ``CliqueChanged``: the node reports another clique than the one its daemon registered in.
+- ``NodeHeld``: a workload of this domain landed on a node that serves another domain and cannot serve
+  both (``held_nodes``, the message from ``index.check_node_admits``); the channel waits for that node.
 
-The domain is Ready when every node is Ready, all nodes share one NVLink clique, and with numNodes > 0 at
-least numNodes nodes are there (numNodes 0: any count, none included). Nodes of one domain in different
-cliques, or several nodes when one has no clique, is an error (``CliqueMismatch``): nodes of different
-cliques share no NVLink, so the workload cannot share memory; the message names the nodes by clique.
+The domain is Ready when every node is Ready, its cliques are consistent, and with numNodes > 0 at least
+numNodes nodes are there (numNodes 0: any count, none included). Several nodes when one has no clique is
+an error (``CliqueMismatch``): that node cannot join any IMEX domain. Nodes in different cliques share no
+NVLink, so pods there cannot share GPU memory with each other: with ``span_cliques`` False that is an error
+too (``CliqueMismatch``, Ready False); with ``span_cliques`` True each clique is its own IMEX domain (its
+own ComputeDomainClique object and indices, as NVIDIA's driver does with ComputeDomainCliques, needed for
+any domain larger than one rack of 18 trays), so the domain can be Ready, and ``CliqueConsistent`` is
+False with reason ``MultipleCliques`` to say so. The messages name the nodes by clique. A node that lost
+its fabric counts in the clique its daemon registered in: it is a fault of that node (``FabricLost``), not
+a workload spread over cliques.
 
 Conditions (type, then True when good): ``Ready`` (the summary, its message says everything that is
 missing), ``NodesReady``, ``CliqueConsistent``. lastTransitionTime is carried over from the previous
@@ -25,8 +33,8 @@ conditions while a condition's status does not change, so the result is a pure f
 transition times) and returns None when nothing changed: the controller never writes a no-op, and since it
 sends a merge patch without resourceVersion a write never fails with 409 either.
 
-NOTE: ``ComputeDomainStatus`` (the CRD) has no ``conditions`` field yet; until it has, write with
-``to_wire(include_conditions=False)``, else the API server prunes them and every comparison differs.
+``status.conditions`` is gpudra's additive field of the CRD; ``to_wire(include_conditions=False)`` gives
+NVIDIA's status alone.
 """
 
 from __future__ import annotations
@@ -43,7 +51,9 @@ from gpudra.api.computedomain import (
 )
 from gpudra.api.meta import Condition
 
-NodeReason = Literal["DaemonNotStarted", "DaemonNotReady", "NodeGone", "FabricLost", "CliqueChanged"]
+NodeReason = Literal[
+    "DaemonNotStarted", "DaemonNotReady", "NodeGone", "FabricLost", "CliqueChanged", "NodeHeld"
+]
 CONDITION_TYPES: Final = ("Ready", "NodesReady", "CliqueConsistent")
 _NO_CLIQUE: Final = "(no clique)"
 
@@ -95,10 +105,12 @@ class DomainStatus:
 
 
 def _node_problem(
-    node: str, report: DaemonReport | None, fabric: str | None, workload: bool
+    node: str, report: DaemonReport | None, fabric: str | None, workload: bool, held: str | None
 ) -> NodeProblem | None:
     if fabric is None:
         return NodeProblem(node, "NodeGone", "node is gone (Node object deleted)")
+    if report is None and held:
+        return NodeProblem(node, "NodeHeld", held)
     if report is None:
         what = "a workload pod runs here but " if workload else ""
         return NodeProblem(node, "DaemonNotStarted", f"{what}no IMEX daemon of this domain has started")
@@ -129,18 +141,24 @@ def _pick_report(reports: Sequence[DaemonReport], fabric: str | None) -> DaemonR
     return (current or sorted(reports, key=lambda r: r.clique_id))[0]
 
 
-def _clique_mismatch(cliques: Mapping[str, str]) -> str | None:
-    """A message when the nodes (name -> clique) are not all in one NVLink clique, else None."""
+def _clique_mismatch(cliques: Mapping[str, str], span_cliques: bool) -> tuple[str | None, bool]:
+    """(message, blocking) when the nodes (name -> clique) are not all in one NVLink clique, else
+    (None, False). Blocking: a node in no clique among others, or several cliques unless they may span."""
     groups: dict[str, list[str]] = {}
     for node, clique in sorted(cliques.items()):
         groups.setdefault(clique, []).append(node)
     if len(cliques) < 2 or (len(groups) == 1 and "" not in groups):
-        return None
+        return None, False
     parts = [f"{clique or _NO_CLIQUE}: {', '.join(nodes)}" for clique, nodes in sorted(groups.items())]
+    if span_cliques and "" not in groups:
+        return (
+            f"the domain spans {len(groups)} NVLink cliques, each its own IMEX domain: pods share GPU "
+            f"memory over NVLink only with pods in the same clique — {'; '.join(parts)}"
+        ), False
     return (
         "the domain's nodes are not in one NVLink clique, and nodes of different cliques (or in none) "
         f"cannot share GPU memory — {'; '.join(parts)}"
-    )
+    ), True
 
 
 def _condition(
@@ -173,8 +191,14 @@ def aggregate_status(
     node_cliques: Mapping[str, str],
     now: str,
     previous_conditions: Sequence[Condition] = (),
+    held_nodes: Mapping[str, str] | None = None,
+    span_cliques: bool = False,
 ) -> DomainStatus:
-    """The status of ``domain`` from what is observed (see the module docstring for the rules)."""
+    """The status of ``domain`` from what is observed (see the module docstring for the rules).
+
+    ``held_nodes``: node -> why another domain keeps this domain off it (daemonset mode, one IMEX daemon
+    per node); only consulted for nodes where this domain's daemon has not registered.
+    ``span_cliques``: whether a domain may be Ready over several NVLink cliques (see the module docstring)."""
     reports = [d if isinstance(d, DaemonReport) else DaemonReport.from_info(d) for d in daemons]
     by_node: dict[str, list[DaemonReport]] = {}
     for entry in reports:
@@ -186,9 +210,11 @@ def aggregate_status(
     for name in names:
         fabric = node_cliques.get(name)
         report = _pick_report(by_node.get(name, []), fabric)
-        problem = _node_problem(name, report, fabric, name in workload_nodes)
+        problem = _node_problem(name, report, fabric, name in workload_nodes, (held_nodes or {}).get(name))
         clique = report.clique_id if report is not None else (fabric or "")
-        if fabric is not None:
+        if problem is not None and problem.reason == "FabricLost":
+            cliques[name] = clique  # still a member of its clique, with a hardware fault: NodesNotReady
+        elif fabric is not None:
             cliques[name] = fabric
         nodes.append(
             ComputeDomainNode(
@@ -203,7 +229,8 @@ def aggregate_status(
             problems.append(problem)
 
     wanted = domain.spec.num_nodes
-    mismatch = _clique_mismatch(cliques)
+    spread, blocking = _clique_mismatch(cliques, span_cliques)
+    mismatch = spread if blocking else None
     too_few = wanted > 0 and len(nodes) < wanted
     ready = not problems and mismatch is None and not too_few
 
@@ -223,8 +250,11 @@ def aggregate_status(
         reason = "WaitingForNodes"
     else:
         reason = "AllNodesReady" if nodes else "NoNodes"
+    spans = f" in {len(set(cliques.values()))} NVLink cliques" if spread is not None else ""
     summary = "; ".join(missing) or (
-        f"all {len(nodes)} nodes ready" if nodes else "no workload scheduled yet; nodes join as pods land"
+        f"all {len(nodes)} nodes ready{spans}"
+        if nodes
+        else "no workload scheduled yet; nodes join as pods land"
     )
 
     previous = {c.type: c for c in previous_conditions}
@@ -235,7 +265,7 @@ def aggregate_status(
         if problems
         else f"{len(nodes)} of {len(nodes)} nodes ready"
     )
-    clique_message = mismatch or (
+    clique_message = spread or (
         f"all nodes in clique {next(iter(cliques.values())) or _NO_CLIQUE}" if cliques else "no nodes"
     )
     conditions = (
@@ -251,8 +281,8 @@ def aggregate_status(
         ),
         _condition(
             "CliqueConsistent",
-            mismatch is None,
-            "SingleClique" if mismatch is None else "CliqueMismatch",
+            spread is None,
+            "SingleClique" if spread is None else "CliqueMismatch" if blocking else "MultipleCliques",
             clique_message,
             previous,
             now,

@@ -34,6 +34,16 @@ def slice_devices(body: Mapping[str, Any]) -> dict[DeviceKey, dict[str, Any]]:
     return {(spec.get("driver", ""), pool, d["name"]): d for d in spec.get("devices") or []}
 
 
+def slice_counter_sets(body: Mapping[str, Any]) -> dict[DeviceKey, dict[str, Any]]:
+    """(driver, pool, counter set) -> its counters, for the shared counters a slice publishes (dynamic MIG)."""
+    spec = body.get("spec") or {}
+    pool = (spec.get("pool") or {}).get("name", "")
+    return {
+        (spec.get("driver", ""), pool, c["name"]): c.get("counters") or {}
+        for c in spec.get("sharedCounters") or []
+    }
+
+
 def allocation_series(
     claim: Mapping[str, Any], devices: Mapping[DeviceKey, Mapping[str, Any]]
 ) -> list[tuple[str, ...]]:
@@ -64,8 +74,29 @@ def allocation_series(
     return out
 
 
+def _counter(counters: Mapping[str, Any], name: str) -> float:
+    entry = counters.get(name)
+    return float(parse_quantity(entry["value"])) if entry else 0.0
+
+
+def _memory_slices(counters: Mapping[str, Any]) -> float:
+    return sum(_counter(counters, name) for name in counters if name.startswith("memory-slice-"))
+
+
+def _set_usage(counters: Mapping[str, Any]) -> dict[str, float]:
+    """What a dynamic MIG GPU offers: one GPU, whatever its placements; its memory, SMs and memory slices."""
+    return {
+        "devices": 1.0,
+        "memory": _counter(counters, "memory"),
+        "multiprocessors": _counter(counters, "multiprocessors"),
+        "memory_slices": _memory_slices(counters),
+    }
+
+
 def _usage(device: Mapping[str, Any]) -> dict[str, float]:
-    slices = sum(1 for name in (device.get("capacity") or {}) if name.startswith("memorySlice"))
+    consumed = [c.get("counters") or {} for c in device.get("consumesCounters") or []]
+    slices = float(sum(1 for name in (device.get("capacity") or {}) if name.startswith("memorySlice")))
+    slices += sum(_memory_slices(counters) for counters in consumed)
     return {
         "devices": 1.0,
         "memory": _capacity(device, "memory"),
@@ -75,12 +106,21 @@ def _usage(device: Mapping[str, Any]) -> dict[str, float]:
 
 
 def node_usage(
-    claims: list[Mapping[str, Any]], devices: Mapping[DeviceKey, Mapping[str, Any]]
+    claims: list[Mapping[str, Any]],
+    devices: Mapping[DeviceKey, Mapping[str, Any]],
+    counter_sets: Mapping[DeviceKey, Mapping[str, Any]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """(allocated, capacity) per node and resource (devices, memory bytes, SMs, MIG memory slices)."""
+    """(allocated, capacity) per node and resource (devices, memory bytes, SMs, MIG memory slices). Devices that
+    consume shared counters (dynamic MIG placements) are alternatives, not capacity: a node offers what its
+    counter sets hold, one device per set."""
     capacity: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(USAGE_RESOURCES, 0.0))
     for (_, pool, _), device in devices.items():
+        if device.get("consumesCounters"):
+            continue
         for resource, amount in _usage(device).items():
+            capacity[pool][resource] += amount
+    for (_, pool, _), counters in (counter_sets or {}).items():
+        for resource, amount in _set_usage(counters).items():
             capacity[pool][resource] += amount
     allocated: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(USAGE_RESOURCES, 0.0))
     for claim in claims:

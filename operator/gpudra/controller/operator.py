@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from gpudra.config import ControllerSettings
+from gpudra.controller.computedomains import register_compute_domains
 from gpudra.controller.fleet import slice_device_counts
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
@@ -27,9 +28,10 @@ def build_registry(
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
-    pending = PendingClaims(client, metrics, driver=settings.driver_name)
+    pending = PendingClaims(client, metrics, driver=settings.driver_name, mig_planner=settings.mig_planner)
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
+    register_compute_domains(registry, settings, metrics, client)
     mig_layouts = MigLayoutReconciler(client, settings)
 
     @kopf.on.event("gpudra.dev", "v1alpha1", "miglayouts", registry=registry)
@@ -116,10 +118,13 @@ async def _explain_loop(
         await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
         classes = {name: next(iter(store)) for name, store in device_classes.items()}
         now = time.time()
-        for store in list(claims.values()):
-            for body in list(store):
-                if age_seconds(body, now) >= settings.pending_grace_seconds:
-                    await pending.check(body, classes)
+        due = [
+            body
+            for store in list(claims.values())
+            for body in list(store)
+            if age_seconds(body, now) >= settings.pending_grace_seconds
+        ]
+        await pending.check_all(due, classes)
 
 
 async def run_controller(

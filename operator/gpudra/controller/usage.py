@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gpudra.controller.attribution import DeviceKey, allocation_series, node_usage, slice_devices
+from gpudra.controller.attribution import (
+    DeviceKey,
+    allocation_series,
+    node_usage,
+    slice_counter_sets,
+    slice_devices,
+)
 from gpudra.metrics import Metrics
 
 
@@ -16,6 +22,8 @@ class Attribution:
         self._refresh = refresh_seconds
         self._slices: dict[str, dict[DeviceKey, dict[str, Any]]] = {}
         self._devices: dict[DeviceKey, dict[str, Any]] = {}
+        self._slice_sets: dict[str, dict[DeviceKey, dict[str, Any]]] = {}
+        self._counter_sets: dict[DeviceKey, dict[str, Any]] = {}
         self._claims: dict[str, dict[str, Any]] = {}
         self._series: dict[str, list[tuple[str, ...]]] = {}
         self._nodes: set[str] = set()
@@ -24,9 +32,13 @@ class Attribution:
     def slice_changed(self, name: str, body: dict[str, Any] | None) -> None:
         for key in self._slices.pop(name, {}):
             self._devices.pop(key, None)
+        for key in self._slice_sets.pop(name, {}):
+            self._counter_sets.pop(key, None)
         if body is not None:
             self._slices[name] = slice_devices(body)
             self._devices.update(self._slices[name])
+            self._slice_sets[name] = slice_counter_sets(body)
+            self._counter_sets.update(self._slice_sets[name])
         self._dirty = True
 
     def claim_changed(self, uid: str, body: dict[str, Any] | None) -> None:
@@ -52,7 +64,7 @@ class Attribution:
         """Recompute what depends on both slices and claims (a claim may arrive before its devices' slice)."""
         for uid, body in self._claims.items():
             self._set_series(uid, body)
-        allocated, capacity = node_usage(list(self._claims.values()), self._devices)
+        allocated, capacity = node_usage(list(self._claims.values()), self._devices, self._counter_sets)
         nodes = set(capacity) | set(allocated)
         for node in self._nodes - nodes:
             for resource in ("devices", "memory", "multiprocessors", "memory_slices"):

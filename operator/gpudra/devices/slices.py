@@ -35,6 +35,11 @@ class CounterLayout(enum.StrEnum):
     V1_35 = "1.35"
 
 
+def counter_layout_for(major: int, minor: int) -> CounterLayout:
+    """The layout a Kubernetes API server of this version accepts."""
+    return CounterLayout.V1_35 if (major, minor) >= (1, 35) else CounterLayout.V1_34
+
+
 def _chunks(items: Sequence[_T], size: int) -> list[list[_T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 

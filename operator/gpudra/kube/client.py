@@ -121,6 +121,14 @@ class KubeClient:
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> Body:
         return await self._json("GET", res.path(namespace, name), what=f"get {res.plural}/{name}")
 
+    async def server_version(self) -> tuple[int, int]:
+        """(major, minor) of the API server, from ``/version`` (readable by every authenticated client)."""
+        info = await self._json("GET", "/version", what="get the server version")
+        try:
+            return int(info["major"]), int(str(info["minor"]).rstrip("+"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KubeError(f"the API server reported an unreadable version: {info!r:.200}") from exc
+
     async def get_as(self, model: type[M], res: Resource, name: str, namespace: str | None = None) -> M:
         return model.from_wire(await self.get(res, name, namespace))
 

@@ -46,3 +46,9 @@ RESOURCE_CLAIM_TEMPLATES = Resource(
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
 JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)
+COMPUTE_DOMAINS = Resource(
+    "resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", namespaced=True
+)
+COMPUTE_DOMAIN_CLIQUES = Resource(
+    "resource.nvidia.com", "v1beta1", "computedomaincliques", "ComputeDomainClique", namespaced=True
+)

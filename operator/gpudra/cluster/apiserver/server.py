@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,13 @@ class EmbeddedAPIServer:
         self.database = Database()
         self._collector: GarbageCollector | None = None
         self._runner: web.AppRunner | None = None
+        self.errors: Counter[tuple[int, str]] = Counter()
+        """Failed requests by (HTTP code, reason); benchmarks read the 409 Conflicts from it."""
+
+    @property
+    def conflicts(self) -> int:
+        """Writes refused with 409 Conflict (a stale resourceVersion or a refused binding)."""
+        return self.errors[(409, "Conflict")]
 
     @property
     def url(self) -> str:
@@ -113,6 +121,7 @@ class EmbeddedAPIServer:
         try:
             return await self._dispatch(request)
         except APIStatusError as exc:
+            self.errors[(exc.status, exc.reason)] += 1
             return _response(exc.to_status(), exc.status)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:

@@ -16,8 +16,9 @@ from gpudra.allocator.explain import render_text
 from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.result import Allocation
 from gpudra.api.core import Pod
-from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate
+from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate, allocated_node
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
+from gpudra.cluster.controlplane.daemonsets import DaemonSets
 from gpudra.cluster.controlplane.extended import (
     EXTENDED_CLAIM_ANNOTATION,
     ExtendedRequest,
@@ -49,14 +50,17 @@ def _consumer(pod: dict[str, Any]) -> dict[str, str]:
 class ControlPlane:
     def __init__(self, client: KubeClient) -> None:
         self._client = client
-        self.state = ClusterState(client, on_pod=self._on_pod, on_claim=self._on_claim)
+        self.state = ClusterState(
+            client, on_pod=self._on_pod, on_claim=self._on_claim, on_template=self._on_template
+        )
         self._changed_seen = 0
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._queued: set[tuple[str, str]] = set()
         self._unschedulable: set[tuple[str, str]] = set()
-        self._bound: set[str] = set()  # uids of pods this scheduler bound
+        self._bound: dict[str, str] = {}  # uid -> node of the pods this scheduler bound
         self._events = EventRecorder(client, "gpudra-scheduler")
         self.workloads = Workloads(client, self.state.pods)
+        self.daemonsets = DaemonSets(client, self.state.pods)
         self.synced = asyncio.Event()
 
     # ------------------------------------------------------------------ events in
@@ -69,7 +73,7 @@ class ControlPlane:
     async def _on_pod(self, kind: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         if kind == "DELETED":
-            self._bound.discard(meta["uid"])
+            self._bound.pop(meta["uid"], None)
             await self._release(meta["uid"])
             self._unschedulable.discard((meta.get("namespace", ""), meta["name"]))
             self._retry_unschedulable()
@@ -85,6 +89,11 @@ class ControlPlane:
         if kind != "DELETED" and status.get("allocation") and not status.get("reservedFor"):
             await self._deallocate(body)
 
+    async def _on_template(self, kind: str, body: dict[str, Any]) -> None:
+        """A template appeared (e.g. a ComputeDomain's): pods that waited for it make their claims now."""
+        if kind == "ADDED":
+            self._retry_unschedulable()
+
     def _retry_unschedulable(self) -> None:
         for key in sorted(self._unschedulable):
             self._enqueue(key)
@@ -99,7 +108,7 @@ class ControlPlane:
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.state.informers))
             # workloads start once the pod cache is complete, so they never create a pod twice
-            workloads = [self.workloads.deployments, self.workloads.jobs]
+            workloads = [self.workloads.deployments, self.workloads.jobs, *self.daemonsets.informers]
             tasks += [asyncio.create_task(i.run(), name=f"informer {i.resource.plural}") for i in workloads]
             await asyncio.gather(*(i.synced.wait() for i in workloads))
             self.synced.set()
@@ -137,6 +146,7 @@ class ControlPlane:
             return  # bound already (the cache may lag behind our own binding)
         names = await self._ensure_claims(pod, body)
         if names is None:
+            self._unschedulable.add(key)  # a template is missing: retried when one appears
             return
         extended = extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
         if extended:
@@ -228,7 +238,7 @@ class ControlPlane:
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         nodes = self.state.node_infos(pod.spec.node_selector)
         for claim in allocated:
-            node = _allocated_node(claim)
+            node = allocated_node(claim)
             if node is not None:
                 nodes = [n for n in nodes if n.name == node]
         if not nodes:
@@ -266,14 +276,16 @@ class ControlPlane:
              "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
             pod.metadata.namespace,
         )  # fmt: skip
-        self._bound.add(pod.metadata.uid or "")
+        self._bound[pod.metadata.uid or ""] = node_name
         log.info(
             "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c in claims]
         )
 
     def _least_loaded(self, nodes: list[NodeInfo]) -> str:
-        """For pods without claims: spread them over the nodes by the number of pods bound there."""
-        load = Counter(str(p["spec"].get("nodeName")) for p in self.state.pods.cache.values())
+        """For pods without claims: spread them over the nodes by the number of pods bound there (the cache
+        may not show this scheduler's latest bindings yet, so those count from its own record)."""
+        where = {p["metadata"]["uid"]: str(p["spec"].get("nodeName")) for p in self.state.pods.cache.values()}
+        load = Counter({**where, **self._bound}.values())
         return min(nodes, key=lambda n: (load.get(n.name, 0), n.name)).name
 
     async def _reserve(
@@ -334,12 +346,3 @@ class ControlPlane:
         self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
         await self.state.claim_event("MODIFIED", updated)
         self._retry_unschedulable()
-
-
-def _allocated_node(claim: dict[str, Any]) -> str | None:
-    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
-    for term in selector.get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("operator") == "In" and field.get("values"):
-                return str(field["values"][0])
-    return None

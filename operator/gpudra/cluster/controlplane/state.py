@@ -24,10 +24,16 @@ from gpudra.kube.resources import (
 
 
 class ClusterState:
-    """``on_pod`` and ``on_claim`` are the control plane's reactions; claims update the snapshot first."""
+    """``on_pod``, ``on_claim`` and ``on_template`` are the control plane's reactions; claims update the
+    snapshot first."""
 
     def __init__(
-        self, client: KubeClient, *, on_pod: Handler | None = None, on_claim: Handler | None = None
+        self,
+        client: KubeClient,
+        *,
+        on_pod: Handler | None = None,
+        on_claim: Handler | None = None,
+        on_template: Handler | None = None,
     ) -> None:
         self._on_claim_hook = on_claim
         self.snapshot = ClusterSnapshot()
@@ -35,7 +41,7 @@ class ClusterState:
         self.slices = Informer(client, RESOURCE_SLICES, self._on_slice)
         self.claims = Informer(client, RESOURCE_CLAIMS, self.claim_event)
         self.classes = Informer(client, DEVICE_CLASSES, self._on_class)
-        self.templates = Informer(client, RESOURCE_CLAIM_TEMPLATES)
+        self.templates = Informer(client, RESOURCE_CLAIM_TEMPLATES, on_template)
         self.namespaces = Informer(client, NAMESPACES)
         self.nodes = Informer(client, NODES)
         self.pods = Informer(client, PODS, on_pod)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudra.hardware.backend import GpuBackend
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.hardware.profiles import NodeProfile
 from gpudra.hardware.simulated.fake_nvml import FakeNvml
@@ -26,4 +27,14 @@ def simulated_backend(profile: str | NodeProfile, node_name: str, fleet_index: i
     return SimulatedNode(nvml=nvml, backend=NvmlBackend(node_name, nvml))
 
 
-__all__ = ["FakeNvml", "SimulatedGpu", "SimulatedNode", "simulated_backend"]
+def empty_mig(backend: GpuBackend) -> None:
+    """Dynamic MIG's starting point: MIG mode on and no instances on every MIG-capable GPU of the node."""
+    for gpu in backend.read_inventory().gpus:
+        if not gpu.mig_capable:
+            continue
+        backend.set_mig_mode(gpu.index, True)
+        for instance in gpu.mig_devices:
+            backend.destroy_mig_device(gpu.index, instance.gi_id)
+
+
+__all__ = ["FakeNvml", "SimulatedGpu", "SimulatedNode", "empty_mig", "simulated_backend"]

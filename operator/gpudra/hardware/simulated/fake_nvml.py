@@ -6,6 +6,7 @@ constants, error classes and structure types. So :class:`gpudra.hardware.nvml.Nv
 on it as on a real GPU. The MIG rules live in :mod:`gpu_state`, event sets in :mod:`events`.
 
 Test hooks (not NVML calls): :meth:`inject_xid`, :meth:`inject_ecc`, :meth:`lose_gpu`, :meth:`reset_gpu`,
+:meth:`lose_fabric` / :meth:`restore_fabric` (a GB200 tray leaving its NVLink fabric),
 :meth:`set_processes`, :meth:`require_reset_for_mig_change`, :meth:`gpu`, :meth:`set_time_slice` (the
 ``nvidia-smi compute-policy`` stand-in); and :meth:`pcie_root_of`, the stand-in for the sysfs lookup the backend
 does on a real machine.
@@ -15,6 +16,7 @@ All calls take one re-entrant lock, so an agent thread may read while a test mut
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -78,6 +80,11 @@ class FakeNvml(MigCalls):
                 pass
         raise AttributeError(f"FakeNvml has no attribute {name!r}")
 
+    def __dir__(self) -> list[str]:
+        """Like ``dir(pynvml)``: the methods plus the constants and types served by :meth:`__getattr__`."""
+        served = (n for n in dir(t) if n.startswith(("NVML", "nvml", "c_nvml", "struct_c_nvml")))
+        return sorted({*super().__dir__(), *served})
+
     # -- test hooks ------------------------------------------------------------------------------------------
 
     def gpu(self, index: int) -> SimulatedGpu:
@@ -97,6 +104,26 @@ class FakeNvml(MigCalls):
         with self._lock:
             self._gpus[gpu_index].lost = True
             self._events.gpu_lost(gpu_index)
+
+    def lose_fabric(self, gpu_index: int | None = None) -> None:
+        """The GPU (every GPU when None) drops out of its NVLink fabric: fabric info then reports state
+        NOT_STARTED with a non-success status, as while the fabric manager re-registers the GPU. The cluster
+        UUID and clique id are kept, so :meth:`restore_fabric` brings the same clique back."""
+        with self._lock:
+            for gpu in self._gpus if gpu_index is None else [self._gpus[gpu_index]]:
+                if gpu.fabric is not None:
+                    gpu.fabric = dataclasses.replace(
+                        gpu.fabric, state=t.NVML_GPU_FABRIC_STATE_NOT_STARTED, status=t.NVML_ERROR_UNKNOWN
+                    )
+
+    def restore_fabric(self, gpu_index: int | None = None) -> None:
+        """Fabric registration completed again (state COMPLETED, status SUCCESS)."""
+        with self._lock:
+            for gpu in self._gpus if gpu_index is None else [self._gpus[gpu_index]]:
+                if gpu.fabric is not None:
+                    gpu.fabric = dataclasses.replace(
+                        gpu.fabric, state=t.NVML_GPU_FABRIC_STATE_COMPLETED, status=t.NVML_SUCCESS
+                    )
 
     def reset_gpu(self, gpu_index: int) -> None:
         """nvidia-smi -r: the pending MIG mode takes effect (raises NVMLError_InUse while processes run)."""
@@ -141,6 +168,11 @@ class FakeNvml(MigCalls):
     @locked
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         return self._cuda_driver_version
+
+    @locked
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        """ "13.580.159.04": the CUDA major version, then the driver version."""
+        return f"{self._cuda_driver_version // 1000}.{self._driver_version}"
 
     # -- devices ---------------------------------------------------------------------------------------------
 
@@ -219,7 +251,10 @@ class FakeNvml(MigCalls):
 
     @locked
     def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
-        return self._full_gpu(handle).slot.numa_node
+        numa_node = self._full_gpu(handle).slot.numa_node
+        if numa_node is None:
+            raise t.NVMLError_NotSupported("the NUMA node is not reported on this machine")
+        return numa_node
 
     @locked
     def nvmlDeviceGetAddressingMode(self, handle: Any) -> int:
@@ -266,15 +301,11 @@ class FakeNvml(MigCalls):
 
     @locked
     def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
-        gpu, mig = self._resolve(handle)
-        attrs = t.c_nvmlDeviceAttributes()
+        """MIG device handles only, as NVML documents and a recorded H100 / H200 show (NOT_SUPPORTED on the GPU)."""
+        _, mig = self._resolve(handle)
         if mig is None:
-            spec = gpu.model.mig
-            attrs.multiprocessorCount = gpu.model.multiprocessors
-            attrs.memorySizeMB = gpu.model.memory_mib
-            if spec is not None:
-                attrs.gpuInstanceSliceCount = attrs.computeInstanceSliceCount = spec.compute_slices
-            return attrs
+            raise t.NVMLError_NotSupported("nvmlDeviceGetAttributes supports MIG device handles only")
+        attrs = t.c_nvmlDeviceAttributes()
         gi, ci = mig
         attrs.multiprocessorCount = ci.profile.multiprocessors
         attrs.sharedCopyEngineCount = gi.profile.copy_engines

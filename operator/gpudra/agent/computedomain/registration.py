@@ -1,0 +1,183 @@
+"""An IMEX daemon's entry in its domain's ComputeDomainClique object: register, report, release.
+
+The object ``<domainUID>.<cliqueID>`` in the driver's namespace holds one entry per node of the domain in
+that clique (``computedomain.index.register_daemon`` decides the entry: the lowest free index below 18,
+kept while the node is registered). Every daemon of the clique writes the same object, so writes carry the
+resourceVersion they read; a 409 means another daemon wrote first, and the write is redone on a fresh read
+after a short randomized backoff (growing, capped) so that 18 daemons starting together settle in a few
+rounds instead of retrying in lockstep. The object is created by the first daemon; it carries the domain's
+labels so the controller finds (and at deletion removes) it.
+
+Used by three callers: ``gpudra imex-daemon`` (the per-domain DaemonSet's pod), the embedded cluster's
+simulated daemon, and the agent itself in host-managed mode (the node's one daemon serving every domain).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any, Literal
+
+from gpudra.api.computedomain import ComputeDomainClique, ComputeDomainDaemonInfo
+from gpudra.api.meta import ObjectMeta
+from gpudra.computedomain.index import register_daemon
+from gpudra.computedomain.names import (
+    COMPONENT_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    OBJECT_LABEL,
+    clique_object_name,
+)
+from gpudra.errors import ConflictError, GpudraError, NotFoundError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+CLIQUE_LABEL_KEY = "computedomain.gpudra.dev/clique"
+"""On the clique object: its clique id (label values allow the ``<uuid>.<id>`` form)."""
+DaemonState = Literal["Ready", "NotReady"]
+
+
+class CliqueRegistration:
+    """One node's entry in one domain's clique object."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str,
+        domain_uid: str,
+        clique_id: str,
+        node_name: str,
+        ip_address: str,
+        max_backoff: float = 2.0,
+    ) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.domain_uid = domain_uid
+        self.clique_id = clique_id
+        self.node_name = node_name
+        self.ip_address = ip_address
+        self.name = clique_object_name(domain_uid, clique_id)
+        self._max_backoff = max_backoff
+        self.index: int | None = None
+        self.conflicts = 0
+
+    async def _read(self) -> tuple[ComputeDomainClique, bool]:
+        try:
+            body = await self._client.get(COMPUTE_DOMAIN_CLIQUES, self.name, self.namespace)
+        except NotFoundError:
+            labels = {
+                OBJECT_LABEL: self.domain_uid,
+                CLIQUE_LABEL_KEY: self.clique_id,
+                COMPONENT_LABEL: "clique",
+                MANAGED_BY_LABEL: MANAGED_BY,
+            }
+            meta = ObjectMeta(name=self.name, namespace=self.namespace, labels=labels)
+            return ComputeDomainClique(metadata=meta, daemons=[]), False
+        return ComputeDomainClique.from_wire(body), True
+
+    async def _write(self, clique: ComputeDomainClique, exists: bool) -> None:
+        body: dict[str, Any] = clique.to_wire()
+        body.setdefault("daemons", [])
+        if exists:
+            await self._client.replace(COMPUTE_DOMAIN_CLIQUES, body)
+        else:
+            await self._client.create(COMPUTE_DOMAIN_CLIQUES, body, self.namespace)
+
+    async def _backoff(self, attempt: int) -> None:
+        self.conflicts += 1
+        ceiling = min(self._max_backoff, 0.02 * 2**attempt)
+        await asyncio.sleep(random.uniform(ceiling / 2, ceiling))
+
+    async def report(self, status: DaemonState) -> int:
+        """Register (or refresh) this node's entry with ``status``; return its index. Retries conflicts;
+        raises CliqueFullError (all 18 indices taken) and KubeError other than 409."""
+        report = ComputeDomainDaemonInfo(
+            node_name=self.node_name, ip_address=self.ip_address, clique_id=self.clique_id, status=status
+        )
+        attempt = 0
+        while True:
+            clique, exists = await self._read()
+            updated = register_daemon(clique, report)
+            entry = next(d for d in updated.daemons or [] if d.node_name == self.node_name)
+            if exists and updated.daemons == clique.daemons:
+                self.index = entry.index
+                return entry.index or 0
+            try:
+                await self._write(updated, exists)
+            except ConflictError:
+                await self._backoff(attempt)
+                attempt += 1
+                continue
+            self.index = entry.index
+            log.info(
+                "IMEX daemon registered",
+                node=self.node_name,
+                clique=self.name,
+                index=entry.index,
+                status=status,
+            )
+            return entry.index or 0
+
+    async def release(self) -> None:
+        """Remove this node's entry (its index becomes free). Best effort: logged, never raised."""
+        attempt = 0
+        while True:
+            try:
+                clique, exists = await self._read()
+                kept = [d for d in clique.daemons or [] if d.node_name != self.node_name]
+                if not exists or len(kept) == len(clique.daemons or []):
+                    return
+                await self._write(clique.model_copy(update={"daemons": kept}), exists)
+                log.info("IMEX daemon released", node=self.node_name, clique=self.name)
+                return
+            except ConflictError:
+                await self._backoff(attempt)
+                attempt += 1
+            except GpudraError as exc:
+                log.warning("releasing the IMEX daemon entry failed", clique=self.name, error=str(exc))
+                return
+
+
+class DaemonStatus:
+    """What the daemon says about itself now; ``set`` wakes the reporter."""
+
+    def __init__(self) -> None:
+        self.value: DaemonState = "NotReady"
+        self.changed = asyncio.Event()
+
+    def set(self, value: DaemonState) -> None:
+        if value != self.value:
+            self.value = value
+            self.changed.set()
+
+
+async def keep_reported(registration: CliqueRegistration, status: DaemonStatus, stop: asyncio.Event) -> None:
+    """Keep the entry saying what ``status`` says until ``stop`` is set (or the task is cancelled), then
+    release it. Failures other than conflicts (the API server briefly away, a full clique) are logged and
+    retried with a growing delay."""
+    delay = 0.1
+    reported: DaemonState | None = None
+    try:
+        while not stop.is_set():
+            wanted = status.value
+            status.changed.clear()
+            if wanted != reported:
+                try:
+                    await registration.report(wanted)
+                    reported, delay = wanted, 0.1
+                except GpudraError as exc:
+                    log.warning("IMEX daemon registration failed; retrying", error=str(exc))
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(status.changed.wait())]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in waiters:
+                    task.cancel()
+    finally:
+        await asyncio.shield(registration.release())

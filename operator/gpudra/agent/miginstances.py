@@ -1,0 +1,87 @@
+"""Dynamic MIG instances of claims on the hardware: create the planned ones, tell whether recorded ones still
+exist, destroy them. Blocking (NVML): the kubelet plugin calls these from a worker thread. What to create is
+decided by :mod:`gpudra.agent.dynamicmig`; when to record it, by :mod:`gpudra.agent.prepare`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpudra.agent.checkpoint import MigInstanceRecord
+from gpudra.agent.dynamicmig import InstanceCreation
+from gpudra.errors import HardwareError
+from gpudra.hardware.backend import GpuBackend, MigProfileInfo
+from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+def is_recorded(record: MigInstanceRecord, instance: MigDeviceInfo) -> bool:
+    """Whether ``instance`` is the one ``record`` describes: same placement and, once known, same GI id."""
+    if (instance.profile, instance.placement_start) != (record.profile, record.placement_start):
+        return False
+    return record.gpu_instance_id is None or instance.gi_id == record.gpu_instance_id
+
+
+class MigInstances:
+    def __init__(self, backend: GpuBackend) -> None:
+        self._backend = backend
+        self._profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
+
+    def profiles_of(self, gpu: GpuInfo) -> tuple[MigProfileInfo, ...]:
+        """The GPU's MIG profiles with their placements (read once per GPU)."""
+        if gpu.uuid not in self._profiles:
+            self._profiles[gpu.uuid] = self._backend.mig_profiles(gpu.index)
+        return self._profiles[gpu.uuid]
+
+    def create(self, uid: str, creations: Sequence[InstanceCreation]) -> list[MigInstanceRecord]:
+        """Create each planned instance (GPU instance at its placement, full compute instance); the records
+        with the ids NVML gave them. HardwareError from the first that fails (the earlier ones stay: the
+        caller's undo destroys what was recorded)."""
+        created = []
+        for creation in creations:
+            record = creation.record
+            info = self._backend.create_mig_device(creation.gpu_index, record.profile, record.placement_start)
+            log.info("MIG instance created", uid=uid, gpu=record.parent_uuid, instance=info.uuid,
+                     profile=record.profile, placement=record.placement_start)  # fmt: skip
+            created.append(
+                record.model_copy(
+                    update={
+                        "gpu_instance_id": info.gi_id,
+                        "compute_instance_id": info.ci_id,
+                        "uuid": info.uuid,
+                    }
+                )
+            )
+        return created
+
+    def destroy(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
+        """Destroy the recorded instances that still exist, found by GPU and placement (a record written
+        before the creation has no ids yet). A GPU gone from the node took its instances with it. Raises
+        HardwareError when an instance cannot be destroyed (the claim's entry stays, a retry repeats this)."""
+        gpus = {gpu.uuid: gpu for gpu in self._backend.read_inventory().gpus}
+        for record in records:
+            gpu = gpus.get(record.parent_uuid)
+            if gpu is None:
+                log.warning("GPU of a MIG instance is gone", uid=uid, gpu=record.parent_uuid)
+                continue
+            for instance in gpu.mig_devices:
+                if is_recorded(record, instance):
+                    self._backend.destroy_mig_device(gpu.index, instance.gi_id)
+                    log.info("MIG instance destroyed", uid=uid, gpu=gpu.uuid, instance=instance.uuid,
+                             profile=record.profile, placement=record.placement_start)  # fmt: skip
+
+    def lost(self, uid: str, records: Sequence[MigInstanceRecord]) -> bool:
+        """Whether a recorded instance is gone from its GPU (present): a reboot or GPU reset took it."""
+        try:
+            gpus = {gpu.uuid: gpu for gpu in self._backend.read_inventory().gpus}
+        except HardwareError as exc:
+            log.warning("cannot check the MIG instances of a prepared claim", uid=uid, error=str(exc))
+            return False
+        for record in records:
+            gpu = gpus.get(record.parent_uuid)
+            if gpu is not None and not any(is_recorded(record, m) for m in gpu.mig_devices):
+                log.warning("the MIG instance of a prepared claim is gone (reboot or GPU reset)", uid=uid,
+                            gpu=gpu.uuid, profile=record.profile, placement=record.placement_start)  # fmt: skip
+                return True
+        return False

@@ -1,0 +1,113 @@
+"""kopf handlers of the ComputeDomain controller (thin: parse, call the pure core, apply, map errors).
+
+- create / resume: apply the domain's children (``domainchildren.apply_children``); kopf holds the
+  finalizer ``gpudra.dev/controller`` from the first sight of the domain because a delete handler exists.
+- delete: ``remove_children``; a pass that could not remove everything is retried a bounded number of
+  times (``computedomain_cleanup_attempts``), then the finalizer is released anyway with a Warning Event
+  naming what is left, so a domain never hangs in Terminating (NVIDIA #380).
+- events of domains, their claims, their ComputeDomainClique objects and Nodes feed the ``DomainView``;
+  the ``DomainStatusWriter`` recomputes and writes status for the domains an event touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+
+from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain
+from gpudra.config import ControllerSettings
+from gpudra.controller.domainchildren import apply_children, remove_children
+from gpudra.controller.domainstatus import DomainStatusWriter
+from gpudra.controller.domainview import DomainView
+from gpudra.errors import InvalidInputError, KubeError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
+from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+CLEANUP_RETRY_SECONDS = 1.0
+
+
+def register_compute_domains(
+    registry: kopf.OperatorRegistry, settings: ControllerSettings, metrics: Metrics, client: KubeClient
+) -> DomainStatusWriter:
+    events = EventRecorder(client, "gpudra-controller")
+    view = DomainView(mode=settings.imex_daemon_mode, span_cliques=settings.computedomain_span_cliques)
+    writer = DomainStatusWriter(client, metrics, view, settings, events)
+    tasks: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_status_writer(**_: Any) -> None:
+        tasks.append(asyncio.get_running_loop().create_task(writer.run()))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_status_writer(**_: Any) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    @kopf.on.resume(GROUP, VERSION, "computedomains", registry=registry)
+    @kopf.on.create(GROUP, VERSION, "computedomains", registry=registry)
+    async def ensure_children(body: kopf.Body, **_: Any) -> None:
+        domain = ComputeDomain.from_wire(dict(body))
+        try:
+            applied = await apply_children(client, domain, settings)
+        except InvalidInputError as exc:
+            await events.post(dict(body), "Warning", "InvalidComputeDomain", str(exc))
+            raise kopf.PermanentError(str(exc)) from exc
+        except KubeError as exc:
+            raise kopf.TemporaryError(f"applying the domain's children failed: {exc}", delay=2) from exc
+        log.info("ComputeDomain children applied", domain=domain.metadata.name, children=applied)
+
+    @kopf.on.delete(GROUP, VERSION, "computedomains", registry=registry)
+    async def delete_children(body: kopf.Body, uid: str, retry: int, **_: Any) -> None:
+        writer.deleting.add(uid)
+        outcome = await remove_children(client, uid)
+        last = retry + 1 >= settings.computedomain_cleanup_attempts
+        if outcome.failed and not last:
+            metrics.computedomain_cleanups.labels("retried").inc()
+            raise kopf.TemporaryError(outcome.summary(), delay=CLEANUP_RETRY_SECONDS)
+        result = "incomplete" if outcome.failed else "complete"
+        metrics.computedomain_cleanups.labels(result).inc()
+        if outcome.failed:
+            message = (
+                f"gave up after {retry + 1} attempt(s) and released the finalizer: {outcome.summary()}; "
+                "remove what is left by hand"
+            )
+            await events.post(dict(body), "Warning", "CleanupIncomplete", message)
+        else:
+            await events.post(dict(body), "Normal", "CleanedUp", outcome.summary())
+        log.info("ComputeDomain deleted", uid=uid, result=result, summary=outcome.summary())
+
+    @kopf.on.event(GROUP, VERSION, "computedomains", registry=registry)
+    async def domain_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
+        if type == "DELETED":
+            writer.view.domain_changed(None, uid)
+            writer.deleting.discard(uid)
+            writer.forget(uid)
+            return
+        try:
+            writer.mark(writer.view.domain_changed(body, uid))
+        except ValueError as exc:  # a body the API server should have rejected; say so, keep running
+            log.warning("ignoring an unreadable ComputeDomain", uid=uid, error=str(exc))
+
+    @kopf.on.event(GROUP, VERSION, "computedomaincliques", registry=registry)
+    async def clique_event(type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+        key = f"{namespace}/{name}"
+        try:
+            writer.mark(writer.view.clique_changed(None if type == "DELETED" else body, key))
+        except ValueError as exc:
+            log.warning("ignoring an unreadable ComputeDomainClique", clique=key, error=str(exc))
+
+    @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
+    async def domain_claim_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
+        writer.mark(writer.view.claim_changed(None if type == "DELETED" else body, uid))
+
+    @kopf.on.event("v1", "nodes", registry=registry)
+    async def node_event(type: str, body: kopf.Body, name: str, **_: Any) -> None:
+        writer.mark(writer.view.node_changed(None if type == "DELETED" else body, name))
+
+    return writer

@@ -1,0 +1,135 @@
+"""Applying a ComputeDomain's children, and removing everything a domain left behind when it is deleted.
+
+Children are applied with server-side apply (forced, field manager gpudra-controller): one request per
+object whether it exists or not, and applying the same desired object twice changes nothing.
+
+Deletion removes, in order, the domain's ResourceClaimTemplates and DaemonSet (by the children label, in
+any namespace), its ComputeDomainClique objects (named ``<uid>.<cliqueID>``), and its label on every Node.
+It never waits for pods: a workload pod stuck Terminating (NVIDIA #380) keeps its own claim, which the
+kubelet unprepares without the domain, so the domain's finalizer does not depend on it. Pods still holding
+one of the domain's channels are named in the outcome so the user sees what is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpudra.api.computedomain import ComputeDomain
+from gpudra.computedomain.children import DaemonPodSettings, child_selector, desired_children
+from gpudra.computedomain.names import OBJECT_LABEL, DriverNames, node_label_key
+from gpudra.config import ControllerSettings
+from gpudra.errors import KubeError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import (
+    COMPUTE_DOMAIN_CLIQUES,
+    DAEMONSETS,
+    NODES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    Resource,
+)
+
+_BY_KIND: dict[str, Resource] = {
+    "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES,
+    "DaemonSet": DAEMONSETS,
+}
+
+
+async def apply_children(
+    client: KubeClient, domain: ComputeDomain, settings: ControllerSettings
+) -> list[str]:
+    """Apply every desired child of ``domain``; the ``kind namespace/name`` of each, for the log."""
+    children = desired_children(
+        domain,
+        drivers=DriverNames(compute_domain=settings.compute_domain_driver),
+        driver_namespace=settings.namespace,
+        daemon_image=settings.imex_daemon_image,
+        mode=settings.imex_daemon_mode,
+        pods=DaemonPodSettings(),
+    )
+    applied = []
+    for child in children.objects():
+        meta = child["metadata"]
+        await client.patch(
+            _BY_KIND[child["kind"]], meta["name"], child, meta["namespace"], patch_type="apply", force=True
+        )
+        applied.append(f"{child['kind']} {meta['namespace']}/{meta['name']}")
+    return applied
+
+
+@dataclass
+class Cleanup:
+    """What one deletion pass removed, what it could not, and which pods still hold a channel."""
+
+    removed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    holding_pods: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = f"removed {len(self.removed)} object(s)"
+        if self.removed:
+            text += f" ({', '.join(self.removed)})"
+        if self.failed:
+            text += f"; could not remove: {'; '.join(self.failed)}"
+        if self.holding_pods:
+            text += (
+                f"; not waited for: pod(s) {', '.join(self.holding_pods)} still hold a channel claim of this "
+                "domain (they keep running until they end or are deleted)"
+            )
+        return text
+
+
+async def _delete_all(
+    client: KubeClient, res: Resource, items: list[dict[str, object]], outcome: Cleanup
+) -> None:
+    for item in items:
+        meta = item.get("metadata")
+        assert isinstance(meta, dict)
+        what = f"{res.kind} {meta.get('namespace') or ''}/{meta['name']}".replace(" /", " ")
+        try:
+            await client.delete(res, str(meta["name"]), meta.get("namespace"))
+            outcome.removed.append(what)
+        except KubeError as exc:
+            outcome.failed.append(f"{what}: {exc}")
+
+
+async def remove_children(client: KubeClient, uid: str) -> Cleanup:
+    """One pass removing everything of domain ``uid``; failures are collected, never raised."""
+    outcome = Cleanup()
+    selector = ",".join(f"{k}={v}" for k, v in child_selector(uid).items())
+    for res in (RESOURCE_CLAIM_TEMPLATES, DAEMONSETS):
+        try:
+            items, _ = await client.list(res, label_selector=selector)
+        except KubeError as exc:
+            outcome.failed.append(f"listing {res.plural}: {exc}")
+            continue
+        await _delete_all(client, res, items, outcome)
+    try:
+        cliques, _ = await client.list(COMPUTE_DOMAIN_CLIQUES)
+        mine = [c for c in cliques if str(c["metadata"]["name"]).startswith(f"{uid}.")]
+        await _delete_all(client, COMPUTE_DOMAIN_CLIQUES, mine, outcome)
+    except KubeError as exc:
+        outcome.failed.append(f"listing computedomaincliques: {exc}")
+    key = node_label_key(uid)
+    try:
+        nodes, _ = await client.list(NODES, label_selector=key)
+    except KubeError as exc:
+        outcome.failed.append(f"listing nodes labelled {key}: {exc}")
+        nodes = []
+    for node in nodes:
+        name = node["metadata"]["name"]
+        try:
+            await client.patch(NODES, name, {"metadata": {"labels": {key: None}}})
+            outcome.removed.append(f"label {key} of node {name}")
+        except KubeError as exc:
+            outcome.failed.append(f"label {key} of node {name}: {exc}")
+    try:
+        claims, _ = await client.list(RESOURCE_CLAIMS, label_selector=f"{OBJECT_LABEL}={uid}")
+    except KubeError:
+        claims = []  # only informative
+    for claim in claims:
+        namespace = claim["metadata"].get("namespace", "")
+        for consumer in (claim.get("status") or {}).get("reservedFor") or []:
+            outcome.holding_pods.append(f"{namespace}/{consumer.get('name', '?')}")
+    outcome.holding_pods.sort()
+    return outcome

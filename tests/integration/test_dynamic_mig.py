@@ -1,0 +1,325 @@
+"""Dynamic MIG in the embedded cluster: partitionable devices in the slices, the instance created when the pod's
+claim is prepared and destroyed when the pod is gone, a full GPU filled by seven 1g claims with the eighth pending
+and explained, and the whole GPU never allocated beside one of its MIG devices."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rich.console import Console
+
+from clusterkit import StartCluster, eventually
+from gpudra.cluster.up import EmbeddedCluster
+from gpudra.config import ControllerSettings
+from gpudra.controller.miglayouts import MIGLAYOUTS
+from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.nvml import NvmlBackend
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import (
+    EVENTS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
+from gpudra.reports import fleet_table
+
+NODE = "dgx-h100-0"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture
+async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
+    return await start_cluster(
+        "dgx-h100:1",
+        dynamic_mig=True,
+        hardware_poll_seconds=0.1,
+        controller=ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.2),
+    )
+
+
+def client_of(cluster: EmbeddedCluster) -> KubeClient:
+    assert cluster.client is not None
+    return cluster.client
+
+
+def inventory(cluster: EmbeddedCluster) -> NodeInventory:
+    """What NVML on the simulated node reports now."""
+    return NvmlBackend(NODE, nvml=cluster.simulated[NODE]).read_inventory()
+
+
+def gpu0(cluster: EmbeddedCluster) -> GpuInfo:
+    return inventory(cluster).gpus[0]
+
+
+def claim(name: str, cls: str, expression: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "dev", "exactly": {
+            "deviceClassName": cls, "selectors": [{"cel": {"expression": expression}}]}}]}},
+    }  # fmt: skip
+
+
+def pod(name: str, claim_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "resourceClaims": [{"name": "dev", "resourceClaimName": claim_name}],
+            "containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "dev"}]}}],
+        },
+    }
+
+
+async def running(client: KubeClient, name: str) -> bool:
+    return bool((await client.get(PODS, name, "default")).get("status", {}).get("phase") == "Running")
+
+
+async def run_pod_with_claim(client: KubeClient, name: str, cls: str, expression: str) -> None:
+    await client.create(RESOURCE_CLAIMS, claim(name, cls, expression), "default")
+    await client.create(PODS, pod(name, name), "default")
+
+
+async def explanation(
+    client: KubeClient, claim_name: str, reason: str | None = None
+) -> dict[str, Any] | None:
+    """The controller's explaining Event of a pending claim (with that reason), once there is one."""
+    events, _ = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={claim_name}")
+    return next(
+        (
+            e
+            for e in events
+            if e["source"]["component"] == "gpudra-controller" and reason in (None, e["reason"])
+        ),
+        None,
+    )
+
+
+def on_gpu(uuid: str) -> str:
+    return f'device.attributes["gpu.nvidia.com"].parentUUID == "{uuid}"'
+
+
+async def test_slices_carry_the_counter_set_and_every_placement(cluster: EmbeddedCluster) -> None:
+    slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    counter_sets = sorted(c["name"] for s in slices for c in s["spec"].get("sharedCounters") or [])
+    assert counter_sets == [f"gpu-{i}-counter-set" for i in range(8)]
+    # the embedded API server reports 1.34: counters travel with their devices, one slice per GPU
+    for s in slices:
+        (counter_set,) = s["spec"]["sharedCounters"]
+        minor = counter_set["name"].split("-")[1]
+        assert {d["name"].split("-mig-")[0] for d in s["spec"]["devices"]} == {f"gpu-{minor}"}
+        assert len(s["spec"]["devices"]) == 26
+
+
+async def test_1g_claim_creates_the_instance_at_prepare_and_destroys_it_after_the_pod(
+    cluster: EmbeddedCluster,
+) -> None:
+    client = client_of(cluster)
+    for doc in yaml.safe_load_all((EXAMPLES / "dynamic-mig-1g.yaml").read_text()):
+        kind = {"ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES, "Pod": PODS}[doc["kind"]]
+        await client.create(kind, doc, "default")
+    await eventually(lambda: running(client, "small-inference"))
+    fake = cluster.simulated[NODE]
+    (instance,) = [m for g in inventory(cluster).gpus for m in g.mig_devices]
+    assert instance.profile == "1g.10gb"
+    assert fake.gpu(instance.parent_index).mig_current
+    claims, _ = await client.list(RESOURCE_CLAIMS, "default")
+    (status,) = claims[0]["status"]["devices"]
+    assert status["data"]["uuid"] == instance.uuid and status["data"]["type"] == "mig"
+    assert status["device"].endswith(f"-19-{instance.placement_start}")
+    preparer = cluster.runtimes[NODE].preparer
+    assert preparer is not None
+    spec = preparer.specs.read(claims[0]["metadata"]["uid"])
+    assert spec is not None and f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in spec["containerEdits"]["env"]
+
+    await client.delete(PODS, "small-inference", "default")
+
+    async def destroyed() -> bool:
+        return not any(g.mig_devices for g in inventory(cluster).gpus)
+
+    await eventually(destroyed)
+
+
+async def test_seven_1g_fill_one_h100_and_the_eighth_pends_with_counters_as_the_reason(
+    cluster: EmbeddedCluster,
+) -> None:
+    client = client_of(cluster)
+    uuid = gpu0(cluster).uuid
+    only_1g = 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb" && ' + on_gpu(uuid)
+    for i in range(8):
+        await run_pod_with_claim(client, f"small-{i}", "mig.nvidia.com", only_1g)
+    for i in range(7):
+        await eventually(lambda i=i: running(client, f"small-{i}"))
+    assert len(gpu0(cluster).mig_devices) == 7
+
+    # every 1g.10gb placement of the GPU is allocated: the eighth waits for one of them
+    event = await eventually(lambda: explanation(client, "small-7"))
+    assert event["reason"] == "DevicesInUse", event
+    assert "needs 1, 7 match, 0 usable" in event["message"], event["message"]
+    # any other profile on that GPU: free placements exist, but the memory slices they need are taken
+    await run_pod_with_claim(client, "other", "mig.nvidia.com", on_gpu(uuid))
+    event = await eventually(lambda: explanation(client, "other"))
+    assert event["reason"] == "CounterExhausted", event
+    assert not await running(client, "small-7")
+    assert not (await client.get(RESOURCE_CLAIMS, "small-7", "default")).get("status", {}).get("allocation")
+    await client.delete(PODS, "other", "default")
+
+    await client.delete(PODS, "small-3", "default")  # one placement frees up: the eighth gets it
+    await eventually(lambda: running(client, "small-7"), timeout=30)
+    assert len(gpu0(cluster).mig_devices) == 7
+
+
+async def test_whole_gpu_and_a_mig_device_of_it_are_never_allocated_together(
+    cluster: EmbeddedCluster,
+) -> None:
+    client = client_of(cluster)
+    uuid = gpu0(cluster).uuid
+    await run_pod_with_claim(
+        client, "whole", "gpu.nvidia.com", f'device.attributes["gpu.nvidia.com"].uuid == "{uuid}"'
+    )
+    await eventually(lambda: running(client, "whole"))
+    assert not gpu0(cluster).mig_devices  # the whole GPU is prepared as a GPU: no instance, MIG mode stays on
+    assert cluster.simulated[NODE].gpu(0).mig_current
+    await run_pod_with_claim(client, "slice", "mig.nvidia.com", on_gpu(uuid))
+
+    event = await eventually(lambda: explanation(client, "slice"))
+    assert event["reason"] == "CounterExhausted", event
+    assert not await running(client, "slice")
+    await client.delete(PODS, "whole", "default")
+    await eventually(lambda: running(client, "slice"), timeout=30)
+    assert len(gpu0(cluster).mig_devices) == 1
+
+
+async def test_a_health_event_on_the_gpu_taints_every_placement_and_marks_the_claims_on_it(
+    cluster: EmbeddedCluster,
+) -> None:
+    client = client_of(cluster)
+    uuid = gpu0(cluster).uuid
+    await run_pod_with_claim(client, "busy", "mig.nvidia.com", on_gpu(uuid))
+    await eventually(lambda: running(client, "busy"))
+    cluster.simulated[NODE].inject_xid(0, 79)
+
+    async def tainted() -> list[str]:
+        slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        return [
+            d["name"]
+            for s in slices
+            for d in s["spec"].get("devices") or []
+            if any(t["key"] == "gpu.nvidia.com/xid" for t in d.get("taints") or [])
+        ]
+
+    names = await eventually(tainted)
+    assert len(names) == 26 and all(n == "gpu-0" or n.startswith("gpu-0-mig-") for n in names)
+
+    async def unhealthy() -> dict[str, Any] | None:
+        (entry,) = (await client.get(RESOURCE_CLAIMS, "busy", "default"))["status"]["devices"]
+        condition = next((c for c in entry["conditions"] if c["type"] == "Healthy"), None)
+        return condition if condition is not None and condition["status"] == "False" else None
+
+    assert (await eventually(unhealthy))["reason"] == "Xid79"  # the instance created at prepare
+    await run_pod_with_claim(client, "sick", "mig.nvidia.com", on_gpu(uuid))
+    # (while the slices are being rewritten the pool may be explained as incomplete first)
+    assert await eventually(lambda: explanation(client, "sick", reason="Tainted"))
+
+
+async def test_gpus_switch_to_dynamic_at_run_time_and_keep_their_instances(
+    start_cluster: StartCluster,
+) -> None:
+    cluster = await start_cluster("dgx-a100:1", hardware_poll_seconds=0.1)
+    client = client_of(cluster)
+    node = "dgx-a100-0"
+    agent = cluster.agents[node]
+    uuid = NvmlBackend(node, nvml=cluster.simulated[node]).read_inventory().gpus[0].uuid
+
+    async def gpu0_devices() -> tuple[list[str], list[str]]:
+        slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+        sets = sorted(c["name"] for s in slices for c in s["spec"].get("sharedCounters") or [])
+        names = sorted(
+            d["name"]
+            for s in slices
+            for d in s["spec"].get("devices") or []
+            if d["name"].startswith("gpu-0-")
+        )
+        return sets, names
+
+    before = await gpu0_devices()
+    assert before[0] == [] and len(before[1]) == 4  # all-balanced, static
+    agent.set_dynamic_gpus({uuid})
+    assert agent.dynamic_gpus() == {uuid}
+    # every memory slice is taken: the instances stay, as static devices, beside the GPU's counter set
+    assert await eventually(lambda: _when(gpu0_devices(), lambda v: v == (["gpu-0-counter-set"], before[1])))
+    agent.set_dynamic_gpus(None)
+    assert await eventually(lambda: _when(gpu0_devices(), lambda v: v == before))
+
+
+async def _when(value: Awaitable[Any], check: Callable[[Any], bool]) -> bool:
+    return check(await value)
+
+
+async def test_status_says_the_gpus_are_dynamic_instead_of_counting_placements(
+    cluster: EmbeddedCluster,
+) -> None:
+    console = Console(width=250, record=True, file=io.StringIO())
+    console.print(await fleet_table(client_of(cluster)))
+    row = next(line for line in console.export_text().splitlines() if NODE in line)
+    assert "dynamic on 8 GPUs" in row and "1g.10gb" not in row
+
+
+async def test_shared_example_creates_one_instance_served_through_mps(cluster: EmbeddedCluster) -> None:
+    client = client_of(cluster)
+    for doc in yaml.safe_load_all((EXAMPLES / "dynamic-mig-shared.yaml").read_text()):
+        kind = {"ResourceClaim": RESOURCE_CLAIMS, "Pod": PODS}[doc["kind"]]
+        await client.create(kind, doc, "default")
+    await eventually(lambda: running(client, "mps-clients"))
+    (instance,) = [m for g in inventory(cluster).gpus for m in g.mig_devices]
+    assert instance.profile == "2g.20gb"
+    claim = await client.get(RESOURCE_CLAIMS, "shared-2g", "default")
+    preparer = cluster.runtimes[NODE].preparer
+    assert preparer is not None
+    spec = preparer.specs.read(claim["metadata"]["uid"])
+    assert spec is not None
+    env = spec["containerEdits"]["env"]
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in env and f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in env
+
+
+async def test_a_dynamic_miglayout_hands_the_gpus_to_dynamic_mig_and_back(
+    start_cluster: StartCluster,
+) -> None:
+    """examples/miglayout-dynamic.yaml on a node whose GPUs start with MIG off: the applier enables MIG, the agent
+    publishes every placement, and a claim gets its instance at prepare; deleting the layout hands the node back
+    to its own setting (Static)."""
+    cluster = await start_cluster("dgx-h100:1", hardware_poll_seconds=0.1)
+    client = client_of(cluster)
+    await client.patch(NODES, NODE, {"metadata": {"labels": {"gpudra.dev/mig": "dynamic"}}})
+    (layout,) = yaml.safe_load_all((EXAMPLES / "miglayout-dynamic.yaml").read_text())
+    await client.create(MIGLAYOUTS, layout)
+
+    async def counter_sets() -> int:
+        slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        return sum(len(s["spec"].get("sharedCounters") or []) for s in slices)
+
+    await eventually(lambda: _when(counter_sets(), lambda n: n == 8), timeout=30)
+    await run_pod_with_claim(
+        client, "small", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+    )
+    await eventually(lambda: running(client, "small"))
+    assert [(m.profile, m.placement_start) for g in inventory(cluster).gpus for m in g.mig_devices] == [
+        ("1g.10gb", 0)
+    ]
+    await client.delete(PODS, "small", "default")
+    await eventually(lambda: _when(inventory_instances(cluster), lambda n: n == 0))
+    await client.delete(MIGLAYOUTS, "dynamic")
+    await eventually(lambda: _when(counter_sets(), lambda n: n == 0), timeout=30)
+
+
+async def inventory_instances(cluster: EmbeddedCluster) -> int:
+    return sum(len(g.mig_devices) for g in inventory(cluster).gpus)

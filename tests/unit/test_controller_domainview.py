@@ -1,0 +1,108 @@
+"""The controller's view of ComputeDomains: which events touch which domains, workload nodes from allocated
+channel claims (daemon claims ignored), held nodes in daemonset mode, and a late watch echo ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.computedomain.clique import CLIQUE_LABEL
+from gpudra.computedomain.names import OBJECT_LABEL, node_label_key
+from gpudra.controller.domainview import DomainView
+
+C1 = "cluster-1.1"
+
+
+def domain(name: str, uid: str, version: str = "1") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": name, "namespace": "team", "uid": uid, "resourceVersion": version},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+    }
+
+
+def claim(uid: str, node: str | None, device_class: str = "compute-domain-default-channel.nvidia.com") -> Any:
+    body: dict[str, Any] = {
+        "metadata": {"name": "c", "namespace": "team", "labels": {OBJECT_LABEL: uid}},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]}},
+    }
+    if node is not None:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        body["status"] = {"allocation": {"nodeSelector": {"nodeSelectorTerms": [term]}}}
+    return body
+
+
+def node(name: str, clique: str | None, *domains: str) -> dict[str, Any]:
+    labels = {node_label_key(uid): "true" for uid in domains}
+    if clique is not None:
+        labels[CLIQUE_LABEL] = clique
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def clique(uid: str, *nodes: str) -> dict[str, Any]:
+    daemons = [
+        {"nodeName": n, "ipAddress": "10.0.0.1", "cliqueID": C1, "index": i, "status": "Ready"}
+        for i, n in enumerate(nodes)
+    ]
+    return {"metadata": {"name": f"{uid}.{C1}", "namespace": "gpudra"}, "daemons": daemons}
+
+
+def test_workload_nodes_come_from_allocated_channel_claims_only() -> None:
+    view = DomainView()
+    view.domain_changed(domain("a", "uid-a"), "uid-a")
+    assert view.claim_changed(claim("uid-a", None), "c0") == set()  # not allocated yet
+    assert view.claim_changed(claim("uid-a", "n1"), "c0") == {"uid-a"}
+    assert view.claim_changed(claim("uid-a", "n1"), "c0") == set()  # same again: nothing to do
+    assert view.claim_changed(claim("uid-a", "n2", "compute-domain-daemon.nvidia.com"), "c1") == set()
+    assert view.workload_nodes("uid-a") == {"n1"}
+    assert view.claim_changed(None, "c0") == {"uid-a"}
+    assert view.workload_nodes("uid-a") == set()
+
+
+def test_a_node_event_touches_the_domains_on_it_only_when_its_clique_changes() -> None:
+    view = DomainView(mode="host-managed")
+    view.domain_changed(domain("a", "uid-a"), "uid-a")
+    view.claim_changed(claim("uid-a", "n1"), "c0")
+    assert view.node_changed(node("n1", C1), "n1") == {"uid-a"}
+    assert view.node_changed(node("n2", C1), "n2") == set()
+    assert view.node_changed(node("n1", C1, "uid-a"), "n1") == set()  # a domain label: no matter here
+    assert view.node_changed(node("n1", None, "uid-a"), "n1") == {"uid-a"}  # fabric lost
+    assert view.node_changed(None, "n1") == {"uid-a"}
+
+
+def test_daemonset_mode_holds_a_node_for_the_domain_labelled_there() -> None:
+    view = DomainView(mode="daemonset")
+    view.domain_changed(domain("a", "uid-a"), "uid-a")
+    view.domain_changed(domain("b", "uid-b"), "uid-b")
+    view.node_changed(node("n1", C1, "uid-a"), "n1")
+    view.clique_changed(clique("uid-a", "n1"), "gpudra/a")
+    view.claim_changed(claim("uid-a", "n1"), "ca")
+    view.claim_changed(claim("uid-b", "n1"), "cb")
+
+    status = view.status_of("uid-b", "2026-01-01T00:00:00Z")
+    assert status is not None and not status.ready
+    assert [(p.node_name, p.reason) for p in status.problems] == [("n1", "NodeHeld")]
+    assert "team/a" in status.problems[0].message
+    first = view.status_of("uid-a", "2026-01-01T00:00:00Z")
+    assert first is not None and first.ready
+
+    shared = DomainView(mode="host-managed")
+    shared.domain_changed(domain("b", "uid-b"), "uid-b")
+    shared.node_changed(node("n1", C1, "uid-a"), "n1")
+    shared.claim_changed(claim("uid-b", "n1"), "cb")
+    assert shared.held_nodes("uid-b", {"n1"}) == {}
+
+
+def test_a_late_echo_of_an_older_version_is_ignored() -> None:
+    view = DomainView()
+    assert view.domain_changed(domain("a", "uid-a", "7"), "uid-a") == {"uid-a"}
+    assert view.domain_changed(domain("a", "uid-a", "5"), "uid-a") == set()
+    assert view.domains["uid-a"].metadata.resource_version == "7"
+
+
+def test_clique_objects_map_to_their_domain_by_name() -> None:
+    view = DomainView()
+    assert view.clique_changed(clique("uid-a", "n1", "n2"), "gpudra/x") == {"uid-a"}
+    assert [d.node_name for d in view.daemons("uid-a")] == ["n1", "n2"]
+    assert view.clique_changed(None, "gpudra/x") == {"uid-a"}
+    assert view.daemons("uid-a") == []
