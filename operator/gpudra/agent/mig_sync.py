@@ -67,12 +67,22 @@ class MigSync:
 
     async def _on_node(self, kind: str, node: dict[str, Any]) -> None:
         self._node_body = {"apiVersion": "v1", "kind": "Node", "metadata": node.get("metadata", {})}
+        if self.report is None and self._written is None:
+            self._resume(node.get("metadata", {}))
         text = (
             None if kind == "DELETED" else (node["metadata"].get("annotations") or {}).get(DESIRED_ANNOTATION)
         )
         if text != self._desired_text:
             self._desired_text = text
             self._wake.set()
+
+    def _resume(self, meta: dict[str, Any]) -> None:
+        """After a restart, carry on from the report on the Node (no needless applying/success flap)."""
+        text = str((meta.get("annotations") or {}).get(STATE_ANNOTATION) or "")
+        self.report = NodeReport.from_json(text) if text else None
+        if self.report is not None:
+            label = (meta.get("labels") or {}).get(CONFIG_STATE_LABEL) if self.report.key else None
+            self._written = (text, label)
 
     async def run(self) -> None:
         informer = Informer(self._client, NODES, self._on_node, field_selector=f"metadata.name={self._node}")
@@ -100,8 +110,9 @@ class MigSync:
                 except GpudraError as exc:
                     log.error("MIG pass failed; will retry", node=self._node, error=str(exc))
                     delay = min(delay * 2, 60.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancellation
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def _pass(self, text: str | None) -> NodeReport:

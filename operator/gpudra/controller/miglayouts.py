@@ -80,8 +80,9 @@ class MigLayoutReconciler:
 
     async def run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._settings.mig_resync_seconds)
+            with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancellation
+                async with asyncio.timeout(self._settings.mig_resync_seconds):
+                    await self._wake.wait()
             self._wake.clear()
             await asyncio.sleep(0.05)  # let a burst of events land in the caches first
             try:
