@@ -21,6 +21,7 @@ from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.mig.desired import DesiredState, NodeReport
+from gpudra.mig.keep import place_for_gpu
 from gpudra.mig.layout import MigLayout, state_of_gpu
 from gpudra.mig.space import placement_space
 from gpudra.mig.validate import place_counts
@@ -137,12 +138,18 @@ def test_applying_reaches_exactly_the_desired_layout_and_keeps_held_devices(
     mig = [t for t in named.values() if t.device_type == "mig" and t.gpu_uuid == inventory.gpus[0].uuid]
     held = {t.uuid for i, t in enumerate(mig) if held_mask >> i & 1}
     holders.held = {(NODE, t.name): f"ns/claim-{t.uuid[-4:]}" for t in mig if t.uuid in held}
+    before = state_of_gpu(inventory.gpus[0], "H100-SXM5-80GB")
     report = apply(a, desired({0: second}, generation=2))
 
     after = backend.read_inventory()
     present = {d.uuid for d in after.gpus[0].mig_devices}
     assert held <= present, "a held MIG device was destroyed"
-    expected = place_counts(H100, second) if second is not None else MigLayout(False)
+    expected = (
+        place_for_gpu(H100, before, place_counts(H100, second), held)
+        if second is not None
+        else MigLayout(False)
+    )
+    assert second is None or expected.counts() == {p: n for p, n in second.items() if n}
     if report.state == "success":
         assert layouts(after)[0] == expected
     else:
@@ -273,3 +280,24 @@ def test_held_devices_block_the_node_or_with_allow_partial_are_worked_around(
     holders.held = {}
     assert apply(a, want).state == "success"
     assert layouts(backend.read_inventory())[0] == place_counts(H100, halves)
+
+
+def test_a_gpu_with_the_wanted_counts_in_other_placements_is_left_alone_even_when_in_use(
+    tmp_path: Path,
+) -> None:
+    """mig-parted compares counts: instances made by hand (or by another tool) in other placements are kept, and a
+    claim on one of them does not block a layout the GPU already has."""
+    fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
+    backend = NvmlBackend(NODE, nvml=fake)
+    backend.set_mig_mode(0, True)
+    backend.create_mig_device(0, "1g.10gb", 6)  # mig-parted's own placement of one 1g.10gb would be start 0
+    assert place_counts(H100, {"1g.10gb": 1}) != MigLayout.of(("1g.10gb", 6))
+    inventory = backend.read_inventory()
+    (held,) = [t for t in device_targets(inventory).values() if t.device_type == "mig"]
+    holders = Holders()
+    holders.held = {(NODE, held.name): "ns/busy"}
+
+    report = apply(applier(backend, tmp_path, holders), desired({0: {"1g.10gb": 1}}))
+
+    assert report.state == "success"
+    assert layouts(backend.read_inventory())[0] == MigLayout.of(("1g.10gb", 6))

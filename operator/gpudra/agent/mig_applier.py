@@ -27,6 +27,7 @@ from gpudra.hardware.backend import GpuBackend
 from gpudra.hardware.catalog import Catalog, load_catalog
 from gpudra.hardware.inventory import GpuInfo, NodeInventory
 from gpudra.mig.desired import DesiredState, GpuReport, NodeGpu, NodeReport, NodeState, gpu_layouts
+from gpudra.mig.keep import place_for_gpu
 from gpudra.mig.layout import MigLayout, model_of_gpu, state_of_gpu
 from gpudra.mig.plan import (
     CreateMigDevice,
@@ -148,9 +149,11 @@ class MigApplier:
     # -- static --------------------------------------------------------------------------------------------
 
     def _plans(
-        self, inventory: NodeInventory, targets: Mapping[int, MigLayout], allow_partial: bool
+        self, inventory: NodeInventory, targets: Mapping[int, MigLayout], allow_partial: bool, resumed: bool
     ) -> tuple[dict[int, MigPlan], dict[str, str]]:
-        """Each GPU's plan against the devices held now, and held device UUID -> claim."""
+        """Each GPU's plan against the devices held now, and held device UUID -> claim. A fresh pass places
+        each target's counts with the fewest changes (:func:`place_for_gpu`); a resumed one keeps the saved
+        placements."""
         named = device_targets(inventory)
         held = {
             named[device].uuid: claim
@@ -162,9 +165,10 @@ class MigApplier:
             model = model_of_gpu(gpu, self._catalog)
             if gpu.index in targets and model is not None:
                 state = state_of_gpu(gpu, model.model_id)
-                plans[gpu.index] = plan_gpu(
-                    model, state, targets[gpu.index], set(held), allow_partial=allow_partial
-                )
+                target = targets[gpu.index]
+                if not resumed:
+                    target = place_for_gpu(model, state, target, set(held))
+                plans[gpu.index] = plan_gpu(model, state, target, set(held), allow_partial=allow_partial)
         return plans, held
 
     async def _apply_static(
@@ -185,7 +189,10 @@ class MigApplier:
             )
         targets = {i: (saved[0].get(i, layout) if saved else layout) for i, layout in layouts.items()}
         plans, held = self._plans(
-            inventory, {i: t for i, t in targets.items() if i not in waiting}, desired.allow_partial
+            inventory,
+            {i: t for i, t in targets.items() if i not in waiting},
+            desired.allow_partial,
+            resumed=saved is not None,
         )
         for plan in plans.values():
             busy = [held.get(i.uuid, i.uuid) for i in plan.blocked_by]

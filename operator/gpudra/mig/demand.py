@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpudra.mig.keep import place_counts_keeping
-from gpudra.mig.layout import InvalidLayoutError, MigLayout
+from gpudra.mig.keep import place_for_gpu
+from gpudra.mig.layout import MigLayout
 from gpudra.mig.packing import GpuPacking, Packing, PackingGpu, plan_packing
 from gpudra.mig.plan import CreateMigDevice, DestroyMigDevice, MigPlan, SetMigMode, Step, plan_gpu, unchanged
 from gpudra.mig.validate import place_counts
@@ -237,17 +237,9 @@ def _take(claims: Sequence[tuple[MigDemand, Counter[str]]], served: Counter[str]
 
 
 def applied_layout(gpu: DemandGpu, counts: dict[str, int]) -> MigLayout:
-    """The layout a MigLayout entry of ``counts`` gives this GPU: mig-parted's placement of the counts (what the
-    agent's applier creates) when it keeps every in-use instance where it is, else the fewest-change placement
-    around them (``place_counts_keeping``)."""
-    busy = {i.placement for i in gpu.state.in_use(gpu.in_use)} if gpu.state.mig_enabled else set()
-    try:
-        canonical = place_counts(gpu.model, counts)
-    except InvalidLayoutError:
-        canonical = None
-    if canonical is not None and busy <= set(canonical.instances):
-        return canonical
-    return place_counts_keeping(gpu.model, gpu.state, counts, gpu.in_use)
+    """The layout a MigLayout entry of ``counts`` gives this GPU: what the agent's applier creates
+    (:func:`place_for_gpu`: the fewest-change placement around what exists)."""
+    return place_for_gpu(gpu.model, gpu.state, place_counts(gpu.model, counts), gpu.in_use)
 
 
 def _suggestion(gpu: DemandGpu, layout: MigLayout, plan: MigPlan) -> GpuSuggestion | None:

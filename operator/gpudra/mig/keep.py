@@ -50,5 +50,20 @@ def place_counts_keeping(
     return space.layout_of(best[1])
 
 
+def place_for_gpu(
+    model: GpuModel, state: GpuMigState, target: MigLayout, in_use: Collection[int | str] = ()
+) -> MigLayout:
+    """Where a counts-only target goes on this GPU, as the applier creates it and the planner predicts it: on a
+    GPU with MIG on, the fewest-change placement of ``target``'s counts around what exists (a GPU that already
+    has those counts in other placements is left as it is, as mig-parted would; in-use instances stay put);
+    ``target`` itself when MIG is off on either side or when no such placement exists (the plan then says why)."""
+    if not (state.mig_enabled and target.mig_enabled):
+        return target
+    try:
+        return place_counts_keeping(model, state, target.counts(), in_use)
+    except InvalidLayoutError:
+        return target
+
+
 def _describe(counts: Mapping[str, int]) -> str:
     return " + ".join(f"{n}x {name}" for name, n in sorted(counts.items())) or "no instances"
