@@ -18,7 +18,7 @@ import kopf
 
 from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain
 from gpudra.config import ControllerSettings
-from gpudra.controller.domainchildren import apply_children, remove_children
+from gpudra.controller.domainchildren import apply_children, cleanup_verdict, remove_children
 from gpudra.controller.domainstatus import DomainStatusWriter
 from gpudra.controller.domainview import DomainView
 from gpudra.errors import InvalidInputError, KubeError
@@ -66,13 +66,12 @@ def register_compute_domains(
     async def delete_children(body: kopf.Body, uid: str, retry: int, **_: Any) -> None:
         writer.deleting.add(uid)
         outcome = await remove_children(client, uid)
-        last = retry + 1 >= settings.computedomain_cleanup_attempts
-        if outcome.failed and not last:
+        verdict = cleanup_verdict(outcome, retry, settings.computedomain_cleanup_attempts)
+        if verdict == "retry":
             metrics.computedomain_cleanups.labels("retried").inc()
             raise kopf.TemporaryError(outcome.summary(), delay=CLEANUP_RETRY_SECONDS)
-        result = "incomplete" if outcome.failed else "complete"
-        metrics.computedomain_cleanups.labels(result).inc()
-        if outcome.failed:
+        metrics.computedomain_cleanups.labels(verdict).inc()
+        if verdict == "incomplete":
             message = (
                 f"gave up after {retry + 1} attempt(s) and released the finalizer: {outcome.summary()}; "
                 "remove what is left by hand"
@@ -80,7 +79,7 @@ def register_compute_domains(
             await events.post(dict(body), "Warning", "CleanupIncomplete", message)
         else:
             await events.post(dict(body), "Normal", "CleanedUp", outcome.summary())
-        log.info("ComputeDomain deleted", uid=uid, result=result, summary=outcome.summary())
+        log.info("ComputeDomain deleted", uid=uid, result=verdict, summary=outcome.summary())
 
     @kopf.on.event(GROUP, VERSION, "computedomains", registry=registry)
     async def domain_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
