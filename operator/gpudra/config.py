@@ -112,7 +112,7 @@ class AgentSettings(CommonSettings):
 
 
 def _env(name: str, field: str) -> AliasChoices:
-    return AliasChoices(field, name)
+    return AliasChoices(name, field)  # the env name first: errors name the variable to set
 
 
 class ImexDaemonSettings(CommonSettings):

@@ -1,9 +1,8 @@
 """The compute-domain driver of the node agent in the embedded cluster (GB200 NVL72 trays).
 
-The domain's children are applied by the test from the pure ``desired_children`` (the controller's handlers
-do that in a full install); the stand-in DaemonSet controller, scheduler and kubelet do the rest: a workload
-pod's channel claim labels its node, the domain's daemon pod lands there and registers, and the channel is
-prepared once that daemon is Ready.
+The controller creates the domain's children; the stand-in DaemonSet controller, scheduler and kubelet do the
+rest: a workload pod's channel claim labels its node, the domain's daemon pod lands there and registers, and the
+channel is prepared once that daemon is Ready. (The domain's status is tested with the controller.)
 """
 
 from __future__ import annotations
@@ -12,78 +11,30 @@ import json
 from pathlib import Path
 from typing import Any
 
+from _domain_kit import DRIVER_NS, NS, domain, workload_pod
+
 from clusterkit import StartCluster, eventually
-from gpudra.api.computedomain import ComputeDomain
+from gpudra.agent.recovery import recover
 from gpudra.cluster.up import EmbeddedCluster
-from gpudra.computedomain.children import desired_children
 from gpudra.computedomain.clique import CLIQUE_LABEL
-from gpudra.computedomain.names import DaemonMode, DriverNames, clique_object_name, node_label_key
+from gpudra.computedomain.names import clique_object_name, node_label_key
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
     COMPUTE_DOMAINS,
-    DAEMONSETS,
     EVENTS,
-    NAMESPACES,
     NODES,
     PODS,
-    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_SLICES,
-    Resource,
 )
 
-NS = "train"
-DRIVER_NS = "gpudra"
 CD = "compute-domain.nvidia.com"
-KINDS: dict[str, Resource] = {"ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES, "DaemonSet": DAEMONSETS}
 
 
-async def _namespaces(client: KubeClient) -> None:
-    for name in (NS, DRIVER_NS):
-        await client.apply_object(
-            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-        )
-
-
-async def make_domain(
-    client: KubeClient, name: str, *, mode: DaemonMode = "daemonset", allocation_mode: str = "Single"
-) -> str:
-    """Create the ComputeDomain and apply its children as the controller would; return its UID."""
-    body = {
-        "apiVersion": "resource.nvidia.com/v1beta1",
-        "kind": "ComputeDomain",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "channel": {
-                "resourceClaimTemplate": {"name": f"{name}-channel"},
-                "allocationMode": allocation_mode,
-            }
-        },
-    }
-    created = await client.create(COMPUTE_DOMAINS, body, NS)
-    children = desired_children(
-        ComputeDomain.from_wire(created),
-        drivers=DriverNames(),
-        driver_namespace=DRIVER_NS,
-        daemon_image="gpudra",
-        mode=mode,
-    )
-    for child in children.objects():
-        await client.apply_object(KINDS[child["kind"]], child)  # the controller may have been first
+async def make_domain(client: KubeClient, name: str, *, allocation_mode: str = "Single") -> str:
+    """Create the ComputeDomain (the controller creates its children); return its UID."""
+    created = await client.create(COMPUTE_DOMAINS, domain(name, mode=allocation_mode), NS)
     return str(created["metadata"]["uid"])
-
-
-def workload_pod(name: str, domain: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "channel"}]}}],
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": f"{domain}-channel"}],
-        },
-    }
 
 
 async def phase(client: KubeClient, name: str) -> str:
@@ -136,7 +87,6 @@ async def test_channel_waits_for_the_daemon_then_gets_channel_0(start_cluster: S
     cluster = await start_cluster("gb200-nvl72:2")
     client = cluster.client
     assert client is not None
-    await _namespaces(client)
     uid = await make_domain(client, "ring")
     await client.create(PODS, workload_pod("worker", "ring", "gb200-nvl72-1"), NS)
 
@@ -178,7 +128,6 @@ async def test_all_mode_injects_every_channel(start_cluster: StartCluster) -> No
     cluster = await start_cluster("gb200-nvl72:1")
     client = cluster.client
     assert client is not None
-    await _namespaces(client)
     await make_domain(client, "wide", allocation_mode="All")
     await client.create(PODS, workload_pod("worker", "wide", "gb200-nvl72-0"), NS)
     await eventually(lambda: _is_running(client, "worker"), timeout=30)
@@ -212,7 +161,6 @@ async def test_daemonset_mode_keeps_a_second_domain_off_the_node(start_cluster: 
     cluster = await start_cluster("gb200-nvl72:1")
     client = cluster.client
     assert client is not None
-    await _namespaces(client)
     await make_domain(client, "first")
     second = await make_domain(client, "second")
     await client.create(PODS, workload_pod("a", "first", "gb200-nvl72-0"), NS)
@@ -236,12 +184,33 @@ async def test_host_managed_domains_share_a_node_on_disjoint_channels(start_clus
     cluster = await start_cluster("gb200-nvl72:1", compute_domain_daemon_mode="host-managed")
     client = cluster.client
     assert client is not None
-    await _namespaces(client)
-    await make_domain(client, "left", mode="host-managed")
-    await make_domain(client, "right", mode="host-managed")
+    await make_domain(client, "left")
+    await make_domain(client, "right")
     await client.create(PODS, workload_pod("l", "left", "gb200-nvl72-0"), NS)
     await client.create(PODS, workload_pod("r", "right", "gb200-nvl72-0"), NS)
     await eventually(lambda: _is_running(client, "l"), timeout=30)
     await eventually(lambda: _is_running(client, "r"), timeout=30)
     minors = [channel_minors(s) for s in cd_specs(cluster, "gb200-nvl72-0")]
     assert sorted(minors) == [[0], [1]]
+
+
+async def test_restart_regenerates_channel_specs_and_gpu_recovery_leaves_them(
+    start_cluster: StartCluster,
+) -> None:
+    cluster = await start_cluster("gb200-nvl72:1")
+    client = cluster.client
+    assert client is not None
+    await make_domain(client, "ring")
+    await client.create(PODS, workload_pod("worker", "ring", "gb200-nvl72-0"), NS)
+    await eventually(lambda: _is_running(client, "worker"), timeout=30)
+    runtime = cluster.runtimes["gb200-nvl72-0"]
+    assert runtime.preparer is not None and runtime.compute_domains is not None
+    before = cd_specs(cluster, "gb200-nvl72-0")
+
+    gpu_report = await recover(runtime.preparer)  # the GPU driver's start-up: CD specs are not its orphans
+    assert gpu_report.orphans_removed == [] and cd_specs(cluster, "gb200-nvl72-0") == before
+
+    for path in (cluster.node_dirs["gb200-nvl72-0"] / "cdi").glob("k8s.compute-domain.nvidia.com-*"):
+        path.unlink()  # a reboot wiped /var/run/cdi
+    report = await recover(runtime.compute_domains.preparer)
+    assert len(report.regenerated) == len(before) and cd_specs(cluster, "gb200-nvl72-0") == before

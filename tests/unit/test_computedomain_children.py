@@ -81,6 +81,8 @@ def test_daemon_template_and_daemon_set_live_in_the_driver_namespace() -> None:
     assert pod["nodeSelector"] == {f"computedomain.gpudra.dev/{UID_A}": "true"}
     assert pod["resourceClaims"][0]["resourceClaimTemplateName"] == daemon["metadata"]["name"]
     assert pod["containers"][0]["image"] == "gpudra:1.0"
+    assert pod["containers"][0]["args"] == ["imex-daemon"]  # gpudra imex-daemon
+    assert pod["serviceAccountName"] == "gpudra-imex-daemon"  # manifests/base/rbac-imex-daemon.yaml
     selector = ds["spec"]["selector"]["matchLabels"]
     assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert children.node_label == (f"computedomain.gpudra.dev/{UID_A}", "true")

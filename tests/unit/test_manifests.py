@@ -29,7 +29,9 @@ THIRD_PARTY_CRDS = {
 # What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
 # exactly these. Controller: kopf watches (list+watch) slices, classes and claims, lists namespaces and nodes to
 # explain claims, posts Events, and uses kopf peering and CRD discovery. Agent: reads and labels its Node, lists
-# and writes its own slices, reads claims it prepares and writes their status, posts Events.
+# and writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain
+# driver reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps.
+# IMEX daemon: reads and writes its domain's ComputeDomainClique.
 USED: dict[str, set[tuple[str, str, str]]] = {
     "gpudra-controller": {
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
@@ -51,6 +53,11 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims/status", "patch"), ("resource.k8s.io", "resourceclaims/status", "update"),
         ("", "events", "create"),
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")},
+        *{("", "configmaps", v) for v in ("get", "create", "update")},
+    },
+    "gpudra-imex-daemon": {
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")},
     },
 }  # fmt: skip
 

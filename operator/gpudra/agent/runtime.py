@@ -4,6 +4,9 @@ The slice publisher (:class:`NodeAgent`) and the kubelet DRA plugin (:class:`Cla
 :class:`KubeletPlugin`). Start-up order: reconcile the checkpoint and the CDI directory first
 (:func:`recover`), then serve the plugin sockets (the kubelet may call prepare right after registration),
 then run the publishing loop; on exit the plugin is deregistered and stopped.
+
+Beside them, on nodes with multi-node NVLink, the compute-domain driver (:class:`ComputeDomainDriver`,
+its own plugin, checkpoint and slice) runs in the same process and follows the GPU agent's readings.
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ class AgentRuntime:
         self.plugin: KubeletPlugin | None = None
         self.compute_domains: ComputeDomainDriver | None = None
         if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
-            self.compute_domains = ComputeDomainDriver(settings, backend, client, metrics)
+            self.compute_domains = ComputeDomainDriver(
+                settings, backend, client, metrics, report_problem=self._report_checkpoint_problem
+            )
             self.agent.inventory_listeners.append(self.compute_domains.observe)
         if not settings.serve_kubelet_plugin:
             return

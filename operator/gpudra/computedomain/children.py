@@ -58,7 +58,8 @@ DAEMON_MODES: tuple[DaemonMode, ...] = ("daemonset", "host-managed")
 class DaemonPodSettings:
     """Optional knobs of the daemon pods; the defaults suit most clusters."""
 
-    service_account: str | None = None
+    service_account: str | None = "gpudra-imex-daemon"
+    """May read and write ComputeDomainCliques in the driver's namespace (manifests/base/rbac-imex-daemon.yaml)."""
     priority_class: str | None = "system-node-critical"
     """Daemons gate their domain's workloads; schedule them ahead of those (a busy scheduler otherwise
     delays them by tens of seconds at scale)."""
@@ -198,6 +199,7 @@ def daemon_set(
             {
                 "name": DAEMON_CONTAINER,
                 "image": daemon_image,
+                "args": ["imex-daemon"],
                 "env": _env(uid, name, namespace),
                 "resources": {
                     "requests": dict(resources),

@@ -31,7 +31,7 @@ from gpudra.agent.computedomain.planner import CD_VENDOR, ComputeDomainPlanner
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.prepare import ClaimPreparer
 from gpudra.agent.publisher import SlicePublisher
-from gpudra.agent.recovery import RecoveryReport, recover
+from gpudra.agent.recovery import ProblemReporter, RecoveryReport, recover
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.resource import Device, DeviceAttribute, DeviceTaint
 from gpudra.computedomain.channels import CHANNEL_DEVICE, PROC_DEVICES_NAME, compute_domain_devices
@@ -86,7 +86,13 @@ def published_devices(clique: NodeClique) -> list[Device]:
 
 class ComputeDomainDriver:
     def __init__(
-        self, settings: AgentSettings, backend: GpuBackend, client: KubeClient, metrics: Metrics
+        self,
+        settings: AgentSettings,
+        backend: GpuBackend,
+        client: KubeClient,
+        metrics: Metrics,
+        *,
+        report_problem: ProblemReporter | None = None,
     ) -> None:
         self.settings = settings
         self.driver = settings.compute_domain_driver_name
@@ -99,6 +105,7 @@ class ComputeDomainDriver:
         self.published = asyncio.Event()
         self.enabled: bool | None = None  # decided on the first reading
         self.recovery: RecoveryReport | None = None
+        self._report_problem = report_problem
         state = settings.compute_domain_state_path
         store = CheckpointStore(state / CHECKPOINT_FILE, node=settings.node_name, driver=self.driver)
         plugin_dir = settings.compute_domain_plugin_path
@@ -154,7 +161,12 @@ class ComputeDomainDriver:
                 node=inventory.node_name,
             )
             return
-        self.recovery = await recover(self.preparer, metrics=self._metrics)
+        if self._report_problem is None:
+            self.recovery = await recover(self.preparer, metrics=self._metrics)
+        else:
+            self.recovery = await recover(
+                self.preparer, report_problem=self._report_problem, metrics=self._metrics
+            )
         await self.plugin.start()
         try:
             await self._loop()
@@ -178,6 +190,9 @@ class ComputeDomainDriver:
             metrics=self._metrics,
             max_devices_per_slice=self.settings.max_devices_per_slice,
         )
+        assert self._inventory is not None
+        self.clique = node_clique(self._inventory)
+        await self.planner.restore()
         dirty = True
         while True:
             self._changed.clear()

@@ -296,6 +296,18 @@ class ComputeDomainPlanner:
             )
         return self._host[key]
 
+    async def restore(self) -> None:
+        """At start-up, host-managed mode: this agent is again the daemon of every domain it holds prepared
+        channels of (a restart must not leave their nodes unregistered); a failure is logged, not fatal."""
+        clique = self._clique()
+        if self.mode != "host-managed" or not clique.clique_id:
+            return
+        for domain in sorted({d for e in self._store.claims().values() for d in entry_domains(e, "channel")}):
+            try:
+                await self._host_registration(domain, clique.clique_id).report("Ready")
+            except GpudraError as exc:
+                log.warning("re-registering the host IMEX daemon failed", domain=domain, error=str(exc))
+
     # -- release ---------------------------------------------------------------------------------------------
 
     async def released(self, uid: str, entry: ClaimEntry | None) -> None:

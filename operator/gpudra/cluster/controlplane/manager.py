@@ -58,7 +58,7 @@ class ControlPlane:
         self._sequence = 0
         self._queued: set[tuple[str, str]] = set()
         self._unschedulable: set[tuple[str, str]] = set()
-        self._bound: set[str] = set()  # uids of pods this scheduler bound
+        self._bound: dict[str, str] = {}  # uid -> node of the pods this scheduler bound
         self._events = EventRecorder(client, "gpudra-scheduler")
         self.workloads = Workloads(client, self.state.pods)
         self.daemonsets = DaemonSets(client, self.state.pods)
@@ -77,7 +77,7 @@ class ControlPlane:
     async def _on_pod(self, kind: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         if kind == "DELETED":
-            self._bound.discard(meta["uid"])
+            self._bound.pop(meta["uid"], None)
             await self._release(meta["uid"])
             self._unschedulable.discard((meta.get("namespace", ""), meta["name"]))
             self._retry_unschedulable()
@@ -280,14 +280,16 @@ class ControlPlane:
              "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
             pod.metadata.namespace,
         )  # fmt: skip
-        self._bound.add(pod.metadata.uid or "")
+        self._bound[pod.metadata.uid or ""] = node_name
         log.info(
             "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c in claims]
         )
 
     def _least_loaded(self, nodes: list[NodeInfo]) -> str:
-        """For pods without claims: spread them over the nodes by the number of pods bound there."""
-        load = Counter(str(p["spec"].get("nodeName")) for p in self.state.pods.cache.values())
+        """For pods without claims: spread them over the nodes by the number of pods bound there (the cache
+        may not show this scheduler's latest bindings yet, so those count from its own record)."""
+        where = {p["metadata"]["uid"]: str(p["spec"].get("nodeName")) for p in self.state.pods.cache.values()}
+        load = Counter({**where, **self._bound}.values())
         return min(nodes, key=lambda n: (load.get(n.name, 0), n.name)).name
 
     async def _reserve(
