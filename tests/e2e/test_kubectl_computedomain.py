@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_kubectl_demo import kubectl
 
 from clusterkit import StartCluster
-from test_kubectl_demo import kubectl
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "computedomain"
 pytestmark = [
@@ -19,10 +19,14 @@ pytestmark = [
 ]
 
 
-async def test_apply_the_examples_watch_the_domain_get_ready_and_delete_it(start_cluster: StartCluster) -> None:
+async def test_apply_the_examples_watch_the_domain_get_ready_and_delete_it(
+    start_cluster: StartCluster,
+) -> None:
     cluster = await start_cluster("gb200-nvl72:4")
     applied = await kubectl(cluster, "apply", "-f", str(EXAMPLES))
-    assert "computedomain.resource.nvidia.com/train created" in applied and "job.batch/train created" in applied
+    assert (
+        "computedomain.resource.nvidia.com/train created" in applied and "job.batch/train created" in applied
+    )
 
     deadline = time.monotonic() + 60
     table = ""
