@@ -2,8 +2,10 @@
 A100-80GB GPUs, served three ways in the same run on the same stream:
 
 (a) static: every GPU keeps mig-parted's all-balanced layout; a claim waits for a free instance of its profile;
-(b) planner: gpudra's packing planner repartitions idle capacity for the pending claims at every event;
-(c) optimal: the exhaustive optimal packer does the same at every event.
+(b) planner: the controller's MIG planner (``gpudra.mig.demand.plan_demand``, what the controller suggests and,
+    with GPUDRA_MIG_PLANNER=apply, applies) repartitions idle capacity for the pending claims at every event,
+    on nodes of ``--gpus-per-node`` GPUs, each claim a MigDemand for its profile;
+(c) optimal: the exhaustive optimal packer does the same at every event, over the whole fleet at once.
 
 A claim waits at most ``--patience`` time units, then leaves unserved. Reported: the time-averaged fraction of
 the fleet's compute slices used by running claims, and the planner's share of the optimum (goal >= 98%).
@@ -22,15 +24,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpudra.hardware.catalog import GpuModel, load_catalog
-from gpudra.mig.layout import GpuMigState
-from gpudra.mig.packing import Packing, PackingGpu, optimal_packing, plan_packing
+from gpudra.mig.demand import DemandGpu, MigDemand, MigRequest, ProfileChoice, plan_demand
+from gpudra.mig.layout import GpuMigState, MigLayout
+from gpudra.mig.packing import PackingGpu, optimal_packing
 from gpudra.mig.plan import plan_gpu, simulate
 from gpudra.mig.validate import place_counts
 
 PROFILE_WEIGHTS = {"1g.10gb": 30, "1g.20gb": 10, "2g.20gb": 20, "3g.40gb": 20, "4g.40gb": 10, "7g.80gb": 10}
 SLICES = {"1g.10gb": 1, "1g.20gb": 1, "2g.20gb": 2, "3g.40gb": 3, "4g.40gb": 4, "7g.80gb": 7}
 
-Packer = Callable[[Sequence[PackingGpu], Counter[str]], Packing]
+Packer = Callable[["Fleet", Sequence["Claim"]], list[MigLayout | None]]  # per GPU: new layout or unchanged
 
 
 @dataclass(frozen=True)
@@ -61,11 +64,39 @@ class Fleet:
                     return g, inst.gi_id
         return None
 
-    def apply(self, packing: Packing) -> None:
-        for g, result in enumerate(packing.gpus):
-            if result.plan.steps:
-                plan = plan_gpu(self.models[g], self.states[g], result.layout, set(self.in_use[g]))
+    def apply(self, layouts: Sequence[MigLayout | None]) -> None:
+        for g, layout in enumerate(layouts):
+            if layout is not None and layout != self.states[g].layout:
+                plan = plan_gpu(self.models[g], self.states[g], layout, set(self.in_use[g]))
                 self.states[g] = simulate(self.models[g], self.states[g], plan.steps)
+
+
+def controller_planner(gpus_per_node: int) -> Packer:
+    """The controller's planner over the fleet split into nodes, one MigDemand per pending claim."""
+
+    def pack(fleet: Fleet, pending: Sequence[Claim]) -> list[MigLayout | None]:
+        models = frozenset(m.model_id for m in fleet.models)
+        gpus = [
+            DemandGpu(gpu.model, gpu.state, gpu.in_use, node=f"node-{g // gpus_per_node}")
+            for g, gpu in enumerate(fleet.packing_gpus())
+        ]
+        demands = [
+            MigDemand(f"c{c.ident}", (MigRequest("mig", 1, (ProfileChoice(c.profile, models),)),))
+            for c in pending
+        ]
+        plan = plan_demand(gpus, demands)
+        layouts: list[MigLayout | None] = [None] * len(gpus)
+        for node in plan.nodes:
+            for suggestion in node.gpus:
+                layouts[suggestion.gpu_index] = suggestion.layout
+        return layouts
+
+    return pack
+
+
+def exhaustive_optimum(fleet: Fleet, pending: Sequence[Claim]) -> list[MigLayout | None]:
+    packing = optimal_packing(fleet.packing_gpus(), Counter(c.profile for c in pending))
+    return [r.layout if r.plan.steps else None for r in packing.gpus]
 
 
 def _stream(rng: random.Random, count: int, rate: float, mean_duration: float) -> list[Claim]:
@@ -115,11 +146,10 @@ def run(
             used -= slices
         pending = [c for c in pending if now - c.arrival <= patience]
         if pending and packer is not None:
-            waiting = Counter(c.profile for c in pending)
             start = time.perf_counter()
-            packing = packer(fleet.packing_gpus(), waiting)
+            layouts = packer(fleet, pending)
             spent += time.perf_counter() - start
-            fleet.apply(packing)
+            fleet.apply(layouts)
         still: list[Claim] = []
         for claim in pending:
             where = fleet.assign(claim)
@@ -137,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a short stream (CI)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--gpus", type=int, default=8, help="fleet size (half H100, half A100-80GB)")
+    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node for the planner")
     parser.add_argument("--load", type=float, default=1.0, help="offered load / fleet compute slices")
     parser.add_argument(
         "--patience", type=float, default=2.0, help="how long a claim waits, in mean durations"
@@ -154,8 +185,8 @@ def main(argv: list[str] | None = None) -> None:
         f"fleet: {args.gpus} GPUs ({args.gpus * 7} compute slices), {count} claims, offered load {args.load:.2f}"
     )
     static, _ = run(models, claims, None, patience)
-    planner, planner_s = run(models, claims, plan_packing, patience)
-    optimal, optimal_s = run(models, claims, optimal_packing, patience)
+    planner, planner_s = run(models, claims, controller_planner(args.gpus_per_node), patience)
+    optimal, optimal_s = run(models, claims, exhaustive_optimum, patience)
     print(f"  (a) static all-balanced   {static:6.1%} of compute slices used")
     print(f"  (b) gpudra planner        {planner:6.1%}   packing time {planner_s:6.2f} s")
     print(f"  (c) optimal per step      {optimal:6.1%}   packing time {optimal_s:6.2f} s")

@@ -1,4 +1,5 @@
-"""The ``gpudra`` command: ``up`` (embedded cluster), ``agent`` (node agent), ``controller``."""
+"""The ``gpudra`` command: ``up`` (embedded cluster), ``agent`` (node agent), ``controller``, ``explain``,
+``status``, ``hardware record``."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
     )
+    explain.add_argument("--driver-name", default="gpu.nvidia.com", help="for the MIG planner section")
 
     status = sub.add_parser(
         "status", help="the fleet: nodes, GPUs, MIG devices, allocated and unhealthy devices"
@@ -75,6 +77,17 @@ def _parser() -> argparse.ArgumentParser:
         "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
     )
     status.add_argument("--driver-name", default="gpu.nvidia.com")
+
+    hardware = sub.add_parser("hardware", help="this node's GPUs as NVML reports them")
+    hardware_sub = hardware.add_subparsers(dest="hardware_command", required=True)
+    record = hardware_sub.add_parser(
+        "record", help="record what NVML reports (read-only) as JSON, to check gpudra against your GPUs"
+    )
+    record.add_argument("-o", "--output", type=Path, default=None, help="default: standard output")
+    record.add_argument("--node-name", default="recorded-node", help="the node name the inventory carries")
+    record.add_argument(
+        "--simulated-profile", default=None, help="record a simulated node of this profile instead of NVML"
+    )
 
     controller = sub.add_parser("controller", help="run the controller (Deployment)")
     controller.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
@@ -167,12 +180,15 @@ async def _run_explain(args: argparse.Namespace) -> int:
     import yaml
     from rich.console import Console
 
+    from gpudra.allocator.requests import claim_key
+    from gpudra.allocator.result import Allocation
     from gpudra.api.resource import AllocationResult, ResourceClaim
     from gpudra.controller.explaining import explain, load_view
+    from gpudra.controller.migdemand import plan_pending
     from gpudra.errors import ConfigurationError
     from gpudra.kube.client import KubeClient
     from gpudra.kube.resources import RESOURCE_CLAIMS
-    from gpudra.reports import allocation_table, outcome_report
+    from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 
     if (args.file is None) == (args.name is None):
         raise ConfigurationError("explain: give either `claim NAME` or `--file claim.yaml`")
@@ -198,7 +214,17 @@ async def _run_explain(args: argparse.Namespace) -> int:
                 return 0
             skip = body["metadata"].get("uid")
         view = await load_view(client, skip_claim_uid=skip)
-        console.print(outcome_report(explain(view, ResourceClaim.model_validate(body))))
+        claim = ResourceClaim.model_validate(body)
+        outcome = explain(view, claim)
+        console.print(outcome_report(outcome))
+        if not isinstance(outcome, Allocation):
+            others = [c for c in view.pending if c["metadata"].get("uid") != skip]
+            waiting = [*(ResourceClaim.model_validate(c) for c in others), claim]
+            section = mig_plan_report(
+                plan_pending(view.allocator, waiting, args.driver_name), claim_key(claim)
+            )
+            if section is not None:
+                console.print(section)
     finally:
         await client.close()
     return 0
@@ -218,6 +244,46 @@ async def _run_status(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_hardware(args: argparse.Namespace) -> int:
+    import datetime
+    import json
+    from importlib import metadata
+
+    from gpudra.devices.build import build_devices
+    from gpudra.hardware.inventory import NodeInventory
+    from gpudra.hardware.nvml import NvmlBackend, load_binding
+    from gpudra.hardware.recording import ReadOnlyNvml, record
+    from gpudra.hardware.simulated import FakeNvml
+
+    if args.simulated_profile:
+        nvml = FakeNvml.from_profile(args.simulated_profile, node_name=args.node_name)
+        binding = f"simulated:{args.simulated_profile}"
+    else:
+        nvml = load_binding()
+        binding = f"nvidia-ml-py {metadata.version('nvidia-ml-py')}"
+    backend = NvmlBackend(args.node_name, ReadOnlyNvml(nvml))
+    try:
+        recording = record(backend)
+    finally:
+        backend.close()
+    recording["recorded_with"] = {
+        "gpudra": __version__,
+        "binding": binding,
+        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    if "error" not in recording["inventory"]:
+        inventory = NodeInventory.model_validate(recording["inventory"])
+        recording["devices"] = [
+            d.model_dump(mode="json", exclude_none=True) for d in build_devices(inventory)
+        ]
+    text = json.dumps(recording, indent=2, sort_keys=True) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_format or "console", args.log_level or "INFO")
@@ -228,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "controller": _run_controller,
         "explain": _run_explain,
         "status": _run_status,
+        "hardware": _run_hardware,
     }
     try:
         return asyncio.run(runners[args.command](args))

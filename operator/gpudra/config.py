@@ -14,6 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpudra.errors import ConfigurationError
 
+MigPlannerPolicy = Literal["off", "suggest", "apply"]
+
 
 class CommonSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUDRA_", extra="forbid")
@@ -49,6 +51,13 @@ class AgentSettings(CommonSettings):
     health_ignored_xids: list[int] = Field(
         default_factory=lambda: [13, 31, 43, 45, 68, 109],
         description="XIDs that are application errors: tainted with effect None (visible, not repelling)",
+    )
+    shared_gpu_replicas: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="publish every full GPU as a time-sliced GPU shared by up to this many claims "
+        "(class shared.gpu.nvidia.com, extended resource nvidia.com/gpu.shared); 0: GPUs are exclusive",
     )
     max_devices_per_slice: int = Field(
         128, ge=1, le=128, description="devices per ResourceSlice before splitting"
@@ -90,6 +99,11 @@ class AgentSettings(CommonSettings):
         description="major of /dev/nvidia-caps-imex-channels/*; default: read from /proc/devices",
     )
     node_ip: str = Field("", description="this node's IP (host-managed IMEX daemon entries)")
+    mig_retry_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="how often a MIG layout not yet reached (blocked, waiting for a reset) is retried",
+    )
 
     @property
     def plugin_path(self) -> Path:
@@ -178,6 +192,21 @@ class ControllerSettings(CommonSettings):
         5,
         ge=1,
         description="deletion passes over a domain's children before its finalizer is released anyway",
+    )
+    mig_config_map: str = Field(
+        "",
+        description="namespace/name of the ConfigMap holding the mig-parted config file that the node label "
+        "nvidia.com/mig.config names configs from; empty: mig-parted's default configs",
+    )
+    mig_config_map_key: str = Field("config.yaml", description="key of that ConfigMap holding the file")
+    mig_resync_seconds: float = Field(
+        30.0, gt=0, description="how often MigLayouts are re-resolved without a change (ConfigMap edits)"
+    )
+    mig_planner: MigPlannerPolicy = Field(
+        "suggest",
+        description="MIG planner for pending MIG claims: off; suggest (the repartition of idle GPUs that would "
+        "satisfy them, in the claim's Event and `gpudra explain`); apply (also write it as the MigLayout "
+        "gpudra-planner-<node>, never over a user's MigLayout)",
     )
 
 

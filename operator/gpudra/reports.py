@@ -15,6 +15,7 @@ from gpudra.allocator.result import Allocation
 from gpudra.api.resource import AllocationResult
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.mig.demand import DemandPlan
 
 PROFILE_LABEL = "gpudra.dev/node-profile"
 
@@ -122,4 +123,36 @@ def outcome_report(outcome: Allocation | Failure | NodesFailure) -> RenderableTy
     failures = outcome.failures if isinstance(outcome, NodesFailure) else [outcome]
     parts = [Text("does not fit: " + render_text(outcome), style="bold red"), _diagnosis_table(failures)]
     parts.extend(_selector_details(failures))
+    return Group(*parts)
+
+
+MIG_SECTION = "MIG repartition that would satisfy this claim"
+
+
+def mig_plan_report(plan: DemandPlan, claim: str) -> RenderableType | None:
+    """The planner's section of ``gpudra explain`` for one claim (None when the claim is not a MIG claim)."""
+    gpus = plan.gpus_for(claim)
+    reason = plan.reason_for(claim)
+    node = plan.placed.get(claim)
+    if not gpus and reason is None and node is None:
+        return None
+    parts: list[RenderableType] = [Text(MIG_SECTION, style="bold")]
+    if reason is not None:
+        parts.append(Text(f"  none: {reason}"))
+    elif not gpus:
+        parts.append(Text(f"  none needed: free MIG instances on node {node} can serve it"))
+    else:
+        table = Table(header_style="bold")
+        for column in ("NODE", "GPU", "MODEL", "NOW", "SUGGESTED", "STEPS", "SERVES"):
+            table.add_column(column)
+        for g in gpus:
+            table.add_row(g.node, str(g.gpu_index), g.model_id, str(g.current), str(g.layout), g.describe(),
+                          ", ".join(g.claims))  # fmt: skip
+        parts += [
+            table,
+            Text(
+                "  instances in use are kept; apply it with a MigLayout, or let the controller do it "
+                "(GPUDRA_MIG_PLANNER=apply)"
+            ),
+        ]
     return Group(*parts)

@@ -93,3 +93,19 @@ async def test_kubectl_apply_of_a_seed_pattern_gets_allocated_and_bound(demo: Em
     pods = json.loads(await kubectl(demo, "get", "pods", "-o", "json"))
     assert {p["spec"].get("nodeName") for p in pods["items"]} == {"dgx-h100-0"}
     await kubectl(demo, "delete", "-f", seed)
+
+
+async def test_apply_a_miglayout_and_watch_it_apply(demo: EmbeddedCluster) -> None:
+    example = str(ROOT / "examples" / "miglayout-balanced.yaml")
+    assert "created" in await kubectl(demo, "apply", "-f", example)
+    deadline = asyncio.get_running_loop().time() + 30
+    table = ""
+    while asyncio.get_running_loop().time() < deadline:
+        table = await kubectl(demo, "get", "miglayouts")
+        if "1/1" in table:
+            break
+        await asyncio.sleep(0.2)
+    header, row = table.splitlines()[:2]
+    assert header.split() == ["NAME", "POLICY", "CONFIG", "NODES", "APPLIED", "BLOCKED", "INVALID", "AGE"]
+    assert row.split()[:7] == ["balanced", "Static", "all-balanced", "1", "1/1", "0", "False"]
+    assert "balanced" in await kubectl(demo, "get", "mlay")

@@ -52,6 +52,7 @@ class Node:
     preparer: ClaimPreparer | None = None
     plugin: KubeletPlugin | None = None
     kubelet: KubeletClient | None = None
+    shareable: tuple[str, ...] = ()  # devices published with allowMultipleAllocations
 
     def __post_init__(self) -> None:
         self.fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
@@ -82,6 +83,7 @@ class Node:
             metrics=self.metrics,
             events=EventRecorder(self.client, "gpudra-agent-test", window_seconds=0),
             mps_root=str(self.root / "mps"),
+            shareable=lambda: self.shareable,
             hook=hook,
         )
         return self.preparer

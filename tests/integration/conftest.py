@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
+from _prepare_kit import Node, cleanup, make_node
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.kube.client import KubeClient
 
 # --- embedded API server fixtures (owned by the apiserver work; add other fixtures below) -------------------
 
@@ -39,3 +42,20 @@ async def http(apiserver: EmbeddedAPIServer) -> AsyncIterator[aiohttp.ClientSess
 
 
 # --- end of embedded API server fixtures ------------------------------------------------------------------
+
+
+# --- a node's prepare machinery (tests/integration/_prepare_kit.py) ---------------------------------------
+
+
+@pytest.fixture
+async def prepare_node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
+    """A started node rig (recovered preparer behind real plugin sockets, a registered kubelet client)."""
+    client = KubeClient.for_url(apiserver.url)
+    rig = await make_node(client, tmp_path)
+    await rig.start()
+    try:
+        yield rig
+    finally:
+        await rig.stop()
+        await client.close()
+        cleanup(rig)

@@ -1,5 +1,6 @@
-"""Extended resources backed by DRA: `nvidia.com/gpu: 2` and per-profile MIG resources keep working, served through a
-claim the stand-in scheduler creates per pod, as kube-scheduler 1.34+ does with DRAExtendedResource."""
+"""Extended resources backed by DRA: `nvidia.com/gpu: 2`, per-profile MIG resources and time-sliced
+`nvidia.com/gpu.shared` keep working, served through a claim the stand-in scheduler creates per pod, as kube-scheduler
+1.34+ does with DRAExtendedResource."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
+from gpudra.kube.resources import DEVICE_CLASSES, EVENTS, PODS, RESOURCE_CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,6 +43,17 @@ async def bound_claim(client: KubeClient, name: str) -> tuple[dict[str, Any], di
             return body, await client.get(RESOURCE_CLAIMS, status["resourceClaimName"], "default")
         await asyncio.sleep(0.05)
     raise AssertionError(f"pod {name} was not bound with an extended-resource claim")
+
+
+async def unschedulable(client: KubeClient, name: str) -> None:
+    """The scheduler tried the pod and said why it cannot place it; the pod stays unbound."""
+
+    async def failed() -> bool:
+        events, _ = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={name}")
+        return any(e["reason"] == "FailedScheduling" for e in events)
+
+    await eventually(failed)
+    assert not (await client.get(PODS, name, "default"))["spec"].get("nodeName")
 
 
 async def test_nvidia_com_gpu_limit_gets_whole_gpus(cluster: EmbeddedCluster) -> None:
@@ -82,3 +94,39 @@ async def test_pods_without_claims_are_spread_over_nodes(cluster: EmbeddedCluste
             break
         await asyncio.sleep(0.05)
     assert sorted(nodes) == ["dgx-a100-0", "dgx-a100-0", "dgx-h100-0", "dgx-h100-0"]
+
+
+async def test_shared_gpu_resource_puts_several_pods_on_one_time_sliced_gpu(
+    start_cluster: StartCluster,
+) -> None:
+    cluster = await start_cluster("dgx-h100:1,l4x4:1", agent_overrides={"l4x4": {"shared_gpu_replicas": 2}})
+    assert cluster.client is not None
+    docs = list(yaml.safe_load_all((ROOT / "examples/extended-resources/time-sliced-gpus.yaml").read_text()))
+    await cluster.client.create(DEVICE_CLASSES, docs[0])
+    await asyncio.sleep(0.2)  # the scheduler's class cache follows the watch
+    placed: list[tuple[str, str, str]] = []
+    for i in range(8):  # 4 L4s x 2 replicas
+        await cluster.client.create(PODS, pod(f"shared-{i}", {"nvidia.com/gpu.shared": "1"}), "default")
+        body, claim = await bound_claim(cluster.client, f"shared-{i}")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["shareID"] and result["consumedCapacity"]["memory"] == "11517Mi"
+        placed.append((body["spec"]["nodeName"], result["device"], result["shareID"]))
+    assert {node for node, _, _ in placed} == {"l4x4-0"}
+    per_gpu = {d: sum(1 for _, dd, _ in placed if dd == d) for _, d, _ in placed}
+    assert per_gpu == {"gpu-0": 2, "gpu-1": 2, "gpu-2": 2, "gpu-3": 2}
+
+    async def all_running() -> bool:  # the agent prepares one GPU for two claims
+        pods, _ = await cluster.client.list(PODS, "default")  # type: ignore[union-attr]
+        return sum((p.get("status") or {}).get("phase") == "Running" for p in pods) == 8
+
+    await eventually(all_running)
+    # a ninth tenant does not fit: every share is taken
+    await cluster.client.create(PODS, pod("shared-8", {"nvidia.com/gpu.shared": "1"}), "default")
+    await unschedulable(cluster.client, "shared-8")
+
+
+async def test_exclusive_gpu_requests_never_land_on_shared_gpus(start_cluster: StartCluster) -> None:
+    cluster = await start_cluster("l4x4:1", agent_overrides={"l4x4": {"shared_gpu_replicas": 2}})
+    assert cluster.client is not None
+    await cluster.client.create(PODS, pod("exclusive", {"nvidia.com/gpu": "1"}), "default")
+    await unschedulable(cluster.client, "exclusive")

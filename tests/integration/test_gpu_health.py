@@ -1,6 +1,7 @@
 """GPU health in the agent: an injected XID taints the device on its ResourceSlice and the scheduler stops picking
 it; ignored XIDs are tainted with effect None; taints go away when the device is quiet again; a lost GPU leaves the
-slice; the Node gets an Event."""
+slice; the Node gets an Event. Claims prepared on a device that turns unhealthy get a Healthy=False condition in
+status.devices (and an Event) until it recovers; the kubelet's health stream says the same."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 
 from clusterkit import StartCluster, eventually
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.agent.kubeletplugin.types import HealthStatus
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.hardware.simulated import FakeNvml
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -112,3 +115,117 @@ async def test_scheduler_no_longer_picks_a_tainted_gpu(cluster: EmbeddedCluster)
 
     (result,) = await eventually(allocated)
     assert (result["pool"], result["device"]) == ("dgx-h100-0", "gpu-1")
+
+
+async def running_claim(cluster: EmbeddedCluster, name: str) -> tuple[str, str, int]:
+    """A pod running with a one-GPU claim: (node, device, the GPU's index in the simulator)."""
+    assert cluster.client is not None
+    claim = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+    }  # fmt: skip
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-pod", "namespace": "default"},
+        "spec": {"resourceClaims": [{"name": "g", "resourceClaimName": name}],
+                 "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "g"}]}}]},
+    }  # fmt: skip
+    await cluster.client.create(RESOURCE_CLAIMS, claim, "default")
+    await cluster.client.create(PODS, pod, "default")
+
+    async def running() -> bool:
+        body = await cluster.client.get(PODS, f"{name}-pod", "default")  # type: ignore[union-attr]
+        return (body.get("status") or {}).get("phase") == "Running"
+
+    await eventually(running)
+    (entry,) = (await claim_devices(cluster, name)).values()
+    node, device = entry["pool"], entry["device"]
+    inventory = cluster.agents[node].inventory
+    assert inventory is not None
+    (index,) = [g.index for g in inventory.gpus if g.uuid == entry["data"]["uuid"]]
+    return node, device, index
+
+
+async def claim_devices(cluster: EmbeddedCluster, name: str) -> dict[str, dict[str, Any]]:
+    assert cluster.client is not None
+    body = await cluster.client.get(RESOURCE_CLAIMS, name, "default")
+    return {e["device"]: e for e in (body.get("status") or {}).get("devices") or []}
+
+
+async def healthy_condition(cluster: EmbeddedCluster, name: str, device: str) -> dict[str, Any]:
+    entry = (await claim_devices(cluster, name))[device]
+    return next(c for c in entry["conditions"] if c["type"] == "Healthy")
+
+
+async def test_xid_marks_the_prepared_claim_unhealthy_until_the_device_recovers(
+    cluster: EmbeddedCluster,
+) -> None:
+    node, device, index = await running_claim(cluster, "train")
+    assert (await healthy_condition(cluster, "train", device))["status"] == "True"
+    cluster.agents[node].health.recovery_seconds = 1.0
+    await inject(cluster.simulated[node], index, 79)
+
+    async def unhealthy() -> dict[str, Any] | None:
+        condition = await healthy_condition(cluster, "train", device)
+        return condition if condition["status"] == "False" else None
+
+    condition = await eventually(unhealthy)
+    assert condition["reason"] == "Xid79"
+    assert "XID 79" in condition["message"]
+    entry = (await claim_devices(cluster, "train"))[device]
+    ready = next(c for c in entry["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"  # still prepared; the pod keeps its device
+    assert cluster.client is not None
+    events, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=train")
+    assert any(e["reason"] == "DeviceUnhealthy" and "XID 79" in e["message"] for e in events)
+
+    async def recovered() -> bool:
+        return (await healthy_condition(cluster, "train", device))["status"] == "True"
+
+    await eventually(recovered)
+    events, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=train")
+    assert any(e["reason"] == "DeviceRecovered" for e in events)
+
+
+async def test_ignored_xid_leaves_the_prepared_claim_healthy(cluster: EmbeddedCluster) -> None:
+    node, device, index = await running_claim(cluster, "infer")
+    await inject(cluster.simulated[node], index, 13)
+
+    async def tainted() -> bool:
+        return bool((await devices(cluster, node))[device].get("taints"))
+
+    await eventually(tainted)  # published with effect None
+    preparer = cluster.runtimes[node].preparer
+    assert preparer is not None
+    await preparer.report_health()  # whatever the agent reports next, it is this
+    condition = await healthy_condition(cluster, "infer", device)
+    assert (condition["status"], condition["reason"]) == ("True", "Healthy")
+
+
+async def test_lost_gpu_marks_its_prepared_claim(cluster: EmbeddedCluster) -> None:
+    node, device, index = await running_claim(cluster, "lost")
+    cluster.simulated[node].lose_gpu(index)
+
+    async def marked() -> dict[str, Any] | None:
+        condition = await healthy_condition(cluster, "lost", device)
+        return condition if condition["status"] == "False" else None
+
+    condition = await eventually(marked)
+    assert condition["reason"] == "GpuLost"
+
+
+async def test_health_stream_reports_the_unhealthy_device(cluster: EmbeddedCluster) -> None:
+    runtime = cluster.runtimes["dgx-h100-0"]
+    assert runtime.plugin is not None
+    async with KubeletClient(runtime.plugin.registration_socket) as kubelet:
+        await kubelet.register()
+        stream = kubelet.watch_health()
+        first = {d.device_name: d.health for d in await anext(stream)}
+        assert first["gpu-2"] == HealthStatus.HEALTHY and len(first) == 8
+        await inject(cluster.simulated["dgx-h100-0"], 2, 48)
+        while True:
+            update = {d.device_name: d.health for d in await anext(stream)}
+            if update["gpu-2"] == HealthStatus.UNHEALTHY:
+                break
+        assert update["gpu-3"] == HealthStatus.HEALTHY
+        await stream.aclose()

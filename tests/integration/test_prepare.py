@@ -205,6 +205,21 @@ async def test_time_slicing_interval_is_applied_and_undone(node: Node) -> None:
     assert node.fake.gpu(index).time_slice == 0
 
 
+async def test_a_shared_gpu_keeps_its_time_slice_while_another_claim_holds_it(node: Node) -> None:
+    node.shareable = ("gpu-4",)
+    config = gpu_config({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}})
+    first = await node.claim("ts-a", {"gpu": "gpu-4"}, config=[config])
+    second = await node.claim("ts-b", {"gpu": "gpu-4"}, config=[config])
+    assert (await prepare(node, first)).error == ""
+    assert (await prepare(node, second)).error == ""
+    index = next(g.index for g in node.backend.read_inventory().gpus if g.minor == 4)
+    assert node.kubelet is not None
+    await node.kubelet.unprepare([first])
+    assert node.fake.gpu(index).time_slice == 3  # the other tenant still runs with it
+    await node.kubelet.unprepare([second])
+    assert node.fake.gpu(index).time_slice == 0
+
+
 async def test_metrics_count_prepares(node: Node) -> None:
     ok = await node.claim("m-ok")
     bad = await node.claim("m-bad", pool="elsewhere")

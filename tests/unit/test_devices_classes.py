@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
+from gpudra.allocator.cel import cel_device, compile_selector
 from gpudra.api.resource import Device, DeviceAttribute
 from gpudra.devices.classes import device_classes_text, load_device_classes, parse_device_classes
+from gpudra.devices.sharing import SHARING_ATTRIBUTE
 from gpudra.errors import ConfigurationError
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE_COPY = REPO / "operator" / "gpudra" / "devices" / "deviceclasses.yaml"
 MANIFEST_COPY = REPO / "manifests" / "base" / "deviceclasses.yaml"
 
-_DRIVER = re.compile(r"^device\.driver == '([^']+)'$")
-_ATTRIBUTE = re.compile(r"^device\.attributes\['([^']+)'\]\.(\w+) == (?:'([^']*)'|(\d+))$")
-
 # (driver, device) pairs as the two kubelet plugins publish them.
 DEVICES: dict[str, tuple[str, Device]] = {
     kind: (driver, Device(name=name, attributes={"type": DeviceAttribute(string=type_), **extra}))
     for kind, driver, name, type_, extra in [
-        ("gpu", "gpu.nvidia.com", "gpu-0", "gpu", {}),
+        ("gpu", "gpu.nvidia.com", "gpu-0", "gpu", {"gpudra.dev/nvlinkCount": DeviceAttribute(int_=0)}),
+        (
+            "shared-gpu",
+            "gpu.nvidia.com",
+            "gpu-3",
+            "gpu",
+            {SHARING_ATTRIBUTE: DeviceAttribute(string="TimeSlicing")},
+        ),
         ("mig", "gpu.nvidia.com", "gpu-1-mig-1g5gb-19-0", "mig", {}),
         ("vfio", "gpu.nvidia.com", "gpu-vfio-2", "vfio", {}),
         ("daemon", "compute-domain.nvidia.com", "daemon-0", "daemon", {"id": DeviceAttribute(int_=0)}),
@@ -34,20 +39,7 @@ DEVICES: dict[str, tuple[str, Device]] = {
 
 
 def matches(expression: str, driver: str, device: Device) -> bool:
-    """A literal reading of the `a == b && c == d` selectors used here; anything else fails the test."""
-    result = True
-    attributes = device.attributes or {}
-    for clause in expression.split(" && "):
-        if m := _DRIVER.match(clause):
-            result &= driver == m.group(1)
-        elif m := _ATTRIBUTE.match(clause):
-            domain, name, text, number = m.groups()
-            attribute = attributes.get(name) if domain == driver else None
-            wanted = text if text is not None else int(number)
-            result &= attribute is not None and attribute.value == wanted
-        else:
-            pytest.fail(f"selector clause the literal check cannot read: {clause!r}")
-    return result
+    return compile_selector(expression).matches(cel_device(driver, device))
 
 
 def selected(class_name: str) -> set[str]:

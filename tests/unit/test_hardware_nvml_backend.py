@@ -91,7 +91,7 @@ def test_dgx_h100_inventory(dgx_h100: SimulatedNode) -> None:
         assert gpu.product_name == "NVIDIA H100 80GB HBM3"
         assert (gpu.architecture, gpu.brand, gpu.cuda_compute_capability) == ("Hopper", "Nvidia", "9.0")
         assert gpu.memory_bytes == 81559 * MIB
-        assert gpu.multiprocessors == 132
+        assert gpu.multiprocessors == 0  # NVML reports SM counts of MIG devices only (as recorded)
         assert gpu.nvlink_count == 18
         assert gpu.pci_device_id == 0x233010DE
         assert gpu.fabric is not None

@@ -28,7 +28,9 @@ THIRD_PARTY_CRDS = {
 
 # What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
 # exactly these. Controller: kopf watches (list+watch) slices, classes and claims, lists namespaces and nodes to
-# explain claims, posts Events, and uses kopf peering and CRD discovery. Agent: reads and labels its Node, lists
+# explain claims, posts Events, and uses kopf peering and CRD discovery; for MigLayouts it watches them and Nodes,
+# patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted files); the MIG planner
+# creates, merge-patches and deletes its own MigLayouts. Agent: reads, watches (by name) and labels its Node, lists
 # and writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain
 # driver reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps.
 # IMEX daemon: reads and writes its domain's ComputeDomainClique.
@@ -44,11 +46,14 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},
         *{(g, r, v) for g, r in (("resource.k8s.io", "resourceclaimtemplates"), ("apps", "daemonsets"))
           for v in ("list", "create", "patch", "delete")},
+        ("", "configmaps", "get"),
+        *{("gpudra.dev", "miglayouts", v) for v in ("list", "watch", "create", "patch", "delete")},
+        ("gpudra.dev", "miglayouts/status", "patch"),
         *{("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")},
         *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")},
     },
     "gpudra-agent": {
-        ("", "nodes", "get"), ("", "nodes", "patch"),
+        ("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes", "list"), ("", "nodes", "watch"),
         *{("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")},
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims/status", "patch"), ("resource.k8s.io", "resourceclaims/status", "update"),

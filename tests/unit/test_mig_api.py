@@ -1,9 +1,11 @@
-"""The MigLayout CRD: wire shape in mig-parted form, generated schema with validations, columns and names."""
+"""The MigLayout CRD: wire shape in mig-parted form, generated schema with validations (the admission rules
+evaluated with a CEL engine), columns and names."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import cel_expr_python.cel as cel
 import pytest
 from pydantic import ValidationError
 
@@ -62,8 +64,10 @@ def test_crd_names_columns_and_validations() -> None:
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Policy",
         "Config",
+        "Nodes",
         "Applied",
         "Blocked",
+        "Invalid",
         "Age",
     ]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
@@ -73,9 +77,24 @@ def test_crd_names_columns_and_validations() -> None:
     assert spec["properties"]["policy"]["enum"] == ["Static", "Dynamic"]
     entry = layout["properties"]["entries"]["items"]
     assert set(entry["properties"]) == {"device-filter", "devices", "mig-enabled", "mig-devices"}
+    entry_rules = [v["message"] for v in entry["x-kubernetes-validations"]]
+    assert "mig-devices must be empty when mig-enabled is false" in entry_rules
+    assert entry["properties"]["mig-devices"]["additionalProperties"] == {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 7,
+    }
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     node = status["nodes"]["items"]["properties"]
-    assert node["state"]["enum"] == ["pending", "applying", "success", "failed", "blocked"]
+    assert node["state"]["enum"] == [
+        "pending",
+        "applying",
+        "success",
+        "failed",
+        "blocked",
+        "invalid",
+        "conflict",
+    ]
 
 
 def _descriptions_missing(node: dict[str, Any], path: str) -> list[str]:
@@ -93,3 +112,45 @@ def test_every_spec_and_status_field_is_explained() -> None:
     schema = crd_for(MigLayout)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     missing = [m for m in _descriptions_missing(schema, "") if ".conditions[]" not in m]
     assert missing == []
+
+
+def _escaped(value: Any) -> Any:
+    """Property names as CRD validation rules see them (Kubernetes escapes '-' as '__dash__')."""
+    if isinstance(value, dict):
+        return {k.replace("-", "__dash__"): _escaped(v) for k, v in value.items()}
+    return value
+
+
+def _rules_hold(schema: dict[str, Any], value: dict[str, Any]) -> list[str]:
+    env = cel.NewEnv(variables={"self": cel.Type.DYN})
+    return [
+        rule["message"]
+        for rule in schema.get("x-kubernetes-validations", [])
+        if env.compile(rule["rule"]).eval(env.Activation({"self": _escaped(value)})).value() is not True
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "messages"),
+    [
+        ({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}, []),
+        ({"devices": "all", "mig-enabled": True, "mig-devices": {}}, []),
+        ({"devices": "all", "mig-enabled": False}, []),
+        (
+            {"devices": "all", "mig-enabled": True},
+            ["mig-devices is required when mig-enabled is true ({} allowed)"],
+        ),
+        (
+            {"devices": "all", "mig-enabled": False, "mig-devices": {"1g.10gb": 1}},
+            ["mig-devices must be empty when mig-enabled is false"],
+        ),
+    ],
+)
+def test_entry_admission_rules(entry: dict[str, Any], messages: list[str]) -> None:
+    version = crd_for(MigLayout)["spec"]["versions"][0]
+    layout = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["layout"]
+    assert _rules_hold(layout["properties"]["entries"]["items"], entry) == messages
+    assert _rules_hold(layout, {"entries": [entry]}) == []
+    assert _rules_hold(layout, {"entries": [entry], "config": "all-balanced"}) == [
+        "set exactly one of config or entries"
+    ]

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from gpudra.agent.checkpoint import DeviceRecord
+from gpudra.agent.health import DeviceProblem
 from gpudra.agent.preparing import (
     conflicts,
     device_status,
@@ -73,3 +74,18 @@ def test_merge_keeps_others_and_transition_time_of_unchanged_condition() -> None
     assert merged[0] == other
     assert merged[1]["conditions"][0]["lastTransitionTime"] == "T1"
     assert merge_device_statuses(merged, driver="gpu.nvidia.com", pool="n", ours=[]) == [other]
+
+
+def test_health_condition_flips_and_keeps_ready_transition_time() -> None:
+    problem = DeviceProblem("Xid79", "XID 79 reported for gpu-0")
+    old = device_status(
+        "gpu.nvidia.com", "n", "gpu-0", ready=True, reason="Prepared", message="", now="T1", health="Healthy"
+    )
+    sick = device_status(
+        "gpu.nvidia.com", "n", "gpu-0", ready=True, reason="Prepared", message="", now="T2", health=problem
+    )
+    (merged,) = merge_device_statuses([old], driver="gpu.nvidia.com", pool="n", ours=[sick])
+    ready, healthy = merged["conditions"]
+    assert (ready["type"], ready["lastTransitionTime"]) == ("Ready", "T1")
+    assert (healthy["type"], healthy["status"], healthy["reason"]) == ("Healthy", "False", "Xid79")
+    assert healthy["lastTransitionTime"] == "T2"

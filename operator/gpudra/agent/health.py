@@ -4,7 +4,12 @@ NVIDIA's keys: ``gpu.nvidia.com/xid`` (value: the XID), ``gpu.nvidia.com/gpu-los
 errors rather than hardware faults (13, 31, 43, 45, 68, 109 by default) are recorded with effect None, so they show
 but do not repel. Unlike NVIDIA's driver, a taint is removed when the device has been quiet for
 ``recovery_seconds`` (0: never; then only an agent restart clears it). A lost GPU disappears from the inventory and so
-from the slices. Pure state plus one function that applies it to devices; the agent feeds it events.
+from the slices; it stays recorded as lost until it is seen again.
+
+:meth:`HealthState.problems` says which devices are unhealthy now and why (a repelling taint, or a lost GPU): the
+kubelet plugin marks the claims prepared on them, and the health stream reports them to the kubelet. Application
+XIDs and single-bit ECC errors (effect None) do not make a device unhealthy. Pure state plus functions; the agent
+feeds it events.
 """
 
 from __future__ import annotations
@@ -16,11 +21,19 @@ from datetime import UTC, datetime
 from gpudra.api.resource import Device, DeviceTaint
 from gpudra.devices.names import gpu_device_name, mig_device_name
 from gpudra.hardware.backend import HealthEvent, HealthEventKind
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.inventory import GpuInfo, NodeInventory
 
 XID_KEY = "gpu.nvidia.com/xid"
 ECC_KEY = "gpu.nvidia.com/ecc"
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceProblem:
+    """Why a device is unhealthy: a condition reason (``Xid79``, ``EccDoubleBit``, ``GpuLost``) and a sentence."""
+
+    reason: str
+    message: str
 
 
 @dataclass
@@ -36,10 +49,16 @@ class HealthState:
     marks: dict[tuple[str, int | None], _Mark] = field(
         default_factory=dict
     )  # (gpu uuid, gi id) -> latest taint
+    lost: dict[str, float] = field(default_factory=dict)  # gpu uuid -> when it was lost
+    names: dict[str, frozenset[str]] = field(default_factory=dict)  # gpu uuid -> its device names, last seen
 
     def record(self, event: HealthEvent, now: float) -> DeviceTaint | None:
-        """Remember the event's taint; None for events that name no GPU (logged by the caller)."""
-        if event.gpu_uuid is None or event.kind == HealthEventKind.GPU_LOST:
+        """Remember the event's taint (or the loss of the GPU); None for a lost GPU and for events that name no
+        GPU (logged by the caller)."""
+        if event.gpu_uuid is None:
+            return None
+        if event.kind == HealthEventKind.GPU_LOST:
+            self.lost[event.gpu_uuid] = now
             return None
         if event.kind == HealthEventKind.XID:
             effect = "None" if event.xid in self.ignored_xids else "NoSchedule"
@@ -60,18 +79,38 @@ class HealthState:
             del self.marks[key]
         return bool(stale)
 
+    def remember(self, inventory: NodeInventory, read_at: float) -> bool:
+        """Learn the device names of the GPUs present (so a lost GPU's devices can still be named); a lost GPU
+        seen in a reading started after it was lost is back. True when one came back."""
+        back = False
+        for gpu in inventory.gpus:
+            self.names[gpu.uuid] = frozenset(_device_names(gpu))
+            if gpu.uuid in self.lost and self.lost[gpu.uuid] < read_at:
+                del self.lost[gpu.uuid]
+                back = True
+        return back
+
+    def problems(self, inventory: NodeInventory | None) -> dict[str, DeviceProblem]:
+        """Device name -> why it is unhealthy now, for devices with a repelling taint and devices of lost GPUs."""
+        out: dict[str, DeviceProblem] = {}
+        for uuid in self.lost:
+            for name in self.names.get(uuid, ()):
+                out[name] = DeviceProblem("GpuLost", f"GPU {uuid} is lost (fell off the bus); {name} is gone")
+        if inventory is None:
+            return out
+        for name, taints in self.taints_for(inventory).items():
+            repelling = [t for t in taints if t.effect != "None"]
+            if repelling and name not in out:
+                out[name] = _problem(name, repelling[-1])
+        return out
+
     def taints_for(self, inventory: NodeInventory) -> dict[str, list[DeviceTaint]]:
         """Device name -> taints: a whole-GPU event taints the GPU and all its MIG devices; a MIG event its device."""
         out: dict[str, list[DeviceTaint]] = {}
         for gpu in inventory.gpus:
             whole = self.marks.get((gpu.uuid, None))
-            names = [gpu_device_name(gpu.minor)]
             if whole is not None:
-                for mig in gpu.mig_devices:
-                    names.append(
-                        mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
-                    )
-                for name in names:
+                for name in _device_names(gpu):
                     out.setdefault(name, []).append(whole.taint)
             for mig in gpu.mig_devices:
                 mark = self.marks.get((gpu.uuid, mig.gi_id))
@@ -79,6 +118,20 @@ class HealthState:
                     name = mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
                     out.setdefault(name, []).append(mark.taint)
         return out
+
+
+def _device_names(gpu: GpuInfo) -> list[str]:
+    return [gpu_device_name(gpu.minor)] + [
+        mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
+        for mig in gpu.mig_devices
+    ]
+
+
+def _problem(name: str, taint: DeviceTaint) -> DeviceProblem:
+    what = f"{taint.key}={taint.value}:{taint.effect}"
+    if taint.key == XID_KEY:
+        return DeviceProblem(f"Xid{taint.value}", f"XID {taint.value} reported for {name}; tainted {what}")
+    return DeviceProblem("EccDoubleBit", f"double-bit ECC error on {name}; tainted {what}")
 
 
 def with_taints(devices: Sequence[Device], taints: dict[str, list[DeviceTaint]]) -> list[Device]:

@@ -12,14 +12,16 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from gpudra.agent.health import HealthState, with_taints
+from gpudra.agent.health import DeviceProblem, HealthState, with_taints
+from gpudra.agent.kubeletplugin.types import DeviceHealth, HealthStatus
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.resource import Device
 from gpudra.config import AgentSettings
 from gpudra.devices.build import build_devices
+from gpudra.devices.sharing import time_sliced
 from gpudra.errors import GpudraError, NotFoundError
 from gpudra.hardware.backend import GpuBackend, HealthEvent
 from gpudra.hardware.inventory import NodeInventory
@@ -61,6 +63,11 @@ class NodeAgent:
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
         self._health_stop = threading.Event()
         self._health_changed = False
+        self._health_unreported = True  # the listener has not seen the current health yet
+        self._health_tick = asyncio.Event()  # set (and replaced) when published health changed
+        self.health_listener: Callable[[], Awaitable[None]] | None = None
+        """Called after a publish that changed device health (and after the first): the kubelet plugin marks
+        the claims prepared on unhealthy devices."""
         self.inventory_listeners: list[Callable[[NodeInventory], None]] = []
         """Called with every successful hardware reading (the compute-domain driver follows the fabric)."""
 
@@ -103,13 +110,17 @@ class NodeAgent:
         while True:
             if self.health.expire(time.time()):
                 log.info("devices recovered: health taints removed", node=self.settings.node_name)
-                dirty = True
+                self._health_changed = True
             if self._health_changed:
-                self._health_changed, dirty = False, True
+                self._health_changed, dirty, self._health_unreported = False, True, True
             inventory: NodeInventory | None
             try:
+                read_at = time.time()
                 inventory = await asyncio.to_thread(self._backend.read_inventory)
                 self._metrics.hardware_reads.labels(node, "ok").inc()
+                if self.health.remember(inventory, read_at):
+                    log.info("a lost GPU is back", node=node)
+                    dirty, self._health_unreported = True, True
                 for listener in self.inventory_listeners:
                     listener(inventory)
             except GpudraError as exc:
@@ -122,7 +133,45 @@ class NodeAgent:
             ):
                 dirty = await self._publish(inventory)
                 last_full = now if not dirty else last_full
+            if not dirty and self._health_unreported:
+                await self._report_health()
             await self._sleep()
+
+    async def _report_health(self) -> None:
+        """Tell the health stream's readers and the listener that the published health changed."""
+        self._health_unreported = False
+        self._health_tick.set()
+        self._health_tick = asyncio.Event()
+        if self.health_listener is not None:
+            try:
+                await self.health_listener()
+            except GpudraError as exc:
+                log.warning(
+                    "reporting device health failed; will retry", node=self.settings.node_name, error=str(exc)
+                )
+                self._health_unreported = True
+
+    def device_problems(self) -> dict[str, DeviceProblem]:
+        """Device name -> why it is unhealthy, as published now (devices of lost GPUs included)."""
+        return self.health.problems(self.inventory)
+
+    async def health_reports(self) -> AsyncIterator[list[DeviceHealth]]:
+        """The kubelet's health stream: the health of every device now, then again at each change."""
+        while True:
+            tick = self._health_tick
+            problems = self.device_problems()
+            names = sorted({d.name for d in self.devices} | set(problems))
+            now = int(time.time())
+            yield [
+                DeviceHealth(
+                    pool_name=self.settings.node_name,
+                    device_name=name,
+                    health=HealthStatus.UNHEALTHY if name in problems else HealthStatus.HEALTHY,
+                    last_updated_time=now,
+                )
+                for name in names
+            ]
+            await tick.wait()
 
     def _start_health_watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """A thread blocks in NVML's event wait (as real NVML requires) and hands events to the loop."""
@@ -157,7 +206,10 @@ class NodeAgent:
     async def _publish(self, inventory: NodeInventory) -> bool:
         """Publish; return True when it must be retried."""
         assert self.publisher is not None
-        devices = with_taints(build_devices(inventory), self.health.taints_for(inventory))
+        devices = with_taints(
+            time_sliced(build_devices(inventory), self.settings.shared_gpu_replicas),
+            self.health.taints_for(inventory),
+        )
         try:
             await self.publisher.publish(devices)
         except GpudraError as exc:

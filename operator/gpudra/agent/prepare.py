@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpudra.agent.cdi import ClaimSpecDir
-from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
+from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
+from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.preparing import (
     ClaimPlan,
@@ -86,6 +87,24 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _claim_object(ref: ClaimRef) -> dict[str, Any]:
+    """Enough of a ResourceClaim to be an Event's involved object."""
+    return {
+        "apiVersion": RESOURCE_CLAIMS.api_version,
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
+    }
+
+
+def _view(
+    devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]
+) -> frozenset[tuple[str, str]]:
+    """(device, reason) of a claim's unhealthy devices: what the last report said."""
+    return frozenset(
+        (d.device_name, problems[d.device_name].reason) for d in devices if d.device_name in problems
+    )
+
+
 def _as_prepare_error(exc: GpudraError) -> PrepareError:
     if isinstance(exc, PrepareError):
         return exc
@@ -99,7 +118,8 @@ def _as_prepare_error(exc: GpudraError) -> PrepareError:
 
 
 class ClaimPreparer:
-    """PluginHandler of the GPU driver. ``shareable`` names devices that allow multiple allocations."""
+    """PluginHandler of the GPU driver. ``shareable`` names devices that allow multiple allocations;
+    ``problems`` (when the agent watches GPU health) says which devices are unhealthy now and why."""
 
     def __init__(
         self,
@@ -114,6 +134,7 @@ class ClaimPreparer:
         events: EventRecorder | None = None,
         features: SharingFeatures | None = None,
         shareable: Callable[[], Iterable[str]] = lambda: (),
+        problems: Callable[[], Mapping[str, DeviceProblem]] | None = None,
         mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
         hook: Hook = no_hook,
         planner: ClaimPlanner | None = None,
@@ -128,10 +149,13 @@ class ClaimPreparer:
         self._events = events or EventRecorder(client, f"gpudra-agent-{node}", window_seconds=60)
         self._features = features
         self._shareable = shareable
+        self._problems = problems
+        self._health_view: dict[str, frozenset[tuple[str, str]]] = {}
         self._mps_root = mps_root
         self.hook = hook
         self._planner = planner
         self._in_flight: dict[str, set[DeviceKey]] = {}
+        self._repartitions = 0  # bumped when the MIG applier releases devices it changed
 
     # -- PluginHandler ---------------------------------------------------------------------------------------
 
@@ -173,27 +197,36 @@ class ClaimPreparer:
             claim = await self._get_claim(ref)
             model = ResourceClaim.from_wire(claim)
             results = select_results(model, ref, driver=self.driver, node=self.node)
+            seen = self._repartitions
             if self._planner is not None:
                 plan = await self._planner.plan(ref, model, results)
             else:
                 plan = await self._plan_gpus(ref, model, results)
-            await self._execute(ref, plan.devices, plan.configs, plan.cdi_document)
+            await self._execute(ref, plan.devices, plan.configs, plan.cdi_document, seen)
         except GpudraError as exc:
             error = _as_prepare_error(exc)
             await self._report_failure(ref, claim, results, error)
             if error is exc:
                 raise
             raise error from exc
-        ready = [
+        problems = self._problems() if self._problems is not None else {}
+        await self._update_status(ref, self._prepared_statuses(plan.devices, problems))
+        self._health_view[ref.uid] = _view(plan.devices, problems)
+        return PrepareResult(devices=prepared_devices(plan.devices))
+
+    def _prepared_statuses(
+        self, devices: Sequence[DeviceRecord], problems: Mapping[str, DeviceProblem]
+    ) -> list[dict[str, Any]]:
+        watched = self._problems is not None
+        return [
             device_status(
                 self.driver, d.pool_name, d.device_name, ready=True, reason="Prepared",
                 message=f"prepared on node {self.node}", now=_now(), share_id=d.share_id,
                 data={"uuid": d.uuid, "type": d.device_type, "cdiDeviceIDs": list(d.cdi_device_ids)},
+                health=problems.get(d.device_name, "Healthy") if watched else None,
             )
-            for d in plan.devices
+            for d in devices
         ]  # fmt: skip
-        await self._update_status(ref, ready)
-        return PrepareResult(devices=prepared_devices(plan.devices))
 
     async def _plan_gpus(
         self, ref: ClaimRef, model: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
@@ -223,7 +256,13 @@ class ClaimPreparer:
         devices: Sequence[Any],
         configs: Mapping[str, Mapping[str, Any]],
         document: Mapping[str, Any],
+        repartitions_seen: int,
     ) -> None:
+        if repartitions_seen != self._repartitions:
+            raise PrepareError(
+                "the node's MIG devices were repartitioned while preparing; the kubelet will retry",
+                reason="Repartitioned",
+            )
         keys = {(d.pool_name, d.device_name) for d in devices}
         holders: dict[str, Iterable[DeviceKey]] = {
             uid: [(d.pool_name, d.device_name) for d in e.devices] for uid, e in self.store.claims().items()
@@ -261,6 +300,34 @@ class ClaimPreparer:
             log.warning("CDI spec of a prepared claim was missing; rewritten", uid=uid)
             await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
 
+    # -- devices held, for the MIG applier -------------------------------------------------------------------
+
+    def holders(self) -> dict[DeviceKey, str]:
+        """Every device a claim holds or is being prepared with -> the claim ("namespace/name", or the UID
+        while its prepare has not reached the checkpoint)."""
+        held: dict[DeviceKey, str] = {}
+        for uid, keys in self._in_flight.items():
+            held.update({key: uid for key in keys})
+        for entry in self.store.claims().values():
+            held.update(
+                {(d.pool_name, d.device_name): f"{entry.namespace}/{entry.name}" for d in entry.devices}
+            )
+        return held
+
+    def reserve_devices(self, holder: str, keys: Collection[DeviceKey]) -> list[str]:
+        """Atomically (no await): the claims holding any of ``keys``, or, when none does, reserve them for
+        ``holder`` so that prepares of them are refused until :meth:`release_devices`."""
+        held = self.holders()
+        claims = sorted({held[key] for key in keys if key in held and held[key] != holder})
+        if not claims:
+            self._in_flight[holder] = set(keys)
+        return claims
+
+    def release_devices(self, holder: str) -> None:
+        """End a reservation; prepares that read the hardware before it re-read it (the kubelet retries)."""
+        if self._in_flight.pop(holder, None) is not None:
+            self._repartitions += 1
+
     # -- unprepare -------------------------------------------------------------------------------------------
 
     async def _unprepare_one(self, ref: ClaimRef) -> UnprepareResult:
@@ -292,8 +359,12 @@ class ClaimPreparer:
 
     async def undo(self, uid: str, entry: ClaimEntry, *, hooked: bool = False) -> None:
         """Undo a (possibly partial) prepare: sharing settings, the CDI spec, then the checkpoint entry.
-        Sharing that cannot be undone (a lost GPU) is logged, not fatal: pods must not stay Terminating."""
+        Sharing that cannot be undone (a lost GPU) is logged, not fatal: pods must not stay Terminating. A GPU
+        another claim still holds (a shared GPU) keeps its settings until the last claim is unprepared."""
+        held = {d.uuid for other, e in self.store.claims().items() if other != uid for d in e.devices}
         for action in sharing_actions(entry.devices, entry.configs):
+            if action.gpu_uuid in held:
+                continue
             try:
                 if action.exclusive_process:
                     await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, False)
@@ -328,6 +399,48 @@ class ClaimPreparer:
         await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
         return True
 
+    # -- health ----------------------------------------------------------------------------------------------
+
+    async def report_health(self, *, refresh: bool = False) -> None:
+        """Bring the Healthy condition of every prepared claim's devices in line with the health watcher: set it
+        False with the reason when a device turned unhealthy, True again when it recovered, with an Event on the
+        claim for each change. Claims whose devices did not change are not touched unless ``refresh`` (at start,
+        to correct what a previous agent wrote)."""
+        if self._problems is None:
+            return
+        problems = self._problems()
+        claims = self.store.claims()
+        for uid in set(self._health_view) - set(claims):
+            del self._health_view[uid]
+        for uid, entry in claims.items():
+            view = _view(entry.devices, problems)
+            before = self._health_view.get(uid, frozenset())
+            if entry.state != "PrepareCompleted" or (view == before and not refresh):
+                continue
+            ref = ClaimRef(namespace=entry.namespace, uid=uid, name=entry.name)
+            async with self.store.claim_lock(uid):
+                current = self.store.get(uid)
+                if current is None or current.state != "PrepareCompleted":
+                    continue
+                await self._update_status(ref, self._prepared_statuses(current.devices, problems))
+            self._health_view[uid] = view
+            await self._post_health_events(ref, before, view, problems)
+
+    async def _post_health_events(
+        self,
+        ref: ClaimRef,
+        before: frozenset[tuple[str, str]],
+        after: frozenset[tuple[str, str]],
+        problems: Mapping[str, DeviceProblem],
+    ) -> None:
+        involved = _claim_object(ref)
+        for device, _ in sorted(after - before):
+            message = f"node {self.node}: device {device}: {problems[device].message}"
+            await self._events.post(involved, "Warning", "DeviceUnhealthy", message)
+        for device in sorted({d for d, _ in before} - {d for d, _ in after}):
+            message = f"node {self.node}: device {device} is healthy again"
+            await self._events.post(involved, "Normal", "DeviceRecovered", message)
+
     # -- status and events -----------------------------------------------------------------------------------
 
     async def _report_failure(
@@ -337,11 +450,7 @@ class ClaimPreparer:
         results: Sequence[DeviceRequestAllocationResult],
         error: PrepareError,
     ) -> None:
-        involved = claim or {
-            "apiVersion": RESOURCE_CLAIMS.api_version,
-            "kind": "ResourceClaim",
-            "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
-        }
+        involved = claim or _claim_object(ref)
         if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
             await self._events.post(
                 involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"

@@ -20,6 +20,7 @@ from gpudra.agent.cdi import (
     mig_device_nodes,
 )
 from gpudra.agent.checkpoint import DeviceRecord
+from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef, PreparedDevice
 from gpudra.api.nvidia import (
     TIME_SLICE_VALUES,
@@ -39,6 +40,7 @@ from gpudra.hardware.inventory import NodeInventory
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 MPS_LOG_DIRECTORY = "/var/log/nvidia-mps"
 READY = "Ready"
+HEALTHY = "Healthy"
 DeviceKey = tuple[str, str]
 """(pool, device) of an allocated device."""
 
@@ -289,22 +291,16 @@ def prepared_devices(devices: Sequence[DeviceRecord]) -> list[PreparedDevice]:
 def device_status(
     driver: str, pool: str, device: str, *, ready: bool, reason: str, message: str, now: str,
     share_id: str | None = None, data: Mapping[str, Any] | None = None,
+    health: DeviceProblem | Literal["Healthy"] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One ``status.devices[]`` entry with its Ready condition."""
-    entry: dict[str, Any] = {
-        "driver": driver,
-        "pool": pool,
-        "device": device,
-        "conditions": [
-            {
-                "type": READY,
-                "status": "True" if ready else "False",
-                "reason": reason,
-                "message": message[:1024],
-                "lastTransitionTime": now,
-            }
-        ],
-    }
+    """One ``status.devices[]`` entry with its Ready condition and, when the agent watches health, a Healthy
+    condition (False with the problem's reason while the device is unhealthy)."""
+    conditions = [_condition(READY, ready, reason, message, now)]
+    if isinstance(health, DeviceProblem):
+        conditions.append(_condition(HEALTHY, False, health.reason, health.message, now))
+    elif health == "Healthy":
+        conditions.append(_condition(HEALTHY, True, "Healthy", "no outstanding health events", now))
+    entry: dict[str, Any] = {"driver": driver, "pool": pool, "device": device, "conditions": conditions}
     if share_id:
         entry["shareID"] = share_id
     if data:
@@ -312,11 +308,21 @@ def device_status(
     return entry
 
 
+def _condition(type_: str, status: bool, reason: str, message: str, now: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": now,
+    }
+
+
 def merge_device_statuses(
     existing: Sequence[Mapping[str, Any]], *, driver: str, pool: str, ours: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """``status.devices`` with this node's entries of ``driver`` replaced by ``ours``, others' kept in order.
-    An unchanged Ready condition keeps its lastTransitionTime."""
+    A condition whose status did not change keeps its lastTransitionTime."""
     previous = {
         (e.get("device"), e.get("shareID")): e
         for e in existing
@@ -326,9 +332,13 @@ def merge_device_statuses(
     for entry in ours:
         new = dict(entry)
         old = previous.get((entry.get("device"), entry.get("shareID")))
-        old_ready = next((c for c in (old or {}).get("conditions") or [] if c.get("type") == READY), None)
-        new_ready = new["conditions"][0]
-        if old_ready is not None and old_ready.get("status") == new_ready["status"]:
-            new["conditions"] = [dict(new_ready, lastTransitionTime=old_ready.get("lastTransitionTime"))]
+        old_conditions = {c.get("type"): c for c in (old or {}).get("conditions") or []}
+        conditions = []
+        for condition in new["conditions"]:
+            before = old_conditions.get(condition["type"])
+            if before is not None and before.get("status") == condition["status"]:
+                condition = dict(condition, lastTransitionTime=before.get("lastTransitionTime"))
+            conditions.append(condition)
+        new["conditions"] = conditions
         merged.append(new)
     return merged

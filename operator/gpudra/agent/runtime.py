@@ -17,6 +17,9 @@ from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.computedomain.driver import ComputeDomainDriver
 from gpudra.agent.kubeletplugin import KubeletPlugin
+from gpudra.agent.mig_applier import MigApplier
+from gpudra.agent.mig_journal import PlanJournal
+from gpudra.agent.mig_sync import MigSync
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.prepare import ClaimPreparer, Hook, no_hook
 from gpudra.agent.recovery import RecoveryReport, recover
@@ -31,6 +34,7 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 CHECKPOINT_FILE = "checkpoint.json"
+MIG_PLAN_FILE = "mig-plan.json"
 
 
 class AgentRuntime:
@@ -58,8 +62,33 @@ class AgentRuntime:
                 settings, backend, client, metrics, report_problem=self._report_checkpoint_problem
             )
             self.agent.inventory_listeners.append(self.compute_domains.observe)
-        if not settings.serve_kubelet_plugin:
-            return
+        self.dynamic_gpus: frozenset[int] = frozenset()
+        if settings.serve_kubelet_plugin:
+            self._build_plugin(settings, backend, client, metrics, hook)
+        applier = MigApplier(
+            backend,
+            PlanJournal(settings.state_path / MIG_PLAN_FILE, node=settings.node_name),
+            node=settings.node_name,
+            holders=self.preparer,
+            mark_dynamic=self._mark_dynamic,
+        )
+        self.mig = MigSync(
+            client,
+            applier,
+            node=settings.node_name,
+            poke=self.agent.poke,
+            retry_seconds=settings.mig_retry_seconds,
+            events=self._events,
+        )
+
+    def _build_plugin(
+        self,
+        settings: AgentSettings,
+        backend: GpuBackend,
+        client: KubeClient,
+        metrics: Metrics,
+        hook: Hook | None,
+    ) -> None:
         store = CheckpointStore(
             settings.state_path / CHECKPOINT_FILE, node=settings.node_name, driver=settings.driver_name
         )
@@ -73,6 +102,7 @@ class AgentRuntime:
             metrics=metrics,
             events=self._events,
             shareable=self._shareable,
+            problems=self.agent.device_problems if settings.health_checks else None,
             mps_root=str(settings.plugin_path / "mps"),
             hook=hook or no_hook,
         )
@@ -81,10 +111,27 @@ class AgentRuntime:
             self.preparer,
             plugin_dir=settings.plugin_path,
             registry_dir=settings.registry_dir,
+            health_source=self.agent.health_reports if settings.health_checks else None,
         )
+        self.agent.health_listener = self._report_health
+        self._health_refreshed = False
+
+    def _mark_dynamic(self, gpus: frozenset[int]) -> None:
+        """The MigLayout Dynamic policy's hand-off: MIG is enabled on these GPUs and their instances follow claims.
+        Dynamic MIG publication and prepare (the mig-dynamic work) take it from here."""
+        if gpus != self.dynamic_gpus:
+            log.info("GPUs under dynamic MIG", node=self.settings.node_name, gpus=sorted(gpus))
+        self.dynamic_gpus = gpus
 
     def _shareable(self) -> list[str]:
         return [d.name for d in self.agent.devices if d.allow_multiple_allocations]
+
+    async def _report_health(self) -> None:
+        """Mark the claims prepared on devices whose health changed; the first time, every prepared claim (a
+        previous agent may have left marks that no longer hold)."""
+        if self.preparer is not None:
+            await self.preparer.report_health(refresh=not self._health_refreshed)
+            self._health_refreshed = True
 
     async def _report_checkpoint_problem(self, problem: CheckpointError) -> None:
         name = self.settings.node_name
@@ -114,8 +161,10 @@ class AgentRuntime:
             await self.plugin.stop()
 
     async def run(self) -> None:
+        mig: asyncio.Task[None] | None = None
         try:
             await self.start_plugin()
+            mig = asyncio.create_task(self.mig.run(), name=f"mig-{self.settings.node_name}")
             if self.compute_domains is None:
                 await self.agent.run()
             else:
@@ -123,4 +172,6 @@ class AgentRuntime:
                     group.create_task(self.agent.run())
                     group.create_task(self.compute_domains.run())
         finally:
+            if mig is not None:
+                mig.cancel()
             await asyncio.shield(self.stop_plugin())

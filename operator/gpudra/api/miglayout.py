@@ -11,7 +11,7 @@ the wire shape.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -24,7 +24,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 MigLayoutPolicy = Literal["Static", "Dynamic"]
-NodeLayoutState = Literal["pending", "applying", "success", "failed", "blocked"]
+NodeLayoutState = Literal["pending", "applying", "success", "failed", "blocked", "invalid", "conflict"]
 
 # Condition types of status.conditions.
 APPLIED = "Applied"
@@ -55,7 +55,23 @@ class ConfigMapKeyReference(WireModel):
 class MigPartedEntry(WireModel):
     """One mig-parted entry: which GPUs of a node, MIG on or off, and how many instances of each profile."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!self.mig__dash__enabled || has(self.mig__dash__devices)",
+                    "message": "mig-devices is required when mig-enabled is true ({} allowed)",
+                },
+                {
+                    "rule": "self.mig__dash__enabled || !has(self.mig__dash__devices) "
+                    "|| size(self.mig__dash__devices) == 0",
+                    "message": "mig-devices must be empty when mig-enabled is false",
+                },
+            ]
+        },
+    )
 
     device_filter: Any = Field(
         default=None,
@@ -67,7 +83,7 @@ class MigPartedEntry(WireModel):
         description='"all", or a list of GPU indexes on the node, that the entry applies to.',
     )
     mig_enabled: bool = Field(alias="mig-enabled", description="Whether MIG mode is enabled on these GPUs.")
-    mig_devices: dict[str, int] | None = Field(
+    mig_devices: dict[str, Annotated[int, Field(ge=0, le=7)]] | None = Field(
         default=None,
         alias="mig-devices",
         description='Profile name to instance count, e.g. {"1g.10gb": 2, "3g.40gb": 1}. Required when '
@@ -132,8 +148,10 @@ class MigLayoutNodeStatus(WireModel):
     name: str = Field(description="Name of the node.")
     state: NodeLayoutState = Field(
         default="pending",
-        description="pending: not started; applying: steps running; success: the GPUs match the layout; "
-        "failed: a step failed (see message); blocked: instances in use prevent it.",
+        description="pending: not started or waiting (for the agent, a GPU reset); applying: steps running; "
+        "success: the GPUs match the layout; failed: a step failed (see message); blocked: devices in use "
+        "prevent it; invalid: the layout cannot exist on this node's GPUs (hardware untouched); conflict: an "
+        "older MigLayout selects this node too and governs it.",
     )
     message: str = Field(default="", description="What happened on the node, in words.")
     blocked_by: list[str] | None = Field(
@@ -148,6 +166,10 @@ class MigLayoutStatus(WireModel):
     observed_generation: int | None = Field(
         default=None, description="The metadata.generation this status describes."
     )
+    nodes_selected: int | None = Field(default=None, description="How many nodes the layout selects.")
+    nodes_applied: int | None = Field(default=None, description="How many selected nodes match the layout.")
+    nodes_blocked: int | None = Field(default=None, description="How many selected nodes are blocked.")
+    applied: str | None = Field(default=None, description="Applied nodes of selected nodes, e.g. 3/4.")
     conditions: list[Condition] | None = Field(
         default=None,
         description="Applied (every node matches), Progressing (steps running), Blocked (in-use devices "
@@ -179,14 +201,21 @@ class MigLayout(CustomResource):
                 name="Config", json_path=".spec.layout.config", description="mig-parted config name"
             ),
             PrinterColumn(
-                name="Applied",
-                json_path='.status.conditions[?(@.type=="Applied")].status',
-                description="Applied",
+                name="Nodes", json_path=".status.nodesSelected", type="integer", description="Selected nodes"
+            ),
+            PrinterColumn(
+                name="Applied", json_path=".status.applied", description="Applied nodes of selected nodes"
             ),
             PrinterColumn(
                 name="Blocked",
-                json_path='.status.conditions[?(@.type=="Blocked")].status',
-                description="In-use devices prevent the layout on some node",
+                json_path=".status.nodesBlocked",
+                type="integer",
+                description="Nodes where devices in use prevent the layout",
+            ),
+            PrinterColumn(
+                name="Invalid",
+                json_path='.status.conditions[?(@.type=="Invalid")].status',
+                description="The layout cannot exist on some selected node",
             ),
             PrinterColumn(name="Age", json_path=".metadata.creationTimestamp", type="date"),
         ),

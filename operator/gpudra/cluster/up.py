@@ -58,6 +58,8 @@ class UpOptions:
     compute_domain_daemon_mode: Literal["daemonset", "host-managed"] = "daemonset"
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     ready_timeout: float = 120.0
+    agent_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
 
 
 @dataclass
@@ -158,6 +160,7 @@ class EmbeddedCluster:
             backend="simulated",
             simulated_profile=node.profile,
             hardware_poll_seconds=self.options.hardware_poll_seconds,
+            mig_retry_seconds=max(self.options.hardware_poll_seconds * 2, 0.2),
             plugin_dir=root / "plugins",
             registry_dir=root / "registry",
             cdi_dir=root / "cdi",
@@ -165,6 +168,7 @@ class EmbeddedCluster:
             compute_domain_plugin_dir=root / "cd-plugin",
             compute_domain_daemon_mode=self.options.compute_domain_daemon_mode,
             node_ip=simulated_pod_ip(node.name),
+            **self.options.agent_overrides.get(node.profile, {}),
         )
         runtime = AgentRuntime(settings, NvmlBackend(node.name, nvml=fake), self.client, self.metrics)
         self.simulated[node.name] = fake

@@ -7,7 +7,7 @@ the allocator where the claim would fit. Nothing is written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.allocator.engine import Allocator
@@ -27,6 +27,7 @@ DETAIL_NODES = 16
 class ClusterView:
     allocator: Allocator
     nodes: list[NodeInfo]
+    pending: list[dict[str, Any]] = field(default_factory=list)  # unallocated claims
 
 
 def build_view(
@@ -50,7 +51,8 @@ def build_view(
         NodeInfo(n["metadata"]["name"], n["metadata"].get("labels") or {})
         for n in sorted(nodes, key=lambda n: n["metadata"]["name"])
     ]
-    return ClusterView(allocator, infos)
+    pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+    return ClusterView(allocator, infos, pending)
 
 
 async def load_view(client: KubeClient, *, skip_claim_uid: str | None = None) -> ClusterView:

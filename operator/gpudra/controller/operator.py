@@ -16,6 +16,7 @@ import kopf
 from gpudra.config import ControllerSettings
 from gpudra.controller.computedomains import register_compute_domains
 from gpudra.controller.fleet import slice_device_counts
+from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
 from gpudra.kube.client import KubeClient
@@ -27,10 +28,19 @@ def build_registry(
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
-    pending = PendingClaims(client, metrics, driver=settings.driver_name)
+    pending = PendingClaims(client, metrics, driver=settings.driver_name, mig_planner=settings.mig_planner)
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
     register_compute_domains(registry, settings, metrics, client)
+    mig_layouts = MigLayoutReconciler(client, settings)
+
+    @kopf.on.event("gpudra.dev", "v1alpha1", "miglayouts", registry=registry)
+    def miglayout_event(type: str, body: kopf.Body, **_: Any) -> None:
+        mig_layouts.layout_event(type, dict(body))
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    def node_event(type: str, body: kopf.Body, **_: Any) -> None:
+        mig_layouts.node_event(type, dict(body))
 
     @kopf.index("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="device_classes")
     def device_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
@@ -54,6 +64,7 @@ def build_registry(
         )
         explainers.append(explainer)
         explainers.append(asyncio.get_running_loop().create_task(attribution.refresh_loop()))
+        explainers.append(asyncio.get_running_loop().create_task(mig_layouts.run()))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_explainer(**_: Any) -> None:
@@ -107,10 +118,13 @@ async def _explain_loop(
         await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
         classes = {name: next(iter(store)) for name, store in device_classes.items()}
         now = time.time()
-        for store in list(claims.values()):
-            for body in list(store):
-                if age_seconds(body, now) >= settings.pending_grace_seconds:
-                    await pending.check(body, classes)
+        due = [
+            body
+            for store in list(claims.values())
+            for body in list(store)
+            if age_seconds(body, now) >= settings.pending_grace_seconds
+        ]
+        await pending.check_all(due, classes)
 
 
 async def run_controller(

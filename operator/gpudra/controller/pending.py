@@ -1,6 +1,8 @@
 """The controller's real-cluster role for claims: a claim of this driver still unallocated after a grace period gets
 an Event saying why (the allocator's explanation), deduplicated so one pending claim cannot flood the API, and the
-pending claims are counted by reason code in metrics."""
+pending claims are counted by reason code in metrics. For pending MIG claims the Event also says which MIG
+repartition of idle GPUs would satisfy them (the planner, ``gpudra.mig.demand``), and with the apply policy the
+controller writes that repartition as a planner MigLayout (``gpudra.controller.migplanner``)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,22 @@ from datetime import datetime
 from typing import Any
 
 from gpudra.allocator.explain import Failure, NodesFailure, render_text
+from gpudra.allocator.requests import claim_key
 from gpudra.allocator.result import Allocation
 from gpudra.api.resource import ResourceClaim
+from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, load_view
+from gpudra.controller.migdemand import pci_device_ids, plan_pending
+from gpudra.controller.migplanner import apply_plan, step_aside
+from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+EVENT_LIMIT = 1024
 
 
 def uses_driver(claim: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> bool:
@@ -40,11 +52,20 @@ def age_seconds(body: dict[str, Any], now: float) -> float:
 
 
 class PendingClaims:
-    def __init__(self, client: KubeClient, metrics: Metrics, *, driver: str, view_ttl: float = 2.0) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        metrics: Metrics,
+        *,
+        driver: str,
+        view_ttl: float = 2.0,
+        mig_planner: MigPlannerPolicy = "suggest",
+    ) -> None:
         self._client = client
         self._metrics = metrics
         self._driver = driver
         self._ttl = view_ttl
+        self._planner = mig_planner
         self._view: tuple[float, ClusterView] | None = None
         self._events = EventRecorder(client, "gpudra-controller")
         self.reasons: dict[str, str] = {}  # claim uid -> reason code while pending
@@ -55,24 +76,75 @@ class PendingClaims:
             self._view = (now, await load_view(self._client))
         return self._view[1]
 
-    async def check(self, body: dict[str, Any], classes: dict[str, dict[str, Any]]) -> str | None:
-        """Explain one pending claim; return the Event message (None when it would fit now or is not ours)."""
-        uid = body["metadata"]["uid"]
-        if (body.get("status") or {}).get("allocation") or not uses_driver(body, classes, self._driver):
-            self.forget(uid)
-            return None
-        outcome = explain(await self._cluster(), ResourceClaim.model_validate(body))
-        if isinstance(outcome, Allocation):
-            self.forget(uid)  # it fits now; the scheduler will get to it
-            return None
-        reason = outcome.reason if isinstance(outcome, (Failure, NodesFailure)) else "Unknown"
-        if self.reasons.get(uid) != reason:
-            self._metrics.allocation_failures.labels(reason).inc()
-        self.reasons[uid] = reason
+    async def check_all(
+        self, bodies: list[dict[str, Any]], classes: dict[str, dict[str, Any]]
+    ) -> dict[str, str]:
+        """Explain the pending claims together (the MIG planner serves them jointly, oldest first); return
+        the Event message per claim uid that does not fit now."""
+        ours: list[dict[str, Any]] = []
+        for body in bodies:
+            if (body.get("status") or {}).get("allocation") or not uses_driver(body, classes, self._driver):
+                self.forget(body["metadata"]["uid"])
+            else:
+                ours.append(body)
+        if not ours and self._planner != "apply":
+            return {}
+        view = await self._cluster()
+        if self._planner == "apply":
+            try:
+                await step_aside(self._client, view.nodes)
+            except GpudraError as exc:
+                log.warning("checking planner MigLayouts failed", error=str(exc))
+        # The claim index can lag behind the listed view: a claim allocated there is not pending.
+        unallocated = {c["metadata"].get("uid") for c in view.pending}
+        ours = [b for b in ours if b["metadata"]["uid"] in unallocated]
+        failed: list[tuple[dict[str, Any], Failure | NodesFailure]] = []
+        for body in ours:
+            outcome = explain(view, ResourceClaim.model_validate(body))
+            if isinstance(outcome, Allocation):
+                self.forget(body["metadata"]["uid"])  # it fits now; the scheduler will get to it
+            else:
+                failed.append((body, outcome))
+        suggestions: dict[str, str] = {}
+        if failed and self._planner != "off":
+            try:
+                suggestions = await self._suggest(view, ours)
+            except GpudraError as exc:  # the explanations still go out
+                log.warning("the MIG planner failed", error=str(exc))
+        messages: dict[str, str] = {}
+        for body, outcome in failed:
+            uid = body["metadata"]["uid"]
+            reason = outcome.reason
+            if self.reasons.get(uid) != reason:
+                self._metrics.allocation_failures.labels(reason).inc()
+            self.reasons[uid] = reason
+            suggestion = suggestions.get(uid)
+            text = render_text(outcome)
+            if suggestion:
+                text = (
+                    render_text(outcome, max(256, EVENT_LIMIT - 2 - len(suggestion.encode())))
+                    + ". "
+                    + suggestion
+                )
+            messages[uid] = f"pending for {age_seconds(body, time.time()):.0f}s: {text}"
+            await self._events.post(body, "Warning", reason, text)
         self._refresh_gauge()
-        message = f"pending for {age_seconds(body, time.time()):.0f}s: {render_text(outcome)}"
-        await self._events.post(body, "Warning", reason, render_text(outcome))
-        return message
+        return messages
+
+    async def _suggest(self, view: ClusterView, bodies: list[dict[str, Any]]) -> dict[str, str]:
+        """The MIG planner's sentence per claim uid, after applying the plan when the policy says so."""
+        claims = {claim_key(c): c for c in (ResourceClaim.model_validate(b) for b in bodies)}
+        plan = plan_pending(view.allocator, claims.values(), self._driver)
+        notes: dict[str, str] = {}
+        if self._planner == "apply" and any(n.gpus for n in plan.nodes):
+            notes = await apply_plan(self._client, plan, view.nodes, pci_device_ids())
+        out: dict[str, str] = {}
+        for key, claim in claims.items():
+            text = plan.text_for(key)
+            note = notes.get(plan.placed.get(key, "")) if plan.gpus_for(key) else None
+            if text:
+                out[claim.metadata.uid or ""] = f"{text} ({note})" if note else text
+        return out
 
     def allocated(self, body: dict[str, Any]) -> None:
         """A claim we saw pending got its allocation: record how long it waited."""

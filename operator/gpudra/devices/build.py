@@ -119,15 +119,19 @@ def gpu_device(gpu: GpuInfo, inventory: NodeInventory, *, extensions: bool = Tru
     )
 
 
-def mig_device(gpu: GpuInfo, mig: MigDeviceInfo, inventory: NodeInventory) -> Device:
-    """The device of one existing MIG instance of ``gpu``."""
-    attrs = {
-        "type": _string(TYPE_MIG),
-        "uuid": _string(mig.uuid),
-        "parentUUID": _string(gpu.uuid),
-        "profile": _string(mig.profile),
-        **_shared_attributes(gpu, inventory),
-    }
+def mig_attributes(
+    gpu: GpuInfo, mig: MigDeviceInfo, inventory: NodeInventory, *, with_uuid: bool = True
+) -> dict[str, DeviceAttribute]:
+    """A MIG device's attributes; a dynamic MIG device (not created yet) has no ``uuid``."""
+    attrs = {"type": _string(TYPE_MIG)}
+    if with_uuid:
+        attrs["uuid"] = _string(mig.uuid)
+    attrs |= {"parentUUID": _string(gpu.uuid), "profile": _string(mig.profile)}
+    return attrs | _shared_attributes(gpu, inventory)
+
+
+def mig_capacity(mig: MigDeviceInfo, *, memory_slices: bool = True) -> dict[str, DeviceCapacity]:
+    """A MIG device's capacities; static MIG devices also name their memory slices (``memorySlice<i>: 1``)."""
     capacity = {
         "multiprocessors": _count(mig.multiprocessors),
         "copyEngines": _count(mig.copy_engines),
@@ -137,12 +141,18 @@ def mig_device(gpu: GpuInfo, mig: MigDeviceInfo, inventory: NodeInventory) -> De
         "ofaEngines": _count(mig.ofa_engines),
         "memory": _count(mig.memory_bytes),
     }
-    for slice_index in range(mig.placement_start, mig.placement_start + mig.placement_size):
-        capacity[f"memorySlice{slice_index}"] = _count(1)
+    if memory_slices:
+        for slice_index in range(mig.placement_start, mig.placement_start + mig.placement_size):
+            capacity[f"memorySlice{slice_index}"] = _count(1)
+    return capacity
+
+
+def mig_device(gpu: GpuInfo, mig: MigDeviceInfo, inventory: NodeInventory) -> Device:
+    """The device of one existing MIG instance of ``gpu``."""
     return Device(
         name=mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start),
-        attributes=attrs,
-        capacity=capacity,
+        attributes=mig_attributes(gpu, mig, inventory),
+        capacity=mig_capacity(mig),
     )
 
 
@@ -162,11 +172,16 @@ def build_devices(inventory: NodeInventory, *, extensions: bool = True) -> list[
     devices = [
         device for gpu in inventory.gpus for device in devices_of_gpu(gpu, inventory, extensions=extensions)
     ]
-    devices.sort(key=lambda device: device_sort_key(device.name))
+    return in_name_order(devices, inventory.node_name)
+
+
+def in_name_order(devices: list[Device], node_name: str) -> list[Device]:
+    """``devices`` sorted by name; InvalidInputError when two share a name."""
+    devices = sorted(devices, key=lambda device: device_sort_key(device.name))
     seen: set[str] = set()
     for device in devices:
         if device.name in seen:
-            raise InvalidInputError(f"two devices on node {inventory.node_name} are both named {device.name}")
+            raise InvalidInputError(f"two devices on node {node_name} are both named {device.name}")
         seen.add(device.name)
     return devices
 

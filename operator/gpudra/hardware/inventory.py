@@ -68,7 +68,7 @@ class GpuInfo(_Frozen):
     numa_node: int | None = None
     addressing_mode: str | None = None  # "HMM" | "ATS" | "None" when supported
     memory_bytes: int
-    multiprocessors: int
+    multiprocessors: int  # 0: nvmlDeviceGetAttributes answers for MIG devices only, not for a whole GPU
     mig_capable: bool
     mig_enabled: bool  # current mode
     mig_pending: bool  # pending mode (after a reset)

@@ -118,6 +118,13 @@ def sysfs_pcie_root(pci_bus_id: str, sysfs: Path = Path("/sys")) -> str | None:
     return next((part for part in real.parts if part.startswith("pci")), None)
 
 
+def load_binding() -> Any:
+    """The real NVML binding (``pynvml`` from nvidia-ml-py); importing it needs no GPU."""
+    import pynvml
+
+    return pynvml
+
+
 class NvmlBackend:
     """GpuBackend over an NVML binding: ``pynvml`` by default, or any object with its call surface.
 
@@ -135,9 +142,7 @@ class NvmlBackend:
         pcie_root_of: Callable[[str], str | None] | None = None,
     ) -> None:
         if nvml is None:
-            import pynvml
-
-            nvml = pynvml
+            nvml = load_binding()
         self.node_name = node_name
         self._nvml = nvml
         # A simulated NVML also stands in for sysfs (FakeNvml.pcie_root_of); pynvml has no such attribute.

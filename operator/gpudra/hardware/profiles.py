@@ -34,7 +34,7 @@ class GpuSlot:
     """Where one GPU sits in the machine."""
 
     pci_bus_id: str  # "0000:1b:00.0"
-    numa_node: int
+    numa_node: int | None  # None: NVML answers NOT_SUPPORTED (a VM, as recorded)
     pcie_root: str  # "pci0000:15"
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from gpudra.hardware.catalog import GpuModel
 from gpudra.mig.layout import GpuMigState, MigLayout
-from gpudra.mig.plan import MigPlan, PlanStatus, plan_gpu
+from gpudra.mig.plan import MigPlan, plan_gpu, unchanged
 from gpudra.mig.space import Candidate, PlacementSpace, placement_space
 
 
@@ -140,7 +140,7 @@ def _result(works: Sequence[_Gpu], chosen: Sequence[int | None], demand: Mapping
     for work, bits in zip(works, chosen, strict=True):
         state = work.gpu.state
         if work.space is None or bits is None:
-            out.append(GpuPacking(state.layout, _noop(state)))
+            out.append(GpuPacking(state.layout, unchanged(state)))
             continue
         layout = work.space.layout_of(bits)
         if bits == work.current and not state.mig_enabled:
@@ -156,11 +156,6 @@ def _result(works: Sequence[_Gpu], chosen: Sequence[int | None], demand: Mapping
         changes += _changes(work, bits) if layout != state.layout else 0
         out.append(GpuPacking(layout, plan, dict(serves)))
     return Packing(tuple(out), dict(served_total), dict(+remaining), slices, changes)
-
-
-def _noop(state: GpuMigState) -> MigPlan:
-    layout = state.layout
-    return MigPlan(state.index, PlanStatus.NOOP, layout, layout, layout)
 
 
 def plan_packing(gpus: Sequence[PackingGpu], demand: Mapping[str, int]) -> Packing:

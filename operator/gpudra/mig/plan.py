@@ -101,6 +101,12 @@ class MigPlan:
         return f"{gpu}: partially applied around in-use {busy}; not applied: {left}"
 
 
+def unchanged(state: GpuMigState) -> MigPlan:
+    """The no-op plan of a GPU left as it is."""
+    layout = state.layout
+    return MigPlan(state.index, PlanStatus.NOOP, layout, layout, layout)
+
+
 def _blocked(state: GpuMigState, desired: MigLayout, busy: Sequence[MigInstance], gpu: bool) -> MigPlan:
     return MigPlan(
         state.index,

@@ -80,6 +80,11 @@ class FakeNvml(MigCalls):
                 pass
         raise AttributeError(f"FakeNvml has no attribute {name!r}")
 
+    def __dir__(self) -> list[str]:
+        """Like ``dir(pynvml)``: the methods plus the constants and types served by :meth:`__getattr__`."""
+        served = (n for n in dir(t) if n.startswith(("NVML", "nvml", "c_nvml", "struct_c_nvml")))
+        return sorted({*super().__dir__(), *served})
+
     # -- test hooks ------------------------------------------------------------------------------------------
 
     def gpu(self, index: int) -> SimulatedGpu:
@@ -164,6 +169,11 @@ class FakeNvml(MigCalls):
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         return self._cuda_driver_version
 
+    @locked
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        """ "13.580.159.04": the CUDA major version, then the driver version."""
+        return f"{self._cuda_driver_version // 1000}.{self._driver_version}"
+
     # -- devices ---------------------------------------------------------------------------------------------
 
     @locked
@@ -241,7 +251,10 @@ class FakeNvml(MigCalls):
 
     @locked
     def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
-        return self._full_gpu(handle).slot.numa_node
+        numa_node = self._full_gpu(handle).slot.numa_node
+        if numa_node is None:
+            raise t.NVMLError_NotSupported("the NUMA node is not reported on this machine")
+        return numa_node
 
     @locked
     def nvmlDeviceGetAddressingMode(self, handle: Any) -> int:
@@ -288,15 +301,11 @@ class FakeNvml(MigCalls):
 
     @locked
     def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
-        gpu, mig = self._resolve(handle)
-        attrs = t.c_nvmlDeviceAttributes()
+        """MIG device handles only, as NVML documents and a recorded H100 / H200 show (NOT_SUPPORTED on the GPU)."""
+        _, mig = self._resolve(handle)
         if mig is None:
-            spec = gpu.model.mig
-            attrs.multiprocessorCount = gpu.model.multiprocessors
-            attrs.memorySizeMB = gpu.model.memory_mib
-            if spec is not None:
-                attrs.gpuInstanceSliceCount = attrs.computeInstanceSliceCount = spec.compute_slices
-            return attrs
+            raise t.NVMLError_NotSupported("nvmlDeviceGetAttributes supports MIG device handles only")
+        attrs = t.c_nvmlDeviceAttributes()
         gi, ci = mig
         attrs.multiprocessorCount = ci.profile.multiprocessors
         attrs.sharedCopyEngineCount = gi.profile.copy_engines

@@ -165,7 +165,9 @@ class MigCalls(FakeNvmlBase):
 
     @locked
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
-        return self._full_gpu(handle).mig_spec().max_devices
+        """0 while MIG mode is off, as NVML documents and a recorded H100 / H200 show."""
+        gpu = self._full_gpu(handle)
+        return gpu.mig_spec().max_devices if gpu.mig_current else 0
 
     @locked
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:

@@ -156,9 +156,11 @@ class SimulatedGpu:
         return [(start, profile.placement_size) for start in profile.starts]
 
     def remaining_capacity(self, profile_id: int) -> int:
-        """How many more instances of the profile fit, filling free placements from the top as NVML does."""
+        """How many more instances of the profile fit, filling free placements from the top as NVML does.
+
+        Readable with MIG mode off too (a recorded H100 / H200 answers with the profile's instance count)."""
         profile = self.profile_by_id(profile_id)
-        spec = self._mig_enabled_spec()
+        spec = self.mig_spec()
         taken = [(gi.profile, gi.start) for gi in self.gpu_instances.values()]
         count = 0
         for start in sorted(profile.starts, reverse=True):

@@ -1,0 +1,364 @@
+"""The node agent's MIG applier: takes this node's GPUs to a desired state, step by step, safely.
+
+One pass (:meth:`MigApplier.apply`): read the GPUs, resolve the desired entries per GPU (an invalid layout
+stops here, hardware untouched), plan each GPU with :func:`gpudra.mig.plan.plan_gpu` against the devices that
+prepared claims hold, checkpoint the targets (:class:`PlanJournal`), then run the steps, re-reading the
+hardware after each one. Without ``allowPartial`` a node changes all its GPUs or none: one GPU blocked by an
+in-use device blocks the node, and the next pass (after the claim is released) proceeds by itself.
+
+Safety against a concurrent prepare: before a step that destroys a device or changes a GPU's MIG mode, the
+applier atomically checks that no claim holds (or is being prepared with) the devices involved and reserves
+them with the preparer (:class:`DeviceHolders`); a prepare that reaches them meanwhile is refused and retried
+by the kubelet. A MIG mode change that waits for a GPU reset is reported (``reset-required``) and not retried
+until the hardware shows the reset happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpudra.agent.mig_journal import PlanJournal
+from gpudra.agent.preparing import DeviceKey, device_targets
+from gpudra.errors import HardwareError, InvalidInputError
+from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.catalog import Catalog, load_catalog
+from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.mig.desired import DesiredState, GpuReport, NodeGpu, NodeReport, NodeState, gpu_layouts
+from gpudra.mig.layout import MigLayout, model_of_gpu, state_of_gpu
+from gpudra.mig.plan import (
+    CreateMigDevice,
+    DestroyMigDevice,
+    MigPlan,
+    PlanStatus,
+    ResetGpu,
+    SetMigMode,
+    Step,
+    plan_gpu,
+)
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+HOLDER = "MIG repartitioning"
+
+
+class DeviceHolders(Protocol):
+    """What the kubelet plugin's preparer tells the applier (implemented by ClaimPreparer)."""
+
+    def holders(self) -> dict[DeviceKey, str]:
+        """Every device a claim holds or is being prepared with -> the claim ("namespace/name" or its UID)."""
+        ...
+
+    def reserve_devices(self, holder: str, keys: Collection[DeviceKey]) -> list[str]:
+        """Atomically: the claims holding any of ``keys`` (nothing reserved then), or reserve them for
+        ``holder`` (prepares of them are refused) and return []."""
+        ...
+
+    def release_devices(self, holder: str) -> None: ...
+
+
+class NoHolders:
+    """For an agent that does not serve the kubelet plugin: nothing is ever prepared on this node."""
+
+    def holders(self) -> dict[DeviceKey, str]:
+        return {}
+
+    def reserve_devices(self, holder: str, keys: Collection[DeviceKey]) -> list[str]:
+        return []
+
+    def release_devices(self, holder: str) -> None:
+        return None
+
+
+class _StepRefused(Exception):
+    """A claim took a device between planning and the step; the next pass re-plans."""
+
+    def __init__(self, gpu_index: int, claims: list[str]) -> None:
+        super().__init__(f"GPU {gpu_index}: devices became in use by {', '.join(claims)}")
+        self.claims = claims
+
+
+@dataclass
+class _Pass:
+    """What one pass learned, per GPU."""
+
+    states: dict[int, GpuReport] = field(default_factory=dict)
+    blocked_by: set[str] = field(default_factory=set)
+    changed: bool = False
+
+
+def node_gpus(inventory: NodeInventory, catalog: Catalog) -> tuple[NodeGpu, ...]:
+    gpus = []
+    for gpu in inventory.gpus:
+        model = model_of_gpu(gpu, catalog)
+        gpus.append(
+            NodeGpu(index=gpu.index, model=model.model_id if model else "", pci_device_id=gpu.pci_device_id)
+        )
+    return tuple(gpus)
+
+
+class MigApplier:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        journal: PlanJournal,
+        *,
+        node: str,
+        holders: DeviceHolders | None = None,
+        mark_dynamic: Callable[[frozenset[int]], None] | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self._backend = backend
+        self._journal = journal
+        self._node = node
+        self._holders = holders or NoHolders()
+        self._mark_dynamic = mark_dynamic
+        self._catalog = catalog or load_catalog()
+
+    async def read(self) -> NodeInventory:
+        return await asyncio.to_thread(self._backend.read_inventory)
+
+    async def report_gpus(self) -> NodeReport:
+        """Only this node's GPUs (no desired state yet): lets the controller validate layouts early."""
+        self._hand_dynamic(frozenset())
+        return NodeReport(gpus=node_gpus(await self.read(), self._catalog))
+
+    async def apply(self, desired: DesiredState) -> tuple[NodeReport, bool]:
+        """One pass toward ``desired``: the report, and whether the hardware changed (republish then)."""
+        inventory = await self.read()
+        gpus = node_gpus(inventory, self._catalog)
+        try:
+            layouts, problems = gpu_layouts(desired.parsed_entries(), gpus, self._catalog)
+        except InvalidInputError as exc:
+            layouts, problems = {}, [str(exc)]
+        if problems:
+            message = f"{desired.key} is invalid on this node: " + "; ".join(problems)
+            log.warning("MIG layout invalid; hardware untouched", node=self._node, problems=problems)
+            return NodeReport(key=desired.key, state="invalid", message=message, gpus=gpus), False
+        if desired.policy == "Dynamic":
+            result = await self._apply_dynamic(inventory, layouts)
+        else:
+            self._hand_dynamic(frozenset())
+            result = await self._apply_static(desired, inventory, layouts)
+        return self._report(desired, gpus, result), result.changed
+
+    # -- static --------------------------------------------------------------------------------------------
+
+    def _plans(
+        self, inventory: NodeInventory, targets: Mapping[int, MigLayout], allow_partial: bool
+    ) -> tuple[dict[int, MigPlan], dict[str, str]]:
+        """Each GPU's plan against the devices held now, and held device UUID -> claim."""
+        named = device_targets(inventory)
+        held = {
+            named[device].uuid: claim
+            for (pool, device), claim in self._holders.holders().items()
+            if pool == self._node and device in named
+        }
+        plans = {}
+        for gpu in inventory.gpus:
+            model = model_of_gpu(gpu, self._catalog)
+            if gpu.index in targets and model is not None:
+                state = state_of_gpu(gpu, model.model_id)
+                plans[gpu.index] = plan_gpu(
+                    model, state, targets[gpu.index], set(held), allow_partial=allow_partial
+                )
+        return plans, held
+
+    async def _apply_static(
+        self, desired: DesiredState, inventory: NodeInventory, layouts: dict[int, MigLayout]
+    ) -> _Pass:
+        result = _Pass()
+        by_index = {g.index: g for g in inventory.gpus}
+        waiting = {i for i in layouts if _reset_pending(by_index[i], layouts[i])}
+        for index in waiting:
+            result.states[index] = GpuReport(
+                index=index, state="reset-required",
+                message=f"GPU {index}: the MIG mode change waits for a GPU reset (nvidia-smi -r, or a reboot)",
+            )  # fmt: skip
+        saved = self._journal.load(desired.key)
+        if saved is not None:
+            log.info(
+                "resuming an unfinished MIG plan", node=self._node, layout=desired.key, steps_done=saved[1]
+            )
+        targets = {i: (saved[0].get(i, layout) if saved else layout) for i, layout in layouts.items()}
+        plans, held = self._plans(
+            inventory, {i: t for i, t in targets.items() if i not in waiting}, desired.allow_partial
+        )
+        for plan in plans.values():
+            busy = [held.get(i.uuid, i.uuid) for i in plan.blocked_by]
+            if plan.gpu_in_use:
+                gpu = by_index[plan.gpu_index]
+                busy.append(held.get(gpu.uuid, gpu.uuid))
+            result.blocked_by.update(busy)
+            if plan.status is PlanStatus.BLOCKED:
+                result.states[plan.gpu_index] = GpuReport(
+                    index=plan.gpu_index, state="blocked", message=plan.message
+                )
+        if result.blocked_by and not desired.allow_partial:
+            for plan in plans.values():
+                result.states.setdefault(
+                    plan.gpu_index,
+                    GpuReport(index=plan.gpu_index, state="blocked" if plan.steps else "success",
+                              message=plan.message if plan.steps else ""),
+                )  # fmt: skip
+            return result
+        steps = [(plan, step) for plan in plans.values() for step in plan.steps]
+        if steps:
+            final = {i: plans[i].target if i in plans else t for i, t in targets.items()}
+            done_before = saved[1] if saved else 0
+            self._journal.save(desired.key, final, done_before)
+            await self._run_steps(desired.key, final, steps, result, done_before)
+        self._journal.clear()  # the pass ran to its end: nothing to resume; the next pass re-plans
+        after = {g.index: g for g in (await self.read()).gpus}
+        for index, plan in plans.items():
+            if index in result.states:
+                continue
+            if state_of_gpu(after[index], "").layout != plan.target:
+                result.states[index] = GpuReport(
+                    index=index, state="pending", message=f"GPU {index}: not yet {plan.target}"
+                )
+            elif plan.status is PlanStatus.PARTIAL:
+                result.states[index] = GpuReport(index=index, state="blocked", message=plan.message)
+            else:
+                result.states[index] = GpuReport(index=index, state="success")
+        return result
+
+    async def _run_steps(
+        self,
+        key: str,
+        targets: dict[int, MigLayout],
+        steps: list[tuple[MigPlan, Step]],
+        result: _Pass,
+        steps_done: int,
+    ) -> None:
+        stopped: set[int] = set()
+        for plan, step in steps:
+            index = plan.gpu_index
+            if index in stopped:
+                continue
+            try:
+                state = await self._run_step(step)
+            except _StepRefused as exc:
+                stopped.add(index)
+                result.blocked_by.update(exc.claims)
+                result.states[index] = GpuReport(index=index, state="blocked", message=str(exc))
+                continue
+            except HardwareError as exc:
+                stopped.add(index)
+                log.error("MIG step failed", node=self._node, step=repr(step), error=str(exc))
+                result.states[index] = GpuReport(index=index, state="failed", message=f"GPU {index}: {exc}")
+                continue
+            result.changed = True
+            steps_done += 1
+            self._journal.save(key, targets, steps_done)
+            if state is not None:
+                stopped.add(index)
+                result.states[index] = state
+
+    async def _run_step(self, step: Step) -> GpuReport | None:
+        """Run one step; a report when the GPU must stop here (a reset is required)."""
+        if isinstance(step, CreateMigDevice):
+            await asyncio.to_thread(self._backend.create_mig_device, step.gpu_index, step.profile, step.start)
+            return None
+        if isinstance(step, ResetGpu):
+            return None  # set_mig_mode said the mode is in effect: no reset needed
+        inventory = await self.read()  # re-read under the reservation: plans may be stale by now
+        named = device_targets(inventory)
+        gpu = next(g for g in inventory.gpus if g.index == step.gpu_index)
+        if isinstance(step, DestroyMigDevice):
+            keys = {(self._node, t.name) for t in named.values() if t.uuid == step.uuid}
+        else:
+            keys = {(self._node, t.name) for t in named.values() if t.gpu_uuid == gpu.uuid}
+        holders = self._holders.reserve_devices(HOLDER, keys)
+        if holders:
+            raise _StepRefused(step.gpu_index, holders)
+        try:
+            if isinstance(step, DestroyMigDevice):
+                await asyncio.to_thread(self._backend.destroy_mig_device, step.gpu_index, step.gi_id)
+                return None
+            mode = await asyncio.to_thread(self._backend.set_mig_mode, step.gpu_index, step.enabled)
+        finally:
+            self._holders.release_devices(HOLDER)
+        if mode.reset_required:
+            log.warning("MIG mode change waits for a GPU reset", node=self._node, gpu=step.gpu_index,
+                        activation=mode.activation_code)  # fmt: skip
+            word = "enabled" if step.enabled else "disabled"
+            return GpuReport(
+                index=step.gpu_index, state="reset-required",
+                message=f"GPU {step.gpu_index}: MIG {word} after a GPU reset ({mode.activation_code}); "
+                "reset the GPU (nvidia-smi -r) or reboot the node",
+            )  # fmt: skip
+        return None
+
+    # -- dynamic -------------------------------------------------------------------------------------------
+
+    async def _apply_dynamic(self, inventory: NodeInventory, layouts: dict[int, MigLayout]) -> _Pass:
+        """Dynamic policy: MIG enabled on the selected GPUs (instances come and go with claims), then the agent
+        is told which GPUs are dynamic."""
+        result = _Pass()
+        selected = {i for i, layout in layouts.items() if layout.mig_enabled}
+        by_index = {g.index: g for g in inventory.gpus}
+        for index in sorted(selected):
+            gpu = by_index[index]
+            if gpu.mig_enabled:
+                result.states[index] = GpuReport(index=index, state="dynamic")
+                continue
+            if gpu.mig_pending:
+                result.states[index] = GpuReport(index=index, state="reset-required",
+                                                 message=f"GPU {index}: MIG enabled after a GPU reset")  # fmt: skip
+                continue
+            try:
+                state = await self._run_step(SetMigMode(index, True))
+            except (_StepRefused, HardwareError) as exc:
+                result.blocked_by.update(exc.claims if isinstance(exc, _StepRefused) else ())
+                result.states[index] = GpuReport(
+                    index=index,
+                    state="blocked" if isinstance(exc, _StepRefused) else "failed",
+                    message=str(exc),
+                )
+                continue
+            result.changed = True
+            result.states[index] = state or GpuReport(index=index, state="dynamic")
+        self._hand_dynamic(frozenset(i for i, s in result.states.items() if s.state == "dynamic"))
+        return result
+
+    def _hand_dynamic(self, gpus: frozenset[int]) -> None:
+        """The Dynamic policy's single call site into the node agent: which GPUs follow claims (none unless
+        the node's desired policy is Dynamic)."""
+        if self._mark_dynamic is not None:
+            self._mark_dynamic(gpus)
+
+    # -- report --------------------------------------------------------------------------------------------
+
+    def _report(self, desired: DesiredState, gpus: tuple[NodeGpu, ...], result: _Pass) -> NodeReport:
+        states = tuple(sorted(result.states.values(), key=lambda s: s.index))
+        kinds = {s.state for s in states}
+        node_state: NodeState
+        if "failed" in kinds:
+            node_state = "failed"
+        elif "blocked" in kinds:
+            node_state = "blocked"
+        elif kinds <= {"success", "dynamic", "skipped"}:
+            node_state = "success"
+        else:
+            node_state = "pending"
+        messages = [s.message for s in states if s.message]
+        if node_state == "blocked" and result.blocked_by:
+            messages.insert(0, "in use by " + ", ".join(sorted(result.blocked_by)))
+        if node_state == "success":
+            messages = [f"{desired.key} applied"]
+        return NodeReport(
+            key=desired.key,
+            state=node_state,
+            message="; ".join(messages),
+            blocked_by=tuple(sorted(result.blocked_by)) if node_state == "blocked" else (),
+            gpus=gpus,
+            gpu_states=states,
+        )
+
+
+def _reset_pending(gpu: GpuInfo, layout: MigLayout) -> bool:
+    """The GPU's pending MIG mode is the desired one but waits for a reset: nothing to call, only to report."""
+    return gpu.mig_enabled != gpu.mig_pending and gpu.mig_pending == layout.mig_enabled

@@ -1,0 +1,221 @@
+"""Pure: what the MIG planner needs, read from the allocator's view of the cluster.
+
+- The fleet's GPUs (``fleet_gpus``): every MIG-capable GPU that publishes static devices (its full GPU device
+  when MIG is off, its MIG devices when on), with the model from ``productName``, the GPU index from the device
+  name (``gpu-<minor>``; NVML index and minor agree on the machines gpudra knows), instance placements from the
+  MIG device names, and as in-use set every device the snapshot holds allocated. GPUs whose devices consume
+  shared counters (dynamic MIG) are left to the allocator and never planned.
+- A claim's MIG demand (``claim_demand``): each request's selectors (its DeviceClass's and its own) are
+  evaluated by the allocator's CEL on a virtual MIG device of every profile of every GPU model in the fleet,
+  built like the agent would publish it. So a request for ``mig.nvidia.com`` with ``profile == '3g.40gb'``, a
+  per-profile DeviceClass (extended resources ``nvidia.com/mig-3g.40gb``), or a selector on memory all work;
+  the acceptable profiles are tried smallest first. A claim with a request no MIG device can serve (a whole GPU,
+  allocationMode All, adminAccess, consumable capacity) is not the planner's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpudra.allocator.engine import Allocator
+from gpudra.allocator.pools import DeviceEntry, make_entry
+from gpudra.allocator.requests import RequestProblem, RequestSpec, build_claim, claim_key, evaluate
+from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.api.quantity import format_quantity
+from gpudra.api.resource import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
+from gpudra.devices.build import EXTENSION_DOMAIN, TYPE_GPU, TYPE_MIG
+from gpudra.devices.names import mig_device_name, parse_mig_device_name
+from gpudra.errors import GpudraError
+from gpudra.hardware.catalog import Catalog, GpuModel, MigProfile, load_catalog
+from gpudra.mig.demand import DemandGpu, DemandPlan, MigDemand, MigRequest, ProfileChoice, plan_demand
+from gpudra.mig.layout import GpuMigState, MigInstance
+
+_GPU_NAME_PREFIX = "gpu-"
+
+
+@dataclass
+class _GpuSeen:
+    node: str
+    model: GpuModel
+    uuid: str
+    minor: int
+    template: DeviceEntry  # one published device of the GPU (its attributes describe the GPU)
+    slice_: ResourceSlice
+    enabled: bool = False
+    instances: list[tuple[str, int, str]] = field(default_factory=list)  # (profile, start, MIG uuid)
+    in_use: set[str] = field(default_factory=set)
+    dynamic: bool = False
+
+    def demand_gpu(self) -> DemandGpu:
+        instances = tuple(
+            MigInstance(profile, start, gi, mig_uuid)
+            for gi, (profile, start, mig_uuid) in enumerate(sorted(self.instances, key=lambda i: i[1]), 1)
+        )
+        state = GpuMigState(self.model.model_id, self.minor, self.enabled, instances, self.uuid)
+        return DemandGpu(self.model, state, frozenset(self.in_use), node=self.node)
+
+
+def _attr(entry: DeviceEntry, name: str) -> str:
+    value = entry.attributes.get(f"{entry.id.driver}/{name}")
+    return str(value[1]) if value is not None else ""
+
+
+def _minor(name: str) -> int | None:
+    parsed = parse_mig_device_name(name)
+    if parsed is not None:
+        return parsed[0]
+    digits = name.removeprefix(_GPU_NAME_PREFIX)
+    return int(digits) if name.startswith(_GPU_NAME_PREFIX) and digits.isdigit() else None
+
+
+def _scan(snapshot: ClusterSnapshot, driver: str, catalog: Catalog) -> list[_GpuSeen]:
+    """The MIG-capable GPUs of the snapshot's node-local pools of ``driver``, by node and minor."""
+    seen: dict[str, _GpuSeen] = {}
+    for pool in snapshot.pools():
+        if pool.key.driver != driver:
+            continue
+        slices = {s.metadata.name: s for s in pool.slices}
+        for entry in pool.entries:
+            kind, minor = _attr(entry, "type"), _minor(entry.id.device)
+            model = catalog.by_product_name(_attr(entry, "productName"))
+            uuid = _attr(entry, "uuid" if kind == TYPE_GPU else "parentUUID")
+            slice_ = slices.get(entry.slice_name)
+            if kind not in (TYPE_GPU, TYPE_MIG) or minor is None or model is None or model.mig is None:
+                continue
+            if not uuid or not entry.node_name or slice_ is None:
+                continue
+            gpu = seen.setdefault(uuid, _GpuSeen(entry.node_name, model, uuid, minor, entry, slice_))
+            gpu.dynamic = gpu.dynamic or bool(entry.consumes)
+            busy = snapshot.in_use(entry.id) or bool(snapshot.shares(entry.id))
+            parsed = parse_mig_device_name(entry.id.device)
+            if kind == TYPE_MIG and parsed is not None:
+                gpu.enabled = True
+                mig_uuid = _attr(entry, "uuid") or str(entry.id)
+                gpu.instances.append((_attr(entry, "profile"), parsed[2], mig_uuid))
+                if busy:
+                    gpu.in_use.add(mig_uuid)
+            elif busy:
+                gpu.in_use.add(uuid)
+    return sorted((g for g in seen.values() if not g.dynamic), key=lambda g: (g.node, g.minor))
+
+
+def fleet_gpus(snapshot: ClusterSnapshot, driver: str, catalog: Catalog | None = None) -> list[DemandGpu]:
+    """The MIG-capable GPUs the snapshot publishes for ``driver`` (see the module docstring)."""
+    return [g.demand_gpu() for g in _scan(snapshot, driver, catalog or load_catalog())]
+
+
+def _virtual(gpu: _GpuSeen, profile: MigProfile) -> DeviceEntry:
+    """A MIG device of ``profile`` on ``gpu`` as the agent would publish it (attributes of the GPU)."""
+    source = gpu.template.device.attributes or {}
+    attributes = {k: v for k, v in source.items() if not k.startswith(f"{EXTENSION_DOMAIN}/")}
+    attributes.update(
+        type=DeviceAttribute(string=TYPE_MIG),
+        uuid=DeviceAttribute(string=f"MIG-planned-{profile.name}"),
+        parentUUID=DeviceAttribute(string=gpu.uuid),
+        profile=DeviceAttribute(string=profile.name),
+    )
+    amounts = {
+        "multiprocessors": profile.multiprocessors,
+        "copyEngines": profile.copy_engines,
+        "decoders": profile.decoders,
+        "encoders": profile.encoders,
+        "jpegEngines": profile.jpeg_engines,
+        "ofaEngines": profile.ofa_engines,
+        "memory": profile.memory_bytes,
+    }
+    start = profile.starts[0]
+    amounts.update({f"memorySlice{i}": 1 for i in range(start, start + profile.placement_size)})
+    device = Device(
+        name=mig_device_name(gpu.minor, profile.name, profile.profile_id, start),
+        attributes=attributes,
+        capacity={k: DeviceCapacity(value=format_quantity(v)) for k, v in amounts.items()},
+    )
+    return make_entry(gpu.slice_, device)
+
+
+@dataclass
+class VirtualFleet:
+    """One virtual MIG device per (GPU model, profile) of the fleet, to test request selectors on."""
+
+    devices: list[tuple[GpuModel, MigProfile, DeviceEntry]]
+
+    @classmethod
+    def of(cls, gpus: Iterable[_GpuSeen]) -> VirtualFleet:
+        firsts: dict[str, _GpuSeen] = {}
+        for gpu in gpus:
+            firsts.setdefault(gpu.model.model_id, gpu)
+        devices = [
+            (seen.model, profile, _virtual(seen, profile))
+            for seen in firsts.values()
+            for profile in (seen.model.mig.profiles if seen.model.mig else ())
+        ]
+        return cls(devices)
+
+
+def virtual_fleet(snapshot: ClusterSnapshot, driver: str, catalog: Catalog | None = None) -> VirtualFleet:
+    """The virtual MIG devices of the GPU models the snapshot publishes for ``driver``."""
+    return VirtualFleet.of(_scan(snapshot, driver, catalog or load_catalog()))
+
+
+def _choices(spec: RequestSpec, fleet: VirtualFleet, allocator: Allocator) -> tuple[ProfileChoice, ...]:
+    models: dict[str, set[str]] = defaultdict(set)
+    order: dict[str, tuple[int, int, str]] = {}
+    for model, profile, entry in fleet.devices:
+        try:
+            ok = all(evaluate(s, entry, allocator.device_view) for s in spec.selectors)
+        except GpudraError:
+            ok = False
+        if ok:
+            models[profile.name].add(model.model_id)
+            key = (profile.slice_count, profile.memory_mib, profile.name)
+            order[profile.name] = min(order.get(profile.name, key), key)
+    return tuple(ProfileChoice(p, frozenset(models[p])) for p in sorted(models, key=order.__getitem__))
+
+
+def claim_demand(claim: ResourceClaim, fleet: VirtualFleet, allocator: Allocator) -> MigDemand | None:
+    """The claim's MIG demand, or None when some request is not for MIG devices (see the module docstring)."""
+    labels = allocator.namespace_labels.get(claim.metadata.namespace or "default")
+    try:
+        spec = build_claim(0, claim, allocator.classes, allocator.compile_selector, labels)
+    except (RequestProblem, GpudraError):
+        return None
+    requests: list[MigRequest] = []
+    for group in spec.groups:
+        for sub in group:  # firstAvailable: the first subrequest MIG devices can serve
+            if sub.all_mode or sub.admin or sub.capacity_requests:
+                continue
+            choices = _choices(sub, fleet, allocator)
+            if choices:
+                requests.append(MigRequest(sub.full, sub.count, choices))
+                break
+        else:
+            return None
+    return MigDemand(claim_key(claim), tuple(requests)) if requests else None
+
+
+def _created(claim: ResourceClaim) -> tuple[float, str]:
+    stamp = claim.metadata.creation_timestamp
+    when = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else float("inf")
+    return when, claim_key(claim)
+
+
+def plan_pending(
+    allocator: Allocator, claims: Iterable[ResourceClaim], driver: str, catalog: Catalog | None = None
+) -> DemandPlan:
+    """The planner's suggestions for these pending claims (oldest first) over the allocator's snapshot."""
+    gpus = _scan(allocator.snapshot, driver, catalog or load_catalog())
+    if not gpus:
+        return DemandPlan()
+    fleet = VirtualFleet.of(gpus)
+    demands: Sequence[MigDemand] = [
+        d for c in sorted(claims, key=_created) if (d := claim_demand(c, fleet, allocator)) is not None
+    ]
+    return plan_demand([g.demand_gpu() for g in gpus], demands)
+
+
+def pci_device_ids(catalog: Catalog | None = None) -> dict[str, int]:
+    """GPU model id -> PCI device id (a MigLayout entry's ``device-filter``)."""
+    return {m.model_id: m.pci_device_id for m in (catalog or load_catalog()).models.values()}

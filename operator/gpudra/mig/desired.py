@@ -1,0 +1,136 @@
+"""The MIG desired-state channel between the controller and a node's agent, and the node's report back.
+
+The controller writes a node's desired state as JSON in the Node annotation ``gpudra.dev/mig-desired``: where
+it comes from (a MigLayout, or the ``nvidia.com/mig.config`` label), the generation, the policy and the
+mig-parted entries (a named config is resolved by the controller, so the agent never reads ConfigMaps). The
+agent answers in ``gpudra.dev/mig-state``: its GPUs (index, model), the node's state and per-GPU states, the
+claims in the way, one message. Both sides resolve entries per GPU with :func:`gpu_layouts`, so the controller
+can reject a layout before any node touches its hardware once the node has reported its GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from gpudra.errors import InvalidInputError
+from gpudra.hardware.catalog import Catalog, load_catalog
+from gpudra.mig.layout import InvalidLayoutError, MigLayout
+from gpudra.mig.migparted import MigConfigEntry, entry_for_gpu, parse_entries
+from gpudra.mig.validate import place_counts
+
+DESIRED_ANNOTATION = "gpudra.dev/mig-desired"
+STATE_ANNOTATION = "gpudra.dev/mig-state"
+CONFIG_LABEL = "nvidia.com/mig.config"
+CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+Source = Literal["MigLayout", "Label"]
+Policy = Literal["Static", "Dynamic"]
+NodeState = Literal["pending", "applying", "success", "failed", "blocked", "invalid"]
+GpuState = Literal[
+    "pending", "success", "failed", "blocked", "invalid", "reset-required", "dynamic", "skipped"
+]
+
+# mig-manager's values of nvidia.com/mig.config.state for each node state.
+LABEL_STATE: Mapping[str, str] = {
+    "pending": "pending",
+    "applying": "pending",
+    "blocked": "pending",
+    "success": "success",
+    "failed": "failed",
+    "invalid": "failed",
+}
+
+
+class _Json(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(by_alias=True, mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+class DesiredState(_Json):
+    """What one node's GPUs should look like."""
+
+    source: Source
+    name: str  # the MigLayout's name, or the config name of the label
+    generation: int = 0
+    policy: Policy = "Static"
+    allow_partial: bool = False
+    config: str | None = None  # the mig-parted config name, when the layout named one
+    entries: tuple[dict[str, Any], ...] = Field(min_length=1)
+
+    @property
+    def key(self) -> str:
+        """Identifies this desired state in reports and the agent's plan checkpoint."""
+        return f"{self.source}/{self.name}@{self.generation}"
+
+    def parsed_entries(self) -> tuple[MigConfigEntry, ...]:
+        return parse_entries(list(self.entries))
+
+    @classmethod
+    def from_json(cls, text: str) -> DesiredState:
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise InvalidInputError(f"{DESIRED_ANNOTATION}: not a desired MIG state: {exc}") from exc
+
+
+class NodeGpu(_Json):
+    """A GPU as the agent reports it (enough for the controller to validate a layout)."""
+
+    index: int
+    model: str  # catalog model id; "" when the catalog does not know the GPU
+    pci_device_id: int
+
+
+class GpuReport(_Json):
+    index: int
+    state: GpuState
+    message: str = ""
+
+
+class NodeReport(_Json):
+    """The agent's answer to a desired state (or, with ``key`` empty, only its GPUs)."""
+
+    key: str = ""
+    state: NodeState = "pending"
+    message: str = ""
+    blocked_by: tuple[str, ...] = ()  # "namespace/name" of the claims in the way
+    gpus: tuple[NodeGpu, ...] = ()
+    gpu_states: tuple[GpuReport, ...] = ()
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeReport | None:
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError:
+            return None
+
+
+def gpu_layouts(
+    entries: Sequence[MigConfigEntry], gpus: Sequence[NodeGpu], catalog: Catalog | None = None
+) -> tuple[dict[int, MigLayout], list[str]]:
+    """Each GPU's explicit desired layout (GPUs no entry selects are left out), and every problem, one message
+    per GPU, naming the GPU and its model. GPUs without MIG are skipped unless an entry names their index."""
+    cat = catalog or load_catalog()
+    layouts: dict[int, MigLayout] = {}
+    problems: list[str] = []
+    for gpu in gpus:
+        entry = entry_for_gpu(entries, gpu.index, gpu.pci_device_id)
+        if entry is None:
+            continue
+        model = cat.models.get(gpu.model)
+        if model is None or model.mig is None:
+            if entry.devices != "all":
+                problems.append(f"GPU {gpu.index} ({gpu.model or 'unknown model'}) does not support MIG")
+            continue
+        try:
+            layouts[gpu.index] = place_counts(model, entry.counts, mig_enabled=entry.mig_enabled)
+        except InvalidLayoutError as exc:
+            problems.append(f"GPU {gpu.index}: {exc}")
+    return layouts, problems

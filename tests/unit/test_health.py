@@ -1,0 +1,55 @@
+"""Which devices the health watcher calls unhealthy: repelling taints and lost GPUs, never effect-None events."""
+
+from __future__ import annotations
+
+from gpudra.agent.health import HealthState
+from gpudra.hardware.backend import HealthEvent, HealthEventKind
+from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.simulated import FakeNvml
+
+
+def inventory(profile: str = "dgx-a100") -> NodeInventory:
+    return NvmlBackend(
+        "n", nvml=FakeNvml.from_profile(profile, node_name="n", fleet_index=0)
+    ).read_inventory()
+
+
+def xid(node: NodeInventory, gpu: int, value: int) -> HealthEvent:
+    return HealthEvent(kind=HealthEventKind.XID, gpu_index=gpu, gpu_uuid=node.gpus[gpu].uuid, xid=value)
+
+
+def test_critical_xid_makes_the_gpu_and_its_mig_devices_unhealthy_ignored_xid_does_not() -> None:
+    node = inventory()
+    state = HealthState()
+    state.record(xid(node, 0, 13), now=1.0)
+    assert state.problems(node) == {}
+    state.record(xid(node, 1, 48), now=2.0)
+    problems = state.problems(node)
+    assert "gpu-1" in problems and len(problems) > 1
+    assert all(name.startswith("gpu-1") for name in problems)
+    assert {p.reason for p in problems.values()} == {"Xid48"}
+
+
+def test_single_bit_ecc_is_not_a_problem_double_bit_is() -> None:
+    node = inventory("dgx-h100")
+    state = HealthState()
+    uuid = node.gpus[2].uuid
+    state.record(HealthEvent(kind=HealthEventKind.SINGLE_BIT_ECC, gpu_index=2, gpu_uuid=uuid), now=1.0)
+    assert state.problems(node) == {}
+    state.record(HealthEvent(kind=HealthEventKind.DOUBLE_BIT_ECC, gpu_index=2, gpu_uuid=uuid), now=2.0)
+    assert {n: p.reason for n, p in state.problems(node).items()} == {"gpu-2": "EccDoubleBit"}
+
+
+def test_a_lost_gpu_stays_unhealthy_until_a_later_reading_shows_it() -> None:
+    node = inventory("dgx-h100")
+    state = HealthState()
+    state.remember(node, read_at=0.0)
+    lost = node.gpus[5]
+    state.record(HealthEvent(kind=HealthEventKind.GPU_LOST, gpu_index=5, gpu_uuid=lost.uuid), now=10.0)
+    without = node.model_copy(update={"gpus": tuple(g for g in node.gpus if g.uuid != lost.uuid)})
+    assert not state.remember(without, read_at=11.0)
+    assert {n: p.reason for n, p in state.problems(without).items()} == {"gpu-5": "GpuLost"}
+    assert not state.remember(node, read_at=9.0)  # a reading that started before the loss proves nothing
+    assert state.remember(node, read_at=12.0)
+    assert state.problems(node) == {}
