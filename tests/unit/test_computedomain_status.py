@@ -278,3 +278,17 @@ def test_a_node_in_no_clique_blocks_even_a_spanning_domain() -> None:
     )
     assert (result.status.status, result.condition("Ready").reason) == ("NotReady", "CliqueMismatch")
     assert "(no clique): n2" in result.condition("CliqueConsistent").message
+
+
+def test_a_daemon_says_why_it_is_not_ready() -> None:
+    failing = ComputeDomainDaemonInfo.from_wire(
+        {"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": C1, "index": 0, "status": "NotReady",
+         "message": "nvidia-imex exited: fabric-imex-mgmt capability not available"}
+    )  # fmt: skip
+    result = aggregate_status(
+        domain(), workload_nodes=["n1"], daemons=[failing], node_cliques={"n1": C1}, now=NOW
+    )
+    assert (
+        "nvidia-imex exited: fabric-imex-mgmt capability not available" in result.condition("Ready").message
+    )
+    assert result.problems[0].reason == "DaemonNotReady"

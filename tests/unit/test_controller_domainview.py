@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.names import OBJECT_LABEL, node_label_key
 from gpudra.controller.domainview import DomainView
@@ -106,3 +108,52 @@ def test_clique_objects_map_to_their_domain_by_name() -> None:
     assert [d.node_name for d in view.daemons("uid-a")] == ["n1", "n2"]
     assert view.clique_changed(None, "gpudra/x") == {"uid-a"}
     assert view.daemons("uid-a") == []
+
+
+def daemon_pod(status: dict[str, Any], *, node: str = "n1", bound: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": node} if bound else {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}  # fmt: skip
+    meta = {"name": "cd-daemon-x", "namespace": "gpudra", "labels": {OBJECT_LABEL: "uid-a"}}
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+WAITING = {"phase": "Pending", "containerStatuses": [{"name": "imex", "restartCount": 0, "state": {
+    "waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"imex:bad\""}}}]}  # fmt: skip
+CRASHING = {"phase": "Running", "containerStatuses": [{"name": "imex", "restartCount": 4, "state": {
+    "terminated": {"reason": "Error", "exitCode": 1}}}]}  # fmt: skip
+UNSCHEDULED = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+    "reason": "Unschedulable", "message": "0/4 nodes are available: 1 Insufficient memory"}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pod", "says"),
+    [
+        (
+            daemon_pod(WAITING),
+            'is Pending (container imex waiting: ImagePullBackOff: Back-off pulling image "imex:bad")',
+        ),
+        (
+            daemon_pod(CRASHING, bound=True),
+            "is Running (container imex terminated: Error (exit code 1); restarted 4 times)",
+        ),
+        (
+            daemon_pod(UNSCHEDULED),
+            "is Pending (not scheduled: 0/4 nodes are available: 1 Insufficient memory)",
+        ),
+        (daemon_pod({"phase": "Running"}, bound=True), "is Running"),
+    ],
+)
+def test_a_daemon_pod_says_why_its_daemon_has_not_started(pod: dict[str, Any], says: str) -> None:
+    view = DomainView()
+    view.domain_changed(domain("a", "uid-a"), "uid-a")
+    view.node_changed(node("n1", C1), "n1")
+    view.claim_changed(claim("uid-a", "n1"), "c0")
+    assert view.daemon_pod_changed(pod, "gpudra/cd-daemon-x") == {"uid-a"}
+    status = view.status_of("uid-a", "2026-01-01T00:00:00Z")
+    assert status is not None
+    (problem,) = status.problems
+    assert problem.reason == "DaemonNotStarted"
+    assert problem.message.endswith(f"its daemon pod gpudra/cd-daemon-x {says}"), problem.message
+    assert view.daemon_pod_changed(None, "gpudra/cd-daemon-x") == {"uid-a"}
+    assert "daemon pod" not in (view.status_of("uid-a", "2026-01-01T00:00:00Z") or status).problems[0].message

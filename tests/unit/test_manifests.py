@@ -40,7 +40,7 @@ USED: dict[str, set[tuple[str, str, str]]] = {
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
         # ComputeDomains: watch domains, cliques and nodes; write status; apply and delete children
-        ("", "nodes", "watch"), ("", "nodes", "patch"),
+        ("", "nodes", "watch"), ("", "nodes", "patch"), ("", "pods", "list"), ("", "pods", "watch"),
         *{("resource.nvidia.com", "computedomains", v) for v in ("list", "watch", "patch")},
         ("resource.nvidia.com", "computedomains/status", "patch"),
         *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},

@@ -156,6 +156,11 @@ class ComputeDomainDaemonInfo(WireModel):
     status: ReadyState = Field(
         default="NotReady", description="Ready once the daemon can broker memory exchanges."
     )
+    message: str | None = Field(
+        default=None,
+        description="gpudra addition: what the daemon says while it is not Ready (e.g. nvidia-imex's start-up "
+        "error); the controller shows it in the ComputeDomain's conditions. Absent in NVIDIA's objects.",
+    )
 
 
 class ComputeDomainClique(CustomResource):

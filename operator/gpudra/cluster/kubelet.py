@@ -123,6 +123,9 @@ class StandInKubelet:
             for stop, task in self._daemons.values():
                 stop.set()
                 task.cancel()
+            # let the daemons release their clique entries while the client is still open (the cluster
+            # closes it after this returns): a release left running afterwards fails on a closed session
+            await asyncio.gather(*(task for _, task in self._daemons.values()), return_exceptions=True)
             for plugin in self._plugins.values():
                 await asyncio.shield(plugin.close())
 

@@ -6,7 +6,8 @@ no clique; a node missing from the map no longer exists). The domain's nodes are
 nodes and the reporting nodes. A node is Ready when its daemon reports Ready, the node exists, and the
 node is still in the clique its daemon registered in. Otherwise the reason is named:
 
-- ``DaemonNotStarted``: a workload runs there but no daemon of the domain registered yet;
+- ``DaemonNotStarted``: a workload runs there but no daemon of the domain registered yet (with what its
+  daemon pod says, when there is one: pending, image pull failure, crash loop);
 - ``DaemonNotReady``: the daemon registered but is not Ready (its own message follows);
 - ``NodeGone``: the Node object is deleted; the entry stays until the daemon's registration is released;
 - ``FabricLost``: the node's GPUs report no clique any more;
@@ -71,7 +72,8 @@ class DaemonReport:
 
     @classmethod
     def from_info(cls, info: ComputeDomainDaemonInfo, message: str = "") -> DaemonReport:
-        return cls(info.node_name, info.ip_address, info.clique_id, info.index, info.status, message)
+        said = message or info.message or ""
+        return cls(info.node_name, info.ip_address, info.clique_id, info.index, info.status, said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,12 @@ class DomainStatus:
 
 
 def _node_problem(
-    node: str, report: DaemonReport | None, fabric: str | None, workload: bool, held: str | None
+    node: str,
+    report: DaemonReport | None,
+    fabric: str | None,
+    workload: bool,
+    held: str | None,
+    pod_state: str | None,
 ) -> NodeProblem | None:
     if fabric is None:
         return NodeProblem(node, "NodeGone", "node is gone (Node object deleted)")
@@ -113,7 +120,8 @@ def _node_problem(
         return NodeProblem(node, "NodeHeld", held)
     if report is None:
         what = "a workload pod runs here but " if workload else ""
-        return NodeProblem(node, "DaemonNotStarted", f"{what}no IMEX daemon of this domain has started")
+        pod = f"; its daemon pod {pod_state}" if pod_state else ""
+        return NodeProblem(node, "DaemonNotStarted", f"{what}no IMEX daemon of this domain has started{pod}")
     if report.clique_id and not fabric:
         return NodeProblem(
             node,
@@ -193,12 +201,15 @@ def aggregate_status(
     previous_conditions: Sequence[Condition] = (),
     held_nodes: Mapping[str, str] | None = None,
     span_cliques: bool = False,
+    daemon_pods: Mapping[str, str] | None = None,
 ) -> DomainStatus:
     """The status of ``domain`` from what is observed (see the module docstring for the rules).
 
     ``held_nodes``: node -> why another domain keeps this domain off it (daemonset mode, one IMEX daemon
     per node); only consulted for nodes where this domain's daemon has not registered.
-    ``span_cliques``: whether a domain may be Ready over several NVLink cliques (see the module docstring)."""
+    ``span_cliques``: whether a domain may be Ready over several NVLink cliques (see the module docstring).
+    ``daemon_pods``: node -> what the domain's daemon pod there says (e.g. "is Pending: ImagePullBackOff"),
+    shown for nodes whose daemon has not registered (daemonset mode; NVIDIA #289)."""
     reports = [d if isinstance(d, DaemonReport) else DaemonReport.from_info(d) for d in daemons]
     by_node: dict[str, list[DaemonReport]] = {}
     for entry in reports:
@@ -210,7 +221,14 @@ def aggregate_status(
     for name in names:
         fabric = node_cliques.get(name)
         report = _pick_report(by_node.get(name, []), fabric)
-        problem = _node_problem(name, report, fabric, name in workload_nodes, (held_nodes or {}).get(name))
+        problem = _node_problem(
+            name,
+            report,
+            fabric,
+            name in workload_nodes,
+            (held_nodes or {}).get(name),
+            (daemon_pods or {}).get(name),
+        )
         clique = report.clique_id if report is not None else (fabric or "")
         if problem is not None and problem.reason == "FabricLost":
             cliques[name] = clique  # still a member of its clique, with a hardware fault: NodesNotReady

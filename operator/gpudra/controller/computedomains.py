@@ -5,7 +5,8 @@
 - delete: ``remove_children``; a pass that could not remove everything is retried a bounded number of
   times (``computedomain_cleanup_attempts``), then the finalizer is released anyway with a Warning Event
   naming what is left, so a domain never hangs in Terminating (NVIDIA #380).
-- events of domains, their claims, their ComputeDomainClique objects and Nodes feed the ``DomainView``;
+- events of domains, their claims, their ComputeDomainClique objects, Nodes and the domains' daemon pods
+  feed the ``DomainView``;
   the ``DomainStatusWriter`` recomputes and writes status for the domains an event touched.
 """
 
@@ -17,18 +18,22 @@ from typing import Any
 import kopf
 
 from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain
+from gpudra.computedomain.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from gpudra.config import ControllerSettings
-from gpudra.controller.domainchildren import apply_children, remove_children
+from gpudra.controller.domainchildren import apply_children, cleanup_verdict, remove_children
 from gpudra.controller.domainstatus import DomainStatusWriter
 from gpudra.controller.domainview import DomainView
 from gpudra.errors import InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
+from gpudra.kube.informer import Informer
+from gpudra.kube.resources import PODS
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 CLEANUP_RETRY_SECONDS = 1.0
+DAEMON_POD_SELECTOR = f"{COMPONENT_LABEL}=daemon,{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 def register_compute_domains(
@@ -39,9 +44,18 @@ def register_compute_domains(
     writer = DomainStatusWriter(client, metrics, view, settings, events)
     tasks: list[asyncio.Task[None]] = []
 
+    async def daemon_pod_event(kind: str, body: dict[str, Any]) -> None:
+        key = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+        writer.mark(writer.view.daemon_pod_changed(None if kind == "DELETED" else body, key))
+
+    # The domains' daemon pods only (server-side label selector): what they say while their daemon has not
+    # registered (pending, image pull failure, crash loop) goes into the domain's conditions (NVIDIA #289).
+    daemon_pods = Informer(client, PODS, daemon_pod_event, label_selector=DAEMON_POD_SELECTOR)
+
     @kopf.on.startup(registry=registry)
     async def start_status_writer(**_: Any) -> None:
-        tasks.append(asyncio.get_running_loop().create_task(writer.run()))
+        loop = asyncio.get_running_loop()
+        tasks.extend([loop.create_task(writer.run()), loop.create_task(daemon_pods.run())])
 
     @kopf.on.cleanup(registry=registry)
     async def stop_status_writer(**_: Any) -> None:
@@ -66,13 +80,12 @@ def register_compute_domains(
     async def delete_children(body: kopf.Body, uid: str, retry: int, **_: Any) -> None:
         writer.deleting.add(uid)
         outcome = await remove_children(client, uid)
-        last = retry + 1 >= settings.computedomain_cleanup_attempts
-        if outcome.failed and not last:
+        verdict = cleanup_verdict(outcome, retry, settings.computedomain_cleanup_attempts)
+        if verdict == "retry":
             metrics.computedomain_cleanups.labels("retried").inc()
             raise kopf.TemporaryError(outcome.summary(), delay=CLEANUP_RETRY_SECONDS)
-        result = "incomplete" if outcome.failed else "complete"
-        metrics.computedomain_cleanups.labels(result).inc()
-        if outcome.failed:
+        metrics.computedomain_cleanups.labels(verdict).inc()
+        if verdict == "incomplete":
             message = (
                 f"gave up after {retry + 1} attempt(s) and released the finalizer: {outcome.summary()}; "
                 "remove what is left by hand"
@@ -80,7 +93,7 @@ def register_compute_domains(
             await events.post(dict(body), "Warning", "CleanupIncomplete", message)
         else:
             await events.post(dict(body), "Normal", "CleanedUp", outcome.summary())
-        log.info("ComputeDomain deleted", uid=uid, result=result, summary=outcome.summary())
+        log.info("ComputeDomain deleted", uid=uid, result=verdict, summary=outcome.summary())
 
     @kopf.on.event(GROUP, VERSION, "computedomains", registry=registry)
     async def domain_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:

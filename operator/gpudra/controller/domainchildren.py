@@ -13,6 +13,7 @@ one of the domain's channels are named in the outcome so the user sees what is l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from gpudra.api.computedomain import ComputeDomain
 from gpudra.computedomain.children import DaemonPodSettings, child_selector, desired_children
@@ -79,13 +80,23 @@ class Cleanup:
         return text
 
 
+def cleanup_verdict(
+    outcome: Cleanup, attempt: int, attempts: int
+) -> Literal["complete", "retry", "incomplete"]:
+    """After deletion pass ``attempt`` (0-based) of at most ``attempts``: done, try again, or give up and
+    release the finalizer anyway (bounded: a domain never hangs in Terminating)."""
+    if not outcome.failed:
+        return "complete"
+    return "retry" if attempt + 1 < attempts else "incomplete"
+
+
 async def _delete_all(
-    client: KubeClient, res: Resource, items: list[dict[str, object]], outcome: Cleanup
+    client: KubeClient, res: Resource, items: list[dict[str, Any]], outcome: Cleanup
 ) -> None:
     for item in items:
-        meta = item.get("metadata")
-        assert isinstance(meta, dict)
-        what = f"{res.kind} {meta.get('namespace') or ''}/{meta['name']}".replace(" /", " ")
+        meta = item["metadata"]
+        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        what = f"{res.kind} {where}{meta['name']}"
         try:
             await client.delete(res, str(meta["name"]), meta.get("namespace"))
             outcome.removed.append(what)

@@ -62,6 +62,51 @@ def workload_claim(claim: Mapping[str, Any]) -> tuple[str, str] | None:
     return (str(uid), node) if node else None
 
 
+def _pinned_node(spec: Mapping[str, Any]) -> str | None:
+    """The node a DaemonSet pod is made for: spec.nodeName once bound, else its node affinity (as the
+    DaemonSet controller writes it) or its hostname nodeSelector."""
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for field_ in term.get("matchFields") or []:
+            if field_.get("key") == "metadata.name" and field_.get("values"):
+                return str(field_["values"][0])
+    hostname = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+    return str(hostname) if hostname else None
+
+
+def daemon_pod_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(node, what the daemon pod says) for the domain's status, or None when its node is unknown."""
+    meta = pod.get("metadata") or {}
+    node = _pinned_node(pod.get("spec") or {})
+    if node is None:
+        return None
+    status = pod.get("status") or {}
+    said: list[str] = []
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        waiting, ended = state.get("waiting"), state.get("terminated")
+        if waiting:
+            detail = f": {waiting['message']}" if waiting.get("message") else ""
+            said.append(f"container {container.get('name')} waiting: {waiting.get('reason', '')}{detail}")
+        elif ended:
+            said.append(
+                f"container {container.get('name')} terminated: {ended.get('reason', '')} "
+                f"(exit code {ended.get('exitCode')}){': ' + ended['message'] if ended.get('message') else ''}"
+            )
+        if container.get("restartCount"):
+            said.append(f"restarted {container['restartCount']} times")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            said.append(f"not scheduled: {condition.get('message') or condition.get('reason')}")
+    phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase") or "Pending"
+    text = f"{meta.get('namespace')}/{meta.get('name')} is {phase}"
+    return node, text + (f" ({'; '.join(said)})" if said else "")
+
+
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     clique: str
@@ -85,6 +130,8 @@ class DomainView:
     cliques: dict[str, tuple[str, list[ComputeDomainDaemonInfo]]] = field(default_factory=dict)
     """"<namespace>/<name>" of a clique object -> (domain UID, daemons)"""
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    daemon_pods: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """"<namespace>/<name>" of a daemon pod -> (domain UID, node, what it says)"""
 
     # ------------------------------------------------------------------ updates
 
@@ -133,6 +180,15 @@ class DomainView:
             # only node labels of domains changed: they matter for holding (daemonset mode) alone
             touched = {uid for uid in touched if self.mode == "daemonset"}
         return touched & set(self.domains)
+
+    def daemon_pod_changed(self, body: Mapping[str, Any] | None, key: str) -> set[str]:
+        before = self.daemon_pods.pop(key, None)
+        uid = ((body or {}).get("metadata") or {}).get("labels", {}).get(OBJECT_LABEL)
+        state = daemon_pod_state(body) if body is not None and uid else None
+        if state is not None:
+            self.daemon_pods[key] = (str(uid), *state)
+        now = self.daemon_pods.get(key)
+        return {entry[0] for entry in (before, now) if entry is not None and before != now}
 
     def domains_on(self, node: str) -> set[str]:
         found = {uid for uid, where in self.claims.values() if where == node}
@@ -186,4 +242,5 @@ class DomainView:
             previous_conditions=previous or (),
             held_nodes=self.held_nodes(uid, nodes),
             span_cliques=self.span_cliques,
+            daemon_pods={node: text for domain, node, text in self.daemon_pods.values() if domain == uid},
         )

@@ -54,7 +54,8 @@ class ControlPlane:
             client, on_pod=self._on_pod, on_claim=self._on_claim, on_template=self._on_template
         )
         self._changed_seen = 0
-        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._queue: asyncio.PriorityQueue[tuple[int, int, tuple[str, str]]] = asyncio.PriorityQueue()
+        self._sequence = 0
         self._queued: set[tuple[str, str]] = set()
         self._unschedulable: set[tuple[str, str]] = set()
         self._bound: dict[str, str] = {}  # uid -> node of the pods this scheduler bound
@@ -66,9 +67,12 @@ class ControlPlane:
     # ------------------------------------------------------------------ events in
 
     def _enqueue(self, key: tuple[str, str]) -> None:
+        """Queue a pod; higher priority first (kube-scheduler's order), then first come first served."""
         if key not in self._queued:
             self._queued.add(key)
-            self._queue.put_nowait(key)
+            self._sequence += 1
+            pod = self.state.pods.cache.get(key) or {}
+            self._queue.put_nowait((-pod_priority(pod), self._sequence, key))
 
     async def _on_pod(self, kind: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -115,7 +119,7 @@ class ControlPlane:
             retry = asyncio.create_task(self._periodic_retry())
             tasks.append(retry)
             while True:
-                key = await self._queue.get()
+                _, _, key = await self._queue.get()
                 self._queued.discard(key)
                 try:
                     await self.sync_pod(key)
@@ -346,3 +350,14 @@ class ControlPlane:
         self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
         await self.state.claim_event("MODIFIED", updated)
         self._retry_unschedulable()
+
+
+SYSTEM_PRIORITIES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
+
+
+def pod_priority(pod: dict[str, Any]) -> int:
+    """spec.priority as admission sets it, else the built-in system classes' values (no PriorityClass lookup)."""
+    spec = pod.get("spec") or {}
+    if isinstance(spec.get("priority"), int):
+        return int(spec["priority"])
+    return SYSTEM_PRIORITIES.get(str(spec.get("priorityClassName", "")), 0)

@@ -1,0 +1,203 @@
+"""ComputeDomain formation at scale in the embedded cluster: a Job whose pods each claim one GPU and the domain's
+channel, over simulated GB200 NVL72 trays (4 GPUs each, so 4 pods per tray, 18 trays per rack).
+
+From applying the ComputeDomain and the Job, it measures the seconds until every pod's claims are prepared (the
+stand-in kubelet marks a pod Running only then: its channel waited for the node's IMEX daemon) and until the
+domain's status is Ready over every tray; and counts the requests the API server answered with 409 Conflict and
+the controller's status writes. A small domain (16 pods over 4 trays) is measured first in the same run as the
+baseline, so the output is also a ratio.
+
+    python -m bench computedomain [--quick | --trays N]
+
+Goal: 256 pods over 64 trays ready in < 10 s with 0 conflicts on the domain (NVIDIA #816: ~8 minutes, slowed by
+409 conflicts on the domain's status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS, JOBS, PODS
+from gpudra.telemetry import configure_logging
+
+NS = "default"
+PROFILE = "gb200-nvl72"
+GPUS_PER_TRAY = 4
+POLL_SECONDS = 0.25
+"""How often the benchmark looks (listing 256 pods costs CPU the flow under test needs); times are upper bounds
+within this step."""
+
+
+def domain() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "bench", "namespace": NS},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "bench-channel"}}},
+    }
+
+
+def job(pods: int) -> dict[str, Any]:
+    container = {
+        "name": "worker",
+        "image": "cuda",
+        "resources": {"limits": {"nvidia.com/gpu": 1}, "claims": [{"name": "channel"}]},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "bench", "namespace": NS},
+        "spec": {
+            "completions": pods,
+            "parallelism": pods,
+            "template": {
+                "metadata": {"labels": {"app": "bench"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                    "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "bench-channel"}],
+                },
+            },
+        },
+    }
+
+
+@dataclass
+class Result:
+    trays: int
+    pods: int
+    bound_s: float
+    daemons_s: float
+    prepared_s: float
+    ready_s: float
+    conflicts: int
+    status_writes: int
+    cpu_s: float
+    """CPU seconds the whole process (API server, control plane, agents, controller) spent meanwhile: on a
+    machine shared with other work the wall time is longer, never shorter (one process, one GIL)."""
+
+
+async def _pods(client: KubeClient) -> tuple[int, int]:
+    """(bound, running) pods of the Job."""
+    pods, _ = await client.list(PODS, NS, label_selector="job-name=bench")
+    bound = sum(1 for p in pods if p["spec"].get("nodeName"))
+    return bound, sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+
+
+async def _daemons_ready(client: KubeClient) -> int:
+    cliques, _ = await client.list(COMPUTE_DOMAIN_CLIQUES)
+    return sum(1 for c in cliques for d in c.get("daemons") or [] if d.get("status") == "Ready")
+
+
+async def _ready_nodes(client: KubeClient) -> int:
+    status = (await client.get(COMPUTE_DOMAINS, "bench", NS)).get("status") or {}
+    return len(status.get("nodes") or []) if status.get("status") == "Ready" else 0
+
+
+async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
+    with tempfile.TemporaryDirectory(prefix="gpudra-bench-") as tmp:
+        cluster = EmbeddedCluster(
+            UpOptions(
+                nodes=parse_fleet(f"{PROFILE}:{trays}", {PROFILE}),
+                kubeconfig=Path(tmp) / "kubeconfig",
+                hardware_poll_seconds=5.0,  # the hardware does not change here; spare the CPU for the flow
+            )
+        )
+        await cluster.start()
+        try:
+            assert cluster.client is not None and cluster.server is not None
+            client = cluster.client
+            conflicts_before = cluster.server.conflicts
+            writes = cluster.metrics.computedomain_status_writes.labels("written")
+            writes_before = writes._value.get()
+            start, cpu = time.perf_counter(), time.process_time()
+            await client.create(COMPUTE_DOMAINS, domain(), NS)
+            await client.create(JOBS, job(pods), NS)
+            marks: dict[str, float] = {}
+            while "prepared" not in marks or "ready" not in marks:
+                if time.perf_counter() - start > timeout:
+                    raise TimeoutError(f"{pods} pods over {trays} trays not ready within {timeout:.0f}s")
+                await asyncio.sleep(POLL_SECONDS)
+                now = time.perf_counter() - start
+                bound, running = await _pods(client)
+                for name, done in (("bound", bound == pods), ("prepared", running == pods)):
+                    if done:
+                        marks.setdefault(name, now)
+                if "daemons" not in marks and await _daemons_ready(client) == trays:
+                    marks["daemons"] = now
+                if "ready" not in marks and await _ready_nodes(client) == trays:
+                    marks["ready"] = now
+            return Result(
+                trays,
+                pods,
+                marks["bound"],
+                marks.get("daemons", marks["ready"]),
+                marks["prepared"],
+                marks["ready"],
+                cluster.server.conflicts - conflicts_before,
+                int(writes._value.get() - writes_before),
+                time.process_time() - cpu,
+            )
+        finally:
+            await cluster.stop()
+
+
+def _line(label: str, r: Result) -> str:
+    return (
+        f"{label:<9} {r.pods:>4} pods / {r.trays:>3} trays: bound {r.bound_s:6.2f} s, daemons Ready "
+        f"{r.daemons_s:6.2f} s, domain Ready {r.ready_s:6.2f} s, all prepared {r.prepared_s:6.2f} s; "
+        f"409 conflicts {r.conflicts}, domain status writes {r.status_writes}; process CPU {r.cpu_s:.1f} s"
+    )
+
+
+def measure(trays: int) -> Result:
+    """One scenario in this (fresh) process: 4 pods per tray."""
+    # prepares that wait for their node's daemon log warnings by design; keep the output readable
+    configure_logging(level="ERROR")
+    return asyncio.run(form(trays, trays * GPUS_PER_TRAY))
+
+
+def in_fresh_process(trays: int) -> Result:
+    """Each embedded cluster in its own process: nothing of one run (tasks, sockets, threads) touches the next."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(measure, trays).result()
+
+
+def run(trays: int) -> None:
+    baseline = in_fresh_process(4)
+    print(_line("baseline", baseline), flush=True)
+    scaled = in_fresh_process(trays)
+    print(_line("scaled", scaled), flush=True)
+    done = max(scaled.prepared_s, scaled.ready_s)
+    ratio = done / max(baseline.prepared_s, baseline.ready_s)
+    verdict = "meets" if done < 10 and scaled.conflicts == 0 else "MISSES"
+    print(
+        f"ratio scaled/baseline {ratio:.2f} for {scaled.trays / baseline.trays:.0f}x the trays; the controller "
+        f"marked the domain Ready {max(scaled.ready_s - scaled.daemons_s, 0):.2f} s after the last daemon; "
+        f"{verdict} the goal (< 10 s, 0 conflicts)"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench computedomain", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--trays", type=int, default=64, help="GB200 trays of the scaled run (4 pods each)")
+    parser.add_argument("--quick", action="store_true", help="16 trays (CI)")
+    args = parser.parse_args(argv or [])
+    run(16 if args.quick else args.trays)
+
+
+if __name__ == "__main__":
+    main()
