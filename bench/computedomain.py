@@ -27,16 +27,13 @@ from typing import Any
 
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
-from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import Informer
 from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS, JOBS, PODS
 from gpudra.telemetry import configure_logging
 
 NS = "default"
 PROFILE = "gb200-nvl72"
 GPUS_PER_TRAY = 4
-POLL_SECONDS = 0.25
-"""How often the benchmark looks (listing 256 pods costs CPU the flow under test needs); times are upper bounds
-within this step."""
 
 
 def domain() -> dict[str, Any]:
@@ -88,21 +85,42 @@ class Result:
     machine shared with other work the wall time is longer, never shorter (one process, one GIL)."""
 
 
-async def _pods(client: KubeClient) -> tuple[int, int]:
-    """(bound, running) pods of the Job."""
-    pods, _ = await client.list(PODS, NS, label_selector="job-name=bench")
-    bound = sum(1 for p in pods if p["spec"].get("nodeName"))
-    return bound, sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+class Progress:
+    """What the run is waiting for, kept from watches (informers): the moment each mark is reached is taken when
+    the event arrives, and observing costs one decode per change instead of a list of every pod per poll."""
 
+    def __init__(self, trays: int, pods: int, start: float) -> None:
+        self.trays, self.pods, self.start = trays, pods, start
+        self.marks: dict[str, float] = {}
+        self.done = asyncio.Event()
+        self._pods: dict[str, tuple[bool, bool]] = {}  # name -> (bound, running)
+        self._daemons: dict[str, int] = {}  # clique object -> Ready daemons
 
-async def _daemons_ready(client: KubeClient) -> int:
-    cliques, _ = await client.list(COMPUTE_DOMAIN_CLIQUES)
-    return sum(1 for c in cliques for d in c.get("daemons") or [] if d.get("status") == "Ready")
+    def _mark(self, name: str, reached: bool) -> None:
+        if reached:
+            self.marks.setdefault(name, time.perf_counter() - self.start)
+        if "prepared" in self.marks and "ready" in self.marks:
+            self.done.set()
 
+    async def pod(self, kind: str, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        if kind == "DELETED":
+            self._pods.pop(name, None)
+        else:
+            running = (body.get("status") or {}).get("phase") == "Running"
+            self._pods[name] = (bool(body["spec"].get("nodeName")), running)
+        states = list(self._pods.values())
+        self._mark("bound", sum(b for b, _ in states) == self.pods)
+        self._mark("prepared", sum(r for _, r in states) == self.pods)
 
-async def _ready_nodes(client: KubeClient) -> int:
-    status = (await client.get(COMPUTE_DOMAINS, "bench", NS)).get("status") or {}
-    return len(status.get("nodes") or []) if status.get("status") == "Ready" else 0
+    async def clique(self, kind: str, body: dict[str, Any]) -> None:
+        ready = sum(1 for d in body.get("daemons") or [] if d.get("status") == "Ready")
+        self._daemons[body["metadata"]["name"]] = 0 if kind == "DELETED" else ready
+        self._mark("daemons", sum(self._daemons.values()) == self.trays)
+
+    async def domain(self, kind: str, body: dict[str, Any]) -> None:
+        status = body.get("status") or {}
+        self._mark("ready", status.get("status") == "Ready" and len(status.get("nodes") or []) == self.trays)
 
 
 async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
@@ -122,22 +140,28 @@ async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
             writes = cluster.metrics.computedomain_status_writes.labels("written")
             writes_before = writes._value.get()
             start, cpu = time.perf_counter(), time.process_time()
-            await client.create(COMPUTE_DOMAINS, domain(), NS)
-            await client.create(JOBS, job(pods), NS)
-            marks: dict[str, float] = {}
-            while "prepared" not in marks or "ready" not in marks:
-                if time.perf_counter() - start > timeout:
-                    raise TimeoutError(f"{pods} pods over {trays} trays not ready within {timeout:.0f}s")
-                await asyncio.sleep(POLL_SECONDS)
-                now = time.perf_counter() - start
-                bound, running = await _pods(client)
-                for name, done in (("bound", bound == pods), ("prepared", running == pods)):
-                    if done:
-                        marks.setdefault(name, now)
-                if "daemons" not in marks and await _daemons_ready(client) == trays:
-                    marks["daemons"] = now
-                if "ready" not in marks and await _ready_nodes(client) == trays:
-                    marks["ready"] = now
+            progress = Progress(trays, pods, start)
+            informers = [
+                Informer(client, PODS, progress.pod, label_selector="job-name=bench"),
+                Informer(client, COMPUTE_DOMAIN_CLIQUES, progress.clique),
+                Informer(client, COMPUTE_DOMAINS, progress.domain),
+            ]
+            watching = [asyncio.create_task(i.run()) for i in informers]
+            try:
+                await asyncio.gather(*(i.synced.wait() for i in informers))
+                await client.create(COMPUTE_DOMAINS, domain(), NS)
+                await client.create(JOBS, job(pods), NS)
+                try:
+                    await asyncio.wait_for(progress.done.wait(), timeout)
+                except TimeoutError:
+                    raise TimeoutError(
+                        f"{pods} pods over {trays} trays not ready within {timeout:.0f}s"
+                    ) from None
+            finally:
+                for task in watching:
+                    task.cancel()
+                await asyncio.gather(*watching, return_exceptions=True)
+            marks = progress.marks
             return Result(
                 trays,
                 pods,

@@ -93,7 +93,8 @@ class EmbeddedCluster:
     async def start(self) -> None:
         self.server = EmbeddedAPIServer(port=self.options.port)
         url = await self.server.start()
-        self.client = KubeClient.for_url(url, field_manager="gpudra-up")
+        # One client for every simulated node's agent and kubelet: each node keeps watches open, so no cap.
+        self.client = KubeClient.for_url(url, field_manager="gpudra-up", max_connections=None)
         for crd in (crd_for(model) for model in CRD_MODELS):
             await self.client.apply_object(CRDS, crd)
         for device_class in load_device_classes():

@@ -51,8 +51,14 @@ class KubeClient:
         self._field_manager = field_manager
 
     @classmethod
-    def for_url(cls, url: str, *, field_manager: str = "gpudra") -> KubeClient:
+    def for_url(
+        cls, url: str, *, field_manager: str = "gpudra", max_connections: int | None = 100
+    ) -> KubeClient:
+        """A client of a server without credentials. Every open watch holds one of ``max_connections`` (None: no
+        limit) for as long as it runs: a client shared by many watchers must not cap them, or the next request
+        waits for a free connection forever."""
         configuration = k8s_client.Configuration(host=url)
+        configuration.connection_pool_maxsize = max_connections  # type: ignore[assignment]  # None is documented
         return cls(k8s_client.ApiClient(configuration), field_manager=field_manager)
 
     @classmethod
