@@ -48,14 +48,20 @@ async def http(apiserver: EmbeddedAPIServer) -> AsyncIterator[aiohttp.ClientSess
 
 
 @pytest.fixture
-async def prepare_node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
-    """A started node rig (recovered preparer behind real plugin sockets, a registered kubelet client)."""
+async def idle_prepare_node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
+    """A node rig built but not started (recovery tests start its preparer themselves)."""
     client = KubeClient.for_url(apiserver.url)
     rig = await make_node(client, tmp_path)
-    await rig.start()
     try:
         yield rig
     finally:
         await rig.stop()
         await client.close()
         cleanup(rig)
+
+
+@pytest.fixture
+async def prepare_node(idle_prepare_node: Node) -> Node:
+    """A started node rig (recovered preparer behind real plugin sockets, a registered kubelet client)."""
+    await idle_prepare_node.start()
+    return idle_prepare_node

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from _prepare_kit import NODE, Node, cleanup, gpu_config, make_node
+from _prepare_kit import NODE, Node, gpu_config
 
 from gpudra.agent.kubeletplugin import ClaimRef
 from gpudra.agent.recovery import RecoveryReport
-from gpudra.cluster.apiserver import EmbeddedAPIServer
-from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS
 
 
@@ -31,15 +28,8 @@ def crash_at(step: str) -> Callable[[str], None]:
 
 
 @pytest.fixture
-async def node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
-    client = KubeClient.for_url(apiserver.url)
-    rig = await make_node(client, tmp_path)
-    try:
-        yield rig
-    finally:
-        await rig.stop()
-        await client.close()
-        cleanup(rig)
+def node(idle_prepare_node: Node) -> Node:
+    return idle_prepare_node
 
 
 MPS = [gpu_config({"strategy": "MPS"})]
