@@ -1,11 +1,14 @@
 """The client the embedded cluster shares between every simulated node's agent and kubelet holds one connection
 per open watch; with many nodes those outnumber aiohttp's default cap of 100, and a capped client's next request
-would wait for a free connection forever (``gpudra up --nodes gb200-nvl72:64`` hung at start-up that way)."""
+would wait for a free connection forever (``gpudra up --nodes gb200-nvl72:64`` hung at start-up that way).
+And it talks to its loopback server directly, whatever proxy the environment names."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+
+import pytest
 
 from clusterkit import StartCluster
 from gpudra.kube.client import KubeClient
@@ -33,3 +36,20 @@ async def test_the_shared_client_serves_requests_beside_more_watches_than_the_de
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*watches, return_exceptions=True)
+
+
+async def test_a_client_of_a_url_ignores_proxies_named_in_the_environment(
+    start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = await start_cluster("l4x4:1")
+    assert cluster.server is not None
+    for variable in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(variable, "http://127.0.0.1:9")  # the discard port: nothing answers there
+    for variable in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    client = KubeClient.for_url(cluster.server.url)
+    try:
+        items, _ = await asyncio.wait_for(client.list(NODES), timeout=10)
+        assert [n["metadata"]["name"] for n in items] == ["l4x4-0"]
+    finally:
+        await client.close()
