@@ -2,7 +2,11 @@
 reservedFor cleanup, deallocation of unused claims) and kube-scheduler's DRA part (allocate a pending pod's claims
 on one node with gpudra's allocator, write status.allocation and reservedFor, bind the pod).
 
-One worker processes pods one at a time, like the scheduler's single scheduling cycle, so allocations never race.
+As in Kubernetes, three stages. The claims of new pods are made concurrently, each pod's as soon as it appears
+(the resourceclaim controller's part; no worker pool, so a critical daemon pod never queues behind a Job's
+hundreds of pods there). One worker then schedules pods one at a time, in memory, so allocations never race
+(the scheduling cycle). Each scheduled pod's claim writes and binding run in the background (the binding
+cycle), its allocations assumed meanwhile so that stale events of its claims cannot free the devices again.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class ControlPlane:
         self._queue: asyncio.PriorityQueue[tuple[int, int, tuple[str, str]]] = asyncio.PriorityQueue()
         self._sequence = 0
         self._queued: set[tuple[str, str]] = set()
+        self._claiming: dict[tuple[str, str], asyncio.Task[None]] = {}  # pods whose claims are being made
+        self._binding: set[asyncio.Task[None]] = set()
         self._unschedulable: set[tuple[str, str]] = set()
         self._bound: dict[str, str] = {}  # uid -> node of the pods this scheduler bound
         self._events = EventRecorder(client, "gpudra-scheduler")
@@ -67,6 +73,23 @@ class ControlPlane:
     # ------------------------------------------------------------------ events in
 
     def _enqueue(self, key: tuple[str, str]) -> None:
+        """A pod to schedule: its claims are made first (concurrently with other pods'), then it is queued."""
+        if key not in self._claiming and key not in self._queued:
+            self._claiming[key] = asyncio.create_task(self._claims_then_queue(key), name=f"claims {key}")
+
+    async def _claims_then_queue(self, key: tuple[str, str]) -> None:
+        try:
+            ready = await self.make_claims(key)
+        except GpudraError as exc:
+            log.warning("making the pod's claims failed; will retry", pod="/".join(key), error=str(exc))
+            self._unschedulable.add(key)
+            return
+        finally:
+            self._claiming.pop(key, None)
+        if ready:
+            self._queue_for_scheduling(key)
+
+    def _queue_for_scheduling(self, key: tuple[str, str]) -> None:
         """Queue a pod; higher priority first (kube-scheduler's order), then first come first served."""
         if key not in self._queued:
             self._queued.add(key)
@@ -82,6 +105,9 @@ class ControlPlane:
             self._unschedulable.discard((meta.get("namespace", ""), meta["name"]))
             self._retry_unschedulable()
             return
+        phase = (body.get("status") or {}).get("phase")
+        if body["spec"].get("nodeName") and phase not in ("Succeeded", "Failed"):
+            return  # bound and running: nothing to do until it finishes or goes
         self._enqueue((meta.get("namespace", ""), meta["name"]))
 
     async def _on_claim(self, kind: str, body: dict[str, Any]) -> None:
@@ -127,6 +153,7 @@ class ControlPlane:
                     log.warning("pod sync failed; will retry", pod="/".join(key), error=str(exc))
                     self._unschedulable.add(key)
         finally:
+            tasks += [*self._claiming.values(), *self._binding]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -138,28 +165,63 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ one pod
 
-    async def sync_pod(self, key: tuple[str, str]) -> None:
-        body = self.state.pods.cache.get(key)
+    async def _pending(self, body: dict[str, Any] | None) -> Pod | None:
+        """The pod still to schedule, or None (gone, bound, or finished: then its claims are released)."""
         if body is None:
-            return
+            return None
         pod = Pod.model_validate(body)
         if pod.status and pod.status.phase in ("Succeeded", "Failed"):
             await self._release(pod.metadata.uid or "")
-            return
+            return None
         if pod.metadata.deletion_timestamp or pod.spec.node_name or pod.metadata.uid in self._bound:
-            return  # bound already (the cache may lag behind our own binding)
-        names = await self._ensure_claims(pod, body)
-        if names is None:
+            return None  # bound already (the cache may lag behind our own binding)
+        return pod
+
+    async def make_claims(self, key: tuple[str, str]) -> bool:
+        """The resourceclaim controller's part: the pod's claims from templates and its extended-resource claim
+        exist and are recorded in its status; False when the pod is not to be scheduled (yet)."""
+        body = self.state.pods.cache.get(key)
+        pod = await self._pending(body)
+        if pod is None or body is None:
+            return False
+        if await self._ensure_claims(pod, body) is None:
             self._unschedulable.add(key)  # a template is missing: retried when one appears
-            return
+            return False
         extended = extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
         if extended:
-            names.append(await self._ensure_extended_claim(pod, body, extended))
+            await self._ensure_extended_claim(pod, body, extended)
+        return True
+
+    async def sync_pod(self, key: tuple[str, str]) -> None:
+        """The scheduling cycle of one pod whose claims were made."""
+        body = self.state.pods.cache.get(key)
+        pod = await self._pending(body)
+        if pod is None or body is None:
+            return
+        names = self._claim_names(pod)
+        if names is None:
+            self._enqueue(key)  # a claim of the pod was deleted meanwhile: made again first
+            return
         claims = [self.state.claims.cache.get((key[0], name)) for name in names]
         if any(c is None for c in claims):
             self._unschedulable.add(key)  # a named claim that does not exist yet
             return
         await self._schedule(pod, body, [c for c in claims if c is not None])
+
+    def _claim_names(self, pod: Pod) -> list[str] | None:
+        """The names of every claim of the pod, from the caches; None if one of those made for it is missing."""
+        names = []
+        for pod_claim_name, name in pod_claim_names(pod).items():
+            found = name or self._find_generated(pod, pod_claim_name)
+            if found is None:
+                return None
+            names.append(found)
+        if extended_requests(pod, class_for_resource(list(self.state.classes.cache.values()))):
+            extended = self._find_extended(pod)
+            if extended is None:
+                return None
+            names.append(extended)
+        return names
 
     async def _ensure_claims(self, pod: Pod, body: dict[str, Any]) -> list[str] | None:
         """Create missing claims from templates and record them in pod status; the claim names, or None."""
@@ -206,18 +268,7 @@ class ControlPlane:
     ) -> str:
         """The pod's one claim for extended resources backed by DRA, created once, recorded in pod status."""
         namespace = pod.metadata.namespace or "default"
-        name = next(
-            (
-                n
-                for (ns, n), claim in self.state.claims.cache.items()
-                if ns == namespace
-                and (claim["metadata"].get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true"
-                and any(
-                    o.get("uid") == pod.metadata.uid for o in claim["metadata"].get("ownerReferences") or []
-                )
-            ),
-            None,
-        )
+        name = self._find_extended(pod)
         if name is None:
             created = await self._client.create(RESOURCE_CLAIMS, extended_claim(pod, requests), namespace)
             name = created["metadata"]["name"]
@@ -229,6 +280,17 @@ class ControlPlane:
                 subresource="status",
             )  # fmt: skip
         return name
+
+    def _find_extended(self, pod: Pod) -> str | None:
+        for (namespace, name), claim in self.state.claims.cache.items():
+            meta = claim["metadata"]
+            if (
+                namespace == pod.metadata.namespace
+                and (meta.get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true"
+                and any(o.get("uid") == pod.metadata.uid for o in meta.get("ownerReferences") or [])
+            ):
+                return name
+        return None
 
     def _find_generated(self, pod: Pod, pod_claim_name: str) -> str | None:
         for (namespace, name), claim in self.state.claims.cache.items():
@@ -267,22 +329,47 @@ class ControlPlane:
                 return
             node_name = outcome.node
         results = {c.key: c.result for c in outcome.claims} if outcome is not None else {}
+        writes: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         for claim in claims:
-            uid = claim["metadata"]["uid"]
             result = results.get(f"{claim['metadata']['namespace']}/{claim['metadata']['name']}")
             if result is not None:
                 result = result.model_copy(update={"allocation_timestamp": _now()})
-                self.state.record_allocation(uid, result)
-            await self._reserve(claim, body, result.to_wire() if result is not None else None)
-        await self._client.create_subresource(
-            PODS, pod.metadata.name or "", "binding",
-            {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod.metadata.name},
-             "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
-            pod.metadata.namespace,
-        )  # fmt: skip
+                self.state.assume(claim["metadata"]["uid"], result)
+            writes.append((claim, result.to_wire() if result is not None else None))
         self._bound[pod.metadata.uid or ""] = node_name
+        task = asyncio.create_task(self._bind(key, body, writes, node_name), name=f"bind {key}")
+        self._binding.add(task)
+        task.add_done_callback(self._binding.discard)
+
+    async def _bind(
+        self,
+        key: tuple[str, str],
+        pod: dict[str, Any],
+        writes: list[tuple[dict[str, Any], dict[str, Any] | None]],
+        node_name: str,
+    ) -> None:
+        """The binding cycle: every claim's allocation and reservation written, then the pod bound to the node.
+        On failure the assumed allocations are dropped and the pod is scheduled again."""
+        meta = pod["metadata"]
+        try:
+            await asyncio.gather(*(self._reserve(claim, pod, allocation) for claim, allocation in writes))
+            await self._client.create_subresource(
+                PODS, meta["name"], "binding",
+                {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta["name"]},
+                 "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
+                meta["namespace"],
+            )  # fmt: skip
+        except GpudraError as exc:
+            log.warning("binding the pod failed; will retry", pod="/".join(key), error=str(exc))
+            self._bound.pop(meta["uid"], None)
+            for claim, allocation in writes:
+                if allocation is not None:
+                    claim_key = (claim["metadata"]["namespace"], claim["metadata"]["name"])
+                    self.state.unassume(claim["metadata"]["uid"], self.state.claims.cache.get(claim_key))
+            self._unschedulable.add(key)
+            return
         log.info(
-            "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c in claims]
+            "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c, _ in writes]
         )
 
     def _least_loaded(self, nodes: list[NodeInfo]) -> str:
@@ -310,6 +397,7 @@ class ControlPlane:
                     RESOURCE_CLAIMS, {**claim, "status": status}, subresource="status"
                 )
                 self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
+                self.state.written(meta["uid"], updated)
                 return
             except ConflictError:
                 claim = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])

@@ -23,6 +23,14 @@ from gpudra.kube.resources import (
 )
 
 
+def resource_version(body: dict[str, Any]) -> int:
+    """The embedded API server's resourceVersions are increasing integers (as etcd's revisions are)."""
+    try:
+        return int(body["metadata"].get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
 class ClusterState:
     """``on_pod``, ``on_claim`` and ``on_template`` are the control plane's reactions; claims update the
     snapshot first."""
@@ -47,6 +55,9 @@ class ClusterState:
         self.pods = Informer(client, PODS, on_pod)
         self.changed = 0  # bumped when devices may have become available
         self._allocator: Allocator | None = None
+        # claim uid -> resourceVersion of the scheduler's own write (None: the write is in flight); the claim's
+        # events older than that are stale and must not undo the assumed allocation (kube-scheduler's assume cache)
+        self._assumed: dict[str, int | None] = {}
 
     @property
     def informers(self) -> list[Informer]:
@@ -77,6 +88,10 @@ class ClusterState:
 
     async def claim_event(self, kind: str, body: dict[str, Any]) -> None:
         uid = body["metadata"]["uid"]
+        if kind == "DELETED":
+            self._assumed.pop(uid, None)
+        elif self._stale(uid, body):
+            return
         raw = (body.get("status") or {}).get("allocation")
         new = None if kind == "DELETED" or raw is None else AllocationResult.model_validate(raw)
         self.record_allocation(uid, new)
@@ -96,6 +111,32 @@ class ClusterState:
         else:
             self.snapshot.mark_allocated(allocation)
             self.allocations[uid] = allocation
+
+    def assume(self, uid: str, allocation: AllocationResult) -> None:
+        """The scheduler allocated the claim and writes it in the background: the snapshot holds the allocation
+        from now on, whatever older events of the claim still arrive."""
+        self._assumed[uid] = None
+        self.record_allocation(uid, allocation)
+
+    def written(self, uid: str, body: dict[str, Any]) -> None:
+        """The scheduler's write of the claim returned ``body``: events from that version on count again."""
+        if uid in self._assumed:
+            self._assumed[uid] = resource_version(body)
+
+    def unassume(self, uid: str, body: dict[str, Any] | None) -> None:
+        """The write failed: the snapshot holds what the claim (``body``, None when gone) says again."""
+        self._assumed.pop(uid, None)
+        raw = ((body or {}).get("status") or {}).get("allocation")
+        self.record_allocation(uid, None if raw is None else AllocationResult.model_validate(raw))
+
+    def _stale(self, uid: str, body: dict[str, Any]) -> bool:
+        if uid not in self._assumed:
+            return False
+        written = self._assumed[uid]
+        if written is None or resource_version(body) < written:
+            return True
+        del self._assumed[uid]
+        return False
 
     def allocator(self) -> Allocator:
         if self._allocator is None:

@@ -4,6 +4,7 @@ the workload (no ReplicaSet in between, no rollout), and nothing runs containers
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any
@@ -73,6 +74,21 @@ class Workloads:
         if kind != "DELETED":
             await self.reconcile(body)
 
+    async def _create(self, workload: dict[str, Any], count: int) -> None:
+        """``count`` pods in slow-start batches (1, 2, 4, ...; each batch concurrently), as Kubernetes' workload
+        controllers create them: a failing create stops the rest instead of repeating the error count times."""
+        namespace = workload["metadata"]["namespace"]
+        batch = 1
+        while count > 0:
+            size = min(batch, count)
+            created = await asyncio.gather(
+                *(self._client.create(PODS, pod_for(workload), namespace) for _ in range(size))
+            )
+            for pod in created:
+                self._pods.cache[(namespace, pod["metadata"]["name"])] = pod
+            count -= size
+            batch *= 2
+
     async def reconcile(self, workload: dict[str, Any]) -> None:
         uid = workload["metadata"]["uid"]
         namespace = workload["metadata"]["namespace"]
@@ -81,9 +97,7 @@ class Workloads:
             if ns == namespace and any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])
         ]  # fmt: skip
         missing = desired_pods(workload) - len(owned)
-        for _ in range(max(0, missing)):
-            created = await self._client.create(PODS, pod_for(workload), namespace)
-            self._pods.cache[(namespace, created["metadata"]["name"])] = created
+        await self._create(workload, max(0, missing))
         for extra in sorted(owned, key=lambda p: p["metadata"]["name"])[: max(0, -missing)]:
             await self._client.delete(PODS, extra["metadata"]["name"], namespace)
         if missing:
