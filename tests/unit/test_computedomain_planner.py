@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
+from gpudra.agent.computedomain import readiness
 from gpudra.agent.computedomain.driver import published_devices, read_channel_major
 from gpudra.agent.computedomain.planner import ComputeDomainPlanner, claim_configs, entry_domains
 from gpudra.agent.kubeletplugin.types import ClaimRef
@@ -16,6 +19,7 @@ from gpudra.computedomain.clique import NodeClique
 from gpudra.computedomain.names import DaemonMode, clique_object_name, node_label_key
 from gpudra.errors import ConflictError, InvalidInputError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, Resource
 
 NODE = "tray-0"
@@ -25,13 +29,42 @@ MAJOR = 511
 
 
 class MemoryApi:
-    """get / patch (merge, labels only) / create / replace over a dict, with resourceVersion checks."""
+    """get / patch (merge, labels only) / create / replace over a dict, with resourceVersion checks; list and
+    watch (by metadata.name) of clique objects."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {
             ("nodes", None, NODE): {"metadata": {"name": NODE, "labels": {}, "resourceVersion": "1"}}
         }
         self.version = 1
+        self.watches: list[asyncio.Queue[tuple[str, dict[str, Any]]]] = []
+
+    def _store(self, key: tuple[str, str | None, str], body: dict[str, Any]) -> dict[str, Any]:
+        kind = "MODIFIED" if key in self.objects else "ADDED"
+        self.version += 1
+        self.objects[key] = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        for queue in self.watches:
+            queue.put_nowait((kind, self.objects[key]))
+        return self.objects[key]
+
+    async def list(self, res: Resource, **_: Any) -> tuple[list[dict[str, Any]], str]:
+        return [dict(o) for (plural, _, _), o in self.objects.items() if plural == res.plural], str(
+            self.version
+        )
+
+    async def watch(
+        self, res: Resource, *, field_selector: str | None = None, **_: Any
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        name = dict(f.split("=", 1) for f in (field_selector or "").split(",") if f).get("metadata.name")
+        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self.watches.append(queue)
+        try:
+            while True:
+                kind, body = await queue.get()
+                if name in (None, body["metadata"]["name"]):
+                    yield kind, body
+        finally:
+            self.watches.remove(queue)
 
     def _key(self, res: Resource, name: str, namespace: str | None) -> tuple[str, str | None, str]:
         return (res.plural, namespace if res.namespaced else None, name)
@@ -60,25 +93,21 @@ class MemoryApi:
         key = self._key(res, body["metadata"]["name"], namespace)
         if key in self.objects:
             raise ConflictError("exists", status=409)
-        self.version += 1
-        self.objects[key] = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
-        return self.objects[key]
+        return self._store(key, body)
 
     async def replace(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
         key = self._key(res, body["metadata"]["name"], body["metadata"].get("namespace"))
         if self.objects[key]["metadata"]["resourceVersion"] != body["metadata"].get("resourceVersion"):
             raise ConflictError("stale", status=409)
-        self.version += 1
-        self.objects[key] = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
-        return self.objects[key]
+        return self._store(key, body)
 
     def daemon(self, domain: str, status: str) -> None:
         name = clique_object_name(domain, CLIQUE)
         entry = {"nodeName": NODE, "ipAddress": "10.0.0.1", "cliqueID": CLIQUE, "index": 0, "status": status}
-        self.objects[("computedomaincliques", "gpudra", name)] = {
-            "metadata": {"name": name, "namespace": "gpudra", "resourceVersion": "1"},
-            "daemons": [entry],
-        }
+        self._store(
+            ("computedomaincliques", "gpudra", name),
+            {"metadata": {"name": name, "namespace": "gpudra"}, "daemons": [entry]},
+        )
 
 
 def claim(uid: str, device: str, params: dict[str, Any] | None) -> ResourceClaim:
@@ -103,7 +132,13 @@ def channel(domain: str, mode: str = "Single") -> dict[str, Any]:
 
 
 async def planner_for(
-    tmp_path: Path, api: MemoryApi, *, mode: DaemonMode = "daemonset", clique: str = CLIQUE
+    tmp_path: Path,
+    api: MemoryApi,
+    *,
+    mode: DaemonMode = "daemonset",
+    clique: str = CLIQUE,
+    daemon_wait: float = 0.05,
+    events: EventRecorder | None = None,
 ) -> ComputeDomainPlanner:
     store = CheckpointStore(tmp_path / "checkpoint.json", node=NODE, driver=DRIVER)
     await store.load()
@@ -117,6 +152,8 @@ async def planner_for(
         clique=lambda: NodeClique(clique, "" if clique else "GPU 2: fabric registration state NOT_STARTED"),
         channel_major=lambda: MAJOR,
         domains_dir=tmp_path / "domains",
+        daemon_wait=daemon_wait,
+        events=events,
     )
 
 
@@ -174,6 +211,41 @@ async def test_channel_waits_for_the_daemon_then_gets_channel_0(tmp_path: Path) 
     assert done.cdi_document["kind"] == "k8s.compute-domain.nvidia.com/claim"
     assert "env" not in done.cdi_document.get("containerEdits", {})  # never overrides the GPU claim's env
     assert done.devices[0].cdi_device_ids == ["k8s.compute-domain.nvidia.com/claim=u1-channel-0"]
+
+
+class SaidEvents:
+    def __init__(self) -> None:
+        self.said: list[tuple[str, str, str]] = []
+
+    async def post(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> bool:
+        self.said.append((involved["metadata"]["name"], reason, message))
+        return True
+
+
+async def test_a_waiting_prepare_is_answered_when_the_daemon_turns_ready_and_says_why_it_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(readiness, "NOTICE_AFTER", 0.1)
+    api, events = MemoryApi(), SaidEvents()
+    planner = await planner_for(tmp_path, api, daemon_wait=10, events=cast(EventRecorder, events))
+    waiting = asyncio.create_task(plan(planner, "u1", "channel-0", channel("d1")))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert events.said == [
+        (
+            "c-u1",
+            "WaitingForIMEXDaemon",
+            f"node {NODE}: waiting for the IMEX daemon of ComputeDomain d1 on node {NODE}: it has not registered "
+            "yet; the channel is prepared once it is Ready",
+        )
+    ]
+    api.daemon("d1", "NotReady")
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    api.daemon("d1", "Ready")
+    done = await asyncio.wait_for(waiting, 2)
+    assert minors(done.cdi_document) == [0]
+    assert api.watches == []  # the watch of the clique object closed with the last waiter
 
 
 async def test_all_mode_gets_every_channel(tmp_path: Path) -> None:

@@ -95,15 +95,6 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _claim_object(ref: ClaimRef) -> dict[str, Any]:
-    """Enough of a ResourceClaim to be an Event's involved object."""
-    return {
-        "apiVersion": RESOURCE_CLAIMS.api_version,
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
-    }
-
-
 def _view(
     devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]
 ) -> frozenset[tuple[str, str]]:
@@ -476,7 +467,7 @@ class ClaimPreparer:
         after: frozenset[tuple[str, str]],
         problems: Mapping[str, DeviceProblem],
     ) -> None:
-        involved = _claim_object(ref)
+        involved = ref.event_object()
         for device, _ in sorted(after - before):
             message = f"node {self.node}: device {device}: {problems[device].message}"
             await self._events.post(involved, "Warning", "DeviceUnhealthy", message)
@@ -493,7 +484,7 @@ class ClaimPreparer:
         results: Sequence[DeviceRequestAllocationResult],
         error: PrepareError,
     ) -> None:
-        involved = claim or _claim_object(ref)
+        involved = claim or ref.event_object()
         if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
             await self._events.post(
                 involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"

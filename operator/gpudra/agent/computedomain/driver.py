@@ -120,6 +120,8 @@ class ComputeDomainDriver:
             channel_major=self._channel_major,
             domains_dir=plugin_dir / "domains",
             node_ip=settings.node_ip,
+            daemon_wait=settings.compute_domain_daemon_wait_seconds,
+            events=self._events,
         )
         self.preparer = ClaimPreparer(
             client=client,

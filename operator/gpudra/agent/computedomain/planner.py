@@ -9,8 +9,9 @@ A workload's channel claim (device ``channel-0``, ComputeDomainChannelConfig{dom
 3. the node gets the domain's label ``computedomain.gpudra.dev/<uid>=true``, which schedules the domain's
    daemon pod here (daemonset mode); host-managed mode: this agent is the node's daemon, registers the node
    Ready in the domain's clique object, and leases the domain's channel in the clique;
-4. the claim fails (retryably: the kubelet retries) until the domain's daemon on this node is Ready
-   (``check_daemon_ready`` over the clique object ``<uid>.<cliqueID>``);
+4. the prepare waits (bounded: ``daemon_wait`` seconds) for the domain's daemon on this node to be Ready
+   (``check_daemon_ready`` over the clique object ``<uid>.<cliqueID>``, watched); past that the claim fails
+   retryably, saying what it waits for, and the kubelet retries;
 5. the CDI spec gets the channel device node(s): channel 0 (Single), or every channel (All); host-managed
    mode the domain's leased channel(s).
 
@@ -27,7 +28,7 @@ attempted (the kubelet unprepares those too).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -43,10 +44,10 @@ from gpudra.agent.cdi import (
 )
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
 from gpudra.agent.computedomain.leases import ChannelLeases
+from gpudra.agent.computedomain.readiness import DaemonReadiness, Notice
 from gpudra.agent.computedomain.registration import CliqueRegistration
 from gpudra.agent.kubeletplugin.types import ClaimRef
 from gpudra.agent.preparing import ClaimPlan
-from gpudra.api.computedomain import ComputeDomainClique
 from gpudra.api.nvidia import (
     AllocatedDevice,
     ComputeDomainChannelConfig,
@@ -55,19 +56,19 @@ from gpudra.api.nvidia import (
     resolve_configs,
 )
 from gpudra.api.resource import DeviceRequestAllocationResult, ResourceClaim
-from gpudra.computedomain.channels import CHANNEL_DEVICE, DAEMON_DEVICE, channel_injection, check_daemon_ready
+from gpudra.computedomain.channels import CHANNEL_DEVICE, DAEMON_DEVICE, channel_injection
 from gpudra.computedomain.clique import NodeClique
 from gpudra.computedomain.index import ChannelLease, DomainRef, assign_channels, check_node_admits
-from gpudra.computedomain.names import NODE_LABEL_VALUE, DaemonMode, clique_object_name, node_label_key
+from gpudra.computedomain.names import NODE_LABEL_VALUE, DaemonMode, node_label_key
 from gpudra.errors import (
     ComputeDomainError,
     GpudraError,
     InvalidInputError,
-    NotFoundError,
     PrepareError,
 )
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, NODES
+from gpudra.kube.events import EventRecorder
+from gpudra.kube.resources import NODES
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -142,6 +143,8 @@ class ComputeDomainPlanner:
         channel_major: Callable[[], int],
         domains_dir: Path,
         node_ip: str = "",
+        daemon_wait: float = 20.0,
+        events: EventRecorder | None = None,
     ) -> None:
         self._client = client
         self._store = store
@@ -158,6 +161,8 @@ class ComputeDomainPlanner:
         self._labeled: set[str] = set()
         self._host: dict[tuple[str, str], CliqueRegistration] = {}  # (domain, clique) -> host-managed entry
         self._leases = ChannelLeases(client, namespace=namespace, node_name=node)
+        self._readiness = DaemonReadiness(client, namespace=namespace, node=node, timeout=daemon_wait)
+        self._events = events
 
     # -- plan ------------------------------------------------------------------------------------------------
 
@@ -219,8 +224,21 @@ class ComputeDomainPlanner:
             await self._host_registration(uid, clique_id).report("Ready")
         else:
             lease = assign_channels(domain, {}, "daemonset", clique_id=clique_id)
-        await self._await_daemon(uid, clique_id)
+        await self._readiness.wait(uid, clique_id, notice=self._notice(ref))
         return self._channel_nodes(config, lease)
+
+    def _notice(self, ref: ClaimRef) -> Notice | None:
+        """Says on the claim (an Event) that its prepare waits for the daemon, and for what."""
+        events = self._events
+        if events is None:
+            return None
+
+        def said(message: str) -> Awaitable[bool]:
+            return events.post(
+                ref.event_object(), "Normal", "WaitingForIMEXDaemon", f"node {self.node}: {message}"
+            )
+
+        return said
 
     def _channel_nodes(self, config: ComputeDomainChannelConfig, lease: ChannelLease) -> ContainerEdits:
         try:
@@ -271,17 +289,6 @@ class ComputeDomainPlanner:
             ) from exc
         self._labeled.add(domain_uid)
         log.info("node labelled for ComputeDomain", node=self.node, domain=domain_uid)
-
-    async def _await_daemon(self, domain_uid: str, clique_id: str) -> None:
-        name = clique_object_name(domain_uid, clique_id)
-        try:
-            body = await self._client.get(COMPUTE_DOMAIN_CLIQUES, name, self.namespace)
-            daemons = ComputeDomainClique.from_wire(body).daemons or []
-        except NotFoundError:
-            daemons = []
-        except GpudraError as exc:
-            raise PrepareError(f"reading ComputeDomainClique {name}: {exc}", reason="ApiError") from exc
-        check_daemon_ready(domain_uid, self.node, daemons)
 
     def _host_registration(self, domain_uid: str, clique_id: str) -> CliqueRegistration:
         key = (domain_uid, clique_id)

@@ -5,7 +5,8 @@ that clique (``computedomain.index.register_daemon`` decides the entry: the lowe
 kept while the node is registered). Every daemon of the clique writes the same object, so writes carry the
 resourceVersion they read; a 409 means another daemon wrote first, and the write is redone on a fresh read
 after a short randomized backoff (growing, capped) so that 18 daemons starting together settle in a few
-rounds instead of retrying in lockstep. The object is created by the first daemon; it carries the domain's
+rounds instead of retrying in lockstep (capped at 0.25 s: a higher cap left the last daemon of a busy
+clique waiting seconds after the others). The object is created by the first daemon; it carries the domain's
 labels so the controller finds (and at deletion removes) it.
 
 Used by three callers: ``gpudra imex-daemon`` (the per-domain DaemonSet's pod), the embedded cluster's
@@ -51,7 +52,7 @@ class CliqueRegistration:
         clique_id: str,
         node_name: str,
         ip_address: str,
-        max_backoff: float = 2.0,
+        max_backoff: float = 0.25,
     ) -> None:
         self._client = client
         self.namespace = namespace
@@ -88,7 +89,7 @@ class CliqueRegistration:
 
     async def _backoff(self, attempt: int) -> None:
         self.conflicts += 1
-        ceiling = min(self._max_backoff, 0.02 * 2**attempt)
+        ceiling = min(self._max_backoff, 0.01 * 2**attempt)
         await asyncio.sleep(random.uniform(ceiling / 2, ceiling))
 
     async def report(self, status: DaemonState) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 """PluginInfo.type of a DRA driver."""
@@ -29,6 +29,14 @@ class ClaimRef:
     namespace: str
     uid: str
     name: str
+
+    def event_object(self) -> dict[str, Any]:
+        """Enough of the ResourceClaim to be an Event's involved object."""
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": self.namespace, "name": self.name, "uid": self.uid},
+        }
 
 
 @dataclass(frozen=True, slots=True)

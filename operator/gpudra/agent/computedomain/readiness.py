@@ -1,0 +1,132 @@
+"""Waiting, inside a channel claim's prepare, for this node's IMEX daemon of the domain to be Ready.
+
+A channel is prepared only once the node's daemon is Ready in the clique object ``<domainUID>.<cliqueID>``.
+Failing the prepare at once makes the kubelet retry it with a growing backoff (up to seconds), and each retry
+costs reads of the claims, a gRPC call and an Event; at 64 trays that retry traffic, not the daemons, set the
+pace. So the prepare waits, bounded (well inside the kubelet's 45 s per call), and is answered the moment the
+daemon reports Ready; only past the bound does it fail with the reason (and the kubelet retries as before).
+A wait that lasts (``NOTICE_AFTER``) is said on the claim as an Event, so a pod that is slow to start says why.
+
+One read answers a claim whose daemon is Ready already; the claims that wait for one clique object share one
+watch of it, opened while any waits and closed after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from gpudra.api.computedomain import ComputeDomainClique
+from gpudra.computedomain.channels import check_daemon_ready
+from gpudra.computedomain.names import clique_object_name
+from gpudra.errors import ComputeDomainError, GpudraError, InvalidInputError, NotFoundError, PrepareError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import Informer
+from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+NOTICE_AFTER: Final = 5.0
+"""Seconds a prepare waits before it says so on the claim."""
+Notice = Callable[[str], Awaitable[object]]
+
+
+class _CliqueWatch:
+    """The latest state of one clique object, from a watch, and a wake-up for each change."""
+
+    def __init__(self, client: KubeClient, namespace: str, name: str) -> None:
+        self.body: dict[str, Any] | None = None
+        self.changed = asyncio.Condition()
+        self.waiters = 0
+        selector = f"metadata.name={name},metadata.namespace={namespace}"
+        self._informer = Informer(client, COMPUTE_DOMAIN_CLIQUES, self._on_event, field_selector=selector)
+        self._task = asyncio.create_task(self._informer.run(), name=f"clique watch {name}")
+
+    @property
+    def synced(self) -> asyncio.Event:
+        return self._informer.synced
+
+    async def _on_event(self, kind: str, body: dict[str, Any]) -> None:
+        async with self.changed:
+            self.body = None if kind == "DELETED" else body
+            self.changed.notify_all()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+class DaemonReadiness:
+    """Waits for the daemon of a domain on this node to be Ready (``wait``), at most ``timeout`` seconds."""
+
+    def __init__(self, client: KubeClient, *, namespace: str, node: str, timeout: float) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.node = node
+        self.timeout = timeout
+        self._watches: dict[str, _CliqueWatch] = {}
+
+    async def wait(self, domain_uid: str, clique_id: str, *, notice: Notice | None = None) -> None:
+        """Return once the daemon is Ready; past the timeout raise DaemonNotReadyError saying what is awaited.
+        ``notice`` is told what is awaited when the wait lasts NOTICE_AFTER seconds."""
+        name = clique_object_name(domain_uid, clique_id)
+        try:
+            body = await self._client.get(COMPUTE_DOMAIN_CLIQUES, name, self.namespace)
+        except NotFoundError:
+            body = None
+        except GpudraError as exc:
+            raise PrepareError(f"reading ComputeDomainClique {name}: {exc}", reason="ApiError") from exc
+        if not self._awaited(body, domain_uid):
+            return
+        watch = self._watches.get(name)
+        if watch is None:
+            watch = self._watches[name] = _CliqueWatch(self._client, self.namespace, name)
+        watch.waiters += 1
+        try:
+            first = min(NOTICE_AFTER, self.timeout) if notice is not None else self.timeout
+            if await self._ready_within(watch, domain_uid, first):
+                return
+            if notice is not None and first < self.timeout:
+                if awaited := self._awaited(watch.body, domain_uid):
+                    await notice(awaited)
+                if await self._ready_within(watch, domain_uid, self.timeout - first):
+                    return
+            self._check(watch.body, domain_uid)  # raises the reason it still waits (or passes: just Ready)
+        finally:
+            watch.waiters -= 1
+            if watch.waiters == 0 and self._watches.get(name) is watch:
+                del self._watches[name]
+                await watch.close()
+
+    async def _ready_within(self, watch: _CliqueWatch, domain_uid: str, seconds: float) -> bool:
+        try:
+            await asyncio.wait_for(self._until_ready(watch, domain_uid), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    def _awaited(self, body: dict[str, Any] | None, domain_uid: str) -> str:
+        """What the claim waits for, as the clique object ``body`` says ("" once the daemon is Ready)."""
+        try:
+            self._check(body, domain_uid)
+        except ComputeDomainError as exc:
+            return str(exc)
+        return ""
+
+    async def _until_ready(self, watch: _CliqueWatch, domain_uid: str) -> None:
+        await watch.synced.wait()
+        async with watch.changed:
+            while True:
+                if not self._awaited(watch.body, domain_uid):
+                    return
+                await watch.changed.wait()
+
+    def _check(self, body: dict[str, Any] | None, domain_uid: str) -> None:
+        daemons = []
+        if body is not None:
+            try:
+                daemons = ComputeDomainClique.from_wire(body).daemons or []
+            except InvalidInputError as exc:
+                log.warning("unreadable ComputeDomainClique", domain=domain_uid, error=str(exc))
+        check_daemon_ready(domain_uid, self.node, daemons)
