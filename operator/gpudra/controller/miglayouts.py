@@ -63,6 +63,7 @@ class MigLayoutReconciler:
         self._wake = asyncio.Event()
         self._defaults = default_configs()
         self._files: dict[tuple[str, str, str], tuple[float, MigPartedConfig | InvalidInputError]] = {}
+        self._reports: dict[str, tuple[str, NodeReport | None]] = {}  # node -> (its state annotation, parsed)
 
     def layout_event(self, kind: str, body: dict[str, Any]) -> None:
         self._remember(self.layouts, kind, body)
@@ -179,14 +180,11 @@ class MigLayoutReconciler:
         for body in list(self.nodes.values()):
             meta = body["metadata"]
             annotations = meta.get("annotations") or {}
-            report = (
-                NodeReport.from_json(annotations[STATE_ANNOTATION])
-                if STATE_ANNOTATION in annotations
-                else None
-            )
+            report = self._report(meta["name"], annotations.get(STATE_ANNOTATION))
             nodes.append(
                 NodeInput(meta["name"], meta.get("labels") or {}, annotations.get(DESIRED_ANNOTATION), report)
             )
+        self._reports = {n.name: self._reports[n.name] for n in nodes if n.name in self._reports}
         labels = {n.labels[CONFIG_LABEL] for n in nodes if CONFIG_LABEL in n.labels}
         rollout = plan_rollout(layouts, nodes, await self._label_configs(labels))
         for node, text in rollout.desired.items():
@@ -196,6 +194,16 @@ class MigLayoutReconciler:
             await self._fail_label(node, problem)
         for layout in layouts:
             await self._write_status(layout, rollout.nodes.get(layout.name, []))
+
+    def _report(self, node: str, text: str | None) -> NodeReport | None:
+        """The node's parsed state report, parsed again only when its text changed (every node event of the
+        cluster wakes the reconciler; most change something else)."""
+        if text is None:
+            return None
+        cached = self._reports.get(node)
+        if cached is None or cached[0] != text:
+            cached = self._reports[node] = (text, NodeReport.from_json(text))
+        return cached[1]
 
     async def _fail_label(self, node: str, problem: str) -> None:
         body = self.nodes.get(node) or {}
