@@ -20,6 +20,7 @@ import asyncio
 import multiprocessing
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,9 @@ class Result:
     prepared_s: float
     ready_s: float
     conflicts: int
+    """409s on the ComputeDomain (the conflict storm of NVIDIA #816): the goal is none."""
+    clique_conflicts: int
+    """409s on ComputeDomainCliques: daemons registering at once; each retries on a fresh read."""
     status_writes: int
     cpu_s: float
     """CPU seconds the whole process (API server, control plane, agents, controller) spent meanwhile: on a
@@ -136,7 +140,8 @@ async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
         try:
             assert cluster.client is not None and cluster.server is not None
             client = cluster.client
-            conflicts_before = cluster.server.conflicts
+            conflicts = cluster.server.conflicts_by_resource
+            before = conflicts.copy()
             writes = cluster.metrics.computedomain_status_writes.labels("written")
             writes_before = writes._value.get()
             start, cpu = time.perf_counter(), time.process_time()
@@ -169,7 +174,8 @@ async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
                 marks.get("daemons", marks["ready"]),
                 marks["prepared"],
                 marks["ready"],
-                cluster.server.conflicts - conflicts_before,
+                _grown(conflicts, before, "computedomains"),
+                _grown(conflicts, before, "computedomaincliques"),
                 int(writes._value.get() - writes_before),
                 time.process_time() - cpu,
             )
@@ -177,11 +183,16 @@ async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
             await cluster.stop()
 
 
+def _grown(now: Counter[str], before: Counter[str], plural: str) -> int:
+    return sum(n - before[k] for k, n in now.items() if k.split("/")[0] == plural)
+
+
 def _line(label: str, r: Result) -> str:
     return (
         f"{label:<9} {r.pods:>4} pods / {r.trays:>3} trays: bound {r.bound_s:6.2f} s, daemons Ready "
         f"{r.daemons_s:6.2f} s, domain Ready {r.ready_s:6.2f} s, all prepared {r.prepared_s:6.2f} s; "
-        f"409 conflicts {r.conflicts}, domain status writes {r.status_writes}; process CPU {r.cpu_s:.1f} s"
+        f"409 conflicts on the domain {r.conflicts} (on clique objects {r.clique_conflicts}), domain status "
+        f"writes {r.status_writes}; process CPU {r.cpu_s:.1f} s"
     )
 
 
@@ -209,7 +220,7 @@ def run(trays: int) -> None:
     print(
         f"ratio scaled/baseline {ratio:.2f} for {scaled.trays / baseline.trays:.0f}x the trays; the controller "
         f"marked the domain Ready {max(scaled.ready_s - scaled.daemons_s, 0):.2f} s after the last daemon; "
-        f"{verdict} the goal (< 10 s, 0 conflicts)"
+        f"{verdict} the goal (< 10 s, 0 conflicts on the domain)"
     )
 
 

@@ -55,6 +55,8 @@ class EmbeddedAPIServer:
         self._runner: web.AppRunner | None = None
         self.errors: Counter[tuple[int, str]] = Counter()
         """Failed requests by (HTTP code, reason); benchmarks read the 409 Conflicts from it."""
+        self.conflicts_by_resource: Counter[str] = Counter()
+        """409 Conflicts by resource (plural, ``/subresource`` appended), for benchmarks."""
 
     @property
     def conflicts(self) -> int:
@@ -122,7 +124,18 @@ class EmbeddedAPIServer:
             return await self._dispatch(request)
         except APIStatusError as exc:
             self.errors[(exc.status, exc.reason)] += 1
+            if exc.status == 409:
+                self.conflicts_by_resource[self._resource_of(request.path)] += 1
             return _response(exc.to_status(), exc.status)
+
+    def _resource_of(self, path: str) -> str:
+        try:
+            target = parse(self.database.registry, path)
+        except APIStatusError:
+            return path
+        if isinstance(target, Discovery):
+            return path
+        return target.rt.plural + (f"/{target.subresource}" if target.subresource else "")
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path

@@ -184,12 +184,25 @@ class ControlPlane:
         pod = await self._pending(body)
         if pod is None or body is None:
             return False
-        if await self._ensure_claims(pod, body) is None:
+        names, status = await self._ensure_claims(pod, body)
+        extended = extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
+        if names is not None and extended:
+            status["extendedResourceClaimStatus"] = extended_status(
+                await self._ensure_extended_claim(pod, extended), extended
+            )
+        have = body.get("status") or {}
+        changed = {k: v for k, v in status.items() if have.get(k) != v}
+        if changed:  # one write of the pod's status for all its claims
+            await self._client.patch(
+                PODS,
+                pod.metadata.name or "",
+                {"status": changed},
+                pod.metadata.namespace,
+                subresource="status",
+            )
+        if names is None:
             self._unschedulable.add(key)  # a template is missing: retried when one appears
             return False
-        extended = extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
-        if extended:
-            await self._ensure_extended_claim(pod, body, extended)
         return True
 
     async def sync_pod(self, key: tuple[str, str]) -> None:
@@ -223,8 +236,9 @@ class ControlPlane:
             names.append(extended)
         return names
 
-    async def _ensure_claims(self, pod: Pod, body: dict[str, Any]) -> list[str] | None:
-        """Create missing claims from templates and record them in pod status; the claim names, or None."""
+    async def _ensure_claims(self, pod: Pod, body: dict[str, Any]) -> tuple[list[str] | None, dict[str, Any]]:
+        """Create missing claims from templates: the claim names (None while a template is missing) and the
+        pod status that records them."""
         namespace = pod.metadata.namespace or "default"
         wanted = pod_claim_names(pod)
         statuses = []
@@ -253,32 +267,19 @@ class ControlPlane:
             if pod_claim.resource_claim_template_name:
                 statuses.append({"name": pod_claim.name, "resourceClaimName": name})
             wanted[pod_claim.name] = name
-        have = (body.get("status") or {}).get("resourceClaimStatuses") or []
-        if statuses and statuses != have:
-            await self._client.patch(
-                PODS, pod.metadata.name or "", {"status": {"resourceClaimStatuses": statuses}}, namespace,
-                subresource="status",
-            )  # fmt: skip
+        status = {"resourceClaimStatuses": statuses} if statuses else {}
         if missing_template:
-            return None
-        return [n for n in wanted.values() if n is not None]
+            return None, status
+        return [n for n in wanted.values() if n is not None], status
 
-    async def _ensure_extended_claim(
-        self, pod: Pod, body: dict[str, Any], requests: list[ExtendedRequest]
-    ) -> str:
-        """The pod's one claim for extended resources backed by DRA, created once, recorded in pod status."""
+    async def _ensure_extended_claim(self, pod: Pod, requests: list[ExtendedRequest]) -> str:
+        """The name of the pod's one claim for extended resources backed by DRA, created once."""
         namespace = pod.metadata.namespace or "default"
         name = self._find_extended(pod)
         if name is None:
             created = await self._client.create(RESOURCE_CLAIMS, extended_claim(pod, requests), namespace)
             name = created["metadata"]["name"]
             self.state.claims.cache[(namespace, name)] = created
-        status = extended_status(name, requests)
-        if (body.get("status") or {}).get("extendedResourceClaimStatus") != status:
-            await self._client.patch(
-                PODS, pod.metadata.name or "", {"status": {"extendedResourceClaimStatus": status}}, namespace,
-                subresource="status",
-            )  # fmt: skip
         return name
 
     def _find_extended(self, pod: Pod) -> str | None:
