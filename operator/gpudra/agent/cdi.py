@@ -314,6 +314,12 @@ def build_claim_spec(
     )
 
 
+def _spec_bytes(document: Mapping[str, Any]) -> bytes:
+    """A spec file's content: compact (an indented dump takes json's pure-Python encoder, ~10x slower, on every
+    prepare; ``jq . <file>`` shows it indented)."""
+    return (json.dumps(document, separators=(",", ":")) + "\n").encode()
+
+
 class ClaimSpecDir:
     """The per-claim spec files of one vendor in one CDI directory. Methods do blocking file I/O (small files,
     fsync): call them through ``asyncio.to_thread`` from async code."""
@@ -334,9 +340,8 @@ class ClaimSpecDir:
         if spec.vendor != self.vendor or spec.class_name != CLAIM_CLASS:
             raise InvalidInputError(f"spec kind {spec.kind} does not belong in {self.prefix}* files")
         path = self.path_for(claim_uid)
-        body = json.dumps(spec.to_json(), indent=2, sort_keys=False) + "\n"
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, body.encode())
+        write_atomically(path, _spec_bytes(spec.to_json()))
         return path
 
     def write_document(self, claim_uid: str, document: Mapping[str, Any]) -> Path:
@@ -347,7 +352,7 @@ class ClaimSpecDir:
             )
         path = self.path_for(claim_uid)
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, (json.dumps(document, indent=2, sort_keys=False) + "\n").encode())
+        write_atomically(path, _spec_bytes(document))
         return path
 
     def read(self, claim_uid: str) -> dict[str, Any] | None:

@@ -118,7 +118,8 @@ def encode_checkpoint(claims: Mapping[str, ClaimEntry], *, node: str, driver: st
         "checksum": checksum(payload),
         "payload": payload,
     }
-    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+    # one line: an indented dump takes json's pure-Python encoder, ~10x slower, and this runs on every prepare
+    return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
 def _migrate_v1(payload: dict[str, Any]) -> dict[str, Any]:
