@@ -62,6 +62,24 @@ async def test_a_failed_write_returns_the_devices_unless_the_claim_holds_them() 
     assert not state.snapshot.in_use(GPU)
 
 
+async def test_a_pods_claims_are_found_by_owner_without_scanning_every_claim() -> None:
+    state = ClusterState(cast(KubeClient, object()))
+    owned = {
+        "metadata": {"name": "p-gpu", "namespace": "ns", "uid": "c1", "ownerReferences": [{"uid": "pod-1"}]}
+    }
+    other = {
+        "metadata": {"name": "q-gpu", "namespace": "ns", "uid": "c2", "ownerReferences": [{"uid": "pod-2"}]}
+    }
+    state.remember_claim(owned)  # written by the control plane; its watch event comes later
+    state.claims.cache[("ns", "q-gpu")] = other  # as the informer keeps it before it calls the handler
+    await state.claim_event("ADDED", other)
+    assert state.owned_claims("pod-1") == [owned]
+    assert state.owned_claims("pod-2") == [other]
+    state.claims.cache.pop(("ns", "p-gpu"))
+    await state.claim_event("DELETED", owned)
+    assert state.owned_claims("pod-1") == []
+
+
 class CountingClient:
     """Creates pods, failing from the ``fail_from``-th create on; records how many creates ran at once."""
 

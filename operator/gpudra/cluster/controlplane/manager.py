@@ -262,7 +262,7 @@ class ControlPlane:
                     created = await self._client.create(
                         RESOURCE_CLAIMS, claim_from_template(pod, pod_claim, template), namespace
                     )
-                    self.state.claims.cache[(namespace, created["metadata"]["name"])] = created
+                    self.state.remember_claim(created)
                     name = created["metadata"]["name"]
             if pod_claim.resource_claim_template_name:
                 statuses.append({"name": pod_claim.name, "resourceClaimName": name})
@@ -279,24 +279,25 @@ class ControlPlane:
         if name is None:
             created = await self._client.create(RESOURCE_CLAIMS, extended_claim(pod, requests), namespace)
             name = created["metadata"]["name"]
-            self.state.claims.cache[(namespace, name)] = created
+            self.state.remember_claim(created)
         return name
 
     def _find_extended(self, pod: Pod) -> str | None:
-        for (namespace, name), claim in self.state.claims.cache.items():
+        for claim in self.state.owned_claims(pod.metadata.uid or ""):
             meta = claim["metadata"]
             if (
-                namespace == pod.metadata.namespace
+                meta.get("namespace") == pod.metadata.namespace
                 and (meta.get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true"
-                and any(o.get("uid") == pod.metadata.uid for o in meta.get("ownerReferences") or [])
             ):
-                return name
+                return str(meta["name"])
         return None
 
     def _find_generated(self, pod: Pod, pod_claim_name: str) -> str | None:
-        for (namespace, name), claim in self.state.claims.cache.items():
-            if namespace == pod.metadata.namespace and is_generated_for(claim, pod, pod_claim_name):
-                return name
+        for claim in self.state.owned_claims(pod.metadata.uid or ""):
+            if claim["metadata"].get("namespace") == pod.metadata.namespace and is_generated_for(
+                claim, pod, pod_claim_name
+            ):
+                return str(claim["metadata"]["name"])
         return None
 
     async def _schedule(self, pod: Pod, body: dict[str, Any], claims: list[dict[str, Any]]) -> None:
@@ -397,7 +398,7 @@ class ControlPlane:
                 updated = await self._client.replace(
                     RESOURCE_CLAIMS, {**claim, "status": status}, subresource="status"
                 )
-                self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
+                self.state.remember_claim(updated)
                 self.state.written(meta["uid"], updated)
                 return
             except ConflictError:
@@ -436,7 +437,7 @@ class ControlPlane:
             fresh = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
             await self.state.claim_event("MODIFIED", fresh)
             return
-        self.state.claims.cache[(meta["namespace"], meta["name"])] = updated
+        self.state.remember_claim(updated)
         await self.state.claim_event("MODIFIED", updated)
         self._retry_unschedulable()
 

@@ -58,6 +58,7 @@ class ClusterState:
         # claim uid -> resourceVersion of the scheduler's own write (None: the write is in flight); the claim's
         # events older than that are stale and must not undo the assumed allocation (kube-scheduler's assume cache)
         self._assumed: dict[str, int | None] = {}
+        self._owned: dict[str, set[tuple[str, str]]] = {}  # owner (pod) uid -> its claims (namespace, name)
 
     @property
     def informers(self) -> list[Informer]:
@@ -86,8 +87,30 @@ class ClusterState:
         self._allocator = None
         self.changed += 1
 
+    def remember_claim(self, body: dict[str, Any]) -> None:
+        """Put a claim the control plane wrote into the cache (its watch event may come later)."""
+        meta = body["metadata"]
+        self.claims.cache[(meta["namespace"], meta["name"])] = body
+        self._index_owners(meta, add=True)
+
+    def owned_claims(self, owner_uid: str) -> list[dict[str, Any]]:
+        """The cached claims that name ``owner_uid`` among their owners (a pod's, without scanning all)."""
+        keys = self._owned.get(owner_uid, set())
+        return [claim for key in sorted(keys) if (claim := self.claims.cache.get(key)) is not None]
+
+    def _index_owners(self, meta: dict[str, Any], *, add: bool) -> None:
+        key = (meta.get("namespace", ""), meta["name"])
+        for owner in meta.get("ownerReferences") or []:
+            if add:
+                self._owned.setdefault(owner.get("uid", ""), set()).add(key)
+            elif (keys := self._owned.get(owner.get("uid", ""))) is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._owned[owner.get("uid", "")]
+
     async def claim_event(self, kind: str, body: dict[str, Any]) -> None:
         uid = body["metadata"]["uid"]
+        self._index_owners(body["metadata"], add=kind != "DELETED")
         if kind == "DELETED":
             self._assumed.pop(uid, None)
         elif self._stale(uid, body):
