@@ -175,6 +175,45 @@ async def test_watch_field_selector_on_name(http: aiohttp.ClientSession) -> None
     ]
 
 
+async def test_a_kubelets_watch_sees_a_pod_from_its_binding_to_its_deletion(
+    http: aiohttp.ClientSession,
+) -> None:
+    """A watch with fieldSelector=spec.nodeName=X (every kubelet's) gets the pod as ADDED when it is bound to X,
+    though the pod existed before without a node; a watch of another node gets nothing."""
+    pods = "/api/v1/namespaces/default/pods"
+    await http.post(
+        pods, json={"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    )
+    mine = "/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn1&timeoutSeconds=5"
+    other = "/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn2&timeoutSeconds=1"
+    async with http.get(mine) as rsp, http.get(other) as rsp2:
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"name": "n1"}}
+        async with http.post(f"{pods}/p/binding", json=binding) as bound:
+            assert bound.status == 201
+        await http.delete(f"{pods}/p")
+        events = await read_events(rsp, 2)
+        others = await read_events(rsp2, 1)  # ends empty when its watch times out
+    assert [(e["type"], e["object"]["spec"].get("nodeName")) for e in events] == [
+        ("ADDED", "n1"),
+        ("DELETED", "n1"),
+    ]
+    assert others == []
+
+
+async def test_a_watch_on_a_node_sees_a_slice_leave_it(http: aiohttp.ClientSession) -> None:
+    """An object whose selected field changes away from the watched value arrives there as DELETED."""
+    async with http.post(SLICES, json=resource_slice("moving", "node-1")) as created:
+        assert created.status == 201
+    url = f"{SLICES}?watch=true&fieldSelector=spec.nodeName%3Dnode-1&timeoutSeconds=5"
+    async with http.get(url) as rsp:
+        await http.patch(f"{SLICES}/moving", json={"spec": {"nodeName": "node-2"}}, headers=MERGE)
+        events = await read_events(rsp, 2)
+    assert [(e["type"], e["object"]["spec"]["nodeName"]) for e in events] == [
+        ("ADDED", "node-1"),
+        ("DELETED", "node-2"),
+    ]
+
+
 async def test_watch_from_expired_resource_version_is_410(
     http: aiohttp.ClientSession, apiserver: EmbeddedAPIServer
 ) -> None:

@@ -125,6 +125,11 @@ class Store:
         self.history_size = history_size
         self.floor = start_rv  # events with rv <= floor may be missing from the history
         self.watchers: set[Watcher] = set()
+        # watchers that select one value of a field (a kubelet's spec.nodeName, one object's metadata.name) are
+        # offered only the events of objects with that value before or after: with a watch per node, offering
+        # every event to every watcher cost more than the writes
+        self._routes: dict[tuple[str, str], set[Watcher]] = {}
+        self._unrouted: set[Watcher] = set()
 
     def __len__(self) -> int:
         return len(self.objects)
@@ -200,13 +205,46 @@ class Store:
                 del self.by_namespace[key[0]]
         self._emit(Event(final.rv, "DELETED", final, None))
 
+    def add_watcher(self, watcher: Watcher) -> None:
+        self.watchers.add(watcher)
+        route = self._route(watcher)
+        if route is None:
+            self._unrouted.add(watcher)
+        else:
+            self._routes.setdefault(route, set()).add(watcher)
+
+    def remove_watcher(self, watcher: Watcher) -> None:
+        self.watchers.discard(watcher)
+        self._unrouted.discard(watcher)
+        route = self._route(watcher)
+        if route is not None and (routed := self._routes.get(route)) is not None:
+            routed.discard(watcher)
+            if not routed:
+                del self._routes[route]
+
+    def _route(self, watcher: Watcher) -> tuple[str, str] | None:
+        if watcher.fields is not None:
+            for path in ("metadata.name", *self.indexes):
+                value = watcher.fields.equality(path)
+                if value is not None:
+                    return path, value
+        return None
+
     def _emit(self, event: Event) -> None:
         history = self.history
         history.append(event)
         if len(history) > self.history_size:
             self.floor = history.popleft().rv
-        for watcher in self.watchers:
+        for watcher in self._unrouted:
             watcher.offer(event)
+        if self._routes:
+            routed: set[Watcher] = set()
+            for path in {path for path, _ in self._routes}:
+                for entry in (event.entry, event.prev):
+                    if entry is not None:
+                        routed |= self._routes.get((path, field_value(entry.obj, path)), set())
+            for watcher in routed:
+                watcher.offer(event)
 
     def since(self, rv: int) -> list[Event] | None:
         """Events after ``rv``; None when the history no longer reaches back that far (410 Expired)."""
@@ -231,3 +269,5 @@ class Store:
         for watcher in list(self.watchers):
             watcher.close()
         self.watchers.clear()
+        self._routes.clear()
+        self._unrouted.clear()

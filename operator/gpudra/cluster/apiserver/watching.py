@@ -103,7 +103,7 @@ class WatchRequest:
                 for event in events:
                     watcher.offer(event)
         if expired is None:
-            store.watchers.add(watcher)
+            store.add_watcher(watcher)
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
         )
@@ -116,7 +116,7 @@ class WatchRequest:
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            store.watchers.discard(watcher)
+            store.remove_watcher(watcher)
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
