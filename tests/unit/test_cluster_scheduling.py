@@ -125,3 +125,19 @@ async def test_a_failing_create_stops_the_rest_of_the_job() -> None:
     with pytest.raises(KubeError, match="exceeded quota"):
         await workloads.reconcile(job(100))
     assert client.created == 7  # the batch of 4 in which the 5th failed ran out; no batch after it
+
+
+async def test_the_node_list_is_the_same_object_until_a_node_changes() -> None:
+    """The allocator resumes a first-fit scan for a claim shape only over the very list it scanned before."""
+    state = ClusterState(cast(KubeClient, object()))
+    node = {"metadata": {"name": "n1", "labels": {"zone": "a"}}}
+    state.nodes.cache[("", "n1")] = node
+    await state.nodes_event("ADDED", node)
+    first = state.node_infos({"zone": "a"})
+    assert [n.name for n in first] == ["n1"]
+    assert state.node_infos({"zone": "a"}) is first
+    assert state.node_infos({"zone": "b"}) == []
+    state.nodes.cache[("", "n1")] = {"metadata": {"name": "n1", "labels": {"zone": "b"}}}
+    await state.nodes_event("MODIFIED", state.nodes.cache[("", "n1")])
+    assert state.node_infos({"zone": "a"}) == []
+    assert [n.name for n in state.node_infos({"zone": "b"})] == ["n1"]

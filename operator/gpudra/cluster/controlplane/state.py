@@ -51,7 +51,9 @@ class ClusterState:
         self.classes = Informer(client, DEVICE_CLASSES, self._on_class)
         self.templates = Informer(client, RESOURCE_CLAIM_TEMPLATES, on_template)
         self.namespaces = Informer(client, NAMESPACES)
-        self.nodes = Informer(client, NODES)
+        self.nodes = Informer(client, NODES, self.nodes_event)
+        self._nodes_seen = 0  # node events so far
+        self._node_infos: dict[tuple[tuple[str, str], ...], tuple[int, list[NodeInfo]]] = {}
         self.pods = Informer(client, PODS, on_pod)
         self.changed = 0  # bumped when devices may have become available
         self._allocator: Allocator | None = None
@@ -172,7 +174,17 @@ class ClusterState:
         self._allocator.namespace_labels = labels
         return self._allocator
 
+    async def nodes_event(self, kind: str, body: dict[str, Any]) -> None:
+        self._nodes_seen += 1
+
     def node_infos(self, node_selector: dict[str, str] | None = None) -> list[NodeInfo]:
+        """The schedulable nodes (matching ``node_selector``) in name order: the same list object while no node
+        changed, which lets the allocator resume a first-fit scan where the previous pod of the same shape
+        left off instead of scanning every full node again (do not modify it)."""
+        key = tuple(sorted((node_selector or {}).items()))
+        cached = self._node_infos.get(key)
+        if cached is not None and cached[0] == self._nodes_seen:
+            return cached[1]
         infos = []
         for body in sorted(self.nodes.cache.values(), key=lambda n: n["metadata"]["name"]):
             labels = body["metadata"].get("labels") or {}
@@ -181,4 +193,7 @@ class ClusterState:
             if (body.get("spec") or {}).get("unschedulable"):
                 continue
             infos.append(NodeInfo(body["metadata"]["name"], labels))
+        if len(self._node_infos) > 64:
+            self._node_infos.clear()
+        self._node_infos[key] = (self._nodes_seen, infos)
         return infos
