@@ -4,6 +4,7 @@ cannot be satisfied. The manifests are the ones in examples/seeds/ (the e2e test
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,38 @@ async def test_named_claim_shared_by_two_pods_gives_both_the_same_gpu(cluster: E
     claim = await client_of(cluster).get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
     assert len(devices_of(claim)) == 1
     assert {r["name"] for r in claim["status"]["reservedFor"]} == {"qwen-inference", "embedding-service"}
+
+
+async def test_pods_created_together_around_one_claim_share_one_allocation(cluster: EmbeddedCluster) -> None:
+    """Pods are bound in the background: a pod scheduled while the claim's allocation is still being written
+    must wait for that write, not allocate the claim a second time (the claim's devices never change)."""
+    client = client_of(cluster)
+    docs = list(yaml.safe_load_all((SEEDS / "02-shared-claim-two-pods.yaml").read_text()))
+    seen: list[list[str]] = []
+
+    async def watch_allocations() -> None:
+        async for _, body in client.watch(
+            RESOURCE_CLAIMS,
+            "default",
+            field_selector="metadata.name=shared-inference-gpu",
+            timeout_seconds=30,
+        ):
+            allocation = (body.get("status") or {}).get("allocation")
+            if allocation and (devices := sorted(d for _, _, d in devices_of(body))) not in seen:
+                seen.append(devices)
+
+    watching = asyncio.create_task(watch_allocations())
+    await asyncio.sleep(0.2)
+    await client.create(RESOURCE_CLAIMS, docs[0], "default")
+    names = [f"sharer-{i}" for i in range(6)]
+    pods = [{**docs[1], "metadata": {"name": n, "namespace": "default"}} for n in names]
+    await asyncio.gather(*(client.create(PODS, p, "default") for p in pods))
+    nodes = {await eventually(lambda n=n: bound(cluster, n)) for n in names}
+    claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+    watching.cancel()
+    assert len(nodes) == 1 and nodes == {devices_of(claim)[0][1]}
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == names
+    assert len(seen) == 1, seen
 
 
 async def test_mig_slices_of_one_claim_come_from_the_same_gpu(cluster: EmbeddedCluster) -> None:

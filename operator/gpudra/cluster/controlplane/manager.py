@@ -2,11 +2,11 @@
 reservedFor cleanup, deallocation of unused claims) and kube-scheduler's DRA part (allocate a pending pod's claims
 on one node with gpudra's allocator, write status.allocation and reservedFor, bind the pod).
 
-As in Kubernetes, three stages. The claims of new pods are made concurrently, each pod's as soon as it appears
-(the resourceclaim controller's part; no worker pool, so a critical daemon pod never queues behind a Job's
-hundreds of pods there). One worker then schedules pods one at a time, in memory, so allocations never race
-(the scheduling cycle). Each scheduled pod's claim writes and binding run in the background (the binding
-cycle), its allocations assumed meanwhile so that stale events of its claims cannot free the devices again.
+As in Kubernetes, three stages. The claims of new pods are made concurrently by a few workers (the resourceclaim
+controller's part); pods with a priority (critical daemons) do not wait for one. One worker then schedules pods
+one at a time, in memory, so allocations never race (the scheduling cycle). Each scheduled pod's claim writes
+and binding run in the background (the binding cycle), its allocations assumed meanwhile so that stale events
+of its claims cannot free the devices again; a pod sharing a claim whose write is in flight waits for it.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 RETRY_SECONDS = 2.0
+CLAIM_WORKERS = 8
+"""Pods whose claims are made at once; pods with a priority (critical daemons) do not wait for a worker."""
 
 
 def _now() -> str:
@@ -62,7 +64,9 @@ class ControlPlane:
         self._sequence = 0
         self._queued: set[tuple[str, str]] = set()
         self._claiming: dict[tuple[str, str], asyncio.Task[None]] = {}  # pods whose claims are being made
+        self._claim_workers = asyncio.Semaphore(CLAIM_WORKERS)
         self._binding: set[asyncio.Task[None]] = set()
+        self._deferred: set[tuple[str, str]] = set()  # pods whose claim a binding in flight writes
         self._unschedulable: set[tuple[str, str]] = set()
         self._bound: dict[str, str] = {}  # uid -> node of the pods this scheduler bound
         self._events = EventRecorder(client, "gpudra-scheduler")
@@ -79,7 +83,11 @@ class ControlPlane:
 
     async def _claims_then_queue(self, key: tuple[str, str]) -> None:
         try:
-            ready = await self.make_claims(key)
+            if pod_priority(self.state.pods.cache.get(key) or {}) > 0:
+                ready = await self.make_claims(key)
+            else:
+                async with self._claim_workers:
+                    ready = await self.make_claims(key)
         except GpudraError as exc:
             log.warning("making the pod's claims failed; will retry", pod="/".join(key), error=str(exc))
             self._unschedulable.add(key)
@@ -302,6 +310,11 @@ class ControlPlane:
 
     async def _schedule(self, pod: Pod, body: dict[str, Any], claims: list[dict[str, Any]]) -> None:
         key = (pod.metadata.namespace or "", pod.metadata.name or "")
+        if any(self.state.writing(c["metadata"]["uid"]) for c in claims):
+            self._deferred.add(
+                key
+            )  # a claim shared with a pod being bound: scheduled when that write is done
+            return
         pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         nodes = self.state.node_infos(pod.spec.node_selector)
@@ -370,6 +383,10 @@ class ControlPlane:
                     self.state.unassume(claim["metadata"]["uid"], self.state.claims.cache.get(claim_key))
             self._unschedulable.add(key)
             return
+        finally:
+            deferred, self._deferred = self._deferred, set()
+            for waiting in sorted(deferred):
+                self._enqueue(waiting)
         log.info(
             "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c, _ in writes]
         )

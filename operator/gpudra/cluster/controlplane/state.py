@@ -154,6 +154,10 @@ class ClusterState:
         raw = ((body or {}).get("status") or {}).get("allocation")
         self.record_allocation(uid, None if raw is None else AllocationResult.model_validate(raw))
 
+    def writing(self, uid: str) -> bool:
+        """Whether the scheduler's write of the claim's allocation is still in flight."""
+        return uid in self._assumed and self._assumed[uid] is None
+
     def _stale(self, uid: str, body: dict[str, Any]) -> bool:
         if uid not in self._assumed:
             return False
