@@ -58,7 +58,8 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims/status", "patch"), ("resource.k8s.io", "resourceclaims/status", "update"),
         ("", "events", "create"),
-        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")},
+        # a channel's prepare watches its clique object while it waits for the node's daemon
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "list", "watch", "create", "update")},
         *{("", "configmaps", v) for v in ("get", "create", "update")},
     },
     "gpudra-imex-daemon": {
