@@ -7,9 +7,10 @@ the GPUs and MIG devices present now, resolve the opaque configs, refuse devices
     [dynamic MIG: checkpoint PrepareStarted (placements to create) -> instances created -> checkpoint (their
     ids)] -> checkpoint PrepareStarted (with the plan) -> sharing settings -> CDI spec written -> PrepareCompleted
 
-and report ``status.devices`` Ready on the claim. A failure after PrepareStarted is rolled back at once; a crash
-is repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from
-the checkpoint. Unprepare undoes exactly what the checkpoint says was done, and an unknown claim is a success.
+and report ``status.devices`` Ready on the claim (:mod:`gpudra.agent.claimstatus`). A failure after
+PrepareStarted is rolled back at once; a crash is repaired at the next start (:mod:`gpudra.agent.recovery`). A
+second prepare of a completed claim answers from the checkpoint. Unprepare undoes exactly what the checkpoint says
+was done, and an unknown claim is a success.
 
 The GPU driver's plan (which GPUs and MIG devices, sharing settings, CDI edits) is the default; another
 driver served by the same machinery (the compute-domain driver) passes its own ``planner``, which decides the
@@ -29,11 +30,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpudra.agent.cdi import ClaimSpecDir
-from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
+from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
+from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.dynamicmig import InstanceCreation, plan_instances
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
@@ -42,9 +43,7 @@ from gpudra.agent.preparing import (
     ClaimPlan,
     DeviceKey,
     conflicts,
-    device_status,
     device_targets,
-    merge_device_statuses,
     plan_claim,
     prepared_devices,
     select_results,
@@ -54,7 +53,6 @@ from gpudra.api.nvidia import SharingFeatures
 from gpudra.api.resource import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.errors import (
     CheckpointError,
-    ConflictError,
     GpudraError,
     HardwareError,
     KubeError,
@@ -89,19 +87,6 @@ class ClaimPlanner(Protocol):
     async def released(self, uid: str, entry: ClaimEntry | None) -> None:
         """After an unprepare (``entry`` None: the claim was not prepared here, perhaps only attempted)."""
         ...
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _view(
-    devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]
-) -> frozenset[tuple[str, str]]:
-    """(device, reason) of a claim's unhealthy devices: what the last report said."""
-    return frozenset(
-        (d.device_name, problems[d.device_name].reason) for d in devices if d.device_name in problems
-    )
 
 
 def _as_prepare_error(exc: GpudraError) -> PrepareError:
@@ -146,11 +131,15 @@ class ClaimPreparer:
         self.driver = driver
         self.node = node
         self._metrics = metrics
-        self._events = events or EventRecorder(client, f"gpudra-agent-{node}", window_seconds=60)
+        self.status = ClaimStatus(
+            client,
+            events or EventRecorder(client, f"gpudra-agent-{node}", window_seconds=60),
+            driver=driver,
+            node=node,
+            problems=problems,
+        )
         self._features = features
         self._shareable = shareable
-        self._problems = problems
-        self._health_view: dict[str, frozenset[tuple[str, str]]] = {}
         self._dynamic_gpus = dynamic_gpus
         self._instances = MigInstances(backend)
         self._mps_root = mps_root
@@ -209,28 +198,12 @@ class ClaimPreparer:
             )
         except GpudraError as exc:
             error = _as_prepare_error(exc)
-            await self._report_failure(ref, claim, results, error)
+            await self.status.failed(ref, claim, results, error)
             if error is exc:
                 raise
             raise error from exc
-        problems = self._problems() if self._problems is not None else {}
-        await self._update_status(ref, self._prepared_statuses(plan.devices, problems))
-        self._health_view[ref.uid] = _view(plan.devices, problems)
+        await self.status.prepared(ref, plan.devices)
         return PrepareResult(devices=prepared_devices(plan.devices))
-
-    def _prepared_statuses(
-        self, devices: Sequence[DeviceRecord], problems: Mapping[str, DeviceProblem]
-    ) -> list[dict[str, Any]]:
-        watched = self._problems is not None
-        return [
-            device_status(
-                self.driver, d.pool_name, d.device_name, ready=True, reason="Prepared",
-                message=f"prepared on node {self.node}", now=_now(), share_id=d.share_id,
-                data={"uuid": d.uuid, "type": d.device_type, "cdiDeviceIDs": list(d.cdi_device_ids)},
-                health=problems.get(d.device_name, "Healthy") if watched else None,
-            )
-            for d in devices
-        ]  # fmt: skip
 
     async def _plan_gpus(
         self, ref: ClaimRef, model: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
@@ -377,7 +350,7 @@ class ClaimPreparer:
             if self._metrics is not None:
                 self._metrics.unprepare_seconds.labels(self.node).observe(time.monotonic() - started)
         if entry is not None:
-            await self._update_status(ref, [])
+            await self.status.unprepared(ref)
         self._count("unprepare", "ok")
         return UnprepareResult()
 
@@ -433,104 +406,9 @@ class ClaimPreparer:
         await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
         return True
 
-    # -- health ----------------------------------------------------------------------------------------------
-
     async def report_health(self, *, refresh: bool = False) -> None:
-        """Bring the Healthy condition of every prepared claim's devices in line with the health watcher: set it
-        False with the reason when a device turned unhealthy, True again when it recovered, with an Event on the
-        claim for each change. Claims whose devices did not change are not touched unless ``refresh`` (at start,
-        to correct what a previous agent wrote)."""
-        if self._problems is None:
-            return
-        problems = self._problems()
-        claims = self.store.claims()
-        for uid in set(self._health_view) - set(claims):
-            del self._health_view[uid]
-        for uid, entry in claims.items():
-            view = _view(entry.devices, problems)
-            before = self._health_view.get(uid, frozenset())
-            if entry.state != "PrepareCompleted" or (view == before and not refresh):
-                continue
-            ref = ClaimRef(namespace=entry.namespace, uid=uid, name=entry.name)
-            async with self.store.claim_lock(uid):
-                current = self.store.get(uid)
-                if current is None or current.state != "PrepareCompleted":
-                    continue
-                await self._update_status(ref, self._prepared_statuses(current.devices, problems))
-            self._health_view[uid] = view
-            await self._post_health_events(ref, before, view, problems)
-
-    async def _post_health_events(
-        self,
-        ref: ClaimRef,
-        before: frozenset[tuple[str, str]],
-        after: frozenset[tuple[str, str]],
-        problems: Mapping[str, DeviceProblem],
-    ) -> None:
-        involved = ref.event_object()
-        for device, _ in sorted(after - before):
-            message = f"node {self.node}: device {device}: {problems[device].message}"
-            await self._events.post(involved, "Warning", "DeviceUnhealthy", message)
-        for device in sorted({d for d, _ in before} - {d for d, _ in after}):
-            message = f"node {self.node}: device {device} is healthy again"
-            await self._events.post(involved, "Normal", "DeviceRecovered", message)
-
-    # -- status and events -----------------------------------------------------------------------------------
-
-    async def _report_failure(
-        self,
-        ref: ClaimRef,
-        claim: dict[str, Any] | None,
-        results: Sequence[DeviceRequestAllocationResult],
-        error: PrepareError,
-    ) -> None:
-        involved = claim or ref.event_object()
-        if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
-            await self._events.post(
-                involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"
-            )
-        if results:
-            entries = [
-                device_status(
-                    self.driver, r.pool, r.device, ready=False, reason=error.reason, message=str(error),
-                    now=_now(), share_id=r.share_id,
-                )
-                for r in results
-            ]  # fmt: skip
-            await self._update_status(ref, entries)
-
-    async def _update_status(self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5) -> None:
-        """Replace this node's entries of our driver in ``status.devices``; others' entries are kept. Best
-        effort: the claim may be gone, and a failure here does not undo a prepare."""
-        for _ in range(attempts):
-            try:
-                claim = await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
-            except NotFoundError:
-                return
-            except KubeError as exc:
-                log.warning("reading the claim for its status failed", uid=ref.uid, error=str(exc))
-                return
-            meta = claim.get("metadata", {})
-            if meta.get("uid") != ref.uid:
-                return
-            existing = (claim.get("status") or {}).get("devices") or []
-            merged = merge_device_statuses(existing, driver=self.driver, pool=self.node, ours=ours)
-            if merged == existing:
-                return
-            patch = {
-                "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                "status": {"devices": merged or None},
-            }
-            try:
-                await self._client.patch(
-                    RESOURCE_CLAIMS, ref.name, patch, ref.namespace, subresource="status"
-                )
-                return
-            except ConflictError:
-                continue
-            except KubeError as exc:
-                log.warning("updating the claim status failed", uid=ref.uid, error=str(exc))
-                return
+        """See :meth:`ClaimStatus.report_health`."""
+        await self.status.report_health(self.store, refresh=refresh)
 
     # -- metrics ---------------------------------------------------------------------------------------------
 

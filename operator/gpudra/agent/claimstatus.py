@@ -1,0 +1,177 @@
+"""What a driver's prepare writes on the claim: ``status.devices`` entries (Ready, or the failure's reason, with a
+``Healthy`` condition when the agent watches GPU health) and Events (FailedPrepare, DeviceUnhealthy,
+DeviceRecovered).
+
+``ClaimStatus`` keeps, per prepared claim, the unhealthy devices it last reported, so a health change touches
+only the claims whose devices changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
+from gpudra.agent.health import DeviceProblem
+from gpudra.agent.kubeletplugin.types import ClaimRef
+from gpudra.agent.preparing import device_status, merge_device_statuses
+from gpudra.api.resource import DeviceRequestAllocationResult
+from gpudra.errors import ConflictError, KubeError, NotFoundError, PrepareError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
+from gpudra.kube.resources import RESOURCE_CLAIMS
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+Problems = Callable[[], Mapping[str, DeviceProblem]]
+HealthView = frozenset[tuple[str, str]]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _view(devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]) -> HealthView:
+    """(device, reason) of a claim's unhealthy devices: what the last report said."""
+    return frozenset(
+        (d.device_name, problems[d.device_name].reason) for d in devices if d.device_name in problems
+    )
+
+
+class ClaimStatus:
+    """Status entries and Events on the claims of one driver on one node. ``problems`` (when the agent watches
+    GPU health) says which devices are unhealthy now and why."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        events: EventRecorder,
+        *,
+        driver: str,
+        node: str,
+        problems: Problems | None = None,
+    ) -> None:
+        self._client = client
+        self._events = events
+        self.driver = driver
+        self.node = node
+        self._problems = problems
+        self._health_view: dict[str, HealthView] = {}
+
+    async def prepared(self, ref: ClaimRef, devices: Sequence[DeviceRecord]) -> None:
+        """The claim's devices are prepared: Ready entries, each with its health."""
+        problems = self._problems() if self._problems is not None else {}
+        await self._update(ref, self._ready(devices, problems))
+        self._health_view[ref.uid] = _view(devices, problems)
+
+    async def unprepared(self, ref: ClaimRef) -> None:
+        """The claim's devices were unprepared here: this node's entries go."""
+        self._health_view.pop(ref.uid, None)
+        await self._update(ref, [])
+
+    async def failed(
+        self,
+        ref: ClaimRef,
+        claim: dict[str, Any] | None,
+        results: Sequence[DeviceRequestAllocationResult],
+        error: PrepareError,
+    ) -> None:
+        """The prepare failed: a FailedPrepare Event (unless the claim is gone) and not-Ready entries."""
+        involved = claim or ref.event_object()
+        if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
+            await self._events.post(
+                involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"
+            )
+        if results:
+            entries = [
+                device_status(
+                    self.driver, r.pool, r.device, ready=False, reason=error.reason, message=str(error),
+                    now=_now(), share_id=r.share_id,
+                )
+                for r in results
+            ]  # fmt: skip
+            await self._update(ref, entries)
+
+    async def report_health(self, store: CheckpointStore, *, refresh: bool = False) -> None:
+        """Bring the Healthy condition of every prepared claim's devices in line with the health watcher: set it
+        False with the reason when a device turned unhealthy, True again when it recovered, with an Event on the
+        claim for each change. Claims whose devices did not change are not touched unless ``refresh`` (at start,
+        to correct what a previous agent wrote)."""
+        if self._problems is None:
+            return
+        problems = self._problems()
+        claims = store.claims()
+        for uid in set(self._health_view) - set(claims):
+            del self._health_view[uid]
+        for uid, entry in claims.items():
+            view = _view(entry.devices, problems)
+            before = self._health_view.get(uid, frozenset())
+            if entry.state != "PrepareCompleted" or (view == before and not refresh):
+                continue
+            ref = ClaimRef(namespace=entry.namespace, uid=uid, name=entry.name)
+            async with store.claim_lock(uid):
+                current = store.get(uid)
+                if current is None or current.state != "PrepareCompleted":
+                    continue
+                await self._update(ref, self._ready(current.devices, problems))
+            self._health_view[uid] = view
+            await self._post_health_events(ref, before, view, problems)
+
+    def _ready(
+        self, devices: Sequence[DeviceRecord], problems: Mapping[str, DeviceProblem]
+    ) -> list[dict[str, Any]]:
+        watched = self._problems is not None
+        return [
+            device_status(
+                self.driver, d.pool_name, d.device_name, ready=True, reason="Prepared",
+                message=f"prepared on node {self.node}", now=_now(), share_id=d.share_id,
+                data={"uuid": d.uuid, "type": d.device_type, "cdiDeviceIDs": list(d.cdi_device_ids)},
+                health=problems.get(d.device_name, "Healthy") if watched else None,
+            )
+            for d in devices
+        ]  # fmt: skip
+
+    async def _post_health_events(
+        self, ref: ClaimRef, before: HealthView, after: HealthView, problems: Mapping[str, DeviceProblem]
+    ) -> None:
+        involved = ref.event_object()
+        for device, _ in sorted(after - before):
+            message = f"node {self.node}: device {device}: {problems[device].message}"
+            await self._events.post(involved, "Warning", "DeviceUnhealthy", message)
+        for device in sorted({d for d, _ in before} - {d for d, _ in after}):
+            message = f"node {self.node}: device {device} is healthy again"
+            await self._events.post(involved, "Normal", "DeviceRecovered", message)
+
+    async def _update(self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5) -> None:
+        """Replace this node's entries of our driver in ``status.devices``; others' entries are kept. Best
+        effort: the claim may be gone, and a failure here does not undo a prepare."""
+        for _ in range(attempts):
+            try:
+                claim = await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+            except NotFoundError:
+                return
+            except KubeError as exc:
+                log.warning("reading the claim for its status failed", uid=ref.uid, error=str(exc))
+                return
+            meta = claim.get("metadata", {})
+            if meta.get("uid") != ref.uid:
+                return
+            existing = (claim.get("status") or {}).get("devices") or []
+            merged = merge_device_statuses(existing, driver=self.driver, pool=self.node, ours=ours)
+            if merged == existing:
+                return
+            patch = {
+                "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "status": {"devices": merged or None},
+            }
+            try:
+                await self._client.patch(
+                    RESOURCE_CLAIMS, ref.name, patch, ref.namespace, subresource="status"
+                )
+                return
+            except ConflictError:
+                continue
+            except KubeError as exc:
+                log.warning("updating the claim status failed", uid=ref.uid, error=str(exc))
+                return
