@@ -136,8 +136,8 @@ class DomainStatusWriter:
         if patch is not None and not await self._write(domain, uid, patch):
             return
         was_ready = stored is not None and stored.status == "Ready" and bool(stored.nodes)
+        self._update_gauge()  # before the Events: whoever sees DomainReady sees the gauge say so
         await self._report(domain, computed, was_ready=was_ready)
-        self._update_gauge()
 
     async def _write(self, domain: ComputeDomain, uid: str, patch: dict[str, Any]) -> bool:
         meta = domain.metadata
