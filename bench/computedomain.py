@@ -3,11 +3,15 @@ channel, over simulated GB200 NVL72 trays (4 GPUs each, so 4 pods per tray, 18 t
 
 From applying the ComputeDomain and the Job, it measures the seconds until every pod's claims are prepared (the
 stand-in kubelet marks a pod Running only then: its channel waited for the node's IMEX daemon) and until the
-domain's status is Ready over every tray; and counts the requests the API server answered with 409 Conflict and
-the controller's status writes. A small domain (16 pods over 4 trays) is measured first in the same run as the
-baseline, so the output is also a ratio.
+domain's status is Ready over every tray; and counts the requests the API server answered with 409 Conflict (on
+the ComputeDomain, and on the clique objects, where the daemons of one clique race for the lowest free index and
+retry on a fresh read) and the controller's status writes. A small domain (16 pods over 4 trays) is measured first
+in the same run as the baseline, so the output is also a ratio.
 
-    python -m bench computedomain [--quick | --trays N]
+The API server runs in a process of its own, as in a real cluster; the simulated nodes, control plane and
+controller share the other process (``--one-process``: all of it in one, on one core).
+
+    python -m bench computedomain [--quick | --trays N] [--one-process]
 
 Goal: 256 pods over 64 trays ready in < 10 s with 0 conflicts on the domain (NVIDIA #816: ~8 minutes, slowed by
 409 conflicts on the domain's status).
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import tempfile
 import time
 from collections import Counter
@@ -85,8 +90,10 @@ class Result:
     """409s on ComputeDomainCliques: daemons registering at once; each retries on a fresh read."""
     status_writes: int
     cpu_s: float
-    """CPU seconds the whole process (API server, control plane, agents, controller) spent meanwhile: on a
+    """CPU seconds the cluster's process (control plane, agents, kubelets, controller) spent meanwhile: on a
     machine shared with other work the wall time is longer, never shorter (one process, one GIL)."""
+    server_cpu_s: float
+    """CPU seconds of the API server's own process meanwhile."""
 
 
 class Progress:
@@ -127,23 +134,37 @@ class Progress:
         self._mark("ready", status.get("status") == "Ready" and len(status.get("nodes") or []) == self.trays)
 
 
-async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
+async def _conflicts(cluster: EmbeddedCluster) -> Counter[str]:
+    if cluster.server_process is not None:
+        return await cluster.server_process.conflicts_by_resource()
+    assert cluster.server is not None
+    return cluster.server.conflicts_by_resource.copy()
+
+
+def _server_cpu(cluster: EmbeddedCluster) -> float:
+    """The API server's own CPU seconds (0 when it runs in the cluster's process: counted there)."""
+    return _cpu_seconds(cluster.server_process.pid) if cluster.server_process is not None else 0.0
+
+
+async def form(trays: int, pods: int, *, one_process: bool = False, timeout: float = 300.0) -> Result:
     with tempfile.TemporaryDirectory(prefix="gpudra-bench-") as tmp:
         cluster = EmbeddedCluster(
             UpOptions(
                 nodes=parse_fleet(f"{PROFILE}:{trays}", {PROFILE}),
                 kubeconfig=Path(tmp) / "kubeconfig",
                 hardware_poll_seconds=5.0,  # the hardware does not change here; spare the CPU for the flow
+                # as in a real cluster, the API server runs apart from the nodes (on another core)
+                api_server_process=not one_process,
             )
         )
         await cluster.start()
         try:
-            assert cluster.client is not None and cluster.server is not None
+            assert cluster.client is not None
             client = cluster.client
-            conflicts = cluster.server.conflicts_by_resource
-            before = conflicts.copy()
+            before = await _conflicts(cluster)
             writes = cluster.metrics.computedomain_status_writes.labels("written")
             writes_before = writes._value.get()
+            server_cpu = _server_cpu(cluster)
             start, cpu = time.perf_counter(), time.process_time()
             progress = Progress(trays, pods, start)
             informers = [
@@ -167,6 +188,7 @@ async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
                     task.cancel()
                 await asyncio.gather(*watching, return_exceptions=True)
             marks = progress.marks
+            conflicts = await _conflicts(cluster)
             return Result(
                 trays,
                 pods,
@@ -178,9 +200,19 @@ async def form(trays: int, pods: int, timeout: float = 300.0) -> Result:
                 _grown(conflicts, before, "computedomaincliques"),
                 int(writes._value.get() - writes_before),
                 time.process_time() - cpu,
+                _server_cpu(cluster) - server_cpu,
             )
         finally:
             await cluster.stop()
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc; 0 where that cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _grown(now: Counter[str], before: Counter[str], plural: str) -> int:
@@ -192,27 +224,26 @@ def _line(label: str, r: Result) -> str:
         f"{label:<9} {r.pods:>4} pods / {r.trays:>3} trays: bound {r.bound_s:6.2f} s, daemons Ready "
         f"{r.daemons_s:6.2f} s, domain Ready {r.ready_s:6.2f} s, all prepared {r.prepared_s:6.2f} s; "
         f"409 conflicts on the domain {r.conflicts} (on clique objects {r.clique_conflicts}), domain status "
-        f"writes {r.status_writes}; process CPU {r.cpu_s:.1f} s"
+        f"writes {r.status_writes}; CPU: cluster {r.cpu_s:.1f} s, API server {r.server_cpu_s:.1f} s"
     )
 
 
-def measure(trays: int) -> Result:
+def measure(trays: int, one_process: bool = False) -> Result:
     """One scenario in this (fresh) process: 4 pods per tray."""
-    # prepares that wait for their node's daemon log warnings by design; keep the output readable
-    configure_logging(level="ERROR")
-    return asyncio.run(form(trays, trays * GPUS_PER_TRAY))
+    configure_logging(level="ERROR")  # keep the output readable
+    return asyncio.run(form(trays, trays * GPUS_PER_TRAY, one_process=one_process))
 
 
-def in_fresh_process(trays: int) -> Result:
+def in_fresh_process(trays: int, one_process: bool) -> Result:
     """Each embedded cluster in its own process: nothing of one run (tasks, sockets, threads) touches the next."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(measure, trays).result()
+        return pool.submit(measure, trays, one_process).result()
 
 
-def run(trays: int) -> None:
-    baseline = in_fresh_process(4)
+def run(trays: int, one_process: bool = False) -> None:
+    baseline = in_fresh_process(4, one_process)
     print(_line("baseline", baseline), flush=True)
-    scaled = in_fresh_process(trays)
+    scaled = in_fresh_process(trays, one_process)
     print(_line("scaled", scaled), flush=True)
     done = max(scaled.prepared_s, scaled.ready_s)
     ratio = done / max(baseline.prepared_s, baseline.ready_s)
@@ -230,8 +261,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--trays", type=int, default=64, help="GB200 trays of the scaled run (4 pods each)")
     parser.add_argument("--quick", action="store_true", help="16 trays (CI)")
+    parser.add_argument(
+        "--one-process", action="store_true", help="the API server in the cluster's process too (one core)"
+    )
     args = parser.parse_args(argv or [])
-    run(16 if args.quick else args.trays)
+    run(16 if args.quick else args.trays, args.one_process)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free port, -1: none)")
     up.add_argument("--list-profiles", action="store_true", help="list the node profiles and exit")
     up.add_argument(
+        "--api-server-process",
+        action="store_true",
+        help="run the API server in a process of its own (another core; for large fleets)",
+    )
+    up.add_argument(
         "--dynamic-mig",
         action="store_true",
         help="MIG-capable GPUs start with MIG on and no instances, published as dynamic MIG (created at prepare)",
@@ -126,6 +131,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         once=args.once,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         dynamic_mig=args.dynamic_mig,
+        api_server_process=args.api_server_process,
     )
     return await run_up(options)
 

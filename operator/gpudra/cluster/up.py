@@ -26,6 +26,7 @@ from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
@@ -62,6 +63,8 @@ class UpOptions:
     dynamic_mig: bool = False  # MIG-capable GPUs start MIG-enabled and empty, agents run mig_policy=Dynamic
     agent_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
+    api_server_process: bool = False
+    """Run the API server in a process of its own (``server`` stays None, ``server_process`` is set)."""
 
 
 @dataclass
@@ -71,6 +74,7 @@ class EmbeddedCluster:
     options: UpOptions
     metrics: Metrics = field(default_factory=Metrics)
     server: EmbeddedAPIServer | None = None
+    server_process: APIServerProcess | None = None
     client: KubeClient | None = None
     agents: dict[str, NodeAgent] = field(default_factory=dict)
     simulated: dict[str, FakeNvml] = field(default_factory=dict)
@@ -87,12 +91,23 @@ class EmbeddedCluster:
 
     @property
     def url(self) -> str:
+        if self.server_process is not None:
+            return self.server_process.url
         assert self.server is not None
         return self.server.url
 
-    async def start(self) -> None:
+    async def _start_server(self) -> str:
+        self.options.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        if self.options.api_server_process:
+            self.server_process = APIServerProcess(port=self.options.port, kubeconfig=self.options.kubeconfig)
+            return await self.server_process.start()
         self.server = EmbeddedAPIServer(port=self.options.port)
         url = await self.server.start()
+        self.server.write_kubeconfig(self.options.kubeconfig)
+        return url
+
+    async def start(self) -> None:
+        url = await self._start_server()
         # One client for every simulated node's agent and kubelet: each node keeps watches open, so no cap.
         self.client = KubeClient.for_url(url, field_manager="gpudra-up", max_connections=None)
         for crd in (crd_for(model) for model in CRD_MODELS):
@@ -105,8 +120,6 @@ class EmbeddedCluster:
             "metadata": {"name": self.options.controller.namespace},
         }
         await self.client.apply_object(NAMESPACES, namespace)
-        self.options.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-        self.server.write_kubeconfig(self.options.kubeconfig)
 
         if self.options.metrics_port is not None:
             runner = await serve_metrics(
@@ -228,6 +241,8 @@ class EmbeddedCluster:
             await self.client.close()
         if self.server is not None:
             await self.server.stop()
+        if self.server_process is not None:
+            await self.server_process.stop()
         for directory in self._temp_dirs:
             shutil.rmtree(directory, ignore_errors=True)
 

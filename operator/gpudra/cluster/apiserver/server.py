@@ -29,6 +29,8 @@ from .watching import WatchRequest, object_bytes
 
 _JSON = "application/json"
 _TRUE = ("true", "True", "1")
+CONFLICTS_PATH = "/debug/gpudra/conflicts"
+"""409s by resource, as JSON (benchmarks read it from a server in another process)."""
 _PLAIN = {"/healthz", "/readyz", "/livez", "/healthz/ping", "/readyz/ping", "/livez/ping"}
 
 
@@ -150,6 +152,8 @@ class EmbeddedAPIServer:
             )
         if path in _PLAIN:
             return web.Response(text="ok", content_type="text/plain")
+        if path == CONFLICTS_PATH:
+            return _response(dict(self.conflicts_by_resource))
         if path in ("/version", "/version/"):
             return _response(discovery.SERVER_VERSION)
         if path == "/openapi/v3":

@@ -1,0 +1,52 @@
+"""The embedded API server in a process of its own (``gpudra up --api-server-process``, the ComputeDomain bench):
+the cluster works as with the in-process server, the kubeconfig points at it, its 409s are readable over HTTP,
+and stopping the cluster ends the process."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from clusterkit import StartCluster, eventually
+from gpudra.errors import ConflictError
+from gpudra.kube.resources import CONFIGMAPS, PODS
+
+
+async def test_a_cluster_with_its_api_server_in_another_process(start_cluster: StartCluster) -> None:
+    cluster = await start_cluster("l4x4:1", api_server_process=True)
+    client = cluster.client
+    assert client is not None and cluster.server is None and cluster.server_process is not None
+    server = cluster.server_process
+    assert server.pid is not None and server.pid != 0
+    kubeconfig = yaml.safe_load(cluster.options.kubeconfig.read_text())
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == cluster.url == server.url
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 1}}}]
+        },
+    }
+    await client.create(PODS, pod, "default")
+
+    async def running() -> bool:
+        body = await client.get(PODS, "p", "default")
+        return (body.get("status") or {}).get("phase") == "Running"
+
+    await eventually(running, timeout=30)  # scheduled, its GPU claim prepared by the node's agent
+
+    created = await client.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"k": "1"}}, "default")
+    stale = {**created, "data": {"k": "2"}}
+    await client.replace(CONFIGMAPS, {**created, "data": {"k": "3"}})
+    with pytest.raises(ConflictError):
+        await client.replace(CONFIGMAPS, stale)
+    assert (await server.conflicts_by_resource())["configmaps"] == 1
+
+    pid = server.pid
+    await cluster.stop()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the server process ended (and was reaped)
