@@ -128,7 +128,7 @@ class Store:
         # watchers that select one value of a field (a kubelet's spec.nodeName, one object's metadata.name) are
         # offered only the events of objects with that value before or after: with a watch per node, offering
         # every event to every watcher cost more than the writes
-        self._routes: dict[tuple[str, str], set[Watcher]] = {}
+        self._routes: dict[str, dict[str, set[Watcher]]] = {}  # field path -> value -> watchers
         self._unrouted: set[Watcher] = set()
 
     def __len__(self) -> int:
@@ -211,16 +211,20 @@ class Store:
         if route is None:
             self._unrouted.add(watcher)
         else:
-            self._routes.setdefault(route, set()).add(watcher)
+            self._routes.setdefault(route[0], {}).setdefault(route[1], set()).add(watcher)
 
     def remove_watcher(self, watcher: Watcher) -> None:
         self.watchers.discard(watcher)
         self._unrouted.discard(watcher)
         route = self._route(watcher)
-        if route is not None and (routed := self._routes.get(route)) is not None:
-            routed.discard(watcher)
-            if not routed:
-                del self._routes[route]
+        if route is None or (by_value := self._routes.get(route[0])) is None:
+            return
+        routed = by_value.get(route[1], set())
+        routed.discard(watcher)
+        if not routed:
+            by_value.pop(route[1], None)
+            if not by_value:
+                del self._routes[route[0]]
 
     def _route(self, watcher: Watcher) -> tuple[str, str] | None:
         if watcher.fields is not None:
@@ -237,14 +241,13 @@ class Store:
             self.floor = history.popleft().rv
         for watcher in self._unrouted:
             watcher.offer(event)
-        if self._routes:
-            routed: set[Watcher] = set()
-            for path in {path for path, _ in self._routes}:
-                for entry in (event.entry, event.prev):
-                    if entry is not None:
-                        routed |= self._routes.get((path, field_value(entry.obj, path)), set())
-            for watcher in routed:
-                watcher.offer(event)
+        routed: set[Watcher] = set()
+        for path, by_value in self._routes.items():
+            for entry in (event.entry, event.prev):
+                if entry is not None:
+                    routed |= by_value.get(field_value(entry.obj, path), set())
+        for watcher in routed:
+            watcher.offer(event)
 
     def since(self, rv: int) -> list[Event] | None:
         """Events after ``rv``; None when the history no longer reaches back that far (410 Expired)."""
