@@ -5,11 +5,14 @@ and stopping the cluster ends the process."""
 from __future__ import annotations
 
 import os
+import socket
+from pathlib import Path
 
 import pytest
 import yaml
 
 from clusterkit import StartCluster, eventually
+from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.errors import ConflictError
 from gpudra.kube.resources import CONFIGMAPS, PODS
 
@@ -50,3 +53,13 @@ async def test_a_cluster_with_its_api_server_in_another_process(start_cluster: S
     await cluster.stop()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the server process ended (and was reaped)
+
+
+async def test_a_server_process_that_cannot_listen_says_so(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = APIServerProcess(port=taken.getsockname()[1], kubeconfig=tmp_path / "kubeconfig")
+        with pytest.raises(RuntimeError, match="exited before it served"):
+            await server.start()
+    assert server.pid is None

@@ -61,7 +61,12 @@ class APIServerProcess:
         if not await asyncio.to_thread(parent.poll, timeout):
             await self.stop()
             raise TimeoutError(f"the API server process did not start within {timeout:.0f}s")
-        self.url = str(parent.recv())
+        try:
+            self.url = str(parent.recv())
+        except EOFError:  # it ended before it served (its error is on stderr)
+            code = self._process.exitcode
+            await self.stop()
+            raise RuntimeError(f"the API server process exited before it served (exit code {code})") from None
         return self.url
 
     @property

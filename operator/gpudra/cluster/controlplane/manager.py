@@ -193,7 +193,7 @@ class ControlPlane:
         if pod is None or body is None:
             return False
         names, status = await self._ensure_claims(pod, body)
-        extended = extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
+        extended = self._extended_requests(pod)
         if names is not None and extended:
             status["extendedResourceClaimStatus"] = extended_status(
                 await self._ensure_extended_claim(pod, extended), extended
@@ -237,7 +237,7 @@ class ControlPlane:
             if found is None:
                 return None
             names.append(found)
-        if extended_requests(pod, class_for_resource(list(self.state.classes.cache.values()))):
+        if self._extended_requests(pod):
             extended = self._find_extended(pod)
             if extended is None:
                 return None
@@ -290,6 +290,9 @@ class ControlPlane:
             self.state.remember_claim(created)
         return name
 
+    def _extended_requests(self, pod: Pod) -> list[ExtendedRequest]:
+        return extended_requests(pod, class_for_resource(list(self.state.classes.cache.values())))
+
     def _find_extended(self, pod: Pod) -> str | None:
         for claim in self.state.owned_claims(pod.metadata.uid or ""):
             meta = claim["metadata"]
@@ -311,9 +314,8 @@ class ControlPlane:
     async def _schedule(self, pod: Pod, body: dict[str, Any], claims: list[dict[str, Any]]) -> None:
         key = (pod.metadata.namespace or "", pod.metadata.name or "")
         if any(self.state.writing(c["metadata"]["uid"]) for c in claims):
-            self._deferred.add(
-                key
-            )  # a claim shared with a pod being bound: scheduled when that write is done
+            # a claim shared with a pod being bound: scheduled when that write is done
+            self._deferred.add(key)
             return
         pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
