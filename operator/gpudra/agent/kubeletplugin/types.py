@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from gpudra.kube.resources import RESOURCE_CLAIMS
+
 DRA_PLUGIN_TYPE = "DRAPlugin"
 """PluginInfo.type of a DRA driver."""
 
@@ -33,8 +35,8 @@ class ClaimRef:
     def event_object(self) -> dict[str, Any]:
         """Enough of the ResourceClaim to be an Event's involved object."""
         return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
+            "apiVersion": RESOURCE_CLAIMS.api_version,
+            "kind": RESOURCE_CLAIMS.kind,
             "metadata": {"namespace": self.namespace, "name": self.name, "uid": self.uid},
         }
 
