@@ -43,6 +43,18 @@ def _parser() -> argparse.ArgumentParser:
         help="run the API server in a process of its own (another core; for large fleets)",
     )
     up.add_argument(
+        "--control-plane",
+        choices=["embedded", "kubernetes"],
+        default="embedded",
+        help="embedded: gpudra's own API server and stand-ins (fast); kubernetes: the real kube-apiserver, "
+        "kube-scheduler and kube-controller-manager built by `make kubernetes`",
+    )
+    up.add_argument(
+        "--kubernetes-version",
+        default=None,
+        help="with --control-plane kubernetes: the built version to run (default: $K8S_VERSION, else 1.37.2)",
+    )
+    up.add_argument(
         "--dynamic-mig",
         action="store_true",
         help="MIG-capable GPUs start with MIG on and no instances, published as dynamic MIG (created at prepare)",
@@ -132,6 +144,8 @@ async def _run_up(args: argparse.Namespace) -> int:
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         dynamic_mig=args.dynamic_mig,
         api_server_process=args.api_server_process,
+        control_plane=args.control_plane,
+        kubernetes_version=args.kubernetes_version,
     )
     return await run_up(options)
 

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PrepareResult
 from gpudra.computedomain.names import COMPONENT_LABEL, OBJECT_LABEL
-from gpudra.errors import GpudraError, KubeletPluginError, NotFoundError, PrepareError
+from gpudra.errors import ConflictError, GpudraError, KubeletPluginError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer
@@ -36,6 +36,8 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 FAILED_PREPARE = "FailedPrepareDynamicResources"
+PodClient = Callable[[KubeClient, dict[str, Any]], Awaitable[KubeClient]]
+"""The client a pod's container uses (its ServiceAccount's identity), from the kubelet's client and the pod."""
 
 
 def _now() -> str:
@@ -100,8 +102,10 @@ class StandInKubelet:
         *,
         cdi_dir: Path | None = None,
         max_backoff: float = 5.0,
+        pod_client: PodClient | None = None,
     ) -> None:
         self.node = node
+        self._pod_client = pod_client
         self._client = client
         self._registry = registry_dir
         self._cdi_dir = cdi_dir
@@ -113,6 +117,7 @@ class StandInKubelet:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()
+        self._terminating: set[str] = set()  # pod uids being torn down
 
     async def run(self) -> None:
         try:
@@ -136,7 +141,9 @@ class StandInKubelet:
             task = self._tasks.pop(uid, None)
             if task is not None:
                 task.cancel()
-            self._spawn(self._release(uid))
+            if uid not in self._terminating:
+                self._terminating.add(uid)
+                self._spawn(self._terminate(pod, finish=kind != "DELETED"))
             return
         phase = (pod.get("status") or {}).get("phase")
         if uid in self._prepared or uid in self._tasks or phase in ("Succeeded", "Failed"):
@@ -201,7 +208,7 @@ class StandInKubelet:
                     device_ids = await self._prepare(by_driver)
                     self._prepared[uid] = [(d, r) for d, refs in sorted(by_driver.items()) for r in refs]
                     if is_imex_daemon(pod):
-                        self._start_daemon(pod, device_ids)
+                        await self._start_daemon(pod, device_ids)
                     await self._set_running(pod)
                     return
                 except NotFoundError as exc:
@@ -237,7 +244,7 @@ class StandInKubelet:
         meta = pod["metadata"]
         await self._client.patch(PODS, meta["name"], patch, meta["namespace"], subresource="status")
 
-    def _start_daemon(self, pod: dict[str, Any], device_ids: list[str]) -> None:
+    async def _start_daemon(self, pod: dict[str, Any], device_ids: list[str]) -> None:
         """Run the daemon pod's container: the simulated IMEX daemon with the container's env."""
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         env = {e.get("name"): e.get("value") for e in container.get("env") or [] if "value" in e}
@@ -250,10 +257,9 @@ class StandInKubelet:
             node_name=self.node,
             ip_address=simulated_pod_ip(self.node),
         )
+        client = self._client if self._pod_client is None else await self._pod_client(self._client, pod)
         stop = asyncio.Event()
-        task = asyncio.create_task(
-            run_daemon(self._client, identity, stop=stop), name=f"imex-daemon {self.node}"
-        )
+        task = asyncio.create_task(run_daemon(client, identity, stop=stop), name=f"imex-daemon {self.node}")
         self._daemons[pod["metadata"]["uid"]] = (stop, task)
 
     async def _stop_daemon(self, pod_uid: str) -> None:
@@ -263,6 +269,21 @@ class StandInKubelet:
             stop.set()
             with contextlib.suppress(Exception):
                 await task
+
+    async def _terminate(self, pod: dict[str, Any], *, finish: bool) -> None:
+        """A pod being deleted: stop it and unprepare its claims, then (``finish``: it still exists, graceful
+        deletion waits for its node) delete it for good, as the real kubelet does once its containers are gone
+        and its resources reclaimed."""
+        meta = pod["metadata"]
+        try:
+            await self._release(meta["uid"])
+            if finish:
+                with contextlib.suppress(NotFoundError, ConflictError):
+                    await self._client.delete(
+                        PODS, meta["name"], meta["namespace"], grace_period_seconds=0, uid=meta["uid"]
+                    )
+        finally:
+            self._terminating.discard(meta["uid"])
 
     async def _release(self, pod_uid: str) -> None:
         """Stop its containers, then unprepare the pod's claims that no other pod on this node still uses;

@@ -30,6 +30,14 @@ from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
+from gpudra.cluster.kubernetes.binaries import find_binaries
+from gpudra.cluster.kubernetes.bootstrap import (
+    AGENT_SERVICE_ACCOUNT,
+    CONTROLLER_SERVICE_ACCOUNT,
+    apply_base,
+    repo_manifests,
+)
+from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -37,6 +45,7 @@ from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.hardware.simulated import empty_mig
 from gpudra.kube.client import KubeClient
+from gpudra.kube.kubeconfig import read_credentials, write_kubeconfig
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
 from gpudra.reports import fleet_table
@@ -65,6 +74,18 @@ class UpOptions:
     """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
     api_server_process: bool = False
     """Run the API server in a process of its own (``server`` stays None, ``server_process`` is set)."""
+    control_plane: Literal["embedded", "kubernetes"] = "embedded"
+    """embedded: the project's API server and stand-ins; kubernetes: the real control plane (``make kubernetes``)."""
+    kubernetes_version: str | None = None
+    """With ``control_plane="kubernetes"``: which built version (default: K8S_VERSION, else the newest built)."""
+
+
+@dataclass(frozen=True)
+class ControllerConnection:
+    """How the controller reaches the API server: the embedded server's URL, or a kubeconfig."""
+
+    server_url: str | None = None
+    kubeconfig: Path | None = None
 
 
 @dataclass
@@ -84,6 +105,8 @@ class EmbeddedCluster:
     _temp_dirs: list[Path] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     control_plane: ControlPlane | None = None
+    kubernetes: KubernetesControlPlane | None = None
+    _clients: list[KubeClient] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _controller: threading.Thread | None = None
     _metrics_runner: object | None = None
@@ -91,6 +114,8 @@ class EmbeddedCluster:
 
     @property
     def url(self) -> str:
+        if self.kubernetes is not None:
+            return self.kubernetes.url
         if self.server_process is not None:
             return self.server_process.url
         assert self.server is not None
@@ -106,7 +131,7 @@ class EmbeddedCluster:
         self.server.write_kubeconfig(self.options.kubeconfig)
         return url
 
-    async def start(self) -> None:
+    async def _start_embedded(self) -> ControllerConnection:
         url = await self._start_server()
         # One client for every simulated node's agent and kubelet: each node keeps watches open, so no cap.
         self.client = KubeClient.for_url(url, field_manager="gpudra-up", max_connections=None)
@@ -120,6 +145,33 @@ class EmbeddedCluster:
             "metadata": {"name": self.options.controller.namespace},
         }
         await self.client.apply_object(NAMESPACES, namespace)
+        return ControllerConnection(server_url=url)
+
+    async def _start_kubernetes(self) -> ControllerConnection:
+        """The real control plane: gpudra installed from manifests/base as a user installs it, the controller
+        with its ServiceAccount's token."""
+        binaries = find_binaries(self.options.kubernetes_version)
+        root = self.options.kubeconfig.parent.absolute() / "kubernetes"
+        self.kubernetes = KubernetesControlPlane(root, binaries, port=self.options.port)
+        await self.kubernetes.start()
+        admin = self.kubernetes.admin_kubeconfig
+        write_kubeconfig(self.options.kubeconfig, read_credentials(admin))
+        self.client = await KubeClient.from_environment(admin, field_manager="gpudra-up")
+        await apply_base(admin, repo_manifests())
+        kubeconfig = await self.kubernetes.service_account_kubeconfig(
+            self.client,
+            self.options.controller.namespace,
+            CONTROLLER_SERVICE_ACCOUNT,
+            who="gpudra-controller",
+        )
+        return ControllerConnection(kubeconfig=kubeconfig)
+
+    async def start(self) -> None:
+        if self.options.control_plane == "kubernetes":
+            connection = await self._start_kubernetes()
+        else:
+            connection = await self._start_embedded()
+        assert self.client is not None
 
         if self.options.metrics_port is not None:
             runner = await serve_metrics(
@@ -131,18 +183,22 @@ class EmbeddedCluster:
 
         for node in self.options.nodes:
             await self.add_node(node)
-        self.control_plane = ControlPlane(self.client)
-        self._spawn(self.control_plane.run(), "control plane")
+        if self.kubernetes is None:
+            self.control_plane = ControlPlane(self.client)
+            self._spawn(self.control_plane.run(), "control plane")
         controller_ready = threading.Event()
         self._controller = threading.Thread(
             target=asyncio.run,
             args=(
                 run_controller(
                     self.options.controller.model_copy(
-                        update={"imex_daemon_mode": self.options.compute_domain_daemon_mode}
+                        update={
+                            "imex_daemon_mode": self.options.compute_domain_daemon_mode,
+                            "kubeconfig": connection.kubeconfig,
+                        }
                     ),
                     self.metrics,
-                    server_url=url,
+                    server_url=connection.server_url,
                     stop=self._stop,
                     ready=controller_ready,
                 ),
@@ -154,7 +210,8 @@ class EmbeddedCluster:
         waiters: list[asyncio.Task[Any]] = [
             asyncio.create_task(a.published.wait()) for a in self.agents.values()
         ]
-        waiters.append(asyncio.create_task(self.control_plane.synced.wait()))
+        if self.control_plane is not None:
+            waiters.append(asyncio.create_task(self.control_plane.synced.wait()))
         waiters.append(
             asyncio.create_task(asyncio.to_thread(_wait_flag, controller_ready, self.options.ready_timeout))
         )
@@ -168,7 +225,7 @@ class EmbeddedCluster:
         """Register a Node, simulate its GPUs, start its agent (slices + kubelet plugin) and its stand-in
         kubelet. Each node gets its own plugin, registry, CDI and state directories."""
         assert self.client is not None
-        await self.client.apply_object(NODES, node_object(node))
+        agent_client, kubelet_client = await self._node_clients(node)
         fake = FakeNvml.from_profile(node.profile, node_name=node.name, fleet_index=node.fleet_index)
         root = self._node_root(node.name)
         settings = AgentSettings(
@@ -192,17 +249,61 @@ class EmbeddedCluster:
         backend = NvmlBackend(node.name, nvml=fake)
         if self.options.dynamic_mig:
             empty_mig(backend)
-        runtime = AgentRuntime(settings, backend, self.client, self.metrics)
+        runtime = AgentRuntime(settings, backend, agent_client, self.metrics)
         self.simulated[node.name] = fake
         self.agents[node.name] = runtime.agent
         self.runtimes[node.name] = runtime
         self.node_dirs[node.name] = root
         self._spawn(runtime.run(), f"agent {node.name}")
         assert runtime.plugin is not None
-        kubelet = StandInKubelet(self.client, node.name, settings.registry_dir, cdi_dir=settings.cdi_dir)
+        kubelet = StandInKubelet(
+            kubelet_client,
+            node.name,
+            settings.registry_dir,
+            cdi_dir=settings.cdi_dir,
+            pod_client=self._pod_client if self.kubernetes is not None else None,
+        )
         self.kubelets[node.name] = kubelet
         self._spawn(kubelet.run(), f"kubelet {node.name}")
         return runtime.agent
+
+    async def _node_clients(self, node: FleetNode) -> tuple[KubeClient, KubeClient]:
+        """(agent's client, kubelet's client). Embedded: the shared client. Kubernetes: the kubelet registers its
+        Node with the node's own certificate (system:node:<name>, so the Node authorizer and NodeRestriction
+        apply), and the agent gets the agent ServiceAccount's token bound to that Node, as its DaemonSet pod's."""
+        assert self.client is not None
+        if self.kubernetes is None:
+            await self.client.apply_object(NODES, node_object(node))
+            return self.client, self.client
+        kubelet = await self._own_client(self.kubernetes.node_kubeconfig(node.name), f"kubelet-{node.name}")
+        registered = await kubelet.create(NODES, node_object(node))
+        kubeconfig = await self.kubernetes.service_account_kubeconfig(
+            self.client,
+            self.options.controller.namespace,
+            AGENT_SERVICE_ACCOUNT,
+            who=f"gpudra-agent-{node.name}",
+            bound_node=(node.name, registered["metadata"]["uid"]),
+        )
+        return await self._own_client(kubeconfig, f"gpudra-agent-{node.name}"), kubelet
+
+    async def _own_client(self, kubeconfig: Path, field_manager: str) -> KubeClient:
+        client = await KubeClient.from_environment(kubeconfig, field_manager=field_manager)
+        self._clients.append(client)
+        return client
+
+    async def _pod_client(self, kubelet: KubeClient, pod: dict[str, Any]) -> KubeClient:
+        """A container's in-cluster identity: its ServiceAccount's token, bound to the pod, requested by the
+        node's kubelet as the real kubelet does for a projected token volume."""
+        assert self.kubernetes is not None
+        meta = pod["metadata"]
+        kubeconfig = await self.kubernetes.service_account_kubeconfig(
+            kubelet,
+            meta["namespace"],
+            (pod.get("spec") or {}).get("serviceAccountName") or "default",
+            who=f"pod-{meta['namespace']}-{meta['name']}",
+            bound_pod=(meta["name"], meta["uid"]),
+        )
+        return await self._own_client(kubeconfig, meta["name"])
 
     def _node_root(self, name: str) -> Path:
         """``<kubeconfig dir>/nodes/<node>``, or a short temporary directory when the socket paths under it
@@ -237,8 +338,12 @@ class EmbeddedCluster:
             await asyncio.to_thread(self._controller.join, 10)
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()  # type: ignore[attr-defined]
+        for client in self._clients:
+            await client.close()
         if self.client is not None:
             await self.client.close()
+        if self.kubernetes is not None:
+            await self.kubernetes.stop()
         if self.server is not None:
             await self.server.stop()
         if self.server_process is not None:

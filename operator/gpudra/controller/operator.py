@@ -20,6 +20,7 @@ from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
 from gpudra.kube.client import KubeClient
+from gpudra.kube.kubeconfig import Credentials, read_credentials
 from gpudra.metrics import Metrics
 
 
@@ -84,6 +85,9 @@ def build_registry(
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if server_url is not None:
             return kopf.ConnectionInfo(server=server_url, insecure=True)
+        if settings.kubeconfig is not None:
+            # kopf's own kubeconfig login reads only $KUBECONFIG: the client and kopf must be the same user
+            return _connection_info(read_credentials(settings.kubeconfig))
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceslices", registry=registry)
@@ -105,6 +109,21 @@ def build_registry(
                 metrics.cluster_devices.labels(n, t).set(totals.get(key, 0))
 
     return registry
+
+
+def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
+    return kopf.ConnectionInfo(
+        server=credentials.server,
+        ca_path=credentials.ca_path,
+        ca_data=credentials.ca_data,
+        insecure=credentials.insecure or None,
+        token=credentials.token,
+        certificate_path=credentials.certificate_path,
+        certificate_data=credentials.certificate_data,
+        private_key_path=credentials.private_key_path,
+        private_key_data=credentials.private_key_data,
+        default_namespace=credentials.namespace,
+    )
 
 
 async def _explain_loop(

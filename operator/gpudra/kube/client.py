@@ -225,10 +225,27 @@ class KubeClient:
         )
 
     async def delete(
-        self, res: Resource, name: str, namespace: str | None = None, *, missing_ok: bool = True
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        missing_ok: bool = True,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
     ) -> None:
+        """DELETE, optionally with a grace period and a uid precondition (DeleteOptions, as a kubelet deletes the
+        pods it finished: grace 0, only that incarnation of the name)."""
+        options: Body = {}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **options} if options else None
         try:
-            await self._json("DELETE", res.path(namespace, name), what=f"delete {res.plural}/{name}")
+            await self._json(
+                "DELETE", res.path(namespace, name), body=body, what=f"delete {res.plural}/{name}"
+            )
         except NotFoundError:
             if not missing_ok:
                 raise

@@ -1,0 +1,77 @@
+"""What a user applies to install gpudra, applied to the real control plane with the real kubectl.
+
+The kustomize base (crds/, DeviceClasses, RBAC, the ValidatingAdmissionPolicy, the namespace) is rendered by
+``kubectl kustomize`` and applied by ``kubectl apply``, exactly as a user would; only the workloads are left out,
+because ``gpudra up`` runs the controller and the agents itself (with those workloads' service accounts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import gpudra
+from gpudra.errors import ConfigurationError
+
+WORKLOAD_KINDS = frozenset({"Deployment", "DaemonSet", "Service"})
+AGENT_SERVICE_ACCOUNT = "gpudra-agent"
+CONTROLLER_SERVICE_ACCOUNT = "gpudra-controller"
+"""The service accounts of manifests/base's agent DaemonSet and controller Deployment."""
+
+
+def repo_manifests() -> Path:
+    """manifests/base of the checkout gpudra runs from."""
+    base = Path(gpudra.__file__).resolve().parents[2] / "manifests" / "base"
+    if not (base / "kustomization.yaml").is_file():
+        raise ConfigurationError(
+            f"--control-plane kubernetes applies the project's manifests, and {base} has none: "
+            "run gpudra up from a checkout of the repository"
+        )
+    return base
+
+
+async def _kubectl(kubeconfig: Path, *args: str, stdin: bytes | None = None) -> str:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise ConfigurationError("--control-plane kubernetes needs kubectl on PATH")
+    process = await asyncio.create_subprocess_exec(
+        kubectl,
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )
+    out, err = await process.communicate(stdin)
+    if process.returncode != 0:
+        raise ConfigurationError(f"kubectl {' '.join(args)} failed: {err.decode(errors='replace').strip()}")
+    return out.decode()
+
+
+def install_objects(rendered: str) -> list[dict[str, Any]]:
+    """The rendered base without its workloads."""
+    return [doc for doc in yaml.safe_load_all(rendered) if doc and doc.get("kind") not in WORKLOAD_KINDS]
+
+
+async def apply_base(kubeconfig: Path, base: Path) -> list[dict[str, Any]]:
+    """Apply the base in the two steps docs/install.md gives users: the CRDs, then (once they are Established,
+    or the API server has no mapping for their kinds yet) everything else."""
+    objects = install_objects(await _kubectl(kubeconfig, "kustomize", str(base)))
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    rest = [o for o in objects if o["kind"] != "CustomResourceDefinition"]
+    await _kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(crds).encode())
+    await _kubectl(
+        kubeconfig,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "customresourcedefinitions",
+        "--all",
+    )
+    await _kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(rest).encode())
+    return objects

@@ -1,0 +1,223 @@
+"""KubernetesControlPlane: etcd, kube-apiserver, kube-scheduler and kube-controller-manager on loopback.
+
+TLS everywhere the real components use it: a cluster CA, client certificates for the admin (system:masters), the
+scheduler, the controller manager and each node's kubelet (system:node:<name>, so the Node authorizer and the
+NodeRestriction admission plugin apply to it), and service-account tokens minted by the API server itself
+(TokenRequest) for the product's components, bound to a Node where the real pod's token would carry its node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import ssl
+from pathlib import Path
+
+from gpudra.cluster.kubernetes.binaries import Binaries
+from gpudra.cluster.kubernetes.flags import (
+    CONTROLLERS,
+    Layout,
+    apiserver_args,
+    controller_manager_args,
+    etcd_args,
+    gate_flag,
+    known_gates,
+    scheduler_args,
+)
+from gpudra.cluster.kubernetes.pki import ClusterPKI
+from gpudra.cluster.kubernetes.processes import ManagedProcess, free_port
+from gpudra.kube.client import KubeClient
+from gpudra.kube.kubeconfig import Credentials, write_kubeconfig
+from gpudra.kube.resources import Resource
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
+TOKEN_SECONDS = 7 * 24 * 3600
+
+
+async def _help(binary: Path) -> str:
+    process = await asyncio.create_subprocess_exec(
+        str(binary), "--help", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await process.communicate()
+    return out.decode(errors="replace")
+
+
+def known_controllers(help_text: str) -> set[str]:
+    """kube-controller-manager's controller names, from the "All controllers:" list of its ``--help``."""
+    match = re.search(r"All controllers:\s*(.*?)\s*Disabled-by-default", help_text, re.S)
+    return {name.strip() for name in (match.group(1) if match else "").split(",") if name.strip()}
+
+
+class KubernetesControlPlane:
+    def __init__(self, root: Path, binaries: Binaries, *, port: int = 0) -> None:
+        self.layout = Layout(root)
+        self.binaries = binaries
+        self.port = port or free_port()
+        self._etcd_port = free_port()
+        self._pki: ClusterPKI | None = None
+        self._gates = ""
+        self.etcd: ManagedProcess | None = None
+        self.apiserver: ManagedProcess | None = None
+        self.scheduler: ManagedProcess | None = None
+        self.controller_manager: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.layout.kubeconfig("admin")
+
+    @property
+    def ca(self) -> Path:
+        return self.layout.pki / "ca.crt"
+
+    @property
+    def gates(self) -> str:
+        """The ``--feature-gates`` value every component runs with (the kubelet included)."""
+        return self._gates
+
+    def _ssl(self, cert: Path, key: Path) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(cert), str(key))
+        return context
+
+    def _client_kubeconfig(self, who: str, user: str, *groups: str) -> Path:
+        assert self._pki is not None
+        files = self._pki.client(who, user, *groups)
+        credentials = Credentials(
+            server=self.url, ca_path=self.ca, certificate_path=files.cert, private_key_path=files.key
+        )
+        return write_kubeconfig(self.layout.kubeconfig(who), credentials)
+
+    async def start(self) -> None:
+        layout = self.layout
+        if layout.root.exists():
+            shutil.rmtree(layout.root)
+        layout.root.mkdir(parents=True)
+        pki = self._pki = ClusterPKI(layout.pki)
+        pki.serving(
+            "apiserver",
+            (
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "10.0.0.1",
+            ),
+        )
+        pki.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
+        pki.service_account_key()
+        admin = pki.client("admin", "gpudra-admin", "system:masters")
+        self._client_kubeconfig("kube-scheduler", "system:kube-scheduler")
+        self._client_kubeconfig("kube-controller-manager", "system:kube-controller-manager")
+        write_kubeconfig(
+            self.admin_kubeconfig,
+            Credentials(
+                server=self.url, ca_path=self.ca, certificate_path=admin.cert, private_key_path=admin.key
+            ),
+        )
+        apiserver_help, manager_help = await asyncio.gather(
+            _help(self.binaries.kube_apiserver), _help(self.binaries.kube_controller_manager)
+        )
+        self._gates = gate_flag(known_gates(apiserver_help))
+        self.etcd = ManagedProcess(
+            "etcd",
+            etcd_args(self.binaries.etcd, layout, self._etcd_port, free_port()),
+            layout.logs / "etcd.log",
+            f"http://127.0.0.1:{self._etcd_port}/health",
+            healthy=lambda status, body: status == 200 and '"health":"true"' in body,
+        )
+        await self.etcd.start()
+        self.apiserver = ManagedProcess(
+            "kube-apiserver",
+            apiserver_args(
+                self.binaries.kube_apiserver,
+                layout,
+                etcd_port=self._etcd_port,
+                port=self.port,
+                gates=self._gates,
+                runtime_config=_runtime_config(self.binaries.minor),
+            ),
+            layout.logs / "kube-apiserver.log",
+            f"{self.url}/readyz",
+            ssl_context=self._ssl(admin.cert, admin.key),
+        )
+        await self.apiserver.start(timeout=120)
+        scheduler_port, manager_port = free_port(), free_port()
+        self.scheduler = ManagedProcess(
+            "kube-scheduler",
+            scheduler_args(self.binaries.kube_scheduler, layout, port=scheduler_port, gates=self._gates),
+            layout.logs / "kube-scheduler.log",
+            f"https://127.0.0.1:{scheduler_port}/healthz",
+            ssl_context=False,
+        )
+        controllers = known_controllers(manager_help)
+        self.controller_manager = ManagedProcess(
+            "kube-controller-manager",
+            controller_manager_args(
+                self.binaries.kube_controller_manager,
+                layout,
+                port=manager_port,
+                gates=self._gates,
+                controllers=tuple(c for c in CONTROLLERS if not controllers or c in controllers),
+            ),
+            layout.logs / "kube-controller-manager.log",
+            f"https://127.0.0.1:{manager_port}/healthz",
+            ssl_context=False,
+        )
+        await asyncio.gather(self.scheduler.start(), self.controller_manager.start())
+        log.info(
+            "kubernetes control plane up", url=self.url, version=self.binaries.version, gates=self._gates
+        )
+
+    async def restart_apiserver(self, *, kill: bool = True) -> None:
+        """Stop kube-apiserver (SIGKILL by default, as a crash would) and start it again on the same port."""
+        assert self.apiserver is not None
+        await self.apiserver.stop(kill=kill)
+        await self.apiserver.start(timeout=120)
+
+    def node_kubeconfig(self, node: str) -> Path:
+        """The credentials a kubelet of ``node`` has: a client certificate for system:node:<node>."""
+        return self._client_kubeconfig(f"kubelet-{node}", f"system:node:{node}", "system:nodes")
+
+    async def service_account_kubeconfig(
+        self,
+        client: KubeClient,
+        namespace: str,
+        name: str,
+        *,
+        who: str,
+        bound_node: tuple[str, str] | None = None,
+        bound_pod: tuple[str, str] | None = None,
+    ) -> Path:
+        """A token for the service account from the API server's TokenRequest, asked for by ``client``.
+        ``bound_node`` (name, uid) binds it to a Node, ``bound_pod`` to a Pod (as a kubelet asks for a pod's
+        projected token); either way it carries ``authentication.kubernetes.io/node-name``."""
+        spec: dict[str, object] = {"expirationSeconds": TOKEN_SECONDS}
+        for kind, bound in (("Node", bound_node), ("Pod", bound_pod)):
+            if bound is not None:
+                spec["boundObjectRef"] = {"kind": kind, "apiVersion": "v1", "name": bound[0], "uid": bound[1]}
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        answer = await client.create_subresource(SERVICE_ACCOUNTS, name, "token", request, namespace)
+        credentials = Credentials(
+            server=self.url, ca_path=self.ca, token=str(answer["status"]["token"]), namespace=namespace
+        )
+        return write_kubeconfig(self.layout.kubeconfig(who), credentials)
+
+    async def stop(self) -> None:
+        for process in (self.controller_manager, self.scheduler, self.apiserver, self.etcd):
+            if process is not None:
+                await process.stop()
+
+
+def _runtime_config(minor: int) -> str:
+    """API versions off by default that the product's features use (DeviceTaintRule before it is v1)."""
+    if minor >= 37:
+        return ""
+    return "resource.k8s.io/v1alpha3=true" if minor <= 35 else "resource.k8s.io/v1beta2=true"

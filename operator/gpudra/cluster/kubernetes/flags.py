@@ -1,0 +1,172 @@
+"""The flags each control-plane binary runs with, as pure functions of where things are.
+
+Feature gates are taken from the binary's own ``--help``: a gate the version does not know is an error at start,
+and a gate it locked on (GA) is still accepted, so the product's DRA gates are passed wherever the version lists
+them and left out where it does not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PRODUCT_FEATURE_GATES = (
+    "DynamicResourceAllocation",
+    "DRAPrioritizedList",
+    "DRAAdminAccess",
+    "DRAResourceClaimDeviceStatus",
+    "DRAPartitionableDevices",
+    "DRAConsumableCapacity",
+    "DRADeviceTaints",
+    "DRADeviceTaintRules",
+    "DRAExtendedResource",
+    "DRADeviceBindingConditions",
+)
+"""The DRA features gpudra publishes or relies on (partitionable devices, consumable capacity, device taints and
+taint rules, extended resources, binding conditions ...)."""
+
+CONTROLLERS = (
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "resourceclaim-controller",
+    "job-controller",
+    "cronjob-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "daemonset-controller",
+    "statefulset-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
+    "pod-garbage-collector-controller",
+    "ttl-after-finished-controller",
+    "device-taint-eviction-controller",
+)
+"""kube-controller-manager's controllers for claims from templates, workloads and garbage collection. Left out on
+purpose: node-lifecycle (simulated nodes send no heartbeats, it would taint and evict them), and everything about
+networking, volumes and cloud providers."""
+
+_GATE = re.compile(r"^\s+(?:kube:)?([A-Z][A-Za-z0-9]+)=true\|false \(([A-Z]+)")
+
+
+def known_gates(help_text: str) -> dict[str, str]:
+    """gate -> stage (ALPHA, BETA, GA, DEPRECATED) as the binary's ``--help`` lists them."""
+    return {m.group(1): m.group(2) for m in map(_GATE.match, help_text.splitlines()) if m}
+
+
+def gate_flag(known: dict[str, str], wanted: tuple[str, ...] = PRODUCT_FEATURE_GATES) -> str:
+    return ",".join(f"{gate}=true" for gate in wanted if gate in known)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one cluster's files live, under one directory."""
+
+    root: Path
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def kubeconfig(self, who: str) -> Path:
+        return self.root / "kubeconfigs" / f"{who}.kubeconfig"
+
+
+def etcd_args(binary: Path, layout: Layout, client_port: int, peer_port: int) -> list[str]:
+    client = f"http://127.0.0.1:{client_port}"
+    peer = f"http://127.0.0.1:{peer_port}"
+    return [
+        str(binary),
+        "--name=gpudra",
+        f"--data-dir={layout.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=gpudra={peer}",
+        "--unsafe-no-fsync=true",
+        "--log-level=warn",
+    ]
+
+
+def apiserver_args(
+    binary: Path, layout: Layout, *, etcd_port: int, port: int, gates: str, runtime_config: str
+) -> list[str]:
+    pki = layout.pki
+    args = [
+        str(binary),
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        f"--secure-port={port}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        # Simulated nodes have no node-lifecycle controller to lift the not-ready taint this plugin puts on a new
+        # Node (Kubernetes' own scheduler integration tests disable it for the same reason).
+        "--disable-admission-plugins=TaintNodesByCondition",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--allow-privileged=true",
+        "--profiling=false",
+        "--endpoint-reconciler-type=none",
+        f"--cert-dir={pki}",
+    ]
+    if gates:
+        args.append(f"--feature-gates={gates}")
+    if runtime_config:
+        args.append(f"--runtime-config={runtime_config}")
+    return args
+
+
+def _component_args(binary: Path, kubeconfig: Path, port: int, layout: Layout, name: str) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        f"--secure-port={port}",
+        "--bind-address=127.0.0.1",
+        f"--cert-dir={layout.root / name}",
+    ]
+
+
+def scheduler_args(binary: Path, layout: Layout, *, port: int, gates: str) -> list[str]:
+    args = _component_args(binary, layout.kubeconfig("kube-scheduler"), port, layout, "kube-scheduler")
+    if gates:
+        args.append(f"--feature-gates={gates}")
+    return args
+
+
+def controller_manager_args(
+    binary: Path, layout: Layout, *, port: int, gates: str, controllers: tuple[str, ...]
+) -> list[str]:
+    name = "kube-controller-manager"
+    args = _component_args(binary, layout.kubeconfig(name), port, layout, name)
+    args += [
+        f"--controllers={','.join(controllers)}",
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={layout.pki / 'sa.key'}",
+        f"--root-ca-file={layout.pki / 'ca.crt'}",
+    ]
+    if gates:
+        args.append(f"--feature-gates={gates}")
+    return args

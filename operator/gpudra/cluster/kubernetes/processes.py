@@ -1,0 +1,117 @@
+"""A binary of the control plane as a child process: started with its flags, its output in a log file, ready
+when its health endpoint answers, stopped with SIGTERM (SIGKILL after a grace period), restartable."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from gpudra.errors import GpudraError
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+class ProcessFailed(GpudraError):
+    """A control-plane binary exited or never became healthy; the message quotes the end of its log."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+class ManagedProcess:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log_file: Path,
+        health_url: str,
+        *,
+        ssl_context: ssl.SSLContext | bool = False,
+        healthy: Callable[[int, str], bool] = lambda status, _body: status == 200,
+    ) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_file = log_file
+        self.health_url = health_url
+        self._ssl = ssl_context
+        self._healthy = healthy
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def start(self, *, timeout: float = 60.0) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as out:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,  # a Ctrl-C meant for gpudra up is handled by gpudra up, which stops us
+            )
+        log.debug("control plane process started", name=self.name, pid=self.process.pid)
+        await self.wait_healthy(timeout)
+
+    async def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        async with aiohttp.ClientSession(trust_env=False) as session:
+            while True:
+                if self.process is not None and self.process.returncode is not None:
+                    raise ProcessFailed(
+                        f"{self.name} exited with code {self.process.returncode}; "
+                        f"the end of {self.log_file}:\n{log_tail(self.log_file)}"
+                    )
+                try:
+                    async with session.get(
+                        self.health_url, ssl=self._ssl, timeout=aiohttp.ClientTimeout(total=2)
+                    ) as response:
+                        body = await response.text()
+                        if self._healthy(response.status, body):
+                            return
+                        last = f"{response.status} {body[-300:]}"
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    last = repr(exc)
+                if time.monotonic() > deadline:
+                    raise ProcessFailed(
+                        f"{self.name} was not healthy after {timeout:.0f}s ({self.health_url}: {last}); "
+                        f"the end of {self.log_file}:\n{log_tail(self.log_file)}"
+                    )
+                await asyncio.sleep(0.2)
+
+    async def stop(self, *, grace: float = 10.0, kill: bool = False) -> None:
+        process, self.process = self.process, None
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), grace)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()

@@ -1,0 +1,124 @@
+"""kubeconfig files: the credentials of their current context, and writing one for a user of a cluster.
+
+The controller's kopf side and its client must use the same credentials: kopf's own kubeconfig login reads only
+``$KUBECONFIG`` or ``~/.kube/config``, so a ``--kubeconfig`` path is read here and handed to both.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpudra.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who a client is and how it trusts the server (paths are absolute; data fields hold inline PEM)."""
+
+    server: str
+    ca_path: Path | None = None
+    ca_data: bytes | None = None
+    insecure: bool = False
+    token: str | None = None
+    certificate_path: Path | None = None
+    certificate_data: bytes | None = None
+    private_key_path: Path | None = None
+    private_key_data: bytes | None = None
+    namespace: str | None = None
+
+
+def _named(entries: list[dict[str, Any]] | None, name: str, what: str, source: Path) -> dict[str, Any]:
+    for entry in entries or []:
+        if entry.get("name") == name:
+            return dict(entry.get(what) or {})
+    raise ConfigurationError(f"{source}: no {what} named {name!r}")
+
+
+def _path(value: Any, base: Path) -> Path | None:
+    if not value:
+        return None
+    path = Path(str(value))
+    return path if path.is_absolute() else base / path
+
+
+def _data(value: Any) -> bytes | None:
+    return base64.b64decode(value) if value else None
+
+
+def read_credentials(path: Path) -> Credentials:
+    """The current context's cluster and user, or ConfigurationError saying what is missing."""
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"cannot read kubeconfig {path}: {exc}") from exc
+    context_name = config.get("current-context")
+    if not context_name:
+        raise ConfigurationError(f"{path}: no current-context")
+    context = _named(config.get("contexts"), context_name, "context", path)
+    cluster = _named(config.get("clusters"), str(context.get("cluster")), "cluster", path)
+    user = _named(config.get("users"), str(context.get("user")), "user", path)
+    if not cluster.get("server"):
+        raise ConfigurationError(f"{path}: cluster {context.get('cluster')!r} has no server")
+    base = path.parent
+    token = user.get("token")
+    if token is None and user.get("tokenFile"):
+        token = (_path(user["tokenFile"], base) or Path()).read_text().strip()
+    return Credentials(
+        server=str(cluster["server"]),
+        ca_path=_path(cluster.get("certificate-authority"), base),
+        ca_data=_data(cluster.get("certificate-authority-data")),
+        insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
+        token=token,
+        certificate_path=_path(user.get("client-certificate"), base),
+        certificate_data=_data(user.get("client-certificate-data")),
+        private_key_path=_path(user.get("client-key"), base),
+        private_key_data=_data(user.get("client-key-data")),
+        namespace=context.get("namespace"),
+    )
+
+
+def kubeconfig_document(credentials: Credentials, *, name: str = "gpudra") -> dict[str, Any]:
+    cluster: dict[str, Any] = {"server": credentials.server}
+    if credentials.ca_path is not None:
+        cluster["certificate-authority"] = str(credentials.ca_path)
+    if credentials.insecure:
+        cluster["insecure-skip-tls-verify"] = True
+    user: dict[str, Any] = {}
+    if credentials.token is not None:
+        user["token"] = credentials.token
+    if credentials.certificate_path is not None:
+        user["client-certificate"] = str(credentials.certificate_path)
+    if credentials.private_key_path is not None:
+        user["client-key"] = str(credentials.private_key_path)
+    context: dict[str, Any] = {"cluster": name, "user": name}
+    if credentials.namespace:
+        context["namespace"] = credentials.namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": context}],
+        "current-context": name,
+    }
+
+
+def write_kubeconfig(path: Path, credentials: Credentials, *, name: str = "gpudra") -> Path:
+    """Write atomically, readable by the owner only (it may hold a token)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            yaml.safe_dump(kubeconfig_document(credentials, name=name), handle, sort_keys=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
