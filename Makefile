@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint unit bench venv clean
+.PHONY: demo test lint unit bench venv clean kubernetes
 
 venv: $(STAMP)
 
@@ -24,7 +24,12 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint Dockerfile
 
-test: $(STAMP) lint
+# The real control plane (tests/kubernetes) is built from Go modules into ~/.cache/gpudra; a no-op once built.
+# K8S_VERSION=1.34.4 make kubernetes builds another version beside it.
+kubernetes:
+	hack/kubernetes/build.sh
+
+test: $(STAMP) lint kubernetes
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)

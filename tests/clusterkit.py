@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -47,3 +48,20 @@ async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 15.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
         await asyncio.sleep(0.05)
+
+
+async def kubectl(cluster: EmbeddedCluster, *args: str, check: bool = True, stdin: str | None = None) -> str:
+    """The real kubectl against the cluster's kubeconfig; stdout and stderr together."""
+    env = {**os.environ, "KUBECONFIG": str(cluster.options.kubeconfig)}
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        *args,
+        env=env,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {err.decode()}")
+    return out.decode() + err.decode()

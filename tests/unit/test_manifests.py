@@ -57,6 +57,9 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         *{("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")},
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims/status", "patch"), ("resource.k8s.io", "resourceclaims/status", "update"),
+        # writing status.devices: Kubernetes >= 1.36 checks these per driver, for claims on the token's node
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"),
         ("", "events", "create"),
         # a channel's prepare watches its clique object while it waits for the node's daemon
         *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "list", "watch", "create", "update")},

@@ -1,0 +1,49 @@
+"""Reads the real-control-plane tier shares: pods, claims and the devices they hold, through the admin client."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from gpudra.cluster.up import EmbeddedCluster
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
+
+
+def admin(cluster: EmbeddedCluster) -> KubeClient:
+    assert cluster.client is not None
+    return cluster.client
+
+
+async def pods(cluster: EmbeddedCluster, namespace: str | None = "default") -> dict[str, dict[str, Any]]:
+    items, _ = await admin(cluster).list(PODS, namespace)
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def phase(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase", ""))
+
+
+async def claims(cluster: EmbeddedCluster, namespace: str | None = "default") -> dict[str, dict[str, Any]]:
+    items, _ = await admin(cluster).list(RESOURCE_CLAIMS, namespace)
+    return {c["metadata"]["name"]: c for c in items}
+
+
+def results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return list((allocation.get("devices") or {}).get("results") or [])
+
+
+def held_devices(all_claims: dict[str, dict[str, Any]]) -> Counter[tuple[str, str, str]]:
+    """(driver, pool, device) -> how many claims hold it (share ids told apart)."""
+    held: Counter[tuple[str, str, str]] = Counter()
+    for claim in all_claims.values():
+        for result in results(claim):
+            device = result["device"] + (f"/{result['shareID']}" if result.get("shareID") else "")
+            held[(result["driver"], result["pool"], device)] += 1
+    return held
+
+
+async def events_of(cluster: EmbeddedCluster, name: str, namespace: str = "default") -> list[dict[str, Any]]:
+    items, _ = await admin(cluster).list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")
+    return items

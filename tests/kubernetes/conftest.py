@@ -1,0 +1,29 @@
+"""The real-control-plane tier: etcd, kube-apiserver, kube-scheduler and kube-controller-manager built by
+``make kubernetes`` (``make test`` builds them first). Without the binaries these tests fail, naming
+``make kubernetes``: they are never skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from clusterkit import StartCluster
+from gpudra.cluster.up import EmbeddedCluster
+from gpudra.config import ControllerSettings
+
+StartKubernetes = Callable[..., Awaitable[EmbeddedCluster]]
+FAST_CONTROLLER = ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.5)
+
+
+@pytest.fixture
+def start_kubernetes(start_cluster: StartCluster) -> StartKubernetes:
+    """``await start_kubernetes("dgx-h100:1", **UpOptions fields)``: ``gpudra up --control-plane kubernetes``."""
+
+    async def start(fleet: str, **options: Any) -> EmbeddedCluster:
+        options.setdefault("controller", FAST_CONTROLLER)
+        options.setdefault("hardware_poll_seconds", 0.1)
+        return await start_cluster(fleet, control_plane="kubernetes", **options)
+
+    return start
