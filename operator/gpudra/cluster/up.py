@@ -106,6 +106,8 @@ class EmbeddedCluster:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     control_plane: ControlPlane | None = None
     kubernetes: KubernetesControlPlane | None = None
+    agent_clients: dict[str, KubeClient] = field(default_factory=dict)
+    """Each node's agent's client (Kubernetes: its node-bound ServiceAccount identity)."""
     _clients: list[KubeClient] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _controller: threading.Thread | None = None
@@ -226,6 +228,7 @@ class EmbeddedCluster:
         kubelet. Each node gets its own plugin, registry, CDI and state directories."""
         assert self.client is not None
         agent_client, kubelet_client = await self._node_clients(node)
+        self.agent_clients[node.name] = agent_client
         fake = FakeNvml.from_profile(node.profile, node_name=node.name, fleet_index=node.fleet_index)
         root = self._node_root(node.name)
         settings = AgentSettings(
