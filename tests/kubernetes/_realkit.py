@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpudra.cluster.up import EmbeddedCluster
+from gpudra.config import ControllerSettings
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
+
+StartKubernetes = Callable[..., Awaitable[EmbeddedCluster]]
+FAST_CONTROLLER = ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.5)
 
 
 def admin(cluster: EmbeddedCluster) -> KubeClient:

@@ -4,17 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from _realkit import FAST_CONTROLLER, StartKubernetes
 
 from clusterkit import StartCluster
 from gpudra.cluster.up import EmbeddedCluster
-from gpudra.config import ControllerSettings
-
-StartKubernetes = Callable[..., Awaitable[EmbeddedCluster]]
-FAST_CONTROLLER = ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.5)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import StartKubernetes
+from _realkit import StartKubernetes
 
 from gpudra.errors import KubeError
 from gpudra.kube.resources import RESOURCE_SLICES

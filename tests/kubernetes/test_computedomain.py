@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _realkit import admin, phase, pods
-from conftest import StartKubernetes
+from _realkit import StartKubernetes, admin, phase, pods
 
 from clusterkit import eventually, kubectl
 from gpudra.kube.resources import COMPUTE_DOMAINS, NODES
@@ -89,8 +88,7 @@ async def test_a_clique_pod_affinity_keeps_the_workers_in_one_nvlink_rack(
     assert await eventually(lambda: clique_of(rack_one), timeout=60)
     together = (
         "{podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
-        "[{labelSelector: {matchLabels: {app: train}}, topologyKey: nvidia.com/gpu.clique}]}, "
-        + SPREAD[1:]
+        "[{labelSelector: {matchLabels: {app: train}}, topologyKey: nvidia.com/gpu.clique}]}, " + SPREAD[1:]
     )
     await kubectl(cluster, "apply", "-f", "-", stdin=DOMAIN)
     anchor = workers(1, SPREAD, node_selector=f"nodeSelector: {{kubernetes.io/hostname: {rack_one}}}")

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from _realkit import admin, claims, phase, pods, results
-from conftest import StartKubernetes
+from _realkit import StartKubernetes, admin, claims, phase, pods, results
 
 from clusterkit import eventually, kubectl
 from gpudra.controller.miglayouts import MIGLAYOUTS
@@ -54,7 +53,9 @@ async def profiles(cluster: Any, node: str) -> list[str]:
     )
 
 
-async def test_a_layout_is_blocked_by_a_prepared_claim_then_applied(start_kubernetes: StartKubernetes) -> None:
+async def test_a_layout_is_blocked_by_a_prepared_claim_then_applied(
+    start_kubernetes: StartKubernetes,
+) -> None:
     cluster = await start_kubernetes("dgx-a100:1")
     await kubectl(cluster, "apply", "-f", "-", stdin=HOLDER)
     await eventually(lambda: _running(cluster, "worker"), timeout=60)

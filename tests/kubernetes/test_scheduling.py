@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from _realkit import claims, events_of, phase, pods, results
-from conftest import StartKubernetes
+from _realkit import StartKubernetes, claims, events_of, phase, pods, results
 
 from clusterkit import eventually, kubectl
 from gpudra.kube.resources import RESOURCE_SLICES
@@ -52,7 +51,9 @@ async def test_a_health_taint_keeps_kube_scheduler_off_the_gpu_until_it_recovers
 
     async def tainted() -> bool:
         slices, _ = await cluster.client.list(RESOURCE_SLICES) if cluster.client else ([], "")
-        return any(d["name"] == "gpu-5" and d.get("taints") for s in slices for d in s["spec"].get("devices") or [])
+        return any(
+            d["name"] == "gpu-5" and d.get("taints") for s in slices for d in s["spec"].get("devices") or []
+        )
 
     await eventually(tainted, timeout=30)
     await kubectl(cluster, "apply", "-f", "-", stdin=ALL_EIGHT)
@@ -86,5 +87,7 @@ async def test_nvidia_com_gpu_requests_are_served_through_the_device_class(
     assert len(held) == 12 and len({(r["pool"], r["device"]) for r in held}) == 12
     running = {p["spec"]["nodeName"] for p in current.values() if phase(p) == "Running"}
     assert running <= {"dgx-h100-0", "l4x4-0"}
-    statuses = [p["status"].get("extendedResourceClaimStatus") for p in current.values() if phase(p) == "Running"]
+    statuses = [
+        p["status"].get("extendedResourceClaimStatus") for p in current.values() if phase(p) == "Running"
+    ]
     assert all(s and s["resourceClaimName"] for s in statuses), statuses

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _realkit import claims, events_of, held_devices, phase, pods, results
-from conftest import StartKubernetes
+from _realkit import StartKubernetes, claims, events_of, held_devices, phase, pods, results
 
 from clusterkit import eventually, kubectl
 
@@ -36,7 +35,9 @@ async def test_the_seed_examples_run_and_the_unsatisfiable_one_is_explained(
     assert current["qwen-inference"]["spec"]["nodeName"] == current["embedding-service"]["spec"]["nodeName"]
 
     async def explained() -> list[str]:
-        return [e["message"] for e in await events_of(cluster, "b300-please") if e["reason"] == "NoMatchingDevice"]
+        return [
+            e["message"] for e in await events_of(cluster, "b300-please") if e["reason"] == "NoMatchingDevice"
+        ]
 
     (message, *_) = await eventually(explained, timeout=60)
     assert "0/4 nodes" in message
