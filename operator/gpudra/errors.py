@@ -66,6 +66,10 @@ class KubeError(GpudraError):
         self.reason = reason
 
 
+class KubeConnectionError(KubeError):
+    """The API server could not be reached, or the connection broke mid-answer (a restart, a network blip)."""
+
+
 class NotFoundError(KubeError):
     """404 from the API server."""
 

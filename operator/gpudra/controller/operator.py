@@ -19,9 +19,13 @@ from gpudra.controller.fleet import slice_device_counts
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
+from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.kubeconfig import Credentials, read_credentials
 from gpudra.metrics import Metrics
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
 
 
 def build_registry(
@@ -143,7 +147,12 @@ async def _explain_loop(
             for body in list(store)
             if age_seconds(body, now) >= settings.pending_grace_seconds
         ]
-        await pending.check_all(due, classes)
+        try:
+            await pending.check_all(due, classes)
+        except GpudraError as exc:  # the API server restarting, say: explain again next round
+            log.warning("explaining pending claims failed; will retry", error=str(exc))
+        except Exception:  # a bug must not end the explanations for good
+            log.exception("explaining pending claims failed unexpectedly; will retry")
 
 
 async def run_controller(

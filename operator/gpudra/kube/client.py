@@ -18,7 +18,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpudra.api.base import WireModel
-from gpudra.errors import ConflictError, KubeError, NotFoundError
+from gpudra.errors import ConflictError, KubeConnectionError, KubeError, NotFoundError
 from gpudra.kube.resources import Resource
 
 M = TypeVar("M", bound=WireModel)
@@ -42,6 +42,15 @@ def _map_error(exc: ApiException, what: str) -> KubeError:
     text = f"{what}: {exc.status} {reason}: {message}".rstrip(": ")
     cls = {404: NotFoundError, 409: ConflictError}.get(exc.status or 0, KubeError)
     return cls(text, status=exc.status or 0, reason=reason)
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+"""What the transport raises when the server is down or the connection breaks (aiohttp's payload and
+disconnect errors are not OSErrors)."""
+
+
+def _lost(exc: BaseException, what: str) -> KubeConnectionError:
+    return KubeConnectionError(f"{what}: the API server connection failed: {exc!r}")
 
 
 WATCH_READ_BUFFER = 2 * 1024 * 1024
@@ -126,6 +135,8 @@ class KubeClient:
             )
         except ApiException as exc:
             raise _map_error(exc, what) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise _lost(exc, what) from exc
         # Without _preload_content kubernetes_asyncio hands back error responses instead of raising.
         status = int(getattr(response, "status", 200))
         if not 200 <= status <= 299:
@@ -138,8 +149,11 @@ class KubeClient:
 
     async def _json(self, method: str, path: str, *, what: str, **kwargs: Any) -> Body:
         response = await self._call(method, path, what=what, **kwargs)
-        async with response:
-            data: Body = json.loads(await response.read())
+        try:
+            async with response:
+                data: Body = json.loads(await response.read())
+        except _TRANSPORT_ERRORS as exc:
+            raise _lost(exc, what) from exc
         return data
 
     # ------------------------------------------------------------------ verbs
@@ -280,12 +294,15 @@ class KubeClient:
             "GET", res.path(namespace), query=query, what=f"watch {res.plural}", timeout=timeout_seconds + 10
         )
         async with response:
-            async for line in response.content:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type", ""), event.get("object") or {}
-                if kind == "ERROR":
-                    code = int(obj.get("code", 0))
-                    raise KubeError(f"watch {res.plural}: {obj.get('message', obj)}", status=code)
-                yield kind, obj
+            try:
+                async for line in response.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = event.get("type", ""), event.get("object") or {}
+                    if kind == "ERROR":
+                        code = int(obj.get("code", 0))
+                        raise KubeError(f"watch {res.plural}: {obj.get('message', obj)}", status=code)
+                    yield kind, obj
+            except _TRANSPORT_ERRORS as exc:
+                raise _lost(exc, f"watch {res.plural}") from exc

@@ -91,14 +91,10 @@ class Informer:
                     else:
                         self.cache[key] = obj
                     await self._emit(kind, obj)
-            except KubeError as exc:
+            except (
+                KubeError
+            ) as exc:  # KubeConnectionError too: a restart of the API server, a broken connection
                 if exc.status != 410:
                     log.warning("watch failed; re-listing", resource=self.resource.plural, error=str(exc))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
-            except (TimeoutError, OSError) as exc:
-                log.warning(
-                    "watch connection lost; re-listing", resource=self.resource.plural, error=str(exc)
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)

@@ -1,0 +1,90 @@
+"""Crashes on the real control plane: kube-apiserver killed and restarted in the middle of 200 claims. Every
+claim ends allocated or pending with a reason, and no device is held twice."""
+
+from __future__ import annotations
+
+import asyncio
+
+from _realkit import StartKubernetes, claims, events_of, held_devices, phase, pods, results
+
+from clusterkit import eventually, kubectl
+
+PODS = 200
+TEMPLATE = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: default}
+spec:
+  spec:
+    devices:
+      requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+"""
+
+
+def pod(i: int) -> str:
+    return f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: worker-{i:03d}, namespace: default}}
+spec:
+  containers: [{{name: main, image: cuda, resources: {{claims: [{{name: gpu}}]}}}}]
+  resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]
+"""
+
+
+async def apply_until_accepted(cluster: object, manifest: str) -> None:
+    """kubectl apply, again while the API server is down (apply is idempotent, as a user's retry is)."""
+    while True:
+        out = await kubectl(cluster, "apply", "-f", "-", stdin=manifest, check=False)  # type: ignore[arg-type]
+        if "error" not in out.lower() and "refused" not in out.lower():
+            return
+        await asyncio.sleep(0.5)
+
+
+async def test_apiserver_killed_in_the_middle_of_200_claims(start_kubernetes: StartKubernetes) -> None:
+    cluster = await start_kubernetes("dgx-h100:20")  # 160 GPUs for 200 single-GPU pods
+    assert cluster.kubernetes is not None
+    await kubectl(cluster, "apply", "-f", "-", stdin=TEMPLATE)
+    first = "---".join(pod(i) for i in range(PODS // 2))
+    second = "---".join(pod(i) for i in range(PODS // 2, PODS))
+    await kubectl(cluster, "apply", "-f", "-", stdin=first)
+
+    async def some_allocated() -> bool:
+        return any(results(c) for c in (await claims(cluster)).values())
+
+    await eventually(some_allocated, timeout=60)
+    restarting = asyncio.create_task(cluster.kubernetes.restart_apiserver(kill=True))
+    await apply_until_accepted(cluster, second)
+    await restarting
+
+    counts: list[tuple[int, int, int, int]] = []
+
+    async def settled() -> bool:
+        """All pods and claims exist, 160 claims allocated and their 160 pods Running."""
+        current = await pods(cluster)
+        everything = await claims(cluster)
+        allocated = sum(1 for c in everything.values() if results(c))
+        running = sum(1 for p in current.values() if phase(p) == "Running")
+        counts.append((len(current), len(everything), allocated, running))
+        return counts[-1] == (PODS, PODS, 160, 160)
+
+    try:
+        await eventually(settled, timeout=240)
+    except AssertionError:
+        raise AssertionError(f"pods, claims, allocated, running: {counts[-1]}") from None
+    everything = await claims(cluster)
+    assert all(n == 1 for n in held_devices(everything).values()), "a device is held by two claims"
+    waiting = [name for name, p in (await pods(cluster)).items() if phase(p) != "Running"]
+    assert len(waiting) == PODS - 160
+    for name in waiting[:5]:
+        reasons = {e["reason"] for e in await events_of(cluster, name)}
+        assert "FailedScheduling" in reasons, (name, reasons)
+    pending_claims = [c for c in everything.values() if not results(c)]
+
+    async def explained() -> bool:
+        for claim in pending_claims[:5]:
+            if not any(e["type"] == "Warning" for e in await events_of(cluster, claim["metadata"]["name"])):
+                return False
+        return True
+
+    await eventually(explained, timeout=60)
