@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
         "kube-scheduler and kube-controller-manager built by `make kubernetes`",
     )
     up.add_argument(
+        "--agent-processes",
+        action="store_true",
+        help="run each simulated node's agent as a process of its own, as its DaemonSet pod would run",
+    )
+    up.add_argument(
         "--kubernetes-version",
         default=None,
         help="with --control-plane kubernetes: the built version to run (default: $K8S_VERSION, else 1.37.2)",
@@ -146,6 +151,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         api_server_process=args.api_server_process,
         control_plane=args.control_plane,
         kubernetes_version=args.kubernetes_version,
+        agent_processes=args.agent_processes,
     )
     return await run_up(options)
 

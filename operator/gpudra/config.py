@@ -38,6 +38,16 @@ class AgentSettings(CommonSettings):
         "nvml", description="real GPUs through NVML, or a simulated node"
     )
     simulated_profile: str = Field("dgx-h100", description="node profile when backend=simulated")
+    simulated_fleet_index: int = Field(
+        0,
+        ge=0,
+        description="backend=simulated: the node's place in its fleet (which NVLink rack a tray is in)",
+    )
+    simulated_state: Path | None = Field(
+        None,
+        description="backend=simulated: a file keeping the simulated GPUs' state (MIG instances, modes) across "
+        "agent restarts, as real GPUs keep theirs; created from the profile when missing",
+    )
     hardware_poll_seconds: float = Field(
         0.5, gt=0, description="how often the GPUs are re-read; slices follow a change within this time"
     )

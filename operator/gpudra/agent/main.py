@@ -18,7 +18,16 @@ log = get_logger(__name__)
 
 def make_backend(settings: AgentSettings) -> GpuBackend:
     if settings.backend == "simulated":
-        fake = FakeNvml.from_profile(settings.simulated_profile, node_name=settings.node_name, fleet_index=0)
+        state = settings.simulated_state
+        if state is not None and state.exists():
+            return NvmlBackend(settings.node_name, nvml=FakeNvml.load(state))
+        fake = FakeNvml.from_profile(
+            settings.simulated_profile,
+            node_name=settings.node_name,
+            fleet_index=settings.simulated_fleet_index,
+        )
+        if state is not None:
+            fake.persist_to(state)
         return NvmlBackend(settings.node_name, nvml=fake)
     return NvmlBackend(settings.node_name)
 

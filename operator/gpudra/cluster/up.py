@@ -25,6 +25,7 @@ from gpudra.agent.kubeletplugin.plugin import MAX_SOCKET_PATH_BYTES
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.api.crdgen import CRD_MODELS, crd_for
+from gpudra.cluster.agentprocess import AgentProcess
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.cluster.controlplane.manager import ControlPlane
@@ -74,6 +75,8 @@ class UpOptions:
     """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
     api_server_process: bool = False
     """Run the API server in a process of its own (``server`` stays None, ``server_process`` is set)."""
+    agent_processes: bool = False
+    """Each simulated node's agent in a process of its own (``agent_processes``), killable and restartable."""
     control_plane: Literal["embedded", "kubernetes"] = "embedded"
     """embedded: the project's API server and stand-ins; kubernetes: the real control plane (``make kubernetes``)."""
     kubernetes_version: str | None = None
@@ -107,6 +110,7 @@ class EmbeddedCluster:
     control_plane: ControlPlane | None = None
     kubernetes: KubernetesControlPlane | None = None
     agent_clients: dict[str, KubeClient] = field(default_factory=dict)
+    agent_processes: dict[str, AgentProcess] = field(default_factory=dict)
     """Each node's agent's client (Kubernetes: its node-bound ServiceAccount identity)."""
     _clients: list[KubeClient] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -223,18 +227,21 @@ class EmbeddedCluster:
         if pending or not controller_ready.is_set():
             raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
 
-    async def add_node(self, node: FleetNode) -> NodeAgent:
-        """Register a Node, simulate its GPUs, start its agent (slices + kubelet plugin) and its stand-in
-        kubelet. Each node gets its own plugin, registry, CDI and state directories."""
+    async def add_node(self, node: FleetNode) -> None:
+        """Register a Node, simulate its GPUs, start its agent (slices + kubelet plugin, in this process or as a
+        process of its own) and its stand-in kubelet. Each node gets its own plugin, registry, CDI and state
+        directories."""
         assert self.client is not None
-        agent_client, kubelet_client = await self._node_clients(node)
+        agent_kubeconfig, agent_client, kubelet_client = await self._node_clients(node)
         self.agent_clients[node.name] = agent_client
         fake = FakeNvml.from_profile(node.profile, node_name=node.name, fleet_index=node.fleet_index)
         root = self._node_root(node.name)
+        self.node_dirs[node.name] = root
         settings = AgentSettings(
             node_name=node.name,
             backend="simulated",
             simulated_profile=node.profile,
+            simulated_fleet_index=node.fleet_index,
             hardware_poll_seconds=self.options.hardware_poll_seconds,
             mig_retry_seconds=max(self.options.hardware_poll_seconds * 2, 0.2),
             plugin_dir=root / "plugins",
@@ -252,13 +259,21 @@ class EmbeddedCluster:
         backend = NvmlBackend(node.name, nvml=fake)
         if self.options.dynamic_mig:
             empty_mig(backend)
-        runtime = AgentRuntime(settings, backend, agent_client, self.metrics)
-        self.simulated[node.name] = fake
-        self.agents[node.name] = runtime.agent
-        self.runtimes[node.name] = runtime
-        self.node_dirs[node.name] = root
-        self._spawn(runtime.run(), f"agent {node.name}")
-        assert runtime.plugin is not None
+        if self.options.agent_processes:
+            state = root / "simulated-gpus.state"
+            fake.persist_to(state)
+            process = AgentProcess(
+                settings.model_copy(update={"simulated_state": state, "kubeconfig": agent_kubeconfig}),
+                root / "agent.log",
+            )
+            self.agent_processes[node.name] = process
+            await process.start()
+        else:
+            runtime = AgentRuntime(settings, backend, agent_client, self.metrics)
+            self.simulated[node.name] = fake
+            self.agents[node.name] = runtime.agent
+            self.runtimes[node.name] = runtime
+            self._spawn(runtime.run(), f"agent {node.name}")
         kubelet = StandInKubelet(
             kubelet_client,
             node.name,
@@ -268,16 +283,23 @@ class EmbeddedCluster:
         )
         self.kubelets[node.name] = kubelet
         self._spawn(kubelet.run(), f"kubelet {node.name}")
-        return runtime.agent
 
-    async def _node_clients(self, node: FleetNode) -> tuple[KubeClient, KubeClient]:
-        """(agent's client, kubelet's client). Embedded: the shared client. Kubernetes: the kubelet registers its
-        Node with the node's own certificate (system:node:<name>, so the Node authorizer and NodeRestriction
-        apply), and the agent gets the agent ServiceAccount's token bound to that Node, as its DaemonSet pod's."""
+    def simulated_gpus(self, node: str) -> FakeNvml:
+        """The node's simulated GPUs as they are now: the live fake, or (agent processes) the state the agent's
+        process keeps, read afresh."""
+        if self.options.agent_processes:
+            return FakeNvml.load(self.node_dirs[node] / "simulated-gpus.state", keep_persisting=False)
+        return self.simulated[node]
+
+    async def _node_clients(self, node: FleetNode) -> tuple[Path, KubeClient, KubeClient]:
+        """(agent's kubeconfig, agent's client, kubelet's client). Embedded: the user's kubeconfig and the shared
+        client. Kubernetes: the kubelet registers its Node with the node's own certificate (system:node:<name>,
+        so the Node authorizer and NodeRestriction apply), and the agent gets the agent ServiceAccount's token
+        bound to that Node, as its DaemonSet pod's."""
         assert self.client is not None
         if self.kubernetes is None:
             await self.client.apply_object(NODES, node_object(node))
-            return self.client, self.client
+            return self.options.kubeconfig, self.client, self.client
         kubelet = await self._own_client(self.kubernetes.node_kubeconfig(node.name), f"kubelet-{node.name}")
         registered = await kubelet.create(NODES, node_object(node))
         kubeconfig = await self.kubernetes.service_account_kubeconfig(
@@ -287,7 +309,7 @@ class EmbeddedCluster:
             who=f"gpudra-agent-{node.name}",
             bound_node=(node.name, registered["metadata"]["uid"]),
         )
-        return await self._own_client(kubeconfig, f"gpudra-agent-{node.name}"), kubelet
+        return kubeconfig, await self._own_client(kubeconfig, f"gpudra-agent-{node.name}"), kubelet
 
     async def _own_client(self, kubeconfig: Path, field_manager: str) -> KubeClient:
         client = await KubeClient.from_environment(kubeconfig, field_manager=field_manager)
@@ -345,6 +367,8 @@ class EmbeddedCluster:
             await client.close()
         if self.client is not None:
             await self.client.close()
+        for process in self.agent_processes.values():
+            await process.stop()
         if self.kubernetes is not None:
             await self.kubernetes.stop()
         if self.server is not None:

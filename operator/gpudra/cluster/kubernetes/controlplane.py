@@ -26,7 +26,7 @@ from gpudra.cluster.kubernetes.flags import (
     scheduler_args,
 )
 from gpudra.cluster.kubernetes.pki import ClusterPKI
-from gpudra.cluster.kubernetes.processes import ManagedProcess, free_port
+from gpudra.cluster.processes import ManagedProcess, free_port
 from gpudra.kube.client import KubeClient
 from gpudra.kube.kubeconfig import Credentials, write_kubeconfig
 from gpudra.kube.resources import Resource

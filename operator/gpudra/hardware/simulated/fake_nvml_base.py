@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import pickle
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ParamSpec, Self, TypeVar
 
 from gpudra.hardware.simulated import nvml_types as t
 from gpudra.hardware.simulated.events import EventHub
@@ -25,7 +30,10 @@ def locked(method: Callable[P, R]) -> Callable[P, R]:
         assert isinstance(self, FakeNvmlBase)
         with self._lock:
             self._check_initialized(method.__name__)
-            return method(*args, **kwargs)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._persist()
 
     return wrapper
 
@@ -67,6 +75,26 @@ def fill_array(array: Any, count_ref: Any, items: Sequence[Any]) -> None:
     count.value = len(items)
 
 
+@dataclass(frozen=True)
+class _SavedState:
+    gpus: list[SimulatedGpu]
+    driver_version: str
+    cuda_driver_version: int
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """A new file renamed over the old one: a process killed mid-write leaves the old state, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class FakeNvmlBase:
     """State and handle plumbing shared by the NVML call groups of FakeNvml."""
 
@@ -80,6 +108,40 @@ class FakeNvmlBase:
         self._init_count = 0
         self._events = EventHub(self._lock)
         self._handles: dict[tuple[str, int, int], Any] = {}
+        self._state_file: Path | None = None
+        self._saved = b""
+
+    # -- the hardware's memory across agent restarts ---------------------------------------------------------
+
+    def persist_to(self, path: Path) -> None:
+        """Keep the GPUs' state (MIG mode, instances, compute mode, ...) in ``path``, written atomically after
+        every call that changed it, so a FakeNvml loaded from it (:meth:`FakeNvmlBase.load`) finds what real
+        GPUs keep when the agent process is killed and started again."""
+        with self._lock:
+            self._state_file = path
+            self._persist()
+
+    def _persist(self) -> None:
+        if self._state_file is None:
+            return
+        data = pickle.dumps(_SavedState(self._gpus, self._driver_version, self._cuda_driver_version))
+        if data != self._saved:
+            write_atomically(self._state_file, data)
+            self._saved = data
+
+    @classmethod
+    def load(cls, path: Path, *, keep_persisting: bool = True) -> Self:
+        """The node whose state :meth:`persist_to` keeps in ``path`` (and, ``keep_persisting``, keep it there;
+        without, a snapshot to inspect)."""
+        state = pickle.loads(path.read_bytes())  # a file this simulator wrote itself
+        if not isinstance(state, _SavedState):
+            raise ValueError(f"{path} does not hold a simulated node's state")
+        nvml = cls(
+            state.gpus, driver_version=state.driver_version, cuda_driver_version=state.cuda_driver_version
+        )
+        if keep_persisting:
+            nvml.persist_to(path)
+        return nvml
 
     # -- handles ---------------------------------------------------------------------------------------------
 

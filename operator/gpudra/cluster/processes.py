@@ -50,6 +50,7 @@ class ManagedProcess:
         *,
         ssl_context: ssl.SSLContext | bool = False,
         healthy: Callable[[int, str], bool] = lambda status, _body: status == 200,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.argv = argv
@@ -57,6 +58,7 @@ class ManagedProcess:
         self.health_url = health_url
         self._ssl = ssl_context
         self._healthy = healthy
+        self._env = env
         self.process: asyncio.subprocess.Process | None = None
 
     @property
@@ -72,6 +74,7 @@ class ManagedProcess:
                 stdout=out,
                 stderr=out,
                 start_new_session=True,  # a Ctrl-C meant for gpudra up is handled by gpudra up, which stops us
+                env=None if self._env is None else {**os.environ, **self._env},
             )
         log.debug("control plane process started", name=self.name, pid=self.process.pid)
         await self.wait_healthy(timeout)
