@@ -1,5 +1,5 @@
 """The ``gpudra`` command: ``up`` (embedded cluster), ``agent`` (node agent), ``controller``, ``explain``,
-``status``, ``hardware record``."""
+``status``, ``hardware record``, ``sim fault`` (a fault on a simulated node of a running ``up``)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,15 @@ from gpudra.errors import GpudraError
 from gpudra.telemetry import configure_logging, get_logger
 
 log = get_logger("gpudra")
+
+
+_SIM_FAULTS = {
+    "xid": "Xid",
+    "ecc": "Ecc",
+    "gpu-lost": "GpuLost",
+    "fabric-lost": "FabricLost",
+    "recover": "Recover",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
         "--dynamic-mig",
         action="store_true",
         help="MIG-capable GPUs start with MIG on and no instances, published as dynamic MIG (created at prepare)",
+    )
+    up.add_argument(
+        "--health-recovery-seconds",
+        type=float,
+        default=None,
+        help="how long a device must be quiet before its health taint goes (default: the agent's, 300)",
     )
 
     agent = sub.add_parser("agent", help="run the node agent (DaemonSet)")
@@ -116,6 +131,28 @@ def _parser() -> argparse.ArgumentParser:
         "--simulated-profile", default=None, help="record a simulated node of this profile instead of NVML"
     )
 
+    sim = sub.add_parser("sim", help="the simulated fleet of a running `gpudra up`")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    fault = sim_sub.add_parser(
+        "fault",
+        help="a GPU fault or hardware change on a simulated node",
+        description="Faults: xid CODE, ecc [double-bit|single-bit], gpu-lost, fabric-lost, recover. "
+        "DEVICE is a device as the ResourceSlice names it (gpu-3, gpu-1-mig-1g5gb-19-2), a GPU index, or all. "
+        "The running `gpudra up` is found by the simulator.json beside its kubeconfig.",
+    )
+    fault.add_argument("node", help="the simulated node, e.g. dgx-h100-0")
+    fault.add_argument("device", help="gpu-3, a MIG device name, a GPU index, or all")
+    fault.add_argument("fault", choices=sorted(_SIM_FAULTS), help="what happens")
+    fault.add_argument(
+        "value", nargs="?", default=None, help="xid: the XID code; ecc: double-bit (default) or single-bit"
+    )
+    fault.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="of the running gpudra up (default: $KUBECONFIG, then gpudra-demo/kubeconfig)",
+    )
+
     controller = sub.add_parser("controller", help="run the controller (Deployment)")
     controller.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
     controller.add_argument("--metrics-port", type=int, default=None, help="env GPUDRA_METRICS_PORT (0: off)")
@@ -153,6 +190,8 @@ async def _run_up(args: argparse.Namespace) -> int:
         kubernetes_version=args.kubernetes_version,
         agent_processes=args.agent_processes,
     )
+    if args.health_recovery_seconds is not None:
+        options.agent_settings["health_recovery_seconds"] = args.health_recovery_seconds
     return await run_up(options)
 
 
@@ -316,6 +355,30 @@ async def _run_hardware(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_sim(args: argparse.Namespace) -> int:
+    import os
+
+    from gpudra.cluster.sim.remote import send_fault
+    from gpudra.errors import ConfigurationError
+
+    fault: dict[str, Any] = {"nodeName": args.node, "device": args.device, "fault": _SIM_FAULTS[args.fault]}
+    if args.fault == "xid":
+        if args.value is None or not args.value.isdigit():
+            raise ConfigurationError("sim fault: xid needs the XID code, e.g. `xid 79`")
+        fault["xid"] = int(args.value)
+    elif args.fault == "ecc":
+        kinds = {None: "EccDoubleBit", "double-bit": "EccDoubleBit", "single-bit": "EccSingleBit"}
+        if args.value not in kinds:
+            raise ConfigurationError(f"sim fault: ecc takes double-bit or single-bit, not {args.value!r}")
+        fault["fault"] = kinds[args.value]
+    elif args.value is not None:
+        raise ConfigurationError(f"sim fault: {args.fault} takes no value ({args.value!r} given)")
+    kubeconfig = args.kubeconfig or Path(os.environ.get("KUBECONFIG") or "gpudra-demo/kubeconfig")
+    phase, message = await send_fault(kubeconfig, fault)
+    print(f"{phase}: {message}", file=sys.stdout if phase == "Injected" else sys.stderr)
+    return {"Injected": 0, "NotHeard": 1}.get(phase, 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_format or "console", args.log_level or "INFO")
@@ -327,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         "explain": _run_explain,
         "status": _run_status,
         "hardware": _run_hardware,
+        "sim": _run_sim,
     }
     try:
         return asyncio.run(runners[args.command](args))

@@ -107,16 +107,6 @@ async def test_namespace_must_exist_and_match(http: aiohttp.ClientSession) -> No
         assert (await rsp.json())["reason"] == "BadRequest"
 
 
-async def test_protobuf_bodies_are_415_with_advice(http: aiohttp.ClientSession) -> None:
-    """A protobuf body (kubectl create ns X) gets 415 UnsupportedMediaType that points at kubectl apply -f."""
-    headers = {"Content-Type": "application/vnd.kubernetes.protobuf"}
-    async with http.post("/api/v1/namespaces", data=b"k8s\x00", headers=headers) as rsp:
-        status = await rsp.json()
-    assert rsp.status == 415
-    assert status["reason"] == "UnsupportedMediaType"
-    assert "kubectl apply -f" in status["message"]
-
-
 async def test_put_with_stale_resource_version_is_409(http: aiohttp.ClientSession) -> None:
     """PUT with the current resourceVersion succeeds and bumps it; the old one then conflicts (409)."""
     async with http.post(CLAIMS, json=claim()) as rsp:

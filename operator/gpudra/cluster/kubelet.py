@@ -4,8 +4,9 @@ It watches the pods bound to its node. For a new pod it reads the pod's claims, 
 claim's ``status.reservedFor``, and calls NodePrepareResources of each driver the claims are allocated from over
 that driver's REAL plugin sockets (``<registry dir>/<driver>-reg.sock``, registration first, like the kubelet);
 then it marks the pod Running and Ready. A failure posts Event FailedPrepareDynamicResources on the pod and is
-retried with backoff. When a pod goes away, its claims that no other pod on the node still uses are unprepared
-(retried until they succeed).
+retried with backoff; meanwhile the pod is Pending with its containers waiting (ContainerCreating), as a real
+kubelet shows it. The statuses it writes are those of a 1.37 kubelet (see podstatus.py). When a pod goes away,
+its claims that no other pod on the node still uses are unprepared (retried until they succeed).
 
 Containers do not run, with one exception: a ComputeDomain's IMEX daemon pod (labelled as the controller's
 DaemonSet labels it) runs as a simulated daemon coroutine, the same registration code as ``gpudra
@@ -33,6 +34,8 @@ from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra.telemetry import get_logger
+
+from .podstatus import PodStatusWriter, pod_ip
 
 log = get_logger(__name__)
 FAILED_PREPARE = "FailedPrepareDynamicResources"
@@ -118,6 +121,8 @@ class StandInKubelet:
         self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()
         self._terminating: set[str] = set()  # pod uids being torn down
+        self.node_ip = simulated_pod_ip(node)
+        self._pods_started = 0
 
     async def run(self) -> None:
         try:
@@ -201,6 +206,7 @@ class StandInKubelet:
     async def _start_pod(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
         delay = 0.1
+        waiting_written = False
         try:
             while True:
                 try:
@@ -220,6 +226,8 @@ class StandInKubelet:
                     await self._failed(pod, exc)
                 except GpudraError as exc:
                     await self._failed(pod, exc)
+                if not waiting_written:
+                    waiting_written = await self._set_waiting(pod)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._max_backoff)
         finally:
@@ -232,17 +240,35 @@ class StandInKubelet:
             pod=pod["metadata"]["name"],
             error=str(exc),
         )
-        await self._events.post(pod, "Warning", FAILED_PREPARE, f"prepare dynamic resources: {exc}")
+        await self._events.post(pod, "Warning", FAILED_PREPARE, f"Failed to prepare dynamic resources: {exc}")
+
+    async def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        await self._client.patch(
+            PODS, meta["name"], {"status": status}, meta["namespace"], subresource="status"
+        )
+
+    async def _set_waiting(self, pod: dict[str, Any]) -> bool:
+        """Pending, containers waiting to be created; False when the pod is gone."""
+        try:
+            latest = await self._client.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+            await self._write_status(
+                latest, PodStatusWriter(latest, node_ip=self.node_ip, now=_now()).waiting()
+            )
+        except NotFoundError:
+            return False
+        return True
 
     async def _set_running(self, pod: dict[str, Any]) -> None:
-        now = _now()
-        conditions = [
-            {"type": kind, "status": "True", "lastTransitionTime": now}
-            for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-        ]
-        patch = {"status": {"phase": "Running", "conditions": conditions, "startTime": now}}
-        meta = pod["metadata"]
-        await self._client.patch(PODS, meta["name"], patch, meta["namespace"], subresource="status")
+        latest = await self._client.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        if (latest.get("spec") or {}).get("hostNetwork"):
+            ip = self.node_ip
+        else:
+            ip = pod_ip(self.node_ip, self._pods_started)
+            self._pods_started += 1
+        await self._write_status(
+            latest, PodStatusWriter(latest, node_ip=self.node_ip, now=_now()).running(ip)
+        )
 
     async def _start_daemon(self, pod: dict[str, Any], device_ids: list[str]) -> None:
         """Run the daemon pod's container: the simulated IMEX daemon with the container's env."""

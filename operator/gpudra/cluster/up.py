@@ -39,6 +39,7 @@ from gpudra.cluster.kubernetes.bootstrap import (
     repo_manifests,
 )
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
+from gpudra.cluster.sim.controls import SimulatorControls
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -73,6 +74,8 @@ class UpOptions:
     dynamic_mig: bool = False  # MIG-capable GPUs start MIG-enabled and empty, agents run mig_policy=Dynamic
     agent_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
+    agent_settings: dict[str, Any] = field(default_factory=dict)
+    """AgentSettings fields for every agent (e.g. health_recovery_seconds)."""
     api_server_process: bool = False
     """Run the API server in a process of its own (``server`` stays None, ``server_process`` is set)."""
     agent_processes: bool = False
@@ -110,9 +113,10 @@ class EmbeddedCluster:
     control_plane: ControlPlane | None = None
     kubernetes: KubernetesControlPlane | None = None
     agent_clients: dict[str, KubeClient] = field(default_factory=dict)
-    agent_processes: dict[str, AgentProcess] = field(default_factory=dict)
     """Each node's agent's client (Kubernetes: its node-bound ServiceAccount identity)."""
+    agent_processes: dict[str, AgentProcess] = field(default_factory=dict)
     _clients: list[KubeClient] = field(default_factory=list)
+    sim_controls: SimulatorControls | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _controller: threading.Thread | None = None
     _metrics_runner: object | None = None
@@ -189,6 +193,9 @@ class EmbeddedCluster:
 
         for node in self.options.nodes:
             await self.add_node(node)
+        self.sim_controls = SimulatorControls(self.client, self.simulated, self.options.kubeconfig.parent)
+        await self.sim_controls.start()
+        self._spawn(self.sim_controls.run(), "simulator faults")
         if self.kubernetes is None:
             self.control_plane = ControlPlane(self.client)
             self._spawn(self.control_plane.run(), "control plane")
@@ -253,6 +260,7 @@ class EmbeddedCluster:
             node_ip=simulated_pod_ip(node.name),
             **{
                 "mig_policy": "Dynamic" if self.options.dynamic_mig else "Static",
+                **self.options.agent_settings,
                 **self.options.agent_overrides.get(node.profile, {}),
             },
         )
@@ -361,6 +369,8 @@ class EmbeddedCluster:
             await asyncio.wait(self._tasks, timeout=10)
         if self._controller is not None:
             await asyncio.to_thread(self._controller.join, 10)
+        if self.sim_controls is not None:
+            await self.sim_controls.stop()
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()  # type: ignore[attr-defined]
         for client in self._clients:

@@ -4,8 +4,8 @@ Faithful to what kopf, kubernetes_asyncio and kubectl rely on: server-set metada
 resourceVersion, optimistic concurrency, typed lists, watches from a resourceVersion over a bounded history
 (410 Expired), label and field selectors, merge / JSON / strategic (as merge, lists replaced) / apply
 patches, status subresources, finalizers, ownerReference garbage collection, discovery, a minimal OpenAPI
-v3, the Table format, and CRDs that become served resources. Request bodies are JSON or YAML: protobuf
-bodies (``kubectl create ns X``) get 415, use ``kubectl apply -f``. No admission, no schema validation (CRD
+v3, the Table format, and CRDs that become served resources. Request and response bodies are JSON, YAML (requests)
+or, for the built-in kinds, protobuf as kube-apiserver speaks it (kubeproto/). No admission, no schema validation (CRD
 defaults are applied), no controllers, no auth.
 """
 

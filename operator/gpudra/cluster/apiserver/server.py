@@ -1,8 +1,8 @@
 """The embedded Kubernetes API server: aiohttp, plain HTTP on 127.0.0.1, no authentication, no request log.
 
 Serves what kopf, kubernetes_asyncio and kubectl use (see the package docstring for the limits). Request
-bodies are JSON or YAML; kubectl's typed generators (``kubectl create ns X``) send protobuf and get a clear
-415: use ``kubectl apply -f``.
+bodies are JSON, YAML or, for the built-in kinds, protobuf (kubectl's typed generators, ``kubectl create ns X``,
+send it); responses are protobuf when the client prefers it and the kind has a protobuf form (kubeproto/).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from aiohttp import web
 from . import discovery
 from .collector import GarbageCollector
 from .database import APPLY, Database
+from .kubeproto import wire
+from .kubeproto.convert import ConversionError
 from .routing import Discovery, Target, parse
 from .selectors import parse_selectors
 from .status import APIStatusError, bad_request
@@ -37,6 +39,16 @@ _PLAIN = {"/healthz", "/readyz", "/livez", "/healthz/ping", "/readyz/ping", "/li
 def _response(body: Any, status: int = 200) -> web.Response:
     data = body if isinstance(body, bytes) else encode(body)
     return web.Response(body=data, status=status, content_type=_JSON)
+
+
+def _reply(request: web.Request, body: dict[str, Any], status: int = 200) -> web.Response:
+    """``body`` as protobuf when the client prefers it and its kind has a protobuf form, else as JSON."""
+    if wire.prefers_protobuf(request.headers.get("Accept", "")):
+        try:
+            return web.Response(body=wire.encode(body), status=status, content_type=wire.PROTOBUF)
+        except ConversionError:
+            pass  # JSON is acceptable to every client that sends protobuf
+    return _response(body, status)
 
 
 def _table_mode(request: web.Request) -> str | None:
@@ -128,7 +140,16 @@ class EmbeddedAPIServer:
             self.errors[(exc.status, exc.reason)] += 1
             if exc.status == 409:
                 self.conflicts_by_resource[self._resource_of(request.path)] += 1
-            return _response(exc.to_status(), exc.status)
+            if self._custom(request.path):
+                return _response(exc.to_status(), exc.status)  # no protobuf for custom resources
+            return _reply(request, exc.to_status(), exc.status)
+
+    def _custom(self, path: str) -> bool:
+        try:
+            target = parse(self.database.registry, path)
+        except APIStatusError:
+            return False
+        return isinstance(target, Target) and target.rt.is_custom
 
     def _resource_of(self, path: str) -> str:
         try:
@@ -185,21 +206,28 @@ class EmbeddedAPIServer:
             raise APIStatusError(404, "NotFound", "the server could not find the requested resource")
         return _response(document)
 
-    async def _body(self, request: web.Request, *, optional: bool = False) -> Any:
+    async def _body(self, request: web.Request, target: Target, *, optional: bool = False) -> Any:
         ctype = request.headers.get("Content-Type", _JSON).split(";")[0].strip().lower()
         raw = await request.read()
-        if "protobuf" in ctype:
-            raise APIStatusError(
-                415,
-                "UnsupportedMediaType",
-                f"the embedded API server accepts JSON and YAML request bodies only, not {ctype}; "
-                "kubectl's typed generators (kubectl create namespace/deployment/...) send protobuf: "
-                "write a manifest and use `kubectl apply -f` instead",
-            )
         if not raw.strip():
             if optional:
                 return {}
             raise bad_request("the request body is empty")
+        if ctype == wire.PROTOBUF and not target.rt.is_custom and request.method != "PATCH":
+            try:
+                return wire.decode(raw)
+            except ValueError as exc:
+                raise bad_request(f"the request body is not valid protobuf: {exc}") from exc
+        if "protobuf" in ctype:
+            accepted = "application/json, application/yaml" + (
+                "" if target.rt.is_custom else ", application/vnd.kubernetes.protobuf"
+            )
+            raise APIStatusError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: "
+                + accepted,
+            )
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
@@ -214,6 +242,8 @@ class EmbeddedAPIServer:
         if mode is not None:
             obj = json.loads(object_bytes(target.rt, entry))
             return _response(table(target.rt, [obj], str(entry.rv), mode), status)
+        if not target.rt.is_custom and wire.prefers_protobuf(request.headers.get("Accept", "")):
+            return _reply(request, {**entry.obj, "apiVersion": target.rt.api_version}, status)
         return _response(object_bytes(target.rt, entry), status)
 
     async def _resource(self, request: web.Request, target: Target) -> web.StreamResponse:
@@ -226,45 +256,53 @@ class EmbeddedAPIServer:
                 return self._object(request, target, db.get(rt, target.ns, target.name))
             labels, fields = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))
             if target.watch_path or query.get("watch", "") in _TRUE:
-                watch = WatchRequest(db, rt, target.namespace, labels, fields, query, _table_mode(request))
+                mode = _table_mode(request)
+                protobuf = (
+                    mode is None
+                    and not rt.is_custom
+                    and wire.prefers_protobuf(request.headers.get("Accept", ""))
+                )
+                watch = WatchRequest(db, rt, target.namespace, labels, fields, query, mode, protobuf=protobuf)
                 return await watch.serve(request)
             return self._list(request, target, db.select(rt, target.namespace, labels, fields))
         if method == "POST":
             if target.subresource == "binding":
-                db.bind(rt, target.ns, target.name, await self._body(request))
-                return _response(
+                db.bind(rt, target.ns, target.name, await self._body(request, target))
+                return _reply(
+                    request,
                     {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
                     201,
                 )
             if target.name or (rt.namespaced and target.namespace is None):
                 raise APIStatusError(405, "MethodNotAllowed", f"POST is not allowed on {request.path}")
-            entry = db.create(rt, target.ns, await self._body(request), dry_run=dry_run)
+            entry = db.create(rt, target.ns, await self._body(request, target), dry_run=dry_run)
             return self._object(request, target, entry, 201)
         if not target.name:
             if method == "DELETE" and (target.namespace is not None or not rt.namespaced):
                 return await self._delete_collection(request, target, dry_run)
             raise APIStatusError(405, "MethodNotAllowed", f"{method} is not allowed on {request.path}")
         if method == "PUT":
-            body = await self._body(request)
+            body = await self._body(request, target)
             entry = db.update(
                 rt, target.ns, target.name, body, subresource=target.subresource, dry_run=dry_run
             )
             return self._object(request, target, entry)
         if method == "PATCH":
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
-            body = await self._body(request)
+            body = await self._body(request, target)
             entry, created = db.patch(
                 rt, target.ns, target.name, body, ctype, subresource=target.subresource, dry_run=dry_run
             )
             return self._object(request, target, entry, 201 if created and ctype == APPLY else 200)
         if method == "DELETE":
-            options = self._delete_options(query, await self._body(request, optional=True))
+            options = self._delete_options(query, await self._body(request, target, optional=True))
             before = db.get(rt, target.ns, target.name)
             entry = db.delete(rt, target.ns, target.name, options, dry_run=dry_run)
             if db.store(rt).get(target.ns, target.name) is not None and not dry_run:
                 return self._object(request, target, entry, 202 if entry is not before else 200)
             meta = entry.obj["metadata"]
-            return _response(
+            return _reply(
+                request,
                 {
                     "kind": "Status",
                     "apiVersion": "v1",
@@ -276,7 +314,7 @@ class EmbeddedAPIServer:
                         "kind": rt.plural,
                         "uid": meta["uid"],
                     },
-                }
+                },
             )
         raise APIStatusError(405, "MethodNotAllowed", f"{method} is not allowed on {request.path}")
 
@@ -299,6 +337,14 @@ class EmbeddedAPIServer:
         if mode is not None:
             objects = [json.loads(object_bytes(rt, e)) for e in entries]
             return _response(table(rt, objects, rv, mode))
+        if not rt.is_custom and wire.prefers_protobuf(request.headers.get("Accept", "")):
+            items = [{**e.obj, "apiVersion": rt.api_version} for e in entries]
+            listing = {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": rv},
+            }
+            return _reply(request, {**listing, "items": items})
         head = encode(
             {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": rv}}
         )
@@ -309,7 +355,7 @@ class EmbeddedAPIServer:
         db, rt = self.database, target.rt
         query = request.query
         labels, fields = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))
-        options = self._delete_options(query, await self._body(request, optional=True))
+        options = self._delete_options(query, await self._body(request, target, optional=True))
         options.pop("preconditions", None)
         deleted = []
         for entry in db.select(rt, target.namespace, labels, fields):

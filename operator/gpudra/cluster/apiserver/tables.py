@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from .podtable import pod_cells
 from .registry import PrinterColumn, ResourceType
 
 Row = list[Any]
@@ -91,22 +92,21 @@ def _node_roles(obj: dict[str, Any]) -> str:
     return ",".join(r for r in roles if r) or "<none>"
 
 
-def _pod_ready(obj: dict[str, Any]) -> str:
-    statuses = (obj.get("status") or {}).get("containerStatuses") or ()
-    total = len((obj.get("spec") or {}).get("containers") or ())
-    return f"{sum(1 for c in statuses if c.get('ready'))}/{total}"
+def _pod_cell(index: int) -> Callable[[dict[str, Any]], str]:
+    return lambda obj: pod_cells(obj, age)[index]
 
 
-def _pod_status(obj: dict[str, Any]) -> str:
-    if _meta(obj).get("deletionTimestamp"):
-        return "Terminating"
-    status = obj.get("status") or {}
-    return str(status.get("reason") or status.get("phase") or "Unknown")
+def _pod_ip(obj: dict[str, Any]) -> str:
+    ips = (obj.get("status") or {}).get("podIPs") or ()
+    return str(ips[0].get("ip") or "<none>") if ips else "<none>"
 
 
-def _pod_restarts(obj: dict[str, Any]) -> int:
-    statuses = (obj.get("status") or {}).get("containerStatuses") or ()
-    return sum(int(c.get("restartCount") or 0) for c in statuses)
+def _readiness_gates(obj: dict[str, Any]) -> str:
+    gates = (obj.get("spec") or {}).get("readinessGates") or ()
+    if not gates:
+        return "<none>"
+    conditions = {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or ()}
+    return f"{sum(1 for g in gates if conditions.get(g.get('conditionType')) == 'True')}/{len(gates)}"
 
 
 def _event_object(obj: dict[str, Any]) -> str:
@@ -145,12 +145,14 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
         (("Version", "string", "", 0), _path("status", "nodeInfo", "kubeletVersion")),
     ],
     ("", "pods"): [
-        (("Ready", "string", "", 0), _pod_ready),
-        (("Status", "string", "", 0), _pod_status),
-        (("Restarts", "integer", "", 0), _pod_restarts),
+        (("Ready", "string", "", 0), _pod_cell(0)),
+        (("Status", "string", "", 0), _pod_cell(1)),
+        (("Restarts", "string", "", 0), _pod_cell(2)),
         (_AGE, _created),
-        (("IP", "string", "", 1), _path("status", "podIP")),
+        (("IP", "string", "", 1), _pod_ip),
         (("Node", "string", "", 1), _path("spec", "nodeName")),
+        (("Nominated Node", "string", "", 1), _path("status", "nominatedNodeName")),
+        (("Readiness Gates", "string", "", 1), _readiness_gates),
     ],
     ("", "namespaces"): [(("Status", "string", "", 0), _path("status", "phase")), (_AGE, _created)],
     ("apiextensions.k8s.io", "customresourcedefinitions"): [

@@ -1,4 +1,5 @@
-"""Watch streams: JSON lines over a chunked HTTP response, fed from a store's watcher queue."""
+"""Watch streams: JSON lines (or length-prefixed protobuf WatchEvents) over a chunked HTTP response, fed from a
+store's watcher queue."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 from aiohttp import web
 
 from .database import Database
+from .kubeproto import wire
+from .kubeproto.convert import ConversionError
 from .registry import ResourceType
 from .selectors import FieldSelector, LabelSelector
 from .store import CLOSE, Entry, Watcher, encode
@@ -38,6 +41,8 @@ class WatchRequest:
         fields: FieldSelector | None,
         query: Any,
         table_mode: str | None,
+        *,
+        protobuf: bool = False,
     ) -> None:
         self.db, self.rt = db, rt
         self.namespace, self.labels, self.fields = namespace, labels, fields
@@ -50,8 +55,21 @@ class WatchRequest:
             self.timeout = DEFAULT_TIMEOUT
         self.initial_rv = 0
         self.table_mode = table_mode  # None, or the includeObject value for Table events
+        self.protobuf = protobuf
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> bytes:
+        if not self.protobuf:
+            return encode({"type": kind, "object": obj}) + b"\n"
+        try:
+            return wire.watch_frame(kind, obj)
+        except ConversionError as exc:
+            status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 500}
+            message = f"{obj.get('kind')} {obj.get('metadata', {}).get('name')} has no protobuf form: {exc}"
+            return wire.watch_frame("ERROR", {**status, "reason": "InternalError", "message": message})
 
     def _line(self, kind: str, entry: Entry) -> bytes:
+        if self.protobuf:
+            return self._event(kind, {**entry.obj, "apiVersion": self.rt.api_version})
         if self.table_mode is not None:
             rows = table(self.rt, [json.loads(object_bytes(self.rt, entry))], str(entry.rv), self.table_mode)
             return encode({"type": kind, "object": rows}) + b"\n"
@@ -62,14 +80,8 @@ class WatchRequest:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return (
-            encode(
-                {
-                    "type": "BOOKMARK",
-                    "object": {"kind": self.rt.kind, "apiVersion": self.rt.api_version, "metadata": meta},
-                }
-            )
-            + b"\n"
+        return self._event(
+            "BOOKMARK", {"kind": self.rt.kind, "apiVersion": self.rt.api_version, "metadata": meta}
         )
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
@@ -98,14 +110,15 @@ class WatchRequest:
                     "reason": "Expired",
                     "code": 410,
                 }
-                expired = encode({"type": "ERROR", "object": status}) + b"\n"
+                expired = self._event("ERROR", status)
             else:
                 for event in events:
                     watcher.offer(event)
         if expired is None:
             store.add_watcher(watcher)
+        content_type = wire.WATCH_STREAM if self.protobuf else "application/json"
         response = web.StreamResponse(
-            status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+            status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache, private"}
         )
         try:
             await response.prepare(request)

@@ -5,9 +5,11 @@ An instance stands in for the ``pynvml`` module: its methods have pynvml's names
 constants, error classes and structure types. So :class:`gpudra.hardware.nvml.NvmlBackend` runs the same code
 on it as on a real GPU. The MIG rules live in :mod:`gpu_state`, event sets in :mod:`events`.
 
-Test hooks (not NVML calls): :meth:`inject_xid`, :meth:`inject_ecc`, :meth:`lose_gpu`, :meth:`reset_gpu`,
+Test hooks (not NVML calls): :meth:`inject_xid`, :meth:`inject_ecc`, :meth:`lose_gpu` / :meth:`restore_gpu`,
+:meth:`reset_gpu`,
 :meth:`lose_fabric` / :meth:`restore_fabric` (a GB200 tray leaving its NVLink fabric),
-:meth:`set_processes`, :meth:`require_reset_for_mig_change`, :meth:`gpu`, :meth:`set_time_slice` (the
+:meth:`set_processes`, :meth:`require_reset_for_mig_change`, :meth:`gpu`, :meth:`gpu_count`, :meth:`fabric_state`,
+:meth:`set_time_slice` (the
 ``nvidia-smi compute-policy`` stand-in); and :meth:`pcie_root_of`, the stand-in for the sysfs lookup the backend
 does on a real machine.
 
@@ -91,6 +93,16 @@ class FakeNvml(MigCalls):
         """The simulated GPU behind index ``index`` (for inspection; mutate it only through the hooks)."""
         return self._gpus[index]
 
+    def gpu_count(self) -> int:
+        """How many GPUs the node has, lost ones included (no nvmlInit needed)."""
+        return len(self._gpus)
+
+    def fabric_state(self, gpu_index: int) -> int | None:
+        """The GPU's NVLink fabric state (NVML_GPU_FABRIC_STATE_*), None without fabric information."""
+        with self._lock:
+            fabric = self._gpus[gpu_index].fabric
+            return None if fabric is None else fabric.state
+
     def inject_xid(self, gpu_index: int, xid: int, gi_id: int = WHOLE_GPU, ci_id: int = WHOLE_GPU) -> int:
         """An XID error on the GPU (or one MIG device); returns how many event sets received it."""
         return self._events.publish(SimEvent(gpu_index, t.nvmlEventTypeXidCriticalError, xid, gi_id, ci_id))
@@ -104,6 +116,11 @@ class FakeNvml(MigCalls):
         with self._lock:
             self._gpus[gpu_index].lost = True
             self._events.gpu_lost(gpu_index)
+
+    def restore_gpu(self, gpu_index: int) -> None:
+        """A lost GPU answers again (a reset or a reboot put it back on the bus), in the state it was lost in."""
+        with self._lock:
+            self._gpus[gpu_index].lost = False
 
     def lose_fabric(self, gpu_index: int | None = None) -> None:
         """The GPU (every GPU when None) drops out of its NVLink fabric: fabric info then reports state
