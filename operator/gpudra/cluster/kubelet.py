@@ -116,7 +116,7 @@ class StandInKubelet:
         self._informer = Informer(client, PODS, self._on_pod, field_selector=f"spec.nodeName={node}")
         self._events = EventRecorder(client, "kubelet", window_seconds=30)
         self._plugins: dict[str, KubeletClient] = {}
-        self._prepared: dict[str, list[tuple[str, ClaimRef]]] = {}  # pod uid -> (driver, claim) prepared
+        self._prepared: dict[str, list[tuple[str, ClaimRef]]] = {}  # pod uid -> (driver, claim) handed to prepare
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()
@@ -211,8 +211,11 @@ class StandInKubelet:
             while True:
                 try:
                     by_driver = await self._claims_to_prepare(pod)
-                    device_ids = await self._prepare(by_driver)
+                    # Recorded before the call, as the kubelet checkpoints a claim before NodePrepareResources: a
+                    # prepare that failed or was cut short (the plugin killed mid-call) may have prepared it all
+                    # the same, so the pod's deletion must unprepare it.
                     self._prepared[uid] = [(d, r) for d, refs in sorted(by_driver.items()) for r in refs]
+                    device_ids = await self._prepare(by_driver)
                     if is_imex_daemon(pod):
                         await self._start_daemon(pod, device_ids)
                     await self._set_running(pod)
