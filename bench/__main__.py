@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["apiserver", "cel", "allocator", "mig", "computedomain"]
+BENCHMARKS = ["apiserver", "cel", "allocator", "mig", "computedomain", "kubernetes"]
 
 
 def main(argv: list[str]) -> int:

@@ -29,7 +29,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
@@ -135,6 +135,8 @@ class Progress:
 
 
 async def _conflicts(cluster: EmbeddedCluster) -> Counter[str]:
+    if cluster.kubernetes is not None:
+        return await cluster.kubernetes.conflicts_by_resource()
     if cluster.server_process is not None:
         return await cluster.server_process.conflicts_by_resource()
     assert cluster.server is not None
@@ -143,10 +145,20 @@ async def _conflicts(cluster: EmbeddedCluster) -> Counter[str]:
 
 def _server_cpu(cluster: EmbeddedCluster) -> float:
     """The API server's own CPU seconds (0 when it runs in the cluster's process: counted there)."""
+    if cluster.kubernetes is not None and cluster.kubernetes.apiserver is not None:
+        process = cluster.kubernetes.apiserver.process
+        return _cpu_seconds(process.pid if process is not None else None)
     return _cpu_seconds(cluster.server_process.pid) if cluster.server_process is not None else 0.0
 
 
-async def form(trays: int, pods: int, *, one_process: bool = False, timeout: float = 300.0) -> Result:
+async def form(
+    trays: int,
+    pods: int,
+    *,
+    one_process: bool = False,
+    control_plane: Literal["embedded", "kubernetes"] = "embedded",
+    timeout: float = 300.0,
+) -> Result:
     with tempfile.TemporaryDirectory(prefix="gpudra-bench-") as tmp:
         cluster = EmbeddedCluster(
             UpOptions(
@@ -154,7 +166,8 @@ async def form(trays: int, pods: int, *, one_process: bool = False, timeout: flo
                 kubeconfig=Path(tmp) / "kubeconfig",
                 hardware_poll_seconds=5.0,  # the hardware does not change here; spare the CPU for the flow
                 # as in a real cluster, the API server runs apart from the nodes (on another core)
-                api_server_process=not one_process,
+                api_server_process=not one_process and control_plane == "embedded",
+                control_plane=control_plane,
             )
         )
         await cluster.start()
@@ -228,16 +241,22 @@ def _line(label: str, r: Result) -> str:
     )
 
 
-def measure(trays: int, one_process: bool = False) -> Result:
+def measure(
+    trays: int, one_process: bool = False, control_plane: Literal["embedded", "kubernetes"] = "embedded"
+) -> Result:
     """One scenario in this (fresh) process: 4 pods per tray."""
     configure_logging(level="ERROR")  # keep the output readable
-    return asyncio.run(form(trays, trays * GPUS_PER_TRAY, one_process=one_process))
+    return asyncio.run(
+        form(trays, trays * GPUS_PER_TRAY, one_process=one_process, control_plane=control_plane)
+    )
 
 
-def in_fresh_process(trays: int, one_process: bool) -> Result:
+def in_fresh_process(
+    trays: int, one_process: bool, control_plane: Literal["embedded", "kubernetes"] = "embedded"
+) -> Result:
     """Each embedded cluster in its own process: nothing of one run (tasks, sockets, threads) touches the next."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(measure, trays, one_process).result()
+        return pool.submit(measure, trays, one_process, control_plane).result()
 
 
 def run(trays: int, one_process: bool = False) -> None:

@@ -75,6 +75,7 @@ def claim_specs(cluster: EmbeddedCluster, node: str) -> list[Path]:
 
 def mig_instances(cluster: EmbeddedCluster, node: str) -> int:
     gpus = cluster.simulated_gpus(node)
+    gpus.nvmlInit()
     return sum(len(gpus.gpu(i).gpu_instances) for i in range(gpus.nvmlDeviceGetCount()))
 
 

@@ -116,7 +116,9 @@ class StandInKubelet:
         self._informer = Informer(client, PODS, self._on_pod, field_selector=f"spec.nodeName={node}")
         self._events = EventRecorder(client, "kubelet", window_seconds=30)
         self._plugins: dict[str, KubeletClient] = {}
-        self._prepared: dict[str, list[tuple[str, ClaimRef]]] = {}  # pod uid -> (driver, claim) handed to prepare
+        self._prepared: dict[
+            str, list[tuple[str, ClaimRef]]
+        ] = {}  # pod uid -> (driver, claim) handed to prepare
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()

@@ -12,7 +12,11 @@ import asyncio
 import re
 import shutil
 import ssl
+from collections import Counter
 from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpudra.cluster.kubernetes.binaries import Binaries
 from gpudra.cluster.kubernetes.flags import (
@@ -175,6 +179,29 @@ class KubernetesControlPlane:
         log.info(
             "kubernetes control plane up", url=self.url, version=self.binaries.version, gates=self._gates
         )
+
+    async def conflicts_by_resource(self) -> Counter[str]:
+        """409s kube-apiserver answered so far, by resource (``plural`` or ``plural/subresource``), from its own
+        ``apiserver_request_total`` metric: the same count the embedded server keeps."""
+        admin = self.layout.pki
+        context = self._ssl(admin / "admin.crt", admin / "admin.key")
+        async with (
+            aiohttp.ClientSession(trust_env=False) as session,
+            session.get(f"{self.url}/metrics", ssl=context) as response,
+        ):
+            text = await response.text()
+        counts: Counter[str] = Counter()
+        for family in text_string_to_metric_families(text):
+            if family.name != "apiserver_request":
+                continue
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == "apiserver_request_total" and labels.get("code") == "409":
+                    resource = labels.get("resource", "")
+                    if labels.get("subresource"):
+                        resource += f"/{labels['subresource']}"
+                    counts[resource] += int(sample.value)
+        return counts
 
     async def restart_apiserver(self, *, kill: bool = True) -> None:
         """Stop kube-apiserver (SIGKILL by default, as a crash would) and start it again on the same port."""
