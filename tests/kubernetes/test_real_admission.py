@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-from _realkit import StartKubernetes
+from _realkit import StartKubernetes, admin
 
+from clusterkit import eventually
 from gpudra.errors import KubeError
 from gpudra.kube.resources import RESOURCE_SLICES
 
@@ -29,11 +29,20 @@ def a_slice(name: str, node: str) -> dict[str, Any]:
 async def test_an_agent_may_write_only_its_own_nodes_slices(start_kubernetes: StartKubernetes) -> None:
     cluster = await start_kubernetes("l4x4:2")
     agent_a = cluster.agent_clients["l4x4-0"]
-    with pytest.raises(KubeError) as refused:
-        await agent_a.create(RESOURCE_SLICES, a_slice("forged", "l4x4-1"))
-    assert refused.value.status == 422
-    assert "gpudra-agent-own-node-slices" in str(refused.value)
-    assert "the gpudra agent on node l4x4-0 may not write ResourceSlices of node l4x4-1" in str(refused.value)
+
+    async def refused() -> KubeError | None:
+        """The policy, once kube-apiserver has loaded it (policies take effect a moment after they are created)."""
+        try:
+            await agent_a.create(RESOURCE_SLICES, a_slice("forged", "l4x4-1"))
+        except KubeError as exc:
+            return exc
+        await admin(cluster).delete(RESOURCE_SLICES, "forged")
+        return None
+
+    error = await eventually(refused, timeout=60)
+    assert error.status == 422
+    assert "gpudra-agent-own-node-slices" in str(error)
+    assert "the gpudra agent on node l4x4-0 may not write ResourceSlices of node l4x4-1" in str(error)
     created = await agent_a.create(RESOURCE_SLICES, a_slice("own", "l4x4-0"))
     assert created["spec"]["nodeName"] == "l4x4-0"
     await agent_a.delete(RESOURCE_SLICES, "own")

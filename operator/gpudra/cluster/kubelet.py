@@ -254,13 +254,21 @@ class StandInKubelet:
         )
 
     async def _set_waiting(self, pod: dict[str, Any]) -> bool:
-        """Pending, containers waiting to be created; False when the pod is gone."""
+        """Pending, containers waiting to be created; False when that could not be written (the pod is gone, or
+        the API server did not answer: the next round tries again)."""
         try:
             latest = await self._client.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
             await self._write_status(
                 latest, PodStatusWriter(latest, node_ip=self.node_ip, now=_now()).waiting()
             )
         except NotFoundError:
+            return False
+        except GpudraError as exc:
+            log.info(
+                "writing a waiting pod's status failed; will retry",
+                pod=pod["metadata"]["name"],
+                error=str(exc),
+            )
             return False
         return True
 
