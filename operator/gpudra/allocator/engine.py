@@ -26,6 +26,7 @@ from gpudra.allocator.explain import (
     describe_constraint,
     diagnose,
 )
+from gpudra.allocator.kubeorder import AllocationAborted, KubeOrderSearch, needs_kube_order
 from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.requests import (
     ClaimSpec,
@@ -130,15 +131,18 @@ class Allocator:
     def _on_node(self, node: NodeInfo, claims: list[ClaimSpec], *, explain: bool) -> Allocation | Failure:
         pools = self.snapshot.node_pools(node)
         specs = [s for c in claims for g in c.groups for s in g]
-        try:
-            for spec in specs:
-                select(spec, pools, self.snapshot, self.device_view)
-        except SelectorRuntimeError as err:
-            return Failure(node=node.name, reason="InvalidSelector", message=str(err),
-                           pools_incomplete=[str(k) for k in pools.incomplete])  # fmt: skip
+        for spec in specs:
+            select(spec, pools, self.snapshot, self.device_view)
+        setup = _all_mode_problem(node, specs, pools)
+        if setup is not None:
+            return setup
         constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
-        search = Search(self.snapshot, claims, constraints, self.budget)
-        search.prune()
+        search: Search
+        if needs_kube_order(claims, constraints):
+            search = KubeOrderSearch(self.snapshot, claims, constraints, self.budget, pools.visible)
+        else:
+            search = Search(self.snapshot, claims, constraints, self.budget)
+            search.prune()
         try:
             found = search.run()
         except BudgetExceeded:
@@ -149,6 +153,11 @@ class Allocator:
                 "request, tighter selectors) or split it",
                 steps=search.steps,
             )
+        except SelectorRuntimeError as err:
+            return Failure(node=node.name, reason="InvalidSelector", message=str(err), steps=search.steps,
+                           pools_incomplete=[str(k) for k in pools.incomplete])  # fmt: skip
+        except AllocationAborted as err:
+            return Failure(node=node.name, reason=err.reason, message=str(err), steps=search.steps)
         if found:
             results = build_results(node.name, claims, search.picks, search.chosen, self.share_id)
             return Allocation(node=node.name, claims=results, steps=search.steps)
@@ -345,6 +354,34 @@ class Allocator:
                 break
         self._cluster_match[key] = count
         return count
+
+
+def _all_mode_problem(node: NodeInfo, specs: list[RequestSpec], pools: NodePools) -> Failure | None:
+    """What Kubernetes checks for every ``All`` request (firstAvailable alternatives included) before its
+    search, failing the whole allocation: every pool of the node complete and valid, and every selector
+    evaluating without error on every device of the node."""
+    for spec in specs:
+        if not spec.all_mode:
+            continue
+        if pools.incomplete:
+            pool = pools.incomplete[0]
+            return Failure(
+                node=node.name,
+                reason="PoolIncomplete",
+                message=f"request {spec.full} asks for all devices, but pool {pool} is being updated",
+                pools_incomplete=[str(k) for k in pools.incomplete],
+            )
+        if pools.invalid:
+            key, why = pools.invalid[0]
+            return Failure(
+                node=node.name,
+                reason="PoolInvalid",
+                message=f"request {spec.full} asks for all devices, but pool {key} is invalid: {why}",
+                pools_invalid=[f"{k}: {w}" for k, w in pools.invalid],
+            )
+        for err in spec.failing.values():
+            return Failure(node=node.name, reason="InvalidSelector", message=str(err))
+    return None
 
 
 def _min_devices(claims: list[ClaimSpec]) -> int:

@@ -176,7 +176,7 @@ def build_pool(
     generation = max(s.spec.pool.generation for s in all_slices)
     newest = sorted((s for s in all_slices if s.spec.pool.generation == generation), key=_slice_name)
     wanted = newest[0].spec.pool.resource_slice_count
-    complete = len(newest) >= wanted
+    complete = len(newest) == wanted  # more slices than announced is incomplete too, as in Kubernetes
     reuse: dict[int, list[DeviceEntry]] = {}
     if previous is not None:
         for entry in previous.entries:

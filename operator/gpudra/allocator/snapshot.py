@@ -9,7 +9,7 @@ the few pools whose slices use nodeSelector / allNodes / perDeviceNodeSelection 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from gpudra.allocator.pools import (
@@ -33,6 +33,12 @@ class NodePools:
     usable: list[tuple[PoolView, list[DeviceEntry]]]
     incomplete: list[PoolKey]
     invalid: list[tuple[PoolKey, str]]
+    visible: list[DeviceEntry] = field(default_factory=list)
+    """Every device of the usable pools' slices that reach the node, in order, including devices of a
+    perDeviceNodeSelection slice that belong to other nodes: Kubernetes evaluates selectors on those too
+    (before it checks the device's node), so a selector failing on one fails the allocation."""
+    elsewhere: set[int] = field(default_factory=set)
+    """ids of the visible devices the node cannot use."""
 
 
 class ClusterSnapshot:
@@ -48,7 +54,7 @@ class ClusterSnapshot:
         self._global: dict[PoolKey, int] = {}
         self._in_use: set[DeviceId] = set()
         self._shares: dict[DeviceId, dict[str, dict[str, Fraction]]] = {}
-        self._available: dict[PoolKey, dict[tuple[str, str], Fraction]] = {}
+        self._available: dict[PoolKey, tuple[dict[tuple[str, str], Fraction], bool]] = {}
         self._node_cache: dict[str, tuple[int, NodeInfo, NodePools]] = {}
         self._by_pool_in_use: dict[PoolKey, set[DeviceId]] = {}
         self._node_counts: dict[str, tuple[int, int, int, bool]] = {}
@@ -147,6 +153,7 @@ class ClusterSnapshot:
         usable: list[tuple[PoolView, list[DeviceEntry]]] = []
         incomplete: list[PoolKey] = []
         invalid: list[tuple[PoolKey, str]] = []
+        elsewhere: dict[PoolKey, list[DeviceEntry]] = {}
         for key in sorted(keys):
             view = self.pool(key)
             if view is None:
@@ -162,8 +169,17 @@ class ClusterSnapshot:
                 invalid.append((key, view.invalid_reason))
             else:
                 usable.append((view, entries))
+                if len(entries) < len(view.entries):
+                    slices = {e.slice_name for e in entries}
+                    elsewhere[key] = [e for e in view.entries if e.slice_name in slices]
         usable.sort(key=lambda pe: pe[0].has_binding_conditions)
         result = NodePools(usable, incomplete, invalid)
+        for view, entries in usable:
+            shown = elsewhere.get(view.key, entries)
+            result.visible += shown
+            if shown is not entries:
+                mine = {id(e) for e in entries}
+                result.elsewhere.update(id(e) for e in shown if id(e) not in mine)
         self._node_cache[node.name] = (self.version, node, result)
         return result
 
@@ -265,6 +281,14 @@ class ClusterSnapshot:
     def available_counters(self, pool: PoolView) -> dict[tuple[str, str], Fraction]:
         """Counter values of the pool minus what allocated devices consume (a multi-allocatable device counts
         once, however many shares it has). May go negative; negative means exhausted."""
+        return self._counter_state(pool)[0]
+
+    def overdrawn(self, pool: PoolView) -> bool:
+        """Whether allocated devices consume more of some counter of the pool than it has (its counters were
+        republished lower): Kubernetes then allocates no counter-consuming device of the pool at all."""
+        return self._counter_state(pool)[1]
+
+    def _counter_state(self, pool: PoolView) -> tuple[dict[tuple[str, str], Fraction], bool]:
         cached = self._available.get(pool.key)
         if cached is not None:
             return cached
@@ -277,8 +301,9 @@ class ClusterSnapshot:
                         k = (set_name, counter)
                         if k in available:
                             available[k] -= value
-        self._available[pool.key] = available
-        return available
+        state = (available, any(v < 0 for v in available.values()))
+        self._available[pool.key] = state
+        return state
 
 
 def _results(
