@@ -139,9 +139,9 @@ class Allocator:
         constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
         search: Search
         if needs_kube_order(claims, constraints):
-            search = KubeOrderSearch(self.snapshot, claims, constraints, self.budget, pools.visible)
+            search = KubeOrderSearch(self.snapshot, claims, constraints, self.budget, pools)
         else:
-            search = Search(self.snapshot, claims, constraints, self.budget)
+            search = Search(self.snapshot, claims, constraints, self.budget, pools.views)
             search.prune()
         try:
             found = search.run()

@@ -21,7 +21,7 @@ from gpudra.allocator.constraints import Constraint
 from gpudra.allocator.pools import DeviceEntry
 from gpudra.allocator.requests import ClaimSpec, RequestSpec, all_tolerated, blocker
 from gpudra.allocator.search import BudgetExceeded, Search
-from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
 
 
 class AllocationAborted(Exception):
@@ -46,7 +46,7 @@ def needs_kube_order(claims: list[ClaimSpec], constraints: list[list[Constraint]
 
 
 class KubeOrderSearch(Search):
-    """Kubernetes' depth-first search without pruning over ``entries`` (the node's devices in order)."""
+    """Kubernetes' depth-first search without pruning over the node's visible devices in order."""
 
     def __init__(
         self,
@@ -54,10 +54,10 @@ class KubeOrderSearch(Search):
         claims: list[ClaimSpec],
         constraints: list[list[Constraint]],
         budget: int,
-        entries: list[DeviceEntry],
+        pools: NodePools,
     ) -> None:
-        super().__init__(snapshot, claims, constraints, budget)
-        self.entries = entries
+        super().__init__(snapshot, claims, constraints, budget, pools.views)
+        self.entries = pools.visible
         self._matches = {
             id(spec): {id(e) for e in spec.selected} for c in claims for g in c.groups for spec in g
         }
@@ -90,7 +90,7 @@ class KubeOrderSearch(Search):
             error = spec.failing.get(entry)
             if error is not None:
                 raise error
-            if id(entry) not in matches or blocker(spec, entry, self.snapshot) is not None:
+            if id(entry) not in matches or blocker(spec, entry, self.snapshot, self.views) is not None:
                 continue
             if not self._take(ci, spec, entry):
                 continue

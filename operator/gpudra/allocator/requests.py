@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from gpudra.allocator.counters import capacity_demand, fits_capacity, fits_counters
-from gpudra.allocator.pools import DeviceEntry, PoolKey
+from gpudra.allocator.pools import DeviceEntry, PoolKey, PoolView
 from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
 from gpudra.api.quantity import parse_quantity
 from gpudra.api.resource import DeviceClass, DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim
@@ -246,14 +246,21 @@ def all_tolerated(entry: DeviceEntry, tolerations: list[DeviceToleration] | None
 IN_USE, TAINTED, COUNTERS, CAPACITY = "in use", "tainted", "counters exhausted", "capacity exhausted"
 
 
-def blocker(spec: RequestSpec, entry: DeviceEntry, snapshot: ClusterSnapshot) -> str | None:
-    """What keeps a selected device from this request given what is already allocated (None: usable)."""
+def blocker(
+    spec: RequestSpec,
+    entry: DeviceEntry,
+    snapshot: ClusterSnapshot,
+    views: Mapping[PoolKey, PoolView] | None = None,
+) -> str | None:
+    """What keeps a selected device from this request given what is already allocated (None: usable).
+    ``views`` are the node's own views of its pools (NodePools.views), for their counters."""
     if not spec.admin and snapshot.in_use(entry.id):
         return IN_USE
     if entry.taints and not all_tolerated(entry, spec.tolerations):
         return TAINTED
     if entry.consumes and not (entry.multi and snapshot.shares(entry.id)):
-        view = snapshot.pool(PoolKey(entry.id.driver, entry.id.pool))
+        key = PoolKey(entry.id.driver, entry.id.pool)
+        view = (views or {}).get(key) or snapshot.pool(key)
         if (
             view is None
             or snapshot.overdrawn(view)
@@ -303,7 +310,7 @@ def select(
     spec.selected = selected
     spec.failing = failing
     spec.demand = demand
-    spec.usable = [e for e in selected if blocker(spec, e, snapshot) is None]
+    spec.usable = [e for e in selected if blocker(spec, e, snapshot, node_pools.views) is None]
     if spec.all_mode:
         spec.need = len(selected)
         spec.impossible = (

@@ -13,12 +13,13 @@ selector failing at runtime on some device, a constraint on an ``All`` request) 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
 from gpudra.allocator.constraints import Constraint, remove, try_add
 from gpudra.allocator.counters import fits_capacity, fits_counters
-from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey
+from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey, PoolView
 from gpudra.allocator.requests import ClaimSpec, RequestSpec
 from gpudra.allocator.snapshot import ClusterSnapshot
 
@@ -52,8 +53,11 @@ class Search:
         claims: list[ClaimSpec],
         constraints: list[list[Constraint]],
         budget: int,
+        views: Mapping[PoolKey, PoolView] | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.views = views or {}
+        """The node's own view of its pools (their counters), where it differs from the snapshot's."""
         self.claims = claims
         self.constraints = constraints
         self.budget = budget
@@ -220,7 +224,8 @@ class Search:
 
     def _counters_fit(self, entry: DeviceEntry) -> bool:
         did = entry.id
-        view = self.snapshot.pool(PoolKey(did.driver, did.pool))
+        key = PoolKey(did.driver, did.pool)
+        view = self.views.get(key) or self.snapshot.pool(key)
         return (
             view is not None
             and not self.snapshot.overdrawn(view)

@@ -20,6 +20,7 @@ from gpudra.allocator.pools import (
     PoolView,
     build_pool,
     node_matches,
+    node_view,
 )
 from gpudra.api.quantity import parse_quantity
 from gpudra.api.resource import AllocationResult, DeviceRequestAllocationResult, ResourceSlice
@@ -39,6 +40,8 @@ class NodePools:
     (before it checks the device's node), so a selector failing on one fails the allocation."""
     elsewhere: set[int] = field(default_factory=set)
     """ids of the visible devices the node cannot use."""
+    views: dict[PoolKey, PoolView] = field(default_factory=dict)
+    """The usable pools as the node sees them (see pools.node_view), for their counters."""
 
 
 class ClusterSnapshot:
@@ -155,7 +158,10 @@ class ClusterSnapshot:
         invalid: list[tuple[PoolKey, str]] = []
         elsewhere: dict[PoolKey, list[DeviceEntry]] = {}
         for key in sorted(keys):
-            view = self.pool(key)
+            whole = self.pool(key)
+            view = (
+                None if whole is None else node_view(node, key, list(self._pool_slices[key].values()), whole)
+            )
             if view is None:
                 continue
             entries = [
@@ -173,7 +179,7 @@ class ClusterSnapshot:
                     slices = {e.slice_name for e in entries}
                     elsewhere[key] = [e for e in view.entries if e.slice_name in slices]
         usable.sort(key=lambda pe: pe[0].has_binding_conditions)
-        result = NodePools(usable, incomplete, invalid)
+        result = NodePools(usable, incomplete, invalid, views={v.key: v for v, _ in usable})
         for view, entries in usable:
             shown = elsewhere.get(view.key, entries)
             result.visible += shown
@@ -289,7 +295,10 @@ class ClusterSnapshot:
         return self._counter_state(pool)[1]
 
     def _counter_state(self, pool: PoolView) -> tuple[dict[tuple[str, str], Fraction], bool]:
-        cached = self._available.get(pool.key)
+        shared = (
+            self._pools.get(pool.key) is pool
+        )  # a node's own view of a pool (pools.node_view) is not cached
+        cached = self._available.get(pool.key) if shared else None
         if cached is not None:
             return cached
         available = {(s, c): v for s, counters in pool.counter_sets.items() for c, v in counters.items()}
@@ -302,7 +311,8 @@ class ClusterSnapshot:
                         if k in available:
                             available[k] -= value
         state = (available, any(v < 0 for v in available.values()))
-        self._available[pool.key] = state
+        if shared:
+            self._available[pool.key] = state
         return state
 
 
