@@ -1,6 +1,7 @@
 """Both allocators on one scenario, reduced to what must agree: allocated or not, and per claim the devices in
 result order with their request, adminAccess, share (with its consumed capacity), tolerations and binding
-conditions, and the node selector.
+conditions, and the node selector; when not allocated, whether a selector failed at runtime (an error that
+aborts the pod's scheduling attempt in kube-scheduler, InvalidSelector in gpudra).
 
 The oracle is hack/oracle (Kubernetes' k8s.io/dynamic-resource-allocation/structured allocator): one process
 answers scenarios as JSON lines, built by ``hack/oracle/build.sh`` (``make oracle``) into a cache outside the
@@ -91,6 +92,8 @@ Device = tuple[str, str, str, str, bool, bool, tuple[tuple[str, Fraction], ...],
 class Verdict:
     allocated: bool
     claims: tuple[tuple[tuple[Device, ...], str], ...] = ()
+    selector_error: bool = False
+    """Not allocated because a CEL selector failed at runtime on a device the search reached."""
     detail: str = ""
 
     def __str__(self) -> str:
@@ -150,7 +153,9 @@ def kubernetes(oracle: Oracle, scenario: dict[str, Any]) -> Verdict:
         raise AssertionError(f"the oracle refused the scenario: {answer['message']}")
     if answer["outcome"] == "allocated":
         return _verdict(answer["allocations"])
-    return Verdict(False, detail=f"{answer['outcome']}: {answer.get('message', '')}"[:400])
+    message = answer.get("message", "")
+    cel = answer["outcome"] == "error" and "CEL runtime error" in message
+    return Verdict(False, selector_error=cel, detail=f"{answer['outcome']}: {message}"[:400])
 
 
 def gpudra(scenario: dict[str, Any]) -> Verdict:
@@ -164,7 +169,8 @@ def gpudra(scenario: dict[str, Any]) -> Verdict:
     outcome = allocator.allocate(NodeInfo(node["name"], node.get("labels") or {}), claims)
     if isinstance(outcome, Allocation):
         return _verdict([{**c.result.to_wire()} for c in outcome.claims])
-    return Verdict(False, detail=f"{outcome.reason}: {outcome.message}"[:400])
+    cel = outcome.reason == "InvalidSelector"
+    return Verdict(False, selector_error=cel, detail=f"{outcome.reason}: {outcome.message}"[:400])
 
 
 def tally(kube: Verdict) -> None:

@@ -1,6 +1,6 @@
 """gpudra's allocator against Kubernetes' own (k8s.io/dynamic-resource-allocation/structured, the code
-kube-scheduler runs): the same random scenarios must give the same answer, allocated or not, and the same
-devices for every request of every claim.
+kube-scheduler runs): the same random scenarios must give the same answer, allocated or not, the same devices
+for every request of every claim, and, when not allocated, agree on whether a selector failed at runtime.
 
 Each run checks ``GPUDRA_ORACLE_EXAMPLES`` scenarios (2000 by default) from a random seed printed in the summary;
 ``GPUDRA_ORACLE_SEED=<seed>`` replays a run. A failure names the scenario's number (``scenario(Random(n))``
@@ -33,7 +33,11 @@ def test_same_answer_as_kubernetes(oracle: Oracle, case: tuple[int, dict[str, An
     kube = kubernetes(oracle, scenario)
     ours = gpudra(scenario)
     tally(kube)
-    assert ours.allocated == kube.allocated and ours.claims == kube.claims, (
+    assert (ours.allocated, ours.claims, ours.selector_error) == (
+        kube.allocated,
+        kube.claims,
+        kube.selector_error,
+    ), (
         f"scenario {number} (_oracle_scenarios.scenario(Random({number}))):\nKubernetes: {kube}\n"
         f"gpudra: {ours}\nscenario: {one_line(scenario)}"
     )

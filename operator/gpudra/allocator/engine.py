@@ -27,7 +27,7 @@ from gpudra.allocator.explain import (
     diagnose,
 )
 from gpudra.allocator.kubeorder import AllocationAborted, KubeOrderSearch, needs_kube_order
-from gpudra.allocator.pools import NodeInfo
+from gpudra.allocator.pools import NodeInfo, PoolKey
 from gpudra.allocator.requests import (
     ClaimSpec,
     CompileSelector,
@@ -358,30 +358,42 @@ class Allocator:
 
 def _all_mode_problem(node: NodeInfo, specs: list[RequestSpec], pools: NodePools) -> Failure | None:
     """What Kubernetes checks for every ``All`` request (firstAvailable alternatives included) before its
-    search, failing the whole allocation: every pool of the node complete and valid, and every selector
-    evaluating without error on every device of the node."""
+    search, failing the whole allocation at the first problem in its pool order: a pool of the node incomplete
+    or invalid, or a selector failing on a device."""
     for spec in specs:
         if not spec.all_mode:
             continue
-        if pools.incomplete:
-            pool = pools.incomplete[0]
-            return Failure(
-                node=node.name,
-                reason="PoolIncomplete",
-                message=f"request {spec.full} asks for all devices, but pool {pool} is being updated",
-                pools_incomplete=[str(k) for k in pools.incomplete],
-            )
-        if pools.invalid:
-            key, why = pools.invalid[0]
-            return Failure(
-                node=node.name,
-                reason="PoolInvalid",
-                message=f"request {spec.full} asks for all devices, but pool {key} is invalid: {why}",
-                pools_invalid=[f"{k}: {w}" for k, w in pools.invalid],
-            )
-        for err in spec.failing.values():
-            return Failure(node=node.name, reason="InvalidSelector", message=str(err))
+        failing: dict[PoolKey, SelectorRuntimeError] = {}
+        for entry, err in spec.failing.items():
+            failing.setdefault(PoolKey(entry.id.driver, entry.id.pool), err)
+        for key, why in _kube_pool_order(pools):
+            if why is None and key in failing:
+                return Failure(node=node.name, reason="InvalidSelector", message=str(failing[key]))
+            if why == "":
+                return Failure(
+                    node=node.name,
+                    reason="PoolIncomplete",
+                    message=f"request {spec.full} asks for all devices, but pool {key} is being updated",
+                    pools_incomplete=[str(k) for k in pools.incomplete],
+                )
+            if why:
+                return Failure(
+                    node=node.name,
+                    reason="PoolInvalid",
+                    message=f"request {spec.full} asks for all devices, but pool {key} is invalid: {why}",
+                    pools_invalid=[f"{k}: {w}" for k, w in pools.invalid],
+                )
     return None
+
+
+def _kube_pool_order(pools: NodePools) -> list[tuple[PoolKey, str | None]]:
+    """The node's pools in Kubernetes' order (by driver and name, usable pools with binding conditions last),
+    each with None when usable, "" when incomplete, or why it is invalid."""
+    first: list[tuple[PoolKey, str | None]] = [(k, "") for k in pools.incomplete]
+    first += [(k, why) for k, why in pools.invalid]
+    first += [(v.key, None) for v, _ in pools.usable if not v.has_binding_conditions]
+    last = [(v.key, None) for v, _ in pools.usable if v.has_binding_conditions]
+    return sorted(first) + last
 
 
 def _min_devices(claims: list[ClaimSpec]) -> int:
