@@ -101,17 +101,14 @@ class ClusterSnapshot:
 
     def _index(self, key: PoolKey, slice_: ResourceSlice, delta: int) -> None:
         spec = slice_.spec
-        if not spec.devices:
-            return  # counters-only slices never make a pool reachable by themselves
+        # Slices without devices count too: Kubernetes judges a pool incomplete (an All request fails) from
+        # every slice that reaches the node, counters-only and empty ones included.
         if spec.node_name:
             nodes = self._pool_nodes.setdefault(key, set())
             if delta > 0:
                 nodes.add(spec.node_name)
                 self._by_node.setdefault(spec.node_name, set()).add(key)
-            elif not any(
-                s.spec.node_name == spec.node_name and s.spec.devices
-                for s in self._pool_slices.get(key, {}).values()
-            ):
+            elif not any(s.spec.node_name == spec.node_name for s in self._pool_slices.get(key, {}).values()):
                 nodes.discard(spec.node_name)
                 self._by_node.get(spec.node_name, set()).discard(key)
         else:
@@ -167,13 +164,11 @@ class ClusterSnapshot:
             entries = [
                 e for e in view.entries if node_matches(node, e.node_name, e.all_nodes, e.node_selector)
             ]
-            if not entries:
-                continue
             if not view.complete:
                 incomplete.append(key)
             elif view.invalid_reason is not None:
                 invalid.append((key, view.invalid_reason))
-            else:
+            elif entries:
                 usable.append((view, entries))
                 if len(entries) < len(view.entries):
                     slices = {e.slice_name for e in entries}
