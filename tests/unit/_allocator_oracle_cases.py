@@ -129,6 +129,19 @@ ORACLE_CASES = [
         real_cel=True,
     ),
     Case(
+        "all-mode-incomplete-empty-slices",
+        "slices without devices count for completeness: two of three announced slices, both empty, make the pool "
+        "incomplete and fail an All request",
+        [
+            gpus("n1", 2),
+            slice_("n1", [], pool="other", count=3, name="other-a"),
+            slice_("n1", [], pool="other", count=3, name="other-b"),
+        ],
+        [claim("c", req(mode="All"))],
+        "!PoolIncomplete",
+        real_cel=True,
+    ),
+    Case(
         "all-mode-constraint-aborts",
         "a device of an All request breaking a constraint stops the allocation; Kubernetes does not try another "
         "device for the earlier request (gpu-1 would have fit)",
