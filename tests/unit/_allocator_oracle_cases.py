@@ -220,6 +220,38 @@ ORACLE_CASES = [
         real_cel=True,
     ),
     Case(
+        "pool-invalid-from-another-node",
+        "a pool complete only with other nodes' slices is invalid when a device there consumes an unknown "
+        "counter set, though the node never sees that device",
+        [
+            slice_(
+                "n1",
+                [mig("gpu-0-mig-0", "gpu-0", "1g.5gb", memory_slices=1)],
+                pool="shared",
+                count=3,
+                name="s-a",
+            ),
+            slice_(
+                "n2",
+                [mig("gpu-9-mig-0", "gpu-9", "1g.5gb", memory_slices=1)],
+                pool="shared",
+                count=3,
+                name="s-b",
+            ),
+            slice_(
+                "n1",
+                [],
+                pool="shared",
+                count=3,
+                name="s-counters",
+                counters=[counter_set("gpu-0-counter-set", memory_slices=4)],
+            ),
+        ],
+        [claim("c", req("m", "mig.nvidia.com"))],
+        "!PoolInvalid",
+        real_cel=True,
+    ),
+    Case(
         "counters-overdrawn",
         "a pool whose counters allocated devices overdraw (gpu-1's) takes no counter-consuming device, even one "
         "consuming other counters (gpu-0's)",

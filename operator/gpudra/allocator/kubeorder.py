@@ -92,11 +92,8 @@ class KubeOrderSearch(Search):
                 raise error
             if id(entry) not in matches or blocker(spec, entry, self.snapshot, self.views) is not None:
                 continue
-            if not self._take(ci, spec, entry):
-                continue
-            if self._pick(ci, ri, spec, k + 1, idx + 1):
+            if self._descend(ci, ri, spec, k, entry, idx + 1):
                 return True
-            self._undo(ci, spec)
         return False
 
     def _busy(self, ci: int, spec: RequestSpec, entry: DeviceEntry) -> bool:

@@ -256,6 +256,7 @@ def node_view(node: NodeInfo, key: PoolKey, slices: list[ResourceSlice], view: P
     generation = max(s.spec.pool.generation for s in reaching)
     mine = sorted((s for s in reaching if s.spec.pool.generation == generation), key=_slice_name)
     wanted = mine[0].spec.pool.resource_slice_count
+    others: list[ResourceSlice] = []
     if len(mine) == wanted:
         chosen, complete = mine, True
     elif any(s.spec.pool.generation > generation for s in slices):
@@ -264,9 +265,16 @@ def node_view(node: NodeInfo, key: PoolKey, slices: list[ResourceSlice], view: P
         same = [s for s in slices if s.spec.pool.generation == generation]
         complete = len(same) == wanted
         chosen = mine + [s for s in same if s.spec.shared_counters and s not in mine]
+        others = [s for s in same if s.spec.devices and s not in mine]
     if complete and generation == view.generation and len(chosen) == len(view.slices) == wanted:
         return view
-    return build_pool(key, chosen, view, complete=complete)
+    local = build_pool(key, chosen, view, complete=complete)
+    if local is not None and local.invalid_reason is None:
+        # The other slices' devices are not the node's, but their counter consumption must be valid too.
+        local.invalid_reason = _check_counters(
+            [make_entry(s, d) for s in others for d in s.spec.devices or ()], local.counter_sets
+        )
+    return local
 
 
 def _reaches(node: NodeInfo, s: ResourceSlice) -> bool:

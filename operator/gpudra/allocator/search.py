@@ -173,23 +173,23 @@ class Search:
         if k == spec.need:
             return self._request(ci, ri + 1)
         if spec.all_mode:
-            entry = spec.selected[k]
-            if not self._take(ci, spec, entry):
-                return False
-            if self._pick(ci, ri, spec, k + 1, 0):
-                return True
-            self._undo(ci, spec)
-            return False
+            return self._descend(ci, ri, spec, k, spec.selected[k], 0)
         cands = self._cands(spec)
         # A request's devices are distinct, multi-allocatable ones included: Kubernetes looks for the next
         # device of a request after the previous one, so two shares of one device need two requests.
-        for idx in range(start, len(cands) - (spec.need - k) + 1):
-            entry = cands[idx]
-            if not self._take(ci, spec, entry):
-                continue
-            if self._pick(ci, ri, spec, k + 1, idx + 1):
-                return True
-            self._undo(ci, spec)
+        return any(
+            self._descend(ci, ri, spec, k, cands[idx], idx + 1)
+            for idx in range(start, len(cands) - (spec.need - k) + 1)
+        )
+
+    def _descend(self, ci: int, ri: int, spec: RequestSpec, k: int, entry: DeviceEntry, start: int) -> bool:
+        """Take ``entry`` as the k-th device of the request and search on from there (candidates from
+        ``start``); True when that leads to a solution, else everything is as before."""
+        if not self._take(ci, spec, entry):
+            return False
+        if self._pick(ci, ri, spec, k + 1, start):
+            return True
+        self._undo(ci, spec)
         return False
 
     def _take(self, ci: int, spec: RequestSpec, entry: DeviceEntry) -> bool:
