@@ -36,8 +36,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run an embedded cluster with simulated GPU nodes")
-    up.add_argument(
+    fleet = up.add_mutually_exclusive_group()
+    fleet.add_argument(
         "--nodes", default=None, help="PROFILE:COUNT[,PROFILE:COUNT...] (default: the demo fleet)"
+    )
+    fleet.add_argument(
+        "--fleet",
+        type=Path,
+        default=None,
+        help="a fleet file: node groups, profiles, recordings (docs/simulator.md)",
     )
     up.add_argument("--port", type=int, default=0, help="API server port; 0 picks a free port")
     up.add_argument(
@@ -160,7 +167,12 @@ async def _run_up(args: argparse.Namespace) -> int:
     if args.list_profiles:
         print("\n".join(sorted(profile_names())))
         return 0
-    nodes = parse_fleet(args.nodes or DEFAULT_FLEET, set(profile_names()))
+    if args.fleet is not None:
+        from gpudra.cluster.sim.fleetfile import load_fleet
+
+        nodes = load_fleet(args.fleet)
+    else:
+        nodes = parse_fleet(args.nodes or DEFAULT_FLEET, set(profile_names()))
     options = UpOptions(
         nodes=nodes,
         port=args.port,

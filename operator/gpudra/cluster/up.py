@@ -176,7 +176,7 @@ class EmbeddedCluster:
         kubelet. Each node gets its own plugin, registry, CDI and state directories."""
         assert self.client is not None
         await self.client.apply_object(NODES, node_object(node))
-        fake = FakeNvml.from_profile(node.profile, node_name=node.name, fleet_index=node.fleet_index)
+        fake = FakeNvml.from_machine(node.hardware())
         root = self._node_root(node.name)
         settings = AgentSettings(
             node_name=node.name,
