@@ -246,8 +246,9 @@ async def _run_explain(args: argparse.Namespace) -> int:
     from gpudra.allocator.requests import claim_key
     from gpudra.allocator.result import Allocation
     from gpudra.api.resource import AllocationResult, ResourceClaim
-    from gpudra.controller.explaining import explain, load_view
+    from gpudra.controller.explaining import explain, explanation, load_view
     from gpudra.controller.migdemand import plan_pending
+    from gpudra.devices.classes import load_device_classes
     from gpudra.errors import ConfigurationError
     from gpudra.kube.client import KubeClient
     from gpudra.kube.resources import RESOURCE_CLAIMS
@@ -279,15 +280,23 @@ async def _run_explain(args: argparse.Namespace) -> int:
         view = await load_view(client, skip_claim_uid=skip)
         claim = ResourceClaim.model_validate(body)
         outcome = explain(view, claim)
-        console.print(outcome_report(outcome))
-        if not isinstance(outcome, Allocation):
-            others = [c for c in view.pending if c["metadata"].get("uid") != skip]
-            waiting = [*(ResourceClaim.model_validate(c) for c in others), claim]
-            section = mig_plan_report(
-                plan_pending(view.allocator, waiting, args.driver_name), claim_key(claim)
-            )
-            if section is not None:
-                console.print(section)
+        if isinstance(outcome, Allocation):
+            console.print(outcome_report(outcome))
+            return 0
+        # the planner serves the pending claims together, as the controller does
+        others = [c for c in view.pending if c["metadata"].get("uid") != skip]
+        waiting = [*(ResourceClaim.model_validate(c) for c in others), claim]
+        plan = plan_pending(view.allocator, waiting, args.driver_name)
+        shipped = {
+            (c.metadata.name or "", s.cel.expression)
+            for c in load_device_classes(gpu_driver=args.driver_name)
+            for s in c.spec.selectors or ()
+            if s.cel is not None
+        }
+        console.print(outcome_report(explanation(view, claim, outcome, plan), shipped))
+        section = mig_plan_report(plan, claim_key(claim))
+        if section is not None:
+            console.print(section)
     finally:
         await client.close()
     return 0

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis, render_text
+from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis
+from gpudra.allocator.explanation import Explanation
 from gpudra.allocator.result import Allocation
 from gpudra.api.resource import AllocationResult
 from gpudra.kube.client import KubeClient
@@ -84,8 +86,17 @@ def allocation_table(title: str, allocation: AllocationResult) -> Table:
     return table
 
 
+def _nodes_table(explanation: Explanation) -> Table:
+    table = Table(title="nodes, nearest first", header_style="bold")
+    for column in ("NODE", "REASON", "NEED", "NOW", "WHEN FREED", "WHY"):
+        table.add_column(column)
+    for n in explanation.nodes:
+        table.add_row(n.node, n.reason, str(n.need), str(n.now), str(n.later), n.words)
+    return table
+
+
 def _diagnosis_table(failures: list[Failure]) -> Table:
-    table = Table(title="why not", header_style="bold")
+    table = Table(title="why not, per request", header_style="bold")
     for column in ("NODE", "CLAIM", "REQUEST", "REASON", "NEED", "DEVICES", "CLASS KEPT", "REQUEST KEPT", "FREE",
                    "IN USE", "TAINTED"):  # fmt: skip
         table.add_column(column)
@@ -99,16 +110,33 @@ def _diagnosis_table(failures: list[Failure]) -> Table:
     return table
 
 
-def _selector_details(failures: list[Failure]) -> list[RenderableType]:
+def _closest_table(explanation: Explanation) -> Table:
+    table = Table(title="closest devices", header_style="bold")
+    for column in ("NODE", "DEVICE", "KIND", "MISSES"):
+        table.add_column(column)
+    for c in explanation.closest:
+        table.add_row(c.node, c.device, c.kind, c.miss)
+    return table
+
+
+def _selector_details(failures: list[Failure], shipped: Collection[tuple[str, str]]) -> list[RenderableType]:
+    """Selectors that eliminated devices. A class gpudra ships is named, not quoted, unless it is why the node
+    has no match (it left out devices that the request's own selectors would take)."""
     out: list[RenderableType] = []
     for failure in failures:
         for d in failure.requests:
+            class_is_reason = d.request_kept == 0 and d.class_only > 0
             for s in d.selectors:
-                if s.eliminated:
-                    out.append(Text(f"  {failure.node or '-'} {d.request}: {s.source} selector {s.expression!r} "
-                                    f"eliminated {s.eliminated} device(s)"))  # fmt: skip
-            for m in d.near_misses:
-                out.append(Text(f"  closest: {m.device} fails only {m.expression!r}"))
+                if not s.eliminated:
+                    continue
+                source = s.source.removeprefix("class ")
+                if (source, s.expression) in shipped and not class_is_reason:
+                    what = s.source
+                else:
+                    what = f"{s.source} selector {s.expression!r}"
+                out.append(
+                    Text(f"  {failure.node or '-'} {d.request}: {what} eliminated {s.eliminated} device(s)")
+                )
             if d.constraint:
                 values = ", ".join(f"{v}: {n}" for v, n in d.values.items())
                 out.append(
@@ -119,14 +147,28 @@ def _selector_details(failures: list[Failure]) -> list[RenderableType]:
     return out
 
 
-def outcome_report(outcome: Allocation | Failure | NodesFailure) -> RenderableType:
+def outcome_report(
+    outcome: Allocation | Explanation, shipped: Collection[tuple[str, str]] = ()
+) -> RenderableType:
+    """``gpudra explain``: where the claim fits, or the explanation the Event carries (same words) followed by
+    the nodes nearest first, the per-request numbers in that order, the closest devices and the selectors.
+    ``shipped``: (class name, selector) of the DeviceClasses gpudra installs."""
     if isinstance(outcome, Allocation):
         parts: list[RenderableType] = [Text(f"fits: node {outcome.node}", style="bold green")]
         parts.extend(allocation_table(f"claim {c.key}", c.result) for c in outcome.claims)
         return Group(*parts)
-    failures = outcome.failures if isinstance(outcome, NodesFailure) else [outcome]
-    parts = [Text("does not fit: " + render_text(outcome), style="bold red"), _diagnosis_table(failures)]
-    parts.extend(_selector_details(failures))
+    result = outcome.outcome
+    failures = result.failures if isinstance(result, NodesFailure) else [result]
+    order = {n.node: i for i, n in enumerate(outcome.nodes)}
+    failures = sorted(failures, key=lambda f: order.get(f.node or "", len(order)))
+    parts = [Text(f"does not fit ({outcome.reason}): {outcome.headline}", style="bold red")]
+    parts += [Text(f"  {sentence}") for sentence in outcome.sentences]
+    if outcome.nodes:
+        parts.append(_nodes_table(outcome))
+    parts.append(_diagnosis_table(failures))
+    if outcome.closest:
+        parts.append(_closest_table(outcome))
+    parts.extend(_selector_details(failures, shipped))
     return Group(*parts)
 
 

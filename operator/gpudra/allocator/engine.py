@@ -25,6 +25,7 @@ from gpudra.allocator.explain import (
     constraint_conflict,
     describe_constraint,
     diagnose,
+    selector_failure,
 )
 from gpudra.allocator.kubeorder import AllocationAborted, KubeOrderSearch, needs_kube_order
 from gpudra.allocator.pools import NodeInfo, PoolKey
@@ -133,7 +134,7 @@ class Allocator:
         specs = [s for c in claims for g in c.groups for s in g]
         for spec in specs:
             select(spec, pools, self.snapshot, self.device_view)
-        setup = _all_mode_problem(node, specs, pools)
+        setup = _all_mode_problem(node, claims, specs, pools)
         if setup is not None:
             return setup
         constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
@@ -154,8 +155,7 @@ class Allocator:
                 steps=search.steps,
             )
         except SelectorRuntimeError as err:
-            return Failure(node=node.name, reason="InvalidSelector", message=str(err), steps=search.steps,
-                           pools_incomplete=[str(k) for k in pools.incomplete])  # fmt: skip
+            return selector_failure(node.name, err, claims, pools)
         except AllocationAborted as err:
             return Failure(node=node.name, reason=err.reason, message=str(err), steps=search.steps)
         if found:
@@ -186,9 +186,9 @@ class Allocator:
                     if not d.reason:
                         applying = [c for c in constraints[claim_index] if c.applies(spec.base, spec.full)]
                         if applying:
-                            d = describe_constraint(d, spec, applying[0])
+                            d = describe_constraint(d, spec, applying[0], claim)
                         else:
-                            d = constraint_conflict(d, spec, search.misses, search.rejected)
+                            d = constraint_conflict(d, spec, search.misses, search.rejected, claims)
                     hopeless.append(d)
         requests = hopeless
         if not requests:
@@ -197,7 +197,7 @@ class Allocator:
                 if involved and id(spec) not in involved:
                     continue
                 d = diagnose(spec, claim.key, pools, self.snapshot, self.device_view)
-                requests.append(constraint_conflict(d, spec, search.misses, search.rejected))
+                requests.append(constraint_conflict(d, spec, search.misses, search.rejected, claims))
         reason = requests[0].reason if requests else "InsufficientDevices"
         return Failure(
             node=node.name,
@@ -356,7 +356,9 @@ class Allocator:
         return count
 
 
-def _all_mode_problem(node: NodeInfo, specs: list[RequestSpec], pools: NodePools) -> Failure | None:
+def _all_mode_problem(
+    node: NodeInfo, claims: list[ClaimSpec], specs: list[RequestSpec], pools: NodePools
+) -> Failure | None:
     """What Kubernetes checks for every ``All`` request (firstAvailable alternatives included) before its
     search, failing the whole allocation at the first problem in its pool order: a pool of the node incomplete
     or invalid, or a selector failing on a device."""
@@ -368,7 +370,7 @@ def _all_mode_problem(node: NodeInfo, specs: list[RequestSpec], pools: NodePools
             failing.setdefault(PoolKey(entry.id.driver, entry.id.pool), err)
         for key, why in _kube_pool_order(pools):
             if why is None and key in failing:
-                return Failure(node=node.name, reason="InvalidSelector", message=str(failing[key]))
+                return selector_failure(node.name, failing[key], claims, pools)
             if why == "":
                 return Failure(
                     node=node.name,
