@@ -4,12 +4,14 @@ cluster, through the CLI a user runs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
@@ -135,5 +137,26 @@ async def test_status_shows_the_fleet_with_allocated_devices(
     text = out.decode()
     assert proc.returncode == 0, text
     h100 = next(line for line in text.splitlines() if "dgx-h100-0" in line)
-    assert "NVIDIA H100 80GB HBM3" in h100 and " 8 " in h100
+    assert "8x NVIDIA H100 80GB HBM3" in h100
     assert "UNHEALTHY" in text and "ALLOCATED" in text
+
+
+async def status(cluster: EmbeddedCluster, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "status", "--kubeconfig", str(cluster.options.kubeconfig), *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_status_output_formats_as_kubectl_has_them(cluster: EmbeddedCluster) -> None:
+    data = json.loads(await status(cluster, "-o", "json"))
+    h100 = next(n for n in data["nodes"] if n["node"] == "dgx-h100-0")
+    assert h100["gpus"] == {"NVIDIA H100 80GB HBM3": 8} and h100["allocated"] == 0
+    assert yaml.safe_load(await status(cluster, "-o", "yaml")) == data
+    wide = await status(cluster, "-o", "wide")
+    assert "SLICES" in wide and "PROFILE" in wide
+    assert all(s in wide for n in data["nodes"] for s in n["slices"])  # no terminal: never cut
+    assert "SLICES" not in await status(cluster)

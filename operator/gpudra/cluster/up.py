@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,17 @@ from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
 from gpudra.cluster.sim.controls import SimulatorControls
+from gpudra.cluster.startup import (
+    STAGE_API_SERVER,
+    STAGE_CONTROLLER,
+    STAGE_NODES,
+    STAGE_SLICES,
+    NoProgress,
+    StartProgress,
+    Summary,
+    start_progress,
+    summary,
+)
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -40,7 +52,7 @@ from gpudra.hardware.simulated import empty_mig
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
-from gpudra.reports import fleet_table
+from gpudra.reports import list_fleet, print_fitted
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -48,6 +60,13 @@ log = get_logger(__name__)
 
 def _wait_flag(flag: threading.Event, timeout: float) -> bool:
     return flag.wait(timeout)
+
+
+def _counted(wait: Coroutine[Any, Any, Any], progress: StartProgress, stage: str) -> asyncio.Task[Any]:
+    """A task of ``wait`` that advances ``stage`` when it completes."""
+    task = asyncio.ensure_future(wait)
+    task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else progress.advance(stage))
+    return task
 
 
 @dataclass
@@ -110,7 +129,9 @@ class EmbeddedCluster:
         self.server.write_kubeconfig(self.options.kubeconfig)
         return url
 
-    async def start(self) -> None:
+    async def start(self, progress: StartProgress | None = None) -> None:
+        progress = progress or NoProgress()
+        progress.begin(STAGE_API_SERVER, 1)
         url = await self._start_server()
         # One client for every simulated node's agent and kubelet: each node keeps watches open, so no cap.
         self.client = KubeClient.for_url(url, field_manager="gpudra-up", max_connections=None)
@@ -124,6 +145,7 @@ class EmbeddedCluster:
             "metadata": {"name": self.options.controller.namespace},
         }
         await self.client.apply_object(NAMESPACES, namespace)
+        progress.advance(STAGE_API_SERVER, detail=url)
 
         if self.options.metrics_port is not None:
             runner = await serve_metrics(
@@ -133,11 +155,17 @@ class EmbeddedCluster:
             port = runner.addresses[0][1]
             self.metrics_url = f"http://127.0.0.1:{port}/metrics"
 
+        progress.begin(STAGE_NODES, len(self.options.nodes))
+        progress.begin(STAGE_SLICES, len(self.options.nodes))
+        waiters: list[asyncio.Task[Any]] = []
         for node in self.options.nodes:
-            await self.add_node(node)
+            agent = await self.add_node(node)
+            progress.advance(STAGE_NODES)
+            waiters.append(_counted(agent.published.wait(), progress, STAGE_SLICES))
         self.sim_controls = SimulatorControls(self.client, self.simulated, self.options.kubeconfig.parent)
         await self.sim_controls.start()
         self._spawn(self.sim_controls.run(), "simulator faults")
+        progress.begin(STAGE_CONTROLLER, 2)
         self.control_plane = ControlPlane(self.client)
         self._spawn(self.control_plane.run(), "control plane")
         controller_ready = threading.Event()
@@ -158,12 +186,13 @@ class EmbeddedCluster:
             daemon=True,
         )
         self._controller.start()
-        waiters: list[asyncio.Task[Any]] = [
-            asyncio.create_task(a.published.wait()) for a in self.agents.values()
-        ]
-        waiters.append(asyncio.create_task(self.control_plane.synced.wait()))
+        waiters.append(_counted(self.control_plane.synced.wait(), progress, STAGE_CONTROLLER))
         waiters.append(
-            asyncio.create_task(asyncio.to_thread(_wait_flag, controller_ready, self.options.ready_timeout))
+            _counted(
+                asyncio.to_thread(_wait_flag, controller_ready, self.options.ready_timeout),
+                progress,
+                STAGE_CONTROLLER,
+            )
         )
         _, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
         for task in pending:
@@ -257,24 +286,32 @@ class EmbeddedCluster:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-async def run_up(options: UpOptions) -> int:
+async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
     console = Console()
     cluster = EmbeddedCluster(options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    started = time.monotonic()
     try:
-        await cluster.start()
+        with start_progress(console) as progress:
+            await cluster.start(progress)
         assert cluster.client is not None
-        console.print(f"API server: {cluster.url}")
-        if cluster.metrics_url:
-            console.print(f"metrics:    {cluster.metrics_url}")
-        console.print(f"export KUBECONFIG={options.kubeconfig.resolve()}")
-        console.print(await fleet_table(cluster.client))
+        info = Summary(
+            kubeconfig=options.kubeconfig,
+            api_server=cluster.url,
+            rows=await list_fleet(cluster.client),
+            metrics_url=cluster.metrics_url,
+            log_file=log_file,
+            seconds=time.monotonic() - started,
+            example=Path("examples/claim-h100.yaml"),
+        )
+        print_fitted(console, summary(info))
+        if not options.once:
+            console.print("Ctrl-C stops it.")
         sys.stdout.flush()
         if not options.once:
-            console.print("gpudra is up; Ctrl-C stops it.")
             await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
