@@ -28,7 +28,7 @@ from gpudra.kube.resources import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
 )
-from gpudra.reports import fleet_table
+from gpudra.reports import fleet_table, list_fleet
 
 NODE = "dgx-h100-0"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -279,7 +279,7 @@ async def test_status_says_the_gpus_are_dynamic_instead_of_counting_placements(
     cluster: EmbeddedCluster,
 ) -> None:
     console = Console(width=250, record=True, file=io.StringIO())
-    console.print(await fleet_table(client_of(cluster)))
+    console.print(fleet_table(await list_fleet(client_of(cluster))))
     row = next(line for line in console.export_text().splitlines() if NODE in line)
     assert "dynamic on 8 GPUs" in row and "1g.10gb" not in row
 
