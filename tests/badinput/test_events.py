@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 import yaml
+from _corpus import ACCEPTED, HERE
 
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, EVENTS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Resource
-
-from test_refused import ACCEPTED, HERE
 
 RESOURCES = {
     "ResourceClaim": RESOURCE_CLAIMS,

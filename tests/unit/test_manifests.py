@@ -27,9 +27,10 @@ THIRD_PARTY_CRDS = {
 }  # the Prometheus Operator's, not shipped here
 
 # What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
-# exactly these. Controller: kopf watches (list+watch) slices, classes, claims and claim templates, lists namespaces and nodes to
-# explain claims, posts Events, and uses kopf peering and CRD discovery; for MigLayouts it watches them and Nodes,
-# patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted files); the MIG planner
+# exactly these. Controller: kopf watches (list+watch) slices, classes, claims and claim templates, lists
+# namespaces and nodes to explain claims, posts Events, and uses kopf peering and CRD discovery; for MigLayouts it
+# watches them and Nodes, patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted
+# files); the MIG planner
 # creates, merge-patches and deletes its own MigLayouts. Agent: reads, watches (by name) and labels its Node, lists
 # and writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain
 # driver reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps.
