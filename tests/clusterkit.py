@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.fleet import FleetNode, parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
 
 StartCluster = Callable[..., Awaitable[EmbeddedCluster]]
@@ -20,13 +20,15 @@ StartCluster = Callable[..., Awaitable[EmbeddedCluster]]
 @pytest.fixture
 async def start_cluster(tmp_path: Path) -> AsyncIterator[StartCluster]:
     """``await start_cluster("dgx-h100:1,l4x4:1", **UpOptions fields)``: a running embedded cluster (as `gpudra up`
-    runs it, kubeconfig in the test's tmp dir), stopped after the test."""
+    runs it, kubeconfig in the test's tmp dir), stopped after the test. The fleet may also be a list of nodes
+    (a fleet file's)."""
     started: list[EmbeddedCluster] = []
 
-    async def start(fleet: str, **options: Any) -> EmbeddedCluster:
-        profiles = {part.split(":")[0].strip() for part in fleet.split(",")}
+    async def start(fleet: str | list[FleetNode], **options: Any) -> EmbeddedCluster:
+        if isinstance(fleet, str):
+            fleet = parse_fleet(fleet, {part.split(":")[0].strip() for part in fleet.split(",")})
         options.setdefault("kubeconfig", tmp_path / f"cluster-{len(started)}" / "kubeconfig")
-        cluster = EmbeddedCluster(UpOptions(nodes=parse_fleet(fleet, profiles), **options))
+        cluster = EmbeddedCluster(UpOptions(nodes=fleet, **options))
         started.append(cluster)
         await cluster.start()
         return cluster

@@ -36,8 +36,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run an embedded cluster with simulated GPU nodes")
-    up.add_argument(
+    fleet = up.add_mutually_exclusive_group()
+    fleet.add_argument(
         "--nodes", default=None, help="PROFILE:COUNT[,PROFILE:COUNT...] (default: the demo fleet)"
+    )
+    fleet.add_argument(
+        "--fleet",
+        type=Path,
+        default=None,
+        help="a fleet file: node groups, profiles, recordings (docs/simulator.md)",
     )
     up.add_argument("--port", type=int, default=0, help="API server port; 0 picks a free port")
     up.add_argument(
@@ -79,6 +86,18 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="how long a device must be quiet before its health taint goes (default: the agent's, 300)",
     )
+    up.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="bring the log to the console as well as the log file (-vv: at DEBUG)",
+    )
+    up.add_argument(
+        "--log-level",
+        default=argparse.SUPPRESS,
+        help="level of the log file (<demo dir>/gpudra.log) and, with -v, of the console; default INFO",
+    )
 
     agent = sub.add_parser("agent", help="run the node agent (DaemonSet)")
     agent.add_argument("--node-name", default=None, help="env GPUDRA_NODE_NAME")
@@ -119,6 +138,13 @@ def _parser() -> argparse.ArgumentParser:
         "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
     )
     status.add_argument("--driver-name", default="gpu.nvidia.com")
+    status.add_argument(
+        "-o",
+        "--output",
+        choices=["wide", "json", "yaml"],
+        default=None,
+        help="wide: also devices and slices per node; json, yaml: the rows as data",
+    )
 
     hardware = sub.add_parser("hardware", help="this node's GPUs as NVML reports them")
     hardware_sub = hardware.add_subparsers(dest="hardware_command", required=True)
@@ -169,6 +195,10 @@ async def _until_signal(main: Any) -> None:
         await task
 
 
+def _up_log_file(args: argparse.Namespace) -> Path:
+    return Path(args.kubeconfig).parent / "gpudra.log"
+
+
 async def _run_up(args: argparse.Namespace) -> int:
     from gpudra.cluster.fleet import DEFAULT_FLEET, parse_fleet
     from gpudra.cluster.up import UpOptions, run_up
@@ -177,7 +207,12 @@ async def _run_up(args: argparse.Namespace) -> int:
     if args.list_profiles:
         print("\n".join(sorted(profile_names())))
         return 0
-    nodes = parse_fleet(args.nodes or DEFAULT_FLEET, set(profile_names()))
+    if args.fleet is not None:
+        from gpudra.cluster.sim.fleetfile import load_fleet
+
+        nodes = load_fleet(args.fleet)
+    else:
+        nodes = parse_fleet(args.nodes or DEFAULT_FLEET, set(profile_names()))
     options = UpOptions(
         nodes=nodes,
         port=args.port,
@@ -192,7 +227,7 @@ async def _run_up(args: argparse.Namespace) -> int:
     )
     if args.health_recovery_seconds is not None:
         options.agent_settings["health_recovery_seconds"] = args.health_recovery_seconds
-    return await run_up(options)
+    return await run_up(options, log_file=_up_log_file(args))
 
 
 async def _run_agent(args: argparse.Namespace) -> int:
@@ -254,12 +289,13 @@ async def _run_explain(args: argparse.Namespace) -> int:
     from gpudra.allocator.requests import claim_key
     from gpudra.allocator.result import Allocation
     from gpudra.api.resource import AllocationResult, ResourceClaim
-    from gpudra.controller.explaining import explain, load_view
+    from gpudra.controller.explaining import explain, explanation, load_view
     from gpudra.controller.migdemand import plan_pending
+    from gpudra.devices.classes import load_device_classes
     from gpudra.errors import ConfigurationError
     from gpudra.kube.client import KubeClient
     from gpudra.kube.resources import RESOURCE_CLAIMS
-    from gpudra.reports import allocation_table, mig_plan_report, outcome_report
+    from gpudra.reports import allocation_table, mig_plan_report, outcome_report, print_fitted
 
     if (args.file is None) == (args.name is None):
         raise ConfigurationError("explain: give either `claim NAME` or `--file claim.yaml`")
@@ -281,37 +317,55 @@ async def _run_explain(args: argparse.Namespace) -> int:
             allocation = (body.get("status") or {}).get("allocation")
             if allocation:
                 title = f"claim {args.namespace}/{args.name} is allocated"
-                console.print(allocation_table(title, AllocationResult.model_validate(allocation)))
+                print_fitted(console, allocation_table(title, AllocationResult.model_validate(allocation)))
                 return 0
             skip = body["metadata"].get("uid")
         view = await load_view(client, skip_claim_uid=skip)
         claim = ResourceClaim.model_validate(body)
         outcome = explain(view, claim)
-        console.print(outcome_report(outcome))
-        if not isinstance(outcome, Allocation):
-            others = [c for c in view.pending if c["metadata"].get("uid") != skip]
-            waiting = [*(ResourceClaim.model_validate(c) for c in others), claim]
-            section = mig_plan_report(
-                plan_pending(view.allocator, waiting, args.driver_name), claim_key(claim)
-            )
-            if section is not None:
-                console.print(section)
+        if isinstance(outcome, Allocation):
+            print_fitted(console, outcome_report(outcome))
+            return 0
+        # the planner serves the pending claims together, as the controller does
+        others = [c for c in view.pending if c["metadata"].get("uid") != skip]
+        waiting = [*(ResourceClaim.model_validate(c) for c in others), claim]
+        plan = plan_pending(view.allocator, waiting, args.driver_name)
+        shipped = {
+            (c.metadata.name or "", s.cel.expression)
+            for c in load_device_classes(gpu_driver=args.driver_name)
+            for s in c.spec.selectors or ()
+            if s.cel is not None
+        }
+        print_fitted(console, outcome_report(explanation(view, claim, outcome, plan), shipped))
+        section = mig_plan_report(plan, claim_key(claim))
+        if section is not None:
+            print_fitted(console, section)
     finally:
         await client.close()
     return 0
 
 
 async def _run_status(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
     from rich.console import Console
 
     from gpudra.kube.client import KubeClient
-    from gpudra.reports import fleet_table
+    from gpudra.reports import fleet_table, list_fleet, print_fitted
 
     client = await KubeClient.from_environment(args.kubeconfig, field_manager="gpudra-status")
     try:
-        Console().print(await fleet_table(client, args.driver_name))
+        rows = await list_fleet(client, args.driver_name)
     finally:
         await client.close()
+    data = {"nodes": [row.to_data() for row in rows]}
+    if args.output == "json":
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif args.output == "yaml":
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+    else:
+        print_fitted(Console(), fleet_table(rows, wide=args.output == "wide"))
     return 0
 
 
@@ -379,9 +433,21 @@ async def _run_sim(args: argparse.Namespace) -> int:
     return {"Injected": 0, "NotHeard": 1}.get(phase, 2)
 
 
+def _configure_logging(args: argparse.Namespace) -> None:
+    """``gpudra up`` logs to a file in its demo directory and keeps the console for its progress and summary
+    (warnings and errors still show; ``-v`` brings the log there too); other commands log to standard error."""
+    level = args.log_level or "INFO"
+    if args.command != "up":
+        configure_logging(args.log_format or "console", level)
+        return
+    if args.verbose >= 2 and not args.log_level:
+        level = "DEBUG"
+    console = level if args.verbose else "WARNING"
+    configure_logging(args.log_format or "console", level, console_level=console, log_file=_up_log_file(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    configure_logging(args.log_format or "console", args.log_level or "INFO")
     runners = {
         "up": _run_up,
         "agent": _run_agent,
@@ -393,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         "sim": _run_sim,
     }
     try:
+        _configure_logging(args)
         return asyncio.run(runners[args.command](args))
     except GpudraError as exc:
         print(f"gpudra {args.command}: {exc}", file=sys.stderr)

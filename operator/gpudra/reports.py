@@ -3,74 +3,71 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from typing import Any
+from collections.abc import Collection
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis, render_text
+from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis
+from gpudra.allocator.explanation import Explanation
 from gpudra.allocator.result import Allocation
 from gpudra.api.resource import AllocationResult
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.demand import DemandPlan
-
-PROFILE_LABEL = "gpudra.dev/node-profile"
-
-
-def _attr(device: dict[str, Any], name: str) -> str:
-    value = (device.get("attributes") or {}).get(name) or {}
-    return str(next(iter(value.values()), ""))
+from gpudra.planning.summaries import PROFILE_LABEL as PROFILE_LABEL  # cluster/fleet.py labels nodes with it
+from gpudra.planning.summaries import FleetRow, fleet_rows
 
 
-async def fleet_table(client: KubeClient, driver: str = "gpu.nvidia.com") -> Table:
-    """Nodes, GPUs, MIG devices, published slices, allocated devices and unhealthy (tainted) devices."""
+def table(*columns: str, title: str | None = None) -> Table:
+    """A kubectl-like table: no borders, bold headers, cells folded (never cut with an ellipsis) when the
+    terminal is too narrow."""
+    out = Table(title=title, header_style="bold", box=None, pad_edge=False)
+    for column in columns:
+        out.add_column(column, overflow="fold", min_width=min(len(column), 12))
+    return out
+
+
+def print_fitted(console: Console, renderable: RenderableType) -> None:
+    """Print so nothing is cut: on a terminal, fitted to its width (long cells fold inside their row); without
+    one (a pipe, a file, CI logs), at the width the content needs, every value in full."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    needed = Measurement.get(console, console.options.update_width(100_000), renderable).maximum
+    width = console.width
+    console.width = max(needed, 1)
+    try:
+        console.print(renderable, crop=False)
+    finally:
+        console.width = width
+
+
+async def list_fleet(client: KubeClient, driver: str = "gpu.nvidia.com") -> list[FleetRow]:
+    """The fleet as any client of the cluster sees it."""
     nodes, _ = await client.list(NODES)
     slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
     claims, _ = await client.list(RESOURCE_CLAIMS)
-    per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    slice_names: dict[str, list[str]] = defaultdict(list)
-    for s in slices:
-        node = s["spec"].get("nodeName", "")
-        per_node[node].extend(s["spec"].get("devices") or [])
-        slice_names[node].append(s["metadata"]["name"])
-    allocated: Counter[str] = Counter()
-    for claim in claims:
-        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-            "results"
-        ) or []
-        allocated.update(r["pool"] for r in results if r.get("driver") == driver)
+    return fleet_rows(nodes, slices, claims, driver)
 
-    table = Table(title="gpudra fleet", header_style="bold")
-    for column in ("NODE", "PROFILE", "GPU MODEL", "GPUS", "MIG DEVICES", "DEVICES", "ALLOCATED", "UNHEALTHY",
-                   "SLICES"):  # fmt: skip
-        table.add_column(column)
-    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        name = node["metadata"]["name"]
-        devices = per_node.get(name, [])
-        gpus = {_attr(d, "uuid") for d in devices if _attr(d, "type") == "gpu"}
-        gpus |= {_attr(d, "parentUUID") for d in devices if _attr(d, "type") == "mig"}
-        models = sorted({_attr(d, "productName") for d in devices} - {""})
-        migs = [d for d in devices if _attr(d, "type") == "mig"]
-        profiles = Counter(_attr(d, "profile") for d in migs if not d.get("consumesCounters"))
-        dynamic = {_attr(d, "parentUUID") for d in migs if d.get("consumesCounters")}
-        mig_text = [f"{n}x {p}" for p, n in sorted(profiles.items())]
-        mig_text += [f"dynamic on {len(dynamic)} GPU{'s' if len(dynamic) > 1 else ''}"] if dynamic else []
-        unhealthy = sum(1 for d in devices if any(t.get("effect") != "None" for t in d.get("taints") or []))
-        table.add_row(
-            name,
-            (node["metadata"].get("labels") or {}).get(PROFILE_LABEL, "-"),
-            ", ".join(models) or "-",
-            str(len(gpus)),
-            ", ".join(mig_text) or "-",
-            str(len(devices)),
-            str(allocated.get(name, 0)),
-            str(unhealthy),
-            ", ".join(sorted(slice_names.get(name, []))) or "-",
-        )
-    return table
+
+def fleet_table(rows: list[FleetRow], *, wide: bool = False, title: str | None = "gpudra fleet") -> Table:
+    """Nodes, GPUs by model, MIG devices, allocated and unhealthy (tainted) devices; ``wide`` adds the node
+    profile (simulated nodes), the published devices and slices. A cell with several values holds one a line."""
+    columns = ["NODE", *(["PROFILE"] if wide else []), "GPUS", "MIG DEVICES", "ALLOCATED", "UNHEALTHY"]
+    out = table(*columns, *(["DEVICES", "SLICES"] if wide else []), title=title)
+    for row in rows:
+        gpus, migs = "\n".join(row.gpu_text()) or "-", "\n".join(row.mig_text()) or "-"
+        counts = [str(row.allocated), str(row.unhealthy)]
+        if wide:
+            out.add_row(
+                row.node, row.profile, gpus, migs, *counts, str(row.devices), "\n".join(row.slices) or "-"
+            )
+        else:
+            out.add_row(row.node, gpus, migs, *counts)
+    return out
 
 
 def allocation_table(title: str, allocation: AllocationResult) -> Table:
@@ -84,8 +81,17 @@ def allocation_table(title: str, allocation: AllocationResult) -> Table:
     return table
 
 
+def _nodes_table(explanation: Explanation) -> Table:
+    table = Table(title="nodes, nearest first", header_style="bold")
+    for column in ("NODE", "REASON", "NEED", "NOW", "WHEN FREED", "WHY"):
+        table.add_column(column)
+    for n in explanation.nodes:
+        table.add_row(n.node, n.reason, str(n.need), str(n.now), str(n.later), n.words)
+    return table
+
+
 def _diagnosis_table(failures: list[Failure]) -> Table:
-    table = Table(title="why not", header_style="bold")
+    table = Table(title="why not, per request", header_style="bold")
     for column in ("NODE", "CLAIM", "REQUEST", "REASON", "NEED", "DEVICES", "CLASS KEPT", "REQUEST KEPT", "FREE",
                    "IN USE", "TAINTED"):  # fmt: skip
         table.add_column(column)
@@ -99,16 +105,33 @@ def _diagnosis_table(failures: list[Failure]) -> Table:
     return table
 
 
-def _selector_details(failures: list[Failure]) -> list[RenderableType]:
+def _closest_table(explanation: Explanation) -> Table:
+    table = Table(title="closest devices", header_style="bold")
+    for column in ("NODE", "DEVICE", "KIND", "MISSES"):
+        table.add_column(column)
+    for c in explanation.closest:
+        table.add_row(c.node, c.device, c.kind, c.miss)
+    return table
+
+
+def _selector_details(failures: list[Failure], shipped: Collection[tuple[str, str]]) -> list[RenderableType]:
+    """Selectors that eliminated devices. A class gpudra ships is named, not quoted, unless it is why the node
+    has no match (it left out devices that the request's own selectors would take)."""
     out: list[RenderableType] = []
     for failure in failures:
         for d in failure.requests:
+            class_is_reason = d.request_kept == 0 and d.class_only > 0
             for s in d.selectors:
-                if s.eliminated:
-                    out.append(Text(f"  {failure.node or '-'} {d.request}: {s.source} selector {s.expression!r} "
-                                    f"eliminated {s.eliminated} device(s)"))  # fmt: skip
-            for m in d.near_misses:
-                out.append(Text(f"  closest: {m.device} fails only {m.expression!r}"))
+                if not s.eliminated:
+                    continue
+                source = s.source.removeprefix("class ")
+                if (source, s.expression) in shipped and not class_is_reason:
+                    what = s.source
+                else:
+                    what = f"{s.source} selector {s.expression!r}"
+                out.append(
+                    Text(f"  {failure.node or '-'} {d.request}: {what} eliminated {s.eliminated} device(s)")
+                )
             if d.constraint:
                 values = ", ".join(f"{v}: {n}" for v, n in d.values.items())
                 out.append(
@@ -119,14 +142,28 @@ def _selector_details(failures: list[Failure]) -> list[RenderableType]:
     return out
 
 
-def outcome_report(outcome: Allocation | Failure | NodesFailure) -> RenderableType:
+def outcome_report(
+    outcome: Allocation | Explanation, shipped: Collection[tuple[str, str]] = ()
+) -> RenderableType:
+    """``gpudra explain``: where the claim fits, or the explanation the Event carries (same words) followed by
+    the nodes nearest first, the per-request numbers in that order, the closest devices and the selectors.
+    ``shipped``: (class name, selector) of the DeviceClasses gpudra installs."""
     if isinstance(outcome, Allocation):
         parts: list[RenderableType] = [Text(f"fits: node {outcome.node}", style="bold green")]
         parts.extend(allocation_table(f"claim {c.key}", c.result) for c in outcome.claims)
         return Group(*parts)
-    failures = outcome.failures if isinstance(outcome, NodesFailure) else [outcome]
-    parts = [Text("does not fit: " + render_text(outcome), style="bold red"), _diagnosis_table(failures)]
-    parts.extend(_selector_details(failures))
+    result = outcome.outcome
+    failures = result.failures if isinstance(result, NodesFailure) else [result]
+    order = {n.node: i for i, n in enumerate(outcome.nodes)}
+    failures = sorted(failures, key=lambda f: order.get(f.node or "", len(order)))
+    parts = [Text(f"does not fit ({outcome.reason}): {outcome.headline}", style="bold red")]
+    parts += [Text(f"  {sentence}") for sentence in outcome.sentences]
+    if outcome.nodes:
+        parts.append(_nodes_table(outcome))
+    parts.append(_diagnosis_table(failures))
+    if outcome.closest:
+        parts.append(_closest_table(outcome))
+    parts.extend(_selector_details(failures, shipped))
     return Group(*parts)
 
 

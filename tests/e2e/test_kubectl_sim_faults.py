@@ -194,7 +194,7 @@ async def test_rejected_fault_says_why(cluster: EmbeddedCluster) -> None:
     )
     assert (status["phase"], status["message"]) == (
         "Rejected",
-        "dgx-h100-0 has GPUs 0 to 7; there is no GPU 9",
+        "dgx-h100-0 has no GPU gpu-9 (its GPUs: gpu-0, gpu-1, gpu-2, gpu-3, gpu-4, gpu-5, gpu-6, gpu-7)",
     )
 
 
@@ -220,4 +220,4 @@ async def test_gpudra_sim_fault_reaches_the_running_cluster(cluster: EmbeddedClu
 
     await until(unhealthy)
     code, out = await gpudra_sim(cluster, node, "gpu-12", "xid", "79")
-    assert code == 2 and "there is no GPU 12" in out, out
+    assert code == 2 and "has no GPU gpu-12" in out, out

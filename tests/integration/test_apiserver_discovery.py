@@ -40,8 +40,18 @@ WIDGET_CRD: dict[str, Any] = {
                         "properties": {
                             "spec": {
                                 "type": "object",
-                                "properties": {"size": {"type": "integer", "default": 3}},
-                            }
+                                "properties": {
+                                    "size": {"type": "integer", "default": 3},
+                                    "items": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "properties": {"name": {"type": "string"}},
+                                        },
+                                    },
+                                },
+                            },
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
                         },
                     }
                 },
@@ -122,7 +132,10 @@ async def test_table_output_for_claims_and_slices(http: aiohttp.ClientSession) -
     assert table["rows"][0]["cells"][:2] == ["c", "pending"]
     assert table["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
     status = {
-        "status": {"allocation": {"devices": {"results": []}}, "reservedFor": [{"name": "p", "uid": "u"}]}
+        "status": {
+            "allocation": {"devices": {"results": []}},
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+        }
     }
     await http.patch(
         f"{claims}/c/status", json=status, headers={"Content-Type": "application/merge-patch+json"}
@@ -133,7 +146,11 @@ async def test_table_output_for_claims_and_slices(http: aiohttp.ClientSession) -
     assert row["object"]["kind"] == "ResourceClaim"
     slice_ = {
         "metadata": {"name": "s"},
-        "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": {"name": "n1"}},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "n1",
+            "pool": {"name": "n1", "resourceSliceCount": 1},
+        },
     }
     await http.post("/apis/resource.k8s.io/v1/resourceslices", json=slice_)
     async with http.get("/apis/resource.k8s.io/v1/resourceslices?includeObject=None", headers=TABLE) as rsp:

@@ -123,7 +123,9 @@ async def test_apply_reapply_get_and_delete(kubectl: Kubectl, tmp_path: Path) ->
     rc, out, err = await kubectl("apply", "-f", str(manifest))
     assert rc == 0, err
     assert "deviceclass.resource.k8s.io/gpu.example.com configured" in out
-    assert "resourceclaim.resource.k8s.io/claim-1 unchanged" in out
+    # as against kube-apiserver: the live claim carries the defaults (count: 1), so the JSON merge patch of its
+    # atomic requests list is not empty; the spec itself is unchanged
+    assert "resourceclaim.resource.k8s.io/claim-1 configured" in out
     rc, out, _ = await kubectl("get", "resourceclaims")
     assert out.split()[:6] == ["NAME", "STATE", "AGE", "claim-1", "pending", out.split()[5]]
     rc, out, _ = await kubectl(
@@ -155,7 +157,11 @@ async def test_get_resourceslices_yaml(kubectl: Kubectl, apiserver: EmbeddedAPIS
     """kubectl get resourceslices -o yaml prints a List with the objects."""
     rt = apiserver.database.registry.get("resource.k8s.io", "v1", "resourceslices")
     assert rt is not None
-    spec = {"driver": "gpu.example.com", "nodeName": "n1", "pool": {"name": "n1", "generation": 1}}
+    spec = {
+        "driver": "gpu.example.com",
+        "nodeName": "n1",
+        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+    }
     apiserver.database.create(rt, "", {"metadata": {"name": "n1-slice"}, "spec": spec})
     rc, out, _ = await kubectl("get", "resourceslices", "-o", "yaml")
     assert rc == 0

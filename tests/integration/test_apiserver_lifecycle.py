@@ -80,7 +80,11 @@ async def test_owner_deletion_collects_dependents_across_scopes(http: aiohttp.Cl
     (namespaced dependent); a dependent with another live owner survives."""
     node = await create(http, NODES, {"metadata": {"name": "node-1"}})
     other = await create(http, NODES, {"metadata": {"name": "node-2"}})
-    spec = {"driver": "gpu.nvidia.com", "nodeName": "node-1", "pool": {"name": "p", "generation": 1}}
+    spec = {
+        "driver": "gpu.nvidia.com",
+        "nodeName": "node-1",
+        "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+    }
     await create(http, SLICES, {"metadata": {"name": "s1", "ownerReferences": owned_by(node)}, "spec": spec})
     await create(http, CMS, {"metadata": {"name": "m", "ownerReferences": owned_by(node)}})
     both = owned_by(node) + owned_by(other)

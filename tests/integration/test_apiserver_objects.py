@@ -150,12 +150,14 @@ async def test_no_op_write_keeps_resource_version(http: aiohttp.ClientSession) -
 
 
 async def test_generation_bumps_on_spec_change_only(http: aiohttp.ClientSession) -> None:
-    """Label changes keep generation; spec changes bump it by one."""
-    await http.post(CLAIMS, json=claim())
-    async with http.patch(f"{CLAIMS}/c1", json={"metadata": {"labels": {"x": "y"}}}, headers=MERGE) as rsp:
+    """Label changes keep generation; spec changes bump it by one (a DeviceClass: a claim's spec is immutable)."""
+    classes = "/apis/resource.k8s.io/v1/deviceclasses"
+    selectors = [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]
+    await http.post(classes, json={"metadata": {"name": "gpu"}, "spec": {"selectors": selectors}})
+    async with http.patch(f"{classes}/gpu", json={"metadata": {"labels": {"x": "y"}}}, headers=MERGE) as rsp:
         assert (await rsp.json())["metadata"]["generation"] == 1
-    spec = {"spec": {"devices": {"requests": [{"name": "two", "exactly": {"deviceClassName": "gpu"}}]}}}
-    async with http.patch(f"{CLAIMS}/c1", json=spec, headers=MERGE) as rsp:
+    spec = {"spec": {"selectors": [*selectors, {"cel": {"expression": "true"}}]}}
+    async with http.patch(f"{classes}/gpu", json=spec, headers=MERGE) as rsp:
         assert (await rsp.json())["metadata"]["generation"] == 2
 
 
@@ -233,7 +235,12 @@ async def test_status_subresource_is_isolated(http: aiohttp.ClientSession) -> No
     """/status writes change only status; writes to the object ignore status (resources with a status
     subresource). Status changes never bump generation."""
     await http.post(CLAIMS, json=claim())
-    status = {"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}, "spec": {"x": 1}}
+    result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}
+    reserved = [{"resource": "pods", "name": "p", "uid": "u"}]
+    status = {
+        "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": reserved},
+        "spec": {"x": 1},
+    }
     async with http.patch(f"{CLAIMS}/c1/status", json=status, headers=MERGE) as rsp:
         obj = await rsp.json()
     assert obj["status"]["reservedFor"][0]["name"] == "p"

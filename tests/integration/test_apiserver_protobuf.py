@@ -68,7 +68,7 @@ async def test_delete_takes_protobuf_delete_options(http: aiohttp.ClientSession)
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "p"},
-        "spec": {"containers": [{"name": "c"}]},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},  # an image: a pod without one is invalid
     }
     async with http.post("/api/v1/namespaces/default/pods", data=wire.encode(pod), headers=SEND) as rsp:
         assert rsp.status == 201

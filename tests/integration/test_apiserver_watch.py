@@ -201,14 +201,15 @@ async def test_a_kubelets_watch_sees_a_pod_from_its_binding_to_its_deletion(
 
 
 async def test_a_watch_on_a_node_sees_a_slice_leave_it(http: aiohttp.ClientSession) -> None:
-    """An object whose selected field changes away from the watched value arrives there as DELETED."""
+    """An object whose selected label changes away from the watched value arrives there as DELETED (a slice's
+    spec.nodeName is immutable, as in Kubernetes)."""
     async with http.post(SLICES, json=resource_slice("moving", "node-1")) as created:
         assert created.status == 201
-    url = f"{SLICES}?watch=true&fieldSelector=spec.nodeName%3Dnode-1&timeoutSeconds=5"
+    url = f"{SLICES}?watch=true&labelSelector=node%3Dnode-1&timeoutSeconds=5"
     async with http.get(url) as rsp:
-        await http.patch(f"{SLICES}/moving", json={"spec": {"nodeName": "node-2"}}, headers=MERGE)
+        await http.patch(f"{SLICES}/moving", json={"metadata": {"labels": {"node": "node-2"}}}, headers=MERGE)
         events = await read_events(rsp, 2)
-    assert [(e["type"], e["object"]["spec"]["nodeName"]) for e in events] == [
+    assert [(e["type"], e["object"]["metadata"]["labels"]["node"]) for e in events] == [
         ("ADDED", "node-1"),
         ("DELETED", "node-2"),
     ]

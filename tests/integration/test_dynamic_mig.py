@@ -28,7 +28,7 @@ from gpudra.kube.resources import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
 )
-from gpudra.reports import fleet_table
+from gpudra.reports import fleet_table, list_fleet
 
 NODE = "dgx-h100-0"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -164,11 +164,18 @@ async def test_seven_1g_fill_one_h100_and_the_eighth_pends_with_counters_as_the_
     # every 1g.10gb placement of the GPU is allocated: the eighth waits for one of them
     event = await eventually(lambda: explanation(client, "small-7"))
     assert event["reason"] == "DevicesInUse", event
-    assert "needs 1, 7 match, 0 usable" in event["message"], event["message"]
+    assert event["message"] == (
+        f"{NODE} has 7 matching 1g.10gb MIG devices but all are in use by default/small-0, default/small-1, "
+        "default/small-2 and 4 more claims"
+    )
     # any other profile on that GPU: free placements exist, but the memory slices they need are taken
     await run_pod_with_claim(client, "other", "mig.nvidia.com", on_gpu(uuid))
     event = await eventually(lambda: explanation(client, "other"))
     assert event["reason"] == "CounterExhausted", event
+    assert event["message"].startswith(
+        f"{NODE} has 25 matching MIG devices but 7 are in use by default/small-0"
+    )
+    assert " and 18 overlap MIG devices in use by " in event["message"]
     assert not await running(client, "small-7")
     assert not (await client.get(RESOURCE_CLAIMS, "small-7", "default")).get("status", {}).get("allocation")
     await client.delete(PODS, "other", "default")
@@ -193,6 +200,9 @@ async def test_whole_gpu_and_a_mig_device_of_it_are_never_allocated_together(
 
     event = await eventually(lambda: explanation(client, "slice"))
     assert event["reason"] == "CounterExhausted", event
+    assert (
+        event["message"] == f"{NODE} has 25 matching MIG devices but all overlap GPUs in use by default/whole"
+    )
     assert not await running(client, "slice")
     await client.delete(PODS, "whole", "default")
     await eventually(lambda: running(client, "slice"), timeout=30)
@@ -269,7 +279,7 @@ async def test_status_says_the_gpus_are_dynamic_instead_of_counting_placements(
     cluster: EmbeddedCluster,
 ) -> None:
     console = Console(width=250, record=True, file=io.StringIO())
-    console.print(await fleet_table(client_of(cluster)))
+    console.print(fleet_table(await list_fleet(client_of(cluster))))
     row = next(line for line in console.export_text().splitlines() if NODE in line)
     assert "dynamic on 8 GPUs" in row and "1g.10gb" not in row
 

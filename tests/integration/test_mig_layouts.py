@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from clusterkit import StartCluster, eventually
 from gpudra.api.miglayout import API_VERSION
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.controller.miglayouts import MIGLAYOUTS
+from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import CONFIGMAPS, EVENTS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.desired import CONFIG_LABEL, CONFIG_STATE_LABEL, NodeReport
@@ -107,9 +109,12 @@ async def test_an_invalid_layout_is_rejected_with_the_reason_and_the_gpus_untouc
         in (await true_condition(client, "typo", "Invalid"))["message"]
     )
     too_many = {"entries": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 9}}]}
-    await client.create(MIGLAYOUTS, mig_layout("nine", node, too_many))
-    message = (await true_condition(client, "nine", "Invalid"))["message"]
-    assert message.startswith("invalid spec: spec.layout.entries.0.mig-devices.1g.10gb: ")
+    with pytest.raises(
+        KubeError
+    ) as refused:  # the CRD's maximum: the API server refuses it, as Kubernetes does
+        await client.create(MIGLAYOUTS, mig_layout("nine", node, too_many))
+    assert refused.value.status == 422
+    assert "spec.layout.entries[0].mig-devices.1g.10gb: Invalid value: 9" in str(refused.value)
     assert not any(cluster.simulated[node].gpu(i).mig_current for i in range(8))
 
 

@@ -20,7 +20,8 @@ from gpudra.mig.validate import place_counts
 
 NODE = "dgx-h100-0"
 SUGGESTION = (
-    f"would fit after repartitioning GPU 0 on node {NODE}: destroy 2x 1g.10gb, 2g.20gb, create 3g.40gb"
+    f"would fit on {NODE} if its MIG layout had a 3g.40gb free (the MIG planner can do this: GPU 0: destroy "
+    "2x 1g.10gb, 2g.20gb, create 3g.40gb"
 )
 
 
@@ -95,7 +96,7 @@ async def planner_events(cluster: EmbeddedCluster, claim: str) -> list[dict[str,
     assert cluster.client is not None
     events, _ = await cluster.client.list(EVENTS, "default", field_selector=f"involvedObject.name={claim}")
     return [
-        e for e in events if e["source"]["component"] == "gpudra-controller" and "repartition" in e["message"]
+        e for e in events if e["source"]["component"] == "gpudra-controller" and "MIG planner" in e["message"]
     ]
 
 
@@ -115,7 +116,7 @@ async def test_pending_mig_claim_event_and_explain_name_the_repartition(start_cl
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
 
     events = await eventually(lambda: planner_events(cluster, "wants-3g"), timeout=30)
-    assert SUGGESTION in events[0]["message"]
+    assert events[0]["message"].startswith(SUGGESTION)
     assert events[0]["reason"] == "DevicesInUse"
 
     out = await explain(cluster, "wants-3g")
@@ -207,4 +208,8 @@ async def test_planner_off_leaves_events_as_they_were(start_cluster: StartCluste
         return [e for e in events if e["source"]["component"] == "gpudra-controller"]
 
     events = await eventually(explained, timeout=30)
-    assert "repartition" not in events[0]["message"]
+    assert "MIG planner" not in events[0]["message"]
+    assert (
+        events[0]["message"]
+        == f"{NODE} has 8 matching 3g.40gb MIG devices but all are in use by default/busy"
+    )

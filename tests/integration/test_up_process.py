@@ -50,7 +50,7 @@ async def test_signal_shuts_down_cleanly(tmp_path: Path, sig: signal.Signals) ->
     proc = await start_up(tmp_path, "--nodes", "l4x4:1")
     assert proc.stdout is not None
     seen = b""
-    while b"gpudra is up" not in seen:
+    while b"Ctrl-C stops it" not in seen:
         line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
         assert line, "gpudra up ended before it was up"
         seen += line
@@ -66,3 +66,41 @@ async def test_unknown_profile_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "unknown node profile 'dgx-h999'" in err.decode()
     assert not (tmp_path / "kc").exists()
+
+
+async def run_once(tmp_path: Path, *args: str) -> tuple[str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "up", "--once", "--nodes", "dgx-a100:1,l4x4:1",
+        "--kubeconfig", str(tmp_path / "demo" / "kc"), *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return out.decode(), err.decode()
+
+
+@pytest.mark.slow
+async def test_first_run_shows_progress_then_one_summary_and_logs_to_a_file(tmp_path: Path) -> None:
+    out, err = await run_once(tmp_path)
+    lines = out.splitlines()
+    up = next(i for i, line in enumerate(lines) if line.startswith("gpudra is up: 2 nodes, 12 GPUs"))
+    stages = [line for line in lines[:up] if line.startswith("[gpudra up] ")]
+    assert sorted(s.split(" (")[0].removeprefix("[gpudra up] ").split(" http")[0] for s in stages) == [
+        "API server", "controller ready 2/2", "nodes registered 2/2", "slices published 2/2"
+    ]  # fmt: skip
+    assert f"export KUBECONFIG={(tmp_path / 'demo' / 'kc').resolve()}" in lines[up:]
+    row = next(line for line in lines[up:] if line.startswith("dgx-a100-0"))
+    assert "8x NVIDIA A100-SXM4-40GB" in row  # without a terminal, whole values on the node's row
+    assert "Try next" in out and "[info" not in out
+    assert "[info" not in err and "succeeded" not in err, err
+    log = (tmp_path / "demo" / "gpudra.log").read_text()
+    assert "kubelet plugin gpu.nvidia.com serving" in log
+    assert "Handler '" not in log  # kopf's per-event lines are DEBUG
+
+
+@pytest.mark.slow
+async def test_verbose_brings_the_log_to_the_console(tmp_path: Path) -> None:
+    _, err = await run_once(tmp_path, "-v")
+    assert "kubelet plugin gpu.nvidia.com serving" in err
+    assert "Handler '" not in err

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.allocator import Allocator, ClusterSnapshot
@@ -289,9 +289,15 @@ def req(
 
 
 def sub(
-    name: str, cls: str = "gpu.nvidia.com", *selectors: str, count: int | None = None
+    name: str, cls: str = "gpu.nvidia.com", *selectors: str, count: int | None = None, mode: str | None = None
 ) -> DeviceSubRequest:
-    return DeviceSubRequest(name=name, device_class_name=cls, selectors=sel(*selectors) or None, count=count)
+    return DeviceSubRequest(
+        name=name,
+        device_class_name=cls,
+        selectors=sel(*selectors) or None,
+        count=count,
+        allocation_mode=mode,  # type: ignore[arg-type]
+    )
 
 
 def first_available(name: str, *subs: DeviceSubRequest) -> DeviceRequest:
@@ -324,14 +330,31 @@ def claim(
 def make_allocator(
     slices: list[ResourceSlice],
     classes: list[DeviceClass] | None = None,
+    *,
+    real_cel: bool = False,
     **kwargs: Any,
 ) -> Allocator:
+    """An allocator over ``slices`` with the fake CEL compiler, or gpudra's real one (``real_cel``)."""
     ids = (f"share-{i}" for i in itertools.count(1))
     kwargs.setdefault("share_id", lambda: next(ids))
-    return Allocator(
-        ClusterSnapshot(slices),
-        classes if classes is not None else CLASSES,
-        compile_selector=fake_compile,
-        device_view=fake_view,
-        **kwargs,
-    )
+    if not real_cel:
+        kwargs.setdefault("compile_selector", fake_compile)
+        kwargs.setdefault("device_view", fake_view)
+    return Allocator(ClusterSnapshot(slices), classes if classes is not None else CLASSES, **kwargs)
+
+
+@dataclass
+class Case:
+    """One table case: the Kubernetes behaviour it mirrors, the cluster, the pod's claims, and the expected
+    results (``request:device`` in order) or ``!Reason`` of the failure. ``real_cel`` uses gpudra's CEL instead
+    of the fake compiler (for runtime errors as Kubernetes raises them)."""
+
+    id: str
+    mirrors: str
+    slices: list[ResourceSlice]
+    claims: list[ResourceClaim]
+    expect: list[str] | str
+    node: str = "n1"
+    allocated: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    real_cel: bool = False

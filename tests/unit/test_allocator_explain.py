@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from _allocator_kit import claim, gpu, gpus, make_allocator, match, mig, req, slice_
 
-from gpudra.allocator import REASONS, DeviceId, Failure, NodesFailure, render_text
+from gpudra.allocator import REASONS, DeviceId, Failure, NodeInfo, NodesFailure, explain_outcome, render_text
+from gpudra.allocator.nearest import examine
 from gpudra.api.resource import DeviceTaint
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
@@ -18,13 +19,9 @@ def test_no_matching_device_names_the_selector_and_closest_devices() -> None:
     d = outcome.requests[0]
     assert (d.reason, d.devices, d.class_kept, d.request_kept) == ("NoMatchingDevice", 4, 4, 0)
     assert d.selectors[0].eliminated == 4
-    assert d.near_misses[0].device == "gpu.nvidia.com/n1/gpu-0"
-    text = render_text(outcome)
-    assert "NoMatchingDevice" in text
-    assert "class kept 4" in text
-    assert "eliminated 4" in text
-    assert "default/train" in text
-    assert len(text.encode()) <= 1024
+    assert [str(c.device) for c in d.candidates][:1] == ["gpu.nvidia.com/n1/gpu-0"]
+    assert all(c.failed == (H100,) for c in d.candidates)
+    assert render_text(outcome) == f"no GPU matches request gpu: 4 NVIDIA A100-SXM4-40GB fail only '{H100}'"
 
 
 def test_in_use_and_tainted_counts() -> None:
@@ -36,8 +33,15 @@ def test_in_use_and_tainted_counts() -> None:
     assert isinstance(outcome, Failure)
     d = outcome.requests[0]
     assert (d.reason, d.in_use, d.tainted, d.free) == ("DevicesInUse", 2, 1, 0)
-    assert "in use 2" in render_text(outcome)
-    assert "tainted 1" in render_text(outcome)
+    assert render_text(outcome) == (
+        "n1 has 3 matching NVIDIA H100 80GB HBM3 but 2 are in use and gpu-1 is tainted "
+        "gpu.nvidia.com/gpu-lost:NoSchedule, which the request does not tolerate"
+    )
+    holders = {
+        DeviceId("gpu.nvidia.com", "n1", "gpu-0"): "default/a",
+        DeviceId("gpu.nvidia.com", "n1", "gpu-2"): "x/b",
+    }
+    assert "2 are in use by default/a and x/b and gpu-1" in explain_outcome(outcome, holders=holders).headline
 
 
 def test_constraint_conflict_lists_values() -> None:
@@ -58,12 +62,18 @@ def test_nodes_failure_aggregates_per_reason() -> None:
     for dev in ("gpu-0", "gpu-1"):
         allocator.snapshot.allocate_device(DeviceId("gpu.nvidia.com", "n3", dev))
     allocator.snapshot.allocate_device(DeviceId("gpu.nvidia.com", "n4", "gpu-0"))
-    outcome = allocator.find_node([claim("c", req("gpu", "gpu.nvidia.com", H100, count=2))])
+    c = claim("c", req("gpu", "gpu.nvidia.com", H100, count=2))
+    outcome = allocator.find_node([c])
     assert isinstance(outcome, NodesFailure)
     assert outcome.total == 4
     assert outcome.by_reason == {"NoMatchingDevice": 1, "InsufficientDevices": 1, "DevicesInUse": 2}
-    text = render_text(outcome)
-    assert text.startswith("0/4 nodes can allocate: 2 matching devices in use, 1 ")
+    nodes = [NodeInfo(f"n{i}") for i in range(1, 5)]
+    examined = examine(outcome, [c], nodes, allocator.snapshot, allocator.allocate)
+    assert examined.by_reason == outcome.by_reason
+    assert render_text(examined) == (
+        "needs 2 NVIDIA H100 80GB HBM3 on one node; n4 has 2 but gpu-0 is in use. n3 has 2 but all are in use. "
+        "n2 has 1. 1 other node has no NVIDIA H100 80GB HBM3 (NVIDIA A100-SXM4-40GB on n1)"
+    )
 
 
 def test_model_that_does_not_exist_anywhere_is_answered_without_search() -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import pytest
 from _allocator_kit import (
     CLASSES,
     DRIVER,
+    Case,
     claim,
     counter_set,
     device_class,
@@ -23,6 +21,7 @@ from _allocator_kit import (
     slice_,
     sub,
 )
+from _allocator_oracle_cases import ORACLE_CASES
 
 from gpudra.allocator import Allocation, DeviceId, Failure, NodeInfo
 from gpudra.api.resource import (
@@ -34,7 +33,6 @@ from gpudra.api.resource import (
     DeviceTaint,
     DeviceToleration,
     OpaqueDeviceConfiguration,
-    ResourceClaim,
     ResourceSlice,
 )
 
@@ -44,19 +42,6 @@ NOPE = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B300"'
 PARENT = "gpu.nvidia.com/parentUUID"
 FOUR_G = 'device.attributes["gpu.nvidia.com"].profile == "4g.20gb"'
 THREE_G = 'device.attributes["gpu.nvidia.com"].profile == "3g.20gb"'
-
-
-@dataclass
-class Case:
-    id: str
-    mirrors: str
-    slices: list[ResourceSlice]
-    claims: list[ResourceClaim]
-    expect: list[str] | str
-    node: str = "n1"
-    allocated: list[str] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)
-    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def mig_slices(node: str = "n1", used_slices: int = 7) -> list[ResourceSlice]:
@@ -565,9 +550,14 @@ CASES = [
 ]
 
 
+CASES += ORACLE_CASES
+
+
 def run(case: Case) -> Allocation | Failure:
     allocator = make_allocator(
-        case.slices, namespace_labels={"ops": {"resource.kubernetes.io/admin-access": "true"}}
+        case.slices,
+        namespace_labels={"ops": {"resource.kubernetes.io/admin-access": "true"}},
+        real_cel=case.real_cel,
     )
     for name in case.allocated:
         pool = next(s.spec.pool.name for s in case.slices for d in s.spec.devices or () if d.name == name)
@@ -601,7 +591,7 @@ def test_case(case: Case) -> None:
 
 
 def test_there_are_at_least_forty_cases() -> None:
-    assert len(CASES) >= 40
+    assert len(CASES) >= 40 + len(ORACLE_CASES)
 
 
 # ---------------------------------------------------------------- result shape

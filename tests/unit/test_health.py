@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpudra.agent.health import HealthState
+from gpudra.agent.health import HealthState, with_taints
+from gpudra.devices.dynamic import build_node_devices
 from gpudra.hardware.backend import HealthEvent, HealthEventKind
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.hardware.nvml import NvmlBackend
@@ -53,3 +54,23 @@ def test_a_lost_gpu_stays_unhealthy_until_a_later_reading_shows_it() -> None:
     assert not state.remember(node, read_at=9.0)  # a reading that started before the loss proves nothing
     assert state.remember(node, read_at=12.0)
     assert state.problems(node) == {}
+
+
+def test_taints_with_effect_none_are_left_out_for_a_server_that_does_not_know_them() -> None:
+    """Kubernetes 1.34 refuses a slice with a None taint: with ``informational=False`` only repelling taints go out."""
+    node = inventory("dgx-h100")
+    state = HealthState()
+    state.record(xid(node, 0, 13), now=1.0)
+    state.record(xid(node, 1, 79), now=1.0)
+    devices = build_node_devices(node, {}).devices
+    taints = state.taints_for(node, devices)
+
+    def effects(informational: bool) -> tuple[list[str], list[str]]:
+        by_name = {
+            d.name: [t.effect for t in d.taints or ()]
+            for d in with_taints(devices, taints, informational=informational)
+        }
+        return by_name["gpu-0"], by_name["gpu-1"]
+
+    assert effects(True) == (["None"], ["NoSchedule"])
+    assert effects(False) == ([], ["NoSchedule"])

@@ -27,9 +27,10 @@ THIRD_PARTY_CRDS = {
 }  # the Prometheus Operator's, not shipped here
 
 # What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
-# exactly these. Controller: kopf watches (list+watch) slices, classes and claims, lists namespaces and nodes to
-# explain claims, posts Events, and uses kopf peering and CRD discovery; for MigLayouts it watches them and Nodes,
-# patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted files); the MIG planner
+# exactly these. Controller: kopf watches (list+watch) slices, classes, claims and claim templates, lists
+# namespaces and nodes to explain claims, posts Events, and uses kopf peering and CRD discovery; for MigLayouts it
+# watches them and Nodes, patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted
+# files); the MIG planner
 # creates, merge-patches and deletes its own MigLayouts. Agent: reads, watches (by name) and labels its Node, lists
 # and writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain
 # driver reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps.
@@ -46,6 +47,7 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},
         *{(g, r, v) for g, r in (("resource.k8s.io", "resourceclaimtemplates"), ("apps", "daemonsets"))
           for v in ("list", "create", "patch", "delete")},
+        ("resource.k8s.io", "resourceclaimtemplates", "watch"),  # classes and opaque configs checked (Events)
         ("", "configmaps", "get"),
         *{("gpudra.dev", "miglayouts", v) for v in ("list", "watch", "create", "patch", "delete")},
         ("gpudra.dev", "miglayouts/status", "patch"),

@@ -68,15 +68,14 @@ def steps_text(plan: DemandPlan, name: str) -> list[str]:
 def test_h100_an_idle_7g_becomes_three_2g_rather_than_touching_two_gpus() -> None:
     fleet = [gpu(H100, 0, balanced(H100), ("3g.40gb@4",)), gpu(H100, 1, MigLayout.of(("7g.80gb", 0)))]
     plan = plan_demand(fleet, [claim("c", H100, ("2g.20gb", 3))])
-    assert plan.text_for("default/c") == (
-        "would fit after repartitioning GPU 1 on node n: destroy 7g.80gb, create 3x 2g.20gb"
-    )
+    assert steps_text(plan, "c") == ["GPU 1 on node n: destroy 7g.80gb, create 3x 2g.20gb"]
+    assert plan.needs == {"default/c": {"2g.20gb": 3}}
 
 
 def test_h100_free_instance_serves_without_any_change() -> None:
     plan = plan_demand([gpu(H100, 0, balanced(H100))], [claim("c", H100, ("3g.40gb", 1))])
     assert plan.placed == {"default/c": "n"}
-    assert plan.gpus_for("default/c") == () and plan.text_for("default/c") is None
+    assert plan.gpus_for("default/c") == () and plan.reason_for("default/c") is None
 
 
 def test_h100_everything_in_use_is_explained() -> None:
@@ -166,8 +165,8 @@ def test_a30_4g_needs_the_whole_gpu() -> None:
 def test_profile_no_gpu_of_the_fleet_has_is_explained() -> None:
     demand = MigDemand("default/c", (MigRequest("r0", 1, ()),))
     plan = plan_demand([gpu(A30, 0, balanced(A30))], [demand])
-    assert plan.text_for("default/c") == (
-        "no MIG repartition satisfies it: request r0: no GPU model in the fleet has a MIG profile that matches it"
+    assert plan.reason_for("default/c") == (
+        "request r0: no GPU model in the fleet has a MIG profile that matches it"
     )
 
 

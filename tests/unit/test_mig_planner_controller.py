@@ -11,7 +11,7 @@ import yaml
 
 from gpudra.allocator.pools import NodeInfo
 from gpudra.api.resource import ResourceClaim, ResourceSlice
-from gpudra.controller.explaining import ClusterView, build_view
+from gpudra.controller.explaining import ClusterView, build_view, repartition
 from gpudra.controller.migdemand import (
     claim_demand,
     fleet_gpus,
@@ -112,8 +112,11 @@ def test_plan_for_pending_claims_over_the_view() -> None:
     v = view(busy_3g())
     pending = [ResourceClaim.model_validate(claim("wants", "mig-3g.20gb.nvidia.com"))]
     plan = plan_pending(v.allocator, pending, DRIVER)
-    assert plan.text_for("default/wants") == (
-        f"would fit after repartitioning GPU 0 on node {NODE}: destroy 2x 1g.5gb, 2g.10gb, create 3g.20gb"
+    said = repartition(plan, pending[0])
+    assert said is not None
+    assert said.sentence() == (
+        f"would fit on {NODE} if its MIG layout had a 3g.20gb free (the MIG planner can do this: GPU 0: destroy "
+        "2x 1g.5gb, 2g.10gb, create 3g.20gb)"
     )
 
 

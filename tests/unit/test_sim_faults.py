@@ -67,7 +67,7 @@ def test_a_tray_leaves_its_fabric_and_comes_back(fleet: dict[str, FakeNvml]) -> 
     ("body", "message"),
     [
         (fault("nope", 0, "GpuLost"), "no simulated node 'nope' (nodes: a100, tray)"),
-        (fault("a100", "gpu-8", "GpuLost"), "a100 has GPUs 0 to 7; there is no GPU 8"),
+        (fault("a100", "gpu-8", "GpuLost"), "a100 has no GPU gpu-8 (its GPUs: gpu-0, gpu-1"),
         (fault("a100", "gpu-0-mig-1g5gb-19-6", "Xid", 1), "has no MIG device gpu-0-mig-1g5gb-19-6"),
         (fault("a100", "gpu-0-mig-1g5gb-19-2", "GpuLost"), "a MIG device cannot be lost alone"),
         (fault("a100", "disk-0", "GpuLost"), "expected gpu-N, a MIG device name"),

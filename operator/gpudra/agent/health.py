@@ -143,8 +143,13 @@ def _parent_uuid(device: Device) -> str | None:
     return attribute.string if attribute is not None else None
 
 
-def with_taints(devices: Sequence[Device], taints: dict[str, list[DeviceTaint]]) -> list[Device]:
-    """Pure: the devices with their taints set (devices without taints unchanged)."""
+def with_taints(
+    devices: Sequence[Device], taints: dict[str, list[DeviceTaint]], *, informational: bool = True
+) -> list[Device]:
+    """Pure: the devices with their taints set (devices without taints unchanged). ``informational=False`` leaves
+    out the taints with effect None, which Kubernetes knows only from 1.35 on (a 1.34 API server refuses them)."""
+    if not informational:
+        taints = {n: kept for n, ts in taints.items() if (kept := [t for t in ts if t.effect != "None"])}
     return [
         d.model_copy(update={"taints": _unique(taints[d.name])}) if d.name in taints else d for d in devices
     ]

@@ -80,6 +80,7 @@ class NodeAgent:
             recovery_seconds=settings.health_recovery_seconds,
         )
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
+        self._informational_taints = False  # whether the server knows the taint effect None (set at start)
         self._health_stop = threading.Event()
         self._health_changed = False
         self._health_unreported = True  # the listener has not seen the current health yet
@@ -141,13 +142,17 @@ class NodeAgent:
         return out
 
     async def _counter_layout(self) -> CounterLayout:
-        if self.settings.counter_layout != "auto":
-            return CounterLayout(self.settings.counter_layout)
+        """The shared-counter layout of the server's version; also learns whether it knows the taint effect None
+        (Kubernetes 1.35+: a 1.34 API server refuses the whole slice that carries one)."""
         try:
-            layout = counter_layout_for(*await self._client.server_version())
+            version = await self._client.server_version()
         except KubeError as exc:
             log.warning("server version unknown; shared counters in the 1.34 layout", error=str(exc))
-            return CounterLayout.V1_34
+            version = (1, 34)
+        self._informational_taints = version >= (1, 35)
+        if self.settings.counter_layout != "auto":
+            return CounterLayout(self.settings.counter_layout)
+        layout = counter_layout_for(*version)
         log.info("shared counter layout chosen", node=self.settings.node_name, layout=layout.value)
         return layout
 
@@ -298,6 +303,7 @@ class NodeAgent:
         devices = with_taints(
             time_sliced(built.devices, self.settings.shared_gpu_replicas),
             self.health.taints_for(inventory, built.devices),
+            informational=self._informational_taints,
         )
         try:
             await self.publisher.publish(devices, built.counter_sets)

@@ -2,14 +2,17 @@
 
 Public interface: :class:`ClusterSnapshot` (incremental index of slices and allocations), :class:`Allocator`
 (``allocate(node, claims)``, ``find_node(claims, nodes)``, ``commit``), the outcomes :class:`Allocation`,
-:class:`Failure`, :class:`NodesFailure`, and :func:`render_text`.
+:class:`Failure`, :class:`NodesFailure`, and their words: :func:`explain_outcome` (an :class:`Explanation`)
+and :func:`render_text`.
 """
 
 from gpudra.allocator.engine import Allocator
-from gpudra.allocator.explain import REASONS, Failure, NodesFailure, RequestDiagnosis, render_text
+from gpudra.allocator.explain import REASONS, Failure, NodesFailure, RequestDiagnosis
+from gpudra.allocator.explanation import Explanation
 from gpudra.allocator.pools import DeviceId, NodeInfo
 from gpudra.allocator.result import Allocation, ClaimAllocation
 from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.allocator.wording import explain_outcome, render_text
 
 __all__ = [
     "REASONS",
@@ -18,9 +21,11 @@ __all__ = [
     "ClaimAllocation",
     "ClusterSnapshot",
     "DeviceId",
+    "Explanation",
     "Failure",
     "NodeInfo",
     "NodesFailure",
     "RequestDiagnosis",
+    "explain_outcome",
     "render_text",
 ]

@@ -4,7 +4,8 @@ Consumable capacity follows Kubernetes' rules: every published capacity of the d
 requested amount rounded up by the capacity's requestPolicy (validRange: up to ``min`` then to the next
 ``step`` from ``min``; validValues: up to the next listed value), or, when not requested, by the policy's
 default or else the whole capacity. A rounded amount that still violates the policy (above ``max``, not a
-listed value) makes the device unsuitable, as does a request naming a capacity the device does not publish.
+listed value) makes the device unsuitable, as does a request naming a capacity the device does not publish
+under exactly that name (unlike CEL, a request for ``<driver>/memory`` does not find a capacity ``memory``).
 """
 
 from __future__ import annotations
@@ -14,31 +15,6 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from gpudra.allocator.pools import CapacitySpec, DeviceEntry
-
-
-def resolve_requests(requests: Mapping[str, Fraction], entry: DeviceEntry) -> dict[str, Fraction] | None:
-    """Map requested capacity names onto the device's published names (a bare name and the driver-qualified
-    name are the same capacity); None when the device lacks one."""
-    if not requests:
-        return {}
-    driver = entry.id.driver
-    out: dict[str, Fraction] = {}
-    for name, value in requests.items():
-        if name in entry.capacity:
-            out[name] = value
-            continue
-        domain, slash, ident = name.partition("/")
-        if slash:
-            if domain == driver and ident in entry.capacity:
-                out[ident] = value
-                continue
-            return None
-        qualified = f"{driver}/{name}"
-        if qualified in entry.capacity:
-            out[qualified] = value
-            continue
-        return None
-    return out
 
 
 def consumed_amount(requested: Fraction | None, cap: CapacitySpec) -> Fraction:
@@ -79,12 +55,11 @@ def violates_policy(amount: Fraction, cap: CapacitySpec) -> bool:
 def capacity_demand(requests: Mapping[str, Fraction], entry: DeviceEntry) -> dict[str, Fraction] | None:
     """What one allocation of ``entry`` for a request with these capacity requests consumes, per published
     capacity name; None when the device cannot serve the request whatever else is allocated."""
-    resolved = resolve_requests(requests, entry)
-    if resolved is None:
-        return None
+    if any(name not in entry.capacity for name in requests):
+        return None  # names compare exactly: "memory" and "<driver>/memory" are different capacities here
     demand: dict[str, Fraction] = {}
     for name, cap in entry.capacity.items():
-        amount = consumed_amount(resolved.get(name), cap)
+        amount = consumed_amount(requests.get(name), cap)
         if amount < 0 or violates_policy(amount, cap):
             return None
         demand[name] = amount

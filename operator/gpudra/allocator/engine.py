@@ -25,8 +25,10 @@ from gpudra.allocator.explain import (
     constraint_conflict,
     describe_constraint,
     diagnose,
+    selector_failure,
 )
-from gpudra.allocator.pools import NodeInfo
+from gpudra.allocator.kubeorder import AllocationAborted, KubeOrderSearch, needs_kube_order
+from gpudra.allocator.pools import NodeInfo, PoolKey
 from gpudra.allocator.requests import (
     ClaimSpec,
     CompileSelector,
@@ -130,15 +132,18 @@ class Allocator:
     def _on_node(self, node: NodeInfo, claims: list[ClaimSpec], *, explain: bool) -> Allocation | Failure:
         pools = self.snapshot.node_pools(node)
         specs = [s for c in claims for g in c.groups for s in g]
-        try:
-            for spec in specs:
-                select(spec, pools, self.snapshot, self.device_view)
-        except SelectorRuntimeError as err:
-            return Failure(node=node.name, reason="InvalidSelector", message=str(err),
-                           pools_incomplete=[str(k) for k in pools.incomplete])  # fmt: skip
+        for spec in specs:
+            select(spec, pools, self.snapshot, self.device_view)
+        setup = _all_mode_problem(node, claims, specs, pools)
+        if setup is not None:
+            return setup
         constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
-        search = Search(self.snapshot, claims, constraints, self.budget)
-        search.prune()
+        search: Search
+        if needs_kube_order(claims, constraints):
+            search = KubeOrderSearch(self.snapshot, claims, constraints, self.budget, pools)
+        else:
+            search = Search(self.snapshot, claims, constraints, self.budget, pools.views)
+            search.prune()
         try:
             found = search.run()
         except BudgetExceeded:
@@ -149,6 +154,10 @@ class Allocator:
                 "request, tighter selectors) or split it",
                 steps=search.steps,
             )
+        except SelectorRuntimeError as err:
+            return selector_failure(node.name, err, claims, pools)
+        except AllocationAborted as err:
+            return Failure(node=node.name, reason=err.reason, message=str(err), steps=search.steps)
         if found:
             results = build_results(node.name, claims, search.picks, search.chosen, self.share_id)
             return Allocation(node=node.name, claims=results, steps=search.steps)
@@ -177,9 +186,9 @@ class Allocator:
                     if not d.reason:
                         applying = [c for c in constraints[claim_index] if c.applies(spec.base, spec.full)]
                         if applying:
-                            d = describe_constraint(d, spec, applying[0])
+                            d = describe_constraint(d, spec, applying[0], claim)
                         else:
-                            d = constraint_conflict(d, spec, search.misses, search.rejected)
+                            d = constraint_conflict(d, spec, search.misses, search.rejected, claims)
                     hopeless.append(d)
         requests = hopeless
         if not requests:
@@ -188,7 +197,7 @@ class Allocator:
                 if involved and id(spec) not in involved:
                     continue
                 d = diagnose(spec, claim.key, pools, self.snapshot, self.device_view)
-                requests.append(constraint_conflict(d, spec, search.misses, search.rejected))
+                requests.append(constraint_conflict(d, spec, search.misses, search.rejected, claims))
         reason = requests[0].reason if requests else "InsufficientDevices"
         return Failure(
             node=node.name,
@@ -345,6 +354,48 @@ class Allocator:
                 break
         self._cluster_match[key] = count
         return count
+
+
+def _all_mode_problem(
+    node: NodeInfo, claims: list[ClaimSpec], specs: list[RequestSpec], pools: NodePools
+) -> Failure | None:
+    """What Kubernetes checks for every ``All`` request (firstAvailable alternatives included) before its
+    search, failing the whole allocation at the first problem in its pool order: a pool of the node incomplete
+    or invalid, or a selector failing on a device."""
+    for spec in specs:
+        if not spec.all_mode:
+            continue
+        failing: dict[PoolKey, SelectorRuntimeError] = {}
+        for entry, err in spec.failing.items():
+            failing.setdefault(PoolKey(entry.id.driver, entry.id.pool), err)
+        for key, why in _kube_pool_order(pools):
+            if why is None and key in failing:
+                return selector_failure(node.name, failing[key], claims, pools)
+            if why == "":
+                return Failure(
+                    node=node.name,
+                    reason="PoolIncomplete",
+                    message=f"request {spec.full} asks for all devices, but pool {key} is being updated",
+                    pools_incomplete=[str(k) for k in pools.incomplete],
+                )
+            if why:
+                return Failure(
+                    node=node.name,
+                    reason="PoolInvalid",
+                    message=f"request {spec.full} asks for all devices, but pool {key} is invalid: {why}",
+                    pools_invalid=[f"{k}: {w}" for k, w in pools.invalid],
+                )
+    return None
+
+
+def _kube_pool_order(pools: NodePools) -> list[tuple[PoolKey, str | None]]:
+    """The node's pools in Kubernetes' order (by driver and name, usable pools with binding conditions last),
+    each with None when usable, "" when incomplete, or why it is invalid."""
+    first: list[tuple[PoolKey, str | None]] = [(k, "") for k in pools.incomplete]
+    first += [(k, why) for k, why in pools.invalid]
+    first += [(v.key, None) for v, _ in pools.usable if not v.has_binding_conditions]
+    last = [(v.key, None) for v, _ in pools.usable if v.has_binding_conditions]
+    return sorted(first) + last
 
 
 def _min_devices(claims: list[ClaimSpec]) -> int:

@@ -27,20 +27,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpudra.allocator.constraints import Constraint
-from gpudra.allocator.pools import DeviceEntry
+from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey
 from gpudra.allocator.requests import (
     CAPACITY,
     COUNTERS,
     IN_USE,
     TAINTED,
+    ClaimSpec,
     DeviceView,
     RequestSpec,
     SelectorRuntimeError,
     blocker,
     evaluate,
+    tolerated,
 )
 from gpudra.allocator.search import ConstraintMiss
 from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
+from gpudra.allocator.vocabulary import Kind, common_kind, kind_of
 
 REASONS = (
     "NoMatchingDevice",
@@ -58,22 +61,6 @@ REASONS = (
     "SearchLimit",
 )
 
-_SHORT = {
-    "NoMatchingDevice": "no matching device",
-    "InsufficientDevices": "too few matching devices",
-    "DevicesInUse": "matching devices in use",
-    "Tainted": "matching devices tainted",
-    "CounterExhausted": "shared counters exhausted",
-    "InsufficientCapacity": "not enough capacity left",
-    "ConstraintConflict": "constraint cannot be met",
-    "PoolIncomplete": "pool incomplete",
-    "PoolInvalid": "pool invalid",
-    "InvalidSelector": "selector error",
-    "ClassNotFound": "DeviceClass not found",
-    "AdminAccessDenied": "adminAccess denied",
-    "SearchLimit": "search limit reached",
-}
-
 _BLOCKER_REASON = {IN_USE: "DevicesInUse", TAINTED: "Tainted", COUNTERS: "CounterExhausted",
                    CAPACITY: "InsufficientCapacity"}  # fmt: skip
 
@@ -87,12 +74,43 @@ class SelectorStat:
     eliminated: int
 
 
-@dataclass(frozen=True, slots=True)
-class NearMiss:
-    """A device that failed exactly one selector."""
+MATCHES, SELECTOR = "", "selector"
+"""DeviceMiss.miss besides the blockers of allocator.requests: the device is usable; it fails request selectors."""
 
-    device: str
-    expression: str
+
+@dataclass(frozen=True, slots=True)
+class DeviceMiss:
+    """One device of the node and what keeps it from the request, if anything: ``miss`` is "" (usable), a
+    blocker of allocator.requests (in use, tainted, counters exhausted, capacity exhausted), or "selector"."""
+
+    device: DeviceId
+    kind: Kind
+    miss: str
+    failed: tuple[str, ...] = ()
+    """The request selectors it fails (for "selector")."""
+    taints: tuple[str, ...] = ()
+    """The taints the request does not tolerate, as ``key=value:Effect``."""
+    blocked_by: tuple[DeviceId, ...] = ()
+    """Allocated devices that keep it: itself when in use; the devices sharing its counters when exhausted."""
+    shown: tuple[tuple[str, str], ...] = ()
+    """The device's values of what its failing selector reads (name, value), when that is one attribute."""
+    blocker_kind: Kind | None = None
+    """What the devices in ``blocked_by`` are (for counters: the partitions that overlap it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintShortfall:
+    """A constraint no value of the node satisfies: the most devices one value (or distinct values) gives."""
+
+    attribute: str
+    distinct: bool
+    requests: tuple[str, ...]
+    need: int
+    best: int
+
+
+NEAR_MISSES = 64
+"""Devices failing only request selectors kept per request and node (the fewest failed selectors first)."""
 
 
 @dataclass(slots=True)
@@ -113,9 +131,26 @@ class RequestDiagnosis:
     counters_exhausted: int = 0
     capacity_short: int = 0
     selectors: list[SelectorStat] = field(default_factory=list)
-    near_misses: list[NearMiss] = field(default_factory=list)
+    candidates: list[DeviceMiss] = field(default_factory=list)
+    """The devices that pass the selectors (usable or blocked), then the nearest that fail request selectors."""
+    class_left_out: dict[Kind, int] = field(default_factory=dict)
+    """Devices the class selectors leave out, by kind."""
+    class_only: int = 0
+    """Devices that fail only class selectors (the class is why they do not match)."""
+    class_expression: str = ""
+    """The class selector that left out most devices."""
     constraint: str | None = None
     values: dict[str, int] = field(default_factory=dict)
+    shortfall: ConstraintShortfall | None = None
+    pool_slices: tuple[str, int, int] | None = None
+    """An incomplete pool: its name, slices published, slices announced."""
+    error_device: str = ""
+    """A selector's runtime error: the device it failed on."""
+    error_hint: str = ""
+
+    @property
+    def base(self) -> str:
+        return self.request.split("/", 1)[0]
 
 
 @dataclass(slots=True)
@@ -159,39 +194,119 @@ def diagnose(
     snapshot: ClusterSnapshot,
     device_view: DeviceView,
 ) -> RequestDiagnosis:
-    """Count what happened to every device of the node for this request."""
+    """What happened to every device of the node for this request: counts per selector and blocker, and each
+    device that passes the selectors or fails only request selectors."""
     entries = [e for _, es in node_pools.usable for e in es]
     d = RequestDiagnosis(claim=claim, request=spec.full, reason="", devices=len(entries))
     named = [(f"class {spec.class_name}", s) for s in spec.class_selectors] + [
         ("request", s) for s in spec.request_selectors
     ]
+    n_class = len(spec.class_selectors)
     eliminated = [0] * len(named)
-    near: list[NearMiss] = []
+    near: list[DeviceMiss] = []
+    left_out: Counter[Kind] = Counter()
     for entry in entries:
         failed = [i for i, (_, s) in enumerate(named) if not _safe(s, entry, device_view)]
         for i in failed:
             eliminated[i] += 1
-        if not any(i < len(spec.class_selectors) for i in failed):
-            d.class_kept += 1
-        if len(failed) == 1 and len(near) < 3:
-            near.append(NearMiss(str(entry.id), named[failed[0]][1].expression))
+        if any(i < n_class for i in failed):
+            left_out[kind_of(entry)] += 1
+            if all(i < n_class for i in failed):
+                d.class_only += 1
+            continue
+        d.class_kept += 1
+        if failed:
+            exprs = tuple(named[i][1].expression for i in failed)
+            near.append(DeviceMiss(entry.id, kind_of(entry), SELECTOR, exprs,
+                                   shown=_shown(named[failed[0]][1], entry)))  # fmt: skip
     d.selectors = [
         SelectorStat(src, s.expression, n) for (src, s), n in zip(named, eliminated, strict=True) if n
     ]
-    d.near_misses = near
+    class_stats = [
+        (n, s.expression) for (src, s), n in zip(named, eliminated, strict=True) if src != "request"
+    ]
+    d.class_expression = max(class_stats)[1] if any(n for n, _ in class_stats) else ""
+    d.class_left_out = dict(left_out)
     d.request_kept = len(spec.selected)
     d.needed = spec.need if not spec.all_mode else max(spec.need, 1)
     counts: Counter[str] = Counter()
+    kept: list[DeviceMiss] = []
     for entry in spec.selected:
         b = blocker(spec, entry, snapshot)
+        kept.append(_blocked(spec, entry, b, snapshot))
         if b is None:
             d.free += 1
         else:
             counts[b] += 1
+    near.sort(key=lambda m: len(m.failed))
+    d.candidates = kept + near[:NEAR_MISSES]
     d.in_use, d.tainted = counts[IN_USE], counts[TAINTED]
     d.counters_exhausted, d.capacity_short = counts[COUNTERS], counts[CAPACITY]
     d.reason, d.message = _classify(spec, d, node_pools, counts)
+    if d.reason == "PoolIncomplete" and node_pools.incomplete:
+        d.pool_slices = pool_progress(snapshot, node_pools.incomplete[0])
     return d
+
+
+def _shown(selector: object, entry: DeviceEntry) -> tuple[tuple[str, str], ...]:
+    """The device's value of the one attribute or capacity the selector reads (empty when it reads more)."""
+    reads = getattr(selector, "reads", None)
+    if reads is None or reads.everything or reads.attribute_domains or reads.capacity_domains:
+        return ()
+    named = [("a", d, n) for d, n in reads.attributes] + [("c", d, n) for d, n in reads.capacity]
+    if len(named) != 1:
+        return ()
+    where, domain, name = named[0]
+    if where == "a":
+        value = entry.attributes.get(f"{domain}/{name}")
+        return ((name, str(value[1])),) if value is not None else ((name, "none"),)
+    key = name if domain == entry.id.driver else f"{domain}/{name}"
+    capacity = (entry.device.capacity or {}).get(key)
+    return ((name, capacity.value if capacity is not None else "none"),)
+
+
+def _blocked(spec: RequestSpec, entry: DeviceEntry, b: str | None, snapshot: ClusterSnapshot) -> DeviceMiss:
+    kind = kind_of(entry)
+    if b is None:
+        return DeviceMiss(entry.id, kind, MATCHES)
+    if b == IN_USE:
+        return DeviceMiss(entry.id, kind, b, blocked_by=(entry.id,))
+    if b == TAINTED:
+        taints = tuple(
+            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+            for t in entry.taints
+            if not tolerated(t, spec.tolerations)
+        )
+        return DeviceMiss(entry.id, kind, b, taints=taints)
+    if b == COUNTERS:
+        sharers = _sharing_counters(entry, snapshot)
+        kinds = [kind_of(e) for e in sharers]
+        return DeviceMiss(entry.id, kind, b, blocked_by=tuple(e.id for e in sharers),
+                          blocker_kind=common_kind(kinds).generic() if kinds else None)  # fmt: skip
+    return DeviceMiss(entry.id, kind, b, blocked_by=(entry.id,) if snapshot.shares(entry.id) else ())
+
+
+def _sharing_counters(entry: DeviceEntry, snapshot: ClusterSnapshot) -> list[DeviceEntry]:
+    """Allocated devices of the pool that consume from the counter sets this device needs."""
+    pool = snapshot.pool(PoolKey(entry.id.driver, entry.id.pool))
+    if pool is None:
+        return []
+    sets = {set_name for set_name, _, _ in entry.consumes}
+    return [
+        other
+        for other in pool.entries
+        if other is not entry
+        and (snapshot.in_use(other.id) or snapshot.shares(other.id))
+        and any(set_name in sets for set_name, _, _ in other.consumes)
+    ]
+
+
+def pool_progress(snapshot: ClusterSnapshot, key: PoolKey) -> tuple[str, int, int] | None:
+    """An incomplete pool's name, the slices of its newest generation published, and the slices announced."""
+    pool = snapshot.pool(key)
+    if pool is None or not pool.slices:
+        return None
+    return str(key), len(pool.slices), pool.slices[0].spec.pool.resource_slice_count
 
 
 def _safe(selector: object, entry: DeviceEntry, device_view: DeviceView) -> bool:
@@ -233,6 +348,7 @@ def constraint_conflict(
     spec: RequestSpec,
     misses: Sequence[ConstraintMiss],
     rejected: Mapping[str, int] | None = None,
+    claims: Sequence[ClaimSpec] = (),
 ) -> RequestDiagnosis:
     """Turn a request that was fine alone into a ConstraintConflict diagnosis, or, without constraint misses,
     into what the requests of the pod competed for (shared counters, capacity, devices)."""
@@ -249,11 +365,15 @@ def constraint_conflict(
             d.reason = "InsufficientDevices"
             d.message = "the requests compete for the same devices"
         return d
-    return describe_constraint(d, spec, miss.constraint)
+    claim = claims[miss.claim_index] if miss.claim_index < len(claims) else None
+    return describe_constraint(d, spec, miss.constraint, claim)
 
 
-def describe_constraint(d: RequestDiagnosis, spec: RequestSpec, c: Constraint) -> RequestDiagnosis:
-    """A ConstraintConflict diagnosis: the constraint and how many usable devices carry each value."""
+def describe_constraint(
+    d: RequestDiagnosis, spec: RequestSpec, c: Constraint, claim: ClaimSpec | None = None
+) -> RequestDiagnosis:
+    """A ConstraintConflict diagnosis: the constraint, how many usable devices carry each value, and the most
+    of the devices it needs (over every request it applies to) that any one value, or distinct values, give."""
     values: Counter[str] = Counter()
     for entry in spec.usable:
         v = entry.attributes.get(c.attribute)
@@ -266,67 +386,83 @@ def describe_constraint(d: RequestDiagnosis, spec: RequestSpec, c: Constraint) -
         d.message = f"{c.describe()}: needs {spec.need} distinct values, {len(values)} available"
     else:
         d.message = f"{c.describe()}: needs {spec.need} devices sharing a value, best value has {best}"
+    d.shortfall = _shortfall(spec, c, claim)
     return d
 
 
-# ---------------------------------------------------------------- text
-
-
-def render_text(failure: Failure | NodesFailure, limit: int = 1024) -> str:
-    """A concise human message (what an Event would say), at most ``limit`` bytes."""
-    if isinstance(failure, NodesFailure):
-        parts = [
-            f"{n} {_SHORT.get(r, r)}" for r, n in sorted(failure.by_reason.items(), key=lambda kv: -kv[1])
-        ]
-        text = f"0/{failure.total} nodes can allocate: " + ", ".join(parts)
-        detail = next((f for f in failure.failures if f.requests), None)
-        if detail is not None:
-            text += ". e.g. " + (f"{detail.node}: " if detail.node else "") + _failure_line(detail)
-        return _cut(text, limit)
-    where = f"node {failure.node}: " if failure.node else ""
-    return _cut(where + _failure_line(failure), limit)
-
-
-def _failure_line(failure: Failure) -> str:
-    if not failure.requests:
-        return f"{failure.reason}: {failure.message}"
-    lines = []
-    for d in failure.requests:
-        line = f"{d.claim} request {d.request}: {d.reason}"
-        if d.message:
-            line += f" ({d.message})"
-        nums = []
-        if d.devices and d.reason not in ("ClassNotFound", "AdminAccessDenied", "InvalidSelector"):
-            nums.append(f"devices {d.devices}, class kept {d.class_kept}, request kept {d.request_kept}")
-            nums.append(f"free {d.free}")
-        if d.in_use:
-            nums.append(f"in use {d.in_use}")
-        if d.tainted:
-            nums.append(f"tainted {d.tainted}")
-        if d.counters_exhausted:
-            nums.append(f"counters exhausted {d.counters_exhausted}")
-        if d.capacity_short:
-            nums.append(f"capacity short {d.capacity_short}")
-        if nums:
-            line += "; " + ", ".join(nums)
-        if d.reason == "NoMatchingDevice" and d.selectors:
-            worst = max(d.selectors, key=lambda s: s.eliminated)
-            line += f"; {worst.source} selector {worst.expression!r} eliminated {worst.eliminated}"
-        if d.near_misses:
-            line += "; closest: " + ", ".join(
-                f"{m.device} (fails {m.expression!r})" for m in d.near_misses[:2]
+def _shortfall(spec: RequestSpec, c: Constraint, claim: ClaimSpec | None) -> ConstraintShortfall:
+    groups = [[s for s in g if c.applies(s.base, s.full)] for g in (claim.groups if claim else [[spec]])]
+    groups = [g for g in groups if g] or [[spec]]
+    need = sum(g[0].need for g in groups)
+    by_value: dict[AttrValue, set[DeviceId]] = {}
+    for group in groups:
+        for s in group:
+            for entry in s.usable:
+                value = entry.attributes.get(c.attribute)
+                if value is not None:
+                    by_value.setdefault(value, set()).add(entry.id)
+    if c.distinct:
+        best = min(need, len(by_value))
+    else:
+        best = 0
+        for value, devices in by_value.items():
+            per_group = (
+                max(
+                    min(s.need, sum(1 for e in s.usable if e.attributes.get(c.attribute) == value)) for s in g
+                )
+                for g in groups
             )
-        if d.values:
-            line += "; values: " + ", ".join(f"{v}={n}" for v, n in d.values.items())
-        lines.append(line)
-    return "; ".join(lines)
+            best = max(best, min(sum(per_group), len(devices)))
+    names = tuple(dict.fromkeys(g[0].base for g in groups))
+    return ConstraintShortfall(c.attribute, c.distinct, names, need, best)
 
 
-def _cut(text: str, limit: int) -> str:
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[: limit - 3].decode(errors="ignore") + "..."
+def selector_failure(
+    node: str, err: SelectorRuntimeError, claims: Sequence[ClaimSpec], pools: NodePools
+) -> Failure:
+    """An InvalidSelector failure for a selector's runtime error on a device of ``node``: which request (or
+    class) the selector belongs to, the device, the error, and a hint (the attribute another domain has)."""
+    spec = next(
+        (
+            s
+            for c in claims
+            for g in c.groups
+            for s in g
+            if any(x.expression == err.expression for x in s.selectors)
+        ),
+        None,
+    )
+    cause = err.__cause__
+    text = str(cause) if cause is not None else str(err)
+    hint = str(getattr(cause, "hint", "") or "")
+    if hint and text.endswith(f" (hint: {hint})"):
+        text = text[: -len(f" (hint: {hint})")]
+    d = RequestDiagnosis(
+        claim=claims[spec.claim_index].key if spec is not None else "",
+        request=spec.full if spec is not None else "",
+        reason="InvalidSelector",
+        message=text,
+        error_device=err.device,
+        error_hint=_other_domain(text, err.device, pools) or hint,
+    )
+    if spec is not None:
+        own = any(x.expression == err.expression for x in spec.request_selectors)
+        d.selectors = [SelectorStat("request" if own else f"class {spec.class_name}", err.expression, 1)]
+    return Failure(node=node, reason="InvalidSelector", requests=[d], message=str(err),
+                   pools_incomplete=[str(k) for k in pools.incomplete])  # fmt: skip
+
+
+def _other_domain(text: str, device: str, pools: NodePools) -> str:
+    """For "no such key: name": where the device does publish an attribute of that name."""
+    prefix = "no such key: "
+    if not text.startswith(prefix):
+        return ""
+    name = text[len(prefix) :].strip()
+    for entry in pools.visible or [e for _, es in pools.usable for e in es]:
+        if str(entry.id) == device:
+            domains = sorted(k.rsplit("/", 1)[0] for k in entry.attributes if k.rsplit("/", 1)[-1] == name)
+            return f'the device has device.attributes["{domains[0]}"].{name}' if domains else ""
+    return ""
 
 
 def aggregate(failures: list[Failure], total: int) -> NodesFailure:

@@ -166,17 +166,22 @@ def make_entry(slice_: ResourceSlice, device: Device) -> DeviceEntry:
 
 
 def build_pool(
-    key: PoolKey, slices: Iterable[ResourceSlice], previous: PoolView | None = None
+    key: PoolKey,
+    slices: Iterable[ResourceSlice],
+    previous: PoolView | None = None,
+    complete: bool | None = None,
 ) -> PoolView | None:
     """The view of a pool from all its slices, or None when it has none. Entries of slices that did not change
-    (same object) are reused from ``previous`` so CEL views and match caches survive unrelated updates."""
+    (same object) are reused from ``previous`` so CEL views and match caches survive unrelated updates.
+    ``complete`` overrides the count of the newest generation's slices against resourceSliceCount."""
     all_slices = list(slices)
     if not all_slices:
         return None
     generation = max(s.spec.pool.generation for s in all_slices)
     newest = sorted((s for s in all_slices if s.spec.pool.generation == generation), key=_slice_name)
     wanted = newest[0].spec.pool.resource_slice_count
-    complete = len(newest) >= wanted
+    if complete is None:
+        complete = len(newest) == wanted  # more slices than announced is incomplete too, as in Kubernetes
     reuse: dict[int, list[DeviceEntry]] = {}
     if previous is not None:
         for entry in previous.entries:
@@ -233,6 +238,52 @@ def _check_counters(entries: list[DeviceEntry], counter_sets: dict[str, dict[str
                     f"device {entry.id.device} consumes unknown counter {counter} of counter set {set_name}"
                 )
     return None
+
+
+def node_view(node: NodeInfo, key: PoolKey, slices: list[ResourceSlice], view: PoolView) -> PoolView | None:
+    """The pool as Kubernetes' allocator sees it from ``node`` (``view`` is the whole pool's newest generation).
+
+    Kubernetes starts from the slices that reach the node: their newest generation is complete when it has
+    resourceSliceCount slices; if not, the pool is ignored when any slice of it has a newer generation, and
+    otherwise complete when all slices of that generation number resourceSliceCount. So a node can see an
+    older generation than the pool's newest, or a complete pool where the whole pool has too many slices.
+    Devices come from the slices that reach the node, counters from every slice of the generation."""
+    reaching = [s for s in slices if _reaches(node, s)]
+    if not reaching:
+        return None
+    if len(reaching) == len(slices):
+        return view
+    generation = max(s.spec.pool.generation for s in reaching)
+    mine = sorted((s for s in reaching if s.spec.pool.generation == generation), key=_slice_name)
+    wanted = mine[0].spec.pool.resource_slice_count
+    others: list[ResourceSlice] = []
+    if len(mine) == wanted:
+        chosen, complete = mine, True
+    elif any(s.spec.pool.generation > generation for s in slices):
+        return None  # the driver is replacing this generation
+    else:
+        same = [s for s in slices if s.spec.pool.generation == generation]
+        complete = len(same) == wanted
+        chosen = mine + [s for s in same if s.spec.shared_counters and s not in mine]
+        others = [s for s in same if s.spec.devices and s not in mine]
+    if complete and generation == view.generation and len(chosen) == len(view.slices) == wanted:
+        return view
+    local = build_pool(key, chosen, view, complete=complete)
+    if local is not None and local.invalid_reason is None:
+        # The other slices' devices are not the node's, but their counter consumption must be valid too.
+        local.invalid_reason = _check_counters(
+            [make_entry(s, d) for s in others for d in s.spec.devices or ()], local.counter_sets
+        )
+    return local
+
+
+def _reaches(node: NodeInfo, s: ResourceSlice) -> bool:
+    spec = s.spec
+    if spec.per_device_node_selection:
+        return any(
+            node_matches(node, d.node_name, bool(d.all_nodes), d.node_selector) for d in spec.devices or ()
+        )
+    return node_matches(node, spec.node_name, bool(spec.all_nodes), spec.node_selector)
 
 
 # ---------------------------------------------------------------- node matching

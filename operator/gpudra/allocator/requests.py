@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from gpudra.allocator.counters import capacity_demand, fits_capacity, fits_counters
-from gpudra.allocator.pools import DeviceEntry, PoolKey
+from gpudra.allocator.pools import DeviceEntry, PoolKey, PoolView
 from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
 from gpudra.api.quantity import parse_quantity
 from gpudra.api.resource import DeviceClass, DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim
@@ -75,6 +75,9 @@ class RequestSpec:
     demand: dict[DeviceEntry, dict[str, Fraction]] = field(default_factory=dict)
     need: int = 0
     impossible: bool = False
+    failing: dict[DeviceEntry, SelectorRuntimeError] = field(default_factory=dict)
+    """Devices of the node on which a selector fails at runtime: Kubernetes fails the allocation only if its
+    search reaches one of them (kubeorder), so they are recorded here instead of failing the node."""
 
     @property
     def selectors(self) -> tuple[Selector, ...]:
@@ -243,15 +246,26 @@ def all_tolerated(entry: DeviceEntry, tolerations: list[DeviceToleration] | None
 IN_USE, TAINTED, COUNTERS, CAPACITY = "in use", "tainted", "counters exhausted", "capacity exhausted"
 
 
-def blocker(spec: RequestSpec, entry: DeviceEntry, snapshot: ClusterSnapshot) -> str | None:
-    """What keeps a selected device from this request given what is already allocated (None: usable)."""
+def blocker(
+    spec: RequestSpec,
+    entry: DeviceEntry,
+    snapshot: ClusterSnapshot,
+    views: Mapping[PoolKey, PoolView] | None = None,
+) -> str | None:
+    """What keeps a selected device from this request given what is already allocated (None: usable).
+    ``views`` are the node's own views of its pools (NodePools.views), for their counters."""
     if not spec.admin and snapshot.in_use(entry.id):
         return IN_USE
     if entry.taints and not all_tolerated(entry, spec.tolerations):
         return TAINTED
     if entry.consumes and not (entry.multi and snapshot.shares(entry.id)):
-        view = snapshot.pool(PoolKey(entry.id.driver, entry.id.pool))
-        if view is None or not fits_counters(entry, snapshot.available_counters(view), None):
+        key = PoolKey(entry.id.driver, entry.id.pool)
+        view = (views or {}).get(key) or snapshot.pool(key)
+        if (
+            view is None
+            or snapshot.overdrawn(view)
+            or not fits_counters(entry, snapshot.available_counters(view), None)
+        ):
             return COUNTERS
     demand = spec.demand.get(entry)
     if demand is None:
@@ -269,26 +283,34 @@ _NO_DEMAND: dict[str, Fraction] = {}
 def select(
     spec: RequestSpec, node_pools: NodePools, snapshot: ClusterSnapshot, device_view: DeviceView
 ) -> None:
-    """Fill ``selected`` / ``usable`` / ``need`` / ``impossible`` of a spec for one node."""
+    """Fill ``selected`` / ``usable`` / ``failing`` / ``need`` / ``impossible`` of a spec for one node."""
     selectors = spec.selectors
     selected: list[DeviceEntry] = []
+    failing: dict[DeviceEntry, SelectorRuntimeError] = {}
     demand: dict[DeviceEntry, dict[str, Fraction]] = {}
-    for _, entries in node_pools.usable:
-        for entry in entries:
-            if all(evaluate(s, entry, device_view) for s in selectors):
-                d = (
-                    _NO_DEMAND
-                    if not (spec.capacity_requests or entry.multi)
-                    else capacity_demand(spec.capacity_requests, entry)
-                )
-                if d is not None:
-                    demand[entry] = d
-                elif spec.all_mode:
-                    continue  # Kubernetes leaves devices that cannot hold the request out of "all"
-                selected.append(entry)
+    for entry in node_pools.visible:
+        try:
+            if not all(evaluate(s, entry, device_view) for s in selectors):
+                continue
+        except SelectorRuntimeError as err:
+            failing[entry] = err
+            continue
+        if id(entry) in node_pools.elsewhere:
+            continue  # another node's device in a perDeviceNodeSelection slice: checked after the selectors
+        d = (
+            _NO_DEMAND
+            if not (spec.capacity_requests or entry.multi)
+            else capacity_demand(spec.capacity_requests, entry)
+        )
+        if d is not None:
+            demand[entry] = d
+        if spec.all_mode and (d is None or not fits_capacity(entry, d, {}, None)):
+            continue  # Kubernetes leaves devices that can never hold the request out of "all"
+        selected.append(entry)
     spec.selected = selected
+    spec.failing = failing
     spec.demand = demand
-    spec.usable = [e for e in selected if blocker(spec, e, snapshot) is None]
+    spec.usable = [e for e in selected if blocker(spec, e, snapshot, node_pools.views) is None]
     if spec.all_mode:
         spec.need = len(selected)
         spec.impossible = (
@@ -299,4 +321,4 @@ def select(
         )
     else:
         spec.need = spec.count
-        spec.impossible = len(spec.usable) < spec.count and not any(e.multi for e in spec.usable)
+        spec.impossible = len(spec.usable) < spec.count

@@ -1,23 +1,25 @@
 """The backtracking search: Kubernetes' first solution, found without its wasted work.
 
-Kubernetes walks claim -> request -> device slot, trying every device for every slot in pool/slice/device
-order, and keeps the first complete solution. Two devices of one request taken as (A, B) or (B, A) leave the
-same state behind, so the first solution Kubernetes finds always lists a request's devices in device order;
-walking combinations in that order instead of permutations finds the same solution. On top of that, the search
-only walks devices that pass every check that does not depend on the attempt (``RequestSpec.usable``), drops
-devices that cannot meet a constraint, stops a branch when too few candidates remain, checks before each
-request that every later request still has enough free candidates, and gives up with ``SearchLimit`` after
-``budget`` steps.
+Kubernetes walks claim -> request -> device slot, trying the devices in pool/slice/device order, for the next
+slot of a request only the devices after the previous one (combinations, never permutations; so a request's
+devices are distinct, multi-allocatable ones included), and keeps the first complete solution. This search
+finds the same solution but only walks devices that pass every check that does not depend on the attempt
+(``RequestSpec.usable``), drops devices that cannot meet a constraint, stops a branch when too few candidates
+remain, checks before each request that every later request still has enough free candidates, and gives up
+with ``SearchLimit`` after ``budget`` steps. Claims for which the branches Kubernetes walks in vain matter (a
+selector failing at runtime on some device, a constraint on an ``All`` request) go to
+:class:`gpudra.allocator.kubeorder.KubeOrderSearch` instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
 from gpudra.allocator.constraints import Constraint, remove, try_add
 from gpudra.allocator.counters import fits_capacity, fits_counters
-from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey
+from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey, PoolView
 from gpudra.allocator.requests import ClaimSpec, RequestSpec
 from gpudra.allocator.snapshot import ClusterSnapshot
 
@@ -51,8 +53,11 @@ class Search:
         claims: list[ClaimSpec],
         constraints: list[list[Constraint]],
         budget: int,
+        views: Mapping[PoolKey, PoolView] | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.views = views or {}
+        """The node's own view of its pools (their counters), where it differs from the snapshot's."""
         self.claims = claims
         self.constraints = constraints
         self.budget = budget
@@ -79,10 +84,7 @@ class Search:
                 for group in groups:
                     for spec in group:
                         cands = self._cands(spec)
-                        keep = [e for e in cands if c.attribute in e.attributes]
-                        if spec.all_mode and len(keep) < len(cands):
-                            spec.impossible = True
-                        self._candidates[id(spec)] = keep
+                        self._candidates[id(spec)] = [e for e in cands if c.attribute in e.attributes]
                 if c.distinct:
                     continue
                 constrained = [
@@ -97,10 +99,6 @@ class Search:
                 }  # fmt: skip
                 for group in groups:
                     for spec in group:
-                        if spec.all_mode:
-                            if len({e.attributes[c.attribute] for e in spec.usable}) > 1:
-                                spec.impossible = True
-                            continue
                         self._candidates[id(spec)] = [
                             e for e in self._cands(spec) if e.attributes[c.attribute] in viable
                         ]
@@ -108,7 +106,7 @@ class Search:
             for group in claim.groups:
                 for spec in group:
                     cands = self._cands(spec)
-                    if not spec.all_mode and not any(e.multi for e in cands) and len(cands) < spec.need:
+                    if not spec.all_mode and len(cands) < spec.need:
                         spec.impossible = True
 
     def _cands(self, spec: RequestSpec) -> list[DeviceEntry]:
@@ -116,12 +114,7 @@ class Search:
         return spec.usable if got is None else got
 
     def _count(self, spec: RequestSpec, attribute: str, value: AttrValue) -> int:
-        if spec.all_mode:
-            return spec.need
-        cands = self._cands(spec)
-        if any(e.multi for e in cands):
-            return spec.need
-        return sum(1 for e in cands if e.attributes.get(attribute) == value)
+        return sum(1 for e in self._cands(spec) if e.attributes.get(attribute) == value)
 
     # ------------------------------------------------------------ search
 
@@ -167,8 +160,6 @@ class Search:
         cands = self._cands(spec)
         free = 0
         for e in cands:
-            if e.multi:
-                return True
             if e.id not in self._exclusive or not self._exclusive[e.id]:
                 free += 1
                 if free >= spec.need:
@@ -182,69 +173,99 @@ class Search:
         if k == spec.need:
             return self._request(ci, ri + 1)
         if spec.all_mode:
-            entry = spec.selected[k]
-            if not self._take(ci, spec, entry):
-                return False
-            if self._pick(ci, ri, spec, k + 1, 0):
-                return True
-            self._undo(ci, spec)
-            return False
+            return self._descend(ci, ri, spec, k, spec.selected[k], 0)
         cands = self._cands(spec)
-        stop = len(cands)
-        if not any(e.multi for e in cands):
-            stop = len(cands) - (spec.need - k) + 1
-        for idx in range(start, stop):
-            entry = cands[idx]
-            if not self._take(ci, spec, entry):
-                continue
-            if self._pick(ci, ri, spec, k + 1, idx if entry.multi else idx + 1):
-                return True
-            self._undo(ci, spec)
+        # A request's devices are distinct, multi-allocatable ones included: Kubernetes looks for the next
+        # device of a request after the previous one, so two shares of one device need two requests.
+        return any(
+            self._descend(ci, ri, spec, k, cands[idx], idx + 1)
+            for idx in range(start, len(cands) - (spec.need - k) + 1)
+        )
+
+    def _descend(self, ci: int, ri: int, spec: RequestSpec, k: int, entry: DeviceEntry, start: int) -> bool:
+        """Take ``entry`` as the k-th device of the request and search on from there (candidates from
+        ``start``); True when that leads to a solution, else everything is as before."""
+        if not self._take(ci, spec, entry):
+            return False
+        if self._pick(ci, ri, spec, k + 1, start):
+            return True
+        self._undo(ci, spec)
         return False
 
     def _take(self, ci: int, spec: RequestSpec, entry: DeviceEntry) -> bool:
         """Check the attempt-dependent conditions and, when they hold, record the device as picked."""
-        did = entry.id
-        holders = self._exclusive.get(did)
-        if holders and (ci in holders or not spec.admin):
+        if self._held(ci, spec, entry):
             self.rejected["in use"] += 1
             return False
-        charge = bool(entry.consumes) and not (
-            entry.multi and (self._shares.get(did) or self.snapshot.shares(did))
-        )
-        if charge:
-            view = self.snapshot.pool(PoolKey(did.driver, did.pool))
-            if view is None or not fits_counters(
-                entry, self.snapshot.available_counters(view), self._counters
-            ):
-                self.rejected["counters"] += 1
-                return False
-        demand = spec.demand.get(entry)
-        if entry.multi and (
-            demand is None
-            or not fits_capacity(entry, demand, self.snapshot.consumed_capacity(did), self._capacity.get(did))
-        ):
+        charge = self._charges(entry)
+        if charge and not self._counters_fit(entry):
+            self.rejected["counters"] += 1
+            return False
+        if not self._capacity_fits(spec, entry):
             self.rejected["capacity"] += 1
             return False
-        failed = try_add(self.constraints[ci], spec.base, spec.full, entry)
-        if failed >= 0:
-            if len(self.misses) < 64:
-                self.misses.append(ConstraintMiss(ci, self.constraints[ci][failed], spec))
+        if not self._constrain(ci, spec, entry):
             return False
+        self._commit(ci, spec, entry, charge)
+        return True
+
+    def _held(self, ci: int, spec: RequestSpec, entry: DeviceEntry) -> bool:
+        """Taken by this attempt: by any claim, or for an adminAccess request by its own claim."""
+        holders = self._exclusive.get(entry.id)
+        return holders is not None and bool(holders) and (ci in holders or not spec.admin)
+
+    def _charges(self, entry: DeviceEntry) -> bool:
+        """Whether picking the device consumes its counters (a further share of a multi-allocatable device
+        that already has one does not)."""
+        did = entry.id
+        return bool(entry.consumes) and not (
+            entry.multi and (self._shares.get(did) or self.snapshot.shares(did))
+        )
+
+    def _counters_fit(self, entry: DeviceEntry) -> bool:
+        did = entry.id
+        key = PoolKey(did.driver, did.pool)
+        view = self.views.get(key) or self.snapshot.pool(key)
+        return (
+            view is not None
+            and not self.snapshot.overdrawn(view)
+            and fits_counters(entry, self.snapshot.available_counters(view), self._counters)
+        )
+
+    def _capacity_fits(self, spec: RequestSpec, entry: DeviceEntry) -> bool:
+        if not entry.multi:
+            return True
+        demand = spec.demand.get(entry)
+        return demand is not None and fits_capacity(
+            entry, demand, self.snapshot.consumed_capacity(entry.id), self._capacity.get(entry.id)
+        )
+
+    def _constrain(self, ci: int, spec: RequestSpec, entry: DeviceEntry) -> bool:
+        failed = try_add(self.constraints[ci], spec.base, spec.full, entry)
+        if failed < 0:
+            return True
+        if len(self.misses) < 64:
+            self.misses.append(ConstraintMiss(ci, self.constraints[ci][failed], spec))
+        return False
+
+    def _unconstrain(self, ci: int, spec: RequestSpec, entry: DeviceEntry) -> None:
+        remove(self.constraints[ci], spec.base, spec.full, entry)
+
+    def _commit(self, ci: int, spec: RequestSpec, entry: DeviceEntry, charge: bool) -> None:
+        did = entry.id
         if charge:
             for set_name, counter, value in entry.consumes:
                 key = (did.driver, did.pool, set_name, counter)
                 self._counters[key] = self._counters.get(key, Fraction(0)) + value
-        if entry.multi:
+        demand = spec.demand.get(entry) if entry.multi else None
+        if demand is not None:
             self._shares[did] = self._shares.get(did, 0) + 1
-            assert demand is not None
             used = self._capacity.setdefault(did, {})
             for name, amount in demand.items():
                 used[name] = used.get(name, Fraction(0)) + amount
         else:
             self._exclusive.setdefault(did, set()).add(ci)
-        self.picks.append(Pick(ci, spec, entry, demand if entry.multi else None))
-        return True
+        self.picks.append(Pick(ci, spec, entry, demand))
 
     def _undo(self, ci: int, spec: RequestSpec) -> None:
         pick = self.picks.pop()

@@ -9,7 +9,7 @@ the few pools whose slices use nodeSelector / allNodes / perDeviceNodeSelection 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from gpudra.allocator.pools import (
@@ -20,6 +20,7 @@ from gpudra.allocator.pools import (
     PoolView,
     build_pool,
     node_matches,
+    node_view,
 )
 from gpudra.api.quantity import parse_quantity
 from gpudra.api.resource import AllocationResult, DeviceRequestAllocationResult, ResourceSlice
@@ -33,6 +34,14 @@ class NodePools:
     usable: list[tuple[PoolView, list[DeviceEntry]]]
     incomplete: list[PoolKey]
     invalid: list[tuple[PoolKey, str]]
+    visible: list[DeviceEntry] = field(default_factory=list)
+    """Every device of the usable pools' slices that reach the node, in order, including devices of a
+    perDeviceNodeSelection slice that belong to other nodes: Kubernetes evaluates selectors on those too
+    (before it checks the device's node), so a selector failing on one fails the allocation."""
+    elsewhere: set[int] = field(default_factory=set)
+    """ids of the visible devices the node cannot use."""
+    views: dict[PoolKey, PoolView] = field(default_factory=dict)
+    """The usable pools as the node sees them (see pools.node_view), for their counters."""
 
 
 class ClusterSnapshot:
@@ -48,7 +57,7 @@ class ClusterSnapshot:
         self._global: dict[PoolKey, int] = {}
         self._in_use: set[DeviceId] = set()
         self._shares: dict[DeviceId, dict[str, dict[str, Fraction]]] = {}
-        self._available: dict[PoolKey, dict[tuple[str, str], Fraction]] = {}
+        self._available: dict[PoolKey, tuple[dict[tuple[str, str], Fraction], bool]] = {}
         self._node_cache: dict[str, tuple[int, NodeInfo, NodePools]] = {}
         self._by_pool_in_use: dict[PoolKey, set[DeviceId]] = {}
         self._node_counts: dict[str, tuple[int, int, int, bool]] = {}
@@ -92,17 +101,14 @@ class ClusterSnapshot:
 
     def _index(self, key: PoolKey, slice_: ResourceSlice, delta: int) -> None:
         spec = slice_.spec
-        if not spec.devices:
-            return  # counters-only slices never make a pool reachable by themselves
+        # Slices without devices count too: Kubernetes judges a pool incomplete (an All request fails) from
+        # every slice that reaches the node, counters-only and empty ones included.
         if spec.node_name:
             nodes = self._pool_nodes.setdefault(key, set())
             if delta > 0:
                 nodes.add(spec.node_name)
                 self._by_node.setdefault(spec.node_name, set()).add(key)
-            elif not any(
-                s.spec.node_name == spec.node_name and s.spec.devices
-                for s in self._pool_slices.get(key, {}).values()
-            ):
+            elif not any(s.spec.node_name == spec.node_name for s in self._pool_slices.get(key, {}).values()):
                 nodes.discard(spec.node_name)
                 self._by_node.get(spec.node_name, set()).discard(key)
         else:
@@ -147,23 +153,34 @@ class ClusterSnapshot:
         usable: list[tuple[PoolView, list[DeviceEntry]]] = []
         incomplete: list[PoolKey] = []
         invalid: list[tuple[PoolKey, str]] = []
+        elsewhere: dict[PoolKey, list[DeviceEntry]] = {}
         for key in sorted(keys):
-            view = self.pool(key)
+            whole = self.pool(key)
+            view = (
+                None if whole is None else node_view(node, key, list(self._pool_slices[key].values()), whole)
+            )
             if view is None:
                 continue
             entries = [
                 e for e in view.entries if node_matches(node, e.node_name, e.all_nodes, e.node_selector)
             ]
-            if not entries:
-                continue
             if not view.complete:
                 incomplete.append(key)
             elif view.invalid_reason is not None:
                 invalid.append((key, view.invalid_reason))
-            else:
+            elif entries:
                 usable.append((view, entries))
+                if len(entries) < len(view.entries):
+                    slices = {e.slice_name for e in entries}
+                    elsewhere[key] = [e for e in view.entries if e.slice_name in slices]
         usable.sort(key=lambda pe: pe[0].has_binding_conditions)
-        result = NodePools(usable, incomplete, invalid)
+        result = NodePools(usable, incomplete, invalid, views={v.key: v for v, _ in usable})
+        for view, entries in usable:
+            shown = elsewhere.get(view.key, entries)
+            result.visible += shown
+            if shown is not entries:
+                mine = {id(e) for e in entries}
+                result.elsewhere.update(id(e) for e in shown if id(e) not in mine)
         self._node_cache[node.name] = (self.version, node, result)
         return result
 
@@ -265,7 +282,18 @@ class ClusterSnapshot:
     def available_counters(self, pool: PoolView) -> dict[tuple[str, str], Fraction]:
         """Counter values of the pool minus what allocated devices consume (a multi-allocatable device counts
         once, however many shares it has). May go negative; negative means exhausted."""
-        cached = self._available.get(pool.key)
+        return self._counter_state(pool)[0]
+
+    def overdrawn(self, pool: PoolView) -> bool:
+        """Whether allocated devices consume more of some counter of the pool than it has (its counters were
+        republished lower): Kubernetes then allocates no counter-consuming device of the pool at all."""
+        return self._counter_state(pool)[1]
+
+    def _counter_state(self, pool: PoolView) -> tuple[dict[tuple[str, str], Fraction], bool]:
+        shared = (
+            self._pools.get(pool.key) is pool
+        )  # a node's own view of a pool (pools.node_view) is not cached
+        cached = self._available.get(pool.key) if shared else None
         if cached is not None:
             return cached
         available = {(s, c): v for s, counters in pool.counter_sets.items() for c, v in counters.items()}
@@ -277,8 +305,10 @@ class ClusterSnapshot:
                         k = (set_name, counter)
                         if k in available:
                             available[k] -= value
-        self._available[pool.key] = available
-        return available
+        state = (available, any(v < 0 for v in available.values()))
+        if shared:
+            self._available[pool.key] = state
+        return state
 
 
 def _results(

@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,17 @@ from gpudra.cluster.kubernetes.bootstrap import (
 )
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
 from gpudra.cluster.sim.controls import SimulatorControls
+from gpudra.cluster.startup import (
+    STAGE_API_SERVER,
+    STAGE_CONTROLLER,
+    STAGE_NODES,
+    STAGE_SLICES,
+    NoProgress,
+    StartProgress,
+    Summary,
+    start_progress,
+    summary,
+)
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -50,7 +62,7 @@ from gpudra.kube.client import KubeClient
 from gpudra.kube.kubeconfig import read_credentials, write_kubeconfig
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
-from gpudra.reports import fleet_table
+from gpudra.reports import list_fleet, print_fitted
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -58,6 +70,13 @@ log = get_logger(__name__)
 
 def _wait_flag(flag: threading.Event, timeout: float) -> bool:
     return flag.wait(timeout)
+
+
+def _counted(wait: Coroutine[Any, Any, Any], progress: StartProgress, stage: str) -> asyncio.Task[Any]:
+    """A task of ``wait`` that advances ``stage`` when it completes."""
+    task = asyncio.ensure_future(wait)
+    task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else progress.advance(stage))
+    return task
 
 
 @dataclass
@@ -176,12 +195,15 @@ class EmbeddedCluster:
         )
         return ControllerConnection(kubeconfig=kubeconfig)
 
-    async def start(self) -> None:
+    async def start(self, progress: StartProgress | None = None) -> None:
+        progress = progress or NoProgress()
+        progress.begin(STAGE_API_SERVER, 1)
         if self.options.control_plane == "kubernetes":
             connection = await self._start_kubernetes()
         else:
             connection = await self._start_embedded()
         assert self.client is not None
+        progress.advance(STAGE_API_SERVER, detail=self.url)
 
         if self.options.metrics_port is not None:
             runner = await serve_metrics(
@@ -191,11 +213,17 @@ class EmbeddedCluster:
             port = runner.addresses[0][1]
             self.metrics_url = f"http://127.0.0.1:{port}/metrics"
 
+        progress.begin(STAGE_NODES, len(self.options.nodes))
+        progress.begin(STAGE_SLICES, len(self.options.nodes))
+        waiters: list[asyncio.Task[Any]] = []
         for node in self.options.nodes:
-            await self.add_node(node)
+            published = await self.add_node(node)
+            progress.advance(STAGE_NODES)
+            waiters.append(_counted(published, progress, STAGE_SLICES))
         self.sim_controls = SimulatorControls(self.client, self.simulated, self.options.kubeconfig.parent)
         await self.sim_controls.start()
         self._spawn(self.sim_controls.run(), "simulator faults")
+        progress.begin(STAGE_CONTROLLER, 1 if self.kubernetes is not None else 2)
         if self.kubernetes is None:
             self.control_plane = ControlPlane(self.client)
             self._spawn(self.control_plane.run(), "control plane")
@@ -220,13 +248,14 @@ class EmbeddedCluster:
             daemon=True,
         )
         self._controller.start()
-        waiters: list[asyncio.Task[Any]] = [
-            asyncio.create_task(a.published.wait()) for a in self.agents.values()
-        ]
         if self.control_plane is not None:
-            waiters.append(asyncio.create_task(self.control_plane.synced.wait()))
+            waiters.append(_counted(self.control_plane.synced.wait(), progress, STAGE_CONTROLLER))
         waiters.append(
-            asyncio.create_task(asyncio.to_thread(_wait_flag, controller_ready, self.options.ready_timeout))
+            _counted(
+                asyncio.to_thread(_wait_flag, controller_ready, self.options.ready_timeout),
+                progress,
+                STAGE_CONTROLLER,
+            )
         )
         _, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
         for task in pending:
@@ -234,14 +263,14 @@ class EmbeddedCluster:
         if pending or not controller_ready.is_set():
             raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
 
-    async def add_node(self, node: FleetNode) -> None:
+    async def add_node(self, node: FleetNode) -> Coroutine[Any, Any, Any]:
         """Register a Node, simulate its GPUs, start its agent (slices + kubelet plugin, in this process or as a
         process of its own) and its stand-in kubelet. Each node gets its own plugin, registry, CDI and state
-        directories."""
+        directories. Returns what to await for the node's slices to be published."""
         assert self.client is not None
         agent_kubeconfig, agent_client, kubelet_client = await self._node_clients(node)
         self.agent_clients[node.name] = agent_client
-        fake = FakeNvml.from_profile(node.profile, node_name=node.name, fleet_index=node.fleet_index)
+        fake = FakeNvml.from_machine(node.hardware())
         root = self._node_root(node.name)
         self.node_dirs[node.name] = root
         settings = AgentSettings(
@@ -275,13 +304,15 @@ class EmbeddedCluster:
                 root / "agent.log",
             )
             self.agent_processes[node.name] = process
-            await process.start()
+            await process.start()  # ready: its /readyz answers once its slices are published
+            published: Coroutine[Any, Any, Any] = asyncio.sleep(0)
         else:
             runtime = AgentRuntime(settings, backend, agent_client, self.metrics)
             self.simulated[node.name] = fake
             self.agents[node.name] = runtime.agent
             self.runtimes[node.name] = runtime
             self._spawn(runtime.run(), f"agent {node.name}")
+            published = runtime.agent.published.wait()
         kubelet = StandInKubelet(
             kubelet_client,
             node.name,
@@ -291,6 +322,7 @@ class EmbeddedCluster:
         )
         self.kubelets[node.name] = kubelet
         self._spawn(kubelet.run(), f"kubelet {node.name}")
+        return published
 
     def simulated_gpus(self, node: str) -> FakeNvml:
         """The node's simulated GPUs as they are now: the live fake, or (agent processes) the state the agent's
@@ -389,24 +421,32 @@ class EmbeddedCluster:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-async def run_up(options: UpOptions) -> int:
+async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
     console = Console()
     cluster = EmbeddedCluster(options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    started = time.monotonic()
     try:
-        await cluster.start()
+        with start_progress(console) as progress:
+            await cluster.start(progress)
         assert cluster.client is not None
-        console.print(f"API server: {cluster.url}")
-        if cluster.metrics_url:
-            console.print(f"metrics:    {cluster.metrics_url}")
-        console.print(f"export KUBECONFIG={options.kubeconfig.resolve()}")
-        console.print(await fleet_table(cluster.client))
+        info = Summary(
+            kubeconfig=options.kubeconfig,
+            api_server=cluster.url,
+            rows=await list_fleet(cluster.client),
+            metrics_url=cluster.metrics_url,
+            log_file=log_file,
+            seconds=time.monotonic() - started,
+            example=Path("examples/claim-h100.yaml"),
+        )
+        print_fitted(console, summary(info))
+        if not options.once:
+            console.print("Ctrl-C stops it.")
         sys.stdout.flush()
         if not options.once:
-            console.print("gpudra is up; Ctrl-C stops it.")
             await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -15,6 +15,7 @@ import kopf
 
 from gpudra.config import ControllerSettings
 from gpudra.controller.computedomains import register_compute_domains
+from gpudra.controller.configchecks import register_config_checks
 from gpudra.controller.fleet import slice_device_counts
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
@@ -37,6 +38,7 @@ def build_registry(
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
     register_compute_domains(registry, settings, metrics, client)
+    register_config_checks(registry, settings, client)
     mig_layouts = MigLayoutReconciler(client, settings)
 
     @kopf.on.event("gpudra.dev", "v1alpha1", "miglayouts", registry=registry)

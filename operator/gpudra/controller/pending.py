@@ -10,18 +10,19 @@ import time
 from datetime import datetime
 from typing import Any
 
-from gpudra.allocator.explain import Failure, NodesFailure, render_text
+from gpudra.allocator.explain import Failure, NodesFailure
 from gpudra.allocator.requests import claim_key
 from gpudra.allocator.result import Allocation
 from gpudra.api.resource import ResourceClaim
 from gpudra.config import MigPlannerPolicy
-from gpudra.controller.explaining import ClusterView, explain, load_view
+from gpudra.controller.explaining import ClusterView, explain, explanation, load_view
 from gpudra.controller.migdemand import pci_device_ids, plan_pending
 from gpudra.controller.migplanner import apply_plan, step_aside
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.metrics import Metrics
+from gpudra.mig.demand import DemandPlan
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -105,46 +106,39 @@ class PendingClaims:
                 self.forget(body["metadata"]["uid"])  # it fits now; the scheduler will get to it
             else:
                 failed.append((body, outcome))
-        suggestions: dict[str, str] = {}
+        plan: DemandPlan | None = None
+        notes: dict[str, str] = {}
         if failed and self._planner != "off":
             try:
-                suggestions = await self._suggest(view, ours)
+                plan, notes = await self._suggest(view, ours)
             except GpudraError as exc:  # the explanations still go out
                 log.warning("the MIG planner failed", error=str(exc))
         messages: dict[str, str] = {}
         for body, outcome in failed:
             uid = body["metadata"]["uid"]
-            reason = outcome.reason
+            claim = ResourceClaim.model_validate(body)
+            note = notes.get(plan.placed.get(claim_key(claim), "")) if plan is not None else None
+            said = explanation(view, claim, outcome, plan, note or "")
+            reason = said.reason
             if self.reasons.get(uid) != reason:
                 self._metrics.allocation_failures.labels(reason).inc()
             self.reasons[uid] = reason
-            suggestion = suggestions.get(uid)
-            text = render_text(outcome)
-            if suggestion:
-                text = (
-                    render_text(outcome, max(256, EVENT_LIMIT - 2 - len(suggestion.encode())))
-                    + ". "
-                    + suggestion
-                )
+            text = said.text(EVENT_LIMIT)
             messages[uid] = f"pending for {age_seconds(body, time.time()):.0f}s: {text}"
             await self._events.post(body, "Warning", reason, text)
         self._refresh_gauge()
         return messages
 
-    async def _suggest(self, view: ClusterView, bodies: list[dict[str, Any]]) -> dict[str, str]:
-        """The MIG planner's sentence per claim uid, after applying the plan when the policy says so."""
-        claims = {claim_key(c): c for c in (ResourceClaim.model_validate(b) for b in bodies)}
-        plan = plan_pending(view.allocator, claims.values(), self._driver)
+    async def _suggest(
+        self, view: ClusterView, bodies: list[dict[str, Any]]
+    ) -> tuple[DemandPlan, dict[str, str]]:
+        """The MIG planner's plan for the pending claims and, when the policy applies it, a note per node."""
+        claims = [ResourceClaim.model_validate(b) for b in bodies]
+        plan = plan_pending(view.allocator, claims, self._driver)
         notes: dict[str, str] = {}
         if self._planner == "apply" and any(n.gpus for n in plan.nodes):
             notes = await apply_plan(self._client, plan, view.nodes, pci_device_ids())
-        out: dict[str, str] = {}
-        for key, claim in claims.items():
-            text = plan.text_for(key)
-            note = notes.get(plan.placed.get(key, "")) if plan.gpus_for(key) else None
-            if text:
-                out[claim.metadata.uid or ""] = f"{text} ({note})" if note else text
-        return out
+        return plan, notes
 
     def allocated(self, body: dict[str, Any]) -> None:
         """A claim we saw pending got its allocation: record how long it waited."""

@@ -1,5 +1,10 @@
 """Node profiles: what a simulated machine holds (which GPUs, where on the PCIe tree, MIG state, NVLink
-fabric).
+fabric). The built-in ones are data (``profiles.yaml``), written as fleet files write theirs.
+
+A profile entry (:class:`ProfileEntry`) names a GPU model of the catalog and where each GPU sits (``pci``, or just
+``gpus: N``), or starts from another profile with ``base`` and changes what differs. :func:`resolve_entry` turns
+it into a :class:`NodeProfile`; what is wrong raises :class:`SpecError` with the path of the field, so a file
+loader can name the line.
 
 A profile plus a node name (and, for multi-node NVLink systems, the node's position in the fleet) fully
 determines a simulated node: UUIDs are derived from the node name, PCI addresses and NUMA nodes come from the
@@ -11,8 +16,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from gpudra.errors import ConfigurationError
+from gpudra.hardware.catalog import Catalog, GpuModel, load_catalog
 
 # Namespace of every UUID the simulation derives (GPU, MIG, fabric cluster).
 SIMULATION_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "simulated.gpudra.dev")
@@ -35,7 +47,7 @@ class GpuSlot:
 
     pci_bus_id: str  # "0000:1b:00.0"
     numa_node: int | None  # None: NVML answers NOT_SUPPORTED (a VM, as recorded)
-    pcie_root: str  # "pci0000:15"
+    pcie_root: str | None  # "pci0000:15"; None: not resolvable (as the backend reports it)
 
 
 @dataclass(frozen=True)
@@ -77,106 +89,162 @@ class NodeProfile:
         return FabricReading(str(cluster), NVL72_CLIQUE_ID, FABRIC_STATE_COMPLETED, FABRIC_STATUS_SUCCESS)
 
 
-def _slots(
-    bus_numbers: tuple[int, ...], roots: tuple[int, ...], numa: tuple[int, ...], domain: int = 0
-) -> tuple[GpuSlot, ...]:
+Loc = tuple[str | int, ...]
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$"
+MAX_GPUS = 64
+
+
+class SpecError(ConfigurationError):
+    """An entry that validates but cannot be built; ``loc`` is the path of the field at fault."""
+
+    def __init__(self, message: str, loc: Loc) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+class EntryModel(BaseModel):
+    """camelCase keys, unknown keys refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class PciSlotEntry(EntryModel):
+    bus_id: str = Field(pattern=r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+    numa_node: int | None = Field(default=None, ge=0, description="None: NVML answers NOT_SUPPORTED (a VM)")
+    pcie_root: str = Field(pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+
+
+class MigDeviceEntry(EntryModel):
+    profile: str = Field(description="a MIG profile of the GPU model, e.g. 1g.10gb")
+    start: int = Field(ge=0, description="the placement start (first memory slice)")
+
+
+class MigEntry(EntryModel):
+    """MIG on every GPU of the machine: ``devices`` are created at start (an empty list: MIG on, no instances);
+    ``enabled: false`` turns MIG off; neither: as the base profile has it."""
+
+    enabled: bool = True
+    devices: tuple[MigDeviceEntry, ...] = ()
+
+
+class ProfileEntry(EntryModel):
+    name: str = Field(pattern=NAME_PATTERN, description="lower-case letters, digits and dashes")
+    description: str = ""
+    base: str | None = Field(default=None, description="a profile to start from")
+    gpu: str | None = Field(default=None, description="a GPU catalog model, e.g. H100-SXM5-80GB")
+    gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="how many GPUs")
+    pci: tuple[PciSlotEntry, ...] | None = Field(default=None, min_length=1, max_length=MAX_GPUS)
+    fabric: Literal["unsupported", "no-clique", "nvl72"] | None = None
+    addressing_mode: Literal["HMM", "ATS", "None"] | None = None
+    driver_version: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.\d+)?$")
+    cuda_driver_version: str | None = Field(default=None, pattern=r"^\d+\.\d$")
+    mig: MigEntry | None = None
+
+
+def resolve_entry(entry: ProfileEntry, known: Mapping[str, NodeProfile], catalog: Catalog) -> NodeProfile:
+    base = _base(entry, known)
+    model_id = entry.gpu or (base.model_id if base else None)
+    if model_id is None:
+        raise SpecError("give `gpu` (a GPU catalog model) or `base` (a profile to start from)", ("gpu",))
+    if model_id not in catalog.models:
+        raise SpecError(
+            f"unknown GPU model {model_id!r} (known: {', '.join(sorted(catalog.models))})", ("gpu",)
+        )
+    model = catalog.models[model_id]
+    same_model = base is not None and base.model_id == model_id
+    mig_enabled, layout = _mig(entry, model, base if same_model else None)
+    profile = NodeProfile(
+        name=entry.name,
+        model_id=model_id,
+        slots=_slots(entry, base),
+        mig_enabled=mig_enabled,
+        mig_layout=layout,
+        fabric=FabricKind(entry.fabric) if entry.fabric else base.fabric if base else FabricKind.UNSUPPORTED,
+        addressing_mode=entry.addressing_mode or (base.addressing_mode if base else None),
+        driver_version=entry.driver_version or (base.driver_version if base else NodeProfile.driver_version),
+        cuda_driver_version=_cuda(entry.cuda_driver_version)
+        if entry.cuda_driver_version
+        else (base.cuda_driver_version if base else NodeProfile.cuda_driver_version),
+        description=entry.description or (base.description if base else ""),
+    )
+    return profile
+
+
+def _base(entry: ProfileEntry, known: Mapping[str, NodeProfile]) -> NodeProfile | None:
+    if entry.base is None:
+        return None
+    if entry.base not in known:
+        raise SpecError(f"unknown profile {entry.base!r} (known: {', '.join(sorted(known))})", ("base",))
+    return known[entry.base]
+
+
+def _slots(entry: ProfileEntry, base: NodeProfile | None) -> tuple[GpuSlot, ...]:
+    if entry.pci is not None:
+        if entry.gpus is not None and entry.gpus != len(entry.pci):
+            raise SpecError(f"gpus is {entry.gpus} but pci lists {len(entry.pci)} GPUs", ("gpus",))
+        slots = tuple(GpuSlot(p.bus_id.lower()[-12:], p.numa_node, p.pcie_root) for p in entry.pci)
+        if len({s.pci_bus_id for s in slots}) != len(slots):
+            raise SpecError("two GPUs share a PCI bus id", ("pci",))
+        return slots
+    if entry.gpus is None:
+        if base is None:
+            raise SpecError("give `gpus` (how many) or `pci` (where each GPU sits)", ("gpus",))
+        return base.slots
+    if base is not None and entry.gpus <= base.gpu_count:
+        return base.slots[: entry.gpus]
+    return generated_slots(entry.gpus)
+
+
+def generated_slots(count: int) -> tuple[GpuSlot, ...]:
+    """A plain PCIe layout: one root complex per GPU, the first half of the GPUs on NUMA node 0."""
     return tuple(
-        GpuSlot(f"{domain:04x}:{bus:02x}:00.0", node, f"pci{domain:04x}:{root:02x}")
-        for bus, root, node in zip(bus_numbers, roots, numa, strict=True)
+        GpuSlot(f"0000:{i + 1:02x}:00.0", i * 2 // count, f"pci0000:{i + 1:02x}") for i in range(count)
     )
 
 
-_EIGHT_NUMA = (0, 0, 0, 0, 1, 1, 1, 1)
-# DGX/HGX H100, H200 and B200 boards share one PCIe layout: one switch per GPU, half the GPUs per socket.
-_HGX_HOPPER_SLOTS = _slots(
-    (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF),
-    (0x15, 0x3D, 0x4E, 0x5D, 0x97, 0xBD, 0xCC, 0xDA),
-    _EIGHT_NUMA,
-)
-_DGX_A100_SLOTS = _slots(
-    (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD),
-    (0x00, 0x00, 0x40, 0x40, 0x80, 0x80, 0xB0, 0xB0),
-    _EIGHT_NUMA,
-)
-_FOUR_PCIE_SLOTS = _slots((0x01, 0x21, 0x81, 0xA1), (0x00, 0x20, 0x80, 0xA0), (0, 0, 1, 1))
+def _mig(
+    entry: ProfileEntry, model: GpuModel, base: NodeProfile | None
+) -> tuple[bool, tuple[tuple[str, int], ...]]:
+    if entry.mig is None or (entry.mig.enabled and "devices" not in entry.mig.model_fields_set):
+        return (base.mig_enabled, base.mig_layout) if base else (False, ())
+    if not entry.mig.enabled:
+        if entry.mig.devices:
+            raise SpecError("MIG devices need MIG enabled", ("mig", "devices"))
+        return False, ()
+    if model.mig is None:
+        raise SpecError(f"{model.product_name} ({model.model_id}) does not support MIG", ("mig",))
+    layout = []
+    for i, device in enumerate(entry.mig.devices):
+        profile = next((p for p in model.mig.profiles if p.name == device.profile), None)
+        if profile is None:
+            known = ", ".join(p.name for p in model.mig.profiles)
+            raise SpecError(f"{model.model_id} has no MIG profile {device.profile!r} (known: {known})",
+                            ("mig", "devices", i, "profile"))  # fmt: skip
+        if device.start not in profile.starts:
+            starts = ", ".join(map(str, profile.starts))
+            raise SpecError(f"{device.profile} starts at {starts}, not {device.start}",
+                            ("mig", "devices", i, "start"))  # fmt: skip
+        layout.append((device.profile, device.start))
+    return True, tuple(layout)
 
-# mig-parted all-balanced on A100-40GB (1g.5gb x2 + 2g.10gb + 3g.20gb), with the placements spelled out.
-A100_40GB_ALL_BALANCED: tuple[tuple[str, int], ...] = (
-    ("2g.10gb", 0),
-    ("1g.5gb", 2),
-    ("1g.5gb", 3),
-    ("3g.20gb", 4),
-)
 
-NODE_PROFILES: Mapping[str, NodeProfile] = {
-    p.name: p
-    for p in (
-        NodeProfile(
-            name="dgx-h100",
-            model_id="H100-SXM5-80GB",
-            slots=_HGX_HOPPER_SLOTS,
-            fabric=FabricKind.NO_CLIQUE,
-            addressing_mode="HMM",
-            description="8 x H100 SXM5 80GB, NVSwitch, MIG capable and disabled",
-        ),
-        NodeProfile(
-            name="dgx-a100",
-            model_id="A100-SXM4-40GB",
-            slots=_DGX_A100_SLOTS,
-            mig_enabled=True,
-            mig_layout=A100_40GB_ALL_BALANCED,
-            description="8 x A100 SXM4 40GB with mig-parted all-balanced applied",
-        ),
-        NodeProfile(
-            name="dgx-a100-80gb",
-            model_id="A100-SXM4-80GB",
-            slots=_DGX_A100_SLOTS,
-            description="8 x A100 SXM4 80GB, NVSwitch, MIG capable and disabled (whole GPUs)",
-        ),
-        NodeProfile(
-            name="hgx-h200",
-            model_id="H200",
-            slots=_HGX_HOPPER_SLOTS,
-            fabric=FabricKind.NO_CLIQUE,
-            addressing_mode="HMM",
-            description="8 x H200 141GB, NVSwitch, MIG disabled",
-        ),
-        NodeProfile(
-            name="dgx-b200",
-            model_id="B200",
-            slots=_HGX_HOPPER_SLOTS,
-            fabric=FabricKind.NO_CLIQUE,
-            addressing_mode="HMM",
-            description="8 x B200 180GB, NVSwitch, MIG disabled",
-        ),
-        NodeProfile(
-            name="gb200-nvl72",
-            model_id="GB200",
-            slots=(
-                GpuSlot("0008:01:00.0", 0, "pci0008:00"),
-                GpuSlot("0009:01:00.0", 0, "pci0009:00"),
-                GpuSlot("0018:01:00.0", 1, "pci0018:00"),
-                GpuSlot("0019:01:00.0", 1, "pci0019:00"),
-            ),
-            fabric=FabricKind.NVL72,
-            addressing_mode="ATS",
-            description="one GB200 NVL72 compute tray (4 GPUs); 18 trays form one rack and NVLink clique",
-        ),
-        NodeProfile(
-            name="l4x4",
-            model_id="L4",
-            slots=_FOUR_PCIE_SLOTS,
-            addressing_mode="HMM",
-            description="4 x L4 PCIe, no MIG",
-        ),
-        NodeProfile(
-            name="a30x4",
-            model_id="A30",
-            slots=_FOUR_PCIE_SLOTS,
-            description="4 x A30 PCIe, MIG capable and disabled",
-        ),
-    )
-}
+def _cuda(text: str) -> int:
+    major, minor = text.split(".")
+    return 1000 * int(major) + 10 * int(minor)
+
+
+def _builtin() -> dict[str, NodeProfile]:
+    """The profiles of ``profiles.yaml`` (entries in the fleet-file format, see :mod:`profilespec`)."""
+    document = yaml.safe_load(resources.files("gpudra.hardware").joinpath("profiles.yaml").read_text())
+    catalog = load_catalog()
+    profiles: dict[str, NodeProfile] = {}
+    for raw in document["profiles"]:
+        entry = ProfileEntry.model_validate(raw)
+        profiles[entry.name] = resolve_entry(entry, profiles, catalog)
+    return profiles
+
+
+NODE_PROFILES: Mapping[str, NodeProfile] = _builtin()
 
 
 def node_profile(name: str) -> NodeProfile:

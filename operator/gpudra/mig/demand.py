@@ -141,6 +141,7 @@ class DemandPlan:
     nodes: tuple[NodeSuggestion, ...] = ()
     unsatisfied: tuple[Unsatisfied, ...] = ()
     placed: dict[str, str] = field(default_factory=dict)  # claim -> node
+    needs: dict[str, dict[str, int]] = field(default_factory=dict)  # claim -> profiles it needs on that node
 
     def gpus_for(self, claim: str) -> tuple[GpuSuggestion, ...]:
         """The repartitions the claim waits for (empty when it is unplaced or fits without one)."""
@@ -148,14 +149,6 @@ class DemandPlan:
 
     def reason_for(self, claim: str) -> str | None:
         return next((u.reason for u in self.unsatisfied if u.claim == claim), None)
-
-    def text_for(self, claim: str) -> str | None:
-        """One sentence for the claim's Event: the repartition that would satisfy it, or why none can."""
-        gpus = self.gpus_for(claim)
-        if gpus:
-            return "would fit after repartitioning " + "; ".join(str(g) for g in gpus)
-        reason = self.reason_for(claim)
-        return f"no MIG repartition satisfies it: {reason}" if reason else None
 
 
 def _counted(counts: Counter[str]) -> str:
@@ -307,6 +300,7 @@ def plan_demand(gpus: Sequence[DemandGpu], demands: Sequence[MigDemand]) -> Dema
     pending = [d for d in demands if d.requests]
     nodes: dict[str, list[GpuSuggestion]] = {}
     placed: dict[str, str] = {}
+    needs: dict[str, dict[str, int]] = {}
     tried: dict[
         tuple[int, tuple[str, ...]], _Trial | None
     ] = {}  # a group's trial only changes with its claims
@@ -326,6 +320,7 @@ def plan_demand(gpus: Sequence[DemandGpu], demands: Sequence[MigDemand]) -> Dema
         nodes.setdefault(best.group.node, []).extend(_attribute(best))
         done = {d.claim for d, _ in best.claims}
         placed.update(dict.fromkeys(done, best.group.node))
+        needs.update((d.claim, dict(need)) for d, need in best.claims)
         pending = [d for d in pending if d.claim not in done]
     suggestions = tuple(
         NodeSuggestion(
@@ -338,4 +333,4 @@ def plan_demand(gpus: Sequence[DemandGpu], demands: Sequence[MigDemand]) -> Dema
     unsatisfied = tuple(
         Unsatisfied(d.claim, _unsatisfied(d, groups)) for d in demands if d.claim not in placed
     )
-    return DemandPlan(suggestions, unsatisfied, placed)
+    return DemandPlan(suggestions, unsatisfied, placed, needs)

@@ -7,24 +7,22 @@ namespaces, CRD registration and the indexes the garbage collector uses (uids, o
 from __future__ import annotations
 
 import random
-import re
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from . import status as st
 from .crds import crd_status, now_rfc3339, validate_crd
-from .defaults import apply_defaults
+from .discovery import SERVER_VERSION
 from .patches import clone, json_patch, merge_patch, strip_strategic_directives
 from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, ResourceType, crd_resource_types
 from .selectors import FieldSelector, LabelSelector
 from .store import Clock, Entry, Store
+from .validation import Admission, Admitter
 
 StoreKey = tuple[str, str]  # (group, plural)
 ObjectRef = tuple[StoreKey, str, str]  # (store key, namespace, name)
 
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-_LABEL_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 NAMESPACES: StoreKey = ("", "namespaces")
@@ -46,6 +44,7 @@ class Database:
 
     def __init__(self) -> None:
         self.registry = Registry()
+        self.admitter = Admitter(int(SERVER_VERSION["minor"]))
         self.clock = Clock()
         self.stores: dict[StoreKey, Store] = {}
         self.uids: dict[str, ObjectRef] = {}
@@ -143,17 +142,21 @@ class Database:
             )
 
     # ----------------------------------------------------------------- create
-    def create(self, rt: ResourceType, namespace: str, body: Any, *, dry_run: bool = False) -> Entry:
+    def create(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        admission: Admission | None = None,
+    ) -> Entry:
         obj = self._check_body(rt, namespace, body)
         meta = obj["metadata"]
         self._require_namespace(rt, namespace, creating=True)
         store = self.store(rt)
         name, prefix = meta.get("name"), meta.get("generateName")
-        if not name and not prefix:
-            raise st.invalid(
-                rt.kind, rt.group, "", "metadata.name", "Required value: name or generateName is required"
-            )
-        if not name:
+        if not name and prefix:
             for _ in range(16):
                 candidate = f"{prefix}{''.join(random.choices(_SUFFIX_ALPHABET, k=5))}"
                 if store.get(namespace if rt.namespaced else "", candidate) is None:
@@ -161,9 +164,6 @@ class Database:
                     break
             else:
                 raise st.already_exists(rt.plural, rt.group, f"{prefix}*")
-        self._check_name(rt, str(name))
-        if store.get(namespace if rt.namespaced else "", name) is not None:
-            raise st.already_exists(rt.plural, rt.group, name)
         for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
             meta.pop(key, None)
         meta["uid"] = str(uuid.uuid4())
@@ -172,23 +172,12 @@ class Database:
         if rt.has_status and not rt.keep_status_on_create:
             obj.pop("status", None)
         self._prepare_create(rt, obj)
-        if rt.schema is not None:
-            apply_defaults(obj, rt.schema)
+        obj = self.admitter.admit(rt, obj, None, admission or Admission())
+        if store.get(namespace if rt.namespaced else "", name) is not None:
+            raise st.already_exists(rt.plural, rt.group, name)
         if dry_run:
             return Entry(obj)
         return self._commit(rt, obj, None)
-
-    def _check_name(self, rt: ResourceType, name: str) -> None:
-        pattern = _LABEL_NAME_RE if rt.plural == "namespaces" else _NAME_RE
-        if len(name) > 253 or not pattern.match(name):
-            raise st.invalid(
-                rt.kind,
-                rt.group,
-                name,
-                "metadata.name",
-                f"Invalid value: {name!r}: a lowercase RFC 1123 name must consist of lower case alphanumeric "
-                "characters, '-' or '.', and must start and end with an alphanumeric character",
-            )
 
     def _prepare_create(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         if rt.storage_key == NAMESPACES:
@@ -210,6 +199,7 @@ class Database:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        admission: Admission | None = None,
     ) -> Entry:
         current = self.get(rt, namespace, name)
         obj = self._check_body(rt, namespace, body)
@@ -222,7 +212,7 @@ class Database:
         rv = obj["metadata"].get("resourceVersion")
         if rv and str(rv) != current.obj["metadata"]["resourceVersion"]:
             raise st.conflict(rt.plural, rt.group, name, st.STALE)
-        return self._replace(rt, current, obj, subresource, dry_run=dry_run)
+        return self._replace(rt, current, obj, subresource, dry_run=dry_run, admission=admission)
 
     def _replace(
         self,
@@ -232,6 +222,7 @@ class Database:
         subresource: str,
         *,
         dry_run: bool = False,
+        admission: Admission | None = None,
     ) -> Entry:
         old = current.obj
         old_meta = old["metadata"]
@@ -269,8 +260,7 @@ class Database:
             if rt.storage_key == CRDS:
                 validate_crd(self.registry, new)
                 new["status"] = crd_status(new)
-        if rt.schema is not None:
-            apply_defaults(new, rt.schema)
+        new = self.admitter.admit(rt, new, old, admission or Admission())
         meta = new["metadata"]
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if not meta.get("finalizers"):
@@ -297,6 +287,7 @@ class Database:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        admission: Admission | None = None,
     ) -> tuple[Entry, bool]:
         """Apply a patch; returns the entry and whether it was created (server-side apply only)."""
         ns = namespace if rt.namespaced else ""
@@ -310,7 +301,7 @@ class Database:
                     raise st.bad_request("the name of the object does not match the name on the URL")
                 meta["name"] = name
                 self._require_namespace(rt, ns, creating=True)
-                return self.create(rt, ns, patch, dry_run=dry_run), True
+                return self.create(rt, ns, patch, dry_run=dry_run, admission=admission), True
             raise st.not_found(rt.plural, rt.group, name)
         base = clone(current.obj)
         if content_type == JSON_PATCH:
@@ -334,7 +325,7 @@ class Database:
             raise st.conflict(rt.plural, rt.group, name, "the uid in the patch does not match the object")
         patched["metadata"]["name"] = name
         obj = self._check_body(rt, ns, patched)
-        return self._replace(rt, current, obj, subresource, dry_run=dry_run), False
+        return self._replace(rt, current, obj, subresource, dry_run=dry_run, admission=admission), False
 
     # ----------------------------------------------------------------- delete
     def delete(

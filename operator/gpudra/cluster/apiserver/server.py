@@ -27,6 +27,7 @@ from .selectors import parse_selectors
 from .status import APIStatusError, bad_request
 from .store import Entry, encode
 from .tables import table
+from .validation import MODES, Admission
 from .watching import WatchRequest, object_bytes
 
 _JSON = "application/json"
@@ -246,6 +247,20 @@ class EmbeddedAPIServer:
             return _reply(request, {**entry.obj, "apiVersion": target.rt.api_version}, status)
         return _response(object_bytes(target.rt, entry), status)
 
+    @staticmethod
+    def _admission(query: Any) -> Admission:
+        mode = query.get("fieldValidation") or "Warn"
+        if mode not in MODES:
+            raise bad_request(f'fieldValidation {mode!r} is not one of "Ignore", "Warn", "Strict"')
+        return Admission(mode)
+
+    @staticmethod
+    def _warned(response: web.Response, admission: Admission) -> web.Response:
+        """Kubernetes' ``Warning`` headers, one per warning (kubectl prints ``Warning: <text>``)."""
+        for text in admission.warnings:
+            response.headers.add("Warning", '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        return response
+
     async def _resource(self, request: web.Request, target: Target) -> web.StreamResponse:
         db, rt, method, query = self.database, target.rt, request.method, request.query
         dry_run = "All" in query.getall("dryRun", [])
@@ -275,25 +290,41 @@ class EmbeddedAPIServer:
                 )
             if target.name or (rt.namespaced and target.namespace is None):
                 raise APIStatusError(405, "MethodNotAllowed", f"POST is not allowed on {request.path}")
-            entry = db.create(rt, target.ns, await self._body(request, target), dry_run=dry_run)
-            return self._object(request, target, entry, 201)
+            admission = self._admission(query)
+            body = await self._body(request, target)
+            entry = db.create(rt, target.ns, body, dry_run=dry_run, admission=admission)
+            return self._warned(self._object(request, target, entry, 201), admission)
         if not target.name:
             if method == "DELETE" and (target.namespace is not None or not rt.namespaced):
                 return await self._delete_collection(request, target, dry_run)
             raise APIStatusError(405, "MethodNotAllowed", f"{method} is not allowed on {request.path}")
         if method == "PUT":
-            body = await self._body(request, target)
+            body, admission = await self._body(request, target), self._admission(query)
             entry = db.update(
-                rt, target.ns, target.name, body, subresource=target.subresource, dry_run=dry_run
+                rt,
+                target.ns,
+                target.name,
+                body,
+                subresource=target.subresource,
+                dry_run=dry_run,
+                admission=admission,
             )
-            return self._object(request, target, entry)
+            return self._warned(self._object(request, target, entry), admission)
         if method == "PATCH":
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
-            body = await self._body(request, target)
+            body, admission = await self._body(request, target), self._admission(query)
             entry, created = db.patch(
-                rt, target.ns, target.name, body, ctype, subresource=target.subresource, dry_run=dry_run
+                rt,
+                target.ns,
+                target.name,
+                body,
+                ctype,
+                subresource=target.subresource,
+                dry_run=dry_run,
+                admission=admission,
             )
-            return self._object(request, target, entry, 201 if created and ctype == APPLY else 200)
+            status = 201 if created and ctype == APPLY else 200
+            return self._warned(self._object(request, target, entry, status), admission)
         if method == "DELETE":
             options = self._delete_options(query, await self._body(request, target, optional=True))
             before = db.get(rt, target.ns, target.name)

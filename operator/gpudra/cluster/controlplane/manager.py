@@ -16,9 +16,12 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from gpudra.allocator.explain import render_text
+from gpudra.allocator.engine import Allocator
+from gpudra.allocator.explain import Failure, NodesFailure
+from gpudra.allocator.nearest import examine
 from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.result import Allocation
+from gpudra.allocator.wording import explain_outcome
 from gpudra.api.core import Pod
 from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate, allocated_node
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
@@ -339,7 +342,7 @@ class ControlPlane:
             outcome = allocator.find_node(models, nodes)
             if not isinstance(outcome, Allocation):
                 self._unschedulable.add(key)
-                message = render_text(outcome)
+                message = self._why(allocator, models, nodes, outcome)
                 await self._events.post(body, "Warning", "FailedScheduling", message)
                 for claim in pending:
                     await self._events.post(claim, "Warning", "FailedAllocation", message)
@@ -357,6 +360,24 @@ class ControlPlane:
         task = asyncio.create_task(self._bind(key, body, writes, node_name), name=f"bind {key}")
         self._binding.add(task)
         task.add_done_callback(self._binding.discard)
+
+    def _why(
+        self,
+        allocator: Allocator,
+        claims: list[ResourceClaim],
+        nodes: list[NodeInfo],
+        outcome: Failure | NodesFailure,
+    ) -> str:
+        """FailedScheduling's message: the nearest miss first, as the controller's Event words it."""
+        if isinstance(outcome, NodesFailure):
+            outcome = examine(outcome, claims, nodes, allocator.snapshot, allocator.allocate)
+        said = explain_outcome(
+            outcome,
+            snapshot=allocator.snapshot,
+            holders=self.state.holders(),
+            classes=list(allocator.classes),
+        )
+        return said.text()
 
     async def _bind(
         self,

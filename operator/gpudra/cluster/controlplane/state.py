@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.allocator.engine import Allocator
-from gpudra.allocator.pools import NodeInfo
+from gpudra.allocator.pools import DeviceId, NodeInfo
 from gpudra.allocator.snapshot import ClusterSnapshot
 from gpudra.api.resource import AllocationResult, DeviceClass, ResourceSlice
 from gpudra.kube.client import KubeClient
@@ -166,6 +166,18 @@ class ClusterState:
             return True
         del self._assumed[uid]
         return False
+
+    def holders(self) -> dict[DeviceId, str]:
+        """Which claim (namespace/name) holds each allocated device, for explanations (built on demand)."""
+        names = {
+            body["metadata"].get("uid"): f"{namespace}/{name}"
+            for (namespace, name), body in self.claims.cache.items()
+        }
+        out: dict[DeviceId, str] = {}
+        for uid, allocation in self.allocations.items():
+            for r in (allocation.devices.results or []) if allocation.devices else []:
+                out[DeviceId(r.driver, r.pool, r.device)] = names.get(uid, "another claim")
+        return out
 
     def allocator(self) -> Allocator:
         if self._allocator is None:

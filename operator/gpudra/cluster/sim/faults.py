@@ -129,25 +129,28 @@ def resolve(nvml: FakeNvml, device: str, node: str) -> list[Target]:
     text = device.strip()
     if text == "all":
         return [Target(i) for i in range(count)]
+    if text.isdigit():
+        if int(text) >= count:
+            raise FaultRejected(f"{node} has GPUs 0 to {count - 1}; there is no GPU {text}")
+        return [Target(int(text))]
     gpu_match = _GPU_NAME.match(text)
-    index = int(text) if text.isdigit() else int(gpu_match.group(1)) if gpu_match else None
-    if index is not None:
-        if not 0 <= index < count:
-            raise FaultRejected(f"{node} has GPUs 0 to {count - 1}; there is no GPU {index}")
-        return [Target(index)]
     mig = parse_mig_device_name(text)
-    if mig is None:
+    if gpu_match is None and mig is None:
         raise FaultRejected(
             f"device {device!r}: expected gpu-N, a MIG device name (gpu-N-mig-...), a GPU index, or all"
         )
-    minor, profile_id, start = mig
-    if not 0 <= minor < count:
-        raise FaultRejected(f"{node} has GPUs 0 to {count - 1}; there is no GPU {minor}")
-    gpu = nvml.gpu(minor)
-    for gi in gpu.gpu_instances.values():
+    minor = int(gpu_match.group(1)) if gpu_match else mig[0] if mig else -1
+    index = next((i for i in range(count) if nvml.gpu(i).minor == minor), None)
+    if index is None:
+        minors = ", ".join(f"gpu-{nvml.gpu(i).minor}" for i in range(count))
+        raise FaultRejected(f"{node} has no GPU gpu-{minor} (its GPUs: {minors})")
+    if mig is None:
+        return [Target(index)]
+    _, profile_id, start = mig
+    for gi in nvml.gpu(index).gpu_instances.values():
         if gi.profile.profile_id == profile_id and gi.start == start and gi.cis:
-            return [Target(minor, gi.gi_id, min(gi.cis))]
-    raise FaultRejected(f"GPU {minor} of {node} has no MIG device {text} (no such instance exists now)")
+            return [Target(index, gi.gi_id, min(gi.cis))]
+    raise FaultRejected(f"GPU {index} of {node} has no MIG device {text} (no such instance exists now)")
 
 
 def _event(nvml: FakeNvml, targets: list[Target], spec: FaultSpec) -> FaultOutcome:

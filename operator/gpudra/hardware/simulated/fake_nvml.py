@@ -24,12 +24,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpudra.hardware.catalog import Catalog, load_catalog
-from gpudra.hardware.profiles import SIMULATION_NAMESPACE, NodeProfile, node_profile
+from gpudra.hardware.profiles import NodeProfile, node_profile
 from gpudra.hardware.simulated import nvml_types as t
 from gpudra.hardware.simulated.events import WHOLE_GPU, SimEvent
 from gpudra.hardware.simulated.fake_nvml_base import deref, handle_contents, locked
 from gpudra.hardware.simulated.fake_nvml_mig import MigCalls
 from gpudra.hardware.simulated.gpu_state import SimulatedGpu
+from gpudra.hardware.simulated.machine import MachineSpec, machine_of_profile
 
 _ADDRESSING_MODES = {
     "None": t.NVML_DEVICE_ADDRESSING_MODE_NONE,
@@ -50,28 +51,40 @@ class FakeNvml(MigCalls):
     ) -> FakeNvml:
         """A node of the profile; UUIDs derive from ``node_name``, NVLink cliques from ``fleet_index``."""
         node = node_profile(profile) if isinstance(profile, str) else profile
-        model = (catalog or load_catalog()).model(node.model_id)
-        fabric = node.fabric_reading(fleet_index)
+        return cls.from_machine(machine_of_profile(node, node_name, fleet_index), catalog)
+
+    @classmethod
+    def from_machine(cls, machine: MachineSpec, catalog: Catalog | None = None) -> FakeNvml:
+        """A node holding the machine's GPUs, with their MIG devices created."""
+        models = catalog or load_catalog()
         gpus = []
-        for index, slot in enumerate(node.slots):
-            gpu_uuid = f"GPU-{uuid.uuid5(SIMULATION_NAMESPACE, f'{node_name}/gpu/{index}')}"
+        for index, spec in enumerate(machine.gpus):
+            model = models.model(spec.model_id)
+            if spec.nvlink_count is not None:
+                model = model.model_copy(update={"nvlink_count": spec.nvlink_count})
             gpu = SimulatedGpu(
                 index=index,
                 model=model,
-                gpu_uuid=gpu_uuid,
-                slot=slot,
-                fabric=fabric,
-                addressing_mode=node.addressing_mode,
+                minor=spec.minor,
+                gpu_uuid=spec.uuid,
+                slot=spec.slot,
+                fabric=spec.fabric,
+                addressing_mode=spec.addressing_mode,
             )
-            if node.mig_enabled:
-                gpu.mig_current = gpu.mig_pending = True
-                spec = gpu.mig_spec()
-                for profile_name, start in node.mig_layout:
-                    mig_profile = spec.profile(profile_name)
-                    gi = gpu.create_gpu_instance(mig_profile.profile_id, (start, mig_profile.placement_size))
-                    gpu.create_compute_instance(gi, mig_profile.full_compute_instance().constant)
+            gpu.mig_current = spec.mig_enabled
+            gpu.mig_pending = spec.mig_enabled if spec.mig_pending is None else spec.mig_pending
+            for instance in spec.mig_devices:
+                mig_profile = gpu.mig_spec().profile(instance.profile)
+                gi = gpu.create_gpu_instance(
+                    mig_profile.profile_id, (instance.start, mig_profile.placement_size)
+                )
+                ci = gpu.create_compute_instance(gi, mig_profile.full_compute_instance().constant)
+                if instance.uuid is not None:
+                    ci.uuid = instance.uuid
             gpus.append(gpu)
-        return cls(gpus, driver_version=node.driver_version, cuda_driver_version=node.cuda_driver_version)
+        return cls(
+            gpus, driver_version=machine.driver_version, cuda_driver_version=machine.cuda_driver_version
+        )
 
     def __getattr__(self, name: str) -> Any:
         """pynvml's constants, error classes and structure types (``nvml.NVML_ERROR_IN_USE``, ...)."""
@@ -264,7 +277,7 @@ class FakeNvml(MigCalls):
 
     @locked
     def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
-        return self._full_gpu(handle).index
+        return self._full_gpu(handle).minor
 
     @locked
     def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:

@@ -62,12 +62,14 @@ class SimulatedGpu:
         *,
         index: int,
         model: GpuModel,
+        minor: int | None = None,
         gpu_uuid: str,
         slot: GpuSlot,
         fabric: FabricReading | None = None,
         addressing_mode: str | None = None,
     ) -> None:
         self.index = index
+        self.minor = index if minor is None else minor  # /dev/nvidia<minor>; the NVML index on most machines
         self.model = model
         self.uuid = gpu_uuid
         self.slot = slot

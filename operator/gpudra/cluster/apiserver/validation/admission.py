@@ -1,0 +1,164 @@
+"""What kube-apiserver does to a write before it stores it: decode (400 for a wrong type; an unknown field is an
+error, a warning or nothing by ``fieldValidation``), default, validate (422 ``Invalid`` with every field error).
+
+Built-in kinds decode against Kubernetes' own OpenAPI definitions of the version ``/version`` claims and are then
+validated by kind (resource.k8s.io, pods and workloads' pod templates, nodes, metadata of every kind); custom
+resources are pruned, defaulted and validated against their CRD's structural schema and CEL rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..defaults import apply_defaults
+from ..registry import CRD_PLURAL, ResourceType
+from . import claimstatus, core, customresources, objectmeta, resourceclaims, resourceslices
+from .decoding import DecodeError, decode, strict_message
+from .fielderrors import FieldError, invalid, undecodable
+from .gotypes import GoType, Schemas, schemas_for
+
+MODES = ("Strict", "Warn", "Ignore")
+_TYPE_META = ("apiVersion", "kind", "metadata")
+Validator = Callable[[dict[str, Any], dict[str, Any] | None], list[FieldError]]
+
+
+@dataclass
+class Admission:
+    """One request's field validation mode and the warnings it collected (sent as ``Warning:`` headers)."""
+
+    mode: str = "Warn"
+    warnings: list[str] = field(default_factory=list)
+
+    def unknown_fields(self, kind: str, version: str, unknown: list[str]) -> None:
+        if not unknown or self.mode == "Ignore":
+            return
+        if self.mode == "Strict":
+            raise undecodable(kind, version, strict_message(unknown))
+        self.warnings.extend(f'unknown field "{path}"' for path in unknown)
+
+
+# ---- built-in kinds ----------------------------------------------------------------------------------------
+def _claim(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    errors = resourceclaims.claim_spec(obj.get("spec") or {}, "spec")
+    if old is not None:
+        errors = resourceclaims.immutable("spec", obj.get("spec"), old.get("spec")) + errors
+        errors += claimstatus.claim_status(obj, old)
+    return errors
+
+
+def _template(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    spec = obj.get("spec") or {}
+    errors = objectmeta.template_labels(spec.get("metadata") or {}, "spec.metadata")
+    errors += resourceclaims.claim_spec(spec.get("spec") or {}, "spec.spec")
+    if old is not None:
+        errors = resourceclaims.immutable("spec", spec, old.get("spec")) + errors
+    return errors
+
+
+def _pod_template(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    return core.pod_template((obj.get("spec") or {}).get("template") or {}, "spec.template")
+
+
+_VALIDATORS: dict[tuple[str, str], Validator] = {
+    ("resource.k8s.io", "resourceclaims"): _claim,
+    ("resource.k8s.io", "resourceclaimtemplates"): _template,
+    ("resource.k8s.io", "deviceclasses"): lambda obj, old: resourceclaims.class_spec(obj.get("spec") or {}),
+    ("resource.k8s.io", "resourceslices"): lambda obj, old: resourceslices.slice_spec(
+        obj.get("spec") or {}, None if old is None else old.get("spec") or {}
+    ),
+    ("", "pods"): lambda obj, old: core.pod_spec(obj.get("spec") or {}, "spec"),
+    ("", "nodes"): lambda obj, old: core.taints((obj.get("spec") or {}).get("taints") or [], "spec.taints"),
+    ("apps", "deployments"): _pod_template,
+    ("apps", "daemonsets"): _pod_template,
+    ("apps", "replicasets"): _pod_template,
+    ("batch", "jobs"): _pod_template,
+}
+
+
+def _defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
+    if rt.group != "resource.k8s.io":
+        return
+    spec = obj.get("spec") or {}
+    if rt.plural == "resourceclaims":
+        resourceclaims.default_claim_spec(spec)
+    elif rt.plural == "resourceclaimtemplates":
+        resourceclaims.default_claim_spec(spec.get("spec") or {})
+
+
+class Admitter:
+    """Decodes, defaults and validates writes for one server (the OpenAPI definitions of its version)."""
+
+    def __init__(self, minor: int) -> None:
+        self._schemas: Schemas = schemas_for(minor)
+        self._custom_meta = GoType(
+            "struct", "unstructured", "", _fields={"metadata": self._schemas.object_meta}
+        )
+        """How a custom resource's metadata decodes: a struct with only ``metadata``."""
+
+    def admit(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, admission: Admission
+    ) -> dict[str, Any]:
+        """The object as it is stored; raises APIStatusError (400 or 422) when Kubernetes refuses it."""
+        if rt.is_custom:
+            return self._custom(rt, obj, old, admission)
+        kind = self._schemas.kind(rt.group, rt.version, rt.kind)
+        if kind is not None:
+            obj = self._decode(rt, obj, kind, admission)
+        _defaults(rt, obj)
+        errors = objectmeta.validate(
+            obj["metadata"], namespaced=rt.namespaced, rule=objectmeta.name_rule(rt.plural)
+        )
+        validator = _VALIDATORS.get((rt.group, rt.plural))
+        if validator is not None:
+            errors += validator(obj, old)
+        if rt.plural == CRD_PLURAL:
+            for i, version in enumerate((obj.get("spec") or {}).get("versions") or ()):
+                schema = (version.get("schema") or {}).get("openAPIV3Schema")
+                errors += customresources.rule_compile_errors(
+                    schema, f"spec.versions[{i}].schema.openAPIV3Schema"
+                )
+        if errors:
+            raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), errors)
+        return obj
+
+    def _decode(
+        self, rt: ResourceType, obj: dict[str, Any], kind: GoType, admission: Admission
+    ) -> dict[str, Any]:
+        try:
+            decoded = decode(obj, kind)
+        except DecodeError as error:
+            raise undecodable(rt.kind, rt.version, error.message) from error
+        if decoded.type_error:
+            raise undecodable(rt.kind, rt.version, decoded.type_error)
+        admission.unknown_fields(rt.kind, rt.version, decoded.unknown)
+        value: dict[str, Any] = decoded.value
+        value.setdefault("metadata", {})
+        return value
+
+    def _custom(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, admission: Admission
+    ) -> dict[str, Any]:
+        schema = rt.schema
+        meta = self._decode(rt, {"metadata": obj.get("metadata") or {}}, self._custom_meta, admission)[
+            "metadata"
+        ]
+        if schema is None:
+            return obj
+        unknown: list[str] = []
+        body = {k: v for k, v in obj.items() if k not in _TYPE_META}
+        pruned = customresources.prune(body, schema, "", unknown)
+        admission.unknown_fields(rt.kind, rt.version, unknown)
+        value: dict[str, Any] = {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "metadata": meta,
+            **pruned,
+        }
+        apply_defaults(value, schema)
+        errors = objectmeta.validate(meta, namespaced=rt.namespaced, rule=objectmeta.name_rule(rt.plural))
+        errors += customresources.check(value, old, schema)
+        if errors:
+            raise invalid(rt.kind, rt.group, str(meta.get("name") or ""), errors)
+        return value

@@ -1,0 +1,372 @@
+"""resource.k8s.io/v1 ResourceSlice validation as kube-apiserver does it: exactly one of nodeName, nodeSelector,
+allNodes and perDeviceNodeSelection; a pool with a name and a positive slice count; at most 128 devices with
+unique DNS-label names; at most 32 attributes and capacities per device, each attribute with exactly one value (a
+string or version of at most 64 bytes, a version in semver form) under a qualified name; counters that exist in
+the slice's shared counter sets; device taints with a known effect."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from . import names
+from .core import node_selector
+from .fielderrors import Literal, forbidden, invalid_value, not_supported, required, too_long
+from .resourceclaims import Errors, listed, qualified, unique
+
+DEVICES_MAX = 128
+ATTRIBUTES_MAX = 32
+VALUE_MAX = 64
+SHARED_COUNTERS_MAX = 32
+COUNTERS_PER_DEVICE_MAX = 32
+DEVICE_COUNTERS_PER_SLICE_MAX = 1024
+TAINTS_MAX = 4
+BINDING_CONDITIONS_MAX = 4
+POOL_NAME_MAX = 253
+_EFFECTS = ("NoExecute", "NoSchedule")
+_NUMERIC = r"(0|[1-9]\d*)"
+_PRE = r"(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
+_BUILD = r"[0-9a-zA-Z-]+"
+_SEMVER = re.compile(rf"^{_NUMERIC}\.{_NUMERIC}\.{_NUMERIC}(-{_PRE}(\.{_PRE})*)?(\+{_BUILD}(\.{_BUILD})*)?$")
+_NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+
+
+def _key(name: str, limit: int = 63 + 1 + 32) -> str:
+    """A map key as Kubernetes shows it in a field path: cut in the middle when longer than ``limit``."""
+    limit = max(limit, 16)
+    if len(name) <= limit:
+        return name
+    keep = limit - 3
+    return name[: (keep + 1) // 2] + "..." + name[len(name) - keep // 2 :]
+
+
+def pool_name(name: str, path: str) -> Errors:
+    if not name:
+        return [required(path)]
+    errors: Errors = [too_long(path, POOL_NAME_MAX)] if len(name) > POOL_NAME_MAX else []
+    for part in name.split("/"):
+        errors += names.each(path, part, names.dns1123_subdomain(part))
+    return errors
+
+
+@functools.lru_cache(maxsize=4096)
+def _good_name(name: str) -> bool:
+    return not qualified(name, "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _good_version(version: str) -> bool:
+    return len(version) <= VALUE_MAX and _SEMVER.match(version) is not None
+
+
+def _plain_attribute(name: str, value: Any) -> bool:
+    """The common case, checked quickly: a valid name and exactly one valid value."""
+    if not isinstance(value, dict) or len(value) != 1 or not _good_name(name):
+        return False
+    kind, item = next(iter(value.items()))
+    if kind == "string":
+        return len(item) <= VALUE_MAX
+    return kind in ("int", "bool") or (kind == "version" and _good_version(item))
+
+
+def _attribute(value: Any, path: str) -> Errors:
+    value = value if isinstance(value, dict) else {}
+    errors: Errors = []
+    if "string" in value and len(str(value["string"])) > VALUE_MAX:
+        errors.append(too_long(f"{path}.string", VALUE_MAX))
+    if "version" in value:
+        version = str(value["version"])
+        if not _SEMVER.match(version):
+            errors.append(
+                invalid_value(
+                    f"{path}.version", version, "must be a string compatible with semver.org spec 2.0.0"
+                )
+            )
+        if len(version) > VALUE_MAX:
+            errors.append(too_long(f"{path}.version", VALUE_MAX))
+    present = [k for k in ("int", "bool", "string", "version") if k in value]
+    if not present:
+        errors.append(required(path, "exactly one value must be specified"))
+    elif len(present) > 1:
+        shown = {go: value.get(wire) for wire, go in _GO_ATTRIBUTE.items()}
+        errors.append(invalid_value(path, Literal(_go_struct(shown)), "exactly one value must be specified"))
+    return errors
+
+
+_GO_ATTRIBUTE = {"int": "IntValue", "bool": "BoolValue", "string": "StringValue", "version": "VersionValue"}
+
+
+def _go_struct(fields: dict[str, Any]) -> str:
+    parts = []
+    for name, value in fields.items():
+        if value is None:
+            rendered = "null"
+        elif isinstance(value, bool):
+            rendered = "true" if value else "false"
+        elif isinstance(value, str):
+            rendered = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        else:
+            rendered = str(value)
+        parts.append(f'"{name}":{rendered}')
+    return "{" + ",".join(parts) + "}"
+
+
+def _capacity(value: Any, path: str, multi: bool) -> Errors:
+    policy = value.get("requestPolicy") if isinstance(value, dict) else None
+    if policy is None:
+        return []
+    if not multi:
+        return [forbidden(f"{path}.requestPolicy", "allowMultipleAllocations must be true")]
+    if policy.get("validValues") and policy.get("validRange") is not None:
+        return [
+            forbidden(
+                f"{path}.requestPolicy",
+                'exactly one policy can be specified, cannot specify "validValues" and "validRange" at the same time',
+            )
+        ]
+    if (policy.get("validValues") or policy.get("validRange") is not None) and policy.get("default") is None:
+        which = "validValues" if policy.get("validValues") else "validRange"
+        return [required(f"{path}.requestPolicy.default", f"required when {which} is defined")]
+    return []
+
+
+def _taint(taint: dict[str, Any], path: str) -> Errors:
+    errors = names.label_name(f"{path}.key", str(taint.get("key") or ""))
+    value = str(taint.get("value") or "")
+    if value:
+        errors += names.each(f"{path}.value", value, names.label_value(value))
+    effect = taint.get("effect") or ""
+    if not effect:
+        errors.append(required(f"{path}.effect"))
+    elif effect not in _EFFECTS:
+        errors.append(not_supported(f"{path}.effect", effect, _EFFECTS))
+    return errors
+
+
+def _counters(counters: Any, path: str) -> Errors:
+    errors: Errors = []
+    for name in counters or {}:
+        errors += names.each(f"{path}[{_key(name, 63)}]", name, names.dns1123_label(name))
+    return errors
+
+
+def _device(device: dict[str, Any], path: str, sets: dict[str, set[str]], per_device: bool) -> Errors:
+    name = str(device.get("name") or "")
+    errors = names.each(f"{path}.name", name, names.dns1123_label(name))
+    attributes, capacity = device.get("attributes") or {}, device.get("capacity") or {}
+    if len(attributes) + len(capacity) > ATTRIBUTES_MAX:
+        errors.append(
+            invalid_value(
+                path,
+                len(attributes) + len(capacity),
+                f"the total number of attributes and capacities must not exceed {ATTRIBUTES_MAX}",
+            )
+        )
+    for key, value in attributes.items():
+        if _plain_attribute(key, value):
+            continue
+        here = f"{path}.attributes[{_key(key)}]"
+        errors += qualified(key, here) + _attribute(value, here)
+    multi = device.get("allowMultipleAllocations") is True
+    for key, value in capacity.items():
+        if _good_name(key) and not (isinstance(value, dict) and value.get("requestPolicy") is not None):
+            continue
+        here = f"{path}.capacity[{_key(key)}]"
+        errors += qualified(key, here) + _capacity(value, here, multi)
+    errors += listed(device.get("taints"), TAINTS_MAX, f"{path}.taints", _taint)
+    consumes = device.get("consumesCounters") or []
+    errors += unique(consumes, f"{path}.consumesCounters", lambda c: c.get("counterSet", ""), "counterSet")
+    total = 0
+    for i, use in enumerate(consumes):
+        here = f"{path}.consumesCounters[{i}]"
+        counters = use.get("counters") or {}
+        total += len(counters)
+        if not use.get("counterSet"):
+            errors.append(required(f"{here}.counterSet"))
+        errors += [required(f"{here}.counters")] if not counters else _counters(counters, f"{here}.counters")
+        known = sets.get(str(use.get("counterSet") or ""))
+        if known is None:
+            errors.append(
+                invalid_value(
+                    f"{here}.counterSet",
+                    use.get("counterSet", ""),
+                    "must reference a counterSet defined in the ResourceSlice sharedCounters",
+                )
+            )
+            continue
+        for counter in counters:
+            if counter not in known:
+                errors.append(
+                    invalid_value(
+                        f"{here}.counters",
+                        counter,
+                        "must reference a counter defined in the ResourceSlice sharedCounters",
+                    )
+                )
+    if total > COUNTERS_PER_DEVICE_MAX:
+        errors.append(
+            invalid_value(
+                path, total, f"the total number of counters must not exceed {COUNTERS_PER_DEVICE_MAX}"
+            )
+        )
+    errors += _node_access(device, path, per_device)
+    return errors + _binding(device, path)
+
+
+def _node_access(device: dict[str, Any], path: str, per_device: bool) -> Errors:
+    set_here = [f for f in _NODE_FIELDS[:3] if device.get(f) is not None]
+    if not per_device:
+        if set_here:
+            return [
+                invalid_value(
+                    path,
+                    Literal("null"),
+                    "`nodeName`, `nodeSelector` and `allNodes` can only be set if `perDeviceNodeSelection` is set to "
+                    "true in the ResourceSlice spec",
+                )
+            ]
+        return []
+    why = (
+        "exactly one of `nodeName`, `nodeSelector`, or `allNodes` is required when `perDeviceNodeSelection` is "
+        "set to true in the ResourceSlice spec"
+    )
+    if not set_here:
+        return [required(path, why)]
+    if len(set_here) > 1:
+        return [invalid_value(path, "{" + ", ".join(f"`{f}`" for f in set_here) + "}", why)]
+    return []
+
+
+def _binding(device: dict[str, Any], path: str) -> Errors:
+    conditions = device.get("bindingConditions") or []
+    failures = device.get("bindingFailureConditions") or []
+    errors: Errors = []
+    for field, items in (("bindingConditions", conditions), ("bindingFailureConditions", failures)):
+        errors += listed(
+            items, BINDING_CONDITIONS_MAX, f"{path}.{field}", lambda v, p: names.label_name(p, str(v))
+        )
+        errors += unique(items, f"{path}.{field}", str)
+    if failures and not conditions:
+        errors.append(
+            invalid_value(
+                f"{path}.bindingConditions",
+                [],
+                "bindingConditions are required to use bindingFailureConditions",
+            )
+        )
+    if conditions and not failures:
+        errors.append(
+            invalid_value(
+                f"{path}.bindingFailureConditions",
+                [],
+                "bindingFailureConditions are required to use bindingConditions",
+            )
+        )
+    return errors
+
+
+def _counter_set(item: dict[str, Any], path: str) -> Errors:
+    name = str(item.get("name") or "")
+    errors = (
+        [required(f"{path}.name")]
+        if not name
+        else names.each(f"{path}.name", name, names.dns1123_label(name))
+    )
+    counters = item.get("counters") or {}
+    return errors + (
+        [required(f"{path}.counters")] if not counters else _counters(counters, f"{path}.counters")
+    )
+
+
+def slice_spec(spec: dict[str, Any], old: dict[str, Any] | None) -> Errors:
+    errors = names.driver_name("spec.driver", str(spec.get("driver") or ""))
+    pool = spec.get("pool") or {}
+    errors += pool_name(str(pool.get("name") or ""), "spec.pool.name")
+    if (pool.get("resourceSliceCount") or 0) <= 0:
+        errors.append(
+            invalid_value(
+                "spec.pool.resourceSliceCount",
+                pool.get("resourceSliceCount") or 0,
+                "must be greater than zero",
+            )
+        )
+    if (pool.get("generation") or 0) < 0:
+        errors.append(
+            invalid_value("spec.pool.generation", pool["generation"], "must be greater than or equal to zero")
+        )
+    if old is not None:
+        for path, new_value, old_value in (
+            ("spec.pool.name", pool.get("name"), (old.get("pool") or {}).get("name")),
+            ("spec.driver", spec.get("driver"), old.get("driver")),
+            ("spec.nodeName", spec.get("nodeName"), old.get("nodeName")),
+        ):
+            if new_value != old_value:
+                errors.append(invalid_value(path, new_value or "", "field is immutable"))
+    errors += _where(spec)
+    sets = {str(s.get("name") or ""): set(s.get("counters") or {}) for s in spec.get("sharedCounters") or ()}
+    per_device = spec.get("perDeviceNodeSelection") is True
+    devices = spec.get("devices")
+    errors += listed(devices, DEVICES_MAX, "spec.devices", lambda d, p: _device(d, p, sets, per_device))
+    errors += unique(devices, "spec.devices", lambda d: d.get("name", ""), "name")
+    consumed = sum(
+        len(c.get("counters") or {}) for d in devices or () for c in d.get("consumesCounters") or ()
+    )
+    if consumed > DEVICE_COUNTERS_PER_SLICE_MAX:
+        errors.append(
+            invalid_value(
+                "spec.devices",
+                consumed,
+                f"the total number of counters in devices must not exceed {DEVICE_COUNTERS_PER_SLICE_MAX}",
+            )
+        )
+    shared = spec.get("sharedCounters") or []
+    if sum(len(s.get("counters") or {}) for s in shared) > SHARED_COUNTERS_MAX:
+        errors.append(
+            invalid_value(
+                "spec.sharedCounters",
+                sum(len(s.get("counters") or {}) for s in shared),
+                f"the total number of shared counters must not exceed {SHARED_COUNTERS_MAX}",
+            )
+        )
+    errors += listed(shared, -1, "spec.sharedCounters", _counter_set)
+    return errors + unique(shared, "spec.sharedCounters", lambda s: s.get("name", ""), "name")
+
+
+def _where(spec: dict[str, Any]) -> Errors:
+    errors: Errors = []
+    chosen: list[str] = []
+    node = spec.get("nodeName")
+    if node is not None:
+        if node:
+            chosen.append("`nodeName`")
+            errors += names.each("spec.nodeName", node, names.dns1123_subdomain(node))
+        else:
+            errors.append(
+                invalid_value("spec.nodeName", node, "must be either unset or set to a non-empty string")
+            )
+    if spec.get("nodeSelector") is not None:
+        chosen.append("`nodeSelector`")
+        selector = spec["nodeSelector"]
+        errors += node_selector(selector, "spec.nodeSelector")
+        terms = selector.get("nodeSelectorTerms") or []
+        if len(terms) != 1:
+            errors.append(
+                invalid_value(
+                    "spec.nodeSelector.nodeSelectorTerms", terms, "must have exactly one node selector term"
+                )
+            )
+    for field in ("allNodes", "perDeviceNodeSelection"):
+        value = spec.get(field)
+        if value is True:
+            chosen.append(f"`{field}`")
+        elif value is not None:
+            errors.append(invalid_value(f"spec.{field}", value, "must be either unset or set to true"))
+    which = "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
+    if not chosen:
+        errors.append(required("spec", which))
+    elif len(chosen) > 1:
+        errors.append(
+            invalid_value("spec", "{" + ", ".join(chosen) + "}", f"{which}, but multiple fields are set")
+        )
+    return errors

@@ -1,0 +1,44 @@
+"""The bad-input corpus: its manifests and what a real kube-apiserver answered to each (``real.yaml``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+REAL: dict[str, Any] = yaml.safe_load((HERE / "real.yaml").read_text())
+REFUSED = sorted(name for name, record in REAL["records"].items() if record["exit"])
+ACCEPTED = sorted(name for name, record in REAL["records"].items() if not record["exit"])
+CEL_WORDING = {"claim-selector-undeclared"}
+"""Cases whose message is a CEL type-checker error: cel-go and cel-cpp word those differently."""
+ISSUE_CASES = [
+    "claim-selector-syntax",
+    "claim-unknown-field",
+    "claim-count-string",
+    "claim-no-device-class",
+    "computedomain-numnodes-negative",
+    "slice-string-attribute-bool",
+]
+PLURALS = {
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "DeviceClass": "deviceclasses",
+    "ResourceSlice": "resourceslices",
+    "ComputeDomain": "computedomains",
+    "MigLayout": "miglayouts",
+}
+NAMESPACED = {"ResourceClaim", "ResourceClaimTemplate", "ComputeDomain"}
+
+
+def manifest(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((HERE / f"{name}.yaml").read_text())
+    return document
+
+
+def collection_url(obj: dict[str, Any]) -> str:
+    group_version = obj["apiVersion"]
+    namespace = "/namespaces/default" if obj["kind"] in NAMESPACED else ""
+    return f"/apis/{group_version}{namespace}/{PLURALS[obj['kind']]}"

@@ -1,0 +1,46 @@
+"""Record what a real API server answers to every manifest of the bad-input corpus (not a test).
+
+Run against a real cluster with the project's CRDs applied (``kubectl apply -f crds/``), for example the
+real-control-plane tier of the same minor version as the embedded server's ``/version``::
+
+    KUBECONFIG=... python tests/badinput/record.py
+
+For each ``*.yaml`` here it runs ``kubectl apply -f`` (kubectl's default: ``fieldValidation=Strict``) and
+writes what kubectl printed and its exit code to ``real.yaml``, with the server's ``/version``. An object
+the real server accepts is deleted again. ``test_corpus.py`` compares the embedded server's answers with
+these records.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).parent
+
+
+def main() -> int:
+    version = json.loads(
+        subprocess.run(["kubectl", "get", "--raw", "/version"], capture_output=True, check=True).stdout
+    )
+    records: dict[str, dict[str, object]] = {}
+    for path in sorted(HERE.glob("*.yaml")):
+        if path.name in ("real.yaml", "expected.yaml"):
+            continue
+        done = subprocess.run(["kubectl", "apply", "-f", str(path)], capture_output=True, text=True)
+        output = (done.stdout + done.stderr).replace(str(path), path.name).strip()
+        records[path.stem] = {"exit": done.returncode, "kubectl": output}
+        if done.returncode == 0:
+            subprocess.run(["kubectl", "delete", "-f", str(path), "--wait=false"], capture_output=True)
+        print(path.stem, done.returncode, output[:160], file=sys.stderr)
+    document = {"server": version["gitVersion"], "records": records}
+    (HERE / "real.yaml").write_text(yaml.safe_dump(document, sort_keys=True, width=200, allow_unicode=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The bad-input corpus at apply: the embedded API server refuses what kube-apiserver refuses, with its words.
+
+Every ``*.yaml`` here that a real kube-apiserver refused (``real.yaml``, recorded by ``record.py`` against
+Kubernetes v1.34.4, the version the embedded server claims) is sent to the embedded server as ``kubectl apply``
+sends it (``fieldValidation=Strict``), and what kubectl would print from the answer must be what kubectl printed
+against the real server, word for word. The one exception is the text of CEL type-checker errors, which comes from
+a different CEL implementation: there the field path, the position and the caret must still agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from _corpus import ACCEPTED, CEL_WORDING, HERE, ISSUE_CASES, REAL, REFUSED, ROOT, collection_url, manifest
+
+from gpudra.cluster.apiserver import EmbeddedAPIServer
+
+
+def kubectl_says(status: dict[str, Any], file: str, obj: dict[str, Any]) -> str:
+    """What kubectl apply prints for a refused create (k8s.io/kubectl's error formatting)."""
+    causes = (status.get("details") or {}).get("causes") or []
+    if status.get("code") == 422 and causes:
+        head = f'The {obj["kind"]} "{obj["metadata"]["name"]}" is invalid: '
+        if len(causes) == 1:
+            return head + f"{causes[0]['field']}: {causes[0]['message']}"
+        return head + "\n" + "\n".join(f"* {c['field']}: {c['message']}" for c in causes)
+    return f'Error from server ({status["reason"]}): error when creating "{file}": {status["message"]}'
+
+
+def same_cel_error(got: str, want: str) -> bool:
+    """Equal up to the checker's wording: the text before ``ERROR: <input>:L:C:`` and the caret lines agree."""
+    position = re.compile(r"^(.*ERROR: <input>:\d+:\d+: ).*?(\n \|.*)$", re.S)
+    a, b = position.match(got), position.match(want)
+    return a is not None and b is not None and a.groups() == b.groups()
+
+
+async def install_crds(http: aiohttp.ClientSession) -> None:
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document.get("kind") == "CustomResourceDefinition":
+                async with http.post(
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=document
+                ) as rsp:
+                    assert rsp.status == 201, await rsp.text()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[EmbeddedAPIServer, aiohttp.ClientSession]]:
+    apiserver = EmbeddedAPIServer()
+    url = await apiserver.start()
+    async with aiohttp.ClientSession(base_url=url) as http:
+        await install_crds(http)
+        yield apiserver, http
+    await apiserver.stop()
+
+
+def test_corpus_is_large_enough_and_recorded() -> None:
+    """At least 40 manifests, each recorded against a real API server of the version the embedded one claims."""
+    files = {p.stem for p in HERE.glob("*.yaml")} - {"real"}
+    assert len(files) >= 40
+    assert files == set(REAL["records"])
+    assert REAL["server"].startswith("v1.34.")
+
+
+@pytest.mark.parametrize("name", REFUSED)
+async def test_refused_as_kube_apiserver_refuses(
+    name: str, server: tuple[EmbeddedAPIServer, aiohttp.ClientSession]
+) -> None:
+    _, http = server
+    obj = manifest(name)
+    async with http.post(f"{collection_url(obj)}?fieldValidation=Strict", json=obj) as rsp:
+        status = await rsp.json()
+        assert rsp.status in (400, 422), status
+    got, want = kubectl_says(status, f"{name}.yaml", obj), REAL["records"][name]["kubectl"]
+    if name in CEL_WORDING:
+        assert same_cel_error(got, want), f"{got}\n!=\n{want}"
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+async def test_accepted_at_apply_as_kube_apiserver_accepts(
+    name: str, server: tuple[EmbeddedAPIServer, aiohttp.ClientSession]
+) -> None:
+    """What only a controller can know is no reason to refuse: these pass the API server (their Events are
+    checked in test_events.py)."""
+    _, http = server
+    obj = manifest(name)
+    async with http.post(f"{collection_url(obj)}?fieldValidation=Strict", json=obj) as rsp:
+        assert rsp.status == 201, await rsp.text()
+
+
+async def test_warn_mode_stores_without_the_unknown_field_and_warns(
+    server: tuple[EmbeddedAPIServer, aiohttp.ClientSession],
+) -> None:
+    """fieldValidation=Warn: created, the unknown field dropped, one Warning header per field (299, quoted)."""
+    _, http = server
+    obj = manifest("claim-unknown-field")
+    async with http.post(f"{collection_url(obj)}?fieldValidation=Warn", json=obj) as rsp:
+        assert rsp.status == 201
+        assert rsp.headers.getall("Warning") == [
+            '299 - "unknown field \\"spec.devices.requests[0].exactly.cout\\""'
+        ]
+        stored = await rsp.json()
+    assert stored["spec"]["devices"]["requests"][0]["exactly"] == {
+        "deviceClassName": "gpu.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }
+
+
+# ---- the real kubectl ----------------------------------------------------------------------------------------
+KUBECTL = shutil.which("kubectl")
+
+
+async def kubectl(kubeconfig: Path, *args: str) -> tuple[int, str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL or "kubectl", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode()
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+@pytest.mark.parametrize("name", ISSUE_CASES)
+async def test_kubectl_apply_prints_what_it_prints_against_kubernetes(
+    name: str, server: tuple[EmbeddedAPIServer, aiohttp.ClientSession], tmp_path: Path
+) -> None:
+    """The issue's claims, the ComputeDomain with numNodes -3 and the slice with a boolean string: the real kubectl
+    exits 1 and prints the field path, exactly as it does against kube-apiserver."""
+    apiserver, _ = server
+    kubeconfig = tmp_path / "kubeconfig"
+    apiserver.write_kubeconfig(kubeconfig)
+    shutil.copy(HERE / f"{name}.yaml", tmp_path / f"{name}.yaml")
+    code, out = await kubectl(kubeconfig, "apply", "-f", str(tmp_path / f"{name}.yaml"))
+    assert code == 1
+    assert (
+        out.strip().replace(str(tmp_path / f"{name}.yaml"), f"{name}.yaml")
+        == REAL["records"][name]["kubectl"]
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+async def test_kubectl_validate_warn_prints_the_warning(
+    server: tuple[EmbeddedAPIServer, aiohttp.ClientSession], tmp_path: Path
+) -> None:
+    apiserver, _ = server
+    kubeconfig = tmp_path / "kubeconfig"
+    apiserver.write_kubeconfig(kubeconfig)
+    code, out = await kubectl(
+        kubeconfig, "apply", "--validate=warn", "-f", str(HERE / "claim-unknown-field.yaml")
+    )
+    assert code == 0
+    assert 'Warning: unknown field "spec.devices.requests[0].exactly.cout"' in out
+    assert "resourceclaim.resource.k8s.io/bad-field created" in out

@@ -1,0 +1,68 @@
+"""The fleet summary rows `gpudra status` and `gpudra up` print, from the objects a simulated fleet publishes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.simslices import node_objects
+from gpudra.planning.summaries import fleet_rows
+
+
+def fleet(spec: str, *, dynamic_mig: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    objects = [
+        obj
+        for node in parse_fleet(spec, {p.split(":")[0] for p in spec.split(",")})
+        for obj in node_objects(node, dynamic_mig=dynamic_mig)
+    ]
+    return [o for o in objects if o["kind"] == "Node"], [o for o in objects if o["kind"] == "ResourceSlice"]
+
+
+def claim(name: str, *devices: tuple[str, str], driver: str = "gpu.nvidia.com") -> dict[str, Any]:
+    results = [{"request": "r", "driver": driver, "pool": pool, "device": d} for pool, d in devices]
+    return {
+        "metadata": {"namespace": "default", "name": name},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+
+
+def test_rows_count_gpus_by_model_and_static_mig_instances_by_profile() -> None:
+    nodes, slices = fleet("dgx-a100:1,l4x4:1")
+    rows = {r.node: r for r in fleet_rows(nodes, slices, [])}
+    a100 = rows["dgx-a100-0"]
+    assert a100.gpus == {"NVIDIA A100-SXM4-40GB": 8}
+    assert a100.mig_devices == {"1g.5gb": 16, "2g.10gb": 8, "3g.20gb": 8}
+    assert a100.mig_text() == ["16x 1g.5gb", "8x 2g.10gb", "8x 3g.20gb"]
+    assert rows["l4x4-0"].gpu_text() == ["4x NVIDIA L4"]
+    assert rows["l4x4-0"].profile == "l4x4"
+
+
+def test_dynamic_mig_gpus_are_counted_as_gpus_not_as_instances() -> None:
+    nodes, slices = fleet("dgx-a100:1", dynamic_mig=True)
+    (row,) = fleet_rows(nodes, slices, [])
+    assert row.gpus == {"NVIDIA A100-SXM4-40GB": 8}
+    assert row.mig_devices == {}
+    assert row.mig_text() == ["dynamic on 8 GPUs"]
+
+
+def test_allocated_counts_only_this_drivers_devices_and_unhealthy_counts_repelling_taints() -> None:
+    nodes, slices = fleet("l4x4:1")
+    devices = slices[0]["spec"]["devices"]
+    devices[0]["taints"] = [{"key": "gpu.nvidia.com/xid", "effect": "NoSchedule"}]
+    devices[1]["taints"] = [{"key": "gpu.nvidia.com/xid", "effect": "None"}]
+    claims = [
+        claim("a", ("l4x4-0", "gpu-0"), ("l4x4-0", "gpu-1")),
+        claim("b", ("l4x4-0", "channel-0"), driver="compute-domain.nvidia.com"),
+        {"metadata": {"namespace": "default", "name": "pending"}},
+    ]
+    (row,) = fleet_rows(nodes, slices, claims)
+    assert (row.allocated, row.unhealthy, row.devices) == (2, 1, 4)
+
+
+def test_json_form_has_every_value_in_full() -> None:
+    nodes, slices = fleet("dgx-h100:1")
+    (row,) = fleet_rows(nodes, slices, [])
+    data = row.to_data()
+    assert data["node"] == "dgx-h100-0"
+    assert data["gpus"] == {"NVIDIA H100 80GB HBM3": 8}
+    assert data["slices"] == [slices[0]["metadata"]["name"]]
