@@ -46,6 +46,18 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="a fleet file: node groups, profiles, recordings (docs/simulator.md)",
     )
+    fleet.add_argument(
+        "--from-cluster",
+        type=Path,
+        default=None,
+        metavar="KUBECONFIG",
+        help="a simulated copy of a real cluster's GPU nodes and DeviceClasses; only reads that cluster",
+    )
+    up.add_argument(
+        "--with-claims",
+        action="store_true",
+        help="with --from-cluster: copy its pending and allocated ResourceClaims with their pods too",
+    )
     up.add_argument("--port", type=int, default=0, help="API server port; 0 picks a free port")
     up.add_argument(
         "--kubeconfig", type=Path, default=Path("gpudra-demo/kubeconfig"), help="where to write it"
@@ -202,12 +214,29 @@ def _up_log_file(args: argparse.Namespace) -> Path:
 async def _run_up(args: argparse.Namespace) -> int:
     from gpudra.cluster.fleet import DEFAULT_FLEET, parse_fleet
     from gpudra.cluster.up import UpOptions, run_up
+    from gpudra.errors import ConfigurationError
     from gpudra.hardware.profiles import profile_names
 
     if args.list_profiles:
         print("\n".join(sorted(profile_names())))
         return 0
-    if args.fleet is not None:
+    if args.with_claims and args.from_cluster is None:
+        raise ConfigurationError(
+            "--with-claims copies a real cluster's claims: give --from-cluster KUBECONFIG"
+        )
+    seed = None
+    if args.from_cluster is not None:
+        from gpudra.cluster.sim.clustercopy import read_cluster, seeder
+
+        print(
+            f"gpudra up --from-cluster: reading {args.from_cluster.resolve()} (its current context) with get and "
+            "list only; nothing is written to that cluster",
+            flush=True,
+        )
+        copy = await read_cluster(args.from_cluster, with_claims=args.with_claims)
+        print("\n  ".join([copy.summary(), *copy.notes]), flush=True)
+        nodes, seed = copy.nodes, seeder(copy)
+    elif args.fleet is not None:
         from gpudra.cluster.sim.fleetfile import load_fleet
 
         nodes = load_fleet(args.fleet)
@@ -224,6 +253,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         control_plane=args.control_plane,
         kubernetes_version=args.kubernetes_version,
         agent_processes=args.agent_processes,
+        seed=seed,
     )
     if args.health_recovery_seconds is not None:
         options.agent_settings["health_recovery_seconds"] = args.health_recovery_seconds

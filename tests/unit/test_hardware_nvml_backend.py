@@ -241,6 +241,18 @@ def test_lost_gpu_is_reported_and_left_out_of_the_inventory(dgx_h100: SimulatedN
     assert [g.index for g in backend.read_inventory().gpus] == [0, 1, 2, 3, 5, 6, 7]
 
 
+def test_a_gpu_lost_again_after_coming_back_is_reported_again(dgx_h100: SimulatedNode) -> None:
+    backend = dgx_h100.backend
+    assert backend.wait_health_event(0) is None
+    for _ in range(2):
+        dgx_h100.nvml.lose_gpu(4)
+        event = backend.wait_health_event(0)
+        assert event is not None
+        assert (event.kind, event.gpu_index) == (HealthEventKind.GPU_LOST, 4)
+        dgx_h100.nvml.restore_gpu(4)
+        assert len(backend.read_inventory().gpus) == 8
+
+
 def test_close_shuts_nvml_down(dgx_h100: SimulatedNode) -> None:
     dgx_h100.backend.read_inventory()
     dgx_h100.backend.close()

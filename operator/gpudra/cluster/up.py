@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -97,6 +97,8 @@ class UpOptions:
     """AgentSettings fields for every agent (e.g. health_recovery_seconds)."""
     api_server_process: bool = False
     """Run the API server in a process of its own (``server`` stays None, ``server_process`` is set)."""
+    seed: Callable[[KubeClient], Awaitable[None]] | None = None
+    """Objects to create once everything runs (``--from-cluster``: the copied classes, claims and pods)."""
     agent_processes: bool = False
     """Each simulated node's agent in a process of its own (``agent_processes``), killable and restartable."""
     control_plane: Literal["embedded", "kubernetes"] = "embedded"
@@ -262,6 +264,8 @@ class EmbeddedCluster:
             task.cancel()
         if pending or not controller_ready.is_set():
             raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
+        if self.options.seed is not None:
+            await self.options.seed(self.client)
 
     async def add_node(self, node: FleetNode) -> Coroutine[Any, Any, Any]:
         """Register a Node, simulate its GPUs, start its agent (slices + kubelet plugin, in this process or as a

@@ -244,6 +244,7 @@ class NvmlBackend:
         for index in range(count):
             try:
                 gpus.append(self._read_gpu(index))
+                self._reported_lost.discard(index)  # back on the bus: a later loss is reported again
             except HardwareGpuLost as exc:
                 log.warning(
                     "GPU %d of node %s is lost and left out of the inventory: %s", index, self.node_name, exc
