@@ -23,7 +23,7 @@ HELP_1_37 = """
                                                            kube:DRAPartitionableDevices=true|false (BETA - default=true)
 """
 HELP_1_34 = """
-      --feature-gates mapStringBool   A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:
+      --feature-gates mapStringBool   A set of key=value pairs that describe feature gates. Options are:
                                       DRAAdminAccess=true|false (BETA - default=true)
                                       DRADeviceTaints=true|false (ALPHA - default=false)
                                       DRAExtendedResource=true|false (ALPHA - default=false)
