@@ -187,7 +187,7 @@ class Naive:
             if (node, d.name) in self.in_use or d in picked:
                 continue
             view = self.cel.cel_device(DRIVER, d)
-            if not all(self.cel.compile_selector(e).evaluate_uncached(view) for e in exprs):
+            if not all(self.cel.compile_selector(e).evaluate_with_library(view) for e in exprs):
                 continue
             if match is not None and match.match_attribute and picked:
                 key = match.match_attribute.split("/", 1)[1]

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     args, _ = parser.parse_known_args(argv or [])
     fleet = build_fleet(args.devices)
     for device in fleet[:1]:
-        compile_selector(SELECTORS["plain"]).evaluate_uncached(device)  # warm the environments
+        compile_selector(SELECTORS["plain"]).evaluate_with_library(device)  # warm the environments
     print(f"{len(fleet)} devices; evaluations/s, best of {args.repeat}")
     print(f"{'selector':<20}{'compile ms':>12}{'reference':>14}{'cached (cold)':>16}{'ratio':>9}")
     for label, text in SELECTORS.items():
@@ -85,14 +85,15 @@ def main(argv: list[str] | None = None) -> None:
         selector = compile_selector(text)
         compile_ms = (time.perf_counter() - start) * 1000
         for device in fleet:
-            selector.evaluate_uncached(device)  # builds every activation once, outside the timing
+            selector.evaluate_with_library(device)  # builds every activation once, outside the timing
 
         def reference(selector: CompiledSelector = selector) -> None:
             for device in fleet:
-                selector.evaluate_uncached(device)
+                selector.evaluate_with_library(device)
 
         def cached(text: str = text) -> None:
-            fresh = CompiledSelector(text, compile_selector(text)._program, compile_selector(text).reads)
+            compiled = compile_selector(text)
+            fresh = CompiledSelector(text, compiled._program, compiled.reads, compiled._closure)
             for device in fleet:
                 fresh.matches(device)
 

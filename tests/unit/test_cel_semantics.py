@@ -222,5 +222,5 @@ def test_shape_sharing_gives_the_same_answers_as_per_device_evaluation(fleet: li
     for text in SELECTORS:
         selector = compile_selector(text)
         cached = [outcome(selector.matches, device) for device in fleet]
-        reference = [outcome(selector.evaluate_uncached, device) for device in fleet]
+        reference = [outcome(selector.evaluate_with_library, device) for device in fleet]
         assert cached == reference, text

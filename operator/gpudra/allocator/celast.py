@@ -26,7 +26,7 @@ class Node:
     id: int
     kind: str
     value: Scalar = None  # const
-    name: str = ""  # ident name, select field, call function
+    name: str = ""  # ident name, select field, call function; const: null|bool|int|uint|double|string|bytes
     test_only: bool = False  # select: has()
     target: Node | None = None  # select operand, call receiver
     args: tuple[Node, ...] = ()  # call args, list elements, struct values (keys in keys)
@@ -99,25 +99,31 @@ def _msg(value: int | bytes) -> bytes:
     return value
 
 
-def _constant(data: bytes) -> Scalar:
+_CONSTANT_KINDS = {1: "null", 2: "bool", 3: "int", 4: "uint", 5: "double", 6: "string", 7: "bytes"}
+
+
+def _constant(data: bytes) -> tuple[str, Scalar]:
+    """(kind, value) of a cel.expr.Constant; a uint keeps its kind, since its value is a plain int here."""
     for number, _, value in _fields(data):
-        if number == 1:
-            return None
+        kind = _CONSTANT_KINDS.get(number)
+        if kind is None:
+            continue
         if number == 2:
-            return bool(value)
+            return kind, bool(value)
         if number == 3:
             assert isinstance(value, int)
-            return _signed(value)
+            return kind, _signed(value)
         if number == 4:
             assert isinstance(value, int)
-            return value
+            return kind, value
         if number == 5:
-            return float(struct.unpack("<d", _msg(value))[0])
+            return kind, float(struct.unpack("<d", _msg(value))[0])
         if number == 6:
-            return _text(value)
+            return kind, _text(value)
         if number == 7:
-            return _msg(value)
-    return None
+            return kind, _msg(value)
+        return kind, None
+    return "null", None
 
 
 def decode_expr(data: bytes) -> Node:
@@ -128,7 +134,8 @@ def decode_expr(data: bytes) -> Node:
             assert isinstance(value, int)
             node_id = _signed(value)
         elif number == 3:
-            return Node(node_id, "const", value=_constant(_msg(value)))
+            kind, scalar = _constant(_msg(value))
+            return Node(node_id, "const", value=scalar, name=kind)
         elif number == 4:
             name = next((_text(v) for n, _, v in _fields(_msg(value)) if n == 1), "")
             return Node(node_id, "ident", name=name)

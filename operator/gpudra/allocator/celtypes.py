@@ -10,7 +10,7 @@ kind (``Quantity(1) != 1``), which the selector result cache relies on.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from gpudra.api.quantity import format_quantity, parse_quantity
@@ -26,9 +26,15 @@ def _sign(value: Fraction | int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Quantity:
-    """An exact Kubernetes resource quantity (``80Gi``, ``500m``); the value is a Fraction of base units."""
+    """An exact Kubernetes resource quantity (``80Gi``, ``500m``); the value is a Fraction of base units.
+    ``ordinal`` is the value as an int when it is whole (the common case, compared faster), else the Fraction."""
 
     value: Fraction
+    ordinal: int | Fraction = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        whole = self.value.denominator == 1
+        object.__setattr__(self, "ordinal", self.value.numerator if whole else self.value)
 
     @classmethod
     def parse(cls, text: str) -> Quantity:
@@ -44,7 +50,8 @@ class Quantity:
         return True
 
     def compare_to(self, other: Quantity) -> int:
-        return _sign(self.value - other.value)
+        a, b = self.ordinal, other.ordinal
+        return (a > b) - (a < b)
 
     def add(self, other: Quantity | int) -> Quantity:
         return Quantity(self.value + (other.value if isinstance(other, Quantity) else other))
@@ -93,6 +100,9 @@ class Semver:
     patch: int
     prerelease: tuple[int | str, ...] = ()
     build: str = ""
+    precedence: tuple[int, int, int, int, tuple[tuple[int, int, str], ...]] = field(
+        init=False, repr=False, compare=False
+    )
 
     @classmethod
     def parse(cls, text: str, *, normalize: bool = False) -> Semver:
@@ -120,20 +130,22 @@ class Semver:
             return False
         return True
 
-    def _precedence(self) -> tuple[int, int, int, int, tuple[tuple[int, int, str], ...]]:
+    def __post_init__(self) -> None:
         # A release sorts after its prereleases; numeric identifiers sort before alphanumeric ones.
         pre = tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in self.prerelease)
-        return (self.major, self.minor, self.patch, 0 if self.prerelease else 1, pre)
+        object.__setattr__(
+            self, "precedence", (self.major, self.minor, self.patch, 0 if self.prerelease else 1, pre)
+        )
 
     def compare_to(self, other: Semver) -> int:
-        mine, theirs = self._precedence(), other._precedence()
+        mine, theirs = self.precedence, other.precedence
         return (mine > theirs) - (mine < theirs)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Semver) and self._precedence() == other._precedence()
+        return isinstance(other, Semver) and self.precedence == other.precedence
 
     def __hash__(self) -> int:
-        return hash(self._precedence())
+        return hash(self.precedence)
 
     def __str__(self) -> str:
         text = f"{self.major}.{self.minor}.{self.patch}"

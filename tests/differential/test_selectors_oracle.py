@@ -1,0 +1,116 @@
+"""gpudra's selector closures against Kubernetes' CEL: random selectors (tests/celgrammar.py) on random devices,
+each asked of Kubernetes' allocator as a one-device scenario (allocated: true, unschedulable: false, a CEL runtime
+error: error) and evaluated by ``CompiledSelector.matches``. Selectors that either side refuses to compile are
+left out (compile-time differences are not the closures' business; they are counted in the message).
+
+``GPUDRA_ORACLE_SEED`` replays a run, as for the allocator scenarios; ``GPUDRA_ORACLE_SELECTORS`` sets how many
+selectors are checked (600 by default, 4 devices each).
+"""
+
+from __future__ import annotations
+
+import os
+from random import Random
+from typing import Any
+
+from _oracle_run import SEED, Oracle, one_line
+
+from celgrammar import DRIVER, device, selector
+from gpudra.allocator.cel import CelCompileError, CelRuntimeError, cel_device, compile_selector
+from gpudra.api.resource import Device
+
+SELECTORS = int(os.environ.get("GPUDRA_ORACLE_SELECTORS") or 600)
+
+
+def scenario(expression: str, wire_device: dict[str, Any]) -> dict[str, Any]:
+    pool = {"name": "p", "generation": 1, "resourceSliceCount": 1}
+    request = {
+        "name": "r",
+        "exactly": {
+            "deviceClassName": "any",
+            "allocationMode": "ExactCount",
+            "count": 1,
+            "selectors": [{"cel": {"expression": expression}}],
+        },
+    }
+    return {
+        "node": {"name": "n1"},
+        "slices": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": "s"},
+                "spec": {"driver": DRIVER, "nodeName": "n1", "pool": pool, "devices": [wire_device]},
+            }
+        ],
+        "classes": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": "any"},
+                "spec": {},
+            }
+        ],
+        "claims": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c", "namespace": "default", "uid": "c-uid"},
+                "spec": {"devices": {"requests": [request]}},
+            }
+        ],
+        "allocated": [],
+    }
+
+
+def kubernetes(oracle: Oracle, expression: str, wire_device: dict[str, Any]) -> object:
+    answer = oracle.ask(scenario(expression, wire_device))
+    message = answer.get("message", "")
+    if answer["outcome"] == "allocated":
+        return True
+    if answer["outcome"] == "unschedulable":
+        return False
+    if answer["outcome"] == "error" and "CEL runtime error" in message:
+        return "error"
+    if answer["outcome"] == "error" and "CEL compile error" in message:
+        return None
+    raise AssertionError(f"unexpected answer from the oracle: {answer}")
+
+
+def gpudra(expression: str, wire_device: dict[str, Any]) -> object:
+    view = cel_device(DRIVER, Device.model_validate(wire_device))
+    try:
+        return compile_selector(expression).matches(view)
+    except CelRuntimeError:
+        return "error"
+
+
+def test_selectors_answer_as_kubernetes_cel(oracle: Oracle) -> None:
+    mismatches: list[str] = []
+    compared = refused = translated = 0
+    for number in range(SELECTORS):
+        r = Random(f"{SEED}-{number}")
+        expression = selector(r)
+        try:
+            translated += compile_selector(expression).translated
+        except CelCompileError:
+            refused += 1
+            continue
+        for i in range(4):
+            wire_device = device(r, f"d{i}")
+            kube = kubernetes(oracle, expression, wire_device)
+            if kube is None:
+                refused += 1
+                break
+            compared += 1
+            ours = gpudra(expression, wire_device)
+            if ours != kube:
+                mismatches.append(
+                    f"selector {number}: Kubernetes {kube}, gpudra {ours}\n"
+                    f"  {one_line(scenario(expression, wire_device))}"
+                )
+    assert not mismatches, f"{len(mismatches)} of {compared} differ (seed {SEED}):\n" + "\n".join(
+        mismatches[:5]
+    )
+    assert compared > SELECTORS, f"only {compared} compared ({refused} refused to compile)"
+    assert translated > SELECTORS // 2
