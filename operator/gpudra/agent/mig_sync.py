@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from gpudra.agent.mig_applier import MigApplier
+from gpudra.api.core import Node
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -85,7 +86,13 @@ class MigSync:
             self._written = (text, label)
 
     async def run(self) -> None:
-        informer = Informer(self._client, NODES, self._on_node, field_selector=f"metadata.name={self._node}")
+        informer = Informer(
+            self._client,
+            NODES,
+            self._on_node,
+            field_selector=f"metadata.name={self._node}",
+            parse=Node.model_validate,
+        )
         watch = asyncio.create_task(informer.run(), name=f"mig-watch-{self._node}")
         try:
             await informer.synced.wait()  # the first pass sees the desired state, not an empty one

@@ -48,6 +48,9 @@ class PodSpec(WireModel):
     containers: list[Container] = Field(default_factory=list)
     init_containers: list[Container] | None = None
     restart_policy: str | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    affinity: dict[str, Any] | None = None
+    scheduling_gates: list[dict[str, Any]] | None = None
 
 
 class PodStatus(WireModel):
@@ -62,3 +65,52 @@ class Pod(WireModel):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PodSpec = Field(default_factory=PodSpec)
     status: PodStatus | None = None
+
+
+class PodTemplateSpec(WireModel):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSpec = Field(default_factory=PodSpec)
+
+
+class WorkloadSpec(WireModel):
+    replicas: int | None = None
+    parallelism: int | None = None
+    completions: int | None = None
+    template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+
+
+class Workload(WireModel):
+    """A Deployment, Job or DaemonSet: what the stand-in workload controllers read."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
+
+
+class Taint(WireModel):
+    key: str
+    value: str | None = None
+    effect: str
+
+
+class NodeSpec(WireModel):
+    unschedulable: bool | None = None
+    taints: list[Taint] | None = None
+
+
+class NodeStatus(WireModel):
+    capacity: dict[str, str | int] | None = None
+    allocatable: dict[str, str | int] | None = None
+
+
+class Node(WireModel):
+    """core/v1 Node: labels, taints, cordon and allocatable resources (what scheduling reads)."""
+
+    api_version: str = "v1"
+    kind: str = "Node"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: NodeSpec = Field(default_factory=NodeSpec)
+    status: NodeStatus | None = None
+
+
+class Namespace(WireModel):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)

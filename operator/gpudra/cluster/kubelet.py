@@ -27,6 +27,7 @@ from typing import Any
 
 from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PrepareResult
+from gpudra.api.core import Pod
 from gpudra.computedomain.names import COMPONENT_LABEL, OBJECT_LABEL
 from gpudra.errors import ConflictError, GpudraError, KubeletPluginError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
@@ -113,8 +114,11 @@ class StandInKubelet:
         self._registry = registry_dir
         self._cdi_dir = cdi_dir
         self._max_backoff = max_backoff
-        self._informer = Informer(client, PODS, self._on_pod, field_selector=f"spec.nodeName={node}")
         self._events = EventRecorder(client, "kubelet", window_seconds=30)
+        self._informer = Informer(
+            client, PODS, self._on_pod, field_selector=f"spec.nodeName={node}", parse=Pod.model_validate,
+            events=self._events,
+        )  # fmt: skip
         self._plugins: dict[str, KubeletClient] = {}
         self._prepared: dict[
             str, list[tuple[str, ClaimRef]]

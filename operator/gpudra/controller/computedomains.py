@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 
 from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain
+from gpudra.api.core import Pod
 from gpudra.computedomain.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from gpudra.config import ControllerSettings
 from gpudra.controller.domainchildren import apply_children, cleanup_verdict, remove_children
@@ -50,7 +51,9 @@ def register_compute_domains(
 
     # The domains' daemon pods only (server-side label selector): what they say while their daemon has not
     # registered (pending, image pull failure, crash loop) goes into the domain's conditions (NVIDIA #289).
-    daemon_pods = Informer(client, PODS, daemon_pod_event, label_selector=DAEMON_POD_SELECTOR)
+    daemon_pods = Informer(
+        client, PODS, daemon_pod_event, label_selector=DAEMON_POD_SELECTOR, parse=Pod.model_validate
+    )
 
     @kopf.on.startup(registry=registry)
     async def start_status_writer(**_: Any) -> None:

@@ -40,7 +40,10 @@ class _CliqueWatch:
         self.changed = asyncio.Condition()
         self.waiters = 0
         selector = f"metadata.name={name},metadata.namespace={namespace}"
-        self._informer = Informer(client, COMPUTE_DOMAIN_CLIQUES, self._on_event, field_selector=selector)
+        self._informer = Informer(
+            client, COMPUTE_DOMAIN_CLIQUES, self._on_event, field_selector=selector,
+            parse=ComputeDomainClique.model_validate,
+        )  # fmt: skip
         self._task = asyncio.create_task(self._informer.run(), name=f"clique watch {name}")
 
     @property

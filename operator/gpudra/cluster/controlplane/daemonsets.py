@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gpudra.api.core import Node, Workload
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informer
 from gpudra.kube.resources import DAEMONSETS, NODES, PODS
@@ -71,8 +72,8 @@ class DaemonSets:
     def __init__(self, client: KubeClient, pods: Informer) -> None:
         self._client = client
         self._pods = pods
-        self.daemonsets = Informer(client, DAEMONSETS, self._on_daemon_set)
-        self.nodes = Informer(client, NODES, self._on_node)
+        self.daemonsets = Informer(client, DAEMONSETS, self._on_daemon_set, parse=Workload.model_validate)
+        self.nodes = Informer(client, NODES, self._on_node, parse=Node.model_validate)
         self._lock = asyncio.Lock()
 
     @property

@@ -8,8 +8,16 @@ from typing import Any
 from gpudra.allocator.engine import Allocator
 from gpudra.allocator.pools import DeviceId, NodeInfo
 from gpudra.allocator.snapshot import ClusterSnapshot
-from gpudra.api.resource import AllocationResult, DeviceClass, ResourceSlice
+from gpudra.api.core import Namespace, Node, Pod
+from gpudra.api.resource import (
+    AllocationResult,
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
 from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Handler, Informer
 from gpudra.kube.resources import (
     DEVICE_CLASSES,
@@ -46,15 +54,30 @@ class ClusterState:
         self._on_claim_hook = on_claim
         self.snapshot = ClusterSnapshot()
         self.allocations: dict[str, AllocationResult] = {}  # claim uid -> allocation the snapshot holds
-        self.slices = Informer(client, RESOURCE_SLICES, self._on_slice)
-        self.claims = Informer(client, RESOURCE_CLAIMS, self.claim_event)
-        self.classes = Informer(client, DEVICE_CLASSES, self._on_class)
-        self.templates = Informer(client, RESOURCE_CLAIM_TEMPLATES, on_template)
-        self.namespaces = Informer(client, NAMESPACES)
-        self.nodes = Informer(client, NODES, self.nodes_event)
+        # one object the control plane cannot parse is left out (logged once, an Event on it); the rest goes on
+        self.events = EventRecorder(client, "gpudra-control-plane")
+        events = self.events
+        self.slices = Informer(
+            client, RESOURCE_SLICES, self._on_slice, parse=ResourceSlice.model_validate, events=events
+        )
+        self.claims = Informer(
+            client, RESOURCE_CLAIMS, self.claim_event, parse=ResourceClaim.model_validate, events=events
+        )
+        self.classes = Informer(
+            client, DEVICE_CLASSES, self._on_class, parse=DeviceClass.model_validate, events=events
+        )
+        self.templates = Informer(
+            client,
+            RESOURCE_CLAIM_TEMPLATES,
+            on_template,
+            parse=ResourceClaimTemplate.model_validate,
+            events=events,
+        )
+        self.namespaces = Informer(client, NAMESPACES, parse=Namespace.model_validate, events=events)
+        self.nodes = Informer(client, NODES, self.nodes_event, parse=Node.model_validate, events=events)
         self._nodes_seen = 0  # node events so far
         self._node_infos: dict[tuple[tuple[str, str], ...], tuple[int, list[NodeInfo]]] = {}
-        self.pods = Informer(client, PODS, on_pod)
+        self.pods = Informer(client, PODS, on_pod, parse=Pod.model_validate, events=events)
         self.changed = 0  # bumped when devices may have become available
         self._allocator: Allocator | None = None
         # claim uid -> resourceVersion of the scheduler's own write (None: the write is in flight); the claim's

@@ -9,6 +9,7 @@ import hashlib
 import json
 from typing import Any
 
+from gpudra.api.core import Workload
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informer
 from gpudra.kube.resources import DEPLOYMENTS, JOBS, PODS
@@ -67,8 +68,8 @@ class Workloads:
     def __init__(self, client: KubeClient, pods: Informer) -> None:
         self._client = client
         self._pods = pods
-        self.deployments = Informer(client, DEPLOYMENTS, self._on_workload)
-        self.jobs = Informer(client, JOBS, self._on_workload)
+        self.deployments = Informer(client, DEPLOYMENTS, self._on_workload, parse=Workload.model_validate)
+        self.jobs = Informer(client, JOBS, self._on_workload, parse=Workload.model_validate)
 
     async def _on_workload(self, kind: str, body: dict[str, Any]) -> None:
         if kind != "DELETED":

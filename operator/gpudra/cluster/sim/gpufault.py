@@ -89,7 +89,7 @@ class GpuFaultWatcher:
     def __init__(self, client: KubeClient, fleet: Mapping[str, FakeNvml]) -> None:
         self._client = client
         self._fleet = fleet
-        self.informer = Informer(client, GPU_FAULTS, self._on_fault)
+        self.informer = Informer(client, GPU_FAULTS, self._on_fault, parse=GpuFault.model_validate)
 
     async def install(self) -> None:
         await self._client.apply_object(CRDS, gpu_fault_crd())
