@@ -35,12 +35,27 @@ def matching_nodes(daemon_set: dict[str, Any], nodes: list[dict[str, Any]]) -> l
     return sorted(found)
 
 
+DAEMON_TOLERATIONS = [
+    {"key": f"node.kubernetes.io/{key}", "operator": "Exists", "effect": effect}
+    for key, effect in (
+        ("not-ready", "NoExecute"),
+        ("unreachable", "NoExecute"),
+        ("disk-pressure", "NoSchedule"),
+        ("memory-pressure", "NoSchedule"),
+        ("pid-pressure", "NoSchedule"),
+        ("unschedulable", "NoSchedule"),
+    )
+]
+"""What the DaemonSet controller adds to every daemon pod: it runs on nodes that are cordoned or under pressure."""
+
+
 def daemon_pod(daemon_set: dict[str, Any], node: str) -> dict[str, Any]:
     """Pure: the DaemonSet's pod for ``node``."""
     meta = daemon_set["metadata"]
     template = (daemon_set.get("spec") or {}).get("template") or {}
     spec = dict(template.get("spec") or {})
     spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), HOSTNAME_LABEL: node}
+    spec["tolerations"] = [*(spec.get("tolerations") or []), *DAEMON_TOLERATIONS]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -12,7 +12,6 @@ of its claims cannot free the devices again; a pod sharing a claim whose write i
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +33,8 @@ from gpudra.cluster.controlplane.extended import (
     extended_requests,
     extended_status,
 )
+from gpudra.cluster.controlplane.filtering import NodeFilter
+from gpudra.cluster.controlplane.predicates import SYSTEM_PRIORITIES, pod_priority
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.cluster.controlplane.workloads import Workloads
 from gpudra.errors import ConflictError, GpudraError, NotFoundError
@@ -73,6 +74,7 @@ class ControlPlane:
         self._unschedulable: set[tuple[str, str]] = set()
         self._bound: dict[str, str] = {}  # uid -> node of the pods this scheduler bound
         self._events = EventRecorder(client, "gpudra-scheduler")
+        self.filter = NodeFilter(self.state, self._events)
         self.workloads = Workloads(client, self.state.pods)
         self.daemonsets = DaemonSets(client, self.state.pods)
         self.synced = asyncio.Event()
@@ -109,6 +111,7 @@ class ControlPlane:
             self._queue.put_nowait((-pod_priority(pod), self._sequence, key))
 
     async def _on_pod(self, kind: str, body: dict[str, Any]) -> None:
+        self.filter.pod_event(kind, body, self._dra_resources())
         meta = body["metadata"]
         if kind == "DELETED":
             self._bound.pop(meta["uid"], None)
@@ -220,7 +223,7 @@ class ControlPlane:
         """The scheduling cycle of one pod whose claims were made."""
         body = self.state.pods.cache.get(key)
         pod = await self._pending(body)
-        if pod is None or body is None:
+        if pod is None or body is None or await self.filter.gated(body):
             return
         names = self._claim_names(pod)
         if names is None:
@@ -322,18 +325,23 @@ class ControlPlane:
             return
         pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
-        nodes = self.state.node_infos(pod.spec.node_selector)
+        await self.filter.tell_unsupported(body, SYSTEM_PRIORITIES)
+        nodes = self.state.node_infos()
         for claim in allocated:
             node = allocated_node(claim)
             if node is not None:
                 nodes = [n for n in nodes if n.name == node]
-        if not nodes:
+        verdict = self.filter.feasible(body, nodes, self._dra_resources())
+        if not verdict.nodes:
             self._unschedulable.add(key)
-            await self._events.post(
-                body, "Warning", "FailedScheduling", "0 nodes are available: the pod's claims are allocated on "
-                "different nodes or no node matches its nodeSelector",
-            )  # fmt: skip
+            message = (
+                verdict.message()
+                if nodes
+                else "0 nodes are available: the pod's claims are allocated on different nodes"
+            )
+            await self._events.post(body, "Warning", "FailedScheduling", message)
             return
+        nodes = verdict.nodes
         allocator = self.state.allocator()
         node_name = self._least_loaded(nodes) if not claims else nodes[0].name
         outcome: Any = None
@@ -357,6 +365,7 @@ class ControlPlane:
                 self.state.assume(claim["metadata"]["uid"], result)
             writes.append((claim, result.to_wire() if result is not None else None))
         self._bound[pod.metadata.uid or ""] = node_name
+        self.filter.assume(body, node_name, self._dra_resources())
         task = asyncio.create_task(self._bind(key, body, writes, node_name), name=f"bind {key}")
         self._binding.add(task)
         task.add_done_callback(self._binding.discard)
@@ -400,6 +409,7 @@ class ControlPlane:
         except GpudraError as exc:
             log.warning("binding the pod failed; will retry", pod="/".join(key), error=str(exc))
             self._bound.pop(meta["uid"], None)
+            self.filter.forget(meta["uid"])
             for claim, allocation in writes:
                 if allocation is not None:
                     claim_key = (claim["metadata"]["namespace"], claim["metadata"]["name"])
@@ -415,11 +425,13 @@ class ControlPlane:
         )
 
     def _least_loaded(self, nodes: list[NodeInfo]) -> str:
-        """For pods without claims: spread them over the nodes by the number of pods bound there (the cache
-        may not show this scheduler's latest bindings yet, so those count from its own record)."""
-        where = {p["metadata"]["uid"]: str(p["spec"].get("nodeName")) for p in self.state.pods.cache.values()}
-        load = Counter({**where, **self._bound}.values())
-        return min(nodes, key=lambda n: (load.get(n.name, 0), n.name)).name
+        """For pods without claims: spread them over the nodes by the number of pods there (this scheduler's
+        latest bindings included, before the cache shows them)."""
+        return min(nodes, key=lambda n: (self.filter.load(n.name), n.name)).name
+
+    def _dra_resources(self) -> set[str]:
+        """Extended resources that DRA serves (not node allocatable): left out of NodeResourcesFit."""
+        return set(class_for_resource(list(self.state.classes.cache.values())))
 
     async def _reserve(
         self, claim: dict[str, Any], pod: dict[str, Any], allocation: dict[str, Any] | None
@@ -480,14 +492,3 @@ class ControlPlane:
         self.state.remember_claim(updated)
         await self.state.claim_event("MODIFIED", updated)
         self._retry_unschedulable()
-
-
-SYSTEM_PRIORITIES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
-
-
-def pod_priority(pod: dict[str, Any]) -> int:
-    """spec.priority as admission sets it, else the built-in system classes' values (no PriorityClass lookup)."""
-    spec = pod.get("spec") or {}
-    if isinstance(spec.get("priority"), int):
-        return int(spec["priority"])
-    return SYSTEM_PRIORITIES.get(str(spec.get("priorityClassName", "")), 0)

@@ -229,8 +229,6 @@ class ClusterState:
             labels = body["metadata"].get("labels") or {}
             if node_selector and any(labels.get(k) != v for k, v in node_selector.items()):
                 continue
-            if (body.get("spec") or {}).get("unschedulable"):
-                continue
             infos.append(NodeInfo(body["metadata"]["name"], labels))
         if len(self._node_infos) > 64:
             self._node_infos.clear()
