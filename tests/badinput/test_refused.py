@@ -165,3 +165,51 @@ async def test_kubectl_validate_warn_prints_the_warning(
     assert code == 0
     assert 'Warning: unknown field "spec.devices.requests[0].exactly.cout"' in out
     assert "resourceclaim.resource.k8s.io/bad-field created" in out
+
+
+# ---- updates -------------------------------------------------------------------------------------------------
+IMMUTABLE_DOMAIN = {
+    "apiVersion": "resource.nvidia.com/v1beta1",
+    "kind": "ComputeDomain",
+    "metadata": {"name": "imm"},
+    "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "imm-channel"}}},
+}
+IMMUTABLE_CLAIM = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
+    "metadata": {"name": "imm"},
+    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+}
+
+
+async def test_immutable_specs_are_refused_on_update(
+    server: tuple[EmbeddedAPIServer, aiohttp.ClientSession],
+) -> None:
+    """A ComputeDomain's spec (its CRD's transition rule self == oldSelf) and a claim's spec cannot change; what
+    kube-apiserver v1.34.4 printed is quoted (for the claim it prints the internal Go struct, here the object)."""
+    _, http = server
+    merge = {"Content-Type": "application/merge-patch+json"}
+    for obj in (IMMUTABLE_DOMAIN, IMMUTABLE_CLAIM):
+        async with http.post(collection_url(obj), json=obj) as rsp:
+            assert rsp.status == 201, await rsp.text()
+    async with http.patch(
+        f"{collection_url(IMMUTABLE_DOMAIN)}/imm", json={"spec": {"numNodes": 3}}, headers=merge
+    ) as rsp:
+        status = await rsp.json()
+    assert kubectl_says(status, "", IMMUTABLE_DOMAIN) == (
+        'The ComputeDomain "imm" is invalid: spec: Invalid value: "object": A computeDomain.spec is immutable'
+    )
+    renamed = {
+        "spec": {
+            "devices": {"requests": [{"name": "gpu2", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+        }
+    }
+    async with http.patch(f"{collection_url(IMMUTABLE_CLAIM)}/imm", json=renamed, headers=merge) as rsp:
+        status = await rsp.json()
+    said = kubectl_says(status, "", IMMUTABLE_CLAIM)
+    assert said.startswith('The ResourceClaim "imm" is invalid: spec: Invalid value: {')
+    assert said.endswith("}: field is immutable")
+    async with http.patch(
+        f"{collection_url(IMMUTABLE_DOMAIN)}/imm", json={"metadata": {"labels": {"a": "b"}}}, headers=merge
+    ) as rsp:
+        assert rsp.status == 200  # the rule holds: the spec did not change
