@@ -42,6 +42,7 @@ class NodeFilter:
             str, tuple[str, dict[str, int], predicates.Placed]
         ] = {}  # uid -> node, requests, placed
         self._used: dict[str, Counter[str]] = {}  # node -> requests of its pods
+        self._guards: set[str] = set()  # uids of placed pods with required anti-affinity
         self._static: dict[tuple[int, str], list[NodeInfo]] = {}
         self._dynamic: dict[tuple[int, frozenset[str]], list[NodeInfo]] = {}
         self._told: set[tuple[str, str]] = set()  # (pod uid, field) warned about
@@ -65,11 +66,15 @@ class NodeFilter:
             return
         self.forget(uid)
         requests = predicates.pod_requests(body, ignore=ignore)
-        self._pods[uid] = (node, requests, predicates.placed(body, node))
+        placed = predicates.placed(body, node)
+        self._pods[uid] = (node, requests, placed)
         self._used.setdefault(node, Counter()).update(requests)
+        if placed.anti_affinity:
+            self._guards.add(uid)
 
     def forget(self, uid: str) -> None:
         found = self._pods.pop(uid, None)
+        self._guards.discard(uid)
         if found is not None:
             self._used[found[0]].subtract(found[1])
 
@@ -136,13 +141,13 @@ class NodeFilter:
         return [affinity] if affinity else whys
 
     def _affinity_view(self, pod: dict[str, Any]) -> predicates.AffinityView | None:
-        placed = [p for _, _, p in self._pods.values()]
-        if not (
-            predicates.required_terms(pod, "podAffinity") or predicates.required_terms(pod, "podAntiAffinity")
-        ):
-            placed = [p for p in placed if p.anti_affinity]
-            if not placed:
-                return None
+        """What inter-pod affinity needs; None when neither the pod nor a placed pod has required terms."""
+        if predicates.required_terms(pod, "podAffinity") or predicates.required_terms(pod, "podAntiAffinity"):
+            placed = [p for _, _, p in self._pods.values()]
+        elif self._guards:
+            placed = [self._pods[uid][2] for uid in self._guards]
+        else:
+            return None
         labels = {
             name: (b.get("metadata") or {}).get("labels") or {}
             for (_, name), b in self._state.nodes.cache.items()

@@ -12,6 +12,7 @@ What the stand-in does not implement is named by :func:`unsupported` so that the
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,11 +35,15 @@ _SCALED = {"cpu": 1000}  # cpu counts in millicores, as kube-scheduler does
 
 def quantity(value: Any, resource: str) -> int:
     """A request in the scheduler's integer units (cpu in millicores, rounded up); 0 for a malformed one."""
+    return _quantity(value if isinstance(value, str | int) else str(value), _SCALED.get(resource, 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity(value: str | int, scale: int) -> int:
     try:
-        exact = parse_quantity(value if isinstance(value, str | int) else str(value))
+        return math.ceil(parse_quantity(value) * scale)
     except InvalidInputError:
         return 0
-    return math.ceil(exact * _SCALED.get(resource, 1))
 
 
 # ---- requests ------------------------------------------------------------------------------------------------
@@ -238,6 +243,14 @@ class AffinityView:
     pods: Sequence[Placed]
     node_labels: Mapping[str, Mapping[str, str]]
     _domains: dict[int, set[str]] = field(default_factory=dict)
+    _guards: list[Placed] | None = None
+
+    @property
+    def guards(self) -> list[Placed]:
+        """The placed pods with required anti-affinity (usually few of many)."""
+        if self._guards is None:
+            self._guards = [other for other in self.pods if other.anti_affinity]
+        return self._guards
 
     def domains(self, term: Obj, pod: Obj) -> set[str]:
         """The values of the term's topologyKey on the nodes of the pods the term matches."""
@@ -258,7 +271,7 @@ def inter_pod_affinity(pod: Obj, node: Obj, view: AffinityView) -> str | None:
     labels = _labels(node)
     meta = pod.get("metadata") or {}
     namespace, pod_labels = str(meta.get("namespace") or ""), _labels(pod)
-    for other in view.pods:
+    for other in view.guards:
         owner = {"metadata": {"namespace": other.namespace, "labels": other.labels}}
         for term in other.anti_affinity:
             key = str(term.get("topologyKey") or "")
