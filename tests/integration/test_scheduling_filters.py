@@ -1,6 +1,6 @@
 """The stand-in scheduler filters nodes as kube-scheduler does before DRA: node affinity, taints, allocatable
 resources, inter-pod affinity; scheduling gates hold a pod back; what it does not implement is told on the pod.
-NVIDIA's multi-node pattern (examples/computedomain/job-spread.yaml) ends with one worker per tray."""
+NVIDIA's multi-node pattern (examples/scheduling/computedomain-spread.yaml) ends with one worker per tray."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import COMPUTE_DOMAINS, EVENTS, JOBS, NODES, PODS
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "computedomain"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scheduling"
 
 
 def client_of(cluster: EmbeddedCluster) -> KubeClient:
@@ -89,7 +89,7 @@ async def test_gates_hold_a_pod_and_unimplemented_fields_are_told(cluster: Embed
 async def test_nvidia_spread_example_puts_one_worker_on_each_tray(start_cluster: StartCluster) -> None:
     cluster = await start_cluster("gb200-nvl72:6")
     client = client_of(cluster)
-    domain, job = yaml.safe_load_all((EXAMPLES / "job-spread.yaml").read_text())
+    domain, job = yaml.safe_load_all((EXAMPLES / "computedomain-spread.yaml").read_text())
     await client.create(COMPUTE_DOMAINS, domain, "default")
     await client.create(JOBS, job, "default")
 
