@@ -167,7 +167,8 @@ class Informer:
                 ):
                     if kind != "BOOKMARK":
                         await self._apply(kind, obj)
-            except KubeError as exc:  # KubeConnectionError too: a restart of the API server, a broken connection
+            # KubeConnectionError too: a restart of the API server, a broken connection
+            except KubeError as exc:
                 if exc.status != 410:
                     log.warning("watch failed; re-listing", resource=self.resource.plural, error=str(exc))
                     await asyncio.sleep(backoff)
