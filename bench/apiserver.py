@@ -92,7 +92,10 @@ async def run(objects: int, nodes: int, window: int) -> None:
                 created.append(f"{SLICES}/{name}")
             else:
                 name = f"pod-{i}"
-                body = {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c"}]}}
+                body = {
+                    "metadata": {"name": name},
+                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+                }
                 sent[name] = time.perf_counter()
                 await rec.timed("create", session.post(PODS, json=body))
                 created.append(f"{PODS}/{name}")
