@@ -4,9 +4,29 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint unit bench venv clean kubernetes oracle
+BROWSER_DIR := tests/browser
+BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed-stamp
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: demo test lint unit bench venv browser screenshots clean kubernetes oracle
 
 venv: $(STAMP)
+
+# The web view's browser tests drive Debian's chromium through playwright-core (npm, pinned by package-lock.json);
+# no browser is downloaded. As root with apt, missing pieces are installed; `make test SKIP_BROWSER=1` skips them.
+browser: $(BROWSER_STAMP)
+
+$(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json
+	@if [ ! -x $(CHROMIUM) ] || ! command -v npm >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq chromium $$(command -v npm >/dev/null || echo nodejs npm); \
+	  else \
+	    echo "make browser: needs $(CHROMIUM) and npm (apt-get install chromium npm), or make test SKIP_BROWSER=1" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	cd $(BROWSER_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +49,8 @@ lint: $(STAMP)
 kubernetes:
 	hack/kubernetes/build.sh
 
-test: $(STAMP) lint kubernetes oracle
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: $(STAMP) lint kubernetes oracle $(if $(SKIP_BROWSER),,browser)
+	GPUDRA_REQUIRE_BROWSER=$(if $(SKIP_BROWSER),0,1) $(PY) -m pytest $(PYTEST_ARGS)
 
 # Kubernetes' own allocator behind a JSON-lines interface (hack/oracle), for tests/differential; needs Go and the
 # Go module proxy, and fails (never skips) when it cannot build. Cached outside the work tree.
@@ -42,6 +62,9 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench $(BENCH)
+
+screenshots: $(STAMP) browser
+	$(PY) tests/browser/screenshots.py docs/images
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -2,6 +2,7 @@
 
 from hypothesis import settings
 
+from browserkit import browser
 from clusterkit import start_cluster
 
 # No per-example deadline: these machines are shared and noisy, and a timing is not a behaviour a test may assert
@@ -9,4 +10,4 @@ from clusterkit import start_cluster
 settings.register_profile("gpudra", deadline=None)
 settings.load_profile("gpudra")
 
-__all__ = ["start_cluster"]
+__all__ = ["browser", "start_cluster"]

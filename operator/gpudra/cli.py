@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--once", action="store_true", help="bring everything up, print the fleet, shut down")
     up.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free port, -1: none)")
+    up.add_argument(
+        "--web-port", type=int, default=0, help="port of the web view on 127.0.0.1 (0: a free port, -1: none)"
+    )
     up.add_argument("--list-profiles", action="store_true", help="list the node profiles and exit")
     up.add_argument(
         "--api-server-process",
@@ -194,6 +197,9 @@ def _parser() -> argparse.ArgumentParser:
     controller = sub.add_parser("controller", help="run the controller (Deployment)")
     controller.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
     controller.add_argument("--metrics-port", type=int, default=None, help="env GPUDRA_METRICS_PORT (0: off)")
+    controller.add_argument(
+        "--web-port", type=int, default=None, help="env GPUDRA_WEB_PORT: serve the web view (0: a free port)"
+    )
     return parser
 
 
@@ -248,6 +254,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         once=args.once,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        web_port=None if args.web_port < 0 else args.web_port,
         dynamic_mig=args.dynamic_mig,
         api_server_process=args.api_server_process,
         control_plane=args.control_plane,
@@ -305,6 +312,7 @@ async def _run_controller(args: argparse.Namespace) -> int:
         ControllerSettings,
         kubeconfig=args.kubeconfig,
         metrics_port=args.metrics_port,
+        web_port=args.web_port,
         log_format=args.log_format,
         log_level=args.log_level,
     )

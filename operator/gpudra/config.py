@@ -233,6 +233,14 @@ class ControllerSettings(CommonSettings):
     mig_resync_seconds: float = Field(
         30.0, gt=0, description="how often MigLayouts are re-resolved without a change (ConfigMap edits)"
     )
+    web_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="port of the read-only web view of the fleet (GPUs, MIG slices, claims, why they wait); "
+        "unset: no web view; 0: a free port",
+    )
+    web_host: str = Field("0.0.0.0", description="address the web view listens on")
     mig_planner: MigPlannerPolicy = Field(
         "suggest",
         description="MIG planner for pending MIG claims: off; suggest (the repartition of idle GPUs that would "

@@ -28,18 +28,20 @@ THIRD_PARTY_CRDS = {
 
 # What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
 # exactly these. Controller: kopf watches (list+watch) slices, classes, claims and claim templates, lists
-# namespaces and nodes to explain claims, posts Events, and uses kopf peering and CRD discovery; for MigLayouts it
-# watches them and Nodes, patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted
-# files); the MIG planner
-# creates, merge-patches and deletes its own MigLayouts. Agent: reads, watches (by name) and labels its Node, lists
-# and writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain
-# driver reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps.
-# IMEX daemon: reads and writes its domain's ComputeDomainClique.
+# namespaces and nodes to explain claims, posts Events, and uses kopf peering and CRD discovery (its web view
+# watches namespaces too); for MigLayouts it watches them and Nodes, patches Nodes (desired MIG state) and MigLayout
+# status, reads ConfigMaps (mig-parted files); the MIG planner creates, merge-patches and deletes its own
+# MigLayouts. Agent: reads, watches (by name) and labels its Node, lists and writes its own slices, reads claims it
+# prepares and writes their status, posts Events; its compute-domain driver reads ComputeDomainCliques and
+# (host-managed) writes its daemon entry and channel-lease ConfigMaps. IMEX daemon: reads and writes its domain's
+# ComputeDomainClique.
 USED: dict[str, set[tuple[str, str, str]]] = {
     "gpudra-controller": {
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
+        # the web view: informers over what it shows (the rest is watched above already)
+        ("", "namespaces", "watch"),
         # ComputeDomains: watch domains, cliques and nodes; write status; apply and delete children
         ("", "nodes", "watch"), ("", "nodes", "patch"), ("", "pods", "list"), ("", "pods", "watch"),
         *{("resource.nvidia.com", "computedomains", v) for v in ("list", "watch", "patch")},

@@ -106,6 +106,9 @@ class UpOptions:
     kubernetes_version: str | None = None
     """With ``control_plane="kubernetes"``: which built version (default: K8S_VERSION, else the newest built)."""
 
+    web_port: int | None = None
+    """Serve the controller's web view on 127.0.0.1 at this port (0: a free port; None: no web view)."""
+
 
 @dataclass(frozen=True)
 class ControllerConnection:
@@ -142,6 +145,7 @@ class EmbeddedCluster:
     _controller: threading.Thread | None = None
     _metrics_runner: object | None = None
     metrics_url: str = ""
+    web_url: str = ""
 
     @property
     def url(self) -> str:
@@ -238,12 +242,15 @@ class EmbeddedCluster:
                         update={
                             "imex_daemon_mode": self.options.compute_domain_daemon_mode,
                             "kubeconfig": connection.kubeconfig,
+                            "web_port": self.options.web_port,
+                            "web_host": "127.0.0.1",
                         }
                     ),
                     self.metrics,
                     server_url=connection.server_url,
                     stop=self._stop,
                     ready=controller_ready,
+                    web_view_started=self._web_view_started,
                 ),
             ),
             name="gpudra-controller",
@@ -266,6 +273,9 @@ class EmbeddedCluster:
             raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
         if self.options.seed is not None:
             await self.options.seed(self.client)
+
+    def _web_view_started(self, url: str) -> None:
+        self.web_url = url  # called from the controller's thread, before it reports ready
 
     async def add_node(self, node: FleetNode) -> Coroutine[Any, Any, Any]:
         """Register a Node, simulate its GPUs, start its agent (slices + kubelet plugin, in this process or as a
@@ -442,6 +452,7 @@ async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
             api_server=cluster.url,
             rows=await list_fleet(cluster.client),
             metrics_url=cluster.metrics_url,
+            web_url=cluster.web_url,
             log_file=log_file,
             seconds=time.monotonic() - started,
             example=Path("examples/claim-h100.yaml"),

@@ -9,6 +9,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -20,6 +21,7 @@ from gpudra.controller.fleet import slice_device_counts
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
+from gpudra.controller.webview.server import WebViewServer
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.kubeconfig import Credentials, read_credentials
@@ -165,8 +167,11 @@ async def run_controller(
     stop: asyncio.Event | threading.Event | None = None,
     ready: asyncio.Event | threading.Event | None = None,
     standalone: bool = True,
+    web_view_started: Callable[[str], None] | None = None,
 ) -> None:
-    """Run until ``stop`` is set. ``server_url`` connects to an embedded server without credentials.
+    """Run until ``stop`` is set. ``server_url`` connects to an embedded server without credentials. With
+    ``settings.web_port`` set, the web view is served (in a thread of its own) while the controller runs, and
+    ``web_view_started`` is told its URL.
 
     kopf treats every asyncio task created after its start as its own and cancels them when it stops, so an
     embedding process (``gpudra up``, tests) runs it in a thread with its own event loop and threading flags.
@@ -180,7 +185,19 @@ async def run_controller(
         client = KubeClient.for_url(server_url, field_manager="gpudra-controller")
     else:
         client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
+    web_view = None
     try:
+        if settings.web_port is not None:
+            web_view = WebViewServer(
+                settings.web_host,
+                settings.web_port,
+                driver=settings.driver_name,
+                server_url=server_url,
+                kubeconfig=settings.kubeconfig,
+            )
+            url = await asyncio.to_thread(web_view.start)
+            if web_view_started is not None:
+                web_view_started(url)
         await kopf.operator(
             registry=build_registry(settings, metrics, client, server_url=server_url),
             settings=kopf_settings,
@@ -190,4 +207,6 @@ async def run_controller(
             ready_flag=ready,
         )
     finally:
+        if web_view is not None:
+            await asyncio.to_thread(web_view.stop)
         await client.close()

@@ -1,0 +1,246 @@
+"""Pure: the fleet as the web view draws it, one card per node, from the objects any client can watch.
+
+A node's card holds its GPUs: model, memory, health (device taints), who holds it, and for a GPU with MIG on its
+geometry to scale: the memory slices and compute slices of the model (from the GPU catalog, by productName) and
+every instance with its profile, placement and holder. Static MIG shows the instances that exist (the published
+MIG devices, placed by their ``memorySlice<i>`` capacities); dynamic MIG shows what is carved now, the allocated
+placements (each consumes its ``memory-slice-<i>`` counters), and the full GPU when a claim holds it whole.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpudra.api.quantity import parse_quantity
+from gpudra.devices.names import parse_mig_device_name
+from gpudra.errors import InvalidInputError
+from gpudra.hardware.catalog import Catalog, MigSpec
+from gpudra.planning.summaries import PROFILE_LABEL, attribute
+
+Body = Mapping[str, Any]
+Holders = Mapping[tuple[str, str], str]
+
+_GPU_NAME = re.compile(r"^gpu-(\d+)$")
+_MIG_PARENT = re.compile(r"^gpu-(\d+)-mig-")
+_MEMORY_SLICE_CAPACITY = re.compile(r"^memorySlice(\d+)$")
+_MEMORY_SLICE_COUNTER = re.compile(r"^memory-slice-(\d+)$")
+_COMPUTE = re.compile(r"^(\d+)g\.")
+# Without a catalog entry for the model: the geometry of every 8-slot MIG GPU (A100, H100, H200, B200).
+DEFAULT_MEMORY_SLICES, DEFAULT_COMPUTE_SLICES = 8, 7
+
+
+@dataclass(frozen=True)
+class MigSlot:
+    """One MIG instance: memory slices ``start .. start+size-1`` and compute slices ``start .. start+compute-1``
+    (compute slice i sits under memory slice i, as NVIDIA draws them)."""
+
+    device: str
+    profile: str
+    start: int
+    size: int
+    compute: int
+    holder: str | None = None
+    unhealthy: bool = False
+
+
+@dataclass(frozen=True)
+class MigGeometry:
+    memory_slices: int
+    compute_slices: int
+    instances: tuple[MigSlot, ...]
+    dynamic: bool = False
+
+    @property
+    def free_memory_slices(self) -> int:
+        return self.memory_slices - sum(i.size for i in self.instances)
+
+
+@dataclass(frozen=True)
+class GpuCard:
+    name: str  # gpu-<minor>
+    minor: int
+    model: str
+    memory_bytes: int
+    uuid: str
+    holder: str | None = None  # the claim holding the whole GPU
+    taints: tuple[str, ...] = ()  # "key=value:Effect" of the GPU's devices
+    unhealthy: bool = False  # a taint that repels claims
+    mig: MigGeometry | None = None
+
+    @property
+    def state(self) -> str:
+        """unhealthy, allocated (whole or every slice held), partial (some MIG instance held) or free."""
+        if self.unhealthy:
+            return "unhealthy"
+        if self.holder is not None:
+            return "allocated"
+        if self.mig is not None and any(i.holder for i in self.mig.instances):
+            full = self.mig.free_memory_slices == 0 and all(i.holder for i in self.mig.instances)
+            return "allocated" if full else "partial"
+        return "free"
+
+
+@dataclass(frozen=True)
+class NodeCard:
+    name: str
+    profile: str
+    ready: bool
+    unschedulable: bool
+    taints: tuple[str, ...]
+    gpus: tuple[GpuCard, ...]
+    other_devices: int  # devices of other drivers (ComputeDomain channels, ...)
+
+    def count(self, state: str) -> int:
+        return sum(1 for g in self.gpus if g.state == state)
+
+
+def taint_text(taint: Mapping[str, Any]) -> str:
+    value = taint.get("value")
+    return f"{taint.get('key', '')}{'=' + str(value) if value else ''}:{taint.get('effect', '')}"
+
+
+def _memory_slices(device: Body) -> list[int]:
+    """The memory slices a MIG device occupies: its ``memorySlice<i>`` capacities (static) or the
+    ``memory-slice-<i>`` counters it consumes (dynamic)."""
+    found = [
+        int(m.group(1)) for key in device.get("capacity") or {} if (m := _MEMORY_SLICE_CAPACITY.match(key))
+    ]
+    for consumption in device.get("consumesCounters") or []:
+        found += [
+            int(m.group(1))
+            for key in consumption.get("counters") or {}
+            if (m := _MEMORY_SLICE_COUNTER.match(key))
+        ]
+    return sorted(found)
+
+
+def _capacity_bytes(device: Body, name: str = "memory") -> int:
+    value = ((device.get("capacity") or {}).get(name) or {}).get("value")
+    try:
+        return int(parse_quantity(str(value))) if value is not None else 0
+    except InvalidInputError:
+        return 0
+
+
+def _compute_slices(profile: str, spec: MigSpec | None) -> int:
+    for known in spec.profiles if spec is not None else ():
+        if known.name == profile:
+            return known.slice_count
+    match = _COMPUTE.match(profile)
+    return int(match.group(1)) if match else 1
+
+
+def _minor(name: str) -> int | None:
+    match = _GPU_NAME.match(name) or _MIG_PARENT.match(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass
+class _GpuParts:
+    full: Body | None = None
+    migs: list[Body] | None = None
+
+
+def gpu_cards(devices: Sequence[Body], pool: str, holders: Holders, catalog: Catalog) -> list[GpuCard]:
+    """The GPUs of one node's devices (one driver's pool), by minor."""
+    parts: dict[int, _GpuParts] = defaultdict(_GpuParts)
+    for device in devices:
+        kind, minor = attribute(device, "type"), _minor(str(device.get("name", "")))
+        if minor is None:
+            continue
+        if kind == "gpu":
+            parts[minor].full = device
+        elif kind == "mig":
+            parts[minor].migs = [*(parts[minor].migs or []), device]
+    return [
+        _gpu_card(minor, p, pool, holders, catalog) for minor, p in sorted(parts.items()) if p.full or p.migs
+    ]
+
+
+def _gpu_card(minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog: Catalog) -> GpuCard:
+    migs = parts.migs or []
+    sample = parts.full or migs[0]
+    model = attribute(sample, "productName")
+    known = catalog.by_product_name(model)
+    spec = known.mig if known is not None else None
+    name = f"gpu-{minor}"
+    taints = [t for d in ([parts.full] if parts.full else []) + migs for t in d.get("taints") or []]
+    dynamic = any(d.get("consumesCounters") for d in migs)
+    memory = _capacity_bytes(parts.full) if parts.full else (known.memory_bytes if known is not None else 0)
+    geometry = None
+    if migs:
+        slots = []
+        for device in migs:
+            device_name = str(device.get("name", ""))
+            holder = holders.get((pool, device_name))
+            if dynamic and holder is None:
+                continue  # a placement offered, not carved
+            occupied = _memory_slices(device)
+            parsed = parse_mig_device_name(device_name)
+            start = occupied[0] if occupied else (parsed[2] if parsed else 0)
+            profile = attribute(device, "profile")
+            slots.append(
+                MigSlot(
+                    device=device_name,
+                    profile=profile,
+                    start=start,
+                    size=len(occupied) or 1,
+                    compute=_compute_slices(profile, spec),
+                    holder=holder,
+                    unhealthy=any(t.get("effect") != "None" for t in device.get("taints") or []),
+                )
+            )
+        geometry = MigGeometry(
+            memory_slices=spec.memory_slices if spec else DEFAULT_MEMORY_SLICES,
+            compute_slices=spec.compute_slices if spec else DEFAULT_COMPUTE_SLICES,
+            instances=tuple(sorted(slots, key=lambda s: s.start)),
+            dynamic=dynamic,
+        )
+    return GpuCard(
+        name=name,
+        minor=minor,
+        model=model,
+        memory_bytes=memory,
+        uuid=attribute(sample, "parentUUID") or attribute(sample, "uuid"),
+        holder=holders.get((pool, name)) if parts.full else None,
+        taints=tuple(sorted({taint_text(t) for t in taints})),
+        unhealthy=any(t.get("effect") != "None" for t in taints),
+        mig=geometry,
+    )
+
+
+def node_card(
+    name: str,
+    node: Body | None,
+    slices: Iterable[Body],
+    holders: Holders,
+    catalog: Catalog,
+    driver: str = "gpu.nvidia.com",
+) -> NodeCard:
+    """One node's card: its Node (None when only slices name it) and every slice published for it."""
+    ours: list[Body] = []
+    others = 0
+    pool = name
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") == driver:
+            ours.extend(spec.get("devices") or [])
+            pool = (spec.get("pool") or {}).get("name", name)
+        else:
+            others += len(spec.get("devices") or [])
+    meta = (node or {}).get("metadata") or {}
+    spec = (node or {}).get("spec") or {}
+    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+    return NodeCard(
+        name=name,
+        profile=(meta.get("labels") or {}).get(PROFILE_LABEL, ""),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(taint_text(t) for t in spec.get("taints") or []),
+        gpus=tuple(gpu_cards(ours, pool, holders, catalog)),
+        other_devices=others,
+    )

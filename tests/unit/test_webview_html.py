@@ -1,0 +1,68 @@
+"""The web view's HTML: MIG instances drawn where they sit, every cluster value escaped, fragments addressable."""
+
+from __future__ import annotations
+
+import re
+
+from gpudra.allocator.explanation import NodeLine
+from gpudra.controller.webview.html import (
+    SECTIONS,
+    layout_fragment,
+    node_fragment,
+    page,
+    pending_fragment,
+)
+from gpudra.planning.fleetview import GpuCard, MigGeometry, MigSlot, NodeCard
+from gpudra.planning.workloads import LayoutCard, LayoutNode, PendingCard
+
+A100 = "NVIDIA A100-SXM4-40GB"
+
+
+def mig_node(*slots: MigSlot) -> NodeCard:
+    gpu = GpuCard("gpu-0", 0, A100, 40 * 2**30, "GPU-0", mig=MigGeometry(8, 7, slots))
+    return NodeCard("n0", "dgx-a100", True, False, (), (gpu,), 0)
+
+
+def test_mig_instances_sit_on_their_memory_and_compute_slices() -> None:
+    text = node_fragment(
+        mig_node(
+            MigSlot("gpu-0-mig-3g20gb-9-4", "3g.20gb", 4, 4, 3, holder="ml/infer"),
+            MigSlot("gpu-0-mig-1g5gb-19-0", "1g.5gb", 0, 1, 1),
+        )
+    )
+    blocks = re.findall(r'<i class="inst (\w+)" style="grid-column:(\d+)/span (\d+);--c:(\d+)%"', text)
+    # 3g.20gb over memory slices 4-7 with 3 of its 4 columns of compute; 1g.5gb over slice 0 with its one
+    assert blocks == [("held", "5", "4", "75"), ("idle", "1", "1", "100")]
+    assert "--slices:8;--compute:7" in text  # the eighth memory slice has no compute slice under it
+    assert (
+        'data-holder="ml/infer"' in text
+        and "gpu-0-mig-3g20gb-9-4: memory 4-7, compute 4-6, held by ml/infer" in text
+    )
+    assert 'data-frag="node/n0"' in text and "node wide" in text
+
+
+def test_values_from_the_cluster_are_escaped() -> None:
+    line = NodeLine("n0", 0, "NoMatchingDevice", 1, 0, 0, "<script>alert(1)</script>")
+    card = PendingCard("ns", "c", "NoMatchingDevice", 'selector "<b>" & co', ("a <i>",), (line,))
+    text = pending_fragment(card)
+    assert "<script>" not in text and "&lt;script&gt;" in text and "&quot;&lt;b&gt;&quot; &amp; co" in text
+    assert "a &lt;i&gt;" in text
+    layout = layout_fragment(LayoutCard("l", "Static", "config <x>", "0/1", (LayoutNode("n", "blocked", "<i>", ()),),
+                                        (), {"blocked": 1}))  # fmt: skip
+    assert "<i>" not in layout.replace("<i class", "")
+
+
+def test_long_pending_tables_fold_after_the_nearest_nodes() -> None:
+    lines = tuple(NodeLine(f"n{i}", 1, "InsufficientDevices", 9, 8, 8, "8 of 9") for i in range(40))
+    text = pending_fragment(PendingCard("ns", "c", "InsufficientDevices", "needs 9", (), lines))
+    assert text.count("<tr>") == 40 + 2 and "<summary>24 more nodes</summary>" in text
+    first = text.index("<td>n0</td>")
+    assert first < text.index("<td>n15</td>") < text.index("<summary>") < text.index("<td>n16</td>")
+
+
+def test_page_holds_every_section_in_order_and_the_version() -> None:
+    text = page({"nodes": {"node/n0": node_fragment(mig_node())}}, 7)
+    ids = re.findall(r'<div class="frags" id="(\w+)">', text)
+    assert ids == [key for key, _ in SECTIONS]
+    assert 'data-version="7"' in text and "new EventSource" in text
+    assert 'class="pending empty"' in text and 'class="nodes"' in text
