@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> None:
 
         def cached(text: str = text) -> None:
             compiled = compile_selector(text)
-            fresh = CompiledSelector(text, compiled._program, compiled.reads, compiled._closure)
+            fresh = CompiledSelector(
+                text, compiled._program, compiled.reads, compiled._closure, compiled.tree
+            )
             for device in fleet:
                 fresh.matches(device)
 

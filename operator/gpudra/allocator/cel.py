@@ -34,7 +34,7 @@ import cel_expr_python.cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from gpudra.allocator import celanalysis
-from gpudra.allocator.celast import decode, line_column
+from gpudra.allocator.celast import Node, decode, line_column
 from gpudra.allocator.celclosures import CelEvalError, result_error, translate
 from gpudra.allocator.celtypes import Quantity, Semver
 from gpudra.allocator.celview import CelDevice, cel_device
@@ -312,7 +312,7 @@ class CompiledSelector:
     it has one, else with the CEL library, from a cache keyed on the values the selector can read. Runtime errors
     raise CelRuntimeError (the library's are cached like results)."""
 
-    __slots__ = ("_closure", "_fill", "_program", "_project", "_results", "expression", "reads")
+    __slots__ = ("_closure", "_fill", "_program", "_project", "_results", "expression", "reads", "tree")
 
     def __init__(
         self,
@@ -320,9 +320,13 @@ class CompiledSelector:
         program: Any,
         reads: celanalysis.Reads,
         closure: Callable[[CelDevice], Any] | None = None,
+        tree: Node | None = None,
     ) -> None:
         self.expression = expression
         self.reads = reads
+        self.tree = tree if closure is not None else None
+        """The checked syntax tree of a translated selector (``celfacts`` reads it against the device index;
+        its rules are Kubernetes', which the closures follow and the library does not everywhere)."""
         self._program = program
         self._closure = closure
         self._project = _projector(reads)
@@ -428,5 +432,5 @@ def compile_selector(expression: str) -> CompiledSelector:
         program = runtime_env.deserialize(serialized)
     except RuntimeError as error:  # a library limitation, not the user's fault; still reported on the object
         raise CelCompileError(f"cannot prepare the selector: {error}", expression=expression) from error
-    closure = translate(decode(serialized).root)
-    return CompiledSelector(expression, program, celanalysis.reads_of(ast), closure)
+    tree = decode(serialized).root
+    return CompiledSelector(expression, program, celanalysis.reads_of(ast), translate(tree), tree)

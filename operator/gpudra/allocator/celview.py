@@ -19,9 +19,12 @@ from typing import TypeVar
 from gpudra.allocator.celtypes import Quantity, Semver
 from gpudra.api.resource import Device
 
-__all__ = ["CelDevice", "cel_device"]
+__all__ = ["CelDevice", "Schema", "cel_device", "schema_of"]
 
 AttributeValue = int | bool | str | Semver
+Schema = tuple[object, ...]
+"""What selectors can know about a device without its values: driver, allowMultipleAllocations, each attribute's
+qualified name and kind, each capacity's qualified name (``schema_of``)."""
 
 
 class CelDevice:
@@ -152,3 +155,20 @@ def _qualified(name: str, driver: str) -> str:
     if "/" not in name:
         return f"{driver}/{name}"
     return f"{driver}{name}" if name.startswith("/") else name
+
+
+_SCHEMAS: dict[Schema, Schema] = {}
+
+
+def schema_of(view: CelDevice) -> Schema:
+    """The device's schema, one shared tuple per distinct schema. Names keep the order the driver publishes
+    them in: a driver that orders them differently on two devices only makes two groups where one would do."""
+    schema: Schema = (
+        view.driver,
+        view.allow_multiple_allocations,
+        tuple((name, type(value)) for name, value in view.values.items()),
+        tuple(view.quantities),
+    )
+    if len(_SCHEMAS) > 4096:
+        _SCHEMAS.clear()
+    return _SCHEMAS.setdefault(schema, schema)

@@ -11,11 +11,14 @@ else:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
+from gpudra.allocator import celfacts
+from gpudra.allocator.celast import Node
+from gpudra.allocator.celview import Schema
 from gpudra.allocator.constraints import Constraint, build_constraints
 from gpudra.allocator.explain import (
     Failure,
@@ -52,15 +55,14 @@ DEFAULT_BUDGET = 200_000
 """Search steps per node before giving up with SearchLimit (Kubernetes bounds Filter by a 10 s timeout)."""
 
 
+@functools.cache
+def _cel_compiler() -> CompileSelector:
+    compiler: CompileSelector = importlib.import_module("gpudra.allocator.cel").compile_selector
+    return compiler
+
+
 def _default_compile(expression: str) -> Selector:
-    cel: Any = importlib.import_module("gpudra.allocator.cel")
-    selector: Selector = cel.compile_selector(expression)
-    return selector
-
-
-def _default_view(driver: str, device: Any) -> Any:
-    cel: Any = importlib.import_module("gpudra.allocator.cel")
-    return cel.cel_device(driver, device)
+    return _cel_compiler()(expression)
 
 
 def _default_share_id() -> str:
@@ -89,7 +91,7 @@ class Allocator:
             self.classes = {c.metadata.name or "": c for c in classes}
         self.namespace_labels = dict(namespace_labels or {})
         self.compile_selector = compile_selector or _default_compile
-        self.device_view = device_view or _default_view
+        self.device_view = device_view
         self.share_id = share_id or _default_share_id
         self.budget = budget
         self.detail_nodes = detail_nodes
@@ -284,13 +286,24 @@ class Allocator:
         failures: list[Failure] = []
         counts: dict[str, int] = {}
         detailed = 0
+        shared = _shared_values(prepared)
+        memo: dict[frozenset[Schema], bool] = {}
         for index in range(start, len(order)):
             node = order[index]
             if nowhere is not None:
                 counts["NoMatchingDevice"] = counts.get("NoMatchingDevice", 0) + 1
                 continue
             total, free, loose = self.snapshot.node_counts(node.name)
-            if not loose and free < minimum:
+            if (
+                shared
+                and detailed >= self.detail_nodes
+                and self._cannot_share(node.name, prepared, shared, memo)
+            ):
+                counts["Unexplained"] = counts.get("Unexplained", 0) + 1
+                continue
+            if not loose and free < minimum and (free == 0 or self._never_fails(node.name, prepared, memo)):
+                # Kubernetes evaluates selectors only on free devices: with none, or none that could fail,
+                # too few of them is all there is to say.
                 reason = "InsufficientDevices" if total < minimum else "DevicesInUse"
                 counts[reason] = counts.get(reason, 0) + 1
                 if detailed < self.detail_nodes:
@@ -319,6 +332,42 @@ class Allocator:
         result.by_reason = counts
         return result
 
+    def _cannot_share(
+        self,
+        node: str,
+        claims: list[ClaimSpec],
+        shared: list[list[tuple[str, int]]],
+        memo: dict[frozenset[Schema], bool],
+    ) -> bool:
+        """Whether some request needs more devices sharing one attribute value (matchAttribute) than the node
+        has, in every alternative, and no selector could fail on the node's devices (Kubernetes would walk
+        them all, and stop at such a failure)."""
+        found = self.snapshot.node_shape(node)
+        if found is None:
+            return False
+        most = found[0]
+        if not any(all(need > most.get(attribute, 0) for attribute, need in group) for group in shared):
+            return False
+        return self._never_fails(node, claims, memo)
+
+    def _never_fails(self, node: str, claims: list[ClaimSpec], memo: dict[frozenset[Schema], bool]) -> bool:
+        """Whether no selector of the claims can fail at runtime on any device of the node, as the device index
+        tells (False when it cannot tell). ``memo`` holds the answers per set of device schemas for one scan."""
+        found = self.snapshot.node_shape(node)
+        if found is None:
+            return False
+        schemas = found[1]
+        safe = memo.get(schemas)
+        if safe is None:
+            groups = self.snapshot.index.groups
+            trees = [_trees(spec) for claim in claims for group in claim.groups for spec in group]
+            safe = memo[schemas] = all(
+                t is not None and (g := groups.get(schema)) is not None and celfacts.never_fails(t, g)
+                for t in trees
+                for schema in schemas
+            )
+        return safe
+
     def _matches_nowhere(self, claims: list[ClaimSpec]) -> RequestDiagnosis | None:
         """A request whose selectors match no device anywhere in the cluster (cached per snapshot version)."""
         for claim in claims:
@@ -341,6 +390,13 @@ class Allocator:
         if len(self._cluster_match) > 1024:
             self._cluster_match.clear()
         count = 0
+        trees = _trees(spec)
+        if trees is not None:
+            self.snapshot.refresh()
+            index = self.snapshot.index
+            if not index.unviewed and all(celfacts.nothing_passes(trees, g) for g in index.groups.values()):
+                self._cluster_match[key] = 0  # answered from the index, without visiting a device
+                return 0
         for pool in self.snapshot.pools():
             for entry in pool.entries:
                 try:
@@ -396,6 +452,30 @@ def _kube_pool_order(pools: NodePools) -> list[tuple[PoolKey, str | None]]:
     first += [(v.key, None) for v, _ in pools.usable if not v.has_binding_conditions]
     last = [(v.key, None) for v, _ in pools.usable if v.has_binding_conditions]
     return sorted(first) + last
+
+
+def _trees(spec: RequestSpec) -> list[Node] | None:
+    """The syntax trees of the request's selectors when every one is translated (``celfacts`` can read them)."""
+    trees = [getattr(s, "tree", None) for s in spec.selectors]
+    return None if any(t is None for t in trees) else [t for t in trees if t is not None]
+
+
+def _shared_values(claims: list[ClaimSpec]) -> list[list[tuple[str, int]]]:
+    """Per request under a matchAttribute constraint: for each alternative, the attribute and how many devices
+    must share one value of it (an alternative without such a constraint makes the request unbounded)."""
+    bounds: list[list[tuple[str, int]]] = []
+    for claim in claims:
+        constraints = [c for c in build_constraints(claim.claim.spec.devices.constraints) if not c.distinct]
+        for group in claim.groups:
+            needs: list[tuple[str, int]] = []
+            for spec in group:
+                applying = [c for c in constraints if c.applies(spec.base, spec.full)]
+                if spec.all_mode or not applying:
+                    break
+                needs.append((applying[0].attribute, spec.count))
+            else:
+                bounds.append(needs)
+    return bounds
 
 
 def _min_devices(claims: list[ClaimSpec]) -> int:

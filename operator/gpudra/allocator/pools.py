@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from gpudra.allocator.celview import CelDevice, Schema, cel_device, schema_of
 from gpudra.api.quantity import parse_quantity
 from gpudra.api.resource import Device, DeviceTaint, ResourceSlice
 from gpudra.errors import InvalidInputError
@@ -79,8 +80,13 @@ class DeviceEntry:
     capacity: dict[str, CapacitySpec]
     binds_to_node: bool
     has_binding_conditions: bool
-    view: Any = None
-    """The CEL view of the device (built lazily, once)."""
+    view: CelDevice | None = None
+    """The CEL view of the device, built with the entry (None when an attribute or capacity is malformed)."""
+    view_error: str = ""
+    """Why there is no view: every selector fails on this device with it."""
+    schema: Schema = ()
+    """The device's driver, attribute names and kinds, capacity names (see ``index``); devices with the same
+    schema fall in one group of the cluster's index."""
     matches: dict[str, bool | Exception] = field(default_factory=dict)
     """Per CEL expression: the cached outcome (or the runtime error) for this device."""
 
@@ -102,6 +108,14 @@ class PoolView:
     has_binding_conditions: bool = False
     node_local: str | None = None
     """The node name when every device slice of the pool is bound to that one node."""
+    multiplicity: dict[str, int] = field(default_factory=dict)
+    """Per qualified attribute name: the most devices of the pool that share one value of it (an upper bound on
+    what one request under matchAttribute can take from the pool)."""
+    schemas: frozenset[Schema] = frozenset()
+    """The schemas of the pool's devices."""
+    ids: frozenset[DeviceId] = frozenset()
+    has_multi: bool = False
+    """Whether some device allows multiple allocations."""
 
 
 def qualify(name: str, driver: str) -> str:
@@ -148,6 +162,12 @@ def make_entry(slice_: ResourceSlice, device: Device) -> DeviceEntry:
         for c in device.consumes_counters or ()
         for name, counter in c.counters.items()
     )
+    view: CelDevice | None = None
+    view_error = ""
+    try:
+        view = cel_device(spec.driver, device)
+    except InvalidInputError as error:
+        view_error = f"device {device.name} publishes a malformed value: {error}"
     return DeviceEntry(
         id=DeviceId(spec.driver, spec.pool.name, device.name),
         device=device,
@@ -162,6 +182,9 @@ def make_entry(slice_: ResourceSlice, device: Device) -> DeviceEntry:
         capacity=_capacity(device),
         binds_to_node=bool(device.binds_to_node),
         has_binding_conditions=bool(device.binding_conditions),
+        view=view,
+        view_error=view_error,
+        schema=schema_of(view) if view is not None else (),
     )
 
 
@@ -220,7 +243,23 @@ def build_pool(
         slices=newest,
         has_binding_conditions=any(e.has_binding_conditions for e in entries),
         node_local=node_local,
+        multiplicity=_multiplicity(entries),
+        schemas=frozenset(e.schema for e in entries),
+        ids=frozenset(e.id for e in entries),
+        has_multi=any(e.multi for e in entries),
     )
+
+
+def _multiplicity(entries: list[DeviceEntry]) -> dict[str, int]:
+    shared: dict[tuple[str, AttrValue], int] = {}
+    for entry in entries:
+        for item in entry.attributes.items():
+            shared[item] = shared.get(item, 0) + 1
+    most: dict[str, int] = {}
+    for (name, _), count in shared.items():
+        if count > most.get(name, 0):
+            most[name] = count
+    return most
 
 
 def _slice_name(s: ResourceSlice) -> str:

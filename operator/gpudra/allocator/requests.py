@@ -31,7 +31,9 @@ class Selector(Protocol):
 
 
 CompileSelector = Callable[[str], Selector]
-DeviceView = Callable[[str, Any], Any]
+DeviceView = Callable[[str, Any], Any] | None
+"""How a selector sees a device: None for the CEL view built with the device's entry (what gpudra uses), or a
+function of (driver, Device) for selectors of another kind (tests)."""
 
 
 class RequestProblem(GpudraError):
@@ -209,10 +211,13 @@ def evaluate(selector: Selector, entry: DeviceEntry, device_view: DeviceView) ->
     """Whether the device passes the selector (cached); raises SelectorRuntimeError on a CEL runtime error."""
     outcome = entry.matches.get(selector.expression)
     if outcome is None:
-        if entry.view is None:
-            entry.view = device_view(entry.id.driver, entry.device)
         try:
-            outcome = bool(selector.matches(entry.view))
+            if device_view is not None:
+                outcome = bool(selector.matches(device_view(entry.id.driver, entry.device)))
+            elif entry.view is None:
+                outcome = InvalidInputError(entry.view_error)
+            else:
+                outcome = bool(selector.matches(entry.view))
         except GpudraError as err:
             outcome = err
         entry.matches[selector.expression] = outcome

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from gpudra.allocator.celview import Schema
+from gpudra.allocator.index import DeviceIndex
 from gpudra.allocator.pools import (
     DeviceEntry,
     DeviceId,
@@ -61,6 +63,10 @@ class ClusterSnapshot:
         self._node_cache: dict[str, tuple[int, NodeInfo, NodePools]] = {}
         self._by_pool_in_use: dict[PoolKey, set[DeviceId]] = {}
         self._node_counts: dict[str, tuple[int, int, int, bool]] = {}
+        self._shapes: dict[str, tuple[int, tuple[dict[str, int], frozenset[Schema]]]] = {}
+        self.index = DeviceIndex()
+        """The devices of every built pool, grouped by schema with their attribute values counted (``refresh``
+        builds them all)."""
         self.version = 0
         self.freed: list[str | None] = []
         """Nodes that got devices back, in order (None: unknown node); lets first-fit scans resume safely."""
@@ -126,12 +132,29 @@ class ClusterSnapshot:
     def pool(self, key: PoolKey) -> PoolView | None:
         if key in self._dirty:
             self._dirty.discard(key)
-            view = build_pool(key, self._pool_slices.get(key, {}).values(), self._pools.get(key))
+            previous = self._pools.get(key)
+            view = build_pool(key, self._pool_slices.get(key, {}).values(), previous)
             if view is None:
                 self._pools.pop(key, None)
             else:
                 self._pools[key] = view
+            self._reindex(previous, view)
         return self._pools.get(key)
+
+    def _reindex(self, previous: PoolView | None, view: PoolView | None) -> None:
+        """Keep the device index in step with a rebuilt pool (entries of unchanged devices are the same
+        objects and stay)."""
+        kept = {id(e) for e in view.entries} if view is not None else set()
+        if previous is not None:
+            self.index.remove(e for e in previous.entries if id(e) not in kept)
+        if view is not None:
+            before = {id(e) for e in previous.entries} if previous is not None else set()
+            self.index.add(e for e in view.entries if id(e) not in before)
+
+    def refresh(self) -> None:
+        """Build every pool that changed, so that ``index`` covers every device."""
+        for key in list(self._dirty):
+            self.pool(key)
 
     def pools(self) -> list[PoolView]:
         out = [self.pool(k) for k in sorted(set(self._pool_slices) | set(self._pools))]
@@ -212,13 +235,35 @@ class ClusterSnapshot:
             view = self.pool(key)
             if view is None:
                 continue
-            for entry in view.entries:
-                total += 1
-                loose = loose or entry.multi
-                if entry.id not in self._in_use:
-                    free += 1
+            total += len(view.entries)
+            free += len(view.entries)
+            loose = loose or view.has_multi
+            busy = self._by_pool_in_use.get(key)
+            if busy:
+                free -= sum(1 for d in busy if d in self._in_use and d in view.ids)
         self._node_counts[node] = (self.version, total, free, loose)
         return total, free, loose
+
+    def node_shape(self, node: str) -> tuple[dict[str, int], frozenset[Schema]] | None:
+        """For a node whose pools are all its own: per attribute the most of its devices that share one value
+        (summed over its pools, an upper bound), and the schemas of its devices. None when pools shared with
+        other nodes reach it (then nothing bounds it)."""
+        if self._global:
+            return None
+        cached = self._shapes.get(node)
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        most: dict[str, int] = {}
+        schemas: frozenset[Schema] = frozenset()
+        for key in self._by_node.get(node, ()):
+            view = self.pool(key)
+            if view is None:
+                continue
+            for name, count in view.multiplicity.items():
+                most[name] = most.get(name, 0) + count
+            schemas |= view.schemas
+        self._shapes[node] = (self.version, (most, schemas))
+        return most, schemas
 
     def _forget_node(self, device: DeviceId, freed: bool = False) -> None:
         view = self._pools.get(PoolKey(device.driver, device.pool))
