@@ -65,6 +65,22 @@ async def test_apply_and_delete_a_claim(demo: EmbeddedCluster) -> None:
     assert "No resources found" in await kubectl(demo, "get", "resourceclaims")
 
 
+async def test_create_a_namespace_run_two_gpu_pods_and_read_their_logs(demo: EmbeddedCluster) -> None:
+    """The README's walk-through: kubectl create namespace, the two nvidia-smi pods READY 1/1, their logs name two
+    different H100s."""
+    example = str(ROOT / "examples" / "nvidia-smi-pods.yaml")
+    assert "namespace/demo created" in await kubectl(demo, "create", "namespace", "demo")
+    await kubectl(demo, "apply", "-f", example)
+    await kubectl(demo, "wait", "--for=condition=Ready", "pods", "--all", "-n", "demo", "--timeout=60s")
+    rows = [line.split() for line in (await kubectl(demo, "get", "pods", "-n", "demo")).splitlines()[1:]]
+    assert [row[:3] for row in rows] == [["smi-1", "1/1", "Running"], ["smi-2", "1/1", "Running"]]
+    assert (await kubectl(demo, "get", "resourceclaims", "-n", "demo")).count("allocated,reserved") == 2
+    logs = await kubectl(demo, "logs", "-n", "demo", "-l", "app=smi")
+    gpus = [line for line in logs.splitlines() if line.startswith("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-")]
+    assert len(gpus) == 2 and gpus[0] != gpus[1]
+    assert "deleted" in await kubectl(demo, "delete", "-f", example)
+
+
 @pytest.mark.slow
 async def test_gpudra_up_once_prints_the_fleet_and_exits_zero(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kc"

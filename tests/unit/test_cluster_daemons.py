@@ -1,16 +1,13 @@
 """The embedded cluster's stand-ins for IMEX daemon pods: the DaemonSet controller's node matching and pods,
-the env a container gets from its CDI specs, and the ``gpudra imex-daemon`` settings from the pod env."""
+and the ``gpudra imex-daemon`` settings from the pod env."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpudra.cluster.controlplane.daemonsets import daemon_pod, matching_nodes, pod_node
-from gpudra.cluster.kubelet import cdi_env
 from gpudra.config import ImexDaemonSettings, load_settings
 from gpudra.errors import ConfigurationError
 
@@ -51,23 +48,6 @@ def test_daemon_pod_is_owned_and_pinned_to_its_node() -> None:
     assert pod["metadata"]["labels"] == {"app.kubernetes.io/component": "daemon"}
     assert pod_node(pod) == "tray-3" and pod_node({**pod, "spec": {"nodeName": "tray-4"}}) == "tray-4"
     assert "kubernetes.io/hostname" not in DAEMON_SET["spec"]["template"]["spec"]["nodeSelector"]
-
-
-def test_cdi_env_applies_spec_wide_then_device_edits_of_the_named_devices(tmp_path: Path) -> None:
-    spec = {
-        "cdiVersion": "0.5.0",
-        "kind": "k8s.compute-domain.nvidia.com/claim",
-        "containerEdits": {"env": ["A=spec"]},
-        "devices": [
-            {"name": "u1-daemon-0", "containerEdits": {"env": ["CLIQUE_ID=r.1", "A=device"]}},
-            {"name": "u1-other", "containerEdits": {"env": ["B=not-mine"]}},
-        ],
-    }
-    (tmp_path / "k8s.compute-domain.nvidia.com-claim_u1.json").write_text(json.dumps(spec))
-    (tmp_path / "broken.json").write_text("{")
-    env = cdi_env(tmp_path, ["k8s.compute-domain.nvidia.com/claim=u1-daemon-0"])
-    assert env == {"A": "device", "CLIQUE_ID": "r.1"}
-    assert cdi_env(tmp_path, ["k8s.gpu.nvidia.com/claim=u1-daemon-0"]) == {}
 
 
 def test_imex_daemon_settings_come_from_the_pod_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,11 @@ Containers do not run, with one exception: a ComputeDomain's IMEX daemon pod (la
 DaemonSet labels it) runs as a simulated daemon coroutine, the same registration code as ``gpudra
 imex-daemon``, with the env a container would get: the pod's own env plus what the CDI specs of its prepared
 claims add (CLIQUE_ID), read from the node's CDI directory as a container runtime would.
+
+What each container would log is written into the shared :class:`PodLogBook` when the pod starts (see
+containerview.py: its CDI devices, device nodes, env and mounts, and ``nvidia-smi -L`` as the simulated NVML
+answers it); the node endpoint (kubeletserver.py) serves it to ``kubectl logs``. Each container gets the CDI
+devices of the claims it names, only those of the request it names when it names one, as the kubelet does.
 """
 
 from __future__ import annotations
@@ -19,23 +24,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
-from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PrepareResult
+from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PreparedDevice, PrepareResult
 from gpudra.api.core import Pod
 from gpudra.computedomain.names import COMPONENT_LABEL, OBJECT_LABEL
 from gpudra.errors import ConflictError, GpudraError, KubeletPluginError, NotFoundError, PrepareError
+from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra.telemetry import get_logger
 
+from .containerview import container_log, container_view
+from .kubeletserver import PodLogBook
 from .podstatus import PodStatusWriter, pod_ip
 
 log = get_logger(__name__)
@@ -63,28 +70,24 @@ def pod_claim_names(pod: dict[str, Any]) -> list[str]:
     return names
 
 
-def cdi_env(cdi_dir: Path, device_ids: Iterable[str]) -> dict[str, str]:
-    """The env a container runtime gives a container with these CDI devices (spec-wide, then device edits)."""
-    wanted = set(device_ids)
-    env: dict[str, str] = {}
-    if not cdi_dir.is_dir():
-        return env
-    for path in sorted(cdi_dir.glob("*.json")):
-        try:
-            spec = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        kind = spec.get("kind", "")
-        names = [d.get("name") for d in spec.get("devices") or [] if f"{kind}={d.get('name')}" in wanted]
-        if not names:
-            continue
-        edits = [spec.get("containerEdits") or {}]
-        edits += [d.get("containerEdits") or {} for d in spec["devices"] if d.get("name") in names]
-        for edit in edits:
-            for entry in edit.get("env") or []:
-                key, _, value = entry.partition("=")
-                env[key] = value
-    return env
+def container_devices(
+    pod: dict[str, Any], prepared: Mapping[str, Sequence[PreparedDevice]]
+) -> dict[str, list[str]]:
+    """Container name -> the CDI ids it gets: of each claim it names, the devices of the request it names (all
+    of them when it names none); ``prepared`` maps a ResourceClaim name to its prepared devices."""
+    spec = pod.get("spec") or {}
+    entries = [e.get("name") for e in spec.get("resourceClaims") or []]
+    claim_names = dict(zip(entries, pod_claim_names(pod), strict=True))
+    result: dict[str, list[str]] = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        ids: list[str] = []
+        for ref in (container.get("resources") or {}).get("claims") or []:
+            request = str(ref.get("request") or "").split("/")[0]
+            for device in prepared.get(claim_names.get(ref.get("name"), ""), ()):
+                if not request or not device.request_names or request in device.request_names:
+                    ids += [i for i in device.cdi_device_ids if i not in ids]
+        result[str(container.get("name", ""))] = ids
+    return result
 
 
 def simulated_pod_ip(node: str) -> str:
@@ -107,6 +110,8 @@ class StandInKubelet:
         cdi_dir: Path | None = None,
         max_backoff: float = 5.0,
         pod_client: PodClient | None = None,
+        logs: PodLogBook | None = None,
+        inventory: Callable[[], NodeInventory] | None = None,
     ) -> None:
         self.node = node
         self._pod_client = pod_client
@@ -114,6 +119,8 @@ class StandInKubelet:
         self._registry = registry_dir
         self._cdi_dir = cdi_dir
         self._max_backoff = max_backoff
+        self._logs = logs
+        self._inventory = inventory
         self._events = EventRecorder(client, "kubelet", window_seconds=30)
         self._informer = Informer(
             client, PODS, self._on_pod, field_selector=f"spec.nodeName={node}", parse=Pod.model_validate,
@@ -197,17 +204,18 @@ class StandInKubelet:
                 by_driver.setdefault(driver, []).append(ref)
         return by_driver
 
-    async def _prepare(self, by_driver: dict[str, list[ClaimRef]]) -> list[str]:
-        """Prepare every driver's claims; the CDI ids the container would get."""
-        device_ids: list[str] = []
+    async def _prepare(self, by_driver: dict[str, list[ClaimRef]]) -> dict[str, list[PreparedDevice]]:
+        """Prepare every driver's claims; claim name -> its prepared devices (of every driver)."""
+        prepared: dict[str, list[PreparedDevice]] = {}
         for driver, refs in sorted(by_driver.items()):
             plugin = await self._connect(driver)
             results: dict[str, PrepareResult] = await plugin.prepare(refs)
             errors = [f"{r.name}: {results[r.uid].error}" for r in refs if results[r.uid].error]
             if errors:
                 raise PrepareError("; ".join(errors))
-            device_ids += [i for r in refs for d in results[r.uid].devices for i in d.cdi_device_ids]
-        return device_ids
+            for ref in refs:
+                prepared.setdefault(ref.name, []).extend(results[ref.uid].devices)
+        return prepared
 
     async def _start_pod(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
@@ -221,10 +229,10 @@ class StandInKubelet:
                     # prepare that failed or was cut short (the plugin killed mid-call) may have prepared it all
                     # the same, so the pod's deletion must unprepare it.
                     self._prepared[uid] = [(d, r) for d, refs in sorted(by_driver.items()) for r in refs]
-                    device_ids = await self._prepare(by_driver)
+                    devices = container_devices(pod, await self._prepare(by_driver))
                     if is_imex_daemon(pod):
-                        await self._start_daemon(pod, device_ids)
-                    await self._set_running(pod)
+                        await self._start_daemon(pod, [i for ids in devices.values() for i in ids])
+                    await self._set_running(pod, devices)
                     return
                 except NotFoundError as exc:
                     if "pods/" in str(exc):
@@ -260,39 +268,56 @@ class StandInKubelet:
     async def _set_waiting(self, pod: dict[str, Any]) -> bool:
         """Pending, containers waiting to be created; False when that could not be written (the pod is gone, or
         the API server did not answer: the next round tries again)."""
+        meta = pod["metadata"]
         try:
-            latest = await self._client.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
-            await self._write_status(
-                latest, PodStatusWriter(latest, node_ip=self.node_ip, now=_now()).waiting()
-            )
+            latest = await self._client.get(PODS, meta["name"], meta["namespace"])
+            status = PodStatusWriter(latest, node_ip=self.node_ip, now=_now()).waiting()
+            await self._write_status(latest, status)
         except NotFoundError:
             return False
         except GpudraError as exc:
-            log.info(
-                "writing a waiting pod's status failed; will retry",
-                pod=pod["metadata"]["name"],
-                error=str(exc),
-            )
+            log.info("writing a waiting pod's status failed; will retry", pod=meta["name"], error=str(exc))
             return False
+        if self._logs is not None:
+            waiting = [*status.get("initContainerStatuses", []), *status["containerStatuses"]]
+            reasons = {s["name"]: s["state"]["waiting"]["reason"] for s in waiting}
+            self._logs.waiting(meta["namespace"], meta["name"], meta["uid"], reasons)
         return True
 
-    async def _set_running(self, pod: dict[str, Any]) -> None:
-        latest = await self._client.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+    async def _set_running(self, pod: dict[str, Any], devices: dict[str, list[str]]) -> None:
+        meta = pod["metadata"]
+        latest = await self._client.get(PODS, meta["name"], meta["namespace"])
         if (latest.get("spec") or {}).get("hostNetwork"):
             ip = self.node_ip
         else:
             ip = pod_ip(self.node_ip, self._pods_started)
             self._pods_started += 1
-        await self._write_status(
-            latest, PodStatusWriter(latest, node_ip=self.node_ip, now=_now()).running(ip)
-        )
+        now = _now()
+        if self._logs is not None:
+            logs = await self._container_logs(latest, devices)
+            self._logs.started(meta["namespace"], meta["name"], meta["uid"], logs, now)
+        await self._write_status(latest, PodStatusWriter(latest, node_ip=self.node_ip, now=now).running(ip))
+
+    async def _container_logs(
+        self, pod: dict[str, Any], devices: dict[str, list[str]]
+    ) -> dict[str, list[str]]:
+        """What each container would log: its CDI edits and, when it runs nvidia-smi, what that prints."""
+        inventory = await asyncio.to_thread(self._inventory) if self._inventory is not None else None
+        spec = pod.get("spec") or {}
+        logs = {}
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            name = str(container.get("name", ""))
+            ids = devices.get(name, []) if self._cdi_dir is not None else []
+            view = container_view(self._cdi_dir or Path(), ids)
+            logs[name] = container_log(container, view, inventory)
+        return logs
 
     async def _start_daemon(self, pod: dict[str, Any], device_ids: list[str]) -> None:
         """Run the daemon pod's container: the simulated IMEX daemon with the container's env."""
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         env = {e.get("name"): e.get("value") for e in container.get("env") or [] if "value" in e}
         if self._cdi_dir is not None:
-            env.update(cdi_env(self._cdi_dir, device_ids))
+            env.update(container_view(self._cdi_dir, device_ids).env)
         identity = DaemonIdentity(
             namespace=pod["metadata"]["namespace"],
             domain_uid=str(env.get("COMPUTE_DOMAIN_UUID") or pod["metadata"]["labels"][OBJECT_LABEL]),
@@ -332,6 +357,8 @@ class StandInKubelet:
         """Stop its containers, then unprepare the pod's claims that no other pod on this node still uses;
         retry until done."""
         await self._stop_daemon(pod_uid)
+        if self._logs is not None:
+            self._logs.stopped(pod_uid)
         claims = self._prepared.pop(pod_uid, [])
         in_use = {r.uid for prepared in self._prepared.values() for _, r in prepared}
         pending: dict[str, list[ClaimRef]] = {}

@@ -32,6 +32,7 @@ from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
+from gpudra.cluster.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
 from gpudra.cluster.kubernetes.binaries import find_binaries
 from gpudra.cluster.kubernetes.bootstrap import (
     AGENT_SERVICE_ACCOUNT,
@@ -131,6 +132,8 @@ class EmbeddedCluster:
     simulated: dict[str, FakeNvml] = field(default_factory=dict)
     runtimes: dict[str, AgentRuntime] = field(default_factory=dict)
     kubelets: dict[str, StandInKubelet] = field(default_factory=dict)
+    pod_logs: PodLogBook = field(default_factory=PodLogBook)
+    kubelet_server: KubeletServer | None = None
     node_dirs: dict[str, Path] = field(default_factory=dict)
     _temp_dirs: list[Path] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -222,6 +225,8 @@ class EmbeddedCluster:
         progress.begin(STAGE_NODES, len(self.options.nodes))
         progress.begin(STAGE_SLICES, len(self.options.nodes))
         waiters: list[asyncio.Task[Any]] = []
+        self.kubelet_server = KubeletServer(self.pod_logs)
+        await self.kubelet_server.start()
         for node in self.options.nodes:
             published = await self.add_node(node)
             progress.advance(STAGE_NODES)
@@ -333,6 +338,12 @@ class EmbeddedCluster:
             settings.registry_dir,
             cdi_dir=settings.cdi_dir,
             pod_client=self._pod_client if self.kubernetes is not None else None,
+            logs=self.pod_logs,
+            inventory=(
+                (lambda: NvmlBackend(node.name, nvml=self.simulated_gpus(node.name)).read_inventory())
+                if self.options.agent_processes
+                else backend.read_inventory
+            ),
         )
         self.kubelets[node.name] = kubelet
         self._spawn(kubelet.run(), f"kubelet {node.name}")
@@ -352,7 +363,10 @@ class EmbeddedCluster:
         bound to that Node, as its DaemonSet pod's."""
         assert self.client is not None
         if self.kubernetes is None:
-            await self.client.apply_object(NODES, node_object(node))
+            assert self.kubelet_server is not None
+            registered = node_object(node)
+            with_kubelet_endpoint(registered, simulated_pod_ip(node.name), self.kubelet_server.port)
+            await self.client.apply_object(NODES, registered)
             return self.options.kubeconfig, self.client, self.client
         kubelet = await self._own_client(self.kubernetes.node_kubeconfig(node.name), f"kubelet-{node.name}")
         registered = await kubelet.create(NODES, node_object(node))
@@ -415,6 +429,8 @@ class EmbeddedCluster:
             await asyncio.wait(self._tasks, timeout=10)
         if self._controller is not None:
             await asyncio.to_thread(self._controller.join, 10)
+        if self.kubelet_server is not None:
+            await self.kubelet_server.stop()
         if self.sim_controls is not None:
             await self.sim_controls.stop()
         if self._metrics_runner is not None:

@@ -29,8 +29,17 @@ _SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
     "binding": ["create"],
     "scale": ["get", "patch", "update"],
+    "exec": ["create", "get"],
+    "attach": ["create", "get"],
+    "portforward": ["create", "get"],
 }
-_SUBRESOURCE_KIND = {"binding": "Binding", "scale": "Scale"}
+_SUBRESOURCE_KIND = {
+    "binding": "Binding",
+    "scale": "Scale",
+    "exec": "PodExecOptions",
+    "attach": "PodAttachOptions",
+    "portforward": "PodPortForwardOptions",
+}
 
 
 def api_versions() -> dict[str, Any]:

@@ -97,7 +97,7 @@ _BUILTINS = [
     for s in """
 core/v1 namespaces Namespace cl ns - status -
 core/v1 nodes Node cl no - status -
-core/v1 pods Pod ns po all status,binding spec.nodeName
+core/v1 pods Pod ns po all status,binding,log,exec,attach,portforward spec.nodeName
 core/v1 events Event ns ev - - -
 core/v1 configmaps ConfigMap ns cm - - -
 core/v1 secrets Secret ns - - - -

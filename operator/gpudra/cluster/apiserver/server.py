@@ -22,6 +22,7 @@ from .collector import GarbageCollector
 from .database import APPLY, Database
 from .kubeproto import wire
 from .kubeproto.convert import ConversionError
+from .podlogs import PodLogProxy, no_containers
 from .routing import Discovery, Target, parse
 from .selectors import parse_selectors
 from .status import APIStatusError, bad_request
@@ -66,6 +67,7 @@ class EmbeddedAPIServer:
         self._host, self._port = host, port
         self._url = ""
         self.database = Database()
+        self._pod_logs = PodLogProxy(self.database)
         self._collector: GarbageCollector | None = None
         self._runner: web.AppRunner | None = None
         self.errors: Counter[tuple[int, str]] = Counter()
@@ -105,6 +107,7 @@ class EmbeddedAPIServer:
         if self._collector is not None:
             await self._collector.stop()
             self._collector = None
+        await self._pod_logs.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -266,6 +269,11 @@ class EmbeddedAPIServer:
         dry_run = "All" in query.getall("dryRun", [])
         if target.subresource in ("finalize",):
             raise APIStatusError(405, "MethodNotAllowed", "namespaces/finalize is not supported")
+        if target.subresource == "log":
+            return await self._pod_logs.serve(request, target)
+        if target.subresource in ("exec", "attach", "portforward"):
+            db.get(rt, target.ns, target.name)  # a pod that does not exist is a 404 first
+            raise no_containers()
         if method == "GET":
             if target.name:
                 return self._object(request, target, db.get(rt, target.ns, target.name))
