@@ -223,10 +223,16 @@ async def test_logs_follow_options_and_a_container_that_has_not_started(
     assert rc == 0 and 'Defaulted container "ctr0" out of: ctr0, ctr1' in out
     last = await kubectl(cluster, "logs", "-n", "demo", "pod", "-c", "ctr1", "--tail=1", "--timestamps")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.0{9}Z GPU 0: .*\n", last)
-    follow = asyncio.create_task(_kubectl_rc(cluster, "logs", "-f", "-n", "demo", "pod", "-c", "ctr0"))
+    follow = await asyncio.create_subprocess_exec(
+        "kubectl", "logs", "-f", "-n", "demo", "pod", "-c", "ctr0",
+        env={**os.environ, "KUBECONFIG": str(cluster.options.kubeconfig)}, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert follow.stdout is not None
+    first = await asyncio.wait_for(follow.stdout.readline(), 60)  # the stream is open
+    assert first.startswith(b"[gpudra] ")
     await kubectl(cluster, "delete", "pod", "pod", "-n", "demo", "--wait=false")
-    rc, out = await asyncio.wait_for(follow, 60)  # the stream ends when the pod stops
-    assert rc == 0 and "GPU 0: NVIDIA L4" in out
+    rest = await asyncio.wait_for(follow.stdout.read(), 60)  # and ends when the pod stops
+    assert await follow.wait() == 0 and b"GPU 0: NVIDIA L4" in rest
 
     stuck = """apiVersion: v1
 kind: Pod
