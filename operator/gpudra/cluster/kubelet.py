@@ -41,7 +41,7 @@ from gpudra.kube.informer import Informer
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra.telemetry import get_logger
 
-from .containerview import container_log, container_view
+from .containerview import container_log, container_view, runs_nvidia_smi
 from .kubeletserver import PodLogBook
 from .podstatus import PodStatusWriter, pod_ip
 
@@ -302,10 +302,13 @@ class StandInKubelet:
         self, pod: dict[str, Any], devices: dict[str, list[str]]
     ) -> dict[str, list[str]]:
         """What each container would log: its CDI edits and, when it runs nvidia-smi, what that prints."""
-        inventory = await asyncio.to_thread(self._inventory) if self._inventory is not None else None
         spec = pod.get("spec") or {}
+        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        inventory = None
+        if self._inventory is not None and any(runs_nvidia_smi(c) for c in containers):
+            inventory = await asyncio.to_thread(self._inventory)
         logs = {}
-        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for container in containers:
             name = str(container.get("name", ""))
             ids = devices.get(name, []) if self._cdi_dir is not None else []
             view = container_view(self._cdi_dir or Path(), ids)
