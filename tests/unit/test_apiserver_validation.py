@@ -10,7 +10,7 @@ from gpudra.cluster.apiserver.status import APIStatusError
 from gpudra.cluster.apiserver.validation import Admission
 from gpudra.cluster.apiserver.validation.customresources import NOT_CHECKED, check, prune
 from gpudra.cluster.apiserver.validation.decoding import decode
-from gpudra.cluster.apiserver.validation.gotypes import schemas_for
+from gpudra.cluster.apiserver.validation.gotypes import GoType, schemas_for
 
 CLAIM = schemas_for(34).kind("resource.k8s.io", "v1", "ResourceClaim")
 SLICE = schemas_for(34).kind("resource.k8s.io", "v1", "ResourceSlice")
@@ -119,3 +119,14 @@ def test_structural_schema_and_cel_rules(
     spec: dict[str, Any], old: dict[str, Any] | None, errors: list[str]
 ) -> None:
     assert [str(e) for e in check({"spec": spec}, None if old is None else {"spec": old}, SCHEMA)] == errors
+
+
+def test_a_type_freed_after_decoding_never_lends_its_decoder_to_a_later_type() -> None:
+    """Decoders are cached by a type's identity: a struct type made for one server and freed with it (CPython reuses
+    its memory, so its id, for the next object of that size) must not decode a later string field as a struct."""
+    for _ in range(50):
+        struct = GoType("struct", "unstructured", "", _fields={})
+        assert decode({}, struct).type_error == ""
+        del struct
+        string = GoType("string", "string")
+        assert decode("None", string).type_error == ""

@@ -24,7 +24,10 @@ from functools import partial
 from typing import Any
 
 from gpudra.allocator.result import Allocation
-from gpudra.api.resource import ResourceClaim
+from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
+from gpudra.api.core import Namespace, Node
+from gpudra.api.miglayout import MigLayout
+from gpudra.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import build_view, explain, explanation
 from gpudra.controller.migdemand import plan_pending
 from gpudra.controller.miglayouts import MIGLAYOUTS
@@ -32,7 +35,7 @@ from gpudra.controller.webview import html
 from gpudra.errors import GpudraError, NotFoundError
 from gpudra.hardware.catalog import Catalog, load_catalog
 from gpudra.kube.client import KubeClient
-from gpudra.kube.informer import Informer
+from gpudra.kube.informer import Informer, Parse
 from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
     COMPUTE_DOMAINS,
@@ -61,16 +64,17 @@ log = get_logger(__name__)
 Body = dict[str, Any]
 Sections = dict[str, dict[str, str]]
 
-WATCHED: dict[str, Resource] = {
-    "nodes": NODES,
-    "slices": RESOURCE_SLICES,
-    "claims": RESOURCE_CLAIMS,
-    "classes": DEVICE_CLASSES,
-    "namespaces": NAMESPACES,
-    "domains": COMPUTE_DOMAINS,
-    "cliques": COMPUTE_DOMAIN_CLIQUES,
-    "layouts": MIGLAYOUTS,
+WATCHED: dict[str, tuple[Resource, Parse]] = {
+    "nodes": (NODES, Node.model_validate),
+    "slices": (RESOURCE_SLICES, ResourceSlice.model_validate),
+    "claims": (RESOURCE_CLAIMS, ResourceClaim.model_validate),
+    "classes": (DEVICE_CLASSES, DeviceClass.model_validate),
+    "namespaces": (NAMESPACES, Namespace.model_validate),
+    "domains": (COMPUTE_DOMAINS, ComputeDomain.model_validate),
+    "cliques": (COMPUTE_DOMAIN_CLIQUES, ComputeDomainClique.model_validate),
+    "layouts": (MIGLAYOUTS, MigLayout.model_validate),
 }
+"""What the view watches, each with the model an object must parse as (one that does not is left out, as absent)."""
 EXPLAINED_FROM = frozenset({"nodes", "slices", "claims", "classes", "namespaces"})
 OPTIONAL = frozenset({"domains", "cliques", "layouts"})
 """Custom resources a cluster may not serve (CRDs not installed): their sections stay empty meanwhile."""
@@ -180,8 +184,8 @@ class FleetView:
         return handler
 
     async def run(self) -> None:
-        for name, resource in WATCHED.items():
-            self._informers[name] = Informer(self.client, resource, self._changed(name))
+        for name, (resource, parse) in WATCHED.items():
+            self._informers[name] = Informer(self.client, resource, self._changed(name), parse=parse)
         tasks = [
             asyncio.create_task(self._when_served(n) if n in OPTIONAL else i.run(), name=f"webview {n}")
             for n, i in self._informers.items()

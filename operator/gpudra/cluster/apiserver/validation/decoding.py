@@ -181,16 +181,18 @@ class Compiler:
     """Decoders of Go types, compiled once per type."""
 
     def __init__(self) -> None:
-        self._done: dict[int, Decoder] = {}
+        self._done: dict[int, tuple[GoType, Decoder]] = {}
+        """By the type's identity; each entry holds its type, so no other type can take that id once it is freed."""
 
     def decoder(self, t: GoType) -> Decoder:
         found = self._done.get(id(t))
-        if found is None:
-            if t.kind == "struct":
-                found = self._struct(t)  # registers itself first: structs may be recursive
-            else:
-                found = self._done[id(t)] = self._build(t)
-        return found
+        if found is not None:
+            return found[1]
+        if t.kind == "struct":
+            return self._struct(t)  # registers itself first: structs may be recursive
+        decoder = self._build(t)
+        self._done[id(t)] = (t, decoder)
+        return decoder
 
     def _build(self, t: GoType) -> Decoder:
         if t.kind == "array":
@@ -222,7 +224,7 @@ class Compiler:
                         out[name] = decoded
             return out
 
-        self._done[id(t)] = decode_struct
+        self._done[id(t)] = (t, decode_struct)
         for name, sub in t.fields.items():
             fields[name] = self.decoder(sub)
         return decode_struct
