@@ -13,6 +13,7 @@ import yaml
 
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
+from gpudra.errors import ConflictError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
     DEPLOYMENTS,
@@ -242,3 +243,36 @@ async def test_job_and_deployment_pods_get_their_own_claims(cluster: EmbeddedClu
         )
         devices += [d for _, _, d in devices_of(claim)]
     assert len(devices) == len(set(devices)) == 5
+
+
+async def test_a_conflict_while_releasing_a_pod_is_retried(cluster: EmbeddedCluster) -> None:
+    """A write conflict on the claim while the control plane drops a deleted pod from reservedFor: it writes
+    again from the fresh claim, instead of leaving the pod reserved and the device allocated."""
+    client = client_of(cluster)
+    await apply_file(cluster, "02-shared-claim-two-pods.yaml")
+    await eventually(lambda: bound(cluster, "qwen-inference"))
+    await eventually(lambda: bound(cluster, "embedding-service"))
+    assert cluster.control_plane is not None
+    writer = cluster.control_plane._client
+    real_replace = writer.replace
+    conflicts: list[str] = []
+
+    async def replace_with_one_conflict(res: Any, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        names = [r["name"] for r in (body.get("status") or {}).get("reservedFor") or []]
+        if kwargs.get("subresource") == "status" and names == ["embedding-service"] and not conflicts:
+            conflicts.append(body["metadata"]["name"])
+            raise ConflictError("the object has been modified", status=409)
+        return await real_replace(res, body, **kwargs)
+
+    writer.replace = replace_with_one_conflict  # type: ignore[method-assign]
+    try:
+        await client.delete(PODS, "qwen-inference", "default")
+
+        async def one_reservation() -> bool:
+            claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+            return [r["name"] for r in claim["status"].get("reservedFor") or []] == ["embedding-service"]
+
+        await eventually(one_reservation)
+    finally:
+        writer.replace = real_replace  # type: ignore[method-assign]
+    assert conflicts == ["shared-inference-gpu"]

@@ -68,11 +68,17 @@ async def test_four_workers_spread_by_anti_affinity_form_a_four_node_domain(
         return nodes if len(nodes) == 4 else []
 
     assert await eventually(four_nodes, timeout=120) == [f"gb200-nvl72-{i}" for i in range(4)]
-    current = {n: p for n, p in (await pods(cluster)).items() if n.startswith("train-")}
+
+    async def all_running() -> dict[str, Any]:
+        """Workers and daemons Running (a worker's channel prepare may finish after the domain turned Ready)."""
+        current = {n: p for n, p in (await pods(cluster)).items() if n.startswith("train-")}
+        daemons = await pods(cluster, "gpudra")
+        everyone = [*current.values(), *daemons.values()]
+        done = len(current) == len(daemons) == 4 and all(phase(p) == "Running" for p in everyone)
+        return current if done else {}
+
+    current = await eventually(all_running, timeout=60)
     assert len({p["spec"]["nodeName"] for p in current.values()}) == 4
-    assert all(phase(p) == "Running" for p in current.values())
-    daemons = await pods(cluster, "gpudra")
-    assert len(daemons) == 4 and all(phase(p) == "Running" for p in daemons.values())
 
 
 async def test_a_clique_pod_affinity_keeps_the_workers_in_one_nvlink_rack(

@@ -461,34 +461,38 @@ class ControlPlane:
 
     async def _release(self, pod_uid: str) -> None:
         """Drop a gone or finished pod from reservedFor of every claim; unused claims are deallocated."""
-        for claim in list(self.state.claims.cache.values()):
-            reserved = (claim.get("status") or {}).get("reservedFor") or []
-            if not any(r.get("uid") == pod_uid for r in reserved):
-                continue
-            remaining = [r for r in reserved if r.get("uid") != pod_uid]
-            status = dict(claim["status"])
-            status["reservedFor"] = remaining or None
-            if not remaining:
-                status.pop("allocation", None)
-                status.pop("devices", None)
-            await self._write_status(claim, status)
+        for cached in list(self.state.claims.cache.values()):
+            claim: dict[str, Any] | None = cached
+            for _ in range(5):  # a write conflict: again from the claim as it is now
+                reserved = ((claim or {}).get("status") or {}).get("reservedFor") or []
+                if claim is None or not any(r.get("uid") == pod_uid for r in reserved):
+                    break
+                remaining = [r for r in reserved if r.get("uid") != pod_uid]
+                status = dict(claim["status"])
+                status["reservedFor"] = remaining or None
+                if not remaining:
+                    status.pop("allocation", None)
+                    status.pop("devices", None)
+                claim = await self._write_status(claim, status)
 
     async def _deallocate(self, claim: dict[str, Any]) -> None:
         status = {k: v for k, v in (claim.get("status") or {}).items() if k not in ("allocation", "devices")}
         await self._write_status(claim, status)
 
-    async def _write_status(self, claim: dict[str, Any], status: dict[str, Any]) -> None:
+    async def _write_status(self, claim: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
+        """Write the claim's status; on a conflict, the claim as it is now (None: written, or the claim is gone)."""
         meta = claim["metadata"]
         body = {**claim, "status": {k: v for k, v in status.items() if v is not None}}
         try:
             updated = await self._client.replace(RESOURCE_CLAIMS, body, subresource="status")
         except NotFoundError:
             self.state.record_allocation(meta["uid"], None)
-            return
+            return None
         except ConflictError:
             fresh = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
             await self.state.claim_event("MODIFIED", fresh)
-            return
+            return fresh
         self.state.remember_claim(updated)
         await self.state.claim_event("MODIFIED", updated)
         self._retry_unschedulable()
+        return None
