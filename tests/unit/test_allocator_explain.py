@@ -68,7 +68,7 @@ def test_nodes_failure_aggregates_per_reason() -> None:
     assert outcome.total == 4
     assert outcome.by_reason == {"NoMatchingDevice": 1, "InsufficientDevices": 1, "DevicesInUse": 2}
     nodes = [NodeInfo(f"n{i}") for i in range(1, 5)]
-    examined = examine(outcome, [c], nodes, allocator.snapshot, allocator.allocate)
+    examined = examine(outcome, [c], nodes, allocator)
     assert examined.by_reason == outcome.by_reason
     assert render_text(examined) == (
         "needs 2 NVIDIA H100 80GB HBM3 on one node; n4 has 2 but gpu-0 is in use. n3 has 2 but all are in use. "

@@ -9,11 +9,13 @@ import pytest
 from _allocator_kit import (
     CLASSES,
     claim,
+    counter_set,
     device_class,
     distinct,
     gpu,
     gpus,
     make_allocator,
+    mig,
     req,
     slice_,
 )
@@ -43,7 +45,7 @@ def examined(
     nodes = [NodeInfo(n) for n in allocator.snapshot.node_names()]
     outcome = allocator.find_node(claims, nodes)
     assert isinstance(outcome, NodesFailure)
-    return examine(outcome, claims, nodes, allocator.snapshot, allocator.allocate), allocator
+    return examine(outcome, claims, nodes, allocator), allocator
 
 
 def explained(
@@ -157,6 +159,23 @@ def test_tainted_devices_list_their_untolerated_taints() -> None:
         "which the request does not tolerate"
     )
     assert said.reason == "Tainted"
+
+
+def test_claims_holding_devices_in_use_and_overlapping_ones_are_named_once() -> None:
+    devices = [mig(f"mig-{i}", "gpu-0", "1g.5gb", memory_slice_0=1 if i < 2 else 0, memory_slice_1=1 if i >= 2 else 0)
+               for i in range(4)]  # fmt: skip
+    slices = [
+        slice_("n1", devices, counters=[counter_set("gpu-0-counter-set", memory_slice_0=1, memory_slice_1=1)])
+    ]
+    holders = {DeviceId("gpu.nvidia.com", "n1", d): "default/x" for d in ("mig-0", "mig-2")}
+    said = explained(
+        slices, [claim("c", req("mig", "mig.nvidia.com", count=4))], {"n1": ["mig-0", "mig-2"]}, holders
+    )
+    assert said.headline == (
+        "needs 4 1g.5gb MIG devices on one node; n1 has 4 but 2 are in use and 2 overlap MIG devices in use, all "
+        "held by default/x"
+    )
+    assert said.reason == "DevicesInUse"
 
 
 def test_class_not_found_lists_the_classes_or_says_there_are_none() -> None:

@@ -23,15 +23,25 @@ detail before ranking.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudra.allocator.engine import Allocator
 from gpudra.allocator.explain import MATCHES, SELECTOR, Failure, NodesFailure, RequestDiagnosis
-from gpudra.allocator.pools import DeviceId, NodeInfo
-from gpudra.allocator.requests import CAPACITY, COUNTERS, IN_USE, TAINTED
-from gpudra.allocator.result import Allocation
-from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.allocator.pools import DeviceEntry, DeviceId, NodeInfo
+from gpudra.allocator.requests import (
+    CAPACITY,
+    COUNTERS,
+    IN_USE,
+    TAINTED,
+    RequestSpec,
+    Selector,
+    SelectorRuntimeError,
+    build_claim,
+    evaluate,
+)
 from gpudra.api.resource import ResourceClaim
+from gpudra.errors import GpudraError
 
 BROKEN, GAVE_UP, WAITS, REPUBLISHING, SHORT, CLOSE, FAR, UNEXAMINED = range(1, 9)
 FREEABLE = (IN_USE, COUNTERS, CAPACITY)
@@ -151,24 +161,23 @@ def by_request(ranked: Sequence[NodeMiss], request: str, holders: Mapping[Device
 # ---------------------------------------------------------------- detail
 
 
-Allocate = Callable[[NodeInfo, Sequence[ResourceClaim]], "Allocation | Failure"]
-
-
 def examine(
     outcome: NodesFailure,
     claims: Sequence[ResourceClaim],
     nodes: Sequence[NodeInfo],
-    snapshot: ClusterSnapshot,
-    allocate: Allocate,
+    allocator: Allocator,
     limit: int = 16,
 ) -> NodesFailure:
-    """The outcome with per-device detail for up to ``limit`` nodes: those the scan examined, then those with
-    the most free devices (the scan skips nodes on device counts alone). The counts per reason stay."""
+    """The outcome with per-device detail for up to ``limit`` nodes: those the scan examined, then the nodes
+    whose devices promise the most (free matching devices, matching devices, devices the classes keep; the scan
+    skips nodes on device counts alone). The counts per reason stay."""
     detailed = {f.node: f for f in outcome.failures if f.node is not None and _detailed(f)}
     rest = [n for n in nodes if n.name not in detailed]
-    rest.sort(key=lambda n: _fewest_free_last(snapshot, n.name))
+    if len(rest) > limit - len(detailed):
+        promise = _Promise(allocator, claims)
+        rest.sort(key=promise)
     for node in rest[: max(0, limit - len(detailed))]:
-        again = allocate(node, claims)
+        again = allocator.allocate(node, claims)
         if isinstance(again, Failure):
             detailed[node.name] = again
     failures = [detailed[n.name] for n in nodes if n.name in detailed]
@@ -176,9 +185,49 @@ def examine(
     return NodesFailure(total=outcome.total, failures=failures, by_reason=dict(outcome.by_reason))
 
 
-def _fewest_free_last(snapshot: ClusterSnapshot, node: str) -> tuple[int, int]:
-    total, free, _ = snapshot.node_counts(node)
-    return -free, -total
+class _Promise:
+    """A node's sort key for examination: most free matching devices first, then matching ones, then the ones
+    the classes keep (capped at what each request needs). Selector outcomes come from the devices' caches."""
+
+    def __init__(self, allocator: Allocator, claims: Sequence[ResourceClaim]) -> None:
+        self.allocator = allocator
+        self.groups: list[list[RequestSpec]] = []
+        for i, claim in enumerate(claims):
+            labels = allocator.namespace_labels.get(claim.metadata.namespace or "default")
+            try:
+                spec = build_claim(i, claim, allocator.classes, allocator.compile_selector, labels)
+            except GpudraError:
+                continue
+            self.groups += spec.groups
+
+    def __call__(self, node: NodeInfo) -> tuple[int, int, int]:
+        entries = [e for _, es in self.allocator.snapshot.node_pools(node).usable for e in es]
+        in_use = self.allocator.snapshot.in_use
+        free = matching = kept = 0
+        for group in self.groups:
+            best = (0, 0, 0)
+            for spec in group:
+                idle = fits = passing = 0
+                for entry in entries:
+                    if not self._passes(spec.class_selectors, entry):
+                        continue
+                    passing += 1
+                    if self._passes(spec.request_selectors, entry):
+                        fits += 1
+                        idle += not in_use(entry.id)
+                need = max(spec.count, 1)
+                best = max(best, (min(idle, need), min(fits, need), min(passing, need)))
+            free, matching, kept = free + best[0], matching + best[1], kept + best[2]
+        return -free, -matching, -kept
+
+    def _passes(self, selectors: Sequence[Selector], entry: DeviceEntry) -> bool:
+        try:
+            for selector in selectors:
+                if not evaluate(selector, entry, self.allocator.device_view):
+                    return False
+        except SelectorRuntimeError:
+            pass  # the node's detail reports it
+        return True
 
 
 def _detailed(failure: Failure) -> bool:

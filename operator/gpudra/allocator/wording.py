@@ -233,11 +233,12 @@ class _Words:
         )
 
     def _blockers(self, matching: list[DeviceMiss], *, single: bool) -> str:
+        groups = [(m, [c for c in matching if c.miss == m]) for m in (IN_USE, COUNTERS, CAPACITY, TAINTED)]
+        groups = [(m, g) for m, g in groups if g]
+        held = {m: self._by(g) for m, g in groups if m != TAINTED}
+        shared = len(held) > 1 and len(set(held.values())) == 1 and next(iter(held.values()))
         parts: list[str] = []
-        for miss in (IN_USE, COUNTERS, CAPACITY, TAINTED):
-            group = [c for c in matching if c.miss == miss]
-            if not group:
-                continue
+        for miss, group in groups:
             b = len(group)
             if single:
                 subject, one = "", True
@@ -247,7 +248,7 @@ class _Words:
                 subject, one = f"{group[0].device.device} ", True
             else:
                 subject, one = f"{b} ", False
-            by = self._by(group)
+            by = "" if shared else held.get(miss, "")
             if miss == IN_USE:
                 parts.append(f"{subject}{'is' if one else 'are'} in use{by}")
             elif miss == COUNTERS:
@@ -261,6 +262,10 @@ class _Words:
                     f"{subject}{'is' if one else 'are'} tainted {listed(taints)}, which the request does not "
                     "tolerate"
                 )
+        if shared:  # the same claims hold both kinds: name them once
+            freeable = [p for (m, _), p in zip(groups, parts, strict=True) if m != TAINTED]
+            rest = [p for (m, _), p in zip(groups, parts, strict=True) if m == TAINTED]
+            return " and ".join([" and ".join(freeable) + f", all held{shared}", *rest])
         return " and ".join(parts)
 
     def _by(self, group: list[DeviceMiss]) -> str:

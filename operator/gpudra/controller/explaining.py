@@ -84,8 +84,7 @@ def explain(view: ClusterView, claim: ResourceClaim) -> Outcome:
     claim = _namespaced(claim)
     outcome = view.allocator.find_node([claim], view.nodes)
     if isinstance(outcome, NodesFailure):
-        outcome = examine(outcome, [claim], view.nodes, view.allocator.snapshot, view.allocator.allocate,
-                          DETAIL_NODES)  # fmt: skip
+        outcome = examine(outcome, [claim], view.nodes, view.allocator, DETAIL_NODES)
     return outcome
 
 

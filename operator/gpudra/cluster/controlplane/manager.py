@@ -75,6 +75,7 @@ class ControlPlane:
         self._bound: dict[str, str] = {}  # uid -> node of the pods this scheduler bound
         self._events = EventRecorder(client, "gpudra-scheduler")
         self.filter = NodeFilter(self.state, self._events)
+        self._explained: dict[int, tuple[NodesFailure, str]] = {}  # remembered failures, worded
         self.workloads = Workloads(client, self.state.pods)
         self.daemonsets = DaemonSets(client, self.state.pods)
         self.synced = asyncio.Event()
@@ -377,16 +378,26 @@ class ControlPlane:
         nodes: list[NodeInfo],
         outcome: Failure | NodesFailure,
     ) -> str:
-        """FailedScheduling's message: the nearest miss first, as the controller's Event words it."""
-        if isinstance(outcome, NodesFailure):
-            outcome = examine(outcome, claims, nodes, allocator.snapshot, allocator.allocate)
+        """FailedScheduling's message: the nearest miss first, as the controller's Event words it. The allocator
+        answers again with the same failure object while nothing was freed nor republished: worded once."""
+        remembered = self._explained.get(id(outcome))
+        if remembered is not None and remembered[0] is outcome:
+            return remembered[1]
+        examined = (
+            examine(outcome, claims, nodes, allocator) if isinstance(outcome, NodesFailure) else outcome
+        )
         said = explain_outcome(
-            outcome,
+            examined,
             snapshot=allocator.snapshot,
             holders=self.state.holders(),
             classes=list(allocator.classes),
         )
-        return said.text()
+        text = said.text()
+        if isinstance(outcome, NodesFailure):
+            if len(self._explained) > 256:
+                self._explained.clear()
+            self._explained[id(outcome)] = (outcome, text)
+        return text
 
     async def _bind(
         self,
