@@ -62,6 +62,16 @@ class AgentSettings(CommonSettings):
         default_factory=lambda: [13, 31, 43, 45, 68, 109],
         description="XIDs that are application errors: tainted with effect None (visible, not repelling)",
     )
+    health_noexecute_xids: list[int] = Field(
+        default_factory=list,
+        description="XIDs that mean a dead GPU (e.g. 48, 79, 95): tainted NoExecute instead of NoSchedule, so the"
+        " pods using the device are evicted (Kubernetes' device-taint eviction controller); empty: none",
+    )
+    health_noexecute_gpu_lost: bool = Field(
+        False,
+        description="keep a lost GPU's devices published with taint gpu.nvidia.com/gpu-lost:NoExecute, so the"
+        " pods using them are evicted (default: they leave the slices and their pods keep running)",
+    )
     shared_gpu_replicas: int = Field(
         0,
         ge=0,

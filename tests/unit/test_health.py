@@ -74,3 +74,51 @@ def test_taints_with_effect_none_are_left_out_for_a_server_that_does_not_know_th
 
     assert effects(True) == (["None"], ["NoSchedule"])
     assert effects(False) == ([], ["NoSchedule"])
+
+
+def test_xids_that_mean_a_dead_gpu_taint_noexecute_when_configured() -> None:
+    node = inventory("dgx-h100")
+    state = HealthState(evicting_xids=frozenset({79, 13}))
+    for gpu, value in ((0, 79), (1, 48), (2, 13)):
+        state.record(xid(node, gpu, value), now=1.0)
+    taints = state.taints_for(node, build_node_devices(node, {}).devices)
+    effects = {name: [t.effect for t in ts] for name, ts in taints.items()}
+    # listed: NoExecute, even when the XID is also an ignored one; others as before
+    assert effects == {"gpu-0": ["NoExecute"], "gpu-1": ["NoSchedule"], "gpu-2": ["NoExecute"]}
+    assert {n: p.reason for n, p in state.problems(node).items()} == {
+        "gpu-0": "Xid79",
+        "gpu-1": "Xid48",
+        "gpu-2": "Xid13",
+    }
+
+
+def test_a_lost_gpu_stays_published_tainted_noexecute_when_configured_until_it_is_back() -> None:
+    node = inventory("dgx-a100")  # MIG devices on GPU 0 in the profile's default layout
+    devices = build_node_devices(node, {}).devices
+    state = HealthState(evict_lost_gpus=True)
+    state.remember(node, read_at=0.0)
+    state.remember_published(devices)
+    lost = node.gpus[0]
+    state.record(HealthEvent(kind=HealthEventKind.GPU_LOST, gpu_index=0, gpu_uuid=lost.uuid), now=10.0)
+    without = node.model_copy(update={"gpus": tuple(g for g in node.gpus if g.uuid != lost.uuid)})
+    state.remember(without, read_at=11.0)
+    state.remember_published(build_node_devices(without, {}).devices)  # the next publication lacks the GPU
+    again = state.lost_published()
+    mine = [d.name for d in devices if d.name == "gpu-0" or d.name.startswith("gpu-0-")]
+    assert sorted(d.name for d in again) == sorted(mine) and mine
+    assert all(
+        [(t.key, t.value, t.effect, t.time_added) for t in d.taints or ()]
+        == [("gpu.nvidia.com/gpu-lost", lost.uuid, "NoExecute", "1970-01-01T00:00:10Z")]
+        and not d.consumes_counters
+        for d in again
+    )
+    state.remember(node, read_at=12.0)
+    assert state.lost_published() == []
+
+
+def test_a_lost_gpu_leaves_the_slices_by_default() -> None:
+    node = inventory("dgx-h100")
+    state = HealthState()
+    state.remember_published(build_node_devices(node, {}).devices)
+    state.record(HealthEvent(kind=HealthEventKind.GPU_LOST, gpu_index=3, gpu_uuid=node.gpus[3].uuid), now=1.0)
+    assert state.lost_published() == []

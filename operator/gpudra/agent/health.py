@@ -2,9 +2,12 @@
 
 NVIDIA's keys: ``gpu.nvidia.com/xid`` (value: the XID), ``gpu.nvidia.com/gpu-lost``; XIDs that are application
 errors rather than hardware faults (13, 31, 43, 45, 68, 109 by default) are recorded with effect None, so they show
-but do not repel. Unlike NVIDIA's driver, a taint is removed when the device has been quiet for
-``recovery_seconds`` (0: never; then only an agent restart clears it). A lost GPU disappears from the inventory and so
-from the slices; it stays recorded as lost until it is seen again.
+but do not repel. XIDs named in ``evicting_xids`` (those that mean a dead GPU) get effect NoExecute instead of
+NoSchedule: Kubernetes' device-taint eviction controller then evicts the pods using the device. Unlike NVIDIA's driver,
+a taint is removed when the device has been quiet for ``recovery_seconds`` (0: never; then only an agent restart
+clears it). A lost GPU disappears from the inventory and so from the slices; it stays recorded as lost until it is
+seen again. With ``evict_lost_gpus`` its devices stay published instead, as they were last published, with the taint
+``gpu.nvidia.com/gpu-lost`` NoExecute, so that the pods on it are evicted rather than left running blind.
 
 :meth:`HealthState.problems` says which devices are unhealthy now and why (a repelling taint, or a lost GPU): the
 kubelet plugin marks the claims prepared on them, and the health stream reports them to the kubelet. Application
@@ -25,6 +28,7 @@ from gpudra.hardware.inventory import GpuInfo, NodeInventory
 
 XID_KEY = "gpu.nvidia.com/xid"
 ECC_KEY = "gpu.nvidia.com/ecc"
+LOST_KEY = "gpu.nvidia.com/gpu-lost"
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 
@@ -46,11 +50,17 @@ class _Mark:
 class HealthState:
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     recovery_seconds: float = 300.0
+    evicting_xids: frozenset[int] = frozenset()
+    """XIDs tainted NoExecute (the GPU is dead: evict its pods); they win over ``ignored_xids``."""
+    evict_lost_gpus: bool = False
+    """Keep a lost GPU's devices published, tainted gpu-lost NoExecute (see :meth:`remember_published`)."""
     marks: dict[tuple[str, int | None], _Mark] = field(
         default_factory=dict
     )  # (gpu uuid, gi id) -> latest taint
     lost: dict[str, float] = field(default_factory=dict)  # gpu uuid -> when it was lost
     names: dict[str, frozenset[str]] = field(default_factory=dict)  # gpu uuid -> its device names, last seen
+    lost_devices: dict[str, tuple[Device, ...]] = field(default_factory=dict)
+    """gpu uuid -> its devices as last published (``evict_lost_gpus``): published again, tainted, once it is lost."""
 
     def record(self, event: HealthEvent, now: float) -> DeviceTaint | None:
         """Remember the event's taint (or the loss of the GPU); None for a lost GPU and for events that name no
@@ -62,6 +72,8 @@ class HealthState:
             return None
         if event.kind == HealthEventKind.XID:
             effect = "None" if event.xid in self.ignored_xids else "NoSchedule"
+            if event.xid in self.evicting_xids:
+                effect = "NoExecute"
             taint = DeviceTaint(key=XID_KEY, value=str(event.xid), effect=effect, time_added=_stamp(now))
         elif event.kind == HealthEventKind.DOUBLE_BIT_ECC:
             taint = DeviceTaint(key=ECC_KEY, value="double-bit", effect="NoSchedule", time_added=_stamp(now))
@@ -89,6 +101,32 @@ class HealthState:
                 del self.lost[gpu.uuid]
                 back = True
         return back
+
+    def remember_published(self, published: Sequence[Device]) -> None:
+        """With ``evict_lost_gpus``: remember each GPU's devices as published (the GPU itself, its MIG devices,
+        the placements a dynamic GPU offered), so that they can be published again once it is lost; a GPU absent
+        from ``published`` keeps what was remembered. The counters they consume are left out (the GPU's counter
+        set leaves with it, and a device consuming an unknown counter set would make the whole pool invalid)."""
+        if not self.evict_lost_gpus:
+            return
+        by_gpu: dict[str, list[Device]] = {}
+        for device in published:
+            owner = _parent_uuid(device) or _uuid(device)
+            if owner is not None and owner not in self.lost:
+                by_gpu.setdefault(owner, []).append(
+                    device.model_copy(update={"consumes_counters": None, "taints": None})
+                )
+        self.lost_devices.update({uuid: tuple(devices) for uuid, devices in by_gpu.items()})
+
+    def lost_published(self) -> list[Device]:
+        """With ``evict_lost_gpus``: the lost GPUs' devices to publish, tainted gpu-lost NoExecute since the loss."""
+        out: list[Device] = []
+        if not self.evict_lost_gpus:
+            return out
+        for uuid, since in sorted(self.lost.items()):
+            taint = DeviceTaint(key=LOST_KEY, value=uuid, effect="NoExecute", time_added=_stamp(since))
+            out += [d.model_copy(update={"taints": [taint]}) for d in self.lost_devices.get(uuid, ())]
+        return out
 
     def problems(self, inventory: NodeInventory | None) -> dict[str, DeviceProblem]:
         """Device name -> why it is unhealthy now, for devices with a repelling taint and devices of lost GPUs."""
@@ -140,6 +178,11 @@ def _problem(name: str, taint: DeviceTaint) -> DeviceProblem:
 
 def _parent_uuid(device: Device) -> str | None:
     attribute = (device.attributes or {}).get("parentUUID")
+    return attribute.string if attribute is not None else None
+
+
+def _uuid(device: Device) -> str | None:
+    attribute = (device.attributes or {}).get("uuid")
     return attribute.string if attribute is not None else None
 
 

@@ -78,6 +78,8 @@ class NodeAgent:
         self.health = HealthState(
             ignored_xids=frozenset(settings.health_ignored_xids),
             recovery_seconds=settings.health_recovery_seconds,
+            evicting_xids=frozenset(settings.health_noexecute_xids),
+            evict_lost_gpus=settings.health_noexecute_gpu_lost,
         )
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
         self._informational_taints = False  # whether the server knows the taint effect None (set at start)
@@ -305,6 +307,8 @@ class NodeAgent:
             self.health.taints_for(inventory, built.devices),
             informational=self._informational_taints,
         )
+        names = {d.name for d in devices}
+        devices += [d for d in self.health.lost_published() if d.name not in names]
         try:
             await self.publisher.publish(devices, built.counter_sets)
         except GpudraError as exc:
@@ -348,6 +352,7 @@ class NodeAgent:
         if self.inventory is not None and inventory != self.inventory:
             log.info("hardware changed; slices republished", node=inventory.node_name, devices=len(devices))
         self.inventory, self.devices = inventory, devices
+        self.health.remember_published(devices)
         dynamic = self.dynamic_gpus()
         for gpu in inventory.gpus:
             if gpu.mig_enabled and not gpu.mig_devices and gpu.uuid not in dynamic:

@@ -1,5 +1,6 @@
 """resource.k8s.io/v1 models (Kubernetes 1.34 / 1.35): DeviceClass, ResourceClaim, ResourceClaimTemplate,
-ResourceSlice. Only the fields gpudra reads or writes; unknown wire fields are ignored on read.
+ResourceSlice, DeviceTaintRule (v1 from 1.37; v1alpha3 before, the same fields gpudra reads). Only the fields gpudra
+reads or writes; unknown wire fields are ignored on read.
 
 Quantities stay strings here ("80Gi"); ``gpudra.api.quantity`` parses them.
 """
@@ -129,6 +130,32 @@ class ResourceSlice(WireModel):
     kind: str = "ResourceSlice"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ResourceSliceSpec
+
+
+# ---------------------------------------------------------------- DeviceTaintRule
+
+
+class DeviceTaintSelector(WireModel):
+    """Which devices a rule taints: all of driver, pool and device that are set must match (v1alpha3 of 1.34 also
+    had deviceClassName and CEL selectors, dropped in 1.35: gpudra reads them only to refuse to guess)."""
+
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+    device_class_name: str | None = None
+    selectors: list[dict[str, Any]] | None = None
+
+
+class DeviceTaintRuleSpec(WireModel):
+    device_selector: DeviceTaintSelector | None = None
+    taint: DeviceTaint
+
+
+class DeviceTaintRule(WireModel):
+    api_version: str = API_VERSION
+    kind: str = "DeviceTaintRule"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: DeviceTaintRuleSpec
 
 
 # ---------------------------------------------------------------- selectors, classes

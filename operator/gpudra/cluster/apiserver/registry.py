@@ -113,6 +113,7 @@ resource.k8s.io/v1 deviceclasses DeviceClass cl - - - -
 resource.k8s.io/v1 resourceclaims ResourceClaim ns - - status -
 resource.k8s.io/v1 resourceclaimtemplates ResourceClaimTemplate ns - - - -
 resource.k8s.io/v1 resourceslices ResourceSlice cl - - - spec.nodeName,spec.driver,spec.pool.name
+resource.k8s.io/v1alpha3 devicetaintrules DeviceTaintRule cl - - status -
 apiextensions.k8s.io/v1 customresourcedefinitions CustomResourceDefinition cl crd,crds - status -
 """.strip().splitlines()
 ]

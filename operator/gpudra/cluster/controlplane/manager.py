@@ -25,6 +25,7 @@ from gpudra.api.core import Pod
 from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate, allocated_node
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
 from gpudra.cluster.controlplane.daemonsets import DaemonSets
+from gpudra.cluster.controlplane.eviction import DeviceTaintEviction
 from gpudra.cluster.controlplane.extended import (
     EXTENDED_CLAIM_ANNOTATION,
     ExtendedRequest,
@@ -78,6 +79,8 @@ class ControlPlane:
         self._explained: dict[int, tuple[NodesFailure, str]] = {}  # remembered failures, worded
         self.workloads = Workloads(client, self.state.pods)
         self.daemonsets = DaemonSets(client, self.state.pods)
+        self.eviction = DeviceTaintEviction(client, self.state)
+        self.state.listeners.append(self.eviction.poke)
         self.synced = asyncio.Event()
 
     # ------------------------------------------------------------------ events in
@@ -158,7 +161,7 @@ class ControlPlane:
             await asyncio.gather(*(i.synced.wait() for i in workloads))
             self.synced.set()
             retry = asyncio.create_task(self._periodic_retry())
-            tasks.append(retry)
+            tasks += [retry, asyncio.create_task(self.eviction.run(), name="device taint eviction")]
             while True:
                 _, _, key = await self._queue.get()
                 self._queued.discard(key)

@@ -1,17 +1,24 @@
 """The stand-in control plane's view of the cluster: informers over the objects DRA scheduling reads, and the
-allocator's snapshot kept in step with slices and claim allocations (incrementally, never rebuilt per pod)."""
+allocator's snapshot kept in step with slices and claim allocations (incrementally, never rebuilt per pod).
+
+As kube-scheduler's allocator does, the snapshot holds every slice with the taints of the DeviceTaintRules that
+select its devices appended (:func:`gpudra.allocator.taintrules.taint_slice`); a rule's change re-taints every
+slice."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpudra.allocator.engine import Allocator
 from gpudra.allocator.pools import DeviceId, NodeInfo
 from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.allocator.taintrules import taint_slice, unsupported_selector
 from gpudra.api.core import Namespace, Node, Pod
 from gpudra.api.resource import (
     AllocationResult,
     DeviceClass,
+    DeviceTaintRule,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
@@ -21,6 +28,7 @@ from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Handler, Informer
 from gpudra.kube.resources import (
     DEVICE_CLASSES,
+    DEVICE_TAINT_RULES_V1ALPHA3,
     NAMESPACES,
     NODES,
     PODS,
@@ -29,6 +37,9 @@ from gpudra.kube.resources import (
     RESOURCE_SLICES,
     Resource,
 )
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
 
 
 def resource_version(body: dict[str, Any]) -> int:
@@ -77,7 +88,18 @@ class ClusterState:
         self.nodes = Informer(client, NODES, self.nodes_event, parse=Node.model_validate, events=events)
         self._nodes_seen = 0  # node events so far
         self._node_infos: dict[tuple[tuple[str, str], ...], tuple[int, list[NodeInfo]]] = {}
-        self.pods = Informer(client, PODS, on_pod, parse=Pod.model_validate, events=events)
+        self._on_pod_hook = on_pod
+        self.pods = Informer(client, PODS, self._pod_event, parse=Pod.model_validate, events=events)
+        self.taint_rules = Informer(
+            client,
+            DEVICE_TAINT_RULES_V1ALPHA3,
+            self._on_taint_rule,
+            parse=DeviceTaintRule.model_validate,
+            events=events,
+        )
+        self.rules: list[DeviceTaintRule] = []
+        self.listeners: list[Callable[[], None]] = []
+        """Called after every change of a pod, claim, slice or DeviceTaintRule (the eviction controller looks)."""
         self.changed = 0  # bumped when devices may have become available
         self._allocator: Allocator | None = None
         # claim uid -> resourceVersion of the scheduler's own write (None: the write is in flight); the claim's
@@ -95,17 +117,42 @@ class ClusterState:
             self.namespaces,
             self.nodes,
             self.pods,
+            self.taint_rules,
         ]
 
     def informer(self, resource: Resource) -> Informer:
         return next(i for i in self.informers if i.resource == resource)
 
+    def _notify(self) -> None:
+        for listener in self.listeners:
+            listener()
+
+    async def _pod_event(self, kind: str, body: dict[str, Any]) -> None:
+        self._notify()
+        if self._on_pod_hook is not None:
+            await self._on_pod_hook(kind, body)
+
     async def _on_slice(self, kind: str, body: dict[str, Any]) -> None:
+        self._notify()
         name = body["metadata"]["name"]
         if kind == "DELETED":
             self.snapshot.remove_slice(name)
         else:
-            self.snapshot.add_slice(ResourceSlice.model_validate(body))
+            self.snapshot.add_slice(taint_slice(ResourceSlice.model_validate(body), self.rules))
+        self.changed += 1
+
+    async def _on_taint_rule(self, kind: str, body: dict[str, Any]) -> None:
+        self._notify()
+        rule = DeviceTaintRule.model_validate(body)
+        if kind != "DELETED" and unsupported_selector(rule):
+            log.warning(
+                "DeviceTaintRule selects by deviceClassName or CEL selectors (alpha in 1.34, gone in 1.35): the"
+                " stand-in scheduler ignores it",
+                rule=rule.metadata.name,
+            )
+        self.rules = [DeviceTaintRule.model_validate(b) for _, b in sorted(self.taint_rules.cache.items())]
+        for slice_body in self.slices.cache.values():
+            self.snapshot.add_slice(taint_slice(ResourceSlice.model_validate(slice_body), self.rules))
         self.changed += 1
 
     async def _on_class(self, kind: str, body: dict[str, Any]) -> None:
@@ -134,6 +181,7 @@ class ClusterState:
                     del self._owned[owner.get("uid", "")]
 
     async def claim_event(self, kind: str, body: dict[str, Any]) -> None:
+        self._notify()
         uid = body["metadata"]["uid"]
         self._index_owners(body["metadata"], add=kind != "DELETED")
         if kind == "DELETED":

@@ -31,7 +31,15 @@ FIELDS_FILE = HERE / "gofields.json"
 MODULES = {"k8s.io/api": "v0.37.2", "k8s.io/apimachinery": "v0.37.2"}
 SERVED = [
     f"k8s.io/api/{package}/generated.proto"
-    for package in ("core/v1", "apps/v1", "batch/v1", "coordination/v1", "events/v1", "resource/v1")
+    for package in (
+        "core/v1",
+        "apps/v1",
+        "batch/v1",
+        "coordination/v1",
+        "events/v1",
+        "resource/v1",
+        "resource/v1alpha3",
+    )
 ]
 """The packages of the built-in kinds the embedded API server serves (registry.py), plus meta/v1 for Status,
 DeleteOptions and WatchEvent."""

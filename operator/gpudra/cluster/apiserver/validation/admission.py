@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ..defaults import apply_defaults
@@ -68,6 +69,9 @@ _VALIDATORS: dict[tuple[str, str], Validator] = {
     ("resource.k8s.io", "resourceslices"): lambda obj, old: resourceslices.slice_spec(
         obj.get("spec") or {}, None if old is None else old.get("spec") or {}
     ),
+    ("resource.k8s.io", "devicetaintrules"): lambda obj, old: resourceslices.taint_rule(
+        obj.get("spec") or {}
+    ),
     ("", "pods"): lambda obj, old: core.pod_spec(obj.get("spec") or {}, "spec"),
     ("", "nodes"): lambda obj, old: core.taints((obj.get("spec") or {}).get("taints") or [], "spec.taints"),
     ("apps", "deployments"): _pod_template,
@@ -85,6 +89,19 @@ def _defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
         resourceclaims.default_claim_spec(spec)
     elif rt.plural == "resourceclaimtemplates":
         resourceclaims.default_claim_spec(spec.get("spec") or {})
+    elif rt.plural == "resourceslices":
+        taints = [t for d in spec.get("devices") or [] if isinstance(d, dict) for t in d.get("taints") or []]
+        _taint_times(taints)
+    elif rt.plural == "devicetaintrules":
+        _taint_times([spec.get("taint")])
+
+
+def _taint_times(taints: list[Any]) -> None:
+    """A device taint without ``timeAdded`` gets the time of the write, to the second (SetDefaults_DeviceTaint)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for taint in taints:
+        if isinstance(taint, dict) and not taint.get("timeAdded"):
+            taint["timeAdded"] = now
 
 
 class Admitter:

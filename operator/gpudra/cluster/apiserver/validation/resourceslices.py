@@ -144,6 +144,14 @@ def _taint(taint: dict[str, Any], path: str) -> Errors:
     return errors
 
 
+def taint_rule(spec: dict[str, Any]) -> Errors:
+    """A DeviceTaintRule's spec: its one taint is validated as a device's."""
+    taint = spec.get("taint")
+    if not isinstance(taint, dict) or not taint:
+        return [required("spec.taint")]
+    return _taint(taint, "spec.taint")
+
+
 def _counters(counters: Any, path: str) -> Errors:
     errors: Errors = []
     for name in counters or {}:
