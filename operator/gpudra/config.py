@@ -106,6 +106,13 @@ class AgentSettings(CommonSettings):
         Path("/var/lib/kubelet/plugins_registry"), description="the kubelet's plugin registration directory"
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where per-claim CDI spec files are written")
+    instance_id: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$|^$",
+        description="this agent instance's id (its pod's UID, from the downward API): sockets of its own, so that"
+        " the new agent of a rolling update serves beside the old one and takes over from it (docs/upgrade.md);"
+        " empty: the classic socket names",
+    )
     state_dir: Path | None = Field(
         None, description="directory of the prepared-claims checkpoint; default the plugin directory"
     )

@@ -48,7 +48,8 @@ async def run_agent(settings: AgentSettings) -> None:
     try:
         await runtime.run()
     finally:
-        await asyncio.shield(agent.unmark_node())
+        if not runtime.handed_over:  # else the node's slices are the newer agent's now
+            await asyncio.shield(agent.unmark_node())
         await asyncio.shield(client.close())
         if runner is not None:
             await runner.cleanup()

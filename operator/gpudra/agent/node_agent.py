@@ -186,6 +186,7 @@ class NodeAgent:
         )
         last_full = 0.0
         dirty = True
+        self._health_stop = threading.Event()  # a fresh one: run again after a hand-over was taken back
         if self.settings.health_checks:
             self._start_health_watch(asyncio.get_running_loop())
         try:
@@ -266,15 +267,17 @@ class NodeAgent:
     def _start_health_watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """A thread blocks in NVML's event wait (as real NVML requires) and hands events to the loop."""
 
+        stop = self._health_stop
+
         def watch() -> None:
-            while not self._health_stop.is_set():
+            while not stop.is_set():
                 try:
                     event = self._backend.wait_health_event(0.5)
                 except GpudraError as exc:
                     log.warning("health event wait failed", node=self.settings.node_name, error=str(exc))
-                    self._health_stop.wait(5.0)
+                    stop.wait(5.0)
                     continue
-                if event is not None and not self._health_stop.is_set():
+                if event is not None and not stop.is_set():
                     asyncio.run_coroutine_threadsafe(self._on_health(event), loop)
 
         threading.Thread(target=watch, name=f"health-{self.settings.node_name}", daemon=True).start()

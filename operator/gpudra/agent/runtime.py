@@ -1,9 +1,11 @@
 """AgentRuntime: the node agent's two halves in one process.
 
 The slice publisher (:class:`NodeAgent`) and the kubelet DRA plugin (:class:`ClaimPreparer` behind a
-:class:`KubeletPlugin`). Start-up order: reconcile the checkpoint and the CDI directory first
-(:func:`recover`), then serve the plugin sockets (the kubelet may call prepare right after registration),
-then run the publishing loop; on exit the plugin is deregistered and stopped.
+:class:`KubeletPlugin`). Start-up order: serve and register the plugin (its calls wait), become the node's active
+instance (:mod:`gpudra.agent.handover`: at once, or once the agent this one replaces has handed over), reconcile
+the checkpoint and the CDI directory (:func:`recover`), then let the calls through and run the publishing loop and
+the MigLayout sync. When a newer instance asks for the node, the active duties stop after the calls in flight and
+the lock goes to it; on exit the plugin is deregistered and stopped.
 
 Beside them, on nodes with multi-node NVLink, the compute-domain driver (:class:`ComputeDomainDriver`,
 its own plugin, checkpoint and slice) runs in the same process and follows the GPU agent's readings.
@@ -17,6 +19,7 @@ from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.computedomain.driver import ComputeDomainDriver
 from gpudra.agent.dynamicmig import claimed_placements
+from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.mig_applier import MigApplier
 from gpudra.agent.mig_journal import PlanJournal
@@ -58,9 +61,15 @@ class AgentRuntime:
         self.preparer: ClaimPreparer | None = None
         self.plugin: KubeletPlugin | None = None
         self.compute_domains: ComputeDomainDriver | None = None
+        self.role = ActiveRole(settings.state_path, settings.instance_id)
         if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
             self.compute_domains = ComputeDomainDriver(
-                settings, backend, client, metrics, report_problem=self._report_checkpoint_problem
+                settings,
+                backend,
+                client,
+                metrics,
+                report_problem=self._report_checkpoint_problem,
+                role=self.role,
             )
             self.agent.inventory_listeners.append(self.compute_domains.observe)
         self.dynamic_gpus: frozenset[int] | None = None
@@ -110,10 +119,11 @@ class AgentRuntime:
         )
         self.plugin = KubeletPlugin(
             settings.driver_name,
-            self.preparer,
+            GatedHandler(self.preparer, self.role),
             plugin_dir=settings.plugin_path,
             registry_dir=settings.registry_dir,
             health_source=self.agent.health_reports if settings.health_checks else None,
+            instance=settings.instance_id,
         )
         self.agent.health_listener = self._report_health
         self._health_refreshed = False
@@ -162,14 +172,18 @@ class AgentRuntime:
         )
         await self._events.post(node, "Warning", "CheckpointUnreadable", message)
 
-    async def start_plugin(self) -> None:
-        """Reconcile, then serve and register the kubelet plugin."""
-        if self.preparer is None or self.plugin is None:
+    @property
+    def handed_over(self) -> bool:
+        """Whether a newer agent instance took the node from this one."""
+        return bool(self.role.handed_to)
+
+    async def _recover(self) -> None:
+        """Reconcile the checkpoint and the CDI directory (the instance before this one may have changed them)."""
+        if self.preparer is None:
             return
         self.recovery = await recover(
             self.preparer, report_problem=self._report_checkpoint_problem, metrics=self._metrics
         )
-        await self.plugin.start()
         self.plugin_ready.set()
 
     async def stop_plugin(self) -> None:
@@ -177,10 +191,38 @@ class AgentRuntime:
             await self.plugin.stop()
 
     async def run(self) -> None:
-        mig: asyncio.Task[None] | None = None
+        self.role.start()
         try:
-            await self.start_plugin()
-            mig = asyncio.create_task(self.mig.run(), name=f"mig-{self.settings.node_name}")
+            if self.plugin is not None:
+                await self.plugin.start()
+            while True:
+                await self.role.acquire()
+                await self._active_until_handed_over()
+                await self.role.wait_orphaned()
+        finally:
+            await asyncio.shield(self.stop_plugin())
+            self.role.stop()
+
+    async def _active_until_handed_over(self) -> None:
+        duties = asyncio.create_task(self._duties(), name=f"agent {self.settings.node_name}")
+        holder = asyncio.create_task(self.role.hold(), name=f"handover {self.settings.node_name}")
+        try:
+            done, _ = await asyncio.wait({duties, holder}, return_when=asyncio.FIRST_COMPLETED)
+            if duties in done:
+                duties.result()  # the duties end only by an error
+        finally:
+            await asyncio.shield(self.role.drain())  # on the way out too: no call may outlive the lock
+            for task in (duties, holder):
+                task.cancel()
+            await asyncio.gather(duties, holder, return_exceptions=True)
+            self.role.release()
+
+    async def _duties(self) -> None:
+        """What only the active instance does."""
+        await self._recover()
+        self.role.open()
+        mig = asyncio.create_task(self.mig.run(), name=f"mig-{self.settings.node_name}")
+        try:
             if self.compute_domains is None:
                 await self.agent.run()
             else:
@@ -188,6 +230,5 @@ class AgentRuntime:
                     group.create_task(self.agent.run())
                     group.create_task(self.compute_domains.run())
         finally:
-            if mig is not None:
-                mig.cancel()
-            await asyncio.shield(self.stop_plugin())
+            mig.cancel()
+            await asyncio.gather(mig, return_exceptions=True)

@@ -2,7 +2,8 @@
 
 It watches the pods bound to its node. For a new pod it reads the pod's claims, checks the pod is in each
 claim's ``status.reservedFor``, and calls NodePrepareResources of each driver the claims are allocated from over
-that driver's REAL plugin sockets (``<registry dir>/<driver>-reg.sock``, registration first, like the kubelet);
+that driver's REAL plugin sockets (those in the registry directory, registration first, the newest plugin of a
+driver preferred, like the kubelet: :mod:`gpudra.cluster.pluginwatch`);
 then it marks the pod Running and Ready. A failure posts Event FailedPrepareDynamicResources on the pod and is
 retried with backoff; meanwhile the pod is Pending with its containers waiting (ContainerCreating), as a real
 kubelet shows it. The statuses it writes are those of a 1.37 kubelet (see podstatus.py). When a pod goes away,
@@ -43,6 +44,7 @@ from gpudra.telemetry import get_logger
 
 from .containerview import container_log, container_view, runs_nvidia_smi
 from .kubeletserver import PodLogBook
+from .pluginwatch import PluginWatcher
 from .podstatus import PodStatusWriter, pod_ip
 
 log = get_logger(__name__)
@@ -116,7 +118,6 @@ class StandInKubelet:
         self.node = node
         self._pod_client = pod_client
         self._client = client
-        self._registry = registry_dir
         self._cdi_dir = cdi_dir
         self._max_backoff = max_backoff
         self._logs = logs
@@ -126,7 +127,7 @@ class StandInKubelet:
             client, PODS, self._on_pod, field_selector=f"spec.nodeName={node}", parse=Pod.model_validate,
             events=self._events,
         )  # fmt: skip
-        self._plugins: dict[str, KubeletClient] = {}
+        self._plugins = PluginWatcher(registry_dir)
         self._prepared: dict[
             str, list[tuple[str, ClaimRef]]
         ] = {}  # pod uid -> (driver, claim) handed to prepare
@@ -149,8 +150,7 @@ class StandInKubelet:
             # let the daemons release their clique entries while the client is still open (the cluster
             # closes it after this returns): a release left running afterwards fails on a closed session
             await asyncio.gather(*(task for _, task in self._daemons.values()), return_exceptions=True)
-            for plugin in self._plugins.values():
-                await asyncio.shield(plugin.close())
+            await asyncio.shield(self._plugins.close())
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata", {})
@@ -174,20 +174,7 @@ class StandInKubelet:
         task.add_done_callback(self._background.discard)
 
     async def _connect(self, driver: str) -> KubeletClient:
-        if driver not in self._plugins:
-            plugin = KubeletClient(self._registry / f"{driver}-reg.sock")
-            try:
-                await plugin.register()
-            except BaseException:
-                await plugin.close()
-                raise
-            self._plugins[driver] = plugin
-        return self._plugins[driver]
-
-    async def _drop_connections(self) -> None:
-        plugins, self._plugins = self._plugins, {}
-        for plugin in plugins.values():
-            await plugin.close()
+        return await self._plugins.client(driver)
 
     async def _claims_to_prepare(self, pod: dict[str, Any]) -> dict[str, list[ClaimRef]]:
         """driver -> the pod's claims allocated devices of that driver."""
@@ -209,7 +196,11 @@ class StandInKubelet:
         prepared: dict[str, list[PreparedDevice]] = {}
         for driver, refs in sorted(by_driver.items()):
             plugin = await self._connect(driver)
-            results: dict[str, PrepareResult] = await plugin.prepare(refs)
+            try:
+                results: dict[str, PrepareResult] = await plugin.prepare(refs)
+            except KubeletPluginError:
+                self._plugins.failed(plugin)
+                raise
             errors = [f"{r.name}: {results[r.uid].error}" for r in refs if results[r.uid].error]
             if errors:
                 raise PrepareError("; ".join(errors))
@@ -237,9 +228,6 @@ class StandInKubelet:
                 except NotFoundError as exc:
                     if "pods/" in str(exc):
                         return  # the pod is gone
-                    await self._failed(pod, exc)
-                except KubeletPluginError as exc:
-                    await self._drop_connections()
                     await self._failed(pod, exc)
                 except GpudraError as exc:
                     await self._failed(pod, exc)
@@ -373,7 +361,11 @@ class StandInKubelet:
             for driver, refs in list(pending.items()):
                 with contextlib.suppress(GpudraError):
                     plugin = await self._connect(driver)
-                    results = await plugin.unprepare(refs)
+                    try:
+                        results = await plugin.unprepare(refs)
+                    except KubeletPluginError:
+                        self._plugins.failed(plugin)
+                        raise
                     pending[driver] = [r for r in refs if results[r.uid].error]
                 if not pending[driver]:
                     del pending[driver]

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,11 @@ from gpudra.reports import list_fleet, print_fitted
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+
+
+def pod_uid() -> str:
+    """A new simulated pod UID (an agent process's instance id, as its DaemonSet pod's UID would be)."""
+    return str(uuid.uuid4())
 
 
 def _wait_flag(flag: threading.Event, timeout: float) -> bool:
@@ -319,7 +325,13 @@ class EmbeddedCluster:
             state = root / "simulated-gpus.state"
             fake.persist_to(state)
             process = AgentProcess(
-                settings.model_copy(update={"simulated_state": state, "kubeconfig": agent_kubeconfig}),
+                settings.model_copy(
+                    update={
+                        "simulated_state": state,
+                        "kubeconfig": agent_kubeconfig,
+                        "instance_id": pod_uid(),
+                    }
+                ),
                 root / "agent.log",
             )
             self.agent_processes[node.name] = process
@@ -348,6 +360,20 @@ class EmbeddedCluster:
         self.kubelets[node.name] = kubelet
         self._spawn(kubelet.run(), f"kubelet {node.name}")
         return published
+
+    async def roll_agent(self, node: str) -> AgentProcess:
+        """A rolling update of one node's agent process, as its DaemonSet does it with ``maxSurge: 1,
+        maxUnavailable: 0``: a new instance (a new pod UID) starts beside the old one and takes the node over; once
+        it is ready the old one gets SIGTERM. Returns the new process."""
+        old = self.agent_processes[node]
+        new = AgentProcess(
+            old.settings.model_copy(update={"instance_id": pod_uid()}),
+            self.node_dirs[node] / f"agent-{old.starts + 1}.log",
+        )
+        await new.start()
+        await old.stop()
+        self.agent_processes[node] = new
+        return new
 
     def simulated_gpus(self, node: str) -> FakeNvml:
         """The node's simulated GPUs as they are now: the live fake, or (agent processes) the state the agent's
@@ -402,8 +428,12 @@ class EmbeddedCluster:
         """``<kubeconfig dir>/nodes/<node>``, or a short temporary directory when the socket paths under it
         would pass the 107-byte unix socket limit."""
         root = (self.options.kubeconfig.parent / "nodes" / name).absolute()
-        longest = (
-            root / "registry" / f"{AgentSettings.model_fields['compute_domain_driver_name'].default}-reg.sock"
+        longest = max(
+            root
+            / "registry"
+            / f"{AgentSettings.model_fields['compute_domain_driver_name'].default}-reg.sock",
+            root / "plugins" / f"dra-{pod_uid()}.sock",  # an agent process's (its instance id is a pod UID)
+            key=lambda path: len(str(path)),
         )
         if len(os.fsencode(str(longest))) > MAX_SOCKET_PATH_BYTES:
             root = Path(tempfile.mkdtemp(prefix="gpudra-")) / name

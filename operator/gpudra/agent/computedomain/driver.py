@@ -28,6 +28,7 @@ from typing import Final
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.computedomain.planner import CD_VENDOR, ComputeDomainPlanner
+from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.prepare import ClaimPreparer
 from gpudra.agent.publisher import SlicePublisher
@@ -93,7 +94,10 @@ class ComputeDomainDriver:
         metrics: Metrics,
         *,
         report_problem: ProblemReporter | None = None,
+        role: ActiveRole | None = None,
     ) -> None:
+        """``role``: the node's hand-over (its calls are operations of the active instance, drained before a
+        newer agent takes over)."""
         self.settings = settings
         self.driver = settings.compute_domain_driver_name
         self._client = client
@@ -136,7 +140,10 @@ class ComputeDomainDriver:
             planner=self.planner,
         )
         self.plugin = KubeletPlugin(
-            self.driver, self.preparer, plugin_dir=plugin_dir, registry_dir=settings.registry_dir
+            self.driver,
+            self.preparer if role is None else GatedHandler(self.preparer, role),
+            plugin_dir=plugin_dir,
+            registry_dir=settings.registry_dir,
         )
 
     def _channel_major(self) -> int:

@@ -5,11 +5,19 @@ kubelet dials the endpoint right after GetInfo. A stale registration socket from
 removed first (which deregisters that process), then the stale DRA socket. At stop the registration socket
 goes first, and only socket files this instance created are removed (a newer agent may already have replaced
 them).
+
+Rolling updates (``instance``, the pod UID): two instances of one driver run side by side on a node, each with
+sockets of its own, named as Kubernetes' kubelet plugin helper names them (``RollingUpdate``):
+``<driver>-<uid>-reg.sock`` (or, when that path is too long for a unix socket, ``<driver>-<hash of uid>-reg.sock``
+or ``dra-<hash of driver and uid>-reg.sock``) and ``dra-<uid>.sock``. The kubelet (1.33+) keeps both registered and
+calls the newest one that answers; an instance that stops removes only its own sockets.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -52,6 +60,24 @@ def socket_url(path: Path) -> str:
     return f"unix:{path}"
 
 
+def _digest(data: str, size: int) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data.encode()).digest()[:size]).decode().rstrip("=")
+
+
+def rolling_update_registration_socket(registry_dir: Path, driver: str, instance: str) -> str:
+    """The registration socket's file name of one instance: the first of the helper's three candidates whose
+    path fits a unix socket."""
+    candidates = [
+        f"{driver}-{instance}-reg.sock",
+        f"{driver}-{_digest(instance, 8)}-reg.sock",
+        f"dra-{_digest(driver + chr(0) + instance, 16)}-reg.sock",
+    ]
+    for name in candidates:
+        if len(os.fsencode(str(registry_dir / name))) <= MAX_SOCKET_PATH_BYTES:
+            return name
+    return candidates[-1]
+
+
 def _remove_stale(path: Path) -> None:
     """Remove a leftover socket (or file, or link) so that bind() succeeds; refuse to remove a directory."""
     try:
@@ -77,6 +103,7 @@ class KubeletPlugin:
         health_source: HealthSource | None = None,
         observer: CallObserver | None = None,
         stop_grace_seconds: float = 5.0,
+        instance: str = "",
     ) -> None:
         if not _DRIVER_NAME.match(driver_name) or len(driver_name) > 63:
             raise ConfigurationError(
@@ -88,8 +115,13 @@ class KubeletPlugin:
             plugin_dir if plugin_dir is not None else DEFAULT_PLUGINS_DIR / driver_name
         ).absolute()
         self.registry_dir = registry_dir.absolute()
-        self.dra_socket = self.plugin_dir / "dra.sock"
-        self.registration_socket = self.registry_dir / f"{driver_name}-reg.sock"
+        if instance:
+            self.dra_socket = self.plugin_dir / f"dra-{instance}.sock"
+            name = rolling_update_registration_socket(self.registry_dir, driver_name, instance)
+            self.registration_socket = self.registry_dir / name
+        else:
+            self.dra_socket = self.plugin_dir / "dra.sock"
+            self.registration_socket = self.registry_dir / f"{driver_name}-reg.sock"
         self.supported_versions = [V1_SERVICE, V1BETA1_SERVICE] + ([HEALTH_SERVICE] if health_source else [])
         self._handler = handler
         self._health_source = health_source

@@ -1,0 +1,93 @@
+"""The hand-over between two agent instances of one node, through the files of their shared state directory; and
+the sockets each instance names for itself."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gpudra.agent.handover import ActiveRole, HandedOver
+from gpudra.agent.kubeletplugin.plugin import MAX_SOCKET_PATH_BYTES, rolling_update_registration_socket
+
+
+async def test_a_newer_instance_waits_for_the_operation_in_flight_then_takes_the_node(tmp_path: Path) -> None:
+    old, new = ActiveRole(tmp_path, "old", poll=0.02), ActiveRole(tmp_path, "new", poll=0.02)
+    old.start()
+    new.start()
+    await old.acquire()
+    old.open()
+    finish = asyncio.Event()
+
+    async def in_flight() -> None:
+        async with old.operation():
+            await finish.wait()
+
+    call = asyncio.create_task(in_flight())
+    await asyncio.sleep(0.05)
+    holding = asyncio.create_task(old.hold())
+    taking = asyncio.create_task(new.acquire())
+    waiting = asyncio.create_task(new.operation().__aenter__())
+    await asyncio.sleep(0.2)
+    assert (
+        not holding.done() and not taking.done() and not waiting.done()
+    )  # the call in flight holds the node
+    finish.set()
+    await asyncio.wait_for(holding, 5)
+    old.release()
+    await asyncio.wait_for(taking, 5)
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # the lock is not enough: the state is reloaded first
+    new.open()
+    await asyncio.wait_for(waiting, 5)  # the new instance's waiting call runs now
+    assert new.active.is_set() and old.handed_to == "new"
+    with pytest.raises(HandedOver, match="handed the node over to a newer one"):
+        async with old.operation():
+            pass
+    await call
+    old.stop()
+    new.stop()
+
+
+async def test_the_old_instance_takes_the_node_back_when_the_new_one_dies_first(tmp_path: Path) -> None:
+    old, new = ActiveRole(tmp_path, "old", poll=0.02), ActiveRole(tmp_path, "new", poll=0.02)
+    old.start()
+    await old.acquire()
+    new.start()
+    taking = asyncio.create_task(new.acquire())
+    await asyncio.wait_for(old.hold(), 5)
+    taking.cancel()
+    new.stop()  # it dies before it got the lock
+    old.release()
+    await asyncio.wait_for(old.wait_orphaned(), 5)
+    await asyncio.wait_for(old.acquire(), 5)
+    old.open()
+    async with old.operation():
+        assert old.active.is_set()
+    old.stop()
+
+
+def test_two_processes_cannot_run_as_the_same_instance(tmp_path: Path) -> None:
+    first = ActiveRole(tmp_path, "same")
+    first.start()
+    with pytest.raises(Exception, match="another agent runs as instance 'same'"):
+        ActiveRole(tmp_path, "same").start()
+    first.stop()
+
+
+@pytest.mark.parametrize(
+    ("directory_length", "driver", "expected"),
+    [
+        (20, "gpu.nvidia.com", "gpu.nvidia.com-5f6c1f0e-aaaa-bbbb-cccc-0123456789ab-reg.sock"),
+        (60, "gpu.nvidia.com", "gpu.nvidia.com-"),  # the UID does not fit: a hash of it
+        (65, "compute-domain.nvidia.com", "dra-"),  # nor does the driver with it: a hash of both
+    ],
+)
+def test_registration_sockets_are_named_per_instance_as_the_kubelet_plugin_helper_names_them(
+    directory_length: int, driver: str, expected: str
+) -> None:
+    registry = Path("/" + "r" * (directory_length - 1))
+    name = rolling_update_registration_socket(registry, driver, "5f6c1f0e-aaaa-bbbb-cccc-0123456789ab")
+    assert name.startswith(expected) and name.endswith("-reg.sock")
+    assert len(str(registry / name)) <= MAX_SOCKET_PATH_BYTES
