@@ -1,6 +1,7 @@
 """What a platform team installs: the kustomize base and overlays render, every object validates against the
-Kubernetes 1.34 schemas (strict) or a CRD shipped with it, RBAC grants exactly what the code uses, the Dockerfile
-lints, and the Tiltfile evaluates."""
+Kubernetes 1.34 schemas (strict) or a CRD shipped with it, RBAC grants exactly what the code uses and where (the
+driver's namespace unless it must be cluster-wide), the admission policies bind the base's service accounts and
+the agent's own Node keys, the Dockerfile lints, and the Tiltfile evaluates."""
 
 from __future__ import annotations
 
@@ -26,37 +27,52 @@ THIRD_PARTY_CRDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor")
 }  # the Prometheus Operator's, not shipped here
 
-# What the code does through the client layer, per component: (apiGroup, resource, verb). The Roles must grant
-# exactly these. Controller: kopf watches (list+watch) slices, classes, claims and claim templates, lists
-# namespaces and nodes to explain claims, posts Events, and uses kopf peering and CRD discovery (its web view
-# watches namespaces too); for MigLayouts it watches them and Nodes, patches Nodes (desired MIG state) and MigLayout
-# status, reads ConfigMaps (mig-parted files); the MIG planner creates, merge-patches and deletes its own
-# MigLayouts. Agent: reads, watches (by name) and labels its Node, lists and writes its own slices, reads claims it
-# prepares and writes their status, posts Events; its compute-domain driver reads ComputeDomainCliques and
-# (host-managed) writes its daemon entry and channel-lease ConfigMaps. IMEX daemon: reads and writes its domain's
-# ComputeDomainClique.
-USED: dict[str, set[tuple[str, str, str]]] = {
-    "gpudra-controller": {
+# What the code does through the client layer, per component: (apiGroup, resource, verb, scope). The Roles must
+# grant exactly these, and where: "cluster" (a ClusterRole bound cluster-wide: cluster-scoped kinds, and kinds that
+# live in users' namespaces) or "driver" (a Role in the driver's namespace: what lives there). Controller: kopf
+# watches (list+watch) slices, classes, claims and claim templates, lists namespaces and nodes to explain claims, posts Events, and
+# uses kopf peering and CRD discovery (its web view watches namespaces too); for MigLayouts it watches them and Nodes, patches Nodes (desired MIG state)
+# and MigLayout status, reads ConfigMaps (mig-parted files, in whichever namespace a MigLayout names); the MIG
+# planner creates, merge-patches and deletes its own MigLayouts; ComputeDomains in users' namespaces, their
+# channel templates there, and in the driver's namespace their daemon DaemonSets, daemon pods and cliques. Agent:
+# reads, watches (by name) and labels its Node, lists and writes its own slices, reads claims it prepares and
+# writes their status, posts Events; its compute-domain driver reads ComputeDomainCliques and (host-managed)
+# writes its daemon entry and channel-lease ConfigMaps, in the driver's namespace. IMEX daemon: reads and writes
+# its domain's ComputeDomainClique, in the driver's namespace.
+Grant = tuple[str, str, str, str]
+
+
+def _at(scope: str, *grants: tuple[str, str, str]) -> set[Grant]:
+    return {(g, r, v, scope) for g, r, v in grants}
+
+
+USED: dict[str, set[Grant]] = {
+    "gpudra-controller": _at(
+        "cluster",
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
         # the web view: informers over what it shows (the rest is watched above already)
         ("", "namespaces", "watch"),
-        # ComputeDomains: watch domains, cliques and nodes; write status; apply and delete children
-        ("", "nodes", "watch"), ("", "nodes", "patch"), ("", "pods", "list"), ("", "pods", "watch"),
+        # ComputeDomains: watch domains and nodes; write status; apply and delete channel templates
+        ("", "nodes", "watch"), ("", "nodes", "patch"),
         *{("resource.nvidia.com", "computedomains", v) for v in ("list", "watch", "patch")},
         ("resource.nvidia.com", "computedomains/status", "patch"),
-        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},
-        *{(g, r, v) for g, r in (("resource.k8s.io", "resourceclaimtemplates"), ("apps", "daemonsets"))
-          for v in ("list", "create", "patch", "delete")},
+        *{("resource.k8s.io", "resourceclaimtemplates", v) for v in ("list", "create", "patch", "delete")},
         ("resource.k8s.io", "resourceclaimtemplates", "watch"),  # classes and opaque configs checked (Events)
         ("", "configmaps", "get"),
         *{("gpudra.dev", "miglayouts", v) for v in ("list", "watch", "create", "patch", "delete")},
         ("gpudra.dev", "miglayouts/status", "patch"),
         *{("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")},
         *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")},
-    },
-    "gpudra-agent": {
+    ) | _at(
+        "driver",
+        *{("apps", "daemonsets", v) for v in ("list", "create", "patch", "delete")},
+        ("", "pods", "list"), ("", "pods", "watch"),
+        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},
+    ),
+    "gpudra-agent": _at(
+        "cluster",
         ("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes", "list"), ("", "nodes", "watch"),
         *{("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")},
         ("resource.k8s.io", "resourceclaims", "get"),
@@ -65,13 +81,15 @@ USED: dict[str, set[tuple[str, str, str]]] = {
         ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),
         ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"),
         ("", "events", "create"),
+    ) | _at(
+        "driver",
         # a channel's prepare watches its clique object while it waits for the node's daemon
         *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "list", "watch", "create", "update")},
         *{("", "configmaps", v) for v in ("get", "create", "update")},
-    },
-    "gpudra-imex-daemon": {
-        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")},
-    },
+    ),
+    "gpudra-imex-daemon": _at(
+        "driver", *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")}
+    ),
 }  # fmt: skip
 
 
@@ -103,20 +121,145 @@ def test_simulated_overlay_runs_agents_without_gpus() -> None:
     assert "nodeSelector" not in agent["spec"]["template"]["spec"]
 
 
-def _granted(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+@NEEDS_KUBECTL
+def test_agent_and_controller_root_filesystems_are_read_only() -> None:
+    """Neither process writes outside its mounts (the agent: the kubelet's plugin directories and /var/run/cdi);
+    the Pod Security levels of the pods are judged by the real API server (tests/kubernetes)."""
+    for obj in render("manifests/base"):
+        if obj["kind"] in ("Deployment", "DaemonSet"):
+            container = obj["spec"]["template"]["spec"]["containers"][0]
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, obj["metadata"]["name"]
+
+
+@NEEDS_KUBECTL
+def test_simulated_agents_run_unprivileged() -> None:
+    agent = next(o for o in render("manifests/overlays/simulated") if o["kind"] == "DaemonSet")
+    security = agent["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert security["privileged"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["allowPrivilegeEscalation"] is False
+
+
+@NEEDS_KUBECTL
+def test_monitoring_network_policy_admits_only_the_scraper_to_what_the_pods_serve() -> None:
+    objects = render("manifests/overlays/monitoring")
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    workloads = [o for o in objects if o["kind"] in ("Deployment", "DaemonSet")]
+    served = set()
+    for workload in workloads:  # the policy selects every gpudra pod, and each port they serve is named in it
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), workload["metadata"]["name"]
+        served |= {
+            p["name"] for c in workload["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])
+        }
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert served <= {p["port"] for p in rule["ports"]} <= {"metrics", "web"}
+    [source] = rule["from"]
+    assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    # the IMEX daemon pods (peers reach their nvidia-imex) are not selected
+    daemon_labels = imex_daemon_set_labels()
+    assert not selector.items() <= daemon_labels.items()
+
+
+def imex_daemon_set_labels() -> dict[str, str]:
+    from gpudra.api.computedomain import ComputeDomain
+    from gpudra.computedomain.children import daemon_set
+
+    meta = {"name": "d", "namespace": "default", "uid": "0d1f3a94-4c5e-4e57-9a2b-6f1f2d3c4b5a"}
+    domain = ComputeDomain.from_wire(
+        {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "metadata": meta,
+         "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "c"}}}}
+    )  # fmt: skip
+    labels: dict[str, str] = daemon_set(domain, "gpudra", "gpudra:1")["spec"]["template"]["metadata"][
+        "labels"
+    ]
+    return labels
+
+
+def _rules(role: dict[str, Any]) -> set[tuple[str, str, str]]:
     return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
             for v in rule["verbs"]}  # fmt: skip
 
 
+def _granted(docs: list[dict[str, Any]], account: str) -> set[Grant]:
+    """What the bindings in ``docs`` grant ``account`` (a ServiceAccount of the driver's namespace), and where."""
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    granted: set[Grant] = set()
+    for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        subjects = {(s["kind"], s["name"], s.get("namespace")) for s in binding["subjects"]}
+        if ("ServiceAccount", account, "gpudra") not in subjects:
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        scope = "cluster" if binding["kind"] == "ClusterRoleBinding" else "driver"
+        granted |= {(*rule, scope) for rule in _rules(role)}
+    return granted
+
+
 @pytest.mark.parametrize("component", sorted(USED))
-def test_rbac_grants_exactly_what_the_code_uses(component: str) -> None:
-    docs = yaml.safe_load_all(
-        (ROOT / "manifests" / "base" / f"rbac-{component.removeprefix('gpudra-')}.yaml").read_text()
-    )
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    granted = _granted(role)
-    assert USED[component] - granted == set(), "the code needs more than the role grants"
-    assert granted - USED[component] == set(), "the role grants more than the code uses"
+def test_rbac_grants_exactly_what_the_code_uses_where_it_uses_it(component: str) -> None:
+    path = ROOT / "manifests" / "base" / f"rbac-{component.removeprefix('gpudra-')}.yaml"
+    granted = _granted(list(yaml.safe_load_all(path.read_text())), component)
+    assert USED[component] - granted == set(), "the code needs more than the roles grant"
+    assert granted - USED[component] == set(), "the roles grant more than the code uses"
+
+
+@NEEDS_KUBECTL
+def test_namespaced_grants_land_in_the_driver_namespace() -> None:
+    objects = render("manifests/base")
+    for obj in objects:
+        if obj["kind"] in ("Role", "RoleBinding"):
+            assert obj["metadata"]["namespace"] == "gpudra", obj["metadata"]
+        if obj["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            assert {s["namespace"] for s in obj["subjects"]} == {"gpudra"}, obj["metadata"]
+
+
+def _policy(name: str) -> dict[str, Any]:
+    docs = yaml.safe_load_all((ROOT / "manifests" / "base" / name).read_text())
+    return next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+
+
+def test_node_policy_allows_the_agent_exactly_the_node_keys_it_writes() -> None:
+    """node-admission.yaml lists the labels and annotations the agent owns; they are the ones its code writes (a
+    key the code writes and the policy lacks would be refused on a real cluster, one the policy lists and the code
+    never writes is a grant too many)."""
+    from gpudra.agent.node_agent import GENERATION_ANNOTATION, PUBLISHED_LABEL
+    from gpudra.computedomain.clique import CLIQUE_LABEL
+    from gpudra.computedomain.names import NODE_LABEL_PREFIX
+    from gpudra.mig.desired import CONFIG_STATE_LABEL, DESIRED_ANNOTATION, STATE_ANNOTATION
+
+    variables = {v["name"]: v["expression"] for v in _policy("node-admission.yaml")["spec"]["variables"]}
+
+    def owned(expression: str) -> set[str]:
+        inside = expression.rsplit("!(k in [", 1)[1].split("]", 1)[0]
+        keys = set(re.findall(r'"([^"]+)"', inside))
+        return keys | {f"{p}*" for p in re.findall(r'k\.startsWith\("([^"]+)"\)', expression)}
+
+    assert owned(variables["foreignLabels"]) == {
+        PUBLISHED_LABEL, CLIQUE_LABEL, CONFIG_STATE_LABEL, f"{NODE_LABEL_PREFIX}*"
+    }  # fmt: skip
+    assert owned(variables["foreignAnnotations"]) == {GENERATION_ANNOTATION, STATE_ANNOTATION}
+    assert DESIRED_ANNOTATION not in owned(
+        variables["foreignAnnotations"]
+    )  # the controller's, not the agent's
+
+
+def test_every_policy_binds_to_the_service_accounts_of_the_base() -> None:
+    for path in sorted((ROOT / "manifests" / "base").glob("*-admission.yaml")):
+        docs = list(yaml.safe_load_all(path.read_text()))
+        policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+        binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"], path.name
+        assert binding["spec"]["validationActions"] == ["Deny"], path.name
+        assert policy["spec"]["failurePolicy"] == "Fail", path.name
+        # the service accounts by name in any namespace: a base installed elsewhere (kustomize namespace) stays bound
+        match = policy["spec"]["matchConditions"][0]["expression"]
+        assert 'request.userInfo.username.startsWith("system:serviceaccount:")' in match, path.name
+        named = set(re.findall(r'endsWith\(":([^"]+)"\)', match))
+        assert named and named <= set(USED), (path.name, named)
+        listed = yaml.safe_load((ROOT / "manifests" / "base" / "kustomization.yaml").read_text())["resources"]
+        assert path.name in listed
 
 
 def test_crds_kustomization_lists_every_generated_crd() -> None:

@@ -5,8 +5,8 @@
 - delete: ``remove_children``; a pass that could not remove everything is retried a bounded number of
   times (``computedomain_cleanup_attempts``), then the finalizer is released anyway with a Warning Event
   naming what is left, so a domain never hangs in Terminating (NVIDIA #380).
-- events of domains, their claims, their ComputeDomainClique objects, Nodes and the domains' daemon pods
-  feed the ``DomainView``;
+- events of domains, their claims, Nodes, and (in the driver's namespace) their ComputeDomainClique objects
+  and daemon pods feed the ``DomainView``;
   the ``DomainStatusWriter`` recomputes and writes status for the domains an event touched.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain
+from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Pod
 from gpudra.computedomain.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from gpudra.config import ControllerSettings
@@ -28,7 +28,7 @@ from gpudra.errors import InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer
-from gpudra.kube.resources import PODS
+from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, PODS
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
 
@@ -49,16 +49,29 @@ def register_compute_domains(
         key = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
         writer.mark(writer.view.daemon_pod_changed(None if kind == "DELETED" else body, key))
 
-    # The domains' daemon pods only (server-side label selector): what they say while their daemon has not
-    # registered (pending, image pull failure, crash loop) goes into the domain's conditions (NVIDIA #289).
+    async def clique_event(kind: str, body: dict[str, Any]) -> None:
+        key = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+        try:
+            writer.mark(writer.view.clique_changed(None if kind == "DELETED" else body, key))
+        except ValueError as exc:
+            log.warning("ignoring an unreadable ComputeDomainClique", clique=key, error=str(exc))
+
+    # Both live in the driver's namespace only, where the controller's Role lets it read them. The domains'
+    # daemon pods (server-side label selector): what they say while their daemon has not registered (pending,
+    # image pull failure, crash loop) goes into the domain's conditions (NVIDIA #289).
+    namespace = settings.namespace
     daemon_pods = Informer(
-        client, PODS, daemon_pod_event, label_selector=DAEMON_POD_SELECTOR, parse=Pod.model_validate
+        client, PODS, daemon_pod_event, namespace=namespace, label_selector=DAEMON_POD_SELECTOR,
+        parse=Pod.model_validate,
+    )  # fmt: skip
+    cliques = Informer(
+        client, COMPUTE_DOMAIN_CLIQUES, clique_event, namespace=namespace, parse=ComputeDomainClique.model_validate
     )
 
     @kopf.on.startup(registry=registry)
     async def start_status_writer(**_: Any) -> None:
         loop = asyncio.get_running_loop()
-        tasks.extend([loop.create_task(writer.run()), loop.create_task(daemon_pods.run())])
+        tasks.extend(loop.create_task(run) for run in (writer.run(), daemon_pods.run(), cliques.run()))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_status_writer(**_: Any) -> None:
@@ -82,7 +95,7 @@ def register_compute_domains(
     @kopf.on.delete(GROUP, VERSION, "computedomains", registry=registry)
     async def delete_children(body: kopf.Body, uid: str, retry: int, **_: Any) -> None:
         writer.deleting.add(uid)
-        outcome = await remove_children(client, uid)
+        outcome = await remove_children(client, uid, settings.namespace)
         verdict = cleanup_verdict(outcome, retry, settings.computedomain_cleanup_attempts)
         if verdict == "retry":
             metrics.computedomain_cleanups.labels("retried").inc()
@@ -109,14 +122,6 @@ def register_compute_domains(
             writer.mark(writer.view.domain_changed(body, uid))
         except ValueError as exc:  # a body the API server should have rejected; say so, keep running
             log.warning("ignoring an unreadable ComputeDomain", uid=uid, error=str(exc))
-
-    @kopf.on.event(GROUP, VERSION, "computedomaincliques", registry=registry)
-    async def clique_event(type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
-        key = f"{namespace}/{name}"
-        try:
-            writer.mark(writer.view.clique_changed(None if type == "DELETED" else body, key))
-        except ValueError as exc:
-            log.warning("ignoring an unreadable ComputeDomainClique", clique=key, error=str(exc))
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
     async def domain_claim_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:

@@ -3,8 +3,9 @@
 Children are applied with server-side apply (forced, field manager gpudra-controller): one request per
 object whether it exists or not, and applying the same desired object twice changes nothing.
 
-Deletion removes, in order, the domain's ResourceClaimTemplates and DaemonSet (by the children label, in
-any namespace), its ComputeDomainClique objects (named ``<uid>.<cliqueID>``), and its label on every Node.
+Deletion removes, in order, the domain's ResourceClaimTemplates (by the children label, in any namespace) and
+DaemonSet (in the driver's namespace), its ComputeDomainClique objects (named ``<uid>.<cliqueID>``, in the
+driver's namespace), and its label on every Node.
 It never waits for pods: a workload pod stuck Terminating (NVIDIA #380) keeps its own claim, which the
 kubelet unprepares without the domain, so the domain's finalizer does not depend on it. Pods still holding
 one of the domain's channels are named in the outcome so the user sees what is left.
@@ -104,19 +105,20 @@ async def _delete_all(
             outcome.failed.append(f"{what}: {exc}")
 
 
-async def remove_children(client: KubeClient, uid: str) -> Cleanup:
+async def remove_children(client: KubeClient, uid: str, driver_namespace: str) -> Cleanup:
     """One pass removing everything of domain ``uid``; failures are collected, never raised."""
     outcome = Cleanup()
     selector = ",".join(f"{k}={v}" for k, v in child_selector(uid).items())
-    for res in (RESOURCE_CLAIM_TEMPLATES, DAEMONSETS):
+    # templates: in the domain's namespace and the driver's; the DaemonSet and cliques: the driver's only
+    for res, namespace in ((RESOURCE_CLAIM_TEMPLATES, None), (DAEMONSETS, driver_namespace)):
         try:
-            items, _ = await client.list(res, label_selector=selector)
+            items, _ = await client.list(res, namespace, label_selector=selector)
         except KubeError as exc:
             outcome.failed.append(f"listing {res.plural}: {exc}")
             continue
         await _delete_all(client, res, items, outcome)
     try:
-        cliques, _ = await client.list(COMPUTE_DOMAIN_CLIQUES)
+        cliques, _ = await client.list(COMPUTE_DOMAIN_CLIQUES, driver_namespace)
         mine = [c for c in cliques if str(c["metadata"]["name"]).startswith(f"{uid}.")]
         await _delete_all(client, COMPUTE_DOMAIN_CLIQUES, mine, outcome)
     except KubeError as exc:

@@ -1,6 +1,7 @@
 """A small informer: list, then watch from the list's resourceVersion, keeping a local cache and calling a handler
-for each change. A watch that ends or expires (410) is resumed by re-listing, and the handler sees the difference
-as ADDED / MODIFIED / DELETED, so no change is lost across a reconnect.
+for each change, in one namespace (``namespace``, which needs only a Role there) or in all of them. A watch that
+ends or expires (410) is resumed by re-listing, and the handler sees the difference as ADDED / MODIFIED /
+DELETED, so no change is lost across a reconnect.
 
 One bad object never stops an informer. With ``parse`` (a model's validation), an object that does not parse is
 kept out of the cache and the handler, as if absent (a version of it that parsed before goes as DELETED), is
@@ -53,6 +54,7 @@ class Informer:
         resource: Resource,
         handler: Handler | None = None,
         *,
+        namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
         watch_timeout: int = 240,
@@ -62,6 +64,7 @@ class Informer:
         self._client = client
         self.resource = resource
         self._handler = handler
+        self._namespace = namespace
         self._labels = label_selector
         self._fields = field_selector
         self._timeout = watch_timeout
@@ -137,7 +140,7 @@ class Informer:
 
     async def _relist(self) -> str:
         items, version = await self._client.list(
-            self.resource, label_selector=self._labels, field_selector=self._fields
+            self.resource, self._namespace, label_selector=self._labels, field_selector=self._fields
         )
         fresh = {object_key(o): o for o in items}
         for key, obj in list(self.cache.items()):
@@ -160,6 +163,7 @@ class Informer:
                 backoff = 0.1
                 async for kind, obj in self._client.watch(
                     self.resource,
+                    self._namespace,
                     resource_version=version,
                     label_selector=self._labels,
                     field_selector=self._fields,

@@ -39,11 +39,14 @@ class _CliqueWatch:
         self.body: dict[str, Any] | None = None
         self.changed = asyncio.Condition()
         self.waiters = 0
-        selector = f"metadata.name={name},metadata.namespace={namespace}"
         self._informer = Informer(
-            client, COMPUTE_DOMAIN_CLIQUES, self._on_event, field_selector=selector,
+            client,
+            COMPUTE_DOMAIN_CLIQUES,
+            self._on_event,
+            namespace=namespace,  # the agent's Role on cliques holds in the driver's namespace only
+            field_selector=f"metadata.name={name}",
             parse=ComputeDomainClique.model_validate,
-        )  # fmt: skip
+        )
         self._task = asyncio.create_task(self._informer.run(), name=f"clique watch {name}")
 
     @property
