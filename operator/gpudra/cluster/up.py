@@ -112,6 +112,9 @@ class UpOptions:
     """embedded: the project's API server and stand-ins; kubernetes: the real control plane (``make kubernetes``)."""
     kubernetes_version: str | None = None
     """With ``control_plane="kubernetes"``: which built version (default: K8S_VERSION, else the newest built)."""
+    feature_gates_off: tuple[str, ...] = ()
+    """With ``control_plane="kubernetes"``: gates turned off on every component, e.g. to run as an older version
+    would (DRAResourceClaimGranularStatusAuthorization off: claim status is authorized as on 1.34 and 1.35)."""
 
     web_port: int | None = None
     """Serve the controller's web view on 127.0.0.1 at this port (0: a free port; None: no web view)."""
@@ -196,7 +199,9 @@ class EmbeddedCluster:
         with its ServiceAccount's token."""
         binaries = find_binaries(self.options.kubernetes_version)
         root = self.options.kubeconfig.parent.absolute() / "kubernetes"
-        self.kubernetes = KubernetesControlPlane(root, binaries, port=self.options.port)
+        self.kubernetes = KubernetesControlPlane(
+            root, binaries, port=self.options.port, gates_off=self.options.feature_gates_off
+        )
         await self.kubernetes.start()
         admin = self.kubernetes.admin_kubeconfig
         write_kubeconfig(self.options.kubeconfig, read_credentials(admin))

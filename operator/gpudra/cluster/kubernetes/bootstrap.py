@@ -74,4 +74,59 @@ async def apply_base(kubeconfig: Path, base: Path) -> list[dict[str, Any]]:
         "--all",
     )
     await _kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(rest).encode())
+    await wait_for_policies(kubeconfig)
     return objects
+
+
+PROBE = "gpudra-up-policy-probe"
+_PROBE_POLICY: list[dict[str, Any]] = [
+    {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": PROBE},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["configmaps"],
+                    }
+                ]
+            },
+            "matchConditions": [{"name": "probe", "expression": f'object.metadata.name == "{PROBE}"'}],
+            "validations": [{"expression": "false", "message": PROBE}],
+        },
+    },
+    {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": PROBE},
+        "spec": {"policyName": PROBE, "validationActions": ["Deny"]},
+    },
+]
+
+
+async def wait_for_policies(kubeconfig: Path, timeout: float = 60.0) -> None:
+    """Return once kube-apiserver enforces the ValidatingAdmissionPolicies just applied. It loads them from its
+    own informers, so for a moment after the apply a write they forbid still goes through. A probe policy
+    applied after them is seen in order: once it refuses a dry-run create, the ones before it are in force."""
+    probe = yaml.safe_dump_all(_PROBE_POLICY).encode()
+    await _kubectl(kubeconfig, "apply", "-f", "-", stdin=probe)
+    deadline = asyncio.get_running_loop().time() + timeout
+    create = ("create", "configmap", PROBE, "--namespace=default", "--dry-run=server")
+    while True:
+        try:
+            await _kubectl(kubeconfig, *create)
+        except ConfigurationError as exc:
+            if f"ValidatingAdmissionPolicy '{PROBE}'" not in str(exc):
+                raise
+            break
+        if asyncio.get_running_loop().time() > deadline:
+            raise ConfigurationError(
+                f"kube-apiserver did not enforce the admission policies within {timeout}s"
+            )
+        await asyncio.sleep(0.1)
+    await _kubectl(kubeconfig, "delete", "-f", "-", stdin=probe)

@@ -56,8 +56,11 @@ def known_controllers(help_text: str) -> set[str]:
 
 
 class KubernetesControlPlane:
-    def __init__(self, root: Path, binaries: Binaries, *, port: int = 0) -> None:
+    def __init__(
+        self, root: Path, binaries: Binaries, *, port: int = 0, gates_off: tuple[str, ...] = ()
+    ) -> None:
         self.layout = Layout(root)
+        self._gates_off = gates_off
         self.binaries = binaries
         self.port = port or free_port()
         self._etcd_port = free_port()
@@ -129,7 +132,7 @@ class KubernetesControlPlane:
         apiserver_help, manager_help = await asyncio.gather(
             _help(self.binaries.kube_apiserver), _help(self.binaries.kube_controller_manager)
         )
-        self._gates = gate_flag(known_gates(apiserver_help))
+        self._gates = gate_flag(known_gates(apiserver_help), off=self._gates_off)
         self.etcd = ManagedProcess(
             "etcd",
             etcd_args(self.binaries.etcd, layout, self._etcd_port, free_port()),

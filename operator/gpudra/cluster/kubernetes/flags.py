@@ -56,8 +56,12 @@ def known_gates(help_text: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in map(_GATE.match, help_text.splitlines()) if m}
 
 
-def gate_flag(known: dict[str, str], wanted: tuple[str, ...] = PRODUCT_FEATURE_GATES) -> str:
-    return ",".join(f"{gate}=true" for gate in wanted if gate in known)
+def gate_flag(
+    known: dict[str, str], wanted: tuple[str, ...] = PRODUCT_FEATURE_GATES, *, off: tuple[str, ...] = ()
+) -> str:
+    """The wanted gates this version lists, on; the ``off`` ones off (an unknown one is passed as asked, so the
+    binary says it does not know it)."""
+    return ",".join([f"{gate}=true" for gate in wanted if gate in known] + [f"{gate}=false" for gate in off])
 
 
 @dataclass(frozen=True)

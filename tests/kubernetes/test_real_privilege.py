@@ -1,0 +1,389 @@
+"""Least privilege, enforced by the real kube-apiserver: RBAC keeps what lives in the driver's namespace there, and
+the ValidatingAdmissionPolicies of manifests/base keep a node's credentials to that node. Each forbidden write is
+tried with the credentials of node A's agent (or node B's IMEX daemon pod) against node B's objects and against
+another namespace, and must be refused with its reason; the writes the product makes still succeed.
+(ResourceSlices: test_real_admission.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+import pytest
+from _realkit import StartKubernetes, admin
+
+from clusterkit import eventually
+from gpudra.cluster.up import EmbeddedCluster
+from gpudra.errors import KubeError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import (
+    COMPUTE_DOMAIN_CLIQUES,
+    CONFIGMAPS,
+    DAEMONSETS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
+
+A, B = "l4x4-0", "l4x4-1"
+DRIVER_NS = "gpudra"
+GRANULAR_STATUS_GATE = "DRAResourceClaimGranularStatusAuthorization"
+
+
+async def refused(write: Awaitable[Any], status: int, *reason: str) -> None:
+    with pytest.raises(KubeError) as caught:
+        await write
+    assert caught.value.status == status, str(caught.value)
+    for part in reason:
+        assert part in str(caught.value), str(caught.value)
+
+
+def forbidden_in(namespace: str, verb: str, resource: str) -> tuple[str, ...]:
+    return (f'cannot {verb} resource "{resource}"', f'in the namespace "{namespace}"')
+
+
+async def own_client(cluster: EmbeddedCluster, kubeconfig: Any, name: str) -> KubeClient:
+    client = await KubeClient.from_environment(kubeconfig, field_manager=name)
+    cluster._clients.append(client)  # closed with the cluster
+    return client
+
+
+async def controller_client(cluster: EmbeddedCluster) -> KubeClient:
+    assert cluster.kubernetes is not None
+    return await own_client(cluster, cluster.kubernetes.layout.kubeconfig("gpudra-controller"), "controller")
+
+
+async def imex_daemon_client(cluster: EmbeddedCluster, node: str) -> KubeClient:
+    """The identity an IMEX daemon pod on ``node`` has: a token of gpudra-imex-daemon bound to its pod."""
+    assert cluster.kubernetes is not None
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"imex-{node}", "namespace": DRIVER_NS},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": "gpudra-imex-daemon",
+            "containers": [{"name": "daemon", "image": "gpudra", "args": ["imex-daemon"]}],
+        },
+    }
+    created = await admin(cluster).create(PODS, pod, DRIVER_NS)
+    kubeconfig = await cluster.kubernetes.service_account_kubeconfig(
+        admin(cluster),
+        DRIVER_NS,
+        "gpudra-imex-daemon",
+        who=f"imex-{node}",
+        bound_pod=(created["metadata"]["name"], created["metadata"]["uid"]),
+    )
+    return await own_client(cluster, kubeconfig, f"imex-{node}")
+
+
+async def test_an_agent_changes_only_its_own_node_and_only_the_keys_it_owns(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    cluster = await start_kubernetes("l4x4:2")
+    agent_a = cluster.agent_clients[A]
+
+    published = {"metadata": {"labels": {"gpudra.dev/resourceslices-published": "false"}}}
+    await refused(
+        agent_a.patch(NODES, B, published),
+        422,
+        "gpudra-agent-own-node",
+        f"the gpudra agent on node {A} may not change Node {B}",
+    )
+    own_cases: list[tuple[dict[str, Any], str]] = [
+        (
+            {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}},
+            "may change only the labels it owns on its Node, not node-role.kubernetes.io/control-plane",
+        ),
+        (
+            {"metadata": {"labels": {"nvidia.com/gpu.present": None}}},
+            "may change only the labels it owns on its Node, not nvidia.com/gpu.present",
+        ),
+        (
+            {"metadata": {"annotations": {"gpudra.dev/mig-desired": "{}"}}},
+            "may change only the annotations it owns on its Node, not gpudra.dev/mig-desired",
+        ),
+        (
+            {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}},
+            "may not change its Node's spec",
+        ),
+        ({"spec": {"unschedulable": True}}, "may not change its Node's spec"),
+        ({"metadata": {"finalizers": ["example.com/hold"]}}, "finalizers or owner references"),
+    ]
+    for patch, reason in own_cases:
+        await refused(agent_a.patch(NODES, A, patch), 422, "gpudra-agent-own-node", reason)
+
+    # what the agent writes on its own Node is allowed: slices published, its MIG state, the NVLink clique and
+    # the ComputeDomains it serves
+    owned = {
+        "metadata": {
+            "labels": {
+                "nvidia.com/gpu.clique": "cluster-1.7",
+                "nvidia.com/mig.config.state": "success",
+                "computedomain.gpudra.dev/0d1f3a94-4c5e-4e57-9a2b-6f1f2d3c4b5a": "true",
+            },
+            "annotations": {"gpudra.dev/mig-state": "{}"},
+        }
+    }
+    node = await agent_a.patch(NODES, A, owned)
+    assert node["metadata"]["labels"]["nvidia.com/gpu.clique"] == "cluster-1.7"
+    assert node["metadata"]["annotations"]["gpudra.dev/mig-state"] == "{}"
+    node = await agent_a.patch(NODES, A, {"metadata": {"labels": {"nvidia.com/gpu.clique": None}}})
+    assert "nvidia.com/gpu.clique" not in node["metadata"]["labels"]
+    # the controller's own write of the same Node is not the agent's and is not bound
+    await admin(cluster).patch(NODES, A, {"metadata": {"annotations": {"gpudra.dev/mig-desired": "{}"}}})
+
+
+def a_clique(name: str, namespace: str, *nodes: str, status: str = "NotReady") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainClique",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"resource.nvidia.com/computeDomain": "u1"},
+        },
+        "daemons": [
+            {"nodeName": n, "ipAddress": f"10.0.0.{i + 1}", "cliqueID": "c.1", "index": i, "status": status}
+            for i, n in enumerate(nodes)
+        ],
+    }
+
+
+def set_status(clique: dict[str, Any], node: str, status: str) -> dict[str, Any]:
+    daemons = [{**d, "status": status} if d["nodeName"] == node else d for d in clique["daemons"]]
+    return {**clique, "daemons": daemons}
+
+
+async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_writes_its_own_entry(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    cluster = await start_kubernetes("l4x4:2")
+    agent_a = cluster.agent_clients[A]
+    daemon_b = await imex_daemon_client(cluster, B)
+
+    # another namespace: RBAC (Roles in the driver's namespace only)
+    await refused(
+        agent_a.create(COMPUTE_DOMAIN_CLIQUES, a_clique("u1.c.1", "default", A), "default"),
+        403,
+        *forbidden_in("default", "create", "computedomaincliques"),
+    )
+    await refused(
+        daemon_b.create(COMPUTE_DOMAIN_CLIQUES, a_clique("u1.c.1", "default", B), "default"),
+        403,
+        *forbidden_in("default", "create", "computedomaincliques"),
+    )
+    # a clique created with another node's entry
+    await refused(
+        agent_a.create(COMPUTE_DOMAIN_CLIQUES, a_clique("u1.c.1", DRIVER_NS, A, B), DRIVER_NS),
+        422,
+        "gpudra-own-clique-entry",
+        f"the IMEX daemon of node {A} may change only its own node's entry in ComputeDomainClique gpudra/u1.c.1",
+    )
+    # own entries: allowed, for the agent (host-managed) and for the daemon pod (its pod-bound token)
+    clique = await agent_a.create(COMPUTE_DOMAIN_CLIQUES, a_clique("u1.c.1", DRIVER_NS, A), DRIVER_NS)
+    both = a_clique("u1.c.1", DRIVER_NS, A, B)
+    clique = await daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, {**clique, "daemons": both["daemons"]})
+    clique = await daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, set_status(clique, B, "Ready"))
+    # node B's daemon may not mark node A Ready, nor drop it, nor relabel the object
+    for forged in (
+        set_status(clique, A, "Ready"),
+        {**clique, "daemons": [d for d in clique["daemons"] if d["nodeName"] != A]},
+    ):
+        await refused(
+            daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, forged),
+            422,
+            f"the IMEX daemon of node {B} may change only its own node's entry",
+        )
+    relabelled = {
+        **clique,
+        "metadata": {**clique["metadata"], "labels": {"resource.nvidia.com/computeDomain": "u2"}},
+    }
+    await refused(
+        daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, relabelled), 422, "may not change a ComputeDomainClique"
+    )
+    await refused(
+        agent_a.delete(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS),
+        403,
+        *forbidden_in(DRIVER_NS, "delete", "computedomaincliques"),
+    )
+    clique = await agent_a.replace(COMPUTE_DOMAIN_CLIQUES, set_status(clique, A, "Ready"))
+    assert [d["status"] for d in clique["daemons"]] == ["Ready", "Ready"]
+
+    # IMEX channel leases: ConfigMaps imex-channels.<clique> in the driver's namespace, and nothing else
+    lease = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "imex-channels.c.1"}, "data": {}}
+    await refused(
+        agent_a.create(CONFIGMAPS, lease, "default"), 403, *forbidden_in("default", "create", "configmaps")
+    )
+    await refused(agent_a.get(CONFIGMAPS, "kube-root-ca.crt", "kube-system"), 403)
+    dashboard = {**lease, "metadata": {"name": "gpudra-dashboard"}}
+    await refused(
+        agent_a.create(CONFIGMAPS, dashboard, DRIVER_NS),
+        422,
+        "gpudra-agent-lease-configmaps",
+        "may write only the IMEX channel leases (ConfigMaps imex-channels.<clique>), not ConfigMap "
+        "gpudra/gpudra-dashboard",
+    )
+    await admin(cluster).create(CONFIGMAPS, dashboard, DRIVER_NS)
+    await refused(
+        agent_a.replace(
+            CONFIGMAPS, {**dashboard, "metadata": {"name": "gpudra-dashboard", "namespace": DRIVER_NS}}
+        ),
+        422,
+        "gpudra-agent-lease-configmaps",
+    )
+    created = await agent_a.create(CONFIGMAPS, lease, DRIVER_NS)
+    await agent_a.replace(CONFIGMAPS, {**created, "data": {"u1": '{"first": 1}'}})
+
+
+async def test_the_controller_runs_daemon_sets_only_in_the_driver_namespace(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    cluster = await start_kubernetes("l4x4:1")
+    controller = await controller_client(cluster)
+    daemon_set = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "anywhere"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": {
+                    "containers": [{"name": "x", "image": "x", "securityContext": {"privileged": True}}]
+                },
+            },
+        },
+    }
+    await refused(
+        controller.patch(DAEMONSETS, "anywhere", daemon_set, "default", patch_type="apply", force=True),
+        403,
+        *forbidden_in("default", "patch", "daemonsets"),
+    )
+    await refused(controller.list(PODS, "default"), 403, *forbidden_in("default", "list", "pods"))
+    await refused(
+        controller.list(COMPUTE_DOMAIN_CLIQUES),
+        403,
+        'cannot list resource "computedomaincliques"',
+        "cluster scope",
+    )
+    # in the driver's namespace it may (the ComputeDomain tests run the domains' DaemonSets for real)
+    items, _ = await controller.list(DAEMONSETS, DRIVER_NS)
+    assert items == []
+
+
+def allocated_on(node: str, device: str) -> dict[str, Any]:
+    return {
+        "devices": {
+            "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": device}]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+
+
+def device_status(node: str, device: str) -> dict[str, Any]:
+    condition = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Prepared",
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    return {
+        "status": {
+            "devices": [
+                {"driver": "gpu.nvidia.com", "pool": node, "device": device, "conditions": [condition]}
+            ]
+        }
+    }
+
+
+async def a_claim(cluster: EmbeddedCluster, name: str, node: str | None) -> str:
+    """A claim, allocated on ``node`` as kube-scheduler would have allocated it (written by the admin), or not
+    allocated at all (``None``)."""
+    client = admin(cluster)
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+        },
+    }
+    await client.create(RESOURCE_CLAIMS, claim, "default")
+    if node is not None:
+        await eventually(lambda: client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}"))
+        status = {"status": {"allocation": allocated_on(node, "gpu-0")}}
+        await client.patch(RESOURCE_CLAIMS, name, status, "default", subresource="status")
+    return name
+
+
+RESERVE = {"status": {"reservedFor": [{"resource": "pods", "name": "intruder", "uid": "5f0c2b1e"}]}}
+
+
+async def test_claim_status_is_written_only_for_claims_on_the_agents_node(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    """Kubernetes >= 1.36 bounds it itself (the associated-node verbs; resourceclaims/binding, which the agent
+    lacks); the policy then keeps the agent to its own pool's entries."""
+    cluster = await start_kubernetes("l4x4:2")
+    claim = await a_claim(cluster, "on-b", B)
+    agent_a, agent_b = cluster.agent_clients[A], cluster.agent_clients[B]
+    await refused(
+        agent_a.patch(RESOURCE_CLAIMS, claim, device_status(B, "gpu-0"), "default", subresource="status"),
+        422,
+        'changing status.devices requires resource="resourceclaims/driver", verb="[arbitrary-node:patch]"',
+    )
+    for agent in (agent_a, agent_b):
+        await refused(
+            agent.patch(RESOURCE_CLAIMS, claim, RESERVE, "default", subresource="status"),
+            422,
+            'changing status.allocation or status.reservedFor requires resource="resourceclaims/binding"',
+        )
+    written = await agent_b.patch(
+        RESOURCE_CLAIMS, claim, device_status(B, "gpu-0"), "default", subresource="status"
+    )
+    assert written["status"]["devices"][0]["conditions"][0]["reason"] == "Prepared"
+
+
+async def test_without_granular_status_authorization_the_policy_bounds_claim_status(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    """As on Kubernetes 1.34 and 1.35 (the gate off): the agent's RBAC alone would let it rewrite any claim's
+    status; claim-admission.yaml refuses what is not its own node's."""
+    cluster = await start_kubernetes("l4x4:2", feature_gates_off=(GRANULAR_STATUS_GATE,))
+    claim = await a_claim(cluster, "on-b", B)
+    agent_a, agent_b = cluster.agent_clients[A], cluster.agent_clients[B]
+    await refused(
+        agent_a.patch(RESOURCE_CLAIMS, claim, device_status(B, "gpu-0"), "default", subresource="status"),
+        422,
+        "gpudra-agent-own-node-claims",
+        f"the gpudra agent on node {A} may not write the status of claim default/{claim}: it is allocated on node {B}",
+    )
+    await refused(
+        agent_b.patch(RESOURCE_CLAIMS, claim, RESERVE, "default", subresource="status"),
+        422,
+        "may not change a claim's allocation or reservedFor",
+    )
+    # nor allocate a claim to itself (on 1.34 and 1.35 nothing else stops it)
+    pending = await a_claim(cluster, "pending", None)
+    await refused(
+        agent_a.patch(
+            RESOURCE_CLAIMS,
+            pending,
+            {"status": {"allocation": allocated_on(A, "gpu-0")}},
+            "default",
+            subresource="status",
+        ),
+        422,
+        f"may not write the status of claim default/{pending}: it is not allocated on one node",
+    )
+    written = await agent_b.patch(
+        RESOURCE_CLAIMS, claim, device_status(B, "gpu-0"), "default", subresource="status"
+    )
+    assert written["status"]["devices"][0]["pool"] == B
