@@ -10,7 +10,7 @@ For a domain ``d`` (UID ``u``) in namespace ``ns``:
   ``daemon`` of class compute-domain-daemon.nvidia.com with ComputeDomainDaemonConfig{domainID: u}.
 - daemonset mode only: the DaemonSet ``computedomain-daemon-<u>`` in the driver's namespace, selecting
   nodes labelled ``computedomain.gpudra.dev/<u>=true`` (one label key per domain, see ``names``); its pods
-  claim the daemon template.
+  claim the daemon template and run non-root, read-only, without capabilities (Pod Security "restricted").
 
 Owner references. Kubernetes' garbage collector only honours an owner in the dependent's own namespace; a
 namespaced dependent whose owner lives in another namespace is treated as orphaned and deleted at once.
@@ -52,6 +52,24 @@ from gpudra.errors import InvalidInputError
 DAEMON_CONTAINER = "compute-domain-daemon"
 DAEMON_CLAIM = "compute-domain-daemon"
 DAEMON_MODES: tuple[DaemonMode, ...] = ("daemonset", "host-managed")
+
+
+def restricted_security() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod, container) security contexts of the daemon pods: as the controller runs (the image's non-root user,
+    Pod Security "restricted"). The daemon only registers its node in its clique through the API server; what it
+    needs from the node (its clique id) comes in its claim's CDI spec."""
+    pod: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    return pod, container
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +211,10 @@ def daemon_set(
     metadata = _metadata(domain, daemon_set_name(uid), driver_namespace, "daemon")
     selector = {OBJECT_LABEL: uid, COMPONENT_LABEL: "daemon"}
     resources = {"cpu": pods.cpu, "memory": pods.memory}
+    pod_security, container_security = restricted_security()
     pod_spec: dict[str, Any] = {
         "nodeSelector": {node_label_key(uid): NODE_LABEL_VALUE},
+        "securityContext": pod_security,
         "containers": [
             {
                 "name": DAEMON_CONTAINER,
@@ -206,6 +226,7 @@ def daemon_set(
                     "limits": dict(resources),
                     "claims": [{"name": DAEMON_CLAIM}],
                 },
+                "securityContext": container_security,
             }
         ],
         "resourceClaims": [{"name": DAEMON_CLAIM, "resourceClaimTemplateName": daemon_template_name(uid)}],
