@@ -27,7 +27,11 @@ class CommonSettings(BaseSettings):
     kubeconfig: Path | None = Field(
         None, description="kubeconfig file; default: in-cluster, then ~/.kube/config"
     )
-    metrics_host: str = Field("0.0.0.0", description="address of the /metrics, /healthz, /readyz server")
+    metrics_host: str = Field(
+        "",
+        description="address of the /metrics, /healthz, /readyz server; empty: every address of the pod, IPv4 and "
+        "IPv6 (a single-stack IPv6 cluster scrapes and probes the pod's IPv6 address)",
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="port of the metrics server; 0 disables it")
 
 

@@ -170,7 +170,8 @@ class Metrics:
 
 
 def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
-    """/metrics in the Prometheus text format, /healthz (process alive), /readyz (``ready()`` is true)."""
+    """/metrics in the Prometheus text format, /healthz (process alive), /readyz (``ready()`` is true). Read-only:
+    GET (and HEAD) only, nothing a caller sends changes the process (docs/security.md)."""
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -189,7 +190,8 @@ def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.A
 
 
 async def serve_metrics(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve ``app`` on ``host`` (empty: every address, IPv4 and IPv6) and ``port``."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await web.TCPSite(runner, host or None, port).start()
     return runner
