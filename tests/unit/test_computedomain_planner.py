@@ -47,13 +47,18 @@ class MemoryApi:
             queue.put_nowait((kind, self.objects[key]))
         return self.objects[key]
 
-    async def list(self, res: Resource, **_: Any) -> tuple[list[dict[str, Any]], str]:
-        return [dict(o) for (plural, _, _), o in self.objects.items() if plural == res.plural], str(
-            self.version
-        )
+    async def list(
+        self, res: Resource, namespace: str | None = None, **_: Any
+    ) -> tuple[list[dict[str, Any]], str]:
+        found = [
+            dict(o)
+            for (plural, ns, _), o in self.objects.items()
+            if plural == res.plural and namespace in (None, ns)
+        ]
+        return found, str(self.version)
 
     async def watch(
-        self, res: Resource, *, field_selector: str | None = None, **_: Any
+        self, res: Resource, namespace: str | None = None, *, field_selector: str | None = None, **_: Any
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         name = dict(f.split("=", 1) for f in (field_selector or "").split(",") if f).get("metadata.name")
         queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
@@ -61,7 +66,10 @@ class MemoryApi:
         try:
             while True:
                 kind, body = await queue.get()
-                if name in (None, body["metadata"]["name"]):
+                if name in (None, body["metadata"]["name"]) and namespace in (
+                    None,
+                    body["metadata"].get("namespace"),
+                ):
                     yield kind, body
         finally:
             self.watches.remove(queue)
