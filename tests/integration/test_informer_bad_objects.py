@@ -43,7 +43,9 @@ class FakeClient:
         self.items = items
         self.created: list[dict[str, Any]] = []
 
-    async def list(self, resource: Resource, **_: Any) -> tuple[list[dict[str, Any]], str]:
+    async def list(
+        self, resource: Resource, namespace: str | None = None, **_: Any
+    ) -> tuple[list[dict[str, Any]], str]:
         return [dict(item) for item in self.items], "7"
 
     async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:

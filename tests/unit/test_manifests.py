@@ -31,14 +31,14 @@ THIRD_PARTY_CRDS = {
 # grant exactly these, and where: "cluster" (a ClusterRole bound cluster-wide: cluster-scoped kinds, and kinds that
 # live in users' namespaces) or "driver" (a Role in the driver's namespace: what lives there). Controller: kopf
 # watches (list+watch) slices, classes, claims and claim templates, lists namespaces and nodes to explain claims,
-# posts Events, and uses kopf peering and CRD discovery (its web view watches namespaces too); for MigLayouts it watches them and Nodes, patches Nodes
-# (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted files, in whichever namespace a MigLayout
-# names); the MIG planner creates, merge-patches and deletes its own MigLayouts; ComputeDomains in users'
-# namespaces, their channel templates there, and in the driver's namespace their daemon DaemonSets, daemon pods
-# and cliques. Agent: reads, watches (by name) and labels its Node, lists and writes its own slices, reads claims
-# it prepares and writes their status, posts Events; its compute-domain driver reads ComputeDomainCliques and
-# (host-managed) writes its daemon entry and channel-lease ConfigMaps, in the driver's namespace. IMEX daemon:
-# reads and writes its domain's ComputeDomainClique, in the driver's namespace.
+# posts Events, and uses kopf peering and CRD discovery (its web view watches namespaces too); for MigLayouts it
+# watches them and Nodes, patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted
+# files, in whichever namespace a MigLayout names); the MIG planner creates, merge-patches and deletes its own
+# MigLayouts; ComputeDomains in users' namespaces, their channel templates there, and in the driver's namespace
+# their daemon DaemonSets, daemon pods and cliques. Agent: reads, watches (by name) and labels its Node, lists and
+# writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain driver
+# reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps, in the
+# driver's namespace. IMEX daemon: reads and writes its domain's ComputeDomainClique, in the driver's namespace.
 Grant = tuple[str, str, str, str]
 
 

@@ -65,7 +65,11 @@ def register_compute_domains(
         parse=Pod.model_validate,
     )  # fmt: skip
     cliques = Informer(
-        client, COMPUTE_DOMAIN_CLIQUES, clique_event, namespace=namespace, parse=ComputeDomainClique.model_validate
+        client,
+        COMPUTE_DOMAIN_CLIQUES,
+        clique_event,
+        namespace=namespace,
+        parse=ComputeDomainClique.model_validate,
     )
 
     @kopf.on.startup(registry=registry)

@@ -192,6 +192,7 @@ async def run_controller(
                 settings.web_host,
                 settings.web_port,
                 driver=settings.driver_name,
+                namespace=settings.namespace,
                 server_url=server_url,
                 kubeconfig=settings.kubeconfig,
             )

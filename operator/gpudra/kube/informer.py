@@ -64,7 +64,7 @@ class Informer:
         self._client = client
         self.resource = resource
         self._handler = handler
-        self._namespace = namespace
+        self.namespace = namespace
         self._labels = label_selector
         self._fields = field_selector
         self._timeout = watch_timeout
@@ -140,7 +140,7 @@ class Informer:
 
     async def _relist(self) -> str:
         items, version = await self._client.list(
-            self.resource, self._namespace, label_selector=self._labels, field_selector=self._fields
+            self.resource, self.namespace, label_selector=self._labels, field_selector=self._fields
         )
         fresh = {object_key(o): o for o in items}
         for key, obj in list(self.cache.items()):
@@ -163,7 +163,7 @@ class Informer:
                 backoff = 0.1
                 async for kind, obj in self._client.watch(
                     self.resource,
-                    self._namespace,
+                    self.namespace,
                     resource_version=version,
                     label_selector=self._labels,
                     field_selector=self._fields,

@@ -98,11 +98,12 @@ class WebViewServer:
         port: int,
         *,
         driver: str,
+        namespace: str = "gpudra",
         server_url: str | None = None,
         kubeconfig: Path | None = None,
     ) -> None:
         self._host, self._port = host, port
-        self._driver = driver
+        self._driver, self._namespace = driver, namespace
         self._server_url, self._kubeconfig = server_url, kubeconfig
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -137,7 +138,7 @@ class WebViewServer:
                 )
             else:
                 client = await KubeClient.from_environment(self._kubeconfig, field_manager="gpudra-webview")
-            view = FleetView(client, driver=self._driver)
+            view = FleetView(client, driver=self._driver, namespace=self._namespace)
             runner = web.AppRunner(webview_app(view), access_log=None, shutdown_timeout=1.0)
             await runner.setup()
             site = web.TCPSite(runner, self._host, self._port)

@@ -77,6 +77,8 @@ WATCHED: dict[str, tuple[Resource, Parse]] = {
 """What the view watches, each with the model an object must parse as (one that does not is left out, as absent)."""
 EXPLAINED_FROM = frozenset({"nodes", "slices", "claims", "classes", "namespaces"})
 OPTIONAL = frozenset({"domains", "cliques", "layouts"})
+IN_DRIVER_NAMESPACE = frozenset({"cliques"})
+"""Watched in the driver's namespace only, where they live and the controller's Role lets it read them."""
 """Custom resources a cluster may not serve (CRDs not installed): their sections stay empty meanwhile."""
 OPTIONAL_RETRY_SECONDS = 60.0
 
@@ -158,6 +160,8 @@ class FleetView:
 
     client: KubeClient
     driver: str = "gpu.nvidia.com"
+    namespace: str = "gpudra"
+    """The driver's namespace (``IN_DRIVER_NAMESPACE``)."""
     debounce: float = 0.05
     explain_interval: float = 1.0
     explain_limit: int = 50
@@ -185,7 +189,10 @@ class FleetView:
 
     async def run(self) -> None:
         for name, (resource, parse) in WATCHED.items():
-            self._informers[name] = Informer(self.client, resource, self._changed(name), parse=parse)
+            namespace = self.namespace if name in IN_DRIVER_NAMESPACE else None
+            self._informers[name] = Informer(
+                self.client, resource, self._changed(name), namespace=namespace, parse=parse
+            )
         tasks = [
             asyncio.create_task(self._when_served(n) if n in OPTIONAL else i.run(), name=f"webview {n}")
             for n, i in self._informers.items()
@@ -212,7 +219,7 @@ class FleetView:
         said = False
         while True:
             try:
-                await self.client.list(informer.resource)
+                await self.client.list(informer.resource, informer.namespace)
                 break
             except NotFoundError:
                 if not said:
