@@ -28,8 +28,8 @@ _SIM_FAULTS = {
 }
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpudra", description=__doc__)
+def _parser(prog: str = "gpudra") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpudra {__version__}")
     parser.add_argument("--log-format", choices=["console", "json"], default=None, help="default: console")
     parser.add_argument("--log-level", default=None, help="default: INFO")
@@ -484,8 +484,32 @@ def _configure_logging(args: argparse.Namespace) -> None:
     configure_logging(args.log_format or "console", level, console_level=console, log_file=_up_log_file(args))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+PLUGIN_COMMANDS = ("explain", "status")
+PLUGIN_USAGE = """usage: kubectl gpudra explain claim NAME [-n NAMESPACE] | --file claim.yaml
+       kubectl gpudra status [-o wide|json|yaml]
+
+gpudra as a kubectl plugin: why a claim is pending (or whether a claim would fit, and where), and the fleet's
+GPUs, MIG devices, allocated and unhealthy devices. The cluster is kubectl's: $KUBECONFIG or --kubeconfig.
+`kubectl gpudra explain --help` and `kubectl gpudra status --help` list every option.
+"""
+
+
+def kubectl_plugin(argv: list[str] | None = None) -> int:
+    """``kubectl-gpudra``: kubectl runs the first ``kubectl-gpudra`` on PATH with the words after ``gpudra``,
+    so ``kubectl gpudra explain claim NAME`` is ``gpudra explain claim NAME``. Only the commands that read a
+    cluster are offered; the processes (agent, controller, up) are not a kubectl user's."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(PLUGIN_USAGE, end="")
+        return 0
+    if args[0] not in PLUGIN_COMMANDS:
+        print(f"kubectl gpudra: unknown command {args[0]!r}\n\n{PLUGIN_USAGE}", end="", file=sys.stderr)
+        return 2
+    return main(args, prog="kubectl gpudra")
+
+
+def main(argv: list[str] | None = None, *, prog: str = "gpudra") -> int:
+    args = _parser(prog).parse_args(argv)
     runners = {
         "up": _run_up,
         "agent": _run_agent,
@@ -500,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         _configure_logging(args)
         return asyncio.run(runners[args.command](args))
     except GpudraError as exc:
-        print(f"gpudra {args.command}: {exc}", file=sys.stderr)
+        print(f"{prog} {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

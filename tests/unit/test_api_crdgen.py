@@ -12,6 +12,7 @@ from pydantic import Field
 from gpudra.api.base import WireModel
 from gpudra.api.crd import CrdInfo, CustomResource
 from gpudra.api.crdgen import CRD_MODELS, CrdGenerationError, crd_for, main, openapi_schema, rendered
+from gpudra.cluster.sim.gpufault import GpuFault
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 NOT_GENERATED = {
@@ -69,7 +70,20 @@ def test_every_generated_crd_is_structural(model: type[CustomResource]) -> None:
     assert "$ref" not in yaml.safe_dump(schema)
 
 
-@pytest.mark.parametrize("model", CRD_MODELS, ids=lambda m: m.__name__)
+PROJECT_CRDS = (*CRD_MODELS, GpuFault)  # the driver's CRDs and the simulator's (served by `gpudra up` only)
+
+
+@pytest.mark.parametrize("model", PROJECT_CRDS, ids=lambda m: m.__name__)
+def test_every_crd_has_short_names_a_category_and_printer_columns(model: type[CustomResource]) -> None:
+    crd = crd_for(model)
+    assert crd["spec"]["names"].get("shortNames"), "kubectl get <short name>"
+    assert "gpudra" in crd["spec"]["names"].get("categories", []), "kubectl get gpudra"
+    columns = crd["spec"]["versions"][0].get("additionalPrinterColumns") or []
+    assert "Age" in [c["name"] for c in columns]
+    assert all("[*]" not in c["jsonPath"] for c in columns), "a column shows one value; a list needs -o yaml"
+
+
+@pytest.mark.parametrize("model", PROJECT_CRDS, ids=lambda m: m.__name__)
 def test_every_field_below_the_top_has_a_description_for_kubectl_explain(model: type[CustomResource]) -> None:
     schema = openapi_schema(model)
     # map values ("{}") and list items ("[]") of plain strings are described by their map or list field

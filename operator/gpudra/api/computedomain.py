@@ -119,6 +119,8 @@ class ComputeDomain(CustomResource):
         plural="computedomains",
         singular="computedomain",
         scope="Namespaced",
+        short_names=("cd",),
+        categories=("gpudra",),
         printer_columns=(
             PrinterColumn(name="Status", json_path=".status.status", description="Ready or NotReady"),
             PrinterColumn(
@@ -127,6 +129,12 @@ class ComputeDomain(CustomResource):
                 description="Why the domain is (not) Ready (gpudra's controller only)",
             ),
             PrinterColumn(name="Age", json_path=".metadata.creationTimestamp", type="date"),
+            PrinterColumn(
+                name="Channel",
+                json_path=".spec.channel.resourceClaimTemplate.name",
+                description="ResourceClaimTemplate of the workload pods",
+                priority=1,
+            ),
         ),
         status_subresource=True,
     )
@@ -173,6 +181,10 @@ class ComputeDomainClique(CustomResource):
         plural="computedomaincliques",
         singular="computedomainclique",
         scope="Namespaced",
+        short_names=("cdclique",),
+        categories=("gpudra",),
+        # a column's JSONPath gives one value and the daemons are a list: `kubectl get -o yaml` shows them
+        printer_columns=(PrinterColumn(name="Age", json_path=".metadata.creationTimestamp", type="date"),),
     )
 
     api_version: str = API_VERSION
