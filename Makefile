@@ -8,7 +8,7 @@ BROWSER_DIR := tests/browser
 BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint unit bench venv browser screenshots clean kubernetes oracle
+.PHONY: demo test lint unit bench venv browser screenshots clean kubernetes oracle helm
 
 venv: $(STAMP)
 
@@ -49,8 +49,13 @@ lint: $(STAMP)
 kubernetes:
 	hack/kubernetes/build.sh
 
-test: $(STAMP) lint kubernetes oracle $(if $(SKIP_BROWSER),,browser)
+test: $(STAMP) lint kubernetes oracle helm $(if $(SKIP_BROWSER),,browser)
 	GPUDRA_REQUIRE_BROWSER=$(if $(SKIP_BROWSER),0,1) $(PY) -m pytest $(PYTEST_ARGS)
+
+# helm, built from its Go module (helm.sh/helm/v3) into ~/.cache/gpudra like the Kubernetes binaries, for the
+# chart's test (tests/unit/test_helm_chart.py: charts/gpudra renders what manifests/base holds). HELM_VERSION=...
+helm:
+	hack/helm/build.sh >/dev/null
 
 # Kubernetes' own allocator behind a JSON-lines interface (hack/oracle), for tests/differential; needs Go and the
 # Go module proxy, and fails (never skips) when it cannot build. Cached outside the work tree.

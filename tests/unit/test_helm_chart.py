@@ -1,0 +1,162 @@
+"""The Helm chart (charts/gpudra) renders, with the real helm (built from its Go module by hack/helm/build.sh), the
+same objects as the kustomize base, whatever manifests/base holds; every object validates; the values change what
+they say and nothing else."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "gpudra"
+BUILD = ROOT / "hack" / "helm" / "build.sh"
+NEEDS_KUBECTL = pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl (kustomize) is not on PATH"
+)
+CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "DeviceClass",
+                  "ClusterKopfPeering", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+
+Object = dict[str, Any]
+
+
+@cache
+def helm() -> str:
+    """The helm binary (built once into the cache outside the work tree; `make helm` does the same)."""
+    done = subprocess.run([str(BUILD)], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, f"hack/helm/build.sh failed:\n{done.stderr[-4000:]}"
+    return done.stdout.strip().splitlines()[-1]
+
+
+def render(*args: str, namespace: str = "gpudra", chart: Path = CHART) -> list[Object]:
+    done = subprocess.run(
+        [helm(), "template", "gpudra", str(chart), "--namespace", namespace, "--include-crds", *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def kustomize() -> list[Object]:
+    out = subprocess.run(["kubectl", "kustomize", str(ROOT / "manifests" / "base")], check=True, capture_output=True,
+                         text=True).stdout  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def keyed(objects: list[Object], namespace: str = "gpudra") -> dict[tuple[str, str, str, str], Object]:
+    """By (apiVersion, kind, namespace, name), with the namespace each is installed in: a namespaced object without
+    one in ``namespace``, a cluster-scoped one in none (kustomize sets it on kinds it does not know, such as
+    ValidatingAdmissionPolicy; the API server has no namespace for them)."""
+    out = {}
+    for obj in objects:
+        meta = obj["metadata"]
+        if obj["kind"] in CLUSTER_SCOPED:
+            meta.pop("namespace", None)
+        else:
+            meta.setdefault("namespace", namespace)
+        out[(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
+    return out
+
+
+def find(objects: list[Object], kind: str, name: str) -> Object:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def env(workload: Object) -> dict[str, Any]:
+    return {
+        e["name"]: e.get("value", e.get("valueFrom"))
+        for e in workload["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+
+
+@NEEDS_KUBECTL
+def test_the_chart_renders_what_the_kustomize_base_holds() -> None:
+    chart = keyed(render("--set", "createNamespace=true"))
+    base = keyed(kustomize())
+    assert sorted(chart) == sorted(base), "the chart and manifests/base hold different objects"
+    for key, obj in base.items():
+        assert chart[key] == obj, f"{key} differs between the chart and manifests/base"
+
+
+def test_every_rendered_object_validates() -> None:
+    objects = render("--set", "createNamespace=true")
+    crds = {(f"{c['spec']['group']}/{v['name']}", c["spec"]["names"]["kind"])
+            for c in objects if c["kind"] == "CustomResourceDefinition" for v in c["spec"]["versions"]}  # fmt: skip
+    assert ("gpudra.dev/v1alpha1", "MigLayout") in crds
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) not in crds:
+            kubernetes_validate.validate(obj, "1.34.0", strict=True)
+
+
+def test_the_charts_crds_are_the_ones_crds_kustomization_lists() -> None:
+    listed = yaml.safe_load((ROOT / "crds" / "kustomization.yaml").read_text())["resources"]
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(listed)
+    for path in (CHART / "crds").iterdir():
+        assert path.resolve() == (ROOT / "crds" / path.name).resolve()  # a link, never a copy that drifts
+
+
+def test_values_for_image_driver_features_and_resources() -> None:
+    objects = render(
+        "--set", "image.tag=1.2.3,driverName=gpu.example.com,agent.resources.requests.cpu=2",
+        "--set", "features.dynamicMIG=true,features.health=false,features.computeDomains=false",
+        "--set", "features.webView=false,controller.replicas=1,controller.env.GPUDRA_MIG_PLANNER=apply",
+    )  # fmt: skip
+    agent, controller = (
+        find(objects, "DaemonSet", "gpudra-agent"),
+        find(objects, "Deployment", "gpudra-controller"),
+    )
+    for workload in (agent, controller):
+        assert workload["spec"]["template"]["spec"]["containers"][0]["image"] == "ghcr.io/gpudra/gpudra:1.2.3"
+        assert env(workload)["GPUDRA_DRIVER_NAME"] == "gpu.example.com"
+    assert env(agent)["GPUDRA_MIG_POLICY"] == "Dynamic" and env(agent)["GPUDRA_HEALTH_CHECKS"] == "false"
+    assert env(agent)["GPUDRA_COMPUTE_DOMAINS"] == "disabled"
+    assert agent["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == 2
+    assert controller["spec"]["replicas"] == 1 and env(controller)["GPUDRA_MIG_PLANNER"] == "apply"
+    assert "GPUDRA_WEB_PORT" not in env(controller)
+    assert all(p["name"] != "web" for p in controller["spec"]["template"]["spec"]["containers"][0]["ports"])
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("Service", "gpudra-web") not in names and ("Service", "gpudra-metrics") in names
+    assert ("DeviceClass", "compute-domain-daemon.nvidia.com") not in names
+    assert ("ServiceAccount", "gpudra-imex-daemon") not in names
+    gpu = find(objects, "DeviceClass", "gpu.nvidia.com")  # NVIDIA's class names stay, the selector follows
+    expression = gpu["spec"]["selectors"][0]["cel"]["expression"]
+    assert "'gpu.example.com'" in expression and "gpu.nvidia.com" not in expression
+    role = find(objects, "ClusterRole", "gpudra-agent")
+    assert any("gpu.example.com" in (rule.get("resourceNames") or []) for rule in role["rules"])
+    assert ("Namespace", "gpudra") not in names  # created by `helm install --create-namespace`, by default
+
+
+def test_another_namespace_reaches_every_reference_to_it() -> None:
+    objects = render(namespace="gpu-system")
+    for obj in objects:
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"]["namespace"] == "gpu-system", obj["metadata"]["name"]
+        for subject in obj.get("subjects") or []:
+            assert subject["namespace"] == "gpu-system"
+    policy = find(objects, "ValidatingAdmissionPolicy", "gpudra-agent-own-node-slices")
+    assert (
+        "system:serviceaccount:gpu-system:gpudra-agent" in policy["spec"]["matchConditions"][0]["expression"]
+    )
+
+
+def test_helm_lint_passes() -> None:
+    done = subprocess.run(
+        [helm(), "lint", str(CHART), "--strict"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_packaged_chart_stands_alone(tmp_path: Path) -> None:
+    """`helm package` copies what the links point to: the archive renders the same without the repository."""
+    done = subprocess.run(
+        [helm(), "package", str(CHART), "-d", str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    (archive,) = tmp_path.glob("gpudra-*.tgz")
+    assert keyed(render(chart=archive)) == keyed(render())
