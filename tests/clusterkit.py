@@ -67,3 +67,27 @@ async def kubectl(cluster: EmbeddedCluster, *args: str, check: bool = True, stdi
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {err.decode()}")
     return out.decode() + err.decode()
+
+
+def gpu_claim(name: str, count: int, namespace: str = "default") -> dict[str, Any]:
+    """A ResourceClaim for ``count`` whole GPUs of the gpu.nvidia.com class."""
+    request = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
+def mig_layout(name: str, node: str, config: str = "all-balanced") -> dict[str, Any]:
+    """A MigLayout giving one node's GPUs a named mig-parted config."""
+    return {
+        "apiVersion": "gpudra.dev/v1alpha1",
+        "kind": "MigLayout",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": node}},
+            "layout": {"config": config},
+        },
+    }

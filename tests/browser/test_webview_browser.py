@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from browserkit import Browser
-from clusterkit import StartCluster
+from clusterkit import StartCluster, gpu_claim, mig_layout
 from gpudra.allocator.explain import NodesFailure
 from gpudra.api.resource import ResourceClaim
 from gpudra.cluster.up import EmbeddedCluster
@@ -18,23 +18,8 @@ from gpudra.kube.resources import RESOURCE_CLAIMS
 
 pytestmark = pytest.mark.slow
 
-NINE_GPUS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "ResourceClaim",
-    "metadata": {"name": "nine", "namespace": "default"},
-    "spec": {
-        "devices": {
-            "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 9}}]
-        }
-    },
-}
-H100_BALANCED = {
-    "apiVersion": "gpudra.dev/v1alpha1",
-    "kind": "MigLayout",
-    "metadata": {"name": "balanced"},
-    "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "dgx-h100-0"}},
-             "layout": {"config": "all-balanced"}},
-}  # fmt: skip
+NINE_GPUS = gpu_claim("nine", 9)
+H100_BALANCED = mig_layout("balanced", "dgx-h100-0")
 NODE = '[data-frag="node/{}"]'
 
 

@@ -12,28 +12,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, gpu_claim, mig_layout
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.kube.resources import RESOURCE_CLAIMS
 
-NINE_GPUS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "ResourceClaim",
-    "metadata": {"name": "nine", "namespace": "default"},
-    "spec": {
-        "devices": {
-            "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 9}}]
-        }
-    },
-}
-BALANCED = {
-    "apiVersion": "gpudra.dev/v1alpha1",
-    "kind": "MigLayout",
-    "metadata": {"name": "balanced"},
-    "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "dgx-h100-0"}},
-             "layout": {"config": "all-balanced"}},
-}  # fmt: skip
+NINE_GPUS = gpu_claim("nine", 9)
+BALANCED = mig_layout("balanced", "dgx-h100-0")
 
 
 @pytest.fixture
