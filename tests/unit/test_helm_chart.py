@@ -139,10 +139,11 @@ def test_another_namespace_reaches_every_reference_to_it() -> None:
             assert obj["metadata"]["namespace"] == "gpu-system", obj["metadata"]["name"]
         for subject in obj.get("subjects") or []:
             assert subject["namespace"] == "gpu-system"
-    policy = find(objects, "ValidatingAdmissionPolicy", "gpudra-agent-own-node-slices")
-    assert (
-        "system:serviceaccount:gpu-system:gpudra-agent" in policy["spec"]["matchConditions"][0]["expression"]
-    )
+    policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert len(policies) >= 5
+    for policy in policies:  # they match the agent's (or IMEX daemon's) account in whichever namespace it runs
+        conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+        assert "system:serviceaccount:gpudra:" not in conditions and ":gpudra-" in conditions, conditions
 
 
 def test_helm_lint_passes() -> None:
