@@ -141,7 +141,8 @@ def test_another_namespace_reaches_every_reference_to_it() -> None:
             assert subject["namespace"] == "gpu-system"
     policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     assert len(policies) >= 5
-    for policy in policies:  # they match the agent's (or IMEX daemon's) account in whichever namespace it runs
+    # they match the agent's (or the IMEX daemon's) account in whichever namespace it runs
+    for policy in policies:
         conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
         assert "system:serviceaccount:gpudra:" not in conditions and ":gpudra-" in conditions, conditions
 
