@@ -62,6 +62,13 @@ class AgentSettings(CommonSettings):
     health_recovery_seconds: float = Field(
         300.0, ge=0, description="remove a device's health taint after this long without events (0: never)"
     )
+    health_report_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="how often the kubelet's health stream repeats the health of every device even without a "
+        "change; the kubelet reads a device as Unknown after three times this long without a report",
+    )
     health_ignored_xids: list[int] = Field(
         default_factory=lambda: [13, 31, 43, 45, 68, 109],
         description="XIDs that are application errors: tainted with effect None (visible, not repelling)",

@@ -238,3 +238,28 @@ async def test_health_stream_reports_the_unhealthy_device(cluster: EmbeddedClust
                 break
         assert update["gpu-3"] == HealthStatus.HEALTHY
         await stream.aclose()
+
+
+async def test_health_stream_repeats_itself_before_the_kubelet_times_it_out(
+    start_cluster: StartCluster,
+) -> None:
+    """A real kubelet reads a device as Unknown once no report named it for health_check_timeout_seconds,
+    counted from when the report arrived: the stream repeats every device's health without a change, sooner
+    than the timeout it announces, and says why a device is unhealthy."""
+    cluster = await start_cluster("dgx-h100:1", agent_settings={"health_report_seconds": 0.3})
+    runtime = cluster.runtimes["dgx-h100-0"]
+    assert runtime.plugin is not None
+    async with KubeletClient(runtime.plugin.registration_socket) as kubelet:
+        await kubelet.register()
+        stream = kubelet.watch_health()
+        first = await anext(stream)
+        assert {d.health_check_timeout_seconds for d in first} == {1}
+        await inject(cluster.simulated["dgx-h100-0"], 5, 79)
+        while True:
+            report = {d.device_name: d for d in await anext(stream)}
+            if report["gpu-5"].health == HealthStatus.UNHEALTHY:
+                break
+        assert "XID 79" in report["gpu-5"].message and report["gpu-4"].message == ""
+        repeated = {d.device_name: d for d in await asyncio.wait_for(anext(stream), 5)}
+        assert repeated["gpu-5"].health == HealthStatus.UNHEALTHY and len(repeated) == len(report)
+        await stream.aclose()

@@ -16,6 +16,7 @@ from gpudra.agent.kubeletplugin import (
     ClaimRef,
     DeviceHealth,
     HealthStatus,
+    HealthVersion,
     KubeletClient,
     KubeletPlugin,
     PreparedDevice,
@@ -311,10 +312,13 @@ def test_invalid_driver_name_is_rejected(handler: FakeHandler) -> None:
         KubeletPlugin("GPU/nvidia", handler)
 
 
-async def test_health_stream_is_advertised_and_streams_updates(short_dir: Path, handler: FakeHandler) -> None:
+@pytest.mark.parametrize("version", ["v1", "v1alpha1"])
+async def test_health_stream_is_advertised_and_streams_updates_in_both_versions(
+    short_dir: Path, handler: FakeHandler, version: HealthVersion
+) -> None:
     updates = [
         [DeviceHealth("node-1", "gpu-0", HealthStatus.HEALTHY, 1700000000, 30)],
-        [DeviceHealth("node-1", "gpu-0", HealthStatus.UNHEALTHY, 1700000060, 30)],
+        [DeviceHealth("node-1", "gpu-0", HealthStatus.UNHEALTHY, 1700000060, 30, message="XID 79")],
     ]
 
     async def source() -> AsyncIterator[Sequence[DeviceHealth]]:
@@ -324,14 +328,18 @@ async def test_health_stream_is_advertised_and_streams_updates(short_dir: Path, 
     plugin = make_plugin(short_dir, handler, health_source=source)
     async with plugin, KubeletClient(plugin.registration_socket) as client:
         info = await client.register()
-        assert "v1alpha1.DRAResourceHealth" in info.supported_versions
-        received = [update async for update in client.watch_health()]
+        # newest first: a 1.37 kubelet takes the first it knows (v1), older ones find v1alpha1
+        assert [v for v in info.supported_versions if "Health" in v] == [
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        ]
+        received = [update async for update in client.watch_health(version)]
     assert received == updates
 
 
 async def test_health_stream_is_not_advertised_without_a_source(kubelet: KubeletClient) -> None:
     assert kubelet.info is not None
-    assert "v1alpha1.DRAResourceHealth" not in kubelet.info.supported_versions
+    assert not [v for v in kubelet.info.supported_versions if "DRAResourceHealth" in v]
     with pytest.raises(KubeletPluginError, match="does not advertise"):
         async for _ in kubelet.watch_health():
             pass

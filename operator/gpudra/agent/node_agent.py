@@ -247,7 +247,11 @@ class NodeAgent:
         return self.health.problems(self.inventory)
 
     async def health_reports(self) -> AsyncIterator[list[DeviceHealth]]:
-        """The kubelet's health stream: the health of every device now, then again at each change."""
+        """The kubelet's health stream: the health of every device now, then again at each change and every
+        ``health_report_seconds``. The kubelet counts a device's age from when a report naming it arrived and
+        reads it as Unknown after ``health_check_timeout_seconds`` (three periods) without one."""
+        period = self.settings.health_report_seconds
+        timeout = max(1, round(3 * period))
         while True:
             tick = self._health_tick
             problems = self.device_problems()
@@ -259,10 +263,13 @@ class NodeAgent:
                     device_name=name,
                     health=HealthStatus.UNHEALTHY if name in problems else HealthStatus.HEALTHY,
                     last_updated_time=now,
+                    health_check_timeout_seconds=timeout,
+                    message=problems[name].message if name in problems else "",
                 )
                 for name in names
             ]
-            await tick.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(tick.wait(), period)
 
     def _start_health_watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """A thread blocks in NVML's event wait (as real NVML requires) and hands events to the loop."""

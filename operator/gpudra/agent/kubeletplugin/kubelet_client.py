@@ -16,9 +16,9 @@ from typing import Any, Self
 import grpc
 
 from gpudra.agent.kubeletplugin.dra_service import PB_MODULES, claims_to_pb, device_from_pb
-from gpudra.agent.kubeletplugin.health_service import health_from_pb
+from gpudra.agent.kubeletplugin.health_service import HEALTH_PB_MODULES, health_from_pb
 from gpudra.agent.kubeletplugin.pb import (
-    dra_health_v1alpha1_pb2,
+    dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
@@ -27,10 +27,11 @@ from gpudra.agent.kubeletplugin.pb import (
 )
 from gpudra.agent.kubeletplugin.types import (
     DRA_PLUGIN_TYPE,
-    HEALTH_SERVICE,
+    HEALTH_SERVICES,
     ApiVersion,
     ClaimRef,
     DeviceHealth,
+    HealthVersion,
     PluginInfo,
     PrepareResult,
     UnprepareResult,
@@ -39,6 +40,10 @@ from gpudra.errors import KubeletPluginError
 
 KNOWN_VERSIONS: dict[str, ApiVersion] = {"v1.DRAPlugin": "v1", "v1beta1.DRAPlugin": "v1beta1"}
 _STUBS = {"v1": dra_v1_pb2_grpc.DRAPluginStub, "v1beta1": dra_v1beta1_pb2_grpc.DRAPluginStub}
+_HEALTH_STUBS = {
+    "v1": dra_health_v1_pb2_grpc.DRAResourceHealthStub,
+    "v1alpha1": dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub,
+}
 
 
 class KubeletClient:
@@ -132,13 +137,21 @@ class KubeletClient:
         _check_keys("NodeUnprepareResources", claims, response.claims)
         return {uid: UnprepareResult(error=r.error) for uid, r in response.claims.items()}
 
-    async def watch_health(self) -> AsyncIterator[list[DeviceHealth]]:
-        """Yield each health update of the plugin's stream until it ends; needs the plugin to advertise it."""
+    async def watch_health(self, version: HealthVersion | None = None) -> AsyncIterator[list[DeviceHealth]]:
+        """Yield each health update of the plugin's stream until it ends; needs the plugin to advertise it.
+        Without ``version``, the newest one the plugin advertises, as the 1.37 kubelet picks."""
         _, channel = self._target(None)
-        if self.info is None or HEALTH_SERVICE not in self.info.supported_versions:
-            raise KubeletPluginError(f"plugin does not advertise {HEALTH_SERVICE}")
-        stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
-        call = stub.NodeWatchResources(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest())
+        advertised = [
+            s for s in HEALTH_SERVICES if self.info is not None and s in self.info.supported_versions
+        ]
+        wanted = [f"{version}.DRAResourceHealth"] if version else advertised
+        if not wanted or wanted[0] not in advertised:
+            raise KubeletPluginError(
+                f"plugin does not advertise {wanted[0] if wanted else HEALTH_SERVICES[0]}"
+            )
+        chosen: HealthVersion = "v1" if wanted[0] == HEALTH_SERVICES[0] else "v1alpha1"
+        stub = _HEALTH_STUBS[chosen](channel)
+        call = stub.NodeWatchResources(HEALTH_PB_MODULES[chosen].NodeWatchResourcesRequest())
         try:
             async for message in call:
                 yield health_from_pb(message)

@@ -31,6 +31,7 @@ import grpc
 from gpudra.agent.kubeletplugin.dra_service import DRAPluginServicer
 from gpudra.agent.kubeletplugin.health_service import DRAResourceHealthServicer
 from gpudra.agent.kubeletplugin.pb import (
+    dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
@@ -38,7 +39,7 @@ from gpudra.agent.kubeletplugin.pb import (
 )
 from gpudra.agent.kubeletplugin.registration_service import RegistrationServicer
 from gpudra.agent.kubeletplugin.types import (
-    HEALTH_SERVICE,
+    HEALTH_SERVICES,
     V1_SERVICE,
     V1BETA1_SERVICE,
     CallObserver,
@@ -122,12 +123,16 @@ class KubeletPlugin:
         else:
             self.dra_socket = self.plugin_dir / "dra.sock"
             self.registration_socket = self.registry_dir / f"{driver_name}-reg.sock"
-        self.supported_versions = [V1_SERVICE, V1BETA1_SERVICE] + ([HEALTH_SERVICE] if health_source else [])
+        self.supported_versions = [V1_SERVICE, V1BETA1_SERVICE] + (
+            list(HEALTH_SERVICES) if health_source else []
+        )
         self._handler = handler
-        self._health_source = health_source
         self._observer = observer
         self._grace = stop_grace_seconds
         self._registration = RegistrationServicer(driver_name, self.dra_socket, self.supported_versions)
+        self._health = [
+            DRAResourceHealthServicer(v, health_source) for v in ("v1", "v1alpha1") if health_source
+        ]
         self._dra_server: grpc.aio.Server | None = None
         self._registration_server: grpc.aio.Server | None = None
         self._inodes: dict[Path, int] = {}
@@ -140,6 +145,11 @@ class KubeletPlugin:
     async def wait_for_registration_status(self) -> RegistrationState:
         """Wait for the kubelet's next NotifyRegistrationStatus."""
         return await self._registration.wait_for_notification()
+
+    @property
+    def health_streams_opened(self) -> dict[str, int]:
+        """Health stream version -> how many streams the kubelet opened in it (which version a kubelet dials)."""
+        return {servicer.version: servicer.streams_opened for servicer in self._health}
 
     @property
     def serving(self) -> bool:
@@ -200,10 +210,12 @@ class KubeletPlugin:
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
             DRAPluginServicer("v1beta1", self._handler, self._observer), server
         )
-        if self._health_source is not None:
-            dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-                DRAResourceHealthServicer(self._health_source), server
-            )
+        for servicer in self._health:
+            add = {
+                "v1": dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server,
+                "v1alpha1": dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server,
+            }[servicer.version]
+            add(servicer, server)
         return await self._bind(server, self.dra_socket)
 
     async def _serve_registration(self) -> grpc.aio.Server:

@@ -18,7 +18,10 @@ DRA_PLUGIN_TYPE = "DRAPlugin"
 
 V1_SERVICE = "v1.DRAPlugin"
 V1BETA1_SERVICE = "v1beta1.DRAPlugin"
-HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
+HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+"""The health stream's versions, newest first, as a plugin advertises them: the 1.37 kubelet dials the first it
+knows (v1), the 1.34 to 1.36 kubelets know only v1alpha1. Same messages, different gRPC package."""
+HealthVersion = Literal["v1", "v1alpha1"]
 
 ApiVersion = Literal["v1", "v1beta1"]
 Method = Literal["prepare", "unprepare"]
@@ -95,13 +98,16 @@ class HealthStatus(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class DeviceHealth:
-    """The health of one device; ``last_updated_time`` is unix seconds."""
+    """The health of one device; ``last_updated_time`` is unix seconds. The kubelet reads a device as UNKNOWN
+    when no report named it for ``health_check_timeout_seconds`` (0: its default, 30 s), counted from when the
+    report arrived, so a source must repeat itself sooner than that; ``message`` says why (1.36+ show it)."""
 
     pool_name: str
     device_name: str
     health: HealthStatus
     last_updated_time: int
     health_check_timeout_seconds: int = 0
+    message: str = ""
 
 
 HealthSource = Callable[[], AsyncIterator[Sequence[DeviceHealth]]]
