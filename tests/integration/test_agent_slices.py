@@ -148,6 +148,26 @@ async def test_deleted_slice_is_recreated_at_the_next_full_resync(cluster: Embed
     await wait_for(back)
 
 
+async def test_slices_deleted_as_a_starting_kubelet_deletes_them_come_back_at_once(
+    cluster: EmbeddedCluster,
+) -> None:
+    """A kubelet deletes every ResourceSlice of its node when it starts (DeleteCollection by spec.nodeName): the
+    agent watches its slices and publishes again without waiting for the full resync (an hour here)."""
+    node = "dgx-h100-0"
+    before = device_names(await node_slices(cluster, node))
+    assert cluster.client is not None
+    cluster.agents[node].settings = cluster.agents[node].settings.model_copy(
+        update={"full_resync_seconds": 3600}
+    )
+    for slice_ in await node_slices(cluster, node):
+        await cluster.client.delete(RESOURCE_SLICES, slice_["metadata"]["name"])
+
+    async def back() -> bool:
+        return device_names(await node_slices(cluster, node)) == before
+
+    await wait_for(back)
+
+
 async def test_node_says_its_slices_are_published(cluster: EmbeddedCluster) -> None:
     assert cluster.client is not None
     node = await cluster.client.get(NODES, "dgx-h100-0")

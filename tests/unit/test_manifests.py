@@ -74,7 +74,8 @@ USED: dict[str, set[Grant]] = {
     "gpudra-agent": _at(
         "cluster",
         ("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes", "list"), ("", "nodes", "watch"),
-        *{("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")},
+        # watch: a kubelet deletes its node's slices when it starts; the agent puts them back at once
+        *{("resource.k8s.io", "resourceslices", v) for v in ("list", "watch", "create", "update", "delete")},
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims/status", "patch"), ("resource.k8s.io", "resourceclaims/status", "update"),
         # writing status.devices: Kubernetes >= 1.36 checks these per driver, for claims on the token's node

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from gpudra.agent.health import DeviceProblem, HealthState, with_taints
 from gpudra.agent.kubeletplugin.types import DeviceHealth, HealthStatus
@@ -32,7 +33,8 @@ from gpudra.hardware.backend import GpuBackend, HealthEvent, MigProfileInfo
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
-from gpudra.kube.resources import NODES
+from gpudra.kube.informer import Informer
+from gpudra.kube.resources import NODES, RESOURCE_SLICES
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
 
@@ -189,10 +191,29 @@ class NodeAgent:
         self._health_stop = threading.Event()  # a fresh one: run again after a hand-over was taken back
         if self.settings.health_checks:
             self._start_health_watch(asyncio.get_running_loop())
+        selector = f"spec.nodeName={node.name},spec.driver={self.settings.driver_name}"
+        watcher = asyncio.create_task(
+            Informer(self._client, RESOURCE_SLICES, self._on_own_slice, field_selector=selector).run(),
+            name=f"slice watch {node.name}",
+        )
         try:
             await self._loop(last_full, dirty)
         finally:
             self._health_stop.set()
+            watcher.cancel()
+
+    async def _on_own_slice(self, kind: str, slice_: dict[str, Any]) -> None:
+        """A kubelet deletes every ResourceSlice of its node when it starts (and a driver's once its plugin has
+        been gone 30 s): publish again at once rather than at the next full resync, or the node offers no GPUs
+        meanwhile. The agent's own deletions of obsolete slices come here too and cost one list."""
+        if kind == "DELETED" and self.published.is_set():
+            log.info(
+                "a ResourceSlice of this node was deleted; publishing again",
+                node=self.settings.node_name,
+                slice=slice_.get("metadata", {}).get("name"),
+            )
+            self._republish = True
+            self.poke()
 
     async def _loop(self, last_full: float, dirty: bool) -> None:
         node = self.settings.node_name
