@@ -8,6 +8,8 @@
 # keyed by version; a second run with the binaries present does nothing. k8s.io/kubernetes requires its ~30 staging
 # modules at v0.0.0, which does not exist on the proxy, so a throwaway wrapper module replaces each of them with its
 # published v0.<minor>.<patch> twin; the list is read from that release's own go.mod, never typed here.
+# Beside them goes gpudra-fake-cri (hack/kubernetes/fakecri): Kubernetes' own fake container runtime of the same
+# version, for a real kubelet on a simulated node (gpudra up --real-kubelet).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
@@ -69,6 +71,29 @@ build_kubernetes() {
   log "kubernetes v$K8S_VERSION built in $((SECONDS - start)) s into $out"
 }
 
+build_fake_cri() {
+  # Kubernetes' fake CRI runtime (k8s.io/cri-client/pkg/fake) of this version behind gpudra's recording main
+  # package; rebuilt when that source changes.
+  local out="$CACHE/kubernetes/v$K8S_VERSION/bin" work="$CACHE/kubernetes/v$K8S_VERSION/fakecri"
+  local src minor patch
+  src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fakecri/main.go"
+  if [ -x "$out/gpudra-fake-cri" ] && cmp -s "$src" "$work/main.go"; then
+    log "gpudra-fake-cri v$K8S_VERSION: up to date in $out"
+    return
+  fi
+  minor="$(cut -d. -f2 <<<"$K8S_VERSION")"
+  patch="$(cut -d. -f3 <<<"$K8S_VERSION")"
+  rm -rf "$work"
+  mkdir -p "$work" "$out"
+  printf 'module gpudra.dev/build/fakecri\n\ngo 1.24\n' >"$work/go.mod"
+  (cd "$work" && go get "k8s.io/cri-client@v0.$minor.$patch" "k8s.io/cri-api@v0.$minor.$patch")
+  cp "$src" "$work/main.go.tmp"
+  (cd "$work" && mv main.go.tmp main.go && go build -trimpath -ldflags "-s -w" -o "$out/gpudra-fake-cri.tmp" .) \
+    || { rm -f "$work/main.go"; exit 1; }
+  mv "$out/gpudra-fake-cri.tmp" "$out/gpudra-fake-cri"
+  log "built gpudra-fake-cri (cri-client v0.$minor.$patch) into $out"
+}
+
 build_etcd() {
   local out="$CACHE/etcd/v$ETCD_VERSION/bin"
   if [ -x "$out/etcd" ]; then log "etcd v$ETCD_VERSION: up to date in $out"; return; fi
@@ -84,3 +109,4 @@ build_etcd() {
 
 build_etcd
 build_kubernetes
+build_fake_cri

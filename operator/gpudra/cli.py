@@ -91,6 +91,14 @@ def _parser(prog: str = "gpudra") -> argparse.ArgumentParser:
         help="with --control-plane kubernetes: the built version to run (default: $K8S_VERSION, else 1.37.2)",
     )
     up.add_argument(
+        "--real-kubelet",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --control-plane kubernetes: the first N nodes run under a real kubelet (same version) over "
+        "Kubernetes' fake container runtime instead of the stand-in kubelet (needs root)",
+    )
+    up.add_argument(
         "--dynamic-mig",
         action="store_true",
         help="MIG-capable GPUs start with MIG on and no instances, published as dynamic MIG (created at prepare)",
@@ -261,6 +269,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         kubernetes_version=args.kubernetes_version,
         agent_processes=args.agent_processes,
         seed=seed,
+        real_kubelets=args.real_kubelet,
     )
     if args.health_recovery_seconds is not None:
         options.agent_settings["health_recovery_seconds"] = args.health_recovery_seconds

@@ -9,14 +9,19 @@ import asyncio
 import os
 import random
 from collections import Counter
-from pathlib import Path
-from typing import Any
 
-from _realkit import StartKubernetes, claims, events_of, held_devices, phase, pods
+from _realkit import (
+    StartKubernetes,
+    checkpoint_claims,
+    claim_specs,
+    claims,
+    events_of,
+    held_devices,
+    phase,
+    pods,
+)
 
 from clusterkit import eventually, kubectl
-from gpudra.agent.checkpoint import decode_checkpoint
-from gpudra.agent.runtime import CHECKPOINT_FILE
 from gpudra.cluster.up import EmbeddedCluster
 
 WAVES, PER_WAVE, KILLS = 4, 50, 20
@@ -59,18 +64,6 @@ spec:
 """
         for i in range(PER_WAVE)
     )
-
-
-def checkpoint_claims(cluster: EmbeddedCluster, node: str) -> dict[str, Any]:
-    path = cluster.node_dirs[node] / "state" / CHECKPOINT_FILE
-    if not path.exists():
-        return {}
-    claims_, _ = decode_checkpoint(path.read_bytes(), node=node, driver="gpu.nvidia.com")
-    return claims_
-
-
-def claim_specs(cluster: EmbeddedCluster, node: str) -> list[Path]:
-    return sorted((cluster.node_dirs[node] / "cdi").glob("*claim_*.json"))
 
 
 def mig_instances(cluster: EmbeddedCluster, node: str) -> int:

@@ -1,5 +1,6 @@
 """A binary of the control plane as a child process: started with its flags, its output in a log file, ready
-when its health endpoint answers, stopped with SIGTERM (SIGKILL after a grace period), restartable."""
+when its health endpoint answers (an HTTP(S) URL, or ``unix://<path>``: a socket that accepts connections),
+stopped with SIGTERM (SIGKILL after a grace period), restartable."""
 
 from __future__ import annotations
 
@@ -81,7 +82,6 @@ class ManagedProcess:
 
     async def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        last = ""
         async with aiohttp.ClientSession(trust_env=False) as session:
             while True:
                 if self.process is not None and self.process.returncode is not None:
@@ -89,22 +89,35 @@ class ManagedProcess:
                         f"{self.name} exited with code {self.process.returncode}; "
                         f"the end of {self.log_file}:\n{log_tail(self.log_file)}"
                     )
-                try:
-                    async with session.get(
-                        self.health_url, ssl=self._ssl, timeout=aiohttp.ClientTimeout(total=2)
-                    ) as response:
-                        body = await response.text()
-                        if self._healthy(response.status, body):
-                            return
-                        last = f"{response.status} {body[-300:]}"
-                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                    last = repr(exc)
+                healthy, last = await self._probe(session)
+                if healthy:
+                    return
                 if time.monotonic() > deadline:
                     raise ProcessFailed(
                         f"{self.name} was not healthy after {timeout:.0f}s ({self.health_url}: {last}); "
                         f"the end of {self.log_file}:\n{log_tail(self.log_file)}"
                     )
                 await asyncio.sleep(0.2)
+
+    async def _probe(self, session: aiohttp.ClientSession) -> tuple[bool, str]:
+        """(healthy, what was seen)."""
+        if self.health_url.startswith("unix://"):
+            try:
+                _, writer = await asyncio.open_unix_connection(self.health_url.removeprefix("unix://"))
+            except OSError as exc:
+                return False, repr(exc)
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            return True, ""
+        try:
+            async with session.get(
+                self.health_url, ssl=self._ssl, timeout=aiohttp.ClientTimeout(total=2)
+            ) as response:
+                body = await response.text()
+                return self._healthy(response.status, body), f"{response.status} {body[-300:]}"
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return False, repr(exc)
 
     async def stop(self, *, grace: float = 10.0, kill: bool = False) -> None:
         process, self.process = self.process, None

@@ -42,6 +42,7 @@ from gpudra.cluster.kubernetes.bootstrap import (
     repo_manifests,
 )
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
+from gpudra.cluster.kubernetes.realkubelet import RealKubelet
 from gpudra.cluster.sim.controls import SimulatorControls
 from gpudra.cluster.startup import (
     STAGE_API_SERVER,
@@ -57,6 +58,7 @@ from gpudra.cluster.startup import (
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.operator import run_controller
 from gpudra.devices.classes import load_device_classes
+from gpudra.errors import ConfigurationError
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.hardware.simulated import empty_mig
@@ -119,6 +121,10 @@ class UpOptions:
     web_port: int | None = None
     """Serve the controller's web view on 127.0.0.1 at this port (0: a free port; None: no web view)."""
 
+    real_kubelets: int = 0
+    """With ``control_plane="kubernetes"``: the first N nodes run under a real kubelet over a fake container
+    runtime instead of the stand-in kubelet (``real_kubelets``)."""
+
 
 @dataclass(frozen=True)
 class ControllerConnection:
@@ -143,6 +149,7 @@ class EmbeddedCluster:
     kubelets: dict[str, StandInKubelet] = field(default_factory=dict)
     pod_logs: PodLogBook = field(default_factory=PodLogBook)
     kubelet_server: KubeletServer | None = None
+    real_kubelets: dict[str, RealKubelet] = field(default_factory=dict)
     node_dirs: dict[str, Path] = field(default_factory=dict)
     _temp_dirs: list[Path] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -197,7 +204,7 @@ class EmbeddedCluster:
     async def _start_kubernetes(self) -> ControllerConnection:
         """The real control plane: gpudra installed from manifests/base as a user installs it, the controller
         with its ServiceAccount's token."""
-        binaries = find_binaries(self.options.kubernetes_version)
+        binaries = find_binaries(self.options.kubernetes_version, need_kubelet=self.options.real_kubelets > 0)
         root = self.options.kubeconfig.parent.absolute() / "kubernetes"
         self.kubernetes = KubernetesControlPlane(
             root, binaries, port=self.options.port, gates_off=self.options.feature_gates_off
@@ -216,6 +223,8 @@ class EmbeddedCluster:
         return ControllerConnection(kubeconfig=kubeconfig)
 
     async def start(self, progress: StartProgress | None = None) -> None:
+        if self.options.real_kubelets and self.options.control_plane != "kubernetes":
+            raise ConfigurationError("--real-kubelet needs --control-plane kubernetes")
         progress = progress or NoProgress()
         progress.begin(STAGE_API_SERVER, 1)
         if self.options.control_plane == "kubernetes":
@@ -298,11 +307,17 @@ class EmbeddedCluster:
         process of its own) and its stand-in kubelet. Each node gets its own plugin, registry, CDI and state
         directories. Returns what to await for the node's slices to be published."""
         assert self.client is not None
+        real = self.kubernetes is not None and len(self.real_kubelets) < self.options.real_kubelets
+        root = self._node_root(node.name, real_kubelet=real)
+        self.node_dirs[node.name] = root
+        if real:
+            assert self.kubernetes is not None
+            self.real_kubelets[node.name] = RealKubelet(
+                node_object(node), root, self.kubernetes.binaries, self.kubernetes
+            )
         agent_kubeconfig, agent_client, kubelet_client = await self._node_clients(node)
         self.agent_clients[node.name] = agent_client
         fake = FakeNvml.from_machine(node.hardware())
-        root = self._node_root(node.name)
-        self.node_dirs[node.name] = root
         settings = AgentSettings(
             node_name=node.name,
             backend="simulated",
@@ -323,6 +338,8 @@ class EmbeddedCluster:
                 **self.options.agent_overrides.get(node.profile, {}),
             },
         )
+        if real:
+            settings = settings.model_copy(update=self.real_kubelets[node.name].plugin_settings(settings))
         backend = NvmlBackend(node.name, nvml=fake)
         if self.options.dynamic_mig:
             empty_mig(backend)
@@ -349,6 +366,8 @@ class EmbeddedCluster:
             self.runtimes[node.name] = runtime
             self._spawn(runtime.run(), f"agent {node.name}")
             published = runtime.agent.published.wait()
+        if real:
+            return published
         kubelet = StandInKubelet(
             kubelet_client,
             node.name,
@@ -400,7 +419,11 @@ class EmbeddedCluster:
             await self.client.apply_object(NODES, registered)
             return self.options.kubeconfig, self.client, self.client
         kubelet = await self._own_client(self.kubernetes.node_kubeconfig(node.name), f"kubelet-{node.name}")
-        registered = await kubelet.create(NODES, node_object(node))
+        real = self.real_kubelets.get(node.name)
+        if real is None:
+            registered = await kubelet.create(NODES, node_object(node))
+        else:
+            registered = await real.start_and_register(kubelet)
         kubeconfig = await self.kubernetes.service_account_kubeconfig(
             self.client,
             self.options.controller.namespace,
@@ -429,14 +452,13 @@ class EmbeddedCluster:
         )
         return await self._own_client(kubeconfig, meta["name"])
 
-    def _node_root(self, name: str) -> Path:
+    def _node_root(self, name: str, *, real_kubelet: bool = False) -> Path:
         """``<kubeconfig dir>/nodes/<node>``, or a short temporary directory when the socket paths under it
         would pass the 107-byte unix socket limit."""
         root = (self.options.kubeconfig.parent / "nodes" / name).absolute()
+        registry = root / "kubelet" / "plugins_registry" if real_kubelet else root / "registry"
         longest = max(
-            root
-            / "registry"
-            / f"{AgentSettings.model_fields['compute_domain_driver_name'].default}-reg.sock",
+            registry / f"{AgentSettings.model_fields['compute_domain_driver_name'].default}-reg.sock",
             root / "plugins" / f"dra-{pod_uid()}.sock",  # an agent process's (its instance id is a pod UID)
             key=lambda path: len(str(path)),
         )
@@ -476,6 +498,8 @@ class EmbeddedCluster:
             await self.client.close()
         for process in self.agent_processes.values():
             await process.stop()
+        for kubelet in self.real_kubelets.values():
+            await kubelet.stop()
         if self.kubernetes is not None:
             await self.kubernetes.stop()
         if self.server is not None:

@@ -30,6 +30,8 @@ class Binaries:
     kube_scheduler: Path
     kube_controller_manager: Path
     kubelet: Path
+    fake_cri: Path
+    """gpudra-fake-cri: Kubernetes' fake container runtime of this version (hack/kubernetes/fakecri)."""
 
     @property
     def minor(self) -> int:
@@ -50,10 +52,11 @@ def find_binaries(
         kube_scheduler=k8s / "kube-scheduler",
         kube_controller_manager=k8s / "kube-controller-manager",
         kubelet=k8s / "kubelet",
+        fake_cri=k8s / "gpudra-fake-cri",
     )
     wanted = [found.etcd, found.kube_apiserver, found.kube_scheduler, found.kube_controller_manager]
     if need_kubelet:
-        wanted.append(found.kubelet)
+        wanted += [found.kubelet, found.fake_cri]
     missing = [str(path) for path in wanted if not os.access(path, os.X_OK)]
     if missing:
         raise ConfigurationError(

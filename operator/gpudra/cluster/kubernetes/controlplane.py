@@ -29,7 +29,7 @@ from gpudra.cluster.kubernetes.flags import (
     known_gates,
     scheduler_args,
 )
-from gpudra.cluster.kubernetes.pki import ClusterPKI
+from gpudra.cluster.kubernetes.pki import CertFiles, ClusterPKI
 from gpudra.cluster.processes import ManagedProcess, free_port
 from gpudra.kube.client import KubeClient
 from gpudra.kube.kubeconfig import Credentials, write_kubeconfig
@@ -211,6 +211,12 @@ class KubernetesControlPlane:
         assert self.apiserver is not None
         await self.apiserver.stop(kill=kill)
         await self.apiserver.start(timeout=120)
+
+    def kubelet_serving_certificate(self, node: str, ip: str) -> CertFiles:
+        """The serving certificate of a real kubelet of ``node`` on ``ip``, from the cluster CA that
+        kube-apiserver's ``--kubelet-certificate-authority`` trusts."""
+        assert self._pki is not None
+        return self._pki.serving(f"kubelet-{node}-serving", (ip, node, "127.0.0.1"))
 
     def node_kubeconfig(self, node: str) -> Path:
         """The credentials a kubelet of ``node`` has: a client certificate for system:node:<node>."""

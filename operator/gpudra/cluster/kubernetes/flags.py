@@ -22,9 +22,11 @@ PRODUCT_FEATURE_GATES = (
     "DRADeviceTaintRules",
     "DRAExtendedResource",
     "DRADeviceBindingConditions",
+    "ResourceHealthStatus",
+    "ResourceHealthStatusMessage",
 )
 """The DRA features gpudra publishes or relies on (partitionable devices, consumable capacity, device taints and
-taint rules, extended resources, binding conditions ...)."""
+taint rules, extended resources, binding conditions, the kubelet's device health in pod status ...)."""
 
 CONTROLLERS = (
     "serviceaccount-controller",
@@ -119,6 +121,9 @@ def apiserver_args(
         f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
         f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
         f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        # A real kubelet's Node lists its Hostname (the simulated node's name, which no DNS resolves) besides its
+        # InternalIP, and Hostname comes first by default: logs, exec and the node proxy must dial the IP.
+        "--kubelet-preferred-address-types=InternalIP",
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction",
         # Simulated nodes have no node-lifecycle controller to lift the not-ready taint this plugin puts on a new
@@ -174,3 +179,114 @@ def controller_manager_args(
     if gates:
         args.append(f"--feature-gates={gates}")
     return args
+
+
+@dataclass(frozen=True)
+class KubeletPaths:
+    """Where one real kubelet's files live (gpudra up --real-kubelet), all under its node's directory."""
+
+    root: Path
+
+    @property
+    def root_dir(self) -> Path:
+        """``--root-dir``: pods, the DRA plugin directories (``plugins/``, ``plugins_registry/``), checkpoints."""
+        return self.root / "kubelet"
+
+    @property
+    def plugins(self) -> Path:
+        return self.root_dir / "plugins"
+
+    @property
+    def plugins_registry(self) -> Path:
+        return self.root_dir / "plugins_registry"
+
+    @property
+    def cri_socket(self) -> Path:
+        return self.root / "cri.sock"
+
+    @property
+    def cri_record(self) -> Path:
+        """gpudra-fake-cri's record: one JSON line per sandbox or container call."""
+        return self.root / "cri-calls.jsonl"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "kubelet-config.json"
+
+    @property
+    def sysctls(self) -> Path:
+        """Private copies of the kernel settings the kubelet writes (see realkubelet.py)."""
+        return self.root / "sysctl"
+
+
+def kubelet_config(
+    paths: KubeletPaths,
+    *,
+    address: str,
+    port: int,
+    healthz_port: int,
+    ca: Path,
+    serving: tuple[Path, Path],
+    gates: str,
+) -> dict[str, object]:
+    """A KubeletConfiguration for a kubelet that shares its machine with others and runs no real containers.
+
+    Served on the node IP (a kubelet refuses a loopback one) with a certificate of the cluster CA (kube-apiserver
+    checks it), clients authenticated by that CA or by token and authorized by the API server, as kubeadm sets a
+    kubelet up; /healthz on 127.0.0.1. Everything that would
+    reach into the machine is off: no QOS or node-allocatable cgroups, no swap or cgroup v1 check, no local
+    storage isolation or eviction thresholds, no image garbage collection, no iptables chains; pod logs and
+    volume plugins under its own root."""
+    cert, key = serving
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": address,
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "tlsCertFile": str(cert),
+        "tlsPrivateKeyFile": str(key),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(ca)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": f"unix://{paths.cri_socket}",
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "failSwapOn": False,
+        "failCgroupV1": False,
+        "localStorageCapacityIsolation": False,
+        "evictionHard": {},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "makeIPTablesUtilChains": False,
+        "podLogsDir": str(paths.root_dir / "pod-logs"),
+        "volumePluginDir": str(paths.root_dir / "volume-plugins"),
+        "registerNode": True,
+        "clusterDNS": ["10.0.0.10"],
+        "clusterDomain": "cluster.local",
+        "featureGates": {
+            name: value == "true" for name, _, value in (g.partition("=") for g in gates.split(",") if g)
+        },
+    }
+
+
+def kubelet_args(
+    binary: Path, paths: KubeletPaths, *, node: str, node_ip: str, kubeconfig: Path, labels: dict[str, str]
+) -> list[str]:
+    return [
+        str(binary),
+        f"--config={paths.config}",
+        f"--kubeconfig={kubeconfig}",
+        f"--root-dir={paths.root_dir}",
+        f"--cert-dir={paths.root_dir / 'pki'}",
+        f"--hostname-override={node}",
+        f"--node-ip={node_ip}",
+        f"--node-labels={','.join(f'{k}={v}' for k, v in sorted(labels.items()))}",
+        "--v=3",
+    ]
