@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from gpudra.agent.handover import ActiveRole, HandedOver
-from gpudra.agent.kubeletplugin.plugin import MAX_SOCKET_PATH_BYTES, rolling_update_registration_socket
+from gpudra.agent.kubeletplugin.plugin import (
+    MAX_SOCKET_PATH_BYTES,
+    instance_dra_socket,
+    rolling_update_registration_socket,
+)
 
 
 async def test_a_newer_instance_waits_for_the_operation_in_flight_then_takes_the_node(tmp_path: Path) -> None:
@@ -91,3 +95,15 @@ def test_registration_sockets_are_named_per_instance_as_the_kubelet_plugin_helpe
     name = rolling_update_registration_socket(registry, driver, "5f6c1f0e-aaaa-bbbb-cccc-0123456789ab")
     assert name.startswith(expected) and name.endswith("-reg.sock")
     assert len(str(registry / name)) <= MAX_SOCKET_PATH_BYTES
+
+
+@pytest.mark.parametrize("directory_length", [10, 61, 62, 75])
+def test_an_instance_dra_socket_fits_a_unix_socket_path(directory_length: int) -> None:
+    """``dra-<instance>.sock`` where it fits (the kubelet finds it through the registration either way), else a
+    digest of the instance id: a real kubelet's plugins directory under a temporary node root is that deep."""
+    plugins = Path("/" + "p" * (directory_length - 1))
+    instance = "5f6c1f0e-aaaa-bbbb-cccc-0123456789ab"
+    path = instance_dra_socket(plugins, instance)
+    assert path.parent == plugins and len(str(path)) <= MAX_SOCKET_PATH_BYTES
+    assert (path.name == f"dra-{instance}.sock") == (directory_length <= 61)
+    assert instance_dra_socket(plugins, instance.replace("a", "b")) != path

@@ -79,6 +79,15 @@ def rolling_update_registration_socket(registry_dir: Path, driver: str, instance
     return candidates[-1]
 
 
+def instance_dra_socket(plugin_dir: Path, instance: str) -> Path:
+    """One instance's DRA socket: ``dra-<instance>.sock``, or with a digest of the instance id when that path
+    would not fit a unix socket (a kubelet root deep in a temporary directory, a long driver name)."""
+    path = plugin_dir / f"dra-{instance}.sock"
+    if len(os.fsencode(str(path))) <= MAX_SOCKET_PATH_BYTES:
+        return path
+    return plugin_dir / f"dra-{_digest(instance, 16)}.sock"
+
+
 def _remove_stale(path: Path) -> None:
     """Remove a leftover socket (or file, or link) so that bind() succeeds; refuse to remove a directory."""
     try:
@@ -117,7 +126,7 @@ class KubeletPlugin:
         ).absolute()
         self.registry_dir = registry_dir.absolute()
         if instance:
-            self.dra_socket = self.plugin_dir / f"dra-{instance}.sock"
+            self.dra_socket = instance_dra_socket(self.plugin_dir, instance)
             name = rolling_update_registration_socket(self.registry_dir, driver_name, instance)
             self.registration_socket = self.registry_dir / name
         else:
