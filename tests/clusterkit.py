@@ -91,3 +91,20 @@ def mig_layout(name: str, node: str, config: str = "all-balanced") -> dict[str, 
             "layout": {"config": config},
         },
     }
+
+
+def described_fields(schema: dict[str, Any], path: str = "") -> list[tuple[str, str]]:
+    """(dotted path, description) of every field under an OpenAPI ``schema`` (list items are walked through, as
+    ``kubectl explain`` does)."""
+    out = []
+    for name, sub in (schema.get("properties") or {}).items():
+        here = f"{path}.{name}" if path else name
+        if "description" in sub:
+            out.append((here, sub["description"]))
+        out += described_fields(sub.get("items", sub), here)
+    return out
+
+
+def first_words(text: str) -> str:
+    """A description's first words, as kubectl wraps them onto its first line."""
+    return " ".join(text.split()[:4])

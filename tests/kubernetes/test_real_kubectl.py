@@ -8,39 +8,23 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from _realkit import StartKubernetes
 
-from clusterkit import kubectl
+from clusterkit import StartCluster, described_fields, first_words, kubectl
 from gpudra.api.crdgen import CRD_MODELS, openapi_schema
 
 BIN = Path(sys.executable).parent  # the project's entry points, kubectl-gpudra among them
-
-
-def fields(schema: dict[str, Any], path: str = "") -> list[tuple[str, str]]:
-    """(dotted path, description) of every field under ``schema`` (list items are walked through, as kubectl
-    explain does)."""
-    out = []
-    for name, sub in (schema.get("properties") or {}).items():
-        here = f"{path}.{name}" if path else name
-        if "description" in sub:
-            out.append((here, sub["description"]))
-        out += fields(sub.get("items", sub), here)
-    return out
-
-
-def first_words(text: str) -> str:
-    """The description's first words, as kubectl wraps them onto its first line."""
-    return " ".join(text.split()[:4])
 
 
 async def test_kubectl_explain_describes_every_field_of_the_crds(start_kubernetes: StartKubernetes) -> None:
     cluster = await start_kubernetes("l4x4:1")
     for model in CRD_MODELS:
         plural = model.crd.plural
-        described = [(p, d) for p, d in fields(openapi_schema(model)) if p not in ("apiVersion", "kind")]
+        described = [
+            (p, d) for p, d in described_fields(openapi_schema(model)) if p not in ("apiVersion", "kind")
+        ]
         assert described, plural
         # one `kubectl explain --recursive` per object is a field list; the descriptions are checked per parent
         parents = sorted({p.rpartition(".")[0] for p, _ in described})
@@ -65,3 +49,44 @@ async def test_short_names_columns_and_the_plugin(
     monkeypatch.setenv("PATH", f"{BIN}:{os.environ['PATH']}")  # kubectl finds kubectl-gpudra on PATH
     table = await kubectl(cluster, "gpudra", "status")
     assert "l4x4-0" in table and "4x NVIDIA L4" in table
+
+
+BUILT_IN = [
+    "resourceclaims.spec.devices.requests",
+    "resourceclaims.spec.devices.requests.exactly",
+    "resourceclaims.status.allocation.devices.results",
+    "resourceslices.spec.devices",
+    "deviceclasses.spec.selectors.cel",
+    "resourceclaimtemplates.spec.spec",
+    "pods.spec.resourceClaims",
+    "pods.spec.containers.resources.claims",
+]
+GPUDRA = [
+    "computedomains.spec",
+    "computedomains.status.nodes",
+    "computedomaincliques.daemons",
+    "miglayouts.spec",
+]
+
+
+def field_lines(text: str) -> set[str]:
+    """The FIELD header and the `name <type> [-required-]` lines of a `kubectl explain`."""
+    return {line.strip() for line in text.splitlines() if line.startswith("FIELD:") or "\t<" in line}
+
+
+async def test_kubectl_explain_reads_as_on_the_embedded_server(
+    start_kubernetes: StartKubernetes, start_cluster: StartCluster
+) -> None:
+    """`kubectl explain` on the embedded server: gpudra's kinds read word for word as on the real kube-apiserver;
+    built-in kinds with the same fields, types and required marks (their descriptions are those of the version
+    each server claims: the embedded one 1.34, the real one newer, which may add fields)."""
+    real = await start_kubernetes("l4x4:1")
+    embedded = await start_cluster("l4x4:1")
+    for path in GPUDRA:
+        said = [await kubectl(c, "explain", path) for c in (real, embedded)]
+        assert said[1] == said[0], path
+    for path in BUILT_IN:
+        real_lines, embedded_lines = [
+            field_lines(await kubectl(c, "explain", path)) for c in (real, embedded)
+        ]
+        assert len(embedded_lines) > 1 and embedded_lines <= real_lines, path

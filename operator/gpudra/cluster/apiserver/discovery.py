@@ -9,8 +9,10 @@ server-side and needs no schema (and /openapi/v2 may 404).
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
+from .openapi import component_schemas
 from .registry import Registry, ResourceType
 
 SERVER_VERSION = {
@@ -122,7 +124,10 @@ def _gv_paths(registry: Registry) -> list[tuple[str, str, str]]:
 
 def _hash(registry: Registry, group: str, version: str) -> str:
     text = repr(
-        sorted((rt.plural, rt.kind, rt.namespaced) for rt in registry.in_group_version(group, version))
+        sorted(
+            (rt.plural, rt.kind, rt.namespaced, json.dumps(rt.schema, sort_keys=True))
+            for rt in registry.in_group_version(group, version)
+        )
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32].upper()
 
@@ -142,11 +147,25 @@ _PARAMS = [
 ]
 
 
+_DOCUMENTS: dict[tuple[str, str, str], dict[str, Any]] = {}
+"""Documents built, by group, version and hash: kubectl fetches one on every apply, the schemas are large."""
+
+
 def openapi_document(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
     """A group-version document: one PATCH operation per resource, tagged with its kind, declaring the
-    query parameters kubectl probes for."""
+    query parameters kubectl probes for, and the schemas ``kubectl explain`` reads."""
     if (group == "" and version != "v1") or (group and not registry.has_group_version(group, version)):
         return None
+    key = (group, version, _hash(registry, group, version))
+    found = _DOCUMENTS.get(key)
+    if found is None:
+        if len(_DOCUMENTS) > 256:
+            _DOCUMENTS.clear()
+        found = _DOCUMENTS[key] = _document(registry, group, version)
+    return found
+
+
+def _document(registry: Registry, group: str, version: str) -> dict[str, Any]:
     prefix = f"/apis/{group}/{version}" if group else "/api/v1"
     paths: dict[str, Any] = {}
     for rt in registry.in_group_version(group, version):
@@ -167,5 +186,5 @@ def openapi_document(registry: Registry, group: str, version: str) -> dict[str, 
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": SERVER_VERSION["gitVersion"]},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": component_schemas(registry, group, version, int(SERVER_VERSION["minor"]))},
     }

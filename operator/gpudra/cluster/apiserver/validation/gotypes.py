@@ -88,6 +88,14 @@ class Schemas:
         name = self._kinds.get((group, version, kind))
         return None if name is None else self.named(name)
 
+    def definition_of(self, group: str, version: str, kind: str) -> str | None:
+        """The OpenAPI definition name of a built-in kind."""
+        return self._kinds.get((group, version, kind))
+
+    @property
+    def definitions(self) -> dict[str, dict[str, Any]]:
+        return self._definitions
+
     def named(self, definition: str) -> GoType:
         found = self._types.get(definition)
         if found is None:
