@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -157,10 +158,26 @@ async def test_what_if_a_mig_layout_on_the_copy(
     assert set(methods) == {"GET"}
     assert {c["metadata"]["name"] for c in copy.claims} == {"small", "large"}
     copied = await start_cluster(
-        copy.nodes, seed=lambda client: seed(client, copy), hardware_poll_seconds=0.1
+        copy.nodes, seed=lambda client: seed(client, copy), hardware_poll_seconds=0.1, web_port=0
     )
     client = client_of(copied)
     await eventually(lambda: _running(client, "small"), timeout=30)
+
+    async def web_card() -> str:
+        """The web view's card of the pending claim, '' once it is gone."""
+        async with aiohttp.ClientSession() as session, session.get(copied.web_url) as response:
+            page = await response.text()
+        found = re.search(r'data-frag="pending/default/large".*?(?=data-frag=|$)', page, re.S)
+        return found.group(0) if found else ""
+
+    async def web_explained() -> str:
+        card = await web_card()
+        return "" if "being explained" in card else card
+
+    card = await eventually(
+        web_explained, timeout=30
+    )  # the web view of the copy answers "what if" as explain does
+    assert "would fit on dgx-a100-0 if its MIG layout had a 4g.20gb free (the MIG planner can do this" in card
     assert await allocation(client, "small") == await allocation(client_of(real), "small")
     assert not await allocation(client, "large")  # pending in the copy as in the real cluster
 
@@ -185,6 +202,11 @@ async def test_what_if_a_mig_layout_on_the_copy(
     await client.patch(MIG_LAYOUTS, "bigger", {"spec": {"allowPartial": True}})
     (result,) = await eventually(lambda: allocation(client, "large"), timeout=60)  # what would then fit
     assert result["pool"] == "dgx-a100-0"
+
+    async def web_card_gone() -> bool:
+        return await web_card() == ""
+
+    await eventually(web_card_gone, timeout=30)
     assert not await allocation(client_of(real), "large")
     assert set(methods) == {"GET"}
 
