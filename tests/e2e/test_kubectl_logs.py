@@ -167,20 +167,18 @@ async def test_quickstart_sharing_specs_show_the_shared_gpus_and_the_mps_setup(
     assert envs[0]["CUDA_MPS_PIPE_DIRECTORY"] == envs[1]["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
 
 
-@pytest.mark.xfail(
-    reason="the agent writes a claim's MPS edits (env, mounts) spec-wide, so a container given only the "
-    "time-sliced request of gpu-test5 gets them too",
-    strict=True,
-)
 async def test_a_container_of_another_request_gets_no_mps_setup(
     start_cluster: StartCluster, tmp_path: Path
 ) -> None:
+    """gpu-test5's claim has a time-sliced and an MPS request: the time-sliced container is no MPS client (no pipe
+    directory in its environment or mounts), the MPS one is."""
     cluster = await start_cluster("dgx-h100:1")
     await _apply(cluster, tmp_path, GPU_TEST5)
     await _running(cluster, "gpu-test5")
-    assert "CUDA_MPS_PIPE_DIRECTORY" not in _env(
-        await kubectl(cluster, "logs", "-n", "gpu-test5", "pod0", "-c", "ts-ctr0")
-    )
+    time_sliced = await kubectl(cluster, "logs", "-n", "gpu-test5", "pod0", "-c", "ts-ctr0")
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in _env(time_sliced) and "/tmp/nvidia-mps" not in time_sliced
+    mps = await kubectl(cluster, "logs", "-n", "gpu-test5", "pod0", "-c", "mps-ctr0")
+    assert _env(mps)["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps" and "-> /tmp/nvidia-mps" in mps
 
 
 async def _kubectl_rc(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:

@@ -19,7 +19,12 @@ def node(prepare_node: Node) -> Node:
 
 
 def env_of(spec: dict[str, Any]) -> dict[str, str]:
-    return dict(e.split("=", 1) for e in spec.get("containerEdits", {}).get("env", []))
+    """The environment of a container given every device of the claim (spec-wide edits, then each device's)."""
+    edits = [
+        spec.get("containerEdits") or {},
+        *((d.get("containerEdits") or {}) for d in spec.get("devices") or []),
+    ]
+    return dict(e.split("=", 1) for edit in edits for e in edit.get("env") or [])
 
 
 def ready_of(claim: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:

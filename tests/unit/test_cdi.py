@@ -103,6 +103,12 @@ def test_invalid_specs_are_refused() -> None:
         spec(edits=ContainerEdits(device_nodes=[DeviceNode("dev/nvidia0")])).to_json()
 
 
+MPS_CLIENT = ContainerEdits(
+    env=["CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"],
+    mounts=[Mount("/var/lib/gpudra/mps/x/pipe", "/tmp/nvidia-mps", ["rw", "bind"])],
+)
+
+
 def claim_spec() -> CDISpec:
     return build_claim_spec(
         CLAIM,
@@ -111,17 +117,15 @@ def claim_spec() -> CDISpec:
             ClaimDevice(
                 "gpu-1-mig-1g12gb-19-0",
                 ["MIG-bbbb"],
-                ContainerEdits(device_nodes=mig_device_nodes(1, 21, 22)),
+                ContainerEdits(device_nodes=mig_device_nodes(1, 21, 22)) + MPS_CLIENT,
             ),
         ],
-        claim_edits=ContainerEdits(
-            env=["CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"],
-            mounts=[Mount("/var/lib/gpudra/mps/x/pipe", "/tmp/nvidia-mps", ["rw", "bind"])],
-        ),
     )
 
 
 def test_claim_spec_json_shape() -> None:
+    """Spec-wide: control nodes and every UUID of the claim; a device's own nodes and (an MPS device's) client
+    setup in that device's edits, so a container given only the other device never sees them."""
     body = claim_spec().to_json()
     assert body == {
         "cdiVersion": "0.5.0",
@@ -131,24 +135,25 @@ def test_claim_spec_json_shape() -> None:
             {
                 "name": f"{CLAIM}-gpu-1-mig-1g12gb-19-0",
                 "containerEdits": {
+                    "env": ["CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"],
                     "deviceNodes": [
                         {"path": "/dev/nvidia1"},
                         {"path": "/dev/nvidia-caps/nvidia-cap21"},
                         {"path": "/dev/nvidia-caps/nvidia-cap22"},
-                    ]
+                    ],
+                    "mounts": [
+                        {
+                            "hostPath": "/var/lib/gpudra/mps/x/pipe",
+                            "containerPath": "/tmp/nvidia-mps",
+                            "options": ["rw", "bind"],
+                        }
+                    ],
                 },
             },
         ],
         "containerEdits": {
-            "env": ["NVIDIA_VISIBLE_DEVICES=GPU-aaaa,MIG-bbbb", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"],
+            "env": ["NVIDIA_VISIBLE_DEVICES=GPU-aaaa,MIG-bbbb"],
             "deviceNodes": [{"path": n.path} for n in CONTROL_DEVICE_NODES],
-            "mounts": [
-                {
-                    "hostPath": "/var/lib/gpudra/mps/x/pipe",
-                    "containerPath": "/tmp/nvidia-mps",
-                    "options": ["rw", "bind"],
-                }
-            ],
         },
     }
     assert claim_spec().qualified_ids() == [

@@ -296,13 +296,12 @@ def build_claim_spec(
     claim_uid: str,
     devices: Sequence[ClaimDevice],
     *,
-    claim_edits: ContainerEdits = ContainerEdits(),
     common_edits: ContainerEdits = ContainerEdits(device_nodes=CONTROL_DEVICE_NODES),
     vendor: str = NVIDIA_VENDOR,
 ) -> CDISpec:
     """The spec of one claim. Spec-wide edits: ``common_edits`` (control nodes; driver library mounts and
-    hooks when the agent injects them), NVIDIA_VISIBLE_DEVICES with all the claim's UUIDs, then
-    ``claim_edits`` (config-derived, e.g. CUDA_MPS_PIPE_DIRECTORY and its mount).
+    hooks when the agent injects them) and NVIDIA_VISIBLE_DEVICES with all the claim's UUIDs. What only some of
+    its devices need (their device nodes, MPS client setup) is in those devices' own edits.
     """
     uuids = [u for d in devices for u in d.uuids]
     visible = ContainerEdits(env=[f"NVIDIA_VISIBLE_DEVICES={','.join(uuids) or 'void'}"])
@@ -310,7 +309,7 @@ def build_claim_spec(
         vendor=vendor,
         class_name=CLAIM_CLASS,
         devices=[CDIDevice(claim_device_name(claim_uid, d.canonical_name), d.edits) for d in devices],
-        container_edits=common_edits + visible + claim_edits,
+        container_edits=common_edits + visible,
     )
 
 

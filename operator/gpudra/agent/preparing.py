@@ -154,7 +154,9 @@ def plan_claim(
             driver=driver,
             features=_sharing_features(features),
         )
-        claim_edits = mps_edits(uid, [(t, c) for (_, t), c in zip(chosen, effective, strict=True)], mps_root)
+        mps_devices, mps = mps_edits(
+            uid, [(t, c) for (_, t), c in zip(chosen, effective, strict=True)], mps_root
+        )
     except InvalidInputError as exc:
         raise PrepareError(f"invalid opaque config: {exc}", reason="InvalidConfig") from exc
     records = []
@@ -173,10 +175,19 @@ def plan_claim(
         )
         if config is not None:
             applied[target.name] = config.to_wire()
+    # MPS setup goes with the MPS devices only: the kubelet gives a container the CDI ids of the requests it names,
+    # so a container of the same claim given only a time-sliced request never becomes an MPS client
     spec = build_claim_spec(
         uid,
-        [ClaimDevice(t.name, [t.uuid], ContainerEdits(device_nodes=t.device_nodes)) for _, t in chosen],
-        claim_edits=claim_edits,
+        [
+            ClaimDevice(
+                t.name,
+                [t.uuid],
+                ContainerEdits(device_nodes=t.device_nodes)
+                + (mps if t.name in mps_devices else ContainerEdits()),
+            )
+            for _, t in chosen
+        ],
     )
     return ClaimPlan(
         devices=tuple(records),
@@ -188,8 +199,9 @@ def plan_claim(
 
 def mps_edits(
     uid: str, devices: Sequence[tuple[DeviceTarget, OpaqueConfig | None]], mps_root: str
-) -> ContainerEdits:
-    """The claim-wide edits MPS clients need: the control daemon's pipe and log directories and the limits."""
+) -> tuple[frozenset[str], ContainerEdits]:
+    """The devices shared through MPS, and the edits each of them carries for its MPS clients: the claim's control
+    daemon's pipe and log directories and the limits (the same for each: one daemon serves the claim)."""
     mps: list[tuple[DeviceTarget, MpsConfig | None]] = []
     for target, config in devices:
         if (
@@ -199,7 +211,7 @@ def mps_edits(
         ):
             mps.append((target, config.sharing.mps_config))
     if not mps:
-        return ContainerEdits()
+        return frozenset(), ContainerEdits()
     percentages = {m.default_active_thread_percentage for _, m in mps if m is not None} - {None}
     if len(percentages) > 1:
         raise InvalidInputError(
@@ -226,7 +238,7 @@ def mps_edits(
         Mount(f"{mps_root}/{uid}/pipe", MPS_PIPE_DIRECTORY, options),
         Mount(f"{mps_root}/{uid}/log", MPS_LOG_DIRECTORY, options),
     ]
-    return ContainerEdits(env=env, mounts=mounts)
+    return frozenset(t.name for t, _ in mps), ContainerEdits(env=env, mounts=mounts)
 
 
 @dataclass(frozen=True, slots=True)
