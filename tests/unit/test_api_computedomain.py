@@ -130,6 +130,8 @@ def test_computedomain_crd_identity(cd_crd: dict[str, Any]) -> None:
         "listKind": "ComputeDomainList",
         "plural": "computedomains",
         "singular": "computedomain",
+        "shortNames": ["cd"],
+        "categories": ["gpudra"],
     }
     (version,) = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1beta1", True, True)

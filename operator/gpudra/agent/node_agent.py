@@ -23,7 +23,7 @@ from gpudra.agent.health import DeviceProblem, HealthState, with_taints
 from gpudra.agent.kubeletplugin.types import DeviceHealth, HealthStatus
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
-from gpudra.api.resource import Device
+from gpudra.api.resource import Device, ResourceSlice
 from gpudra.config import AgentSettings
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.sharing import time_sliced
@@ -193,7 +193,13 @@ class NodeAgent:
             self._start_health_watch(asyncio.get_running_loop())
         selector = f"spec.nodeName={node.name},spec.driver={self.settings.driver_name}"
         watcher = asyncio.create_task(
-            Informer(self._client, RESOURCE_SLICES, self._on_own_slice, field_selector=selector).run(),
+            Informer(
+                self._client,
+                RESOURCE_SLICES,
+                self._on_own_slice,
+                field_selector=selector,
+                parse=ResourceSlice.model_validate,
+            ).run(),
             name=f"slice watch {node.name}",
         )
         try:
