@@ -212,6 +212,7 @@ async def test_a_killed_agent_leaves_the_pod_running_and_the_next_prepare_is_ide
     # its checkpoint with what it answered before.
     await kubelet.kill()
     await kubelet.start()
+    await kubelet.wait_for_plugin("gpu.nvidia.com")
     await kubectl(cluster, "apply", "-f", "-", stdin=sharing_pod("second"))
     await eventually(lambda: asyncio.sleep(0, result=created(cluster, node, "second")), timeout=60)
     assert await _agent_counter(cluster, node, "gpudra_prepare_requests_total") == 1

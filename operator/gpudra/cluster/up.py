@@ -367,7 +367,7 @@ class EmbeddedCluster:
             self._spawn(runtime.run(), f"agent {node.name}")
             published = runtime.agent.published.wait()
         if real:
-            return published
+            return self._plugin_registered(published, self.real_kubelets[node.name], settings.driver_name)
         kubelet = StandInKubelet(
             kubelet_client,
             node.name,
@@ -384,6 +384,12 @@ class EmbeddedCluster:
         self.kubelets[node.name] = kubelet
         self._spawn(kubelet.run(), f"kubelet {node.name}")
         return published
+
+    @staticmethod
+    async def _plugin_registered(published: Awaitable[Any], kubelet: RealKubelet, driver: str) -> None:
+        """A real kubelet's node is ready once its slices are published and its kubelet has the plugin."""
+        await published
+        await kubelet.wait_for_plugin(driver)
 
     async def roll_agent(self, node: str) -> AgentProcess:
         """A rolling update of one node's agent process, as its DaemonSet does it with ``maxSurge: 1,

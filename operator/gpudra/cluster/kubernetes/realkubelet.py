@@ -174,6 +174,7 @@ class RealKubelet:
             f"http://127.0.0.1:{self._healthz_port}/healthz",
         )
         self.starts = 0
+        self._log_start = 0  # where the log of the kubelet's latest start begins
 
     def _write_kernel_settings(self) -> None:
         """The machine's values as they are, for the kubelet to read and overwrite in private."""
@@ -188,8 +189,30 @@ class RealKubelet:
         if not self.runtime.running:
             await self.runtime.start(timeout=timeout)
         self.starts += 1
+        self._log_start = self.kubelet.log_file.stat().st_size if self.kubelet.log_file.exists() else 0
         await self.kubelet.start(timeout=timeout)
         log.info("real kubelet up", node=self.name, port=self.port, root=str(self.paths.root_dir))
+
+    async def wait_for_plugin(self, driver: str, *, timeout: float = 60.0) -> None:
+        """Wait until the kubelet, since its latest start, has registered ``driver``'s DRA plugin. A pod that
+        reaches it sooner gets "DRA driver ... is not registered" and, since the kubelet does not count that as a
+        failed sync, is prepared only at its next periodic resync (about a minute later)."""
+        wanted = ('"Registered DRA plugin"', f'driverName="{driver}"')
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.kubelet.log_file.open("rb") as text:
+                text.seek(self._log_start)
+                if any(
+                    all(w in line for w in wanted)
+                    for line in text.read().decode(errors="replace").splitlines()
+                ):
+                    return
+            if time.monotonic() > deadline:
+                raise ProcessFailed(
+                    f"the kubelet of {self.name} did not register the {driver} plugin within {timeout:.0f}s; "
+                    f"see {self.kubelet.log_file}"
+                )
+            await asyncio.sleep(0.1)
 
     async def start_and_register(self, client: KubeClient, *, timeout: float = 60.0) -> dict[str, Any]:
         """Start, then wait until the kubelet has registered its Node (read through ``client``); the Node."""
