@@ -4,6 +4,7 @@ cluster as kubectl does (its kubeconfig: client certificates, not a bare URL).""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -90,3 +91,46 @@ async def test_kubectl_explain_reads_as_on_the_embedded_server(
             field_lines(await kubectl(c, "explain", path)) for c in (real, embedded)
         ]
         assert len(embedded_lines) > 1 and embedded_lines <= real_lines, path
+
+
+LOGGED_POD = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: smi, namespace: default}
+spec:
+  containers:
+  - name: ctr
+    image: ubuntu:22.04
+    command: ["bash", "-c", "nvidia-smi -L; sleep infinity"]
+    resources: {claims: [{name: gpu}]}
+  resourceClaims:
+  - {name: gpu, resourceClaimTemplateName: one-gpu}
+"""
+
+
+async def test_kubectl_logs_of_a_pod_on_a_stand_in_node(start_kubernetes: StartKubernetes) -> None:
+    """kube-apiserver reaches the stand-in kubelets' node endpoint (TLS, the cluster CA) for `kubectl logs`: the
+    container's nvidia-smi -L names the GPU its claim was given."""
+    cluster = await start_kubernetes("dgx-h100:1")
+    await kubectl(cluster, "apply", "-f", "-", stdin=LOGGED_POD)
+    await kubectl(cluster, "wait", "--for=condition=Ready", "pod/smi", "--timeout=90s")
+    log = await kubectl(cluster, "logs", "smi")
+    given = json.loads(await kubectl(cluster, "get", "resourceclaims", "-o", "json"))["items"][0]
+    (result,) = given["status"]["allocation"]["devices"]["results"]
+    slices = json.loads(await kubectl(cluster, "get", "resourceslices", "-o", "json"))["items"]
+    uuid = next(
+        d["attributes"]["uuid"]["string"]
+        for s in slices
+        for d in s["spec"]["devices"]
+        if (s["spec"]["pool"]["name"], d["name"]) == (result["pool"], result["device"])
+    )
+    assert f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {uuid})" in log.splitlines()

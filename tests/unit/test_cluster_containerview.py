@@ -107,7 +107,7 @@ def test_a_container_log_names_what_it_is_given_and_the_command_that_did_not_run
         {"name": "c", "command": ["bash", "-c"], "args": ["trap 'exit 0' TERM"]}, view, None
     )
     assert lines == [
-        '[gpudra] no container runs in the embedded cluster; "c" gets CDI devices none',
+        '[gpudra] no container runs on a simulated node; "c" gets CDI devices none',
         "[gpudra] env: CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
         "[gpudra] not run: bash -c 'trap '\\''exit 0'\\'' TERM'",
     ]

@@ -114,7 +114,7 @@ def container_log(
     nvidia-smi prints, or the command that did not run."""
     devices = " ".join(view.cdi_devices) or "none"
     lines = [
-        f'{PREFIX}no container runs in the embedded cluster; "{container.get("name", "")}" gets CDI devices {devices}'
+        f'{PREFIX}no container runs on a simulated node; "{container.get("name", "")}" gets CDI devices {devices}'
     ]
     if view.device_nodes:
         lines.append(f"{PREFIX}device nodes: {' '.join(view.device_nodes)}")

@@ -1,8 +1,10 @@
 """The stand-in kubelets' node endpoint: ``GET /containerLogs/<namespace>/<pod>/<container>``, as a kubelet serves
 it on its port (10250 on a real node), for the API server's ``pods/log``.
 
-One listener on 127.0.0.1 serves every stand-in kubelet of the process: each Node's
-``status.daemonEndpoints.kubeletEndpoint.Port`` names it. The kubelets write what their pods' containers would log
+One listener serves every stand-in kubelet of the process: each Node's ``status.daemonEndpoints.kubeletEndpoint
+.Port`` names it, and its InternalIP the listener's address (127.0.0.1 for the embedded API server; on the real
+control plane the machine's address, over TLS with a certificate of the cluster CA, as kube-apiserver dials a
+kubelet). The kubelets write what their pods' containers would log
 into a shared :class:`PodLogBook`; a container that has not started answers 400 with the kubelet's sentence
 (``container "ctr" in pod "p" is waiting to start: ContainerCreating``). ``follow`` keeps the stream open until
 the pod stops; ``timestamps``, ``tailLines``, ``limitBytes`` and ``sinceSeconds`` work as on a kubelet.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -84,9 +87,10 @@ def _select(lines: list[str], request: web.Request, started_at: str) -> bytes:
 class KubeletServer:
     """Serves the node endpoint of every stand-in kubelet sharing ``book``."""
 
-    def __init__(self, book: PodLogBook, host: str = "127.0.0.1") -> None:
+    def __init__(self, book: PodLogBook, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self.book = book
-        self._host = host
+        self.host = host
+        self._tls = tls
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -95,7 +99,7 @@ class KubeletServer:
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._logs)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, 0)
+        site = web.TCPSite(self._runner, self.host, 0, ssl_context=self._tls)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         return self.port

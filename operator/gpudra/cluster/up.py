@@ -11,6 +11,7 @@ import asyncio
 import os
 import shutil
 import signal
+import ssl
 import sys
 import tempfile
 import threading
@@ -245,7 +246,7 @@ class EmbeddedCluster:
         progress.begin(STAGE_NODES, len(self.options.nodes))
         progress.begin(STAGE_SLICES, len(self.options.nodes))
         waiters: list[asyncio.Task[Any]] = []
-        self.kubelet_server = KubeletServer(self.pod_logs)
+        self.kubelet_server = self._kubelet_server()
         await self.kubelet_server.start()
         for node in self.options.nodes:
             published = await self.add_node(node)
@@ -412,6 +413,17 @@ class EmbeddedCluster:
             return FakeNvml.load(self.node_dirs[node] / "simulated-gpus.state", keep_persisting=False)
         return self.simulated[node]
 
+    def _kubelet_server(self) -> KubeletServer:
+        """The stand-in kubelets' node endpoint (pod logs): on 127.0.0.1 for the embedded API server; for the real
+        one on this machine's address with a serving certificate of the cluster CA, which kube-apiserver checks."""
+        if self.kubernetes is None:
+            return KubeletServer(self.pod_logs)
+        address = "127.0.0.1"
+        serving = self.kubernetes.kubelet_serving_certificate("stand-ins", address)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(serving.cert, serving.key)
+        return KubeletServer(self.pod_logs, address, tls)
+
     async def _node_clients(self, node: FleetNode) -> tuple[Path, KubeClient, KubeClient]:
         """(agent's kubeconfig, agent's client, kubelet's client). Embedded: the user's kubeconfig and the shared
         client. Kubernetes: the kubelet registers its Node with the node's own certificate (system:node:<name>,
@@ -427,7 +439,9 @@ class EmbeddedCluster:
         kubelet = await self._own_client(self.kubernetes.node_kubeconfig(node.name), f"kubelet-{node.name}")
         real = self.real_kubelets.get(node.name)
         if real is None:
-            registered = await kubelet.create(NODES, node_object(node))
+            assert self.kubelet_server is not None
+            endpoint = self.kubelet_server.host, self.kubelet_server.port
+            registered = await kubelet.create(NODES, with_kubelet_endpoint(node_object(node), *endpoint))
         else:
             registered = await real.start_and_register(kubelet)
         kubeconfig = await self.kubernetes.service_account_kubeconfig(
