@@ -52,8 +52,11 @@ async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 15.0)
         await asyncio.sleep(0.05)
 
 
-async def kubectl(cluster: EmbeddedCluster, *args: str, check: bool = True, stdin: str | None = None) -> str:
-    """The real kubectl against the cluster's kubeconfig; stdout and stderr together."""
+async def kubectl(
+    cluster: EmbeddedCluster, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 60
+) -> str:
+    """The real kubectl against the cluster's kubeconfig; stdout and stderr together (``timeout``: seconds the
+    process may take, more than any ``--timeout`` given to kubectl)."""
     env = {**os.environ, "KUBECONFIG": str(cluster.options.kubeconfig)}
     proc = await asyncio.create_subprocess_exec(
         "kubectl",
@@ -63,7 +66,7 @@ async def kubectl(cluster: EmbeddedCluster, *args: str, check: bool = True, stdi
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), timeout=60)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {err.decode()}")
     return out.decode() + err.decode()

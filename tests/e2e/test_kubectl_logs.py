@@ -35,7 +35,7 @@ async def _apply(cluster: EmbeddedCluster, tmp_path: Path, *manifests: str) -> N
 async def _running(cluster: EmbeddedCluster, *namespaces: str) -> None:
     for namespace in namespaces:
         await kubectl(
-            cluster, "wait", "--for=condition=Ready", "pods", "--all", "-n", namespace, "--timeout=90s"
+            cluster, "wait", "--for=condition=Ready", "pods", "--all", "-n", namespace, "--timeout=55s"
         )
 
 

@@ -297,7 +297,11 @@ async def test_shared_example_creates_one_instance_served_through_mps(cluster: E
     assert preparer is not None
     spec = preparer.specs.read(claim["metadata"]["uid"])
     assert spec is not None
-    env = spec["containerEdits"]["env"]
+    env = [
+        e
+        for edits in (spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"]))
+        for e in edits.get("env", [])
+    ]
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in env and f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in env
 
 

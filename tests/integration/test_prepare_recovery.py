@@ -124,7 +124,11 @@ async def test_dynamic_mig_crash_points(
     (instance,) = node.backend.read_inventory().gpus[gpu].mig_devices
     spec = node.spec_of(ref)
     assert spec is not None
-    env = spec["containerEdits"]["env"]
+    env = [
+        e
+        for edits in (spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"]))
+        for e in edits.get("env", [])
+    ]
     assert f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in env and any(
         e.startswith("CUDA_MPS_PIPE") for e in env
     )

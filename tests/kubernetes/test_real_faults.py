@@ -126,7 +126,16 @@ async def test_two_hundred_pods_while_agents_are_killed(start_kubernetes: StartK
             await kubectl(cluster, "apply", "-f", "-", stdin=wave(number))
             counts["pods created"] += PER_WAVE
             await settled_wave(cluster, number, counts)
-            await kubectl(cluster, "delete", "pods", "-l", f"wave={number}", "--wait=true", "--timeout=180s")
+            await kubectl(
+                cluster,
+                "delete",
+                "pods",
+                "-l",
+                f"wave={number}",
+                "--wait=true",
+                "--timeout=180s",
+                timeout=200,
+            )
         await killer
     finally:
         killer.cancel()

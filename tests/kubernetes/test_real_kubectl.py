@@ -122,7 +122,7 @@ async def test_kubectl_logs_of_a_pod_on_a_stand_in_node(start_kubernetes: StartK
     container's nvidia-smi -L names the GPU its claim was given."""
     cluster = await start_kubernetes("dgx-h100:1")
     await kubectl(cluster, "apply", "-f", "-", stdin=LOGGED_POD)
-    await kubectl(cluster, "wait", "--for=condition=Ready", "pod/smi", "--timeout=90s")
+    await kubectl(cluster, "wait", "--for=condition=Ready", "pod/smi", "--timeout=90s", timeout=100)
     log = await kubectl(cluster, "logs", "smi")
     given = json.loads(await kubectl(cluster, "get", "resourceclaims", "-o", "json"))["items"][0]
     (result,) = given["status"]["allocation"]["devices"]["results"]

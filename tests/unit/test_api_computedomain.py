@@ -140,6 +140,7 @@ def test_computedomain_crd_identity(cd_crd: dict[str, Any]) -> None:
         ".status.status",
         '.status.conditions[?(@.type=="Ready")].reason',
         ".metadata.creationTimestamp",
+        ".spec.channel.resourceClaimTemplate.name",  # priority 1: -o wide
     ]
     assert "required" not in version["schema"]["openAPIV3Schema"]
 
