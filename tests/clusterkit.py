@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 
 from gpudra.cluster.fleet import FleetNode, parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from gpudra.testing import eventually as eventually  # the kit's, re-exported for the tests
 
 StartCluster = Callable[..., Awaitable[EmbeddedCluster]]
 
@@ -38,18 +38,6 @@ async def start_cluster(tmp_path: Path) -> AsyncIterator[StartCluster]:
     finally:
         for cluster in started:
             await cluster.stop()
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
-    """Retry ``check`` until it returns a truthy value (generous timeout: CI machines are noisy)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
-        await asyncio.sleep(0.05)
 
 
 async def kubectl(

@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_kubectl_demo import kubectl
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, kubectl
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "computedomain"
 pytestmark = [

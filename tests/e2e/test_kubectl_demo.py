@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,17 +24,6 @@ pytestmark = [
 @pytest.fixture
 async def demo(start_cluster: StartCluster) -> EmbeddedCluster:
     return await start_cluster("dgx-h100:1,dgx-a100:1")
-
-
-async def kubectl(cluster: EmbeddedCluster, *args: str, check: bool = True) -> str:
-    env = {**os.environ, "KUBECONFIG": str(cluster.options.kubeconfig)}
-    proc = await asyncio.create_subprocess_exec(
-        "kubectl", *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {err.decode()}")
-    return out.decode() + err.decode()
 
 
 async def test_get_nodes_deviceclasses_and_resourceslices(demo: EmbeddedCluster) -> None:

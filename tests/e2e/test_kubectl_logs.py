@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from _quickstart import GPU_TEST1, GPU_TEST2, GPU_TEST3, GPU_TEST4, GPU_TEST5, GPU_TEST_MPS, MIG_REQUESTS
-from test_kubectl_demo import kubectl
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 
 pytestmark = [

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_kubectl_demo import kubectl
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 
 pytestmark = [

@@ -11,15 +11,13 @@ import json
 import os
 import shutil
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_kubectl_demo import kubectl
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,16 +26,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH"),
 ]
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
-
-
-async def until(check: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value or time.monotonic() > deadline:
-            assert value, f"not met within {timeout}s (last value {value!r})"
-            return value
-        await asyncio.sleep(0.1)
 
 
 async def get_json(cluster: EmbeddedCluster, *args: str) -> Any:
@@ -59,7 +47,7 @@ async def apply_fault(cluster: EmbeddedCluster, name: str, spec: dict[str, Any])
     async def status() -> dict[str, Any]:
         return dict((await get_json(cluster, "gpufault", name)).get("status") or {})
 
-    result: dict[str, Any] = await until(status)
+    result: dict[str, Any] = await eventually(status, 30.0, interval=0.1)
     return result
 
 
@@ -91,7 +79,7 @@ async def running_claim(cluster: EmbeddedCluster) -> tuple[str, str]:
     async def running() -> bool:
         return bool((await get_json(cluster, "pod", "train")).get("status", {}).get("phase") == "Running")
 
-    await until(running)
+    await eventually(running, 30.0, interval=0.1)
     claim = await get_json(cluster, "resourceclaim", "train")
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     return result["pool"], result["device"]
@@ -117,14 +105,14 @@ async def test_xid_from_kubectl_taints_marks_the_claim_and_recovers(cluster: Emb
     async def tainted() -> list[dict[str, Any]]:
         return list((await slice_devices(cluster, node))[device].get("taints") or [])
 
-    (taint,) = await until(tainted)
+    (taint,) = await eventually(tainted, 30.0, interval=0.1)
     assert (taint["key"], taint["value"], taint["effect"]) == ("gpu.nvidia.com/xid", "79", "NoSchedule")
 
     async def unhealthy() -> dict[str, Any] | None:
         condition = await healthy(cluster, "train", device)
         return condition if condition["status"] == "False" else None
 
-    condition = await until(unhealthy)
+    condition = await eventually(unhealthy, 30.0, interval=0.1)
     assert condition["reason"] == "Xid79"
     assert any("XID 79" in m for m in await node_events(cluster, node, "GpuHealth"))
 
@@ -132,7 +120,7 @@ async def test_xid_from_kubectl_taints_marks_the_claim_and_recovers(cluster: Emb
         quiet = not (await slice_devices(cluster, node))[device].get("taints")
         return quiet and (await healthy(cluster, "train", device))["status"] == "True"
 
-    await until(recovered)
+    await eventually(recovered, 30.0, interval=0.1)
 
 
 async def test_lost_gpu_leaves_the_slice_and_recover_brings_it_back(cluster: EmbeddedCluster) -> None:
@@ -143,8 +131,8 @@ async def test_lost_gpu_leaves_the_slice_and_recover_brings_it_back(cluster: Emb
     async def gone() -> bool:
         return device not in await slice_devices(cluster, node)
 
-    await until(gone)
-    assert (await until(lambda: _unhealthy_reason(cluster, device))) == "GpuLost"
+    await eventually(gone, 30.0, interval=0.1)
+    assert (await eventually(lambda: _unhealthy_reason(cluster, device), 30.0, interval=0.1)) == "GpuLost"
 
     status = await apply_fault(cluster, "back", {"nodeName": node, "device": device, "fault": "Recover"})
     assert status["phase"] == "Injected" and "answers again" in status["message"], status
@@ -152,8 +140,8 @@ async def test_lost_gpu_leaves_the_slice_and_recover_brings_it_back(cluster: Emb
     async def back() -> bool:
         return device in await slice_devices(cluster, node)
 
-    await until(back)
-    await until(lambda: _is_healthy(cluster, device))
+    await eventually(back, 30.0, interval=0.1)
+    await eventually(lambda: _is_healthy(cluster, device), 30.0, interval=0.1)
 
 
 async def _unhealthy_reason(cluster: EmbeddedCluster, device: str) -> str | None:
@@ -172,14 +160,14 @@ async def test_tray_leaving_its_nvlink_fabric_loses_its_clique_until_it_recovers
         labels = (await get_json(cluster, "node", "gb200-nvl72-0"))["metadata"].get("labels") or {}
         return labels.get(CLIQUE_LABEL)
 
-    before = await until(clique)
+    before = await eventually(clique, 30.0, interval=0.1)
     for example in ("tray-fabric-lost.yaml", "recover-tray.yaml"):
         path = ROOT / "examples" / "sim" / example
         await kubectl(cluster, "apply", "-f", str(path))
         if example.startswith("tray-fabric"):
-            await until(lambda: _no(clique))
+            await eventually(lambda: _no(clique), 30.0, interval=0.1)
             assert await node_events(cluster, "gb200-nvl72-0", "NVLinkCliqueLost")
-    assert await until(clique) == before
+    assert await eventually(clique, 30.0, interval=0.1) == before
     listing = await kubectl(cluster, "get", "gpufaults")
     assert "tray0-fabric-lost" in listing and "Injected" in listing
 
@@ -218,6 +206,6 @@ async def test_gpudra_sim_fault_reaches_the_running_cluster(cluster: EmbeddedClu
     async def unhealthy() -> bool:
         return await _unhealthy_reason(cluster, device) == "EccDoubleBit"
 
-    await until(unhealthy)
+    await eventually(unhealthy, 30.0, interval=0.1)
     code, out = await gpudra_sim(cluster, node, "gpu-12", "xid", "79")
     assert code == 2 and "has no GPU gpu-12" in out, out

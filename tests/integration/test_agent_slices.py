@@ -4,12 +4,11 @@ changes without a restart, never touch another node's slices, and survive an age
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, eventually
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import AgentSettings
@@ -49,16 +48,6 @@ async def test_every_simulated_node_publishes_its_devices(cluster: EmbeddedClust
         assert slice_["metadata"]["ownerReferences"][0]["kind"] == "Node"
 
 
-async def wait_for(predicate: Any, timeout: float = 5.0) -> float:
-    """Poll an async predicate; return the seconds it took (generous timeout: these machines are noisy)."""
-    started = time.monotonic()
-    while not await predicate():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
-
-
 async def test_mig_change_is_published_without_restart(cluster: EmbeddedCluster) -> None:
     agent = cluster.agents["dgx-a100-0"]
     backend = agent._backend
@@ -74,8 +63,7 @@ async def test_mig_change_is_published_without_restart(cluster: EmbeddedCluster)
     async def removed() -> bool:
         return gone not in device_names(await node_slices(cluster, "dgx-a100-0"))
 
-    took = await wait_for(removed)
-    print(f"MIG destroy -> slice update: {took * 1000:.0f} ms")
+    await eventually(removed, 5.0, interval=0.02)
     after = await node_slices(cluster, "dgx-a100-0")
     assert [s["metadata"]["name"] for s in after] == [s["metadata"]["name"] for s in before]
     assert after[0]["spec"]["pool"]["generation"] == generation + 1
@@ -86,7 +74,7 @@ async def test_mig_change_is_published_without_restart(cluster: EmbeddedCluster)
     async def restored() -> bool:
         return gone in device_names(await node_slices(cluster, "dgx-a100-0"))
 
-    await wait_for(restored)
+    await eventually(restored)
 
 
 async def test_agents_never_touch_other_nodes_slices(cluster: EmbeddedCluster) -> None:
@@ -98,7 +86,7 @@ async def test_agents_never_touch_other_nodes_slices(cluster: EmbeddedCluster) -
     async def republished() -> bool:
         return len(device_names(await node_slices(cluster, "dgx-a100-0"))) == 31
 
-    await wait_for(republished)
+    await eventually(republished)
     for node, slices in others.items():
         now = await node_slices(cluster, node)
         assert [s["metadata"]["resourceVersion"] for s in now] == [
@@ -145,7 +133,7 @@ async def test_deleted_slice_is_recreated_at_the_next_full_resync(cluster: Embed
     async def back() -> bool:
         return device_names(await node_slices(cluster, node)) == {f"gpu-{i}" for i in range(4)}
 
-    await wait_for(back)
+    await eventually(back)
 
 
 async def test_slices_deleted_as_a_starting_kubelet_deletes_them_come_back_at_once(
@@ -165,7 +153,7 @@ async def test_slices_deleted_as_a_starting_kubelet_deletes_them_come_back_at_on
     async def back() -> bool:
         return device_names(await node_slices(cluster, node)) == before
 
-    await wait_for(back)
+    await eventually(back)
 
 
 async def test_node_says_its_slices_are_published(cluster: EmbeddedCluster) -> None:
@@ -185,4 +173,4 @@ async def test_node_says_its_slices_are_published(cluster: EmbeddedCluster) -> N
         want = str(current["spec"]["pool"]["generation"])
         return body["metadata"]["annotations"]["gpudra.dev/resourceslices-generation"] == want != "1"
 
-    await wait_for(annotated)
+    await eventually(annotated)

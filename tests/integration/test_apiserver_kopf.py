@@ -11,6 +11,7 @@ import aiohttp
 import kopf
 
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.testing import eventually
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 WIDGETS = "/apis/example.com/v1/namespaces/default/widgets"
@@ -35,15 +36,6 @@ WIDGET_CRD: dict[str, Any] = {
         ],
     },
 }
-
-
-async def wait_for(check: Any, what: str) -> Any:
-    for _ in range(500):
-        result = await check()
-        if result:
-            return result
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_kopf_create_and_delete_handlers(
@@ -94,7 +86,7 @@ async def test_kopf_create_and_delete_handlers(
                 obj: dict[str, Any] = await rsp.json()
             return obj if (obj.get("status") or {}).get("observedSize") == 5 else None
 
-        obj = await wait_for(handled, "the create handler's status")
+        obj = await eventually(handled, 10.0, interval=0.02, what="the create handler's status")
         assert obj["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
         await http.delete(f"{WIDGETS}/w1")
 
@@ -102,7 +94,7 @@ async def test_kopf_create_and_delete_handlers(
             async with http.get(f"{WIDGETS}/w1") as rsp:
                 return rsp.status == 404
 
-        await wait_for(gone, "the object to disappear")
+        await eventually(gone, 10.0, interval=0.02, what="the object to disappear")
         assert deleted == ["w1"]
     finally:
         stop.set()

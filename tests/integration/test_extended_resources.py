@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +34,16 @@ def pod(name: str, limits: dict[str, str]) -> dict[str, Any]:
 
 
 async def bound_claim(client: KubeClient, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    """The pod once bound with its extended-resource claim, and that claim."""
+
+    async def bound() -> tuple[dict[str, Any], dict[str, Any]] | None:
         body = await client.get(PODS, name, "default")
         status = (body.get("status") or {}).get("extendedResourceClaimStatus")
         if body["spec"].get("nodeName") and status:
             return body, await client.get(RESOURCE_CLAIMS, status["resourceClaimName"], "default")
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"pod {name} was not bound with an extended-resource claim")
+        return None
+
+    return await eventually(bound, what=f"pod {name} bound with an extended-resource claim")
 
 
 async def unschedulable(client: KubeClient, name: str) -> None:
@@ -54,6 +55,13 @@ async def unschedulable(client: KubeClient, name: str) -> None:
 
     await eventually(failed)
     assert not (await client.get(PODS, name, "default"))["spec"].get("nodeName")
+
+
+async def scheduler_knows_classes(cluster: EmbeddedCluster, *names: str) -> None:
+    """The stand-in scheduler's class cache (its watch) holds these DeviceClasses."""
+    assert cluster.control_plane is not None
+    cache = cluster.control_plane.state.classes.cache
+    await eventually(lambda: asyncio.sleep(0, result=all(("", n) in cache for n in names)))
 
 
 async def test_nvidia_com_gpu_limit_gets_whole_gpus(cluster: EmbeddedCluster) -> None:
@@ -71,9 +79,10 @@ async def test_nvidia_com_gpu_limit_gets_whole_gpus(cluster: EmbeddedCluster) ->
 
 async def test_mig_profile_resource_maps_to_its_class(cluster: EmbeddedCluster) -> None:
     assert cluster.client is not None
-    for doc in yaml.safe_load_all((ROOT / "examples/extended-resources/mig-classes.yaml").read_text()):
+    docs = list(yaml.safe_load_all((ROOT / "examples/extended-resources/mig-classes.yaml").read_text()))
+    for doc in docs:
         await cluster.client.create(DEVICE_CLASSES, doc)
-    await asyncio.sleep(0.2)  # the scheduler's class cache follows the watch
+    await scheduler_knows_classes(cluster, *(d["metadata"]["name"] for d in docs))
     await cluster.client.create(PODS, pod("legacy-mig", {"nvidia.com/mig-1g.5gb": "1"}), "default")
     body, claim = await bound_claim(cluster.client, "legacy-mig")
     assert body["spec"]["nodeName"] == "dgx-a100-0"
@@ -85,14 +94,14 @@ async def test_pods_without_claims_are_spread_over_nodes(cluster: EmbeddedCluste
     assert cluster.client is not None
     for i in range(4):
         await cluster.client.create(PODS, pod(f"plain-{i}", {"cpu": "1"}), "default")
-    deadline = time.monotonic() + 15
-    nodes: list[str] = []
-    while time.monotonic() < deadline:
-        pods, _ = await cluster.client.list(PODS, "default")
+    client = cluster.client
+
+    async def all_bound() -> list[str]:
+        pods, _ = await client.list(PODS, "default")
         nodes = [p["spec"].get("nodeName") or "" for p in pods]
-        if all(nodes):
-            break
-        await asyncio.sleep(0.05)
+        return nodes if all(nodes) else []
+
+    nodes = await eventually(all_bound)
     assert sorted(nodes) == ["dgx-a100-0", "dgx-a100-0", "dgx-h100-0", "dgx-h100-0"]
 
 
@@ -103,7 +112,7 @@ async def test_shared_gpu_resource_puts_several_pods_on_one_time_sliced_gpu(
     assert cluster.client is not None
     docs = list(yaml.safe_load_all((ROOT / "examples/extended-resources/time-sliced-gpus.yaml").read_text()))
     await cluster.client.create(DEVICE_CLASSES, docs[0])
-    await asyncio.sleep(0.2)  # the scheduler's class cache follows the watch
+    await scheduler_knows_classes(cluster, docs[0]["metadata"]["name"])
     placed: list[tuple[str, str, str]] = []
     for i in range(8):  # 4 L4s x 2 replicas
         await cluster.client.create(PODS, pod(f"shared-{i}", {"nvidia.com/gpu.shared": "1"}), "default")

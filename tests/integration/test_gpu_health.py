@@ -103,7 +103,18 @@ async def test_scheduler_no_longer_picks_a_tainted_gpu(cluster: EmbeddedCluster)
         return bool((await devices(cluster, "dgx-h100-0"))["gpu-0"].get("taints"))
 
     await eventually(tainted)
-    await asyncio.sleep(0.3)  # the scheduler's slice cache follows the watch
+    assert cluster.control_plane is not None
+    slices = cluster.control_plane.state.slices.cache
+
+    def scheduler_sees_the_taint() -> bool:
+        return any(
+            d["name"] == "gpu-0" and d.get("taints")
+            for s in slices.values()
+            if s["spec"].get("nodeName") == "dgx-h100-0"
+            for d in s["spec"].get("devices") or []
+        )
+
+    await eventually(lambda: asyncio.sleep(0, result=scheduler_sees_the_taint()))
     assert cluster.client is not None
     claim = {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",

@@ -3,27 +3,16 @@ real gRPC sockets, the pod runs, and deleting the pod unprepares the claim."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import ConflictError
 from gpudra.kube.resources import EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS
 
 NODE = "l4x4-0"
 NS = "e2e"
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: StartCluster) -> None:
@@ -89,7 +78,7 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
     async def running() -> bool:
         return bool((await client.get(PODS, "trainer", NS)).get("status", {}).get("phase") == "Running")
 
-    await eventually(running)
+    await eventually(running, 20.0)
     spec = specs.specs.read(uid)
     assert spec is not None
     assert specs.specs.directory.is_relative_to(cluster.node_dirs[node])
@@ -103,7 +92,7 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
     async def released() -> bool:
         return specs.specs.read(uid) is None
 
-    await eventually(released)
+    await eventually(released, 20.0)
 
 
 async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster: StartCluster) -> None:
@@ -131,5 +120,5 @@ async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster
         items, _ = await client.list(EVENTS, NS)
         return any(e["reason"] == "FailedPrepareDynamicResources" for e in items)
 
-    await eventually(warned)
+    await eventually(warned, 20.0)
     assert (await client.get(PODS, "orphan", NS)).get("status", {}).get("phase") != "Running"

@@ -121,10 +121,14 @@ async def test_pods_created_together_around_one_claim_share_one_allocation(clust
     docs = list(yaml.safe_load_all((SEEDS / "02-shared-claim-two-pods.yaml").read_text()))
     seen: list[list[str]] = []
 
+    # the watch starts from a list made before the claim exists: no write of its allocation can slip past it
+    _, version = await client.list(RESOURCE_CLAIMS, "default")
+
     async def watch_allocations() -> None:
         async for _, body in client.watch(
             RESOURCE_CLAIMS,
             "default",
+            resource_version=version,
             field_selector="metadata.name=shared-inference-gpu",
             timeout_seconds=30,
         ):
@@ -133,7 +137,6 @@ async def test_pods_created_together_around_one_claim_share_one_allocation(clust
                 seen.append(devices)
 
     watching = asyncio.create_task(watch_allocations())
-    await asyncio.sleep(0.2)
     await client.create(RESOURCE_CLAIMS, docs[0], "default")
     names = [f"sharer-{i}" for i in range(6)]
     pods = [{**docs[1], "metadata": {"name": n, "namespace": "default"}} for n in names]

@@ -8,6 +8,7 @@ from functools import cache
 
 import pytest
 from _allocator_kit import claim, make_allocator, req
+from _dynamic_kit import NODE, node
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,22 +20,12 @@ from gpudra.devices.dynamic import build_node_devices, gpu_counters, placement_c
 from gpudra.devices.slices import CounterLayout, build_slice_specs
 from gpudra.hardware.backend import MigProfileInfo
 from gpudra.hardware.inventory import NodeInventory
-from gpudra.hardware.simulated import empty_mig, simulated_backend
+from gpudra.hardware.simulated import simulated_backend
 from gpudra.mig.layout import MigLayout, Placement, model_of_gpu
 from gpudra.mig.space import placement_space
 from gpudra.mig.validate import layout_problems
 
-NODE = "n1"
 MIG_PROFILES = ["dgx-h100", "dgx-a100", "dgx-a100-80gb", "hgx-h200", "dgx-b200", "gb200-nvl72", "a30x4"]
-
-
-@cache
-def node(profile: str = "dgx-h100") -> tuple[NodeInventory, dict[str, tuple[MigProfileInfo, ...]]]:
-    """A node of ``profile`` with MIG mode on and no instances, and each GPU's profiles as NVML reports them."""
-    backend = simulated_backend(profile, NODE).backend
-    empty_mig(backend)
-    inventory = backend.read_inventory()
-    return inventory, {gpu.uuid: backend.mig_profiles(gpu.index) for gpu in inventory.gpus}
 
 
 def attr(device: Device, name: str) -> object:

@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 from _allocator_kit import claim, device_class, make_allocator, req, slice_
-from test_devices_dynamic import node
+from _dynamic_kit import node
 
 from gpudra.allocator import Allocation
 from gpudra.api.quantity import parse_quantity

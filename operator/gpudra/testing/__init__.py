@@ -1,0 +1,78 @@
+"""Helpers for tests of gpudra and of what runs on it (like ``structlog.testing``): wait for a condition or for a
+watch event, never for a fixed time.
+
+- ``eventually(check)`` calls an async ``check`` until it returns something truthy and returns that; past
+  ``timeout`` it fails with the last value, so the failure says what was seen.
+- ``watch_until(client, resource, test)`` lists, then watches from the list's resourceVersion, and returns the first
+  object that passes ``test``: a change cannot slip between a check and the wait, as it can with a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import Resource
+
+T = TypeVar("T")
+Body = dict[str, Any]
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T]],
+    timeout: float = 15.0,
+    *,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> T:
+    """Retry ``check`` until it returns a truthy value and return it (generous timeouts: CI machines are noisy)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout}s (last value {value!r})")
+        await asyncio.sleep(interval)
+
+
+async def watch_until(
+    client: KubeClient,
+    resource: Resource,
+    test: Callable[[Body], bool],
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    timeout: float = 15.0,
+) -> Body:
+    """The first object of ``resource`` that passes ``test``: one that already does, else the first watch event
+    (ADDED or MODIFIED) that does."""
+
+    async def wait() -> Body:
+        items, version = await client.list(
+            resource, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        for item in items:
+            if test(item):
+                return item
+        while True:
+            events = client.watch(
+                resource,
+                namespace,
+                resource_version=version,
+                label_selector=label_selector,
+                field_selector=field_selector,
+            )
+            async for kind, obj in events:
+                version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                if kind in ("ADDED", "MODIFIED") and test(obj):
+                    return obj
+
+    try:
+        return await asyncio.wait_for(wait(), timeout)
+    except TimeoutError:
+        raise AssertionError(f"no {resource.plural} passed the test within {timeout}s") from None
