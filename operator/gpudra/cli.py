@@ -337,11 +337,11 @@ async def _run_explain(args: argparse.Namespace) -> int:
     from gpudra.allocator.result import Allocation
     from gpudra.api.resource import AllocationResult, ResourceClaim
     from gpudra.controller.explaining import explain, explanation, load_view
-    from gpudra.controller.migdemand import plan_pending
     from gpudra.devices.classes import load_device_classes
     from gpudra.errors import ConfigurationError
     from gpudra.kube.client import KubeClient
     from gpudra.kube.resources import RESOURCE_CLAIMS
+    from gpudra.planning.migdemand import plan_pending
     from gpudra.reports import allocation_table, mig_plan_report, outcome_report, print_fitted
 
     if (args.file is None) == (args.name is None):

@@ -16,6 +16,9 @@ from gpudra.errors import ConfigurationError
 
 MigPlannerPolicy = Literal["off", "suggest", "apply"]
 
+DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+"""XIDs that report an application's error, not the GPU's: NVIDIA's driver ignores them too."""
+
 
 class CommonSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUDRA_", extra="forbid")
@@ -70,7 +73,7 @@ class AgentSettings(CommonSettings):
         "change; the kubelet reads a device as Unknown after three times this long without a report",
     )
     health_ignored_xids: list[int] = Field(
-        default_factory=lambda: [13, 31, 43, 45, 68, 109],
+        default_factory=lambda: sorted(DEFAULT_IGNORED_XIDS),
         description="XIDs that are application errors: tainted with effect None (visible, not repelling)",
     )
     health_noexecute_xids: list[int] = Field(

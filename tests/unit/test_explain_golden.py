@@ -10,7 +10,7 @@ from _pending_fleet import scenarios, view_of
 
 from gpudra.allocator import REASONS, Allocation
 from gpudra.controller.explaining import explain, explanation
-from gpudra.controller.migdemand import plan_pending
+from gpudra.planning.migdemand import plan_pending
 
 SCENARIOS = scenarios()
 

@@ -12,18 +12,18 @@ import yaml
 from gpudra.allocator.pools import NodeInfo
 from gpudra.api.resource import ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import ClusterView, build_view, repartition
-from gpudra.controller.migdemand import (
+from gpudra.controller.migplanner import decide, progressing, superseded
+from gpudra.devices.build import build_devices
+from gpudra.devices.classes import load_device_classes
+from gpudra.devices.slices import build_slice_specs
+from gpudra.hardware.simulated import simulated_backend
+from gpudra.planning.migdemand import (
     claim_demand,
     fleet_gpus,
     pci_device_ids,
     plan_pending,
     virtual_fleet,
 )
-from gpudra.controller.migplanner import decide, progressing, superseded
-from gpudra.devices.build import build_devices
-from gpudra.devices.classes import load_device_classes
-from gpudra.devices.slices import build_slice_specs
-from gpudra.hardware.simulated import simulated_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "dgx-a100-0"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpudra.api.resource import Device, DeviceTaint
+from gpudra.config import DEFAULT_IGNORED_XIDS
 from gpudra.devices.names import gpu_device_name, mig_device_name
 from gpudra.hardware.backend import HealthEvent, HealthEventKind
 from gpudra.hardware.inventory import GpuInfo, NodeInventory
@@ -29,7 +30,6 @@ from gpudra.hardware.inventory import GpuInfo, NodeInventory
 XID_KEY = "gpu.nvidia.com/xid"
 ECC_KEY = "gpu.nvidia.com/ecc"
 LOST_KEY = "gpu.nvidia.com/gpu-lost"
-DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 
 @dataclass(frozen=True, slots=True)

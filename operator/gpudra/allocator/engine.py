@@ -11,8 +11,6 @@ else:
 
 from __future__ import annotations
 
-import functools
-import importlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -55,14 +53,11 @@ DEFAULT_BUDGET = 200_000
 """Search steps per node before giving up with SearchLimit (Kubernetes bounds Filter by a 10 s timeout)."""
 
 
-@functools.cache
-def _cel_compiler() -> CompileSelector:
-    compiler: CompileSelector = importlib.import_module("gpudra.allocator.cel").compile_selector
-    return compiler
-
-
 def _default_compile(expression: str) -> Selector:
-    return _cel_compiler()(expression)
+    # imported on first use: the CEL evaluator (cel-expr-python) is costly to load and not every caller compiles
+    from gpudra.allocator.cel import compile_selector
+
+    return compile_selector(expression)
 
 
 def _default_share_id() -> str:

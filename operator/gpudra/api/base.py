@@ -1,4 +1,5 @@
-"""The base model: camelCase on the wire, snake_case in Python, unknown wire fields ignored."""
+"""The base models: ``WireModel`` (camelCase on the wire, snake_case in Python, unknown wire fields ignored) and
+``FrozenModel`` (immutable values read from hardware and catalogs: unknown fields are an error)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,9 @@ class WireModel(BaseModel):
     @classmethod
     def from_wire(cls, body: dict[str, Any]) -> Self:
         return cls.model_validate(body)
+
+
+class FrozenModel(BaseModel):
+    """An immutable value: hashable, and an unknown field is an error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")

@@ -16,13 +16,13 @@ from gpudra.allocator.result import Allocation
 from gpudra.api.resource import ResourceClaim
 from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, explanation, load_view
-from gpudra.controller.migdemand import pci_device_ids, plan_pending
 from gpudra.controller.migplanner import apply_plan, step_aside
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.metrics import Metrics
 from gpudra.mig.demand import DemandPlan
+from gpudra.planning.migdemand import pci_device_ids, plan_pending
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

@@ -5,16 +5,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
-
+from gpudra.api.base import FrozenModel
 from gpudra.hardware.inventory import MigDeviceInfo, NodeInventory
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MigModeResult(_Frozen):
+class MigModeResult(FrozenModel):
     """The outcome of a MIG mode change. ``pending`` differs from ``current`` until the GPU is reset."""
 
     gpu_index: int
@@ -32,7 +27,7 @@ class MigModeResult(_Frozen):
         return self.current != self.pending
 
 
-class MigProfileInfo(_Frozen):
+class MigProfileInfo(FrozenModel):
     """A GPU-instance profile the GPU supports, with its valid placements (in memory slices)."""
 
     profile: str  # "1g.10gb", "1g.10gb+me"
@@ -57,7 +52,7 @@ class HealthEventKind(StrEnum):
     GPU_LOST = "gpu-lost"
 
 
-class HealthEvent(_Frozen):
+class HealthEvent(FrozenModel):
     """One health event of a GPU (or of one MIG device on it, when ``gi_id`` / ``ci_id`` are set)."""
 
     kind: HealthEventKind

@@ -14,8 +14,9 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from gpudra.api.base import FrozenModel
 from gpudra.errors import ConfigurationError
 
 MIB = 2**20
@@ -38,11 +39,7 @@ PROFILE_SUFFIX_BY_CONSTANT: Mapping[int, str] = {
 CI_CONSTANT_BY_SLICES: Mapping[int, int] = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ComputeInstanceProfile(_Frozen):
+class ComputeInstanceProfile(FrozenModel):
     """A compute-instance profile inside one GPU-instance profile ("1c" of a "3g")."""
 
     constant: int  # NVML_COMPUTE_INSTANCE_PROFILE_*; NVML reports it as the CI profile id too
@@ -55,7 +52,7 @@ class ComputeInstanceProfile(_Frozen):
         return f"{self.slice_count}c"
 
 
-class MigProfile(_Frozen):
+class MigProfile(FrozenModel):
     """One GPU-instance profile of a model, as ``nvidia-smi mig -lgip`` / ``-lgipp`` print it."""
 
     name: str  # "1g.10gb", "1g.10gb+me"
@@ -88,7 +85,7 @@ class MigProfile(_Frozen):
         return next(ci for ci in self.compute_instances if ci.slice_count == self.slice_count)
 
 
-class MigSpec(_Frozen):
+class MigSpec(FrozenModel):
     memory_slices: int
     compute_slices: int
     max_devices: int
@@ -131,7 +128,7 @@ class MigSpec(_Frozen):
         return configs
 
 
-class GpuModel(_Frozen):
+class GpuModel(FrozenModel):
     model_id: str
     product_name: str
     memory_mib: int
@@ -155,7 +152,7 @@ class GpuModel(_Frozen):
         return self.mig is not None
 
 
-class Catalog(_Frozen):
+class Catalog(FrozenModel):
     models: dict[str, GpuModel]
 
     def model(self, model_id: str) -> GpuModel:

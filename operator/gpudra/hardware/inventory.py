@@ -6,14 +6,10 @@ reading is a new object, so two readings compare with ``==``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from gpudra.api.base import FrozenModel
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FabricInfo(_Frozen):
+class FabricInfo(FrozenModel):
     """nvmlDeviceGetGpuFabricInfoV. ``clique`` is "<clusterUuid>.<cliqueId>", or None when the GPU is in no clique
     (NOT_SUPPORTED, state not COMPLETED, status not SUCCESS, or an all-zero cluster UUID)."""
 
@@ -29,7 +25,7 @@ class FabricInfo(_Frozen):
         return f"{self.cluster_uuid}.{self.clique_id}"
 
 
-class MigDeviceInfo(_Frozen):
+class MigDeviceInfo(FrozenModel):
     """One MIG device (a GPU instance with its compute instance) as NVML reports it."""
 
     uuid: str
@@ -52,7 +48,7 @@ class MigDeviceInfo(_Frozen):
     ofa_engines: int
 
 
-class GpuInfo(_Frozen):
+class GpuInfo(FrozenModel):
     """One physical GPU."""
 
     index: int
@@ -77,7 +73,7 @@ class GpuInfo(_Frozen):
     fabric: FabricInfo | None = None
 
 
-class NodeInventory(_Frozen):
+class NodeInventory(FrozenModel):
     """Everything the agent publishes about one node."""
 
     node_name: str

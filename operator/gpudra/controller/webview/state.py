@@ -29,7 +29,6 @@ from gpudra.api.core import Namespace, Node
 from gpudra.api.miglayout import MigLayout
 from gpudra.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import build_view, explain, explanation
-from gpudra.controller.migdemand import plan_pending
 from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.controller.webview import html
 from gpudra.errors import GpudraError, NotFoundError
@@ -48,6 +47,7 @@ from gpudra.kube.resources import (
 )
 from gpudra.mig.demand import DemandPlan
 from gpudra.planning.fleetview import NodeCard, node_card
+from gpudra.planning.migdemand import plan_pending
 from gpudra.planning.summaries import allocated_devices
 from gpudra.planning.workloads import (
     ClaimRow,
