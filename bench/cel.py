@@ -13,6 +13,7 @@ import argparse
 import time
 from collections.abc import Callable
 
+from bench import goals
 from gpudra.allocator.cel import CelDevice, CompiledSelector, cel_device, compile_selector
 from gpudra.api.resource import Device
 
@@ -73,7 +74,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.cel", description=__doc__)
     parser.add_argument("--devices", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="2,000 devices, best of 2 (CI)")
     args, _ = parser.parse_known_args(argv or [])
+    if args.quick:
+        args.devices, args.repeat = 2_000, 2
     fleet = build_fleet(args.devices)
     for device in fleet[:1]:
         compile_selector(SELECTORS["plain"]).evaluate_with_library(device)  # warm the environments
@@ -101,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
 
         ref = rate(reference, len(fleet), args.repeat)
         fast = rate(cached, len(fleet), args.repeat)
-        print(f"{label:<20}{compile_ms:>12.2f}{ref:>14,.0f}{fast:>16,.0f}{fast / ref:>8.1f}x")
+        verdict = goals.at_least(fast, 1_000_000, "evaluations/s")
+        print(f"{label:<20}{compile_ms:>12.2f}{ref:>14,.0f}{fast:>16,.0f}{fast / ref:>8.1f}x  {verdict}")
 
 
 if __name__ == "__main__":
