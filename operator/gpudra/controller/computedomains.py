@@ -20,10 +20,10 @@ import kopf
 from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Pod
 from gpudra.computedomain.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from gpudra.computedomain.view import DomainView
 from gpudra.config import ControllerSettings
 from gpudra.controller.domainchildren import apply_children, cleanup_verdict, remove_children
 from gpudra.controller.domainstatus import DomainStatusWriter
-from gpudra.controller.domainview import DomainView
 from gpudra.errors import InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder

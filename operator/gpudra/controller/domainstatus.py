@@ -22,8 +22,8 @@ from typing import Any
 
 from gpudra.api.computedomain import ComputeDomain
 from gpudra.computedomain.status import DomainStatus, status_patch
+from gpudra.computedomain.view import DomainView
 from gpudra.config import ControllerSettings
-from gpudra.controller.domainview import DomainView
 from gpudra.errors import ConflictError, KubeError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder

@@ -9,7 +9,7 @@ import pytest
 
 from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.names import OBJECT_LABEL, node_label_key
-from gpudra.controller.domainview import DomainView
+from gpudra.computedomain.view import DomainView
 
 C1 = "cluster-1.1"
 
