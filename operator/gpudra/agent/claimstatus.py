@@ -9,7 +9,6 @@ only the claims whose devices changed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
@@ -17,6 +16,7 @@ from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef
 from gpudra.agent.preparing import device_status, merge_device_statuses
 from gpudra.api.resource import DeviceRequestAllocationResult
+from gpudra.api.timestamps import rfc3339
 from gpudra.errors import ConflictError, KubeError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -29,7 +29,7 @@ HealthView = frozenset[tuple[str, str]]
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 def _view(devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]) -> HealthView:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from gpudra.api.resource import Device, DeviceTaint
+from gpudra.api.timestamps import rfc3339
 from gpudra.config import DEFAULT_IGNORED_XIDS
 from gpudra.devices.names import gpu_device_name, mig_device_name
 from gpudra.hardware.backend import HealthEvent, HealthEventKind
@@ -206,4 +206,4 @@ def _unique(taints: Iterable[DeviceTaint]) -> list[DeviceTaint]:
 
 
 def _stamp(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(now)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from gpudra.allocator.requests import tolerated
 from gpudra.api.resource import (
@@ -22,6 +21,7 @@ from gpudra.api.resource import (
     DeviceTaintRule,
     ResourceSlice,
 )
+from gpudra.api.timestamps import parse_rfc3339
 
 DeviceTaints = Callable[[str, str, str], Sequence[DeviceTaint]]
 """(driver, pool, device) -> the taints its ResourceSlice publishes for it (empty when it is not published)."""
@@ -81,7 +81,7 @@ class Eviction:
 def _seconds(stamp: str | None) -> float:
     if not stamp:
         return 0.0
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return parse_rfc3339(stamp).timestamp()
 
 
 def claim_eviction(

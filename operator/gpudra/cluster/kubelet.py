@@ -26,13 +26,13 @@ import asyncio
 import contextlib
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PreparedDevice, PrepareResult
 from gpudra.api.core import Pod
+from gpudra.api.timestamps import rfc3339
 from gpudra.computedomain.names import COMPONENT_LABEL, OBJECT_LABEL
 from gpudra.errors import ConflictError, GpudraError, KubeletPluginError, NotFoundError, PrepareError
 from gpudra.hardware.inventory import NodeInventory
@@ -54,7 +54,7 @@ PodClient = Callable[[KubeClient, dict[str, Any]], Awaitable[KubeClient]]
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 def pod_claim_names(pod: dict[str, Any]) -> list[str]:

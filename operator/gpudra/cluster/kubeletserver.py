@@ -21,6 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
+from gpudra.api.timestamps import parse_rfc3339
+
 _IDLE_CHECK = 5.0  # seconds between checks for a gone client while following
 
 
@@ -70,7 +72,7 @@ def _int(request: web.Request, key: str) -> int | None:
 def _select(lines: list[str], request: web.Request, started_at: str) -> bytes:
     since = _int(request, "sinceSeconds")
     if since is not None and started_at:
-        started = datetime.fromisoformat(started_at.replace("Z", "+00:00"))
+        started = parse_rfc3339(started_at)
         if (datetime.now(UTC) - started).total_seconds() > since:
             lines = []
     tail = _int(request, "tailLines")

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpudra.api.computedomain import ComputeDomain
+from gpudra.api.timestamps import parse_rfc3339, rfc3339
 from gpudra.computedomain.status import DomainStatus, status_patch
 from gpudra.computedomain.view import DomainView
 from gpudra.config import ControllerSettings
@@ -37,7 +38,7 @@ RETRY_SECONDS = 1.0
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 def _age_seconds(domain: ComputeDomain) -> float | None:
@@ -45,7 +46,7 @@ def _age_seconds(domain: ComputeDomain) -> float | None:
     if not created:
         return None
     try:
-        return (datetime.now(UTC) - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+        return (datetime.now(UTC) - parse_rfc3339(created)).total_seconds()
     except ValueError:
         return None
 

@@ -13,13 +13,13 @@ import asyncio
 import contextlib
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from gpudra.api.miglayout import MigLayout
+from gpudra.api.timestamps import rfc3339
 from gpudra.config import ControllerSettings
 from gpudra.errors import GpudraError, InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
@@ -50,7 +50,7 @@ MIGLAYOUTS = Resource("gpudra.dev", "v1alpha1", "miglayouts", "MigLayout", names
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 class MigLayoutReconciler:

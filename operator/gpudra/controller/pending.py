@@ -7,13 +7,13 @@ controller writes that repartition as a planner MigLayout (``gpudra.controller.m
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
 
 from gpudra.allocator.explain import Failure, NodesFailure
 from gpudra.allocator.requests import claim_key
 from gpudra.allocator.result import Allocation
 from gpudra.api.resource import ResourceClaim
+from gpudra.api.timestamps import parse_rfc3339
 from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, explanation, load_view
 from gpudra.controller.migplanner import apply_plan, step_aside
@@ -49,7 +49,7 @@ def age_seconds(body: dict[str, Any], now: float) -> float:
     created = body.get("metadata", {}).get("creationTimestamp")
     if not created:
         return 0.0
-    return max(0.0, now - datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp())
+    return max(0.0, now - parse_rfc3339(created).timestamp())
 
 
 class PendingClaims:

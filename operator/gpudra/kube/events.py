@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import UTC, datetime
 from typing import Any, Literal
 
+from gpudra.api.timestamps import rfc3339
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS
@@ -18,7 +18,7 @@ EventType = Literal["Normal", "Warning"]
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 class EventRecorder:

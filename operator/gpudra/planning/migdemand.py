@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from gpudra.allocator.engine import Allocator
 from gpudra.allocator.pools import DeviceEntry, make_entry
@@ -26,6 +25,7 @@ from gpudra.allocator.requests import RequestProblem, RequestSpec, build_claim, 
 from gpudra.allocator.snapshot import ClusterSnapshot
 from gpudra.api.quantity import format_quantity
 from gpudra.api.resource import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
+from gpudra.api.timestamps import parse_rfc3339
 from gpudra.devices.build import EXTENSION_DOMAIN, TYPE_GPU, TYPE_MIG
 from gpudra.devices.names import mig_device_name, parse_mig_device_name
 from gpudra.errors import GpudraError
@@ -198,7 +198,7 @@ def claim_demand(claim: ResourceClaim, fleet: VirtualFleet, allocator: Allocator
 
 def _created(claim: ResourceClaim) -> tuple[float, str]:
     stamp = claim.metadata.creation_timestamp
-    when = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else float("inf")
+    when = parse_rfc3339(str(stamp)).timestamp() if stamp else float("inf")
     return when, claim_key(claim)
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
+
+from gpudra.api.timestamps import rfc3339
 
 from . import status as st
 from .registry import CRD_GROUP, Registry
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 def validate_crd(registry: Registry, crd: dict[str, Any]) -> None:

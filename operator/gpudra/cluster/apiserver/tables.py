@@ -8,6 +8,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gpudra.api.timestamps import parse_rfc3339
+
 from .podtable import pod_cells
 from .registry import PrinterColumn, ResourceType
 
@@ -47,7 +49,7 @@ def age(timestamp: Any) -> str:
     if not isinstance(timestamp, str) or not timestamp:
         return "<unknown>"
     try:
-        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        then = parse_rfc3339(timestamp)
     except ValueError:
         return "<unknown>"
     return human_duration((datetime.now(UTC) - then).total_seconds())

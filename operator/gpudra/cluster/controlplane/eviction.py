@@ -18,12 +18,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from gpudra.allocator.taintrules import Eviction, claim_eviction
 from gpudra.api.core import Pod
 from gpudra.api.resource import DeviceTaint, DeviceTaintRule, ResourceClaim
+from gpudra.api.timestamps import rfc3339
 from gpudra.cluster.controlplane.claims import pod_claim_names
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.errors import ConflictError, GpudraError, NotFoundError
@@ -168,7 +168,7 @@ class DeviceTaintEviction:
                 {
                     "type": "DisruptionTarget",
                     "status": "True",
-                    "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "lastTransitionTime": rfc3339(),
                     "reason": CONDITION_REASON,
                     "message": CONDITION_MESSAGE,
                 }

@@ -12,7 +12,6 @@ of its claims cannot free the devices again; a pod sharing a claim whose write i
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 from gpudra.allocator.engine import Allocator
@@ -23,6 +22,7 @@ from gpudra.allocator.result import Allocation
 from gpudra.allocator.wording import explain_outcome
 from gpudra.api.core import Pod
 from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate, allocated_node
+from gpudra.api.timestamps import rfc3339
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
 from gpudra.cluster.controlplane.daemonsets import DaemonSets
 from gpudra.cluster.controlplane.eviction import DeviceTaintEviction
@@ -51,7 +51,7 @@ CLAIM_WORKERS = 8
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 def _consumer(pod: dict[str, Any]) -> dict[str, str]:

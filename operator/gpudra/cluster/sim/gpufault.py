@@ -10,7 +10,6 @@ CRD is not among the driver's CRDs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field
@@ -18,6 +17,7 @@ from pydantic import Field
 from gpudra.api.base import WireModel
 from gpudra.api.crd import CrdInfo, CustomResource, PrinterColumn
 from gpudra.api.crdgen import crd_for
+from gpudra.api.timestamps import rfc3339
 from gpudra.cluster.sim.faults import FaultRejected, FaultSpec, inject, parse_fault
 from gpudra.errors import KubeError, NotFoundError
 from gpudra.hardware.simulated import FakeNvml
@@ -117,7 +117,7 @@ class GpuFaultWatcher:
             log.warning("could not write a GpuFault's status", fault=meta.get("name"), error=str(exc))
 
     def _outcome(self, spec: object) -> GpuFaultStatus:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339()
         try:
             outcome = inject(self._fleet, parse_fault(spec))
         except FaultRejected as exc:

@@ -30,6 +30,8 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from gpudra.api.timestamps import parse_rfc3339, rfc3339
+
 FIELDS_FILE = Path(__file__).parent / "gofields.json"
 _META = "k8s.io.apimachinery.pkg.apis.meta.v1."
 TIME = _META + "Time"
@@ -91,7 +93,7 @@ def _join(path: str, key: str) -> str:
 def _time_out(message: Any) -> Any:
     if not message.HasField("seconds"):
         return _OMIT
-    return datetime.fromtimestamp(message.seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(message.seconds)
 
 
 def _micro_time_out(message: Any) -> Any:
@@ -172,7 +174,7 @@ def _parse_time(value: Any, path: str, layout: str) -> datetime:
     if not isinstance(value, str):
         raise ConversionError(path, f"expected a time string, got {type(value).__name__}")
     try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        when = parse_rfc3339(value)
     except ValueError as exc:
         raise ConversionError(path, f"{value!r} is not an RFC 3339 {layout}") from exc
     return when if when.tzinfo else when.replace(tzinfo=UTC)

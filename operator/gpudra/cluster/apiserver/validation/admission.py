@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
+
+from gpudra.api.timestamps import rfc3339
 
 from ..defaults import apply_defaults
 from ..registry import CRD_PLURAL, ResourceType
@@ -98,7 +99,7 @@ def _defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
 
 def _taint_times(taints: list[Any]) -> None:
     """A device taint without ``timeAdded`` gets the time of the write, to the second (SetDefaults_DeviceTaint)."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = rfc3339()
     for taint in taints:
         if isinstance(taint, dict) and not taint.get("timeAdded"):
             taint["timeAdded"] = now

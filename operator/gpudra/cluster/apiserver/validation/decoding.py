@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
+
+from gpudra.api.timestamps import parse_rfc3339
 
 from .gotypes import GoType
 
@@ -78,7 +79,7 @@ def _time_error(value: Any) -> str:
     if not isinstance(value, str):
         return f"json: cannot unmarshal {_json_kind(value)} into Go value of type string"
     try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parse_rfc3339(value)
     except ValueError:
         return f'parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse "{value}" as "2006"'
     return ""
