@@ -302,11 +302,13 @@ class NodeAgent:
         """A thread blocks in NVML's event wait (as real NVML requires) and hands events to the loop."""
 
         stop = self._health_stop
+        # No slower than the hardware poll: a simulated fleet of a thousand nodes polls slowly on purpose.
+        wait = max(0.5, self.settings.hardware_poll_seconds)
 
         def watch() -> None:
             while not stop.is_set():
                 try:
-                    event = self._backend.wait_health_event(0.5)
+                    event = self._backend.wait_health_event(wait)
                 except GpudraError as exc:
                     log.warning("health event wait failed", node=self.settings.node_name, error=str(exc))
                     stop.wait(5.0)

@@ -71,6 +71,7 @@ from gpudra.reports import list_fleet, print_fitted
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+FLEET_POLL_PER_NODE = 0.005
 
 
 def pod_uid() -> str:
@@ -166,6 +167,14 @@ class EmbeddedCluster:
     _metrics_runner: object | None = None
     metrics_url: str = ""
     web_url: str = ""
+    _profile_settings: dict[str, AgentSettings] = field(default_factory=dict)
+
+    @property
+    def hardware_poll_seconds(self) -> float:
+        """How often each simulated node's agent reads its GPUs: ``hardware_poll_seconds``, or slower in a large
+        fleet, where every node reading its GPUs four times a second would take the process's whole CPU (about
+        half a millisecond a read): 5 ms per node, so 1,000 nodes read every 5 s."""
+        return max(self.options.hardware_poll_seconds, len(self.options.nodes) * FLEET_POLL_PER_NODE)
 
     @property
     def url(self) -> str:
@@ -319,25 +328,17 @@ class EmbeddedCluster:
         agent_kubeconfig, agent_client, kubelet_client = await self._node_clients(node)
         self.agent_clients[node.name] = agent_client
         fake = FakeNvml.from_machine(node.hardware())
-        settings = AgentSettings(
-            node_name=node.name,
-            backend="simulated",
-            simulated_profile=node.profile,
-            simulated_fleet_index=node.fleet_index,
-            hardware_poll_seconds=self.options.hardware_poll_seconds,
-            mig_retry_seconds=max(self.options.hardware_poll_seconds * 2, 0.2),
-            plugin_dir=root / "plugins",
-            registry_dir=root / "registry",
-            cdi_dir=root / "cdi",
-            state_dir=root / "state",
-            compute_domain_plugin_dir=root / "cd-plugin",
-            compute_domain_daemon_mode=self.options.compute_domain_daemon_mode,
-            node_ip=simulated_pod_ip(node.name),
-            **{
-                "mig_policy": "Dynamic" if self.options.dynamic_mig else "Static",
-                **self.options.agent_settings,
-                **self.options.agent_overrides.get(node.profile, {}),
-            },
+        settings = self._agent_settings(node.profile).model_copy(
+            update={
+                "node_name": node.name,
+                "simulated_fleet_index": node.fleet_index,
+                "plugin_dir": root / "plugins",
+                "registry_dir": root / "registry",
+                "cdi_dir": root / "cdi",
+                "state_dir": root / "state",
+                "compute_domain_plugin_dir": root / "cd-plugin",
+                "node_ip": simulated_pod_ip(node.name),
+            }
         )
         if real:
             settings = settings.model_copy(update=self.real_kubelets[node.name].plugin_settings(settings))
@@ -405,6 +406,26 @@ class EmbeddedCluster:
         await old.stop()
         self.agent_processes[node] = new
         return new
+
+    def _agent_settings(self, profile: str) -> AgentSettings:
+        """The settings the agents of a node profile share, validated once per profile (reading them from the
+        environment costs milliseconds; each node's agent gets a copy with its own names and directories)."""
+        settings = self._profile_settings.get(profile)
+        if settings is None:
+            settings = self._profile_settings[profile] = AgentSettings(
+                node_name=f"{profile}-template",
+                backend="simulated",
+                simulated_profile=profile,
+                hardware_poll_seconds=self.hardware_poll_seconds,
+                mig_retry_seconds=max(self.options.hardware_poll_seconds * 2, 0.2),
+                compute_domain_daemon_mode=self.options.compute_domain_daemon_mode,
+                **{
+                    "mig_policy": "Dynamic" if self.options.dynamic_mig else "Static",
+                    **self.options.agent_settings,
+                    **self.options.agent_overrides.get(profile, {}),
+                },
+            )
+        return settings
 
     def simulated_gpus(self, node: str) -> FakeNvml:
         """The node's simulated GPUs as they are now: the live fake, or (agent processes) the state the agent's
