@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["apiserver", "cel", "allocator", "mig", "computedomain", "kubernetes", "webview"]
+BENCHMARKS = ["apiserver", "cel", "allocator", "mig", "computedomain", "fleet", "kubernetes", "webview"]
 
 
 def main(argv: list[str]) -> int:

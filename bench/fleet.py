@@ -1,0 +1,111 @@
+"""`gpudra up --once` with a large simulated fleet of dgx-h100 nodes: seconds until every node is registered, its
+agent serves the kubelet plugin and its ResourceSlices are published, and the peak memory of the process.
+
+Each size runs ``gpudra up --once`` as a process of its own (its peak resident memory is read from the kernel's
+accounting of that child). A fleet a quarter the size is measured first in the same run as the baseline: time
+growing linearly with the fleet gives a ratio of about 4.
+
+    python -m bench fleet [--quick | --nodes N]
+
+Goal: 1,000 nodes up in < 60 s and < 2 GiB, time growing linearly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import goals
+
+UP_LINE = re.compile(r"gpudra is up: (\d+) nodes, (\d+) GPUs \(([\d.]+) s\)")
+
+
+@dataclass(frozen=True)
+class Result:
+    nodes: int
+    gpus: int
+    up_s: float
+    """From start to every node's slices published, as ``gpudra up`` reports it."""
+    wall_s: float
+    """The whole process: imports, start, printing the fleet, shutdown."""
+    peak_mib: float
+
+
+def measure(nodes: int) -> Result:
+    with tempfile.TemporaryDirectory(prefix="gpudra-bench-fleet-") as tmp:
+        command = [
+            sys.executable,
+            "-m",
+            "gpudra",
+            "up",
+            "--once",
+            "--nodes",
+            f"dgx-h100:{nodes}",
+            "--kubeconfig",
+            str(Path(tmp) / "kubeconfig"),
+            "--web-port",
+            "-1",
+            "--metrics-port",
+            "-1",
+        ]
+        started = time.monotonic()
+        with open(Path(tmp) / "out", "w+b") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            wall = time.monotonic() - started
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+    found = UP_LINE.search(text)
+    if process.returncode != 0 or found is None:
+        raise RuntimeError(
+            f"gpudra up --once with {nodes} nodes failed ({process.returncode}):\n{text[-3000:]}"
+        )
+    return Result(
+        nodes=int(found[1]),
+        gpus=int(found[2]),
+        up_s=float(found[3]),
+        wall_s=wall,
+        peak_mib=usage.ru_maxrss / 1024,  # kilobytes on Linux
+    )
+
+
+def _line(label: str, r: Result) -> str:
+    return (
+        f"{label:8} {r.nodes:5} nodes {r.gpus:6} GPUs: up in {r.up_s:6.1f} s ({r.up_s / r.nodes * 1000:.1f} ms a "
+        f"node), process {r.wall_s:6.1f} s, peak {r.peak_mib:,.0f} MiB"
+    )
+
+
+def run(nodes: int) -> None:
+    baseline = measure(max(nodes // 4, 1))
+    print(_line("baseline", baseline), flush=True)
+    scaled = measure(nodes)
+    print(_line("scaled", scaled), flush=True)
+    growth = scaled.nodes / baseline.nodes
+    ratio = scaled.up_s / baseline.up_s
+    print(
+        f"ratio scaled/baseline {ratio:.2f} for {growth:.0f}x the nodes; "
+        f"goal <= {growth * 1.5:.1f} (linear, with a margin): {'MET' if ratio <= growth * 1.5 else 'NOT MET'}"
+    )
+    print(f"  {scaled.nodes} nodes up in {scaled.up_s:.1f} s; {goals.below(scaled.up_s, 60, 's')}")
+    print(f"  peak memory {scaled.peak_mib:,.0f} MiB; {goals.below(scaled.peak_mib, 2048, 'MiB')}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench fleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="dgx-h100 nodes of the scaled run")
+    parser.add_argument("--quick", action="store_true", help="100 nodes (CI)")
+    args = parser.parse_args(argv or [])
+    run(100 if args.quick else args.nodes)
+
+
+if __name__ == "__main__":
+    main()
