@@ -166,6 +166,11 @@ class AgentSettings(CommonSettings):
         gt=0,
         description="how often a MIG layout not yet reached (blocked, waiting for a reset) is retried",
     )
+    handover_poll_seconds: float = Field(
+        0.2,
+        gt=0,
+        description="how often the active agent looks whether a newer instance asks for the node (docs/upgrade.md)",
+    )
 
     @property
     def plugin_path(self) -> Path:

@@ -61,7 +61,7 @@ class AgentRuntime:
         self.preparer: ClaimPreparer | None = None
         self.plugin: KubeletPlugin | None = None
         self.compute_domains: ComputeDomainDriver | None = None
-        self.role = ActiveRole(settings.state_path, settings.instance_id)
+        self.role = ActiveRole(settings.state_path, settings.instance_id, poll=settings.handover_poll_seconds)
         if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
             self.compute_domains = ComputeDomainDriver(
                 settings,

@@ -173,7 +173,8 @@ class EmbeddedCluster:
     def hardware_poll_seconds(self) -> float:
         """How often each simulated node's agent reads its GPUs: ``hardware_poll_seconds``, or slower in a large
         fleet, where every node reading its GPUs four times a second would take the process's whole CPU (about
-        half a millisecond a read): 5 ms per node, so 1,000 nodes read every 5 s."""
+        half a millisecond a read): 5 ms per node, so 1,000 nodes read every 5 s. The agents look for a newer
+        instance asking for their node (a rolling update) as often."""
         return max(self.options.hardware_poll_seconds, len(self.options.nodes) * FLEET_POLL_PER_NODE)
 
     @property
@@ -418,6 +419,7 @@ class EmbeddedCluster:
                 simulated_profile=profile,
                 hardware_poll_seconds=self.hardware_poll_seconds,
                 mig_retry_seconds=max(self.options.hardware_poll_seconds * 2, 0.2),
+                handover_poll_seconds=max(0.2, self.hardware_poll_seconds),
                 compute_domain_daemon_mode=self.options.compute_domain_daemon_mode,
                 **{
                     "mig_policy": "Dynamic" if self.options.dynamic_mig else "Static",
