@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -65,6 +66,47 @@ async def test_eighteen_daemons_at_once_get_distinct_indices(client: KubeClient)
     assert await registration(client, 18).report("Ready") == indices[7]
     assert ("tray-18", indices[7], "Ready") in await daemons(client)
     assert await regs[0].report("Ready") == indices[0]  # a known node keeps its index when its status changes
+
+
+async def test_registered_daemons_turning_ready_together_do_not_conflict(
+    client: KubeClient, apiserver: EmbeddedAPIServer
+) -> None:
+    regs = [registration(client, i) for i in range(18)]
+    for r in regs:
+        await r.report("NotReady")
+    before = apiserver.conflicts_by_resource["computedomaincliques"]
+    indices = await asyncio.gather(*(r.report("Ready") for r in regs))
+    assert indices == list(range(18))
+    assert apiserver.conflicts_by_resource["computedomaincliques"] == before
+    assert await daemons(client) == [(f"tray-{i}", i, "Ready") for i in range(18)]
+
+
+async def test_an_entry_moved_between_read_and_write_is_refreshed_on_a_fresh_read(
+    client: KubeClient, apiserver: EmbeddedAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    regs = [registration(client, i) for i in range(3)]
+    for r in regs:
+        await r.report("NotReady")
+    await regs[0].release()
+    newcomer = registration(client, 9)
+    assert await newcomer.report("NotReady") == 0  # the freed lowest index, first in the list
+    own = KubeClient.for_url(apiserver.url)
+    read = own.get
+
+    async def read_then_newcomer_leaves(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        body = await read(*args, **kwargs)
+        monkeypatch.setattr(own, "get", read)
+        await newcomer.release()  # tray-2's entry moves up the list after tray-2 read it
+        return body
+
+    monkeypatch.setattr(own, "get", read_then_newcomer_leaves)
+    moved = registration(own, 2)
+    try:
+        assert await moved.report("Ready") == 2
+    finally:
+        await own.close()
+    assert moved.conflicts == 1  # the patch's test of the position read failed once
+    assert await daemons(client) == [("tray-1", 1, "NotReady"), ("tray-2", 2, "Ready")]
 
 
 async def test_simulated_daemon_reports_ready_and_releases_on_stop(client: KubeClient) -> None:

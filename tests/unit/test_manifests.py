@@ -85,11 +85,14 @@ USED: dict[str, set[Grant]] = {
     ) | _at(
         "driver",
         # a channel's prepare watches its clique object while it waits for the node's daemon
-        *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "list", "watch", "create", "update")},
+        *{
+            ("resource.nvidia.com", "computedomaincliques", v)
+            for v in ("get", "list", "watch", "create", "update", "patch")
+        },
         *{("", "configmaps", v) for v in ("get", "create", "update")},
     ),
     "gpudra-imex-daemon": _at(
-        "driver", *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update")}
+        "driver", *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update", "patch")}
     ),
 }  # fmt: skip
 

@@ -2,11 +2,14 @@
 
 The object ``<domainUID>.<cliqueID>`` in the driver's namespace holds one entry per node of the domain in
 that clique (``computedomain.index.register_daemon`` decides the entry: the lowest free index below 18,
-kept while the node is registered). Every daemon of the clique writes the same object, so writes carry the
-resourceVersion they read; a 409 means another daemon wrote first, and the write is redone on a fresh read
+kept while the node is registered). Every daemon of the clique writes the same object. Registering picks an
+index from what was read, so that write carries the resourceVersion it read; a 409 means another daemon wrote
+first, and the write is redone on a fresh read
 after a short randomized backoff (growing, capped) so that 18 daemons starting together settle in a few
 rounds instead of retrying in lockstep (capped at 0.25 s: a higher cap left the last daemon of a busy
-clique waiting seconds after the others). The object is created by the first daemon; it carries the domain's
+clique waiting seconds after the others). Once registered, a daemon refreshes its own entry (Ready,
+NotReady) with a JSON patch that tests the entry's position instead of the resourceVersion, so daemons turning
+Ready together do not conflict. The object is created by the first daemon; it carries the domain's
 labels so the controller finds (and at deletion removes) it.
 
 Used by three callers: ``gpudra imex-daemon`` (the per-domain DaemonSet's pod), the embedded cluster's
@@ -29,7 +32,7 @@ from gpudra.computedomain.names import (
     OBJECT_LABEL,
     clique_object_name,
 )
-from gpudra.errors import ConflictError, GpudraError, NotFoundError
+from gpudra.errors import ConflictError, GpudraError, KubeError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES
 from gpudra.telemetry import get_logger
@@ -87,6 +90,32 @@ class CliqueRegistration:
         else:
             await self._client.create(COMPUTE_DOMAIN_CLIQUES, body, self.namespace)
 
+    async def _refresh_in_place(self, clique: ComputeDomainClique, entry: ComputeDomainDaemonInfo) -> bool:
+        """Refresh this node's entry where it already holds its index, with a JSON patch that tests the entry is
+        still at the position read: the API server applies it to the object as it is then (no resourceVersion),
+        so daemons reporting Ready together do not conflict. False where the node has no entry yet (registering
+        picks an index from what was read, so that write carries the resourceVersion). Raises ConflictError
+        where the entry moved (another daemon registered or left in between): read again."""
+        daemons = clique.daemons or []
+        position = next((i for i, d in enumerate(daemons) if d.node_name == self.node_name), None)
+        if position is None or daemons[position].index != entry.index:
+            return False
+        patch = [
+            {"op": "test", "path": f"/daemons/{position}/nodeName", "value": self.node_name},
+            {"op": "replace", "path": f"/daemons/{position}", "value": entry.to_wire()},
+        ]
+        try:
+            await self._client.patch(
+                COMPUTE_DOMAIN_CLIQUES, self.name, patch, self.namespace, patch_type="json"
+            )
+        except NotFoundError as exc:
+            raise ConflictError(f"clique {self.name} is gone; registering again") from exc
+        except KubeError as exc:
+            if exc.status != 422:  # a failed test: the entry is no longer at that position
+                raise
+            raise ConflictError(f"this node's entry in clique {self.name} moved") from exc
+        return True
+
     async def _backoff(self, attempt: int) -> None:
         self.conflicts += 1
         ceiling = min(self._max_backoff, 0.01 * 2**attempt)
@@ -107,7 +136,8 @@ class CliqueRegistration:
                 self.index = entry.index
                 return entry.index or 0
             try:
-                await self._write(updated, exists)
+                if not await self._refresh_in_place(clique, entry):
+                    await self._write(updated, exists)
             except ConflictError:
                 await self._backoff(attempt)
                 attempt += 1
