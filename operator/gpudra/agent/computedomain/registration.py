@@ -2,15 +2,19 @@
 
 The object ``<domainUID>.<cliqueID>`` in the driver's namespace holds one entry per node of the domain in
 that clique (``computedomain.index.register_daemon`` decides the entry: the lowest free index below 18,
-kept while the node is registered). Every daemon of the clique writes the same object. Registering picks an
-index from what was read, so that write carries the resourceVersion it read; a 409 means another daemon wrote
-first, and the write is redone on a fresh read
-after a short randomized backoff (growing, capped) so that 18 daemons starting together settle in a few
-rounds instead of retrying in lockstep (capped at 0.25 s: a higher cap left the last daemon of a busy
-clique waiting seconds after the others). Once registered, a daemon refreshes its own entry (Ready,
-NotReady) with a JSON patch that tests the entry's position instead of the resourceVersion, so daemons turning
-Ready together do not conflict. The object is created by the first daemon; it carries the domain's
-labels so the controller finds (and at deletion removes) it.
+kept while the node is registered). Every daemon of the clique writes the same object:
+
+- the object is created by server-side apply, without entries, so that the daemons finding it missing together
+  do not conflict (a create would answer 409 AlreadyExists to all but one);
+- registering picks an index from what was read, so that write carries the resourceVersion it read; a 409
+  means another daemon wrote first, and the write is redone on a fresh read after a short randomized backoff
+  (growing, capped) so that 18 daemons starting together settle in a few rounds instead of retrying in
+  lockstep (capped at 0.25 s: a higher cap left the last daemon of a busy clique waiting seconds after the
+  others);
+- once registered, a daemon refreshes its own entry (Ready, NotReady) with a JSON patch that tests the entry's
+  position instead of carrying the resourceVersion, so daemons turning Ready together do not conflict.
+
+The object carries the domain's labels so the controller finds (and at deletion removes) it.
 
 Used by three callers: ``gpudra imex-daemon`` (the per-domain DaemonSet's pod), the embedded cluster's
 simulated daemon, and the agent itself in host-managed mode (the node's one daemon serving every domain).
@@ -82,13 +86,19 @@ class CliqueRegistration:
             return ComputeDomainClique(metadata=meta, daemons=[]), False
         return ComputeDomainClique.from_wire(body), True
 
-    async def _write(self, clique: ComputeDomainClique, exists: bool) -> None:
+    async def _write(self, clique: ComputeDomainClique) -> None:
         body: dict[str, Any] = clique.to_wire()
         body.setdefault("daemons", [])
-        if exists:
-            await self._client.replace(COMPUTE_DOMAIN_CLIQUES, body)
-        else:
-            await self._client.create(COMPUTE_DOMAIN_CLIQUES, body, self.namespace)
+        await self._client.replace(COMPUTE_DOMAIN_CLIQUES, body)
+
+    async def _ensure_exists(self, empty: ComputeDomainClique) -> None:
+        """Create the clique object, without entries, by server-side apply: the daemons of a clique starting
+        together all find it missing, and an apply that finds it created meanwhile leaves it as it is (where a
+        create would answer 409 AlreadyExists to all but one). Its labels only: the daemons stay untouched."""
+        body = {key: value for key, value in empty.to_wire().items() if key != "daemons"}
+        await self._client.patch(
+            COMPUTE_DOMAIN_CLIQUES, self.name, body, self.namespace, patch_type="apply", force=True
+        )
 
     async def _refresh_in_place(self, clique: ComputeDomainClique, entry: ComputeDomainDaemonInfo) -> bool:
         """Refresh this node's entry where it already holds its index, with a JSON patch that tests the entry is
@@ -130,14 +140,17 @@ class CliqueRegistration:
         attempt = 0
         while True:
             clique, exists = await self._read()
+            if not exists:
+                await self._ensure_exists(clique)
+                continue
             updated = register_daemon(clique, report)
             entry = next(d for d in updated.daemons or [] if d.node_name == self.node_name)
-            if exists and updated.daemons == clique.daemons:
+            if updated.daemons == clique.daemons:
                 self.index = entry.index
                 return entry.index or 0
             try:
                 if not await self._refresh_in_place(clique, entry):
-                    await self._write(updated, exists)
+                    await self._write(updated)
             except ConflictError:
                 await self._backoff(attempt)
                 attempt += 1
@@ -161,7 +174,7 @@ class CliqueRegistration:
                 kept = [d for d in clique.daemons or [] if d.node_name != self.node_name]
                 if not exists or len(kept) == len(clique.daemons or []):
                     return
-                await self._write(clique.model_copy(update={"daemons": kept}), exists)
+                await self._write(clique.model_copy(update={"daemons": kept}))
                 log.info("IMEX daemon released", node=self.node_name, clique=self.name)
                 return
             except ConflictError:
