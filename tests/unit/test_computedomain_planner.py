@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -15,6 +16,7 @@ from gpudra.agent.computedomain.driver import published_devices, read_channel_ma
 from gpudra.agent.computedomain.planner import ComputeDomainPlanner, claim_configs, entry_domains
 from gpudra.agent.kubeletplugin.types import ClaimRef
 from gpudra.api.resource import ResourceClaim
+from gpudra.cluster.apiserver.patches import json_patch
 from gpudra.computedomain.clique import NodeClique
 from gpudra.computedomain.names import DaemonMode, clique_object_name, node_label_key
 from gpudra.errors import ConflictError, InvalidInputError, NotFoundError, PrepareError
@@ -29,8 +31,8 @@ MAJOR = 511
 
 
 class MemoryApi:
-    """get / patch (merge, labels only) / create / replace over a dict, with resourceVersion checks; list and
-    watch (by metadata.name) of clique objects."""
+    """get / patch (merge and apply: labels only, apply creating; JSON) / create / replace over a dict, with
+    resourceVersion checks; list and watch (by metadata.name) of clique objects."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {
@@ -84,9 +86,22 @@ class MemoryApi:
             raise NotFoundError(f"{res.plural}/{name} not found", status=404) from None
 
     async def patch(
-        self, res: Resource, name: str, patch: Any, namespace: str | None = None
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: str = "merge",
+        force: bool = False,
     ) -> dict[str, Any]:
-        body = self.objects[self._key(res, name, namespace)]
+        key = self._key(res, name, namespace)
+        if patch_type == "apply" and key not in self.objects:
+            return self._store(key, {**patch, "metadata": {**patch["metadata"], "namespace": namespace}})
+        if patch_type == "json":
+            # a failed test raises the embedded server's 422 (a KubeError, as the client raises it)
+            return self._store(key, json_patch(copy.deepcopy(self.objects[key]), patch))
+        body = self.objects[key]
         labels = body["metadata"].setdefault("labels", {})
         for key, value in patch["metadata"]["labels"].items():
             if value is None:
