@@ -20,8 +20,7 @@ from typing import Any
 from bench import goals
 from gpudra.allocator import Allocation, Allocator, ClusterSnapshot, NodeInfo, NodesFailure, explain_outcome
 from gpudra.allocator.nearest import examine
-from gpudra.api.meta import ObjectMeta
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     CELDeviceSelector,
     Device,
     DeviceAttribute,
@@ -39,6 +38,7 @@ from gpudra.api.resource import (
     ResourceSlice,
     ResourceSliceSpec,
 )
+from gpudra.api.meta import ObjectMeta
 
 DRIVER = "gpu.nvidia.com"
 GPU = 'device.attributes["gpu.nvidia.com"].type == "gpu"'

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from bench import goals
 from gpudra.allocator.cel import CelDevice, CompiledSelector, cel_device, compile_selector
-from gpudra.api.resource import Device
+from gpudra.api.dra import Device
 
 MODELS = [
     ("NVIDIA H100 80GB HBM3", "Hopper", "9.0.0", "80Gi"),

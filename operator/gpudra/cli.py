@@ -335,7 +335,7 @@ async def _run_explain(args: argparse.Namespace) -> int:
 
     from gpudra.allocator.requests import claim_key
     from gpudra.allocator.result import Allocation
-    from gpudra.api.resource import AllocationResult, ResourceClaim
+    from gpudra.api.dra import AllocationResult, ResourceClaim
     from gpudra.controller.explaining import explain, explanation, load_view
     from gpudra.devices.classes import load_device_classes
     from gpudra.errors import ConfigurationError

@@ -13,7 +13,7 @@ from rich.text import Text
 from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis
 from gpudra.allocator.explanation import Explanation
 from gpudra.allocator.result import Allocation
-from gpudra.api.resource import AllocationResult
+from gpudra.api.dra import AllocationResult
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.demand import DemandPlan

@@ -10,7 +10,7 @@ import pytest
 from browserkit import Browser
 from clusterkit import StartCluster, gpu_claim, mig_layout
 from gpudra.allocator.explain import NodesFailure
-from gpudra.api.resource import ResourceClaim
+from gpudra.api.dra import ResourceClaim
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.controller.explaining import explain, explanation, load_view
 from gpudra.controller.miglayouts import MIGLAYOUTS

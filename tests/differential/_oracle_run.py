@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from gpudra.allocator import Allocation, Allocator, ClusterSnapshot, NodeInfo
+from gpudra.api.dra import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 from gpudra.api.quantity import parse_quantity
-from gpudra.api.resource import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "hack" / "oracle" / "build.sh"

@@ -17,7 +17,7 @@ from _oracle_run import SEED, Oracle, one_line
 
 from celgrammar import DRIVER, device, selector
 from gpudra.allocator.cel import CelCompileError, CelRuntimeError, cel_device, compile_selector
-from gpudra.api.resource import Device
+from gpudra.api.dra import Device
 
 SELECTORS = int(os.environ.get("GPUDRA_ORACLE_SELECTORS") or 600)
 

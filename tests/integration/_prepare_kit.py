@@ -12,8 +12,8 @@ from typing import Any
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.claimpreparer import ClaimPreparer, no_hook
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, KubeletPlugin
-from gpudra.agent.prepare import ClaimPreparer, no_hook
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend

@@ -12,7 +12,7 @@ import pytest
 
 from clusterkit import StartCluster, eventually
 from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
-from gpudra.agent.kubeletplugin.types import HealthStatus
+from gpudra.agent.kubeletplugin.messages import HealthStatus
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.hardware.simulated import FakeNvml
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from gpudra.api.computedomain import ComputeDomainClique
 from gpudra.api.core import Namespace, Node, Pod, Workload
-from gpudra.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer
 from gpudra.kube.resources import (

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from _prepare_kit import NAMESPACE, NODE, Node
 
-from gpudra.agent.mig_applier import HOLDER, MigApplier
-from gpudra.agent.mig_journal import PlanJournal
+from gpudra.agent.miglayout.applier import HOLDER, MigApplier
+from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.mig.desired import DesiredState
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit import eventually
-from gpudra.agent.mig_applier import MigApplier
-from gpudra.agent.mig_journal import PlanJournal
-from gpudra.agent.mig_sync import MigSync
+from gpudra.agent.miglayout.applier import MigApplier
+from gpudra.agent.miglayout.journal import PlanJournal
+from gpudra.agent.miglayout.loop import MigSync
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend

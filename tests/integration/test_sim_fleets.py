@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from clusterkit import StartCluster, eventually
-from gpudra.api.resource import Device
+from gpudra.api.dra import Device
 from gpudra.cluster.sim.fleetfile import load_fleet
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import NODES, RESOURCE_SLICES

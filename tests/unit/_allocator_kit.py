@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.allocator import Allocator, ClusterSnapshot
-from gpudra.api.meta import ObjectMeta
-from gpudra.api.quantity import parse_quantity
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     CapacityRequirements,
     CELDeviceSelector,
     Counter,
@@ -44,6 +42,8 @@ from gpudra.api.resource import (
     ResourceSlice,
     ResourceSliceSpec,
 )
+from gpudra.api.meta import ObjectMeta
+from gpudra.api.quantity import parse_quantity
 from gpudra.errors import InvalidInputError
 
 DRIVER = "gpu.nvidia.com"

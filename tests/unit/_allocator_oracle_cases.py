@@ -19,8 +19,7 @@ from _allocator_kit import (
     sub,
 )
 
-from gpudra.api.meta import ObjectMeta
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     CapacityRequestPolicy,
     CapacityRequestPolicyRange,
     Device,
@@ -29,6 +28,7 @@ from gpudra.api.resource import (
     ResourceSlice,
     ResourceSliceSpec,
 )
+from gpudra.api.meta import ObjectMeta
 
 MODEL_1 = 'device.attributes["gpu.nvidia.com"].model == 1'
 ONLY_GPU_2 = 'device.attributes["gpu.nvidia.com"].uuid == "GPU-gpu-2"'

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.allocator.cel import CelDevice, cel_device
-from gpudra.api.resource import Device
+from gpudra.api.dra import Device
 
 DRIVER = "gpu.nvidia.com"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from gpudra.api.resource import ResourceClaim, ResourceSlice
+from gpudra.api.dra import ResourceClaim, ResourceSlice
 from gpudra.cluster.fleet import DEFAULT_FLEET
 from gpudra.controller.explaining import ClusterView, build_view
 from gpudra.devices.build import build_devices

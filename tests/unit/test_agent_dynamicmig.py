@@ -7,8 +7,8 @@ from functools import cache
 import pytest
 
 from gpudra.agent.checkpoint import MigInstanceRecord
-from gpudra.agent.dynamicmig import claimed_placements, plan_instances
-from gpudra.api.resource import DeviceRequestAllocationResult
+from gpudra.agent.migdynamic.decisions import claimed_placements, plan_instances
+from gpudra.api.dra import DeviceRequestAllocationResult
 from gpudra.errors import PrepareError
 from gpudra.hardware.backend import MigProfileInfo
 from gpudra.hardware.inventory import GpuInfo, NodeInventory

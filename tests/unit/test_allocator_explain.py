@@ -6,7 +6,7 @@ from _allocator_kit import claim, gpu, gpus, make_allocator, match, mig, req, sl
 
 from gpudra.allocator import REASONS, DeviceId, Failure, NodeInfo, NodesFailure, explain_outcome, render_text
 from gpudra.allocator.nearest import examine
-from gpudra.api.resource import DeviceTaint
+from gpudra.api.dra import DeviceTaint
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
 B300 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B300"'

@@ -16,7 +16,7 @@ from gpudra.allocator import Allocation, NodesFailure, celfacts
 from gpudra.allocator.cel import CelCompileError, CelRuntimeError, compile_selector
 from gpudra.allocator.index import DeviceIndex
 from gpudra.allocator.pools import make_entry
-from gpudra.api.resource import ResourceSlice
+from gpudra.api.dra import ResourceSlice
 
 B300 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B300"'
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'

@@ -23,7 +23,7 @@ from _allocator_kit import (
 from gpudra.allocator import Allocator, DeviceId, Explanation, NodeInfo, NodesFailure, explain_outcome
 from gpudra.allocator.explanation import Repartition
 from gpudra.allocator.nearest import CLOSE, FAR, SHORT, WAITS, examine, rank
-from gpudra.api.resource import DeviceTaint, ResourceClaim, ResourceSlice
+from gpudra.api.dra import DeviceTaint, ResourceClaim, ResourceSlice
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
 NVLINK = 'device.attributes["gpu.nvidia.com"].nvlink == true'

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.allocator import Allocation, Failure
-from gpudra.api.resource import DeviceConstraint
+from gpudra.api.dra import DeviceConstraint
 
 Dev = tuple[str, int | None, int]  # name, model (None: the device lacks the attribute), group
 ERROR = "error"

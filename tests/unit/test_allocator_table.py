@@ -24,7 +24,7 @@ from _allocator_kit import (
 from _allocator_oracle_cases import ORACLE_CASES
 
 from gpudra.allocator import Allocation, DeviceId, Failure, NodeInfo
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     CapacityRequestPolicy,
     CapacityRequestPolicyRange,
     DeviceCapacity,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from celgrammar import A, C, device, selector
 from gpudra.allocator.cel import CelCompileError, CelDevice, CelRuntimeError, cel_device, compile_selector
-from gpudra.api.resource import Device
+from gpudra.api.dra import Device
 
 DEVICE = cel_device(
     "gpu.nvidia.com",

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from gpudra.agent.kubeletplugin import PreparedDevice
-from gpudra.agent.preparing import mig_cap_minors
+from gpudra.agent.prepareplan import mig_cap_minors
 from gpudra.cluster.apiserver.podlogs import log_container
 from gpudra.cluster.apiserver.status import APIStatusError
 from gpudra.cluster.containerview import container_log, container_view, nvidia_smi_list, runs_nvidia_smi

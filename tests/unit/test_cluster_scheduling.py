@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from gpudra.allocator.pools import DeviceId
-from gpudra.api.resource import AllocationResult
+from gpudra.api.dra import AllocationResult
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.cluster.controlplane.workloads import Workloads
 from gpudra.errors import KubeError

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpudra.api.computedomain import ComputeDomainDaemonInfo
+from gpudra.api.dra import ResourcePool, ResourceSlice, ResourceSliceSpec
 from gpudra.api.nvidia import ComputeDomainChannelConfig
-from gpudra.api.resource import ResourcePool, ResourceSlice, ResourceSliceSpec
 from gpudra.computedomain.channels import channel_injection, check_daemon_ready, compute_domain_devices
 from gpudra.computedomain.index import ChannelLease
 from gpudra.errors import DaemonNotReadyError, InvalidInputError

@@ -14,8 +14,8 @@ from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
 from gpudra.agent.computedomain import readiness
 from gpudra.agent.computedomain.driver import published_devices, read_channel_major
 from gpudra.agent.computedomain.planner import ComputeDomainPlanner, claim_configs, entry_domains
-from gpudra.agent.kubeletplugin.types import ClaimRef
-from gpudra.api.resource import ResourceClaim
+from gpudra.agent.kubeletplugin.messages import ClaimRef
+from gpudra.api.dra import ResourceClaim
 from gpudra.cluster.apiserver.patches import json_patch
 from gpudra.computedomain.clique import NodeClique
 from gpudra.computedomain.names import DaemonMode, clique_object_name, node_label_key

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.api.resource import ResourceSlice
+from gpudra.api.dra import ResourceSlice
 from gpudra.controller.attribution import node_usage, slice_counter_sets, slice_devices
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.slices import CounterLayout, build_slice_specs

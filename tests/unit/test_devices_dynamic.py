@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.allocator import Allocation, Failure
+from gpudra.api.dra import Device, ResourceSlice
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.quantity import parse_quantity
-from gpudra.api.resource import Device, ResourceSlice
 from gpudra.devices.dynamic import build_node_devices, gpu_counters, placement_counters
 from gpudra.devices.slices import CounterLayout, build_slice_specs
 from gpudra.hardware.backend import MigProfileInfo

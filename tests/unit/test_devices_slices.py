@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     Counter,
     CounterSet,
     Device,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudra.api.resource import Device, DeviceAttribute
+from gpudra.api.dra import Device, DeviceAttribute
 from gpudra.devices.summary import summarize
 
 

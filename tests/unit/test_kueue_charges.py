@@ -14,8 +14,8 @@ from _allocator_kit import claim, device_class, make_allocator, req, slice_
 from _dynamic_kit import node
 
 from gpudra.allocator import Allocation
+from gpudra.api.dra import Device
 from gpudra.api.quantity import parse_quantity
-from gpudra.api.resource import Device
 from gpudra.devices.build import build_devices
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.sharing import SHARES_CAPACITY, time_sliced

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudra.agent.mig_applier import MigApplier
-from gpudra.agent.mig_journal import PlanJournal
-from gpudra.agent.preparing import DeviceKey, device_targets
+from gpudra.agent.miglayout.applier import MigApplier
+from gpudra.agent.miglayout.journal import PlanJournal
+from gpudra.agent.prepareplan import DeviceKey, device_targets
 from gpudra.hardware.catalog import load_catalog
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.inventory import NodeInventory

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from gpudra.allocator.pools import NodeInfo
-from gpudra.api.resource import ResourceClaim, ResourceSlice
+from gpudra.api.dra import ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import ClusterView, build_view, repartition
 from gpudra.controller.migplanner import decide, progressing, superseded
 from gpudra.devices.build import build_devices

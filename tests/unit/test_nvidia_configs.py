@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gpudra.api.dra import DeviceAllocationConfiguration, OpaqueDeviceConfiguration
 from gpudra.api.nvidia import (
     API_VERSION,
     AllocatedDevice,
@@ -19,7 +20,6 @@ from gpudra.api.nvidia import (
     default_config,
     resolve_configs,
 )
-from gpudra.api.resource import DeviceAllocationConfiguration, OpaqueDeviceConfiguration
 from gpudra.errors import InvalidInputError
 
 DRIVER = "gpu.nvidia.com"

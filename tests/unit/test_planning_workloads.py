@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.allocator.explain import NodesFailure
-from gpudra.api.resource import ResourceClaim
+from gpudra.api.dra import ResourceClaim
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.controller.explaining import build_view, explain, explanation

@@ -8,7 +8,7 @@ import pytest
 
 from gpudra.agent.checkpoint import DeviceRecord
 from gpudra.agent.health import DeviceProblem
-from gpudra.agent.preparing import (
+from gpudra.agent.prepareplan import (
     conflicts,
     device_status,
     merge_device_statuses,

@@ -4,7 +4,7 @@ whole pool to the next generation in place, growth creates and shrinkage deletes
 from typing import Any
 
 from gpudra.agent.slicesync import SLICE_INDEX_LABEL, NodeRef, plan_slices
-from gpudra.api.resource import Device, DeviceAttribute
+from gpudra.api.dra import Device, DeviceAttribute
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.slices import CounterLayout, counter_layout_for
 from gpudra.hardware.backend import MigProfileInfo

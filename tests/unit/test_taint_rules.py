@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpudra.allocator.taintrules import claim_eviction, rule_selects, taint_slice
-from gpudra.api.resource import DeviceRequestAllocationResult, DeviceTaint, DeviceTaintRule, ResourceSlice
+from gpudra.api.dra import DeviceRequestAllocationResult, DeviceTaint, DeviceTaintRule, ResourceSlice
 
 T0 = "2026-01-01T00:00:00Z"
 T0_SECONDS = 1767225600.0

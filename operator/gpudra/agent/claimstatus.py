@@ -13,9 +13,9 @@ from typing import Any
 
 from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
 from gpudra.agent.health import DeviceProblem
-from gpudra.agent.kubeletplugin.types import ClaimRef
-from gpudra.agent.preparing import device_status, merge_device_statuses
-from gpudra.api.resource import DeviceRequestAllocationResult
+from gpudra.agent.kubeletplugin.messages import ClaimRef
+from gpudra.agent.prepareplan import device_status, merge_device_statuses
+from gpudra.api.dra import DeviceRequestAllocationResult
 from gpudra.api.timestamps import rfc3339
 from gpudra.errors import ConflictError, KubeError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from gpudra.agent.atomic_files import write_atomically
-from gpudra.agent.kubeletplugin.types import ClaimRef, PluginHandler, PrepareResult, UnprepareResult
+from gpudra.agent.kubeletplugin.messages import ClaimRef, PluginHandler, PrepareResult, UnprepareResult
 from gpudra.errors import GpudraError
 from gpudra.telemetry import get_logger
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpudra.api.resource import Device, DeviceTaint
+from gpudra.api.dra import Device, DeviceTaint
 from gpudra.api.timestamps import rfc3339
 from gpudra.config import DEFAULT_IGNORED_XIDS
 from gpudra.devices.names import gpu_device_name, mig_device_name

@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any
 
 from gpudra.agent.health import DeviceProblem, HealthState, with_taints
-from gpudra.agent.kubeletplugin.types import DeviceHealth, HealthStatus
+from gpudra.agent.kubeletplugin.messages import DeviceHealth, HealthStatus
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
-from gpudra.api.resource import Device, ResourceSlice
+from gpudra.api.dra import Device, ResourceSlice
 from gpudra.config import AgentSettings
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.sharing import time_sliced

@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 
 from gpudra.agent.slicesync import NodeRef, plan_slices
-from gpudra.api.resource import CounterSet, Device
+from gpudra.api.dra import CounterSet, Device
 from gpudra.devices.slices import CounterLayout
 from gpudra.errors import ConflictError, NotFoundError
 from gpudra.kube.client import KubeClient

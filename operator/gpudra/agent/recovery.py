@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gpudra.agent.prepare import ClaimPreparer
+from gpudra.agent.claimpreparer import ClaimPreparer
 from gpudra.errors import CheckpointError, GpudraError
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger

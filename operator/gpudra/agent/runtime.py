@@ -17,15 +17,15 @@ import asyncio
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.claimpreparer import ClaimPreparer, Hook, no_hook
 from gpudra.agent.computedomain.driver import ComputeDomainDriver
-from gpudra.agent.dynamicmig import claimed_placements
 from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
-from gpudra.agent.mig_applier import MigApplier
-from gpudra.agent.mig_journal import PlanJournal
-from gpudra.agent.mig_sync import MigSync
+from gpudra.agent.migdynamic.decisions import claimed_placements
+from gpudra.agent.miglayout.applier import MigApplier
+from gpudra.agent.miglayout.journal import PlanJournal
+from gpudra.agent.miglayout.loop import MigSync
 from gpudra.agent.node_agent import NodeAgent
-from gpudra.agent.prepare import ClaimPreparer, Hook, no_hook
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.config import AgentSettings
 from gpudra.errors import CheckpointError, KubeError

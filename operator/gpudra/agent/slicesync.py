@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudra.api.dra import CounterSet, Device, ResourceSlice, ResourceSliceSpec
 from gpudra.api.meta import ObjectMeta, OwnerReference
-from gpudra.api.resource import CounterSet, Device, ResourceSlice, ResourceSliceSpec
 from gpudra.devices.slices import CounterLayout, build_slice_specs
 
 SLICE_INDEX_LABEL = "gpudra.dev/slice-index"

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Mapping
 from typing import TypeVar
 
 from gpudra.allocator.celtypes import Quantity, Semver
-from gpudra.api.resource import Device
+from gpudra.api.dra import Device
 
 __all__ = ["CelDevice", "Schema", "cel_device", "schema_of"]
 

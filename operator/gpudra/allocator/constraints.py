@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpudra.allocator.pools import AttrValue, DeviceEntry
-from gpudra.api.resource import DeviceConstraint
+from gpudra.api.dra import DeviceConstraint
 from gpudra.errors import InvalidInputError
 
 

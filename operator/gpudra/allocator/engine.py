@@ -46,7 +46,7 @@ from gpudra.allocator.requests import (
 from gpudra.allocator.result import Allocation, build_results
 from gpudra.allocator.search import BudgetExceeded, Search
 from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
-from gpudra.api.resource import DeviceClass, ResourceClaim
+from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.errors import InvalidInputError
 
 DEFAULT_BUDGET = 200_000

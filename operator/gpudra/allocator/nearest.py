@@ -40,7 +40,7 @@ from gpudra.allocator.requests import (
     build_claim,
     evaluate,
 )
-from gpudra.api.resource import ResourceClaim
+from gpudra.api.dra import ResourceClaim
 from gpudra.errors import GpudraError
 
 BROKEN, GAVE_UP, WAITS, REPUBLISHING, SHORT, CLOSE, FAR, UNEXAMINED = range(1, 9)

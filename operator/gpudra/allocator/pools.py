@@ -15,8 +15,8 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from gpudra.allocator.celview import CelDevice, Schema, cel_device, schema_of
+from gpudra.api.dra import Device, DeviceTaint, ResourceSlice
 from gpudra.api.quantity import parse_quantity
-from gpudra.api.resource import Device, DeviceTaint, ResourceSlice
 from gpudra.errors import InvalidInputError
 
 

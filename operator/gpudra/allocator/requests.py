@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from gpudra.allocator.counters import capacity_demand, fits_capacity, fits_counters
 from gpudra.allocator.pools import DeviceEntry, PoolKey, PoolView
 from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
+from gpudra.api.dra import DeviceClass, DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim
 from gpudra.api.quantity import parse_quantity
-from gpudra.api.resource import DeviceClass, DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim
 from gpudra.errors import GpudraError, InvalidInputError
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"

@@ -20,8 +20,7 @@ from typing import Any
 from gpudra.allocator.pools import DeviceEntry
 from gpudra.allocator.requests import ClaimSpec
 from gpudra.allocator.search import Pick
-from gpudra.api.quantity import format_quantity
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     AllocationResult,
     DeviceAllocationConfiguration,
     DeviceAllocationResult,
@@ -30,6 +29,7 @@ from gpudra.api.resource import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
 )
+from gpudra.api.quantity import format_quantity
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from gpudra.allocator.pools import (
     node_matches,
     node_view,
 )
+from gpudra.api.dra import AllocationResult, DeviceRequestAllocationResult, ResourceSlice
 from gpudra.api.quantity import parse_quantity
-from gpudra.api.resource import AllocationResult, DeviceRequestAllocationResult, ResourceSlice
 
 
 @dataclass(slots=True)

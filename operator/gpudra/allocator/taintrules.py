@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gpudra.allocator.requests import tolerated
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     DeviceRequestAllocationResult,
     DeviceTaint,
     DeviceTaintRule,

@@ -20,8 +20,8 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from gpudra.api.dra import DeviceAllocationConfiguration
 from gpudra.api.quantity import parse_quantity
-from gpudra.api.resource import DeviceAllocationConfiguration
 from gpudra.errors import InvalidInputError
 
 API_VERSION: Final = "resource.nvidia.com/v1beta1"

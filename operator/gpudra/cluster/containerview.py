@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudra.agent.preparing import mig_cap_minors
+from gpudra.agent.prepareplan import mig_cap_minors
 from gpudra.hardware.inventory import NodeInventory
 
 _NVIDIA_SMI = re.compile(r"(^|[\s;&|/(])nvidia-smi(\s|$|;|&|\|)")

@@ -57,7 +57,7 @@ from gpudra.cluster.startup import (
     summary,
 )
 from gpudra.config import AgentSettings, ControllerSettings
-from gpudra.controller.operator import run_controller
+from gpudra.controller.kopfapp import run_controller
 from gpudra.devices.classes import load_device_classes
 from gpudra.errors import ConfigurationError
 from gpudra.hardware.fake_nvml import FakeNvml

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gpudra.api.computedomain import ComputeDomainDaemonInfo
+from gpudra.api.dra import Device, DeviceAttribute
 from gpudra.api.nvidia import ComputeDomainChannelConfig
-from gpudra.api.resource import Device, DeviceAttribute
 from gpudra.computedomain.index import IMEX_CHANNEL_COUNT, ChannelLease
 from gpudra.errors import DaemonNotReadyError, InvalidInputError
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, ComputeDomainDaemonInfo
-from gpudra.api.resource import allocated_node
+from gpudra.api.dra import allocated_node
 from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.index import DomainRef, check_node_admits
 from gpudra.computedomain.names import (

@@ -20,7 +20,7 @@ from gpudra.allocator.requests import claim_key
 from gpudra.allocator.result import Allocation
 from gpudra.allocator.snapshot import ClusterSnapshot
 from gpudra.allocator.wording import explain_outcome
-from gpudra.api.resource import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
+from gpudra.api.dra import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.demand import DemandPlan

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gpudra.config import ControllerSettings
-from gpudra.controller.operator import run_controller
+from gpudra.controller.kopfapp import run_controller
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
 
 

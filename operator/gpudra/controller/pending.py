@@ -12,7 +12,7 @@ from typing import Any
 from gpudra.allocator.explain import Failure, NodesFailure
 from gpudra.allocator.requests import claim_key
 from gpudra.allocator.result import Allocation
-from gpudra.api.resource import ResourceClaim
+from gpudra.api.dra import ResourceClaim
 from gpudra.api.timestamps import parse_rfc3339
 from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, explanation, load_view

@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpudra.api.dra import Device, DeviceAttribute, DeviceCapacity
 from gpudra.api.quantity import format_quantity
-from gpudra.api.resource import Device, DeviceAttribute, DeviceCapacity
 from gpudra.devices.names import device_sort_key, gpu_device_name, mig_device_name
 from gpudra.errors import InvalidInputError
 from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory

@@ -13,7 +13,7 @@ from importlib import resources
 import yaml
 from pydantic import ValidationError
 
-from gpudra.api.resource import DeviceClass
+from gpudra.api.dra import DeviceClass
 from gpudra.errors import ConfigurationError
 
 DEVICE_CLASSES_FILE = "deviceclasses.yaml"

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudra.api.dra import Counter, CounterSet, Device, DeviceCounterConsumption
 from gpudra.api.quantity import format_quantity
-from gpudra.api.resource import Counter, CounterSet, Device, DeviceCounterConsumption
 from gpudra.devices.build import (
     devices_of_gpu,
     gpu_device,

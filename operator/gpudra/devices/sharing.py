@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpudra.api.quantity import format_quantity, parse_quantity
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     CapacityRequestPolicy,
     CapacityRequestPolicyRange,
     Device,
     DeviceAttribute,
     DeviceCapacity,
 )
+from gpudra.api.quantity import format_quantity, parse_quantity
 
 SHARING_ATTRIBUTE = "gpudra.dev/sharing"
 SHARES_CAPACITY = "gpudra.dev/shares"

@@ -18,7 +18,7 @@ import enum
 from collections.abc import Sequence
 from typing import TypeVar
 
-from gpudra.api.resource import CounterSet, Device, ResourcePool, ResourceSliceSpec
+from gpudra.api.dra import CounterSet, Device, ResourcePool, ResourceSliceSpec
 from gpudra.errors import InvalidInputError
 
 MAX_DEVICES_PER_SLICE = 128

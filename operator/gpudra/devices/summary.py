@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpudra.api.resource import Device
+from gpudra.api.dra import Device
 
 
 def _string_attribute(device: Device, name: str) -> str | None:

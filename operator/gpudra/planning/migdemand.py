@@ -23,8 +23,8 @@ from gpudra.allocator.engine import Allocator
 from gpudra.allocator.pools import DeviceEntry, make_entry
 from gpudra.allocator.requests import RequestProblem, RequestSpec, build_claim, claim_key, evaluate
 from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.api.dra import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
 from gpudra.api.quantity import format_quantity
-from gpudra.api.resource import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
 from gpudra.api.timestamps import parse_rfc3339
 from gpudra.devices.build import EXTENSION_DOMAIN, TYPE_GPU, TYPE_MIG
 from gpudra.devices.names import mig_device_name, parse_mig_device_name

@@ -27,14 +27,14 @@ from typing import Final
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.claimpreparer import ClaimPreparer
 from gpudra.agent.computedomain.planner import CD_VENDOR, ComputeDomainPlanner
 from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
-from gpudra.agent.prepare import ClaimPreparer
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.recovery import ProblemReporter, RecoveryReport, recover
 from gpudra.agent.slicesync import NodeRef
-from gpudra.api.resource import Device, DeviceAttribute, DeviceTaint
+from gpudra.api.dra import Device, DeviceAttribute, DeviceTaint
 from gpudra.computedomain.channels import CHANNEL_DEVICE, PROC_DEVICES_NAME, compute_domain_devices
 from gpudra.computedomain.clique import NodeClique, clique_label_patch, multi_node_nvlink, node_clique
 from gpudra.config import AgentSettings

@@ -46,8 +46,9 @@ from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
 from gpudra.agent.computedomain.leases import ChannelLeases
 from gpudra.agent.computedomain.readiness import DaemonReadiness, Notice
 from gpudra.agent.computedomain.registration import CliqueRegistration
-from gpudra.agent.kubeletplugin.types import ClaimRef
-from gpudra.agent.preparing import ClaimPlan
+from gpudra.agent.kubeletplugin.messages import ClaimRef
+from gpudra.agent.prepareplan import ClaimPlan
+from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.api.nvidia import (
     AllocatedDevice,
     ComputeDomainChannelConfig,
@@ -55,7 +56,6 @@ from gpudra.api.nvidia import (
     OpaqueConfig,
     resolve_configs,
 )
-from gpudra.api.resource import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.computedomain.channels import CHANNEL_DEVICE, DAEMON_DEVICE, channel_injection
 from gpudra.computedomain.clique import NodeClique
 from gpudra.computedomain.index import ChannelLease, DomainRef, assign_channels, check_node_admits

@@ -1,8 +1,7 @@
 """The kubelet DRA plugin: gRPC servers (DRAPlugin v1 + v1beta1, registration, health), kubelet client."""
 
 from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
-from gpudra.agent.kubeletplugin.plugin import KubeletPlugin
-from gpudra.agent.kubeletplugin.types import (
+from gpudra.agent.kubeletplugin.messages import (
     CallCounters,
     CallObserver,
     CallRecord,
@@ -18,6 +17,7 @@ from gpudra.agent.kubeletplugin.types import (
     RegistrationState,
     UnprepareResult,
 )
+from gpudra.agent.kubeletplugin.plugin import KubeletPlugin
 
 __all__ = [
     "CallCounters",

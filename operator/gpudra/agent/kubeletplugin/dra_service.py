@@ -15,8 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
-from gpudra.agent.kubeletplugin.pb import dra_v1_pb2, dra_v1beta1_pb2
-from gpudra.agent.kubeletplugin.types import (
+from gpudra.agent.kubeletplugin.messages import (
     ApiVersion,
     CallObserver,
     CallRecord,
@@ -27,6 +26,7 @@ from gpudra.agent.kubeletplugin.types import (
     PrepareResult,
     UnprepareResult,
 )
+from gpudra.agent.kubeletplugin.pb import dra_v1_pb2, dra_v1beta1_pb2
 from gpudra.errors import GpudraError
 
 log = logging.getLogger(__name__)

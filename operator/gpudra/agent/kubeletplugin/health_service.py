@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Sequence
 from types import ModuleType
 from typing import Any
 
+from gpudra.agent.kubeletplugin.messages import DeviceHealth, HealthSource, HealthStatus, HealthVersion
 from gpudra.agent.kubeletplugin.pb import dra_health_v1_pb2, dra_health_v1alpha1_pb2
-from gpudra.agent.kubeletplugin.types import DeviceHealth, HealthSource, HealthStatus, HealthVersion
 
 log = logging.getLogger(__name__)
 

@@ -17,15 +17,7 @@ import grpc
 
 from gpudra.agent.kubeletplugin.dra_service import PB_MODULES, claims_to_pb, device_from_pb
 from gpudra.agent.kubeletplugin.health_service import HEALTH_PB_MODULES, health_from_pb
-from gpudra.agent.kubeletplugin.pb import (
-    dra_health_v1_pb2_grpc,
-    dra_health_v1alpha1_pb2_grpc,
-    dra_v1_pb2_grpc,
-    dra_v1beta1_pb2_grpc,
-    pluginregistration_pb2,
-    pluginregistration_pb2_grpc,
-)
-from gpudra.agent.kubeletplugin.types import (
+from gpudra.agent.kubeletplugin.messages import (
     DRA_PLUGIN_TYPE,
     HEALTH_SERVICES,
     ApiVersion,
@@ -35,6 +27,14 @@ from gpudra.agent.kubeletplugin.types import (
     PluginInfo,
     PrepareResult,
     UnprepareResult,
+)
+from gpudra.agent.kubeletplugin.pb import (
+    dra_health_v1_pb2_grpc,
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_pb2,
+    pluginregistration_pb2_grpc,
 )
 from gpudra.errors import KubeletPluginError
 

@@ -30,15 +30,7 @@ import grpc
 
 from gpudra.agent.kubeletplugin.dra_service import DRAPluginServicer
 from gpudra.agent.kubeletplugin.health_service import DRAResourceHealthServicer
-from gpudra.agent.kubeletplugin.pb import (
-    dra_health_v1_pb2_grpc,
-    dra_health_v1alpha1_pb2_grpc,
-    dra_v1_pb2_grpc,
-    dra_v1beta1_pb2_grpc,
-    pluginregistration_pb2_grpc,
-)
-from gpudra.agent.kubeletplugin.registration_service import RegistrationServicer
-from gpudra.agent.kubeletplugin.types import (
+from gpudra.agent.kubeletplugin.messages import (
     HEALTH_SERVICES,
     V1_SERVICE,
     V1BETA1_SERVICE,
@@ -47,6 +39,14 @@ from gpudra.agent.kubeletplugin.types import (
     PluginHandler,
     RegistrationState,
 )
+from gpudra.agent.kubeletplugin.pb import (
+    dra_health_v1_pb2_grpc,
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_pb2_grpc,
+)
+from gpudra.agent.kubeletplugin.registration_service import RegistrationServicer
 from gpudra.errors import ConfigurationError
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpudra.agent.kubeletplugin.messages import DRA_PLUGIN_TYPE, RegistrationState
 from gpudra.agent.kubeletplugin.pb import pluginregistration_pb2
-from gpudra.agent.kubeletplugin.types import DRA_PLUGIN_TYPE, RegistrationState
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from .crds import crd_status, now_rfc3339, validate_crd
 from .discovery import SERVER_VERSION
 from .patches import clone, json_patch, merge_patch, strip_strategic_directives
 from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, ResourceType, crd_resource_types
-from .selectors import FieldSelector, LabelSelector
+from .selectorsyntax import FieldSelector, LabelSelector
 from .store import Clock, Entry, Store
 from .validation import Admission, Admitter
 

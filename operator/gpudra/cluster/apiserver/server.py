@@ -24,7 +24,7 @@ from .kubeproto import wire
 from .kubeproto.convert import ConversionError
 from .podlogs import PodLogProxy, no_containers
 from .routing import Discovery, Target, parse
-from .selectors import parse_selectors
+from .selectorsyntax import parse_selectors
 from .status import APIStatusError, bad_request
 from .store import Entry, encode
 from .tables import table

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .selectors import FieldSelector, LabelSelector, field_value
+from .selectorsyntax import FieldSelector, LabelSelector, field_value
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 

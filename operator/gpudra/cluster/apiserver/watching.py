@@ -14,7 +14,7 @@ from .database import Database
 from .kubeproto import wire
 from .kubeproto.convert import ConversionError
 from .registry import ResourceType
-from .selectors import FieldSelector, LabelSelector
+from .selectorsyntax import FieldSelector, LabelSelector
 from .store import CLOSE, Entry, Watcher, encode
 from .tables import table
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.api.core import Pod, PodResourceClaim
-from gpudra.api.resource import ResourceClaimTemplate
+from gpudra.api.dra import ResourceClaimTemplate
 
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _MAX_GENERATE_BASE = 57  # 63 minus the hyphen and the 5 random characters the server appends

@@ -22,7 +22,7 @@ from typing import Any
 
 from gpudra.allocator.taintrules import Eviction, claim_eviction
 from gpudra.api.core import Pod
-from gpudra.api.resource import DeviceTaint, DeviceTaintRule, ResourceClaim
+from gpudra.api.dra import DeviceTaint, DeviceTaintRule, ResourceClaim
 from gpudra.api.timestamps import rfc3339
 from gpudra.cluster.controlplane.claims import pod_claim_names
 from gpudra.cluster.controlplane.state import ClusterState

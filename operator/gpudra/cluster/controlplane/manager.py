@@ -21,7 +21,7 @@ from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.result import Allocation
 from gpudra.allocator.wording import explain_outcome
 from gpudra.api.core import Pod
-from gpudra.api.resource import ResourceClaim, ResourceClaimTemplate, allocated_node
+from gpudra.api.dra import ResourceClaim, ResourceClaimTemplate, allocated_node
 from gpudra.api.timestamps import rfc3339
 from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
 from gpudra.cluster.controlplane.daemonsets import DaemonSets

@@ -15,7 +15,7 @@ from gpudra.allocator.pools import DeviceId, NodeInfo
 from gpudra.allocator.snapshot import ClusterSnapshot
 from gpudra.allocator.taintrules import taint_slice, unsupported_selector
 from gpudra.api.core import Namespace, Node, Pod
-from gpudra.api.resource import (
+from gpudra.api.dra import (
     AllocationResult,
     DeviceClass,
     DeviceTaintRule,

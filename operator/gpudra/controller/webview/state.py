@@ -26,8 +26,8 @@ from typing import Any
 from gpudra.allocator.result import Allocation
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Namespace, Node
+from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.api.miglayout import MigLayout
-from gpudra.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import build_view, explain, explanation
 from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.controller.webview import html

@@ -1,13 +1,13 @@
 """Dynamic MIG instances of claims on the hardware: create the planned ones, tell whether recorded ones still
 exist, destroy them. Blocking (NVML): the kubelet plugin calls these from a worker thread. What to create is
-decided by :mod:`gpudra.agent.dynamicmig`; when to record it, by :mod:`gpudra.agent.prepare`."""
+decided by :mod:`gpudra.agent.migdynamic.decisions`; when to record it, by :mod:`gpudra.agent.claimpreparer`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from gpudra.agent.checkpoint import MigInstanceRecord
-from gpudra.agent.dynamicmig import InstanceCreation
+from gpudra.agent.migdynamic.decisions import InstanceCreation
 from gpudra.errors import HardwareError
 from gpudra.hardware.backend import GpuBackend, MigProfileInfo
 from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo

@@ -1,6 +1,6 @@
 """Pure decisions of prepare / unprepare: which allocation results are ours, which hardware each names, what the
 CDI spec and the sharing settings are, whether a device is already held by another claim, and what the claim's
-``status.devices`` becomes. No I/O: :mod:`gpudra.agent.prepare` does the reading and writing around these.
+``status.devices`` becomes. No I/O: :mod:`gpudra.agent.claimpreparer` does the reading and writing around these.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from gpudra.agent.cdi import (
 )
 from gpudra.agent.checkpoint import DeviceRecord
 from gpudra.agent.health import DeviceProblem
-from gpudra.agent.kubeletplugin.types import ClaimRef, PreparedDevice
+from gpudra.agent.kubeletplugin.messages import ClaimRef, PreparedDevice
+from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.api.nvidia import (
     TIME_SLICE_VALUES,
     AllocatedDevice,
@@ -32,7 +33,6 @@ from gpudra.api.nvidia import (
     SharingFeatures,
     resolve_configs,
 )
-from gpudra.api.resource import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.devices.names import gpu_device_name, mig_device_name
 from gpudra.errors import InvalidInputError, PrepareError
 from gpudra.hardware.inventory import NodeInventory

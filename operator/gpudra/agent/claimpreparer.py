@@ -35,11 +35,11 @@ from typing import Any, Protocol
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
 from gpudra.agent.claimstatus import ClaimStatus
-from gpudra.agent.dynamicmig import InstanceCreation, plan_instances
 from gpudra.agent.health import DeviceProblem
-from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
-from gpudra.agent.miginstances import MigInstances
-from gpudra.agent.preparing import (
+from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
+from gpudra.agent.migdynamic.decisions import InstanceCreation, plan_instances
+from gpudra.agent.migdynamic.instances import MigInstances
+from gpudra.agent.prepareplan import (
     ClaimPlan,
     DeviceKey,
     conflicts,
@@ -49,8 +49,8 @@ from gpudra.agent.preparing import (
     select_results,
     sharing_actions,
 )
+from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.api.nvidia import SharingFeatures
-from gpudra.api.resource import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.errors import (
     CheckpointError,
     GpudraError,

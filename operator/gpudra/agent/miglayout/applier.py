@@ -20,8 +20,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpudra.agent.mig_journal import PlanJournal
-from gpudra.agent.preparing import DeviceKey, device_targets
+from gpudra.agent.miglayout.journal import PlanJournal
+from gpudra.agent.prepareplan import DeviceKey, device_targets
 from gpudra.errors import HardwareError, InvalidInputError
 from gpudra.hardware.backend import GpuBackend
 from gpudra.hardware.catalog import Catalog, load_catalog

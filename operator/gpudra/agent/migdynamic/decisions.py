@@ -3,7 +3,7 @@
 On a GPU in dynamic mode the published MIG devices are placements, not instances: an allocation result naming
 ``gpu-<minor>-mig-<profile>-<giProfileId>-<start>`` means "create that GPU instance at that start, with its
 full compute instance". The full GPU ``gpu-<minor>`` of a dynamic GPU is prepared as a normal GPU; MIG mode
-stays on. No I/O here: :mod:`gpudra.agent.prepare` creates, records and destroys.
+stays on. No I/O here: :mod:`gpudra.agent.claimpreparer` creates, records and destroys.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from gpudra.agent.checkpoint import MigInstanceRecord
-from gpudra.api.resource import DeviceRequestAllocationResult
+from gpudra.api.dra import DeviceRequestAllocationResult
 from gpudra.devices.names import gpu_device_name, parse_mig_device_name
 from gpudra.errors import PrepareError
 from gpudra.hardware.backend import MigProfileInfo

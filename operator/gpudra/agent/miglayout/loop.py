@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Literal
 
-from gpudra.agent.mig_applier import MigApplier
+from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.api.core import Node
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
