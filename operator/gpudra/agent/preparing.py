@@ -85,8 +85,8 @@ def device_targets(
         if pci.iommu_group is None or pci.driver not in (NVIDIA_DRIVER, VFIO_DRIVER):
             continue
         name, uuid = vfio_device_name(index), passthrough_uuid(pci.pci_bus_id)
-        nodes = (DeviceNode(path=f"/dev/vfio/{pci.iommu_group}"),)
-        targets[name] = DeviceTarget(name, "vfio", uuid, uuid, nodes, pci.pci_bus_id)
+        group = (DeviceNode(path=f"/dev/vfio/{pci.iommu_group}"),)
+        targets[name] = DeviceTarget(name, "vfio", uuid, uuid, group, pci.pci_bus_id)
     for gpu in inventory.gpus:
         if not gpu.mig_enabled or gpu.uuid in dynamic:
             name = gpu_device_name(gpu.minor)
