@@ -93,6 +93,12 @@ class AgentSettings(CommonSettings):
         description="publish every full GPU as a time-sliced GPU shared by up to this many claims "
         "(class shared.gpu.nvidia.com, extended resource nvidia.com/gpu.shared); 0: GPUs are exclusive",
     )
+    passthrough_support: bool = Field(
+        False,
+        description="NVIDIA's PassthroughSupport gate (alpha, off by default): offer every whole GPU without MIG "
+        "also as a gpu-vfio-<i> device (class vfio.gpu.nvidia.com) that prepare binds to vfio-pci for a virtual "
+        "machine; the GPU's container use and its passthrough are never allocated together (docs/passthrough.md)",
+    )
     max_devices_per_slice: int = Field(
         128, ge=1, le=128, description="devices per ResourceSlice before splitting"
     )

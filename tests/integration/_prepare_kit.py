@@ -54,6 +54,7 @@ class Node:
     kubelet: KubeletClient | None = None
     dynamic: set[str] = field(default_factory=set)  # UUIDs of the GPUs in dynamic MIG mode
     shareable: tuple[str, ...] = ()  # devices published with allowMultipleAllocations
+    passthrough: bool = False  # gpu-vfio-<i> devices prepared (bound to vfio-pci)
 
     def __post_init__(self) -> None:
         self.fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
@@ -99,6 +100,7 @@ class Node:
             dynamic_gpus=lambda: frozenset(self.dynamic),
             shareable=lambda: self.shareable,
             hook=hook,
+            passthrough=self.passthrough,
         )
         return self.preparer
 

@@ -32,7 +32,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from gpudra.agent.atomic_files import remove_temp_files, write_atomically
 from gpudra.errors import (
@@ -82,6 +89,14 @@ class MigInstanceRecord(_Record):
     uuid: str | None = None
 
 
+class VfioBindingRecord(_Record):
+    """A GPU prepare moves to vfio-pci for a passthrough device; unprepare gives exactly these back to the
+    nvidia driver. Recorded before the move, so a crash in between still gives it back."""
+
+    pci_bus_id: str
+    device_name: str
+
+
 class ClaimEntry(_Record):
     namespace: str
     name: str
@@ -93,7 +108,17 @@ class ClaimEntry(_Record):
     """Device name -> the opaque config applied to it (wire form), to undo sharing settings."""
     cdi_document: dict[str, Any] | None = None
     """The claim's CDI spec document, so that start-up can rewrite it exactly after a reboot wiped /var/run/cdi."""
+    vfio_bindings: list[VfioBindingRecord] = Field(default_factory=list)
     updated_at: float = 0.0
+
+    @model_serializer(mode="wrap")
+    def _without_unused_vfio(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Left out when empty, so that an agent of the release before passthrough (which forbids unknown
+        fields) still reads the checkpoint of a node that passes nothing through (rolling upgrades, rollbacks)."""
+        data: dict[str, Any] = handler(self)
+        if not data.get("vfio_bindings"):
+            data.pop("vfio_bindings", None)
+        return data
 
 
 class Payload(_Record):
@@ -273,6 +298,7 @@ class CheckpointStore:
         mig_instances_created: Sequence[MigInstanceRecord] | None = None,
         configs: Mapping[str, Mapping[str, Any]] | None = None,
         cdi_document: Mapping[str, Any] | None = None,
+        vfio_bindings: Sequence[VfioBindingRecord] | None = None,
     ) -> ClaimEntry:
         """Move a claim to ``state`` (fields given replace the stored ones) and write the file before
         returning.
@@ -293,6 +319,7 @@ class CheckpointStore:
             ("mig_instances_created", None if mig_instances_created is None else list(mig_instances_created)),
             ("configs", None if configs is None else {k: dict(v) for k, v in configs.items()}),
             ("cdi_document", None if cdi_document is None else dict(cdi_document)),
+            ("vfio_bindings", None if vfio_bindings is None else list(vfio_bindings)),
         ):
             if value is not None:
                 update[key] = value

@@ -16,13 +16,20 @@ The GPU driver's plan (which GPUs and MIG devices, sharing settings, CDI edits) 
 driver served by the same machinery (the compute-domain driver) passes its own ``planner``, which decides the
 plan of a claim and is told when a claim was released.
 
+Passthrough (``passthrough``): a ``gpu-vfio-<i>`` device's GPU is recorded (checkpoint PrepareStarted with
+``vfio_bindings``) and then bound to vfio-pci, after the plan (and its CDI spec, with /dev/vfio/<group>) is
+decided and before the plan is recorded; undo, unprepare and start-up recovery give the recorded GPUs back to the
+nvidia driver after the CDI spec is gone, and start-up binds a completed claim's GPU again (a reboot gave it back).
+``hardware_changed`` is called after every bind or give-back, so that the slices follow at once.
+
 Dynamic MIG instances are recorded before they are created, so a crash at any point leaves a record of every
 instance that may exist; undo (and start-up recovery) destroys them by placement. Unprepare destroys them after
 the CDI spec is gone.
 
 ``hook`` is called with the name of each step boundary (``instances_planned``, ``instances_created``,
 ``instances_recorded``, ``prepare_started``, ``cdi_written``, ``before_prepare_completed``, ``prepare_completed``,
-``unprepare_started``, ``cdi_deleted``, ``instances_destroyed``); tests raise from it to simulate a crash there.
+``unprepare_started``, ``cdi_deleted``, ``instances_destroyed``, ``vfio_planned``, ``vfio_bound``,
+``vfio_released``); tests raise from it to simulate a crash there.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from typing import Any, Protocol
 
 from gpudra.agent.cdi import ClaimSpecDir
-from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
+from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, VfioBindingRecord
 from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
@@ -123,6 +130,8 @@ class ClaimPreparer:
         mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
         hook: Hook = no_hook,
         planner: ClaimPlanner | None = None,
+        passthrough: bool = False,
+        hardware_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._client = client
         self._backend = backend
@@ -145,6 +154,8 @@ class ClaimPreparer:
         self._mps_root = mps_root
         self.hook = hook
         self._planner = planner
+        self._passthrough = passthrough
+        self._hardware_changed = hardware_changed
         self._in_flight: dict[str, set[DeviceKey]] = {}
         self._repartitions = 0  # bumped when the MIG applier releases devices it changed
 
@@ -221,10 +232,40 @@ class ClaimPreparer:
             )  # fmt: skip
             self.hook("instances_planned")
             inventory = await self._create_instances(ref.uid, creations)
-        return plan_claim(
-            ref.uid, model, results, device_targets(inventory, dynamic), driver=self.driver,
-            features=self._features, mps_root=self._mps_root,
+        pci = await asyncio.to_thread(self._backend.pci_gpus) if self._passthrough else ()
+        targets = device_targets(inventory, dynamic, pci)
+        plan = plan_claim(
+            ref.uid, model, results, targets, driver=self.driver, features=self._features,
+            mps_root=self._mps_root,
         )  # fmt: skip
+        bindings = [
+            VfioBindingRecord(pci_bus_id=t.pci_bus_id, device_name=t.name)
+            for r in results
+            if (t := targets[r.device]).pci_bus_id is not None
+        ]
+        if bindings:
+            await self.store.transition(
+                ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name, vfio_bindings=bindings
+            )
+            self.hook("vfio_planned")
+            await self._bind(bindings)
+            self.hook("vfio_bound")
+        return plan
+
+    async def _bind(self, bindings: Sequence[VfioBindingRecord]) -> None:
+        try:
+            for binding in bindings:
+                await asyncio.to_thread(self._backend.bind_vfio, binding.pci_bus_id)
+        finally:
+            self._hardware_changed()
+
+    async def _give_back(self, bindings: Sequence[VfioBindingRecord]) -> None:
+        """Back to the nvidia driver; a GPU that cannot go back keeps the claim recorded (the kubelet retries)."""
+        try:
+            for binding in bindings:
+                await asyncio.to_thread(self._backend.unbind_vfio, binding.pci_bus_id)
+        finally:
+            self._hardware_changed()
 
     async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
         try:
@@ -376,6 +417,10 @@ class ClaimPreparer:
             await asyncio.to_thread(self._instances.destroy, uid, entry.mig_instances_created)
             if hooked:
                 self.hook("instances_destroyed")
+        if entry.vfio_bindings:
+            await self._give_back(entry.vfio_bindings)
+            if hooked:
+                self.hook("vfio_released")
         await self.store.remove(uid)
 
     async def _apply_sharing(self, entry: ClaimEntry) -> None:
@@ -392,12 +437,16 @@ class ClaimPreparer:
         return await asyncio.to_thread(self._instances.lost, uid, entry.mig_instances_created)
 
     async def restore(self, uid: str, entry: ClaimEntry) -> bool:
-        """At start-up: re-apply a completed claim's sharing and rewrite its CDI spec when it is missing or
-        differs (a reboot wipes /var/run/cdi). True when the spec was rewritten."""
+        """At start-up: re-apply a completed claim's sharing and vfio binding, and rewrite its CDI spec when it is
+        missing or differs (a reboot wipes /var/run/cdi). True when the spec was rewritten."""
         try:
             await self._apply_sharing(entry)
+            if entry.vfio_bindings:
+                await self._bind(entry.vfio_bindings)
         except HardwareError as exc:
-            log.error("could not re-apply sharing of a prepared claim", uid=uid, error=str(exc))
+            log.error(
+                "could not re-apply sharing or vfio binding of a prepared claim", uid=uid, error=str(exc)
+            )
         if entry.cdi_document is None:
             log.warning("prepared claim has no CDI document in the checkpoint; cannot regenerate", uid=uid)
             return False

@@ -7,6 +7,10 @@ are re-listed and repaired even when the hardware did not change (someone delete
 Dynamic MIG: GPUs in dynamic mode (``settings.mig_policy`` for all MIG-capable GPUs, or the set given to
 :meth:`NodeAgent.set_dynamic_gpus` at run time) are published as partitionable devices with their counter sets
 (:mod:`gpudra.devices.dynamic`), in the counter layout of the API server's version unless the setting names one.
+
+Passthrough (``settings.passthrough_support``): every GPU that can be passed through is offered a second time as
+``gpu-vfio-<i>`` (:mod:`gpudra.devices.passthrough`); a GPU the kubelet plugin bound to vfio-pci leaves NVML, so
+the next reading publishes only its passthrough device.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.dra import Device, ResourceSlice
 from gpudra.config import AgentSettings
-from gpudra.devices.dynamic import build_node_devices
+from gpudra.devices.dynamic import NodeDevices, build_node_devices
+from gpudra.devices.passthrough import with_passthrough
 from gpudra.devices.sharing import time_sliced
 from gpudra.devices.slices import CounterLayout, counter_layout_for
 from gpudra.errors import GpudraError, KubeError, NotFoundError
@@ -338,18 +343,24 @@ class NodeAgent:
         try:
             dynamic = await asyncio.to_thread(self._profiles_of_dynamic, inventory)
             built = build_node_devices(inventory, dynamic, claimed=self.claimed_instances())
+            offered = NodeDevices(
+                time_sliced(built.devices, self.settings.shared_gpu_replicas), built.counter_sets
+            )
+            if self.settings.passthrough_support:
+                pci = await asyncio.to_thread(self._backend.pci_gpus)
+                offered = with_passthrough(offered, inventory, pci)
         except GpudraError as exc:
             log.error("building the devices failed; will retry", node=inventory.node_name, error=str(exc))
             return True
         devices = with_taints(
-            time_sliced(built.devices, self.settings.shared_gpu_replicas),
+            offered.devices,
             self.health.taints_for(inventory, built.devices),
             informational=self._informational_taints,
         )
         names = {d.name for d in devices}
         devices += [d for d in self.health.lost_published() if d.name not in names]
         try:
-            await self.publisher.publish(devices, built.counter_sets)
+            await self.publisher.publish(devices, offered.counter_sets)
         except GpudraError as exc:
             log.error(
                 "publishing resourceslices failed; will retry", node=inventory.node_name, error=str(exc)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpudra.agent.cdi import (
+    CONTROL_DEVICE_NODES,
     ClaimDevice,
     ContainerEdits,
     DeviceNode,
@@ -31,11 +32,14 @@ from gpudra.api.nvidia import (
     MpsConfig,
     OpaqueConfig,
     SharingFeatures,
+    VfioDeviceConfig,
     resolve_configs,
 )
-from gpudra.devices.names import gpu_device_name, mig_device_name
+from gpudra.devices.names import gpu_device_name, mig_device_name, vfio_device_name
+from gpudra.devices.passthrough import in_pci_order, passthrough_uuid
 from gpudra.errors import InvalidInputError, PrepareError
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.inventory import NodeInventory, PciGpu
+from gpudra.hardware.pcibus import NVIDIA_DRIVER, VFIO_DRIVER
 
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 MPS_LOG_DIRECTORY = "/var/log/nvidia-mps"
@@ -62,16 +66,27 @@ class DeviceTarget:
     """The hardware behind one published device name."""
 
     name: str
-    device_type: Literal["gpu", "mig"]
+    device_type: Literal["gpu", "mig", "vfio"]
     uuid: str
-    gpu_uuid: str  # the device itself for a GPU, the parent for a MIG device
+    gpu_uuid: str  # the device itself for a GPU or passthrough device, the parent for a MIG device
     device_nodes: tuple[DeviceNode, ...]
+    pci_bus_id: str | None = None  # a passthrough device: the GPU prepare binds to vfio-pci
 
 
-def device_targets(inventory: NodeInventory, dynamic: Collection[str] = ()) -> dict[str, DeviceTarget]:
+def device_targets(
+    inventory: NodeInventory, dynamic: Collection[str] = (), pci_gpus: Sequence[PciGpu] = ()
+) -> dict[str, DeviceTarget]:
     """Device name -> hardware, for every device the node publishes now. A GPU in dynamic MIG mode (UUID in
-    ``dynamic``) is a target as a whole GPU as well as through the MIG instances that exist on it."""
+    ``dynamic``) is a target as a whole GPU as well as through the MIG instances that exist on it; with
+    ``pci_gpus`` (passthrough on), every GPU in an IOMMU group is a ``gpu-vfio-<i>`` target whose container gets
+    ``/dev/vfio/<group>``."""
     targets: dict[str, DeviceTarget] = {}
+    for index, pci in enumerate(in_pci_order(pci_gpus)):
+        if pci.iommu_group is None or pci.driver not in (NVIDIA_DRIVER, VFIO_DRIVER):
+            continue
+        name, uuid = vfio_device_name(index), passthrough_uuid(pci.pci_bus_id)
+        group = (DeviceNode(path=f"/dev/vfio/{pci.iommu_group}"),)
+        targets[name] = DeviceTarget(name, "vfio", uuid, uuid, group, pci.pci_bus_id)
     for gpu in inventory.gpus:
         if not gpu.mig_enabled or gpu.uuid in dynamic:
             name = gpu_device_name(gpu.minor)
@@ -159,6 +174,7 @@ def plan_claim(
         )
     except InvalidInputError as exc:
         raise PrepareError(f"invalid opaque config: {exc}", reason="InvalidConfig") from exc
+    common = _common_edits([t for _, t in chosen], effective)
     records = []
     applied: dict[str, dict[str, Any]] = {}
     for (result, target), config in zip(chosen, effective, strict=True):
@@ -182,12 +198,13 @@ def plan_claim(
         [
             ClaimDevice(
                 t.name,
-                [t.uuid],
+                [t.uuid] if t.device_type != "vfio" else [],  # a VM's GPU: NVIDIA_VISIBLE_DEVICES=void
                 ContainerEdits(device_nodes=t.device_nodes)
                 + (mps if t.name in mps_devices else ContainerEdits()),
             )
             for _, t in chosen
         ],
+        common_edits=common,
     )
     return ClaimPlan(
         devices=tuple(records),
@@ -195,6 +212,25 @@ def plan_claim(
         cdi_document=spec.to_json(),
         gpu_uuids={t.name: t.gpu_uuid for _, t in chosen},
     )
+
+
+def _common_edits(targets: Sequence[DeviceTarget], configs: Sequence[OpaqueConfig | None]) -> ContainerEdits:
+    """What every container of the claim gets: the NVIDIA control nodes, or, for a claim of passthrough devices
+    (which must not mix with container devices: the container gets no nvidia driver), the VFIO container node
+    ``/dev/vfio/vfio`` when a VfioDeviceConfig asks for the API device (``iommu.enableAPIDevice``; NVIDIA's
+    default is false). IOMMUFD (``PreferIommuFD``) is not offered: gpudra falls back to the legacy nodes."""
+    passthrough = [t.name for t in targets if t.device_type == "vfio"]
+    if not passthrough:
+        return ContainerEdits(device_nodes=CONTROL_DEVICE_NODES)
+    if len(passthrough) != len(targets):
+        others = sorted(t.name for t in targets if t.device_type != "vfio")
+        raise PrepareError(
+            f"the claim mixes passthrough devices ({', '.join(passthrough)}) with devices for containers "
+            f"({', '.join(others)}); use one claim for each",
+            reason="InvalidConfig",
+        )
+    api = any(isinstance(c, VfioDeviceConfig) and c.iommu and c.iommu.enable_api_device for c in configs)
+    return ContainerEdits(device_nodes=(DeviceNode(path="/dev/vfio/vfio"),) if api else ())
 
 
 def mps_edits(

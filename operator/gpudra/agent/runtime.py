@@ -116,6 +116,8 @@ class AgentRuntime:
             problems=self.agent.device_problems if settings.health_checks else None,
             mps_root=str(settings.plugin_path / "mps"),
             hook=hook or no_hook,
+            passthrough=settings.passthrough_support,
+            hardware_changed=self.agent.poke,
         )
         self.plugin = KubeletPlugin(
             settings.driver_name,

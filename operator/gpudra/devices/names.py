@@ -1,7 +1,8 @@
 """Device names as NVIDIA's driver publishes them, and the order devices are listed in.
 
 Names are part of the compatibility contract: users pin devices by name in claims and scripts, and the
-checkpoint of a prepared claim records them. ``gpu-<minor>`` for a full GPU;
+checkpoint of a prepared claim records them. ``gpu-<minor>`` for a full GPU; ``gpu-vfio-<i>`` for a GPU offered
+for passthrough, ``<i>`` its position among the node's GPUs in PCI address order;
 ``gpu-<parentMinor>-mig-<profile>-<giProfileId>-<placementStart>`` for a MIG device, where the profile is
 lower-cased, loses its dots, and has every other character that is not a letter, digit or dash replaced by a
 dash (so "1g.10gb+me" becomes "1g10gb-me").
@@ -19,6 +20,12 @@ _MIG_NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
 def gpu_device_name(minor: int) -> str:
     """The name of a full GPU: ``gpu-<minor>`` (the /dev/nvidia<minor> number, not the NVML index)."""
     return f"gpu-{minor}"
+
+
+def vfio_device_name(pci_index: int) -> str:
+    """The name of a passthrough device: ``gpu-vfio-<i>``, the GPU's position in PCI address order (NVIDIA's
+    name: the minor is unknown while vfio-pci holds the GPU)."""
+    return f"gpu-vfio-{pci_index}"
 
 
 def mig_profile_slug(profile: str) -> str:

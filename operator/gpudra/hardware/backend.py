@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from gpudra.api.base import FrozenModel
-from gpudra.hardware.inventory import MigDeviceInfo, NodeInventory
+from gpudra.hardware.inventory import MigDeviceInfo, NodeInventory, PciGpu
 
 
 class MigModeResult(FrozenModel):
@@ -95,6 +95,19 @@ class GpuBackend(Protocol):
 
     def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
         """Time-slicing: the compute-policy time slice (0 Default, 1 Short, 2 Medium, 3 Long)."""
+        ...
+
+    def pci_gpus(self) -> tuple[PciGpu, ...]:
+        """Every NVIDIA GPU on the PCI bus in address order, those bound to vfio-pci (gone from NVML) too."""
+        ...
+
+    def bind_vfio(self, pci_bus_id: str) -> PciGpu:
+        """Passthrough: move the GPU from the nvidia driver to vfio-pci (nothing when it is there already).
+        HardwareInUse while processes run on it or it has MIG instances."""
+        ...
+
+    def unbind_vfio(self, pci_bus_id: str) -> PciGpu:
+        """Give a GPU bound to vfio-pci back to the nvidia driver (nothing when it is there already)."""
         ...
 
     def wait_health_event(self, timeout_s: float) -> HealthEvent | None:

@@ -80,3 +80,17 @@ class NodeInventory(FrozenModel):
     driver_version: str  # "550.54.15"
     cuda_driver_version: str  # "12.4"
     gpus: tuple[GpuInfo, ...] = ()
+
+
+class PciGpu(FrozenModel):
+    """One NVIDIA GPU as the PCI bus sees it, whichever kernel driver holds it: while bound to vfio-pci for
+    passthrough it is gone from NVML but still here. Read from sysfs (or the simulation)."""
+
+    pci_bus_id: str  # "0000:1a:00.0", as GpuInfo.pci_bus_id
+    pci_device_id: int  # (device id << 16) | vendor id, as NVML's pciDeviceId: 0x233010DE
+    driver: str | None  # the bound kernel driver: "nvidia", "vfio-pci", None when none is bound
+    iommu_group: int | None  # /sys/kernel/iommu_groups/<n>; None without an IOMMU
+    numa_node: int | None = None
+    pcie_root: str | None = None
+    product_name: str | None = None  # None: sysfs does not say (the backend fills it in)
+    addressable_memory_bytes: int = 0  # the sizes of the device's memory BARs

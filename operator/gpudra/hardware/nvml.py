@@ -27,8 +27,10 @@ from gpudra.errors import (
     HardwareTimeout,
 )
 from gpudra.hardware.backend import HealthEvent, HealthEventKind, MigModeResult, MigProfileInfo
-from gpudra.hardware.inventory import FabricInfo, GpuInfo, MigDeviceInfo, NodeInventory
+from gpudra.hardware.inventory import FabricInfo, GpuInfo, MigDeviceInfo, NodeInventory, PciGpu
 from gpudra.hardware.nvml_mig import MigOperations
+from gpudra.hardware.nvml_vfio import VfioOperations
+from gpudra.hardware.pcibus import PciBus, SysfsPciBus
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +131,8 @@ class NvmlBackend:
     """GpuBackend over an NVML binding: ``pynvml`` by default, or any object with its call surface.
 
     ``pcie_root_of`` maps a PCI bus id to its root complex (default: the binding's own ``pcie_root_of`` when
-    it has one, as the simulation does, else sysfs). NVML is initialised on first use; :meth:`close` shuts it
+    it has one, as the simulation does, else sysfs); ``pci_bus`` likewise (the binding's ``pci_bus``, else sysfs)
+    serves passthrough. NVML is initialised on first use; :meth:`close` shuts it
     down. Calls may come from several threads; :meth:`wait_health_event` is meant for one consumer (the
     health watcher).
     """
@@ -140,6 +143,7 @@ class NvmlBackend:
         nvml: Any | None = None,
         *,
         pcie_root_of: Callable[[str], str | None] | None = None,
+        pci_bus: PciBus | None = None,
     ) -> None:
         if nvml is None:
             nvml = load_binding()
@@ -150,6 +154,9 @@ class NvmlBackend:
         self._lock = threading.Lock()
         self._initialized = False
         self._mig = MigOperations(self)
+        self._vfio = VfioOperations(
+            self, pci_bus or getattr(nvml, "pci_bus", None) or SysfsPciBus(), self.read_inventory
+        )
         self._event_set: Any = None
         self._watched: dict[int, tuple[Any, str]] = {}  # gpu index -> (handle, uuid)
         self._reported_lost: set[int] = set()
@@ -340,6 +347,17 @@ class NvmlBackend:
 
     def destroy_mig_device(self, gpu_index: int, gi_id: int) -> None:
         self._mig.destroy(gpu_index, gi_id)
+
+    # -- passthrough -----------------------------------------------------------------------------------------
+
+    def pci_gpus(self) -> tuple[PciGpu, ...]:
+        return self._vfio.gpus()
+
+    def bind_vfio(self, pci_bus_id: str) -> PciGpu:
+        return self._vfio.bind(pci_bus_id)
+
+    def unbind_vfio(self, pci_bus_id: str) -> PciGpu:
+        return self._vfio.unbind(pci_bus_id)
 
     # -- sharing ---------------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from gpudra.hardware.simulated.fake_nvml_base import deref, handle_contents, loc
 from gpudra.hardware.simulated.fake_nvml_mig import MigCalls
 from gpudra.hardware.simulated.gpu_state import SimulatedGpu
 from gpudra.hardware.simulated.machine import MachineSpec, machine_of_profile
+from gpudra.hardware.simulated.pcibus import SimulatedPciBus
 
 _ADDRESSING_MODES = {
     "None": t.NVML_DEVICE_ADDRESSING_MODE_NONE,
@@ -179,7 +180,12 @@ class FakeNvml(MigCalls):
     def pcie_root_of(self, pci_bus_id: str) -> str | None:
         """Stand-in for resolving /sys/bus/pci/devices/<bus id> to its root complex ("pci0000:15")."""
         wanted = pci_bus_id.lower()[-12:]
-        return next((g.slot.pcie_root for g in self._gpus if g.slot.pci_bus_id == wanted), None)
+        return next((g.slot.pcie_root for g in self._all if g.slot.pci_bus_id == wanted), None)
+
+    @property
+    def pci_bus(self) -> SimulatedPciBus:
+        """Stand-in for sysfs' /sys/bus/pci: the drivers GPUs are bound to (passthrough)."""
+        return SimulatedPciBus(self)
 
     # -- library and system ----------------------------------------------------------------------------------
 
@@ -365,6 +371,13 @@ class FakeNvml(MigCalls):
         if not 0 <= mode < t.NVML_COMPUTEMODE_COUNT:
             raise t.NVMLError_InvalidArgument(f"compute mode {mode} is not an NVML compute mode")
         gpu.compute_mode = mode
+
+    @locked
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """One entry per simulated process (pid, used memory unknown)."""
+        gpu = self._full_gpu(handle)
+        gpu.check_alive()
+        return [t.c_nvmlProcessInfo_t(pid=1000 + n) for n in range(gpu.processes)]
 
     # -- events ----------------------------------------------------------------------------------------------
 

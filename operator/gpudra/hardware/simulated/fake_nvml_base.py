@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, Self, TypeVar
 
+from gpudra.hardware.pcibus import NVIDIA_DRIVER
 from gpudra.hardware.simulated import nvml_types as t
 from gpudra.hardware.simulated.events import EventHub
 from gpudra.hardware.simulated.gpu_state import SimComputeInstance, SimGpuInstance, SimulatedGpu
@@ -102,7 +103,8 @@ class FakeNvmlBase:
         self, gpus: Sequence[SimulatedGpu], *, driver_version: str, cuda_driver_version: int
     ) -> None:
         self._lock = threading.RLock()
-        self._gpus = list(gpus)
+        self._all = list(gpus)  # every GPU on the PCI bus; NVML sees those the nvidia driver holds
+        self._gpus = self._on_nvidia()
         self._driver_version = driver_version
         self._cuda_driver_version = cuda_driver_version
         self._init_count = 0
@@ -124,7 +126,7 @@ class FakeNvmlBase:
     def _persist(self) -> None:
         if self._state_file is None:
             return
-        data = pickle.dumps(_SavedState(self._gpus, self._driver_version, self._cuda_driver_version))
+        data = pickle.dumps(_SavedState(self._all, self._driver_version, self._cuda_driver_version))
         if data != self._saved:
             write_atomically(self._state_file, data)
             self._saved = data
@@ -142,6 +144,11 @@ class FakeNvmlBase:
         if keep_persisting:
             nvml.persist_to(path)
         return nvml
+
+    def _on_nvidia(self) -> list[SimulatedGpu]:
+        """The GPUs NVML lists, in PCI order: a GPU bound to vfio-pci leaves NVML and the ones after it move
+        down an index, as on a real node."""
+        return [gpu for gpu in self._all if gpu.driver == NVIDIA_DRIVER]
 
     # -- handles ---------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from gpudra.hardware.catalog import ComputeInstanceProfile, GpuModel, MigProfile, MigSpec
+from gpudra.hardware.pcibus import NVIDIA_DRIVER
 from gpudra.hardware.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot
 from gpudra.hardware.simulated import nvml_types as t
 
@@ -56,6 +57,11 @@ class SimGpuInstance:
 
 class SimulatedGpu:
     """One GPU. Not thread-safe by itself: the FakeNvml that owns it holds the lock."""
+
+    driver = (
+        NVIDIA_DRIVER  # the kernel driver holding it ("vfio-pci" for passthrough); a class default so that
+    )
+    # states saved before passthrough existed load too
 
     def __init__(
         self,

@@ -1,0 +1,146 @@
+"""Prepare of passthrough devices over the kubelet plugin's sockets, on a simulated node: the GPU goes to
+vfio-pci and back, a crash at any step leaves it either prepared on vfio-pci or back on nvidia with no claim, a busy
+GPU is refused, and the CDI spec follows the claim's VfioDeviceConfig."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _prepare_kit import DRIVER, Node
+
+from gpudra.agent.kubeletplugin import ClaimRef
+
+VFIO = "gpu-vfio-2"
+
+
+class Crash(BaseException):
+    """The process dies here: nothing after this step runs, no rollback."""
+
+
+def crash_at(step: str) -> Callable[[str], None]:
+    def hook(reached: str) -> None:
+        if reached == step:
+            raise Crash(step)
+
+    return hook
+
+
+@pytest.fixture
+def node(idle_prepare_node: Node) -> Node:
+    idle_prepare_node.passthrough = True
+    return idle_prepare_node
+
+
+def driver_of(node: Node, position: int) -> str | None:
+    return node.backend.pci_gpus()[position].driver
+
+
+def nodes_of(spec: dict[str, Any]) -> list[str]:
+    edits = [spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"])]
+    return [n["path"] for e in edits for n in e.get("deviceNodes", [])]
+
+
+async def test_prepare_binds_to_vfio_and_unprepare_gives_the_gpu_back(node: Node) -> None:
+    await node.start()
+    assert node.kubelet is not None
+    ref = await node.claim("vm", {"gpu": VFIO})
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert driver_of(node, 2) == "vfio-pci"
+    assert len(node.backend.read_inventory().gpus) == 7
+    spec = node.spec_of(ref)
+    assert spec is not None
+    assert nodes_of(spec) == [f"/dev/vfio/{node.backend.pci_gpus()[2].iommu_group}"]
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert driver_of(node, 2) == "nvidia" and node.spec_of(ref) is None
+    assert len(node.backend.read_inventory().gpus) == 8
+
+
+async def test_the_api_device_comes_with_enable_api_device(node: Node) -> None:
+    await node.start()
+    assert node.kubelet is not None
+    config = {
+        "source": "FromClaim",
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "VfioDeviceConfig",
+                "iommu": {"backendPolicy": "LegacyOnly", "enableAPIDevice": True},
+            },
+        },
+    }
+    ref = await node.claim("vm", {"gpu": VFIO}, config=[config])
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    spec = node.spec_of(ref)
+    assert spec is not None and "/dev/vfio/vfio" in nodes_of(spec)
+
+
+async def test_a_busy_gpu_is_refused_and_left_where_it_is(node: Node) -> None:
+    await node.start()
+    assert node.kubelet is not None
+    position = next(i for i, g in enumerate(node.backend.read_inventory().gpus) if g.pci_bus_id
+                    == node.backend.pci_gpus()[2].pci_bus_id)  # fmt: skip
+    node.fake.set_processes(position, 1)
+    ref = await node.claim("vm", {"gpu": VFIO})
+    error = (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert "runs 1 compute processes" in error
+    assert driver_of(node, 2) == "nvidia"
+    assert node.preparer is not None and node.preparer.store.get(ref.uid) is None
+
+
+async def test_a_claim_mixing_passthrough_and_container_devices_is_refused(node: Node) -> None:
+    await node.start()
+    assert node.kubelet is not None
+    ref = await node.claim("mixed", {"vm": VFIO, "ctr": "gpu-0"})
+    assert "mixes passthrough devices" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert driver_of(node, 2) == "nvidia"
+
+
+async def crash_and_restart(node: Node, ref: ClaimRef, operation: str, step: str) -> None:
+    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
+    await preparer.store.load()
+    if operation == "prepare":
+        with pytest.raises(Crash):
+            await preparer.prepare([ref])
+    else:
+        assert (await preparer.prepare([ref]))[ref.uid].error == ""
+        preparer.hook = crash_at(step)
+        with pytest.raises(Crash):
+            await preparer.unprepare([ref])
+    await node.start()
+
+
+@pytest.mark.parametrize(
+    ("operation", "step", "bound_after_restart"),
+    [
+        ("prepare", "vfio_planned", False),
+        ("prepare", "vfio_bound", False),
+        ("prepare", "cdi_written", False),
+        ("prepare", "prepare_completed", True),
+        ("unprepare", "cdi_deleted", False),
+        ("unprepare", "vfio_released", False),
+    ],
+)
+async def test_crash_points(node: Node, operation: str, step: str, bound_after_restart: bool) -> None:
+    ref = await node.claim("vm", {"gpu": VFIO})
+    await crash_and_restart(node, ref, operation, step)
+    assert node.preparer is not None and node.kubelet is not None
+    recorded = node.preparer.store.get(ref.uid)
+    assert (recorded is not None) == bound_after_restart
+    assert driver_of(node, 2) == ("vfio-pci" if bound_after_restart else "nvidia")
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert driver_of(node, 2) == "vfio-pci"
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert driver_of(node, 2) == "nvidia"
+
+
+async def test_a_reboot_that_gave_the_gpu_back_binds_it_again(node: Node) -> None:
+    await node.start()
+    assert node.kubelet is not None
+    ref = await node.claim("vm", {"gpu": VFIO})
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    node.fake.pci_bus.set_driver(node.backend.pci_gpus()[2].pci_bus_id, "nvidia")  # the reboot
+    await node.restart()
+    assert driver_of(node, 2) == "vfio-pci"
