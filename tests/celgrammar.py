@@ -1,10 +1,12 @@
 """Random DRA selectors and devices for the CEL tests (hypothesis strategies, and the same from a Random).
 
 Devices carry attributes in two domains with names whose kind is fixed (``s1``/``s2`` strings, ``i1``/``i2``
-ints, ``b1`` a bool, ``v1`` a version) or varies from device to device (``m1``: int, string or bool), each
+ints, ``b1`` a bool, ``v1`` a version; the lists of DRAListTypeAttributes ``l1`` ints, ``l2`` strings, ``lv``
+versions) or varies from device to device (``m1``: int, string, bool or a list of strings), each
 present or not, plus the capacities ``memory`` and ``other.io/slots``. Selectors combine lookups of those
-(present or missing, so lookups fail at runtime), comparisons across types, ``in``, ``has()``, string, quantity
-and semver functions, int arithmetic (overflow, division by zero) and ``&&`` / ``||`` / ``!`` / ``?:``.
+(present or missing, so lookups fail at runtime), comparisons across types, ``in`` (over lists of constants,
+list attributes and domains), ``includes()``, ``has()``, string, quantity and semver functions, int
+arithmetic (overflow, division by zero) and ``&&`` / ``||`` / ``!`` / ``?:``.
 
 Versions appear only where the CEL library and Kubernetes agree: the library carries a version as bytes, so it
 would compare two versions with ``<``, give them a ``size()`` and call ``version == "text"`` false, where
@@ -31,6 +33,7 @@ _SCALAR_ATTRS = [f"{A}.s1", f"{A}.s2", f"{A}.i1", f"{A}.i2", f"{A}.b1", f"{A}.m1
 _STRING_ATTRS = [f"{A}.s1", f"{A}.s2", f"{OTHER}.z", f"{A}.m1", f"{A}.i1"]
 _INT_ATTRS = [f"{A}.i1", f"{A}.i2", f"{A}.m1"]
 _DOMAINS = [A, OTHER, 'device.attributes["none.io"]']
+_LIST_ATTRS = [f"{A}.l1", f"{A}.l2", f"{A}.lv", f"{A}.m1"]
 
 
 def _literal(r: Random) -> str:
@@ -65,7 +68,13 @@ def _scalar(r: Random) -> str:
 
 
 def _atom(r: Random, library_safe: bool) -> str:
-    kind = r.randrange(14)
+    kind = r.randrange(16)
+    if kind == 14:
+        return f"{r.choice([*_LIST_ATTRS, *_SCALAR_ATTRS])}.includes({r.choice([_literal(r), _scalar(r)])})"
+    if kind == 15:
+        if r.random() < 0.5:
+            return f"{r.choice([_literal(r), _scalar(r)])} in {r.choice(_LIST_ATTRS)}"
+        return f"{r.choice(_LIST_ATTRS)}.size() {r.choice(['>', '=='])} {r.randrange(4)}"
     if kind < 4:
         op = r.choice(["==", "!=", "<", "<=", ">", ">="])
         return f"{_scalar(r)} {op} {_scalar(r)}"
@@ -144,6 +153,11 @@ def selector(r: Random, depth: int = 0, *, library_safe: bool = False) -> str:
     return " && ".join(sub() for _ in range(3))
 
 
+def _some(r: Random, values: list[Any]) -> list[Any]:
+    """A list attribute's values: one to three, duplicates possible."""
+    return [r.choice(values) for _ in range(r.randrange(1, 4))]
+
+
 def device(r: Random, name: str = "d0") -> dict[str, Any]:
     """One random device in resource.k8s.io/v1 wire form."""
     candidates: dict[str, dict[str, Any]] = {
@@ -153,7 +167,17 @@ def device(r: Random, name: str = "d0") -> dict[str, Any]:
         "i2": {"int": r.choice(INTS)},
         "b1": {"bool": r.random() < 0.5},
         "v1": {"version": r.choice(VERSIONS)},
-        "m1": r.choice([{"int": r.choice(INTS)}, {"string": r.choice(STRINGS)}, {"bool": True}]),
+        "m1": r.choice(
+            [
+                {"int": r.choice(INTS)},
+                {"string": r.choice(STRINGS)},
+                {"bool": True},
+                {"strings": _some(r, STRINGS)},
+            ]
+        ),
+        "l1": {"ints": _some(r, INTS)},
+        "l2": {"strings": _some(r, STRINGS)},
+        "lv": {"versions": _some(r, VERSIONS)},
         "other.io/z": {"string": r.choice(STRINGS)},
         "other.io/v1": {"version": r.choice(VERSIONS)},
     }

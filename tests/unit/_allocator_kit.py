@@ -140,6 +140,9 @@ def fake_view(driver: str, device: Device) -> tuple[str, Device]:
 
 
 def attr(value: Any) -> DeviceAttribute:
+    if isinstance(value, list):  # a list attribute (DRAListTypeAttributes), of the first value's kind
+        kind = "bools" if isinstance(value[0], bool) else "ints" if isinstance(value[0], int) else "strings"
+        return DeviceAttribute.model_validate({kind: value})
     if isinstance(value, bool):
         return DeviceAttribute(bool=value)
     if isinstance(value, int):

@@ -35,7 +35,7 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from gpudra.allocator import celanalysis
 from gpudra.allocator.celast import Node, decode, line_column
-from gpudra.allocator.celclosures import CelEvalError, result_error, translate
+from gpudra.allocator.celclosures import MAX_LIST_VALUES, CelEvalError, result_error, translate
 from gpudra.allocator.celtypes import Quantity, Semver
 from gpudra.allocator.celview import CelDevice, cel_device
 from gpudra.errors import InvalidInputError
@@ -85,6 +85,8 @@ _QTAG = "\x1fquantity:"  # a control character no published string carries; NUL 
 
 
 def _encode(value: object) -> object:
+    if isinstance(value, tuple):  # a list attribute
+        return [_encode(v) for v in value]
     if isinstance(value, Quantity):
         return f"{_QTAG}{value.value.numerator}/{value.value.denominator}"
     if isinstance(value, Semver):
@@ -139,12 +141,30 @@ def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     return [m.group(0) for m in re.finditer(pattern, text)][: limit if limit >= 0 else None]
 
 
+def _same(a: Any, b: Any) -> bool:
+    """CEL equality of two runtime values that never raises: a bool is not a number."""
+    return (type(a) is bool) == (type(b) is bool) and bool(a == b)
+
+
+def _includes(target: Any, value: Any) -> bool:
+    if isinstance(target, str | bytes | bytearray) or not hasattr(target, "__iter__"):
+        return _same(target, value)
+    for i, item in enumerate(target):
+        if i >= MAX_LIST_VALUES:
+            raise ValueError(
+                f"'includes' function cannot be applied to lists longer than {MAX_LIST_VALUES} values"
+            )
+        if _same(item, value):
+            return True
+    return False
+
+
 def _same_set(a: list[Any], b: list[Any]) -> bool:
     return all(x in a for x in b) and all(x in b for x in a)
 
 
 # One row per overload: name, result, parameters, member?, implementation. Type letters: Q quantity, S semver,
-# s string, i int, b bool, d double, L list(dyn), Li list(int), Ld list(double), Ls list(string).
+# s string, i int, b bool, d double, D dyn, L list(dyn), Li list(int), Ld list(double), Ls list(string).
 _FUNCTIONS: tuple[tuple[str, str, tuple[str, ...], bool, Callable[..., Any]], ...] = (
     ("quantity", "Q", ("s",), False, lambda s: _encode(Quantity.parse(s))),
     ("isQuantity", "b", ("s",), False, Quantity.is_valid),
@@ -187,6 +207,14 @@ _FUNCTIONS: tuple[tuple[str, str, tuple[str, ...], bool, Callable[..., Any]], ..
 )
 
 
+# includes() (DRAListTypeAttributes) takes any target and value: one overload to check against, and one per kind
+# of target and value at runtime, where the library dispatches on the kinds of the values.
+_INCLUDES_CHECK = (("includes", "b", ("D", "D"), True, _includes),)
+_INCLUDES_RUNTIME = tuple(
+    ("includes", "b", (target, value), True, _includes) for target in "LsibdS" for value in "LsibdS"
+)
+
+
 def _types(runtime: bool) -> dict[str, Any]:
     t = _cel.Type
     return {
@@ -201,7 +229,9 @@ def _new_env(runtime: bool) -> Any:
     t, types = _cel.Type, _types(runtime)
     grouped: dict[str, list[Any]] = {}
     seen: set[tuple[str, bool, tuple[str, ...]]] = set()
-    for name, result, params, member, impl in _FUNCTIONS:
+    for name, result, params, member, impl in _FUNCTIONS + (
+        _INCLUDES_RUNTIME if runtime else _INCLUDES_CHECK
+    ):
         overload_id = "_".join((name.replace(".", "_"), *params))
         if runtime:
             kinds = tuple(types[p].name().split("<")[0] for p in params)  # the library dispatches on kinds

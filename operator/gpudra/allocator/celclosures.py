@@ -16,6 +16,9 @@ The closures follow Kubernetes (cel-go with the Kubernetes libraries), checked a
 * ``x in [constant, ...]`` looks ``x`` up in a set of the constants, as cel-go's planner does: a Semver cannot
   be looked up there (an error); otherwise types must agree, numbers across int and double. Other lists
   compare ``x`` with each element and ignore the errors.
+* A list attribute (DRAListTypeAttributes) is a tuple: ``x in list`` and ``list.includes(x)`` compare ``x`` with
+  each element and ignore the errors, ``includes`` on a scalar is ``==`` without its error, lists are equal
+  element by element.
 * Semver values have no ``<``, no ``size()`` and no ``+``; an unknown attribute domain, even a computed one, is
   an empty map; an unknown name in a domain is the error "no such key: <name>".
 * ``&&`` is false when any operand is false and ``||`` true when any is true, whatever errors the others
@@ -39,6 +42,7 @@ __all__ = ["CelEvalError", "translate"]
 Fn = Callable[[CelDevice], Any]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+MAX_LIST_VALUES = 48  # Kubernetes' ResourceSliceMaxAttributeValuesPerDevice, the bound includes() enforces
 _NUMBERS = (int, float)
 _PRIMITIVES = (int, float, str, bool)
 _EMPTY: Mapping[str, Any] = {}
@@ -72,11 +76,43 @@ def _cel_type(value: object) -> str:
 def _eq(a: Any, b: Any) -> bool:
     """cel-go's ``lhs.Equal(rhs)``."""
     ta = type(a)
+    if ta is tuple and type(b) is tuple:
+        return len(a) == len(b) and all(_same_element(x, y) for x, y in zip(a, b, strict=True))
     if ta is type(b):
         return bool(a == b)
     if ta is Semver or ta is Quantity:
         raise _no_overload("_==_")
     return ta in _NUMBERS and type(b) in _NUMBERS and a == b
+
+
+def _same_element(a: Any, b: Any) -> bool:
+    """One element of cel-go's list equality: only a false answer tells the lists apart, an error does not."""
+    try:
+        return _eq(a, b)
+    except CelEvalError:
+        return True
+
+
+def _equal_or_false(a: Any, b: Any) -> bool:
+    try:
+        return _eq(a, b)
+    except CelEvalError:
+        return False
+
+
+def _includes(target: Any, value: Any) -> bool:
+    """Kubernetes' ``<target>.includes(<value>)`` (DRAListTypeAttributes): a list holds the value, or a scalar
+    equals it. Elements are compared with ``==`` and one that cannot be compared does not match."""
+    if type(target) is not tuple:
+        return _equal_or_false(target, value)
+    for i, item in enumerate(target):
+        if i >= MAX_LIST_VALUES:
+            raise CelEvalError(
+                f"'includes' function cannot be applied to lists longer than {MAX_LIST_VALUES} values"
+            )
+        if _equal_or_false(item, value):
+            return True
+    return False
 
 
 def _ne(a: Any, b: Any) -> bool:
@@ -267,6 +303,7 @@ _METHODS: dict[tuple[str, int], Callable[..., Any]] = {
     ("major", 0): _typed("major", (Semver,), lambda s: s.major),
     ("minor", 0): _typed("minor", (Semver,), lambda s: s.minor),
     ("patch", 0): _typed("patch", (Semver,), lambda s: s.patch),
+    ("includes", 1): _includes,
 }
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -477,8 +514,18 @@ class _Translator:
                 return type(k) is str and k in get_map(d)
 
             return _Part(has_key)
+        if container.kind == "value":  # a list attribute
+            get_list = container.fn
+
+            def in_list(d: CelDevice) -> bool:
+                value, values = get(d), get_list(d)
+                if type(values) is not tuple:
+                    raise _no_overload("@in")
+                return any(_equal_or_false(value, v) for v in values)
+
+            return _Part(in_list)
         if container.kind != "list":
-            raise _Unsupported("in over something other than a list literal or a domain map")
+            raise _Unsupported("in over something other than a list, a list attribute or a domain map")
         if container.constant and not container.value:
             return _constant(False)  # cel-go folds `x in []` to false without evaluating x
         if container.constant and container.value and all(type(v) in _PRIMITIVES for v in container.value):

@@ -1,9 +1,10 @@
 """The ``device`` variable of a DRA selector as plain Python values, built once per published device.
 
 Kubernetes gives a selector ``device.driver``, ``device.attributes`` (domain -> name -> int | bool | string |
-Semver), ``device.capacity`` (domain -> name -> Quantity) and ``device.allowMultipleAllocations``. A
+Semver, or a list of one of those), ``device.capacity`` (domain -> name -> Quantity) and
+``device.allowMultipleAllocations``. A
 :class:`CelDevice` holds exactly that: bare attribute names go under the driver's domain, versions become
-:class:`Semver`, capacities :class:`Quantity`. The allocator builds one per device when the device's slice
+:class:`Semver`, lists tuples, capacities :class:`Quantity`. The allocator builds one per device when the device's slice
 arrives (``pools.make_entry``) and keeps it for the life of the slice; both evaluators read it (the closures of
 ``celclosures`` directly, the CEL library through an activation ``cel`` caches on it).
 
@@ -21,7 +22,8 @@ from gpudra.api.dra import Device
 
 __all__ = ["CelDevice", "Schema", "cel_device", "schema_of"]
 
-AttributeValue = int | bool | str | Semver
+AttributeValue = int | bool | str | Semver | tuple[int | bool | str | Semver, ...]
+"""A scalar, or a list attribute's values as a tuple (DRAListTypeAttributes)."""
 Schema = tuple[object, ...]
 """What selectors can know about a device without its values: driver, allowMultipleAllocations, each attribute's
 qualified name and kind, each capacity's qualified name (``schema_of``)."""
@@ -135,6 +137,12 @@ def cel_device(driver: str, device: Device) -> CelDevice:
     """The CEL view of one published device. Raise InvalidInputError for a malformed version or quantity."""
     values: dict[str, AttributeValue] = {}
     for name, attribute in (device.attributes or {}).items():
+        if attribute.versions is not None:
+            values[_qualified(name, driver)] = tuple(_parsed_version(v) for v in attribute.versions)
+            continue
+        if attribute.is_list:
+            values[_qualified(name, driver)] = attribute.values
+            continue
         value: AttributeValue | None = attribute.string
         if value is None:
             value = attribute.int_

@@ -4,13 +4,17 @@ A constraint applies to the devices of the requests it names (all requests when 
 is named either by its parent request or as ``request/subrequest``. A device lacking the attribute never
 satisfies it. Values compare by kind and value (an int 1 never equals a bool true, versions compare as
 strings, as Kubernetes does for semver in minimal form).
+
+List attributes (DRAListTypeAttributes) compare as sets, a scalar as a set of one, as Kubernetes 1.36+ defines
+them: matchAttribute holds while the values common to all the devices are not empty, distinctAttribute while
+no two devices share a value. For scalars both reduce to equal and pairwise different values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudra.allocator.pools import AttrValue, DeviceEntry
+from gpudra.allocator.pools import AttrValue, DeviceEntry, members
 from gpudra.api.dra import DeviceConstraint
 from gpudra.errors import InvalidInputError
 
@@ -22,8 +26,11 @@ class Constraint:
     distinct: bool
     requests: frozenset[str]
     value: AttrValue | None = None
+    """matchAttribute: the value of the devices added so far while all of them are scalars."""
     count: int = 0
     seen: dict[AttrValue, int] = field(default_factory=dict)
+    """distinctAttribute: how many added devices hold each scalar value. matchAttribute, once a list joins: how
+    many added devices hold each value (the common values are those all ``count`` devices hold)."""
 
     def applies(self, base: str, full: str) -> bool:
         return not self.requests or base in self.requests or full in self.requests
@@ -32,28 +39,43 @@ class Constraint:
         if value is None:
             return False
         if self.distinct:
-            return value not in self.seen
-        return self.count == 0 or value == self.value
+            return all(m not in self.seen for m in members(value))
+        if self.count == 0:
+            return True
+        if self.value is not None:
+            return value == self.value if type(value[1]) is not frozenset else self.value in members(value)
+        return any(self.seen.get(m, 0) == self.count for m in members(value))
 
     def add(self, value: AttrValue) -> None:
         if self.distinct:
-            self.seen[value] = self.seen.get(value, 0) + 1
-        else:
-            if self.count == 0:
-                self.value = value
-            self.count += 1
+            for m in members(value):
+                self.seen[m] = self.seen.get(m, 0) + 1
+            return
+        is_list = type(value[1]) is frozenset
+        if self.count == 0:
+            self.value = None if is_list else value
+        elif self.value is not None and is_list:  # the first list: count what the scalar devices so far hold
+            self.seen = {self.value: self.count}
+            self.value = None
+        if self.value is None:
+            for m in members(value):
+                self.seen[m] = self.seen.get(m, 0) + 1
+        self.count += 1
 
     def remove(self, value: AttrValue) -> None:
+        if self.distinct or self.value is None:
+            for m in members(value):
+                left = self.seen[m] - 1
+                if left:
+                    self.seen[m] = left
+                else:
+                    del self.seen[m]
         if self.distinct:
-            left = self.seen[value] - 1
-            if left:
-                self.seen[value] = left
-            else:
-                del self.seen[value]
-        else:
-            self.count -= 1
-            if self.count == 0:
-                self.value = None
+            return
+        self.count -= 1
+        if self.count == 0:
+            self.value = None
+            self.seen = {}
 
     def describe(self) -> str:
         kind = "distinctAttribute" if self.distinct else "matchAttribute"

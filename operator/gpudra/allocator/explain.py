@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpudra.allocator.constraints import Constraint
-from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey
+from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey, members
 from gpudra.allocator.requests import (
     CAPACITY,
     COUNTERS,
@@ -399,18 +399,15 @@ def _shortfall(spec: RequestSpec, c: Constraint, claim: ClaimSpec | None) -> Con
         for s in group:
             for entry in s.usable:
                 value = entry.attributes.get(c.attribute)
-                if value is not None:
-                    by_value.setdefault(value, set()).add(entry.id)
+                for member in members(value) if value is not None else ():
+                    by_value.setdefault(member, set()).add(entry.id)
     if c.distinct:
         best = min(need, len(by_value))
     else:
         best = 0
-        for value, devices in by_value.items():
+        for devices in by_value.values():
             per_group = (
-                max(
-                    min(s.need, sum(1 for e in s.usable if e.attributes.get(c.attribute) == value)) for s in g
-                )
-                for g in groups
+                max(min(s.need, sum(1 for e in s.usable if e.id in devices)) for s in g) for g in groups
             )
             best = max(best, min(sum(per_group), len(devices)))
     names = tuple(dict.fromkeys(g[0].base for g in groups))

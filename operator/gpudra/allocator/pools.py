@@ -45,8 +45,18 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-AttrValue = tuple[str, int | bool | str]
-"""An attribute value tagged with its kind, so that int 1 and bool True never compare equal."""
+AttrValue = tuple[str, int | bool | str | frozenset[int | bool | str]]
+"""An attribute value tagged with its kind, so that int 1 and bool True never compare equal. A list attribute
+(DRAListTypeAttributes) is the kind of its values and the set of them."""
+
+
+def members(value: AttrValue) -> tuple[AttrValue, ...]:
+    """The scalar values an attribute stands for in matchAttribute and distinctAttribute: itself for a scalar,
+    each distinct value for a list (Kubernetes compares lists as sets, a scalar as a set of one)."""
+    kind, v = value
+    if type(v) is frozenset:
+        return tuple((kind, x) for x in v)
+    return (value,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +137,9 @@ def _attributes(driver: str, device: Device) -> dict[str, AttrValue]:
     attrs = device.attributes or {}
     # Bare names first so that an explicitly qualified duplicate wins, as Kubernetes' lookup does.
     for name, attr in sorted(attrs.items(), key=lambda kv: "/" in kv[0]):
-        out[qualify(name, driver)] = (attr.kind, attr.value)
+        out[qualify(name, driver)] = (
+            (attr.kind, frozenset(attr.values)) if attr.is_list else (attr.kind, attr.value)
+        )
     return out
 
 
@@ -253,8 +265,9 @@ def build_pool(
 def _multiplicity(entries: list[DeviceEntry]) -> dict[str, int]:
     shared: dict[tuple[str, AttrValue], int] = {}
     for entry in entries:
-        for item in entry.attributes.items():
-            shared[item] = shared.get(item, 0) + 1
+        for name, value in entry.attributes.items():
+            for member in members(value):
+                shared[(name, member)] = shared.get((name, member), 0) + 1
     most: dict[str, int] = {}
     for (name, _), count in shared.items():
         if count > most.get(name, 0):

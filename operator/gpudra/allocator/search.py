@@ -19,7 +19,7 @@ from fractions import Fraction
 
 from gpudra.allocator.constraints import Constraint, remove, try_add
 from gpudra.allocator.counters import fits_capacity, fits_counters
-from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey, PoolView
+from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey, PoolView, members
 from gpudra.allocator.requests import ClaimSpec, RequestSpec
 from gpudra.allocator.snapshot import ClusterSnapshot
 
@@ -91,7 +91,11 @@ class Search:
                     g for g, full in zip(groups, claim.groups, strict=True) if g and len(g) == len(full)
                 ]
                 values: set[AttrValue] = {
-                    e.attributes[c.attribute] for g in groups for s in g for e in self._cands(s)
+                    m
+                    for g in groups
+                    for s in g
+                    for e in self._cands(s)
+                    for m in members(e.attributes[c.attribute])
                 }
                 viable = {
                     v for v in values
@@ -100,7 +104,9 @@ class Search:
                 for group in groups:
                     for spec in group:
                         self._candidates[id(spec)] = [
-                            e for e in self._cands(spec) if e.attributes[c.attribute] in viable
+                            e
+                            for e in self._cands(spec)
+                            if not viable.isdisjoint(members(e.attributes[c.attribute]))
                         ]
         for claim in self.claims:
             for group in claim.groups:
@@ -114,7 +120,11 @@ class Search:
         return spec.usable if got is None else got
 
     def _count(self, spec: RequestSpec, attribute: str, value: AttrValue) -> int:
-        return sum(1 for e in self._cands(spec) if e.attributes.get(attribute) == value)
+        return sum(
+            1
+            for e in self._cands(spec)
+            if attribute in e.attributes and value in members(e.attributes[attribute])
+        )
 
     # ------------------------------------------------------------ search
 

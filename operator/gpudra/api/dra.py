@@ -22,35 +22,67 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # ---------------------------------------------------------------- ResourceSlice
 
 
+AttributeKind = Literal["int", "bool", "string", "version"]
+ScalarValue = int | bool | str
+
+
 class DeviceAttribute(WireModel):
-    """Exactly one of int, bool, string, version."""
+    """Exactly one of int, bool, string, version, or (DRAListTypeAttributes, alpha in Kubernetes 1.36) one of
+    the lists ints, bools, strings, versions. A list holds values of one kind; Kubernetes treats it as a set
+    (order and duplicates do not matter to matchAttribute and distinctAttribute)."""
 
     int_: int | None = Field(default=None, alias="int")
     bool_: bool | None = Field(default=None, alias="bool")
     string: str | None = None
     version: str | None = None
+    ints: list[int] | None = None
+    bools: list[bool] | None = None
+    strings: list[str] | None = None
+    versions: list[str] | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> DeviceAttribute:
-        set_ = [v for v in (self.int_, self.bool_, self.string, self.version) if v is not None]
-        if len(set_) != 1:
-            raise ValueError("a device attribute must have exactly one of int, bool, string, version")
+        fields = (self.int_, self.bool_, self.string, self.version, self.ints, self.bools, self.strings)
+        if sum(v is not None for v in (*fields, self.versions)) != 1:
+            raise ValueError(
+                "a device attribute must have exactly one of int, bool, string, version, ints, bools, strings, "
+                "versions"
+            )
         return self
 
     @property
-    def value(self) -> int | bool | str:
+    def is_list(self) -> bool:
+        return (
+            self.ints is not None
+            or self.bools is not None
+            or self.strings is not None
+            or (self.versions is not None)
+        )
+
+    @property
+    def value(self) -> ScalarValue:
+        """The scalar value (a list attribute has none: see ``values``)."""
         for v in (self.int_, self.bool_, self.string, self.version):
             if v is not None:
                 return v
-        raise AssertionError("unreachable: validated to hold one value")
+        raise ValueError("a list attribute has no single value")
 
     @property
-    def kind(self) -> Literal["int", "bool", "string", "version"]:
-        if self.int_ is not None:
+    def values(self) -> tuple[ScalarValue, ...]:
+        """The list's values in published order, or the scalar as a one-value tuple."""
+        for items in (self.ints, self.bools, self.strings, self.versions):
+            if items is not None:
+                return tuple(items)
+        return (self.value,)
+
+    @property
+    def kind(self) -> AttributeKind:
+        """The kind of the value, or of each value of a list."""
+        if self.int_ is not None or self.ints is not None:
             return "int"
-        if self.bool_ is not None:
+        if self.bool_ is not None or self.bools is not None:
             return "bool"
-        if self.string is not None:
+        if self.string is not None or self.strings is not None:
             return "string"
         return "version"
 

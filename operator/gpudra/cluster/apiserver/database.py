@@ -42,9 +42,9 @@ def _owner_uids(obj: dict[str, Any]) -> set[str]:
 class Database:
     """All stores, the clock, and the write paths every HTTP verb goes through."""
 
-    def __init__(self) -> None:
+    def __init__(self, feature_gates: frozenset[str] = frozenset()) -> None:
         self.registry = Registry()
-        self.admitter = Admitter(int(SERVER_VERSION["minor"]))
+        self.admitter = Admitter(int(SERVER_VERSION["minor"]), feature_gates)
         self.clock = Clock()
         self.stores: dict[StoreKey, Store] = {}
         self.uids: dict[str, ObjectRef] = {}

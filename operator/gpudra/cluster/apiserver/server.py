@@ -63,10 +63,13 @@ def _table_mode(request: web.Request) -> str | None:
 class EmbeddedAPIServer:
     """An in-process Kubernetes API server for tests, benchmarks and ``gpudra up``."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, *, host: str = "127.0.0.1", port: int = 0, feature_gates: frozenset[str] = frozenset()
+    ) -> None:
+        """``feature_gates``: the alpha Kubernetes gates to turn on (``DRAListTypeAttributes``)."""
         self._host, self._port = host, port
         self._url = ""
-        self.database = Database()
+        self.database = Database(feature_gates)
         self._pod_logs = PodLogProxy(self.database)
         self._collector: GarbageCollector | None = None
         self._runner: web.AppRunner | None = None

@@ -108,8 +108,11 @@ def _taint_times(taints: list[Any]) -> None:
 class Admitter:
     """Decodes, defaults and validates writes for one server (the OpenAPI definitions of its version)."""
 
-    def __init__(self, minor: int) -> None:
+    def __init__(self, minor: int, feature_gates: frozenset[str] = frozenset()) -> None:
         self._schemas: Schemas = schemas_for(minor)
+        self.feature_gates = feature_gates
+        """Alpha Kubernetes feature gates this server has on (``DRAListTypeAttributes``); off by default, as in
+        kube-apiserver."""
         self._custom_meta = GoType(
             "struct", "unstructured", "", _fields={"metadata": self._schemas.object_meta}
         )
@@ -125,6 +128,11 @@ class Admitter:
         if kind is not None:
             obj = self._decode(rt, obj, kind, admission)
         _defaults(rt, obj)
+        lists_off = "DRAListTypeAttributes" not in self.feature_gates
+        if lists_off and rt.group == "resource.k8s.io" and rt.plural == "resourceslices":
+            resourceslices.drop_list_attributes(
+                obj.get("spec") or {}, None if old is None else old.get("spec")
+            )
         errors = objectmeta.validate(
             obj["metadata"], namespaced=rt.namespaced, rule=objectmeta.name_rule(rt.plural)
         )

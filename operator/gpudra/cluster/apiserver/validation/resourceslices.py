@@ -70,9 +70,72 @@ def _plain_attribute(name: str, value: Any) -> bool:
     return kind in ("int", "bool") or (kind == "version" and _good_version(item))
 
 
+LIST_KINDS = {
+    "ints": "IntValues",
+    "bools": "BoolValues",
+    "strings": "StringValues",
+    "versions": "VersionValues",
+}
+ATTRIBUTE_VALUES_MAX = 48  # ResourceSliceMaxAttributeValuesPerDevice: scalars and list items together
+DEVICES_WITH_LISTS_MAX = 64  # ResourceSliceMaxDevicesWithAdvancedFeatures
+
+
+def _has_lists(spec: dict[str, Any] | None) -> bool:
+    return any(
+        isinstance(a, dict) and any(k in a for k in LIST_KINDS)
+        for d in (spec or {}).get("devices") or ()
+        if isinstance(d, dict)
+        for a in (d.get("attributes") or {}).values()
+    )
+
+
+def drop_list_attributes(spec: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """kube-apiserver with DRAListTypeAttributes off: a write drops the list fields of attributes (an attribute
+    holding only a list is then refused as empty), unless the stored slice already has lists."""
+    if _has_lists(old):
+        return
+    for device in spec.get("devices") or ():
+        for attribute in (device.get("attributes") or {}).values() if isinstance(device, dict) else ():
+            for kind in LIST_KINDS:
+                if isinstance(attribute, dict):
+                    attribute.pop(kind, None)
+
+
+def _value_count(attributes: dict[str, Any]) -> int:
+    count = 0
+    for value in attributes.values():
+        lists = [v for k, v in value.items() if k in LIST_KINDS and v] if isinstance(value, dict) else []
+        count += sum(len(v) for v in lists) if lists else 1
+    return count
+
+
+def _list_values(value: dict[str, Any], path: str) -> Errors:
+    errors: Errors = []
+    for kind in LIST_KINDS:
+        if kind not in value:
+            continue
+        items = value[kind] or []
+        if not items:
+            errors.append(invalid_value(f"{path}.{kind}", Literal("[]"), "must not be empty if specified"))
+        for i, item in enumerate(items):
+            here = f"{path}.{kind}[{i}]"
+            if kind == "strings" and len(str(item)) > VALUE_MAX:
+                errors.append(too_long(here, VALUE_MAX))
+            if kind == "versions":
+                if not _SEMVER.match(str(item)):
+                    errors.append(
+                        invalid_value(
+                            here, str(item), "must be a string compatible with semver.org spec 2.0.0"
+                        )
+                    )
+                if len(str(item)) > VALUE_MAX:
+                    errors.append(too_long(here, VALUE_MAX))
+    return errors
+
+
 def _attribute(value: Any, path: str) -> Errors:
     value = value if isinstance(value, dict) else {}
-    errors: Errors = []
+    errors: Errors = _list_values(value, path)
     if "string" in value and len(str(value["string"])) > VALUE_MAX:
         errors.append(too_long(f"{path}.string", VALUE_MAX))
     if "version" in value:
@@ -85,7 +148,7 @@ def _attribute(value: Any, path: str) -> Errors:
             )
         if len(version) > VALUE_MAX:
             errors.append(too_long(f"{path}.version", VALUE_MAX))
-    present = [k for k in ("int", "bool", "string", "version") if k in value]
+    present = [k for k in ("int", "bool", "string", "version", *LIST_KINDS) if k in value]
     if not present:
         errors.append(required(path, "exactly one value must be specified"))
     elif len(present) > 1:
@@ -94,7 +157,12 @@ def _attribute(value: Any, path: str) -> Errors:
     return errors
 
 
-_GO_ATTRIBUTE = {"int": "IntValue", "bool": "BoolValue", "string": "StringValue", "version": "VersionValue"}
+_GO_ATTRIBUTE = {
+    "int": "IntValue",
+    "bool": "BoolValue",
+    "string": "StringValue",
+    "version": "VersionValue",
+} | LIST_KINDS
 
 
 def _go_struct(fields: dict[str, Any]) -> str:
@@ -169,6 +237,13 @@ def _device(device: dict[str, Any], path: str, sets: dict[str, set[str]], per_de
                 path,
                 len(attributes) + len(capacity),
                 f"the total number of attributes and capacities must not exceed {ATTRIBUTES_MAX}",
+            )
+        )
+    values = _value_count(attributes)
+    if values > ATTRIBUTE_VALUES_MAX:
+        errors.append(
+            invalid_value(
+                path, values, f"the total number of attribute values must not exceed {ATTRIBUTE_VALUES_MAX}"
             )
         )
     for key, value in attributes.items():
@@ -315,7 +390,8 @@ def slice_spec(spec: dict[str, Any], old: dict[str, Any] | None) -> Errors:
     sets = {str(s.get("name") or ""): set(s.get("counters") or {}) for s in spec.get("sharedCounters") or ()}
     per_device = spec.get("perDeviceNodeSelection") is True
     devices = spec.get("devices")
-    errors += listed(devices, DEVICES_MAX, "spec.devices", lambda d, p: _device(d, p, sets, per_device))
+    most = DEVICES_WITH_LISTS_MAX if _has_lists(spec) else DEVICES_MAX
+    errors += listed(devices, most, "spec.devices", lambda d, p: _device(d, p, sets, per_device))
     errors += unique(devices, "spec.devices", lambda d: d.get("name", ""), "name")
     consumed = sum(
         len(c.get("counters") or {}) for d in devices or () for c in d.get("consumesCounters") or ()
