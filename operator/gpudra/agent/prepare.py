@@ -30,11 +30,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
 from gpudra.agent.claimstatus import ClaimStatus
+from gpudra.agent.devicemetadata import remove_claim_files, with_device_metadata, write_files
 from gpudra.agent.dynamicmig import InstanceCreation, plan_instances
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.types import ClaimRef, PrepareResult, UnprepareResult
@@ -123,6 +125,8 @@ class ClaimPreparer:
         mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
         hook: Hook = no_hook,
         planner: ClaimPlanner | None = None,
+        data_dir: Path | None = None,
+        device_metadata: bool = False,
     ) -> None:
         self._client = client
         self._backend = backend
@@ -145,6 +149,8 @@ class ClaimPreparer:
         self._mps_root = mps_root
         self.hook = hook
         self._planner = planner
+        self._data_dir = data_dir  # device metadata files live here; removed at unprepare whenever set
+        self._device_metadata = device_metadata and data_dir is not None
         self._in_flight: dict[str, set[DeviceKey]] = {}
         self._repartitions = 0  # bumped when the MIG applier releases devices it changed
 
@@ -221,10 +227,15 @@ class ClaimPreparer:
             )  # fmt: skip
             self.hook("instances_planned")
             inventory = await self._create_instances(ref.uid, creations)
-        return plan_claim(
+        plan = plan_claim(
             ref.uid, model, results, device_targets(inventory, dynamic), driver=self.driver,
             features=self._features, mps_root=self._mps_root,
         )  # fmt: skip
+        if self._device_metadata and self._data_dir is not None:
+            plan = with_device_metadata(
+                plan, model, results, inventory, driver=self.driver, data_dir=self._data_dir
+            )
+        return plan
 
     async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
         try:
@@ -269,6 +280,7 @@ class ClaimPreparer:
             )  # fmt: skip
             self.hook("prepare_started")
             await self._apply_sharing(entry)
+            await asyncio.to_thread(write_files, plan.metadata_files)
             path = await asyncio.to_thread(self.specs.write_document, ref.uid, plan.cdi_document)
             self.hook("cdi_written")
             self.hook("before_prepare_completed")
@@ -370,6 +382,8 @@ class ClaimPreparer:
             except HardwareError as exc:
                 log.warning("could not undo a sharing setting", uid=uid, gpu=action.gpu_uuid, error=str(exc))
         await asyncio.to_thread(self.specs.delete, uid)
+        if self._data_dir is not None:
+            await asyncio.to_thread(remove_claim_files, self._data_dir, entry.namespace, entry.name)
         if hooked:
             self.hook("cdi_deleted")
         if entry.mig_instances_created:

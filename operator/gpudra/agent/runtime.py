@@ -116,6 +116,8 @@ class AgentRuntime:
             problems=self.agent.device_problems if settings.health_checks else None,
             mps_root=str(settings.plugin_path / "mps"),
             hook=hook or no_hook,
+            data_dir=settings.plugin_path,
+            device_metadata=settings.device_metadata,
         )
         self.plugin = KubeletPlugin(
             settings.driver_name,
