@@ -116,6 +116,12 @@ class AgentSettings(CommonSettings):
             "or auto (from the API server's version)"
         ),
     )
+    device_metadata: bool = Field(
+        False,
+        description="write each prepared claim's device metadata (KEP-5304: UUIDs, PCI bus ids, MIG profile and "
+        "placement, sharing) as metadata.resource.k8s.io/v1alpha1 files mounted into its containers through the "
+        "claim's CDI spec (docs/device-metadata.md); off by default, as NVIDIA's DeviceMetadata gate (alpha)",
+    )
     serve_kubelet_plugin: bool = Field(
         True, description="serve the kubelet DRA plugin (prepare / unprepare, CDI specs, checkpoint)"
     )

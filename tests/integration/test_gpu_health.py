@@ -15,7 +15,7 @@ from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.agent.kubeletplugin.messages import HealthStatus
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.hardware.simulated import FakeNvml
-from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 
 async def devices(cluster: EmbeddedCluster, node: str) -> dict[str, dict[str, Any]]:
@@ -274,3 +274,49 @@ async def test_health_stream_repeats_itself_before_the_kubelet_times_it_out(
         repeated = {d.device_name: d for d in await asyncio.wait_for(anext(stream), 5)}
         assert repeated["gpu-5"].health == HealthStatus.UNHEALTHY and len(repeated) == len(report)
         await stream.aclose()
+
+
+async def test_an_xid_shows_in_the_pods_allocated_resources_status(start_cluster: StartCluster) -> None:
+    """The stand-in kubelet writes what a 1.37 kubelet writes from the health stream (the same test runs against
+    a real kubelet in tests/kubernetes/test_real_kubelet.py): one entry per claim reference, the device by its
+    CDI id, Healthy, then Unhealthy with the XID in the message."""
+    cluster = await start_cluster("dgx-h100:1", agent_settings={"health_report_seconds": 0.3})
+    assert cluster.client is not None
+    template = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+        ]}}},
+    }  # fmt: skip
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "namespace": "default"},
+        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                 "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}]},
+    }  # fmt: skip
+    await cluster.client.create(RESOURCE_CLAIM_TEMPLATES, template, "default")
+    await cluster.client.create(PODS, pod, "default")
+
+    async def reported(wanted: str) -> dict[str, Any] | None:
+        body = await cluster.client.get(PODS, "infer", "default")  # type: ignore[union-attr]
+        (status,) = (body.get("status") or {}).get("containerStatuses") or [{}]
+        entries = status.get("allocatedResourcesStatus") or []
+        resources = [r for e in entries for r in e["resources"]]
+        if len(resources) == 1 and resources[0]["health"] == wanted:
+            assert [e["name"] for e in entries] == ["claim:gpu"]
+            return dict(resources[0])
+        return None
+
+    healthy = await eventually(lambda: reported("Healthy"))
+    body = await cluster.client.get(PODS, "infer", "default")
+    (claim_name,) = [s["resourceClaimName"] for s in body["status"]["resourceClaimStatuses"]]
+    (entry,) = (await claim_devices(cluster, claim_name)).values()
+    assert healthy == {"resourceID": entry["data"]["cdiDeviceIDs"][0], "health": "Healthy"}
+    node, uuid = entry["pool"], entry["data"]["uuid"]
+    inventory = cluster.agents[node].inventory
+    assert inventory is not None
+    (index,) = [g.index for g in inventory.gpus if g.uuid == uuid]
+    await inject(cluster.simulated[node], index, 79)
+    unhealthy = await eventually(lambda: reported("Unhealthy"))
+    assert unhealthy["resourceID"] == healthy["resourceID"]
+    assert "XID 79" in unhealthy["message"]

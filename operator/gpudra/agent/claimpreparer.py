@@ -37,11 +37,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, VfioBindingRecord
 from gpudra.agent.claimstatus import ClaimStatus
+from gpudra.agent.devicemetadata import remove_claim_files, with_device_metadata, write_files
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.migdynamic.decisions import InstanceCreation, plan_instances
@@ -132,6 +134,8 @@ class ClaimPreparer:
         planner: ClaimPlanner | None = None,
         passthrough: bool = False,
         hardware_changed: Callable[[], None] = lambda: None,
+        data_dir: Path | None = None,
+        device_metadata: bool = False,
     ) -> None:
         self._client = client
         self._backend = backend
@@ -156,6 +160,8 @@ class ClaimPreparer:
         self._planner = planner
         self._passthrough = passthrough
         self._hardware_changed = hardware_changed
+        self._data_dir = data_dir  # device metadata files live here; removed at unprepare whenever set
+        self._device_metadata = device_metadata and data_dir is not None
         self._in_flight: dict[str, set[DeviceKey]] = {}
         self._repartitions = 0  # bumped when the MIG applier releases devices it changed
 
@@ -238,6 +244,10 @@ class ClaimPreparer:
             ref.uid, model, results, targets, driver=self.driver, features=self._features,
             mps_root=self._mps_root,
         )  # fmt: skip
+        if self._device_metadata and self._data_dir is not None:
+            plan = with_device_metadata(
+                plan, model, results, inventory, driver=self.driver, data_dir=self._data_dir, pci_gpus=pci
+            )
         bindings = [
             VfioBindingRecord(pci_bus_id=t.pci_bus_id, device_name=t.name)
             for r in results
@@ -310,6 +320,7 @@ class ClaimPreparer:
             )  # fmt: skip
             self.hook("prepare_started")
             await self._apply_sharing(entry)
+            await asyncio.to_thread(write_files, plan.metadata_files)
             path = await asyncio.to_thread(self.specs.write_document, ref.uid, plan.cdi_document)
             self.hook("cdi_written")
             self.hook("before_prepare_completed")
@@ -411,6 +422,8 @@ class ClaimPreparer:
             except HardwareError as exc:
                 log.warning("could not undo a sharing setting", uid=uid, gpu=action.gpu_uuid, error=str(exc))
         await asyncio.to_thread(self.specs.delete, uid)
+        if self._data_dir is not None:
+            await asyncio.to_thread(remove_claim_files, self._data_dir, entry.namespace, entry.name)
         if hooked:
             self.hook("cdi_deleted")
         if entry.mig_instances_created:

@@ -6,7 +6,7 @@ CDI spec and the sharing settings are, whether a device is already held by anoth
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpudra.agent.cdi import (
@@ -137,6 +137,8 @@ class ClaimPlan:
     configs: dict[str, dict[str, Any]]
     cdi_document: dict[str, Any]
     gpu_uuids: dict[str, str]  # device name -> the full GPU it lives on (sharing settings apply there)
+    metadata_files: Mapping[str, bytes] = field(default_factory=dict)
+    """Device metadata files (KEP-5304) to write before the CDI spec that mounts them: path -> content."""
 
 
 def plan_claim(

@@ -118,6 +118,8 @@ class AgentRuntime:
             hook=hook or no_hook,
             passthrough=settings.passthrough_support,
             hardware_changed=self.agent.poke,
+            data_dir=settings.plugin_path,
+            device_metadata=settings.device_metadata,
         )
         self.plugin = KubeletPlugin(
             settings.driver_name,

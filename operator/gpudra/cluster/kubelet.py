@@ -18,6 +18,9 @@ What each container would log is written into the shared :class:`PodLogBook` whe
 containerview.py: its CDI devices, device nodes, env and mounts, and ``nvidia-smi -L`` as the simulated NVML
 answers it); the node endpoint (kubeletserver.py) serves it to ``kubectl logs``. Each container gets the CDI
 devices of the claims it names, only those of the request it names when it names one, as the kubelet does.
+
+It consumes each plugin's DRAResourceHealth stream and keeps the running pods' ``allocatedResourcesStatus`` current
+(kubelethealth.py, resourcehealth.py), as a 1.37 kubelet with ResourceHealthStatus does.
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra.telemetry import get_logger
 
 from .containerview import container_log, container_view, runs_nvidia_smi
+from .kubelethealth import ResourceHealthMonitor
 from .kubeletserver import PodLogBook
 from .pluginwatch import PluginWatcher
 from .podstatus import PodStatusWriter, pod_ip
+from .resourcehealth import ClaimDevice
 
 log = get_logger(__name__)
 FAILED_PREPARE = "FailedPrepareDynamicResources"
@@ -114,6 +119,7 @@ class StandInKubelet:
         pod_client: PodClient | None = None,
         logs: PodLogBook | None = None,
         inventory: Callable[[], NodeInventory] | None = None,
+        health_tick: float = 2.0,
     ) -> None:
         self.node = node
         self._pod_client = pod_client
@@ -128,6 +134,7 @@ class StandInKubelet:
             events=self._events,
         )  # fmt: skip
         self._plugins = PluginWatcher(registry_dir)
+        self.health = ResourceHealthMonitor(client, self._plugins, tick=health_tick, max_backoff=max_backoff)
         self._prepared: dict[
             str, list[tuple[str, ClaimRef]]
         ] = {}  # pod uid -> (driver, claim) handed to prepare
@@ -139,11 +146,13 @@ class StandInKubelet:
         self._pods_started = 0
 
     async def run(self) -> None:
+        health = asyncio.create_task(self.health.run(), name=f"kubelet {self.node} device health")
         try:
             await self._informer.run()
         finally:
-            for task in [*self._tasks.values(), *self._background]:
+            for task in [*self._tasks.values(), *self._background, health]:
                 task.cancel()
+            await asyncio.shield(self.health.close())
             for stop, task in self._daemons.values():
                 stop.set()
                 task.cancel()
@@ -191,11 +200,12 @@ class StandInKubelet:
                 by_driver.setdefault(driver, []).append(ref)
         return by_driver
 
-    async def _prepare(self, by_driver: dict[str, list[ClaimRef]]) -> dict[str, list[PreparedDevice]]:
+    async def _prepare(self, by_driver: dict[str, list[ClaimRef]]) -> dict[str, list[ClaimDevice]]:
         """Prepare every driver's claims; claim name -> its prepared devices (of every driver)."""
-        prepared: dict[str, list[PreparedDevice]] = {}
+        prepared: dict[str, list[ClaimDevice]] = {}
         for driver, refs in sorted(by_driver.items()):
             plugin = await self._connect(driver)
+            self.health.watch(driver)
             try:
                 results: dict[str, PrepareResult] = await plugin.prepare(refs)
             except KubeletPluginError:
@@ -205,7 +215,9 @@ class StandInKubelet:
             if errors:
                 raise PrepareError("; ".join(errors))
             for ref in refs:
-                prepared.setdefault(ref.name, []).extend(results[ref.uid].devices)
+                prepared.setdefault(ref.name, []).extend(
+                    ClaimDevice(driver, d) for d in results[ref.uid].devices
+                )
         return prepared
 
     async def _start_pod(self, pod: dict[str, Any]) -> None:
@@ -220,10 +232,13 @@ class StandInKubelet:
                     # prepare that failed or was cut short (the plugin killed mid-call) may have prepared it all
                     # the same, so the pod's deletion must unprepare it.
                     self._prepared[uid] = [(d, r) for d, refs in sorted(by_driver.items()) for r in refs]
-                    devices = container_devices(pod, await self._prepare(by_driver))
+                    prepared = await self._prepare(by_driver)
+                    devices = container_devices(
+                        pod, {name: [d.device for d in ds] for name, ds in prepared.items()}
+                    )
                     if is_imex_daemon(pod):
                         await self._start_daemon(pod, [i for ids in devices.values() for i in ids])
-                    await self._set_running(pod, devices)
+                    await self._set_running(pod, devices, prepared)
                     return
                 except NotFoundError as exc:
                     if "pods/" in str(exc):
@@ -272,7 +287,9 @@ class StandInKubelet:
             self._logs.waiting(meta["namespace"], meta["name"], meta["uid"], reasons)
         return True
 
-    async def _set_running(self, pod: dict[str, Any], devices: dict[str, list[str]]) -> None:
+    async def _set_running(
+        self, pod: dict[str, Any], devices: dict[str, list[str]], prepared: dict[str, list[ClaimDevice]]
+    ) -> None:
         meta = pod["metadata"]
         latest = await self._client.get(PODS, meta["name"], meta["namespace"])
         if (latest.get("spec") or {}).get("hostNetwork"):
@@ -284,7 +301,10 @@ class StandInKubelet:
         if self._logs is not None:
             logs = await self._container_logs(latest, devices)
             self._logs.started(meta["namespace"], meta["name"], meta["uid"], logs, now)
-        await self._write_status(latest, PodStatusWriter(latest, node_ip=self.node_ip, now=now).running(ip))
+        health = self.health.status(latest, prepared)
+        writer = PodStatusWriter(latest, node_ip=self.node_ip, now=now)
+        await self._write_status(latest, writer.running(ip, health))
+        await self.health.started(latest, prepared, health)
 
     async def _container_logs(
         self, pod: dict[str, Any], devices: dict[str, list[str]]
@@ -348,6 +368,7 @@ class StandInKubelet:
         """Stop its containers, then unprepare the pod's claims that no other pod on this node still uses;
         retry until done."""
         await self._stop_daemon(pod_uid)
+        self.health.stopped(pod_uid)
         if self._logs is not None:
             self._logs.stopped(pod_uid)
         claims = self._prepared.pop(pod_uid, [])

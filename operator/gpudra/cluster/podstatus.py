@@ -10,7 +10,10 @@ started, the five kubelet conditions True). Images are resolved as a container r
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
+
+from .resourcehealth import with_resources_status
 
 KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
 """The conditions a kubelet writes, in the order it writes them; others on the pod are kept."""
@@ -154,8 +157,9 @@ class PodStatusWriter:
             }
         }
 
-    def running(self, ip: str) -> dict[str, Any]:
-        """Every container started and ready; regular init containers ran to completion."""
+    def running(self, ip: str, resources: Mapping[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+        """Every container started and ready; regular init containers ran to completion. ``resources``: each
+        container's ``allocatedResourcesStatus`` (resourcehealth.py)."""
         status = self._base("Running")
         status["podIP"] = ip
         status["podIPs"] = [{"ip": ip}]
@@ -168,5 +172,6 @@ class PodStatusWriter:
                 self._container(c, started if _is_sidecar(c) else self._completed(uid, c), ready=True)
                 for c in self.init_containers
             ]
-        status["containerStatuses"] = [self._container(c, started, ready=True) for c in self.containers]
+        statuses = [self._container(c, started, ready=True) for c in self.containers]
+        status["containerStatuses"] = with_resources_status(statuses, resources or {})
         return status

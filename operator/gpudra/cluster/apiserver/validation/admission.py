@@ -73,7 +73,9 @@ _VALIDATORS: dict[tuple[str, str], Validator] = {
     ("resource.k8s.io", "devicetaintrules"): lambda obj, old: resourceslices.taint_rule(
         obj.get("spec") or {}
     ),
-    ("", "pods"): lambda obj, old: core.pod_spec(obj.get("spec") or {}, "spec"),
+    ("", "pods"): lambda obj, old: (
+        core.pod_spec(obj.get("spec") or {}, "spec") + ([] if old is None else core.pod_status(obj))
+    ),
     ("", "nodes"): lambda obj, old: core.taints((obj.get("spec") or {}).get("taints") or [], "spec.taints"),
     ("apps", "deployments"): _pod_template,
     ("apps", "daemonsets"): _pod_template,

@@ -305,3 +305,63 @@ def pod_template(template: dict[str, Any], path: str) -> Errors:
     return template_labels(template.get("metadata") or {}, f"{path}.metadata") + pod_spec(
         template.get("spec") or {}, f"{path}.spec"
     )
+
+
+_HEALTH = ("Healthy", "Unhealthy", "Unknown")
+
+
+def _resource_name(name: str, path: str, resources: dict[str, Any]) -> Errors:
+    if name.startswith("claim:"):
+        refs = {
+            f"claim:{c.get('name')}" + (f"/{c['request']}" if c.get("request") else "")
+            for c in resources.get("claims") or ()
+        }
+        if name in refs:
+            return []
+        detail = (
+            "must match one of the container's resource claims in a format "
+            "'claim:<claimName>/<request>' or 'claim:<claimName>' if request is empty"
+        )
+        return [invalid_value(path, name, detail)]
+    if name in (resources.get("requests") or {}):
+        return []
+    return [invalid_value(path, name, "must match one of the container's resource requests")]
+
+
+def _allocated_resources_status(
+    statuses: list[dict[str, Any]], path: str, containers: list[dict[str, Any]]
+) -> Errors:
+    """validateContainerStatusAllocatedResourcesStatus: each entry names a claim (``claim:<name>`` or
+    ``claim:<name>/<request>``) or a resource request of its container (a status of no container is not
+    checked: kubernetes#124915); resource ids are unique within an entry and each health is a known one."""
+    errors: Errors = []
+    by_name = {c.get("name"): c for c in containers}
+    for i, status in enumerate(statuses):
+        container = by_name.get(status.get("name"))
+        for j, entry in enumerate(status.get("allocatedResourcesStatus") or ()):
+            here = f"{path}[{i}].allocatedResourcesStatus[{j}]"
+            if container is not None:
+                name = str(entry.get("name") or "")
+                errors += _resource_name(name, f"{here}.name", container.get("resources") or {})
+            seen: set[str] = set()
+            for k, resource in enumerate(entry.get("resources") or ()):
+                health, rid = str(resource.get("health") or ""), str(resource.get("resourceID") or "")
+                if health not in _HEALTH:
+                    errors.append(not_supported(f"{here}.resources[{k}].health", health, _HEALTH))
+                if rid in seen:
+                    errors.append(duplicate(f"{here}.resources[{k}].resourceID", rid))
+                seen.add(rid)
+    return errors
+
+
+def pod_status(pod: dict[str, Any]) -> Errors:
+    """What kube-apiserver checks of a pod's status on an update, of what the kubelets write: the device health
+    in ``allocatedResourcesStatus``."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    return _allocated_resources_status(
+        status.get("containerStatuses") or [], "status.containerStatuses", spec.get("containers") or []
+    ) + _allocated_resources_status(
+        status.get("initContainerStatuses") or [],
+        "status.initContainerStatuses",
+        spec.get("initContainers") or [],
+    )

@@ -140,9 +140,24 @@ class Schemas:
         return self.named(_OBJECT_META)
 
 
-@functools.cache
-def schemas_for(minor: int) -> Schemas:
-    """The OpenAPI definitions of Kubernetes 1.<minor> shipped by ``kubernetes-validate``."""
+LATER_FIELDS = {("io.k8s.api.core.v1.ResourceHealth", "message"): 36}
+"""Fields of a later Kubernetes version (definition, field -> the minor that added it) that a server claiming an
+older one keeps all the same: the stand-in kubelet writes pod status as 1.37's does (ResourceHealthStatusMessage)."""
+
+
+def _definitions(minor: int) -> dict[str, dict[str, Any]]:
     root = resources.files("kubernetes_validate") / "kubernetes-json-schema"
     document = root / f"v1.{minor}.0-local-strict" / "_definitions.json"
-    return Schemas(json.loads(document.read_text())["$defs"])
+    definitions: dict[str, dict[str, Any]] = json.loads(document.read_text())["$defs"]
+    return definitions
+
+
+@functools.cache
+def schemas_for(minor: int) -> Schemas:
+    """The OpenAPI definitions of Kubernetes 1.<minor> shipped by ``kubernetes-validate``, plus LATER_FIELDS."""
+    definitions = _definitions(minor)
+    for (definition, name), added in LATER_FIELDS.items():
+        properties = definitions[definition]["properties"]
+        if name not in properties:
+            properties[name] = _definitions(added)[definition]["properties"][name]
+    return Schemas(definitions)
