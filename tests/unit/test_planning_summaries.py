@@ -6,7 +6,7 @@ from typing import Any
 
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
-from gpudra.planning.summaries import fleet_rows
+from gpudra.planning.summaries import fleet_rows, slice_device_counts
 
 
 def fleet(spec: str, *, dynamic_mig: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -66,3 +66,12 @@ def test_json_form_has_every_value_in_full() -> None:
     assert data["node"] == "dgx-h100-0"
     assert data["gpus"] == {"NVIDIA H100 80GB HBM3": 8}
     assert data["slices"] == [slices[0]["metadata"]["name"]]
+
+
+def test_the_fleet_gauges_count_a_slices_devices_by_type() -> None:
+    _, slices = fleet("dgx-a100:1", dynamic_mig=False)
+    node, counts = slice_device_counts(slices[0], "gpu.nvidia.com")
+    assert node == slices[0]["spec"]["nodeName"]
+    assert sum(counts.values()) == len(slices[0]["spec"]["devices"])
+    assert counts["gpu"] + counts["mig"] == sum(counts.values())
+    assert slice_device_counts(slices[0], "compute-domain.nvidia.com") == ("", {})

@@ -17,7 +17,6 @@ import kopf
 from gpudra.config import ControllerSettings
 from gpudra.controller.computedomains import register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
-from gpudra.controller.fleet import slice_device_counts
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
@@ -26,6 +25,7 @@ from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.kubeconfig import Credentials, read_credentials
 from gpudra.metrics import Metrics
+from gpudra.planning.summaries import slice_device_counts
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gpudra.controller.attribution import (
+from gpudra.metrics import Metrics
+from gpudra.planning.attribution import (
     DeviceKey,
     allocation_series,
     node_usage,
     slice_counter_sets,
     slice_devices,
 )
-from gpudra.metrics import Metrics
 
 
 class Attribution:

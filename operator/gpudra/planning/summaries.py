@@ -18,6 +18,15 @@ def attribute(device: Mapping[str, Any], name: str) -> str:
     return str(next(iter(value.values()), ""))
 
 
+def slice_device_counts(body: Mapping[str, Any], driver: str) -> tuple[str, Counter[str]]:
+    """(node name, counts by device type) of one slice body, for the fleet gauges; empty for another driver's slice."""
+    spec = body.get("spec") or {}
+    if spec.get("driver") != driver:
+        return "", Counter()
+    counts = Counter(attribute(device, "type") or "unknown" for device in spec.get("devices") or [])
+    return str(spec.get("nodeName") or spec.get("pool", {}).get("name", "")), counts
+
+
 def is_tainted(device: Mapping[str, Any]) -> bool:
     """Whether a taint with an effect other than None is on the device (it repels claims)."""
     return any(t.get("effect") != "None" for t in device.get("taints") or [])

@@ -12,15 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudra.api.quantity import parse_quantity
+from gpudra.planning.summaries import attribute
 
 USAGE_RESOURCES = ("devices", "memory", "multiprocessors", "memory_slices")
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device
-
-
-def _attr(device: Mapping[str, Any], name: str) -> str:
-    value = (device.get("attributes") or {}).get(name) or {}
-    return str(next(iter(value.values()), ""))
 
 
 def _capacity(device: Mapping[str, Any], name: str) -> float:
@@ -57,9 +53,9 @@ def allocation_series(
     out: list[tuple[str, ...]] = []
     for r in results:
         device = devices.get((r["driver"], r["pool"], r["device"]), {})
-        mig = _attr(device, "type") == "mig"
-        profile, mig_uuid = (_attr(device, "profile"), _attr(device, "uuid")) if mig else ("", "")
-        gpu_uuid = _attr(device, "parentUUID") if mig else _attr(device, "uuid")
+        mig = attribute(device, "type") == "mig"
+        profile, mig_uuid = (attribute(device, "profile"), attribute(device, "uuid")) if mig else ("", "")
+        gpu_uuid = attribute(device, "parentUUID") if mig else attribute(device, "uuid")
         labels = (
             meta.get("name", ""),
             namespace,

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.api.dra import ResourceSlice
-from gpudra.controller.attribution import node_usage, slice_counter_sets, slice_devices
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.slices import CounterLayout, build_slice_specs
 from gpudra.hardware.simulated import empty_mig, simulated_backend
+from gpudra.planning.attribution import node_usage, slice_counter_sets, slice_devices
 
 NODE = "n1"
 MIB = 2**20
