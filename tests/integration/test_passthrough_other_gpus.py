@@ -1,9 +1,13 @@
 """While one GPU is bound to vfio-pci, NVML no longer lists it and the GPUs after it move down an NVML index.
 The other GPUs must keep their identity: an XID on one of them taints its own device and marks its own claim,
-and a claim prepared on it before the bind keeps a CDI spec that names it."""
+and a claim prepared on it before the bind keeps a CDI spec that names it. With device metadata on, a VM
+claim's metadata file names the PCI function bound."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,3 +90,36 @@ async def index_moved(cluster: EmbeddedCluster, uuid: str) -> bool:
 
 async def _injected(count: int) -> bool:
     return count > 0
+
+
+async def test_a_vm_claims_metadata_names_the_pci_function_bound(start_cluster: StartCluster) -> None:
+    """GPUDRA_DEVICE_METADATA with passthrough: the metadata file of a vfio.gpu.nvidia.com claim names the PCI
+    bus id of the GPU that prepare bound to vfio-pci (KubeVirt reads it to find the host device)."""
+    cluster = await start_cluster(
+        "l4x4:1",
+        hardware_poll_seconds=0.1,
+        agent_settings={"passthrough_support": True, "device_metadata": True},
+    )
+    client, fake = cluster.client, cluster.simulated[NODE]
+    assert client is not None
+    await client.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    await eventually(lambda: published_has(client, "gpu-vfio-3"), what="passthrough devices published")
+    bus = [g.pci_bus_id for g in fake.pci_bus.gpus()][2]
+    uid = await claim_and_pod(client, "vm", "vfio.gpu.nvidia.com", bus)
+    await eventually(lambda: running(client, "vm"), 30.0, what="the VM pod running")
+    assert {g.pci_bus_id: g.driver for g in fake.pci_bus.gpus()}[bus] == "vfio-pci"
+    runtime = cluster.runtimes[NODE]
+    assert runtime.preparer is not None
+    spec = runtime.preparer.specs.read(uid)
+    assert spec is not None
+    mounts = [m for d in spec["devices"] for m in (d["containerEdits"].get("mounts") or [])]
+    (mount,) = [
+        m
+        for m in mounts
+        if m["containerPath"].endswith("/resourceclaims/vm/gpu/gpu.nvidia.com-metadata.json")
+    ]
+    document: dict[str, Any] = json.loads(await asyncio.to_thread(Path(mount["hostPath"]).read_text))
+    (device,) = document["requests"][0]["devices"]
+    assert device["name"] == "gpu-vfio-2"
+    assert device["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": bus}
+    assert device["attributes"]["type"] == {"string": "vfio"}
