@@ -152,4 +152,12 @@ def test_a_handle_keeps_naming_its_gpu_when_an_earlier_one_leaves_nvml() -> None
     node.backend.bind_vfio(node.backend.pci_gpus()[1].pci_bus_id)
     assert (nvml.nvmlDeviceGetUUID(handle), nvml.nvmlDeviceGetMinorNumber(handle)) == (uuid, minor)
     assert nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(2)) == uuid  # its NVML index moved
-    assert [g.minor for g in node.backend.read_inventory().gpus] == [0, 2, 3, 4, 5, 6, 7]  # /dev/nvidiaN keeps N
+    assert [g.minor for g in node.backend.read_inventory().gpus] == [
+        0,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+    ]  # /dev/nvidiaN keeps N

@@ -161,7 +161,9 @@ class NvmlBackend:
         # gpu uuid -> (NVML index when registered, handle). Keyed by UUID: a GPU bound to vfio-pci leaves NVML
         # and the GPUs after it move down an index, so an index names another GPU after a bind.
         self._watched: dict[str, tuple[int, Any]] = {}
-        self._rewatch = False  # a GPU left NVML or came back: register the GPUs listed now before the next wait
+        self._rewatch = (
+            False  # a GPU left NVML or came back: register the GPUs listed now before the next wait
+        )
         self._reported_lost: set[str] = set()  # gpu uuids
         self._pending_events: list[HealthEvent] = []
         self.unmonitored_gpus: tuple[int, ...] = ()

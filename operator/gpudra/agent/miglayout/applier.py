@@ -370,7 +370,9 @@ class MigApplier:
                 continue
             result.changed = True
             result.states[index] = state or GpuReport(index=index, state="dynamic")
-        self._hand_dynamic(frozenset(by_index[i].uuid for i, s in result.states.items() if s.state == "dynamic"))
+        self._hand_dynamic(
+            frozenset(by_index[i].uuid for i, s in result.states.items() if s.state == "dynamic")
+        )
         return result
 
     def _hand_dynamic(self, gpus: frozenset[str] | None) -> None:
