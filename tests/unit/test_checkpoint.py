@@ -13,12 +13,15 @@ from typing import Any
 
 import pytest
 
+from gpudra.agent import checkpoint as checkpoint_module
 from gpudra.agent.checkpoint import (
+    BASE_VERSION,
     CURRENT_VERSION,
     KIND,
     CheckpointStore,
     DeviceRecord,
     MigInstanceRecord,
+    VfioBindingRecord,
     checksum,
 )
 from gpudra.errors import (
@@ -88,7 +91,7 @@ async def test_round_trip(path: Path) -> None:
     document = json.loads(path.read_text())
     assert (document["kind"], document["version"], document["node"], document["driver"]) == (
         KIND,
-        CURRENT_VERSION,
+        BASE_VERSION,
         NODE,
         DRIVER,
     )
@@ -235,7 +238,7 @@ async def test_older_version_is_migrated_and_kept(path: Path) -> None:
     assert [d.device_name for d in claims["uid-1"].devices] == ["gpu-0", "gpu-1"]
     assert claims["uid-1"].devices[0].pool_name == NODE
     assert claims["uid-2"].state == "PrepareStarted"
-    assert json.loads(path.read_text())["version"] == CURRENT_VERSION
+    assert json.loads(path.read_text())["version"] == BASE_VERSION
     assert json.loads(path.with_name("checkpoint.json.v1").read_text()) == v1
     assert await store(path).load() == claims
 
@@ -316,3 +319,40 @@ async def test_many_concurrent_writes_all_land(path: Path) -> None:
         *(checkpoint.transition(f"uid-{i}", "PrepareStarted", namespace="n", name=f"c{i}") for i in range(40))
     )
     assert len(await store(path).load()) == 40
+
+
+BINDING = VfioBindingRecord(pci_bus_id="0000:1a:00.0", device_name="gpu-vfio-0")
+
+
+async def test_the_passthrough_version_is_written_only_while_a_gpu_is_on_vfio(path: Path) -> None:
+    s = store(path)
+    await s.load()
+    await s.transition("uid-1", "PrepareStarted", namespace="a", name="c", devices=[DEVICE])
+    assert json.loads(path.read_text())["version"] == BASE_VERSION
+    await s.transition("uid-2", "PrepareStarted", namespace="a", name="vm", vfio_bindings=[BINDING])
+    assert json.loads(path.read_text())["version"] == CURRENT_VERSION == BASE_VERSION + 1
+    assert (await store(path).load())["uid-2"].vfio_bindings == [BINDING]
+    await s.remove("uid-2")
+    assert json.loads(path.read_text())["version"] == BASE_VERSION  # readable by the release before again
+
+
+async def test_an_agent_before_passthrough_refuses_a_passthrough_checkpoint_as_too_new(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollback case: the older agent reads up to version 2. It must say "newer", keep the file aside with
+    the passthrough claim in it, and never overwrite the original."""
+    s = store(path)
+    await s.load()
+    await s.transition("uid-vm", "PrepareStarted", namespace="a", name="vm", vfio_bindings=[BINDING])
+    written = path.read_bytes()
+    monkeypatch.setattr(checkpoint_module, "CURRENT_VERSION", BASE_VERSION)
+    older = store(path)
+    with pytest.raises(CheckpointTooNew, match="newer gpudra"):
+        await older.load()
+    with pytest.raises(CheckpointError):
+        await older.transition("uid-x", "PrepareStarted", namespace="a", name="x")
+    assert path.read_bytes() == written
+    (kept,) = path.parent.glob("checkpoint.json.unreadable-*")
+    assert json.loads(kept.read_text())["payload"]["claims"]["uid-vm"]["vfio_bindings"] == [
+        BINDING.model_dump(mode="json")
+    ]

@@ -64,7 +64,8 @@ def test_the_binding_survives_an_agent_restart(tmp_path: Path) -> None:
     again = FakeNvml.load(tmp_path / "state", keep_persisting=False)
     assert isinstance(again, FakeNvmlBase)
     assert [g.driver for g in again.pci_bus.gpus()][5] == "vfio-pci"
-    assert again.gpu_count() == 7
+    again.nvmlInit()
+    assert again.nvmlDeviceGetCount() == 7
 
 
 def _sysfs(root: Path) -> Path:
@@ -110,3 +111,53 @@ def test_sysfs_rebinding_unbinds_then_overrides_then_binds(tmp_path: Path) -> No
     assert (drivers / "nvidia" / "unbind").read_text() == "0000:1b:00.0"
     assert (gpu / "driver_override").read_text() == "vfio-pci"
     assert (drivers / "vfio-pci" / "bind").read_text() == "0000:1b:00.0"
+
+
+def test_an_xid_names_its_gpu_while_another_is_on_vfio() -> None:
+    """Binding GPU 0 moves the NVML indices of the GPUs after it down by one: the event still names GPU 2."""
+    node = simulated_backend("dgx-h100", "n1")
+    backend = node.backend
+    uuids = [gpu.uuid for gpu in backend.read_inventory().gpus]
+    assert backend.wait_health_event(0) is None  # the event set watches all eight
+    backend.bind_vfio(backend.pci_gpus()[0].pci_bus_id)
+    assert [gpu.uuid for gpu in backend.read_inventory().gpus] == uuids[1:]
+    node.nvml.inject_xid(2, 79)
+    event = backend.wait_health_event(0)
+    assert event is not None
+    assert (event.gpu_uuid, event.gpu_index, event.xid) == (uuids[2], 1, 79)
+    assert backend.read_inventory().gpus[event.gpu_index].uuid == uuids[2]
+
+
+def test_a_gpu_given_back_by_vfio_is_watched_again() -> None:
+    node = simulated_backend("dgx-h100", "n1")
+    backend = node.backend
+    uuid = backend.read_inventory().gpus[0].uuid
+    bus = backend.pci_gpus()[0].pci_bus_id
+    backend.bind_vfio(bus)
+    assert backend.wait_health_event(0) is None  # registered without GPU 0
+    backend.unbind_vfio(bus)
+    assert backend.wait_health_event(0) is None  # registered again, with it
+    node.nvml.inject_xid(0, 48)
+    event = backend.wait_health_event(0)
+    assert event is not None
+    assert (event.gpu_uuid, event.gpu_index, event.xid) == (uuid, 0, 48)
+
+
+def test_a_handle_keeps_naming_its_gpu_when_an_earlier_one_leaves_nvml() -> None:
+    node = simulated_backend("dgx-h100", "n1")
+    nvml = node.nvml
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(3)
+    uuid, minor = nvml.nvmlDeviceGetUUID(handle), nvml.nvmlDeviceGetMinorNumber(handle)
+    node.backend.bind_vfio(node.backend.pci_gpus()[1].pci_bus_id)
+    assert (nvml.nvmlDeviceGetUUID(handle), nvml.nvmlDeviceGetMinorNumber(handle)) == (uuid, minor)
+    assert nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(2)) == uuid  # its NVML index moved
+    assert [g.minor for g in node.backend.read_inventory().gpus] == [
+        0,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+    ]  # /dev/nvidiaN keeps N

@@ -238,7 +238,7 @@ def test_an_invalid_layout_is_reported_and_the_hardware_untouched(
 def test_dynamic_policy_enables_mig_and_hands_the_gpus_to_the_agent(tmp_path: Path) -> None:
     fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
     backend = NvmlBackend(NODE, nvml=fake)
-    marked: list[frozenset[int]] = []
+    marked: list[frozenset[str]] = []
     a = MigApplier(
         backend, PlanJournal(tmp_path / "p.json", node=NODE), node=NODE, mark_dynamic=marked.append
     )
@@ -247,7 +247,7 @@ def test_dynamic_policy_enables_mig_and_hands_the_gpus_to_the_agent(tmp_path: Pa
     inventory = backend.read_inventory()
     assert [g.mig_enabled for g in inventory.gpus[:3]] == [True, True, False]
     assert not inventory.gpus[0].mig_devices, "dynamic GPUs get instances at prepare, not from the layout"
-    assert marked[-1] == frozenset({0, 1})
+    assert marked[-1] == frozenset({inventory.gpus[0].uuid, inventory.gpus[1].uuid})
     assert apply(a, desired({2: {"7g.80gb": 1}}, generation=2)).state == "success"
     assert marked[-1] == frozenset(), "a Static layout takes the GPUs back from dynamic MIG"
 
@@ -301,3 +301,26 @@ def test_a_gpu_with_the_wanted_counts_in_other_placements_is_left_alone_even_whe
 
     assert report.state == "success"
     assert layouts(backend.read_inventory())[0] == MigLayout.of(("1g.10gb", 6))
+
+
+def test_a_layout_names_gpus_by_minor_while_an_earlier_gpu_is_on_vfio(tmp_path: Path) -> None:
+    """GPU 0 bound to vfio-pci moves the NVML indices of the others down by one; the layout's GPU 3 (the minor,
+    as the device name gpu-3) is still the GPU configured, and the dynamic hand-off names the right GPUs."""
+    fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
+    backend = NvmlBackend(NODE, nvml=fake)
+    before = {g.minor: g for g in backend.read_inventory().gpus}
+    backend.bind_vfio(before[0].pci_bus_id)
+    a = applier(backend, tmp_path)
+    report = apply(a, desired({3: {"3g.40gb": 2}}))
+    assert report.state == "success", report.message
+    after = {g.minor: g for g in backend.read_inventory().gpus}
+    assert layouts(backend.read_inventory())[2] == place_counts(H100, {"3g.40gb": 2})  # NVML index 2: minor 3
+    assert after[3].uuid == before[3].uuid and after[3].mig_enabled
+    assert [m for m, g in after.items() if g.mig_enabled] == [3], "no other GPU touched"
+    marked: list[frozenset[str]] = []
+    dynamic = MigApplier(
+        backend, PlanJournal(tmp_path / "d.json", node=NODE), node=NODE, mark_dynamic=marked.append
+    )
+    want = desired({5: {}}, generation=2).model_copy(update={"policy": "Dynamic"})
+    assert apply(dynamic, want).state == "success"
+    assert marked[-1] == frozenset({before[5].uuid})

@@ -17,7 +17,10 @@ Concurrency: prepare and unprepare of different claims run in parallel. Each cla
 and coalesced (a writer whose change was already written by another one returns at once).
 
 Layout history: version 1 (the bootstrap layout) stored ``prepared: bool`` and ``devices`` as plain device
-names; version 2 has ``state`` and device records.
+names; version 2 has ``state`` and device records; version 3 adds ``vfio_bindings`` (passthrough). Version 3 is
+written only while a claim holds a GPU on vfio-pci, version 2 otherwise: an agent of the release before
+passthrough then reads the checkpoint of a node that passes nothing through, and refuses one that does as
+"written by a newer gpudra" (kept aside, reported) rather than taking its passthrough claims for corrupt.
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ from gpudra.errors import (
 )
 
 KIND = "gpudra.dev/checkpoint"
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
+"""The newest layout this agent reads and writes."""
+BASE_VERSION = 2
+"""The version written while no claim holds a GPU on vfio-pci: the release before passthrough reads it."""
 
 ClaimState = Literal["PrepareStarted", "PrepareCompleted", "UnprepareStarted"]
 _ALLOWED_FROM: dict[ClaimState, tuple[ClaimState | None, ...]] = {
@@ -135,9 +141,10 @@ def checksum(payload: Any) -> str:
 
 def encode_checkpoint(claims: Mapping[str, ClaimEntry], *, node: str, driver: str) -> bytes:
     payload = Payload(claims=dict(claims)).model_dump(mode="json")
+    passthrough = any(entry.vfio_bindings for entry in claims.values())
     document = {
         "kind": KIND,
-        "version": CURRENT_VERSION,
+        "version": CURRENT_VERSION if passthrough else BASE_VERSION,
         "node": node,
         "driver": driver,
         "checksum": checksum(payload),
@@ -160,7 +167,11 @@ def _migrate_v1(payload: dict[str, Any]) -> dict[str, Any]:
     return {"claims": claims}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _migrate_v1}
+def _migrate_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload  # version 3 only adds vfio_bindings, empty by default
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _migrate_v1, 2: _migrate_v2}
 """version N -> function turning a version N payload into a version N+1 payload."""
 
 
@@ -242,7 +253,7 @@ class CheckpointStore:
             self._load_failed = True
             raise
         self._loaded = True
-        if version < CURRENT_VERSION:
+        if version < BASE_VERSION:
             await asyncio.to_thread(shutil.copy2, self.path, self._sibling(f".v{version}"))
             await self._persist()
         return dict(self._claims)

@@ -72,7 +72,7 @@ class AgentRuntime:
                 role=self.role,
             )
             self.agent.inventory_listeners.append(self.compute_domains.observe)
-        self.dynamic_gpus: frozenset[int] | None = None
+        self.dynamic_gpus: frozenset[str] | None = None
         if settings.serve_kubelet_plugin:
             self._build_plugin(settings, backend, client, metrics, hook)
         applier = MigApplier(
@@ -140,18 +140,14 @@ class AgentRuntime:
         records = [r for entry in self.preparer.store.claims().values() for r in entry.mig_instances_created]
         return claimed_placements(records)
 
-    def _mark_dynamic(self, gpus: frozenset[int] | None) -> None:
-        """The MigLayout applier's hand-off: these GPUs (NVML indices; MIG is on) follow claims, none for a
-        Static layout, or None when no MigLayout governs the node (``mig_policy`` decides)."""
+    def _mark_dynamic(self, gpus: frozenset[str] | None) -> None:
+        """The MigLayout applier's hand-off: these GPUs (UUIDs; MIG is on) follow claims, none for a Static
+        layout, or None when no MigLayout governs the node (``mig_policy`` decides). UUIDs, not NVML indices:
+        the applier's reading and the agent's may differ by a GPU bound to vfio-pci in between."""
         if gpus != self.dynamic_gpus:
             log.info("GPUs under dynamic MIG", node=self.settings.node_name, gpus=sorted(gpus or ()))
         self.dynamic_gpus = gpus
-        if gpus is None:
-            self.agent.set_dynamic_gpus(None)
-            return
-        inventory = self.agent.inventory
-        by_index = {gpu.index: gpu.uuid for gpu in inventory.gpus} if inventory is not None else {}
-        self.agent.set_dynamic_gpus({by_index[i] for i in gpus if i in by_index})
+        self.agent.set_dynamic_gpus(None if gpus is None else set(gpus))
 
     def _shareable(self) -> list[str]:
         return [d.name for d in self.agent.devices if d.allow_multiple_allocations]

@@ -53,11 +53,14 @@ class HealthEventKind(StrEnum):
 
 
 class HealthEvent(FrozenModel):
-    """One health event of a GPU (or of one MIG device on it, when ``gi_id`` / ``ci_id`` are set)."""
+    """One health event of a GPU (or of one MIG device on it, when ``gi_id`` / ``ci_id`` are set).
+
+    ``gpu_uuid`` names the GPU; ``gpu_index`` is its NVML index when the watch was registered, for logs only:
+    a GPU bound to vfio-pci leaves NVML and moves the indices of the GPUs after it."""
 
     kind: HealthEventKind
     gpu_index: int | None  # None when NVML could not say which GPU
-    gpu_uuid: str | None
+    gpu_uuid: str | None  # None when NVML could not say which GPU
     xid: int | None = None
     gi_id: int | None = None
     ci_id: int | None = None

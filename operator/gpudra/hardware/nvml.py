@@ -158,8 +158,13 @@ class NvmlBackend:
             self, pci_bus or getattr(nvml, "pci_bus", None) or SysfsPciBus(), self.read_inventory
         )
         self._event_set: Any = None
-        self._watched: dict[int, tuple[Any, str]] = {}  # gpu index -> (handle, uuid)
-        self._reported_lost: set[int] = set()
+        # gpu uuid -> (NVML index when registered, handle). Keyed by UUID: a GPU bound to vfio-pci leaves NVML
+        # and the GPUs after it move down an index, so an index names another GPU after a bind.
+        self._watched: dict[str, tuple[int, Any]] = {}
+        self._rewatch = (
+            False  # a GPU left NVML or came back: register the GPUs listed now before the next wait
+        )
+        self._reported_lost: set[str] = set()  # gpu uuids
         self._pending_events: list[HealthEvent] = []
         self.unmonitored_gpus: tuple[int, ...] = ()
 
@@ -250,8 +255,9 @@ class NvmlBackend:
         gpus = []
         for index in range(count):
             try:
-                gpus.append(self._read_gpu(index))
-                self._reported_lost.discard(index)  # back on the bus: a later loss is reported again
+                gpu = self._read_gpu(index)
+                gpus.append(gpu)
+                self._reported_lost.discard(gpu.uuid)  # back on the bus: a later loss is reported again
             except HardwareGpuLost as exc:
                 log.warning(
                     "GPU %d of node %s is lost and left out of the inventory: %s", index, self.node_name, exc
@@ -354,10 +360,16 @@ class NvmlBackend:
         return self._vfio.gpus()
 
     def bind_vfio(self, pci_bus_id: str) -> PciGpu:
-        return self._vfio.bind(pci_bus_id)
+        try:
+            return self._vfio.bind(pci_bus_id)
+        finally:
+            self._rewatch = True
 
     def unbind_vfio(self, pci_bus_id: str) -> PciGpu:
-        return self._vfio.unbind(pci_bus_id)
+        try:
+            return self._vfio.unbind(pci_bus_id)
+        finally:
+            self._rewatch = True
 
     # -- sharing ---------------------------------------------------------------------------------------------
 
@@ -389,29 +401,39 @@ class NvmlBackend:
     # -- health ----------------------------------------------------------------------------------------------
 
     def _ensure_event_set(self) -> Any:
+        """The event set, created on first use. After a GPU left NVML for vfio-pci or came back, the GPUs NVML
+        lists now are registered on the same set (one it already watches is left as it is), so no event queued
+        meanwhile is lost and a GPU given back is watched again."""
         with self._lock:
-            if self._event_set is not None:
+            if self._event_set is not None and not self._rewatch:
                 return self._event_set
+            self._rewatch = False
+            event_set = self._event_set
         nvml = self.nvml
         mask = 0
         for name in _HEALTH_EVENT_MASK_NAMES:
             mask |= int(getattr(nvml, name))
         with self.errors("create the NVML event set"):
-            event_set = nvml.nvmlEventSetCreate()
+            if event_set is None:
+                event_set = nvml.nvmlEventSetCreate()
             count = int(nvml.nvmlDeviceGetCount())
         unmonitored = []
+        watched: dict[str, tuple[int, Any]] = {}
         for index in range(count):
-            handle = self.handle(index)
             try:
+                handle = self.handle(index)
                 with self.errors("register health events", index):
-                    supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
-                    nvml.nvmlDeviceRegisterEvents(handle, mask & supported, event_set)
-                    self._watched[index] = (handle, _text(nvml.nvmlDeviceGetUUID(handle)))
+                    gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                    if gpu_uuid not in self._watched:
+                        supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
+                        nvml.nvmlDeviceRegisterEvents(handle, mask & supported, event_set)
+                    watched[gpu_uuid] = (index, handle)
             except HardwareError as exc:
                 log.warning("GPU %d of node %s is not monitored: %s", index, self.node_name, exc)
                 unmonitored.append(index)
         with self._lock:
             self.unmonitored_gpus = tuple(unmonitored)
+            self._watched = watched
             self._event_set = event_set
         return event_set
 
@@ -432,7 +454,7 @@ class NvmlBackend:
                 raise
         with self.errors("read a health event"):
             gpu_uuid = _text(nvml.nvmlDeviceGetUUID(data.device))
-        index = next((i for i, (_, u) in self._watched.items() if u == gpu_uuid), None)
+        index = self._watched[gpu_uuid][0] if gpu_uuid in self._watched else None
         event_type = int(data.eventType)
         if event_type & int(nvml.nvmlEventTypeXidCriticalError):
             kind, xid = HealthEventKind.XID, int(data.eventData)
@@ -452,14 +474,14 @@ class NvmlBackend:
 
     def _lost_gpu_events(self) -> HealthEvent:
         """NVML said a GPU is lost without saying which: ask each watched GPU."""
-        for index, (handle, gpu_uuid) in sorted(self._watched.items()):
-            if index in self._reported_lost:
+        for gpu_uuid, (index, handle) in sorted(self._watched.items(), key=lambda item: item[1][0]):
+            if gpu_uuid in self._reported_lost:
                 continue
             try:
                 self._nvml.nvmlDeviceGetUUID(handle)
             except self._nvml.NVMLError as exc:
                 if self.error_code(exc) == "NVML_ERROR_GPU_IS_LOST":
-                    self._reported_lost.add(index)
+                    self._reported_lost.add(gpu_uuid)
                     self._pending_events.append(
                         HealthEvent(kind=HealthEventKind.GPU_LOST, gpu_index=index, gpu_uuid=gpu_uuid)
                     )

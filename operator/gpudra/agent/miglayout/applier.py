@@ -22,8 +22,8 @@ from typing import Protocol
 
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.prepareplan import DeviceKey, device_targets
-from gpudra.errors import HardwareError, InvalidInputError
-from gpudra.hardware.backend import GpuBackend
+from gpudra.errors import HardwareError, HardwareNotFound, InvalidInputError
+from gpudra.hardware.backend import GpuBackend, MigModeResult
 from gpudra.hardware.catalog import Catalog, load_catalog
 from gpudra.hardware.inventory import GpuInfo, NodeInventory
 from gpudra.mig.desired import DesiredState, GpuReport, NodeGpu, NodeReport, NodeState, gpu_layouts
@@ -90,6 +90,29 @@ class _Pass:
     changed: bool = False
 
 
+def by_minor(inventory: NodeInventory) -> NodeInventory:
+    """The reading with each GPU's ``index`` (and its MIG devices' ``parent_index``) set to its minor number.
+
+    A MigLayout names GPUs by index, and the applier keys its plans, journal and reports by it: the minor
+    (``/dev/nvidia<minor>``, the ``gpu-<minor>`` device name) is the NVML index until a GPU before it is bound
+    to vfio-pci, and unlike the NVML index it stays the GPU's own while one is."""
+    return inventory.model_copy(
+        update={
+            "gpus": tuple(
+                gpu.model_copy(
+                    update={
+                        "index": gpu.minor,
+                        "mig_devices": tuple(
+                            m.model_copy(update={"parent_index": gpu.minor}) for m in gpu.mig_devices
+                        ),
+                    }
+                )
+                for gpu in inventory.gpus
+            )
+        }
+    )
+
+
 def node_gpus(inventory: NodeInventory, catalog: Catalog) -> tuple[NodeGpu, ...]:
     gpus = []
     for gpu in inventory.gpus:
@@ -108,7 +131,7 @@ class MigApplier:
         *,
         node: str,
         holders: DeviceHolders | None = None,
-        mark_dynamic: Callable[[frozenset[int] | None], None] | None = None,
+        mark_dynamic: Callable[[frozenset[str] | None], None] | None = None,
         catalog: Catalog | None = None,
     ) -> None:
         self._backend = backend
@@ -119,7 +142,25 @@ class MigApplier:
         self._catalog = catalog or load_catalog()
 
     async def read(self) -> NodeInventory:
-        return await asyncio.to_thread(self._backend.read_inventory)
+        """A reading in which each GPU's ``index`` is its minor (see :func:`by_minor`)."""
+        return by_minor(await asyncio.to_thread(self._backend.read_inventory))
+
+    def _nvml_index(self, minor: int) -> int:
+        """The NVML index of the GPU ``/dev/nvidia<minor>`` now, for the backend's calls (on the calling thread,
+        just before the call)."""
+        gpu = next((g for g in self._backend.read_inventory().gpus if g.minor == minor), None)
+        if gpu is None:
+            raise HardwareNotFound(f"GPU {minor} (/dev/nvidia{minor}) of node {self._node} is not in NVML")
+        return gpu.index
+
+    def _create(self, minor: int, profile: str, start: int) -> None:
+        self._backend.create_mig_device(self._nvml_index(minor), profile, start)
+
+    def _destroy(self, minor: int, gi_id: int) -> None:
+        self._backend.destroy_mig_device(self._nvml_index(minor), gi_id)
+
+    def _set_mode(self, minor: int, enabled: bool) -> MigModeResult:
+        return self._backend.set_mig_mode(self._nvml_index(minor), enabled)
 
     async def report_gpus(self) -> NodeReport:
         """Only this node's GPUs (no desired state yet): lets the controller validate layouts early. No MigLayout
@@ -268,7 +309,7 @@ class MigApplier:
     async def _run_step(self, step: Step) -> GpuReport | None:
         """Run one step; a report when the GPU must stop here (a reset is required)."""
         if isinstance(step, CreateMigDevice):
-            await asyncio.to_thread(self._backend.create_mig_device, step.gpu_index, step.profile, step.start)
+            await asyncio.to_thread(self._create, step.gpu_index, step.profile, step.start)
             return None
         if isinstance(step, ResetGpu):
             return None  # set_mig_mode said the mode is in effect: no reset needed
@@ -284,9 +325,9 @@ class MigApplier:
             raise _StepRefused(step.gpu_index, holders)
         try:
             if isinstance(step, DestroyMigDevice):
-                await asyncio.to_thread(self._backend.destroy_mig_device, step.gpu_index, step.gi_id)
+                await asyncio.to_thread(self._destroy, step.gpu_index, step.gi_id)
                 return None
-            mode = await asyncio.to_thread(self._backend.set_mig_mode, step.gpu_index, step.enabled)
+            mode = await asyncio.to_thread(self._set_mode, step.gpu_index, step.enabled)
         finally:
             self._holders.release_devices(HOLDER)
         if mode.reset_required:
@@ -329,12 +370,14 @@ class MigApplier:
                 continue
             result.changed = True
             result.states[index] = state or GpuReport(index=index, state="dynamic")
-        self._hand_dynamic(frozenset(i for i, s in result.states.items() if s.state == "dynamic"))
+        self._hand_dynamic(
+            frozenset(by_index[i].uuid for i, s in result.states.items() if s.state == "dynamic")
+        )
         return result
 
-    def _hand_dynamic(self, gpus: frozenset[int] | None) -> None:
-        """The Dynamic policy's single call site into the node agent: which GPUs follow claims (none unless
-        the node's desired policy is Dynamic; None when no MigLayout governs the node)."""
+    def _hand_dynamic(self, gpus: frozenset[str] | None) -> None:
+        """The Dynamic policy's single call site into the node agent: which GPUs (by UUID) follow claims (none
+        unless the node's desired policy is Dynamic; None when no MigLayout governs the node)."""
         if self._mark_dynamic is not None:
             self._mark_dynamic(gpus)
 

@@ -104,17 +104,19 @@ class FakeNvml(MigCalls):
     # -- test hooks ------------------------------------------------------------------------------------------
 
     def gpu(self, index: int) -> SimulatedGpu:
-        """The simulated GPU behind index ``index`` (for inspection; mutate it only through the hooks)."""
-        return self._gpus[index]
+        """The simulated GPU at position ``index`` on the PCI bus (for inspection; mutate it only through the
+        hooks). Every hook names a GPU by this position, which is its NVML index while all the node's GPUs are
+        on the nvidia driver and stays the GPU's own while another one is bound to vfio-pci."""
+        return self._all[index]
 
     def gpu_count(self) -> int:
-        """How many GPUs the node has, lost ones included (no nvmlInit needed)."""
-        return len(self._gpus)
+        """How many GPUs the node has, lost ones and those bound to vfio-pci included (no nvmlInit needed)."""
+        return len(self._all)
 
     def fabric_state(self, gpu_index: int) -> int | None:
         """The GPU's NVLink fabric state (NVML_GPU_FABRIC_STATE_*), None without fabric information."""
         with self._lock:
-            fabric = self._gpus[gpu_index].fabric
+            fabric = self._all[gpu_index].fabric
             return None if fabric is None else fabric.state
 
     def inject_xid(self, gpu_index: int, xid: int, gi_id: int = WHOLE_GPU, ci_id: int = WHOLE_GPU) -> int:
@@ -128,20 +130,20 @@ class FakeNvml(MigCalls):
     def lose_gpu(self, gpu_index: int) -> None:
         """The GPU falls off the bus: every call on it fails GPU_IS_LOST, and so does the next event wait."""
         with self._lock:
-            self._gpus[gpu_index].lost = True
+            self._all[gpu_index].lost = True
             self._events.gpu_lost(gpu_index)
 
     def restore_gpu(self, gpu_index: int) -> None:
         """A lost GPU answers again (a reset or a reboot put it back on the bus), in the state it was lost in."""
         with self._lock:
-            self._gpus[gpu_index].lost = False
+            self._all[gpu_index].lost = False
 
     def lose_fabric(self, gpu_index: int | None = None) -> None:
         """The GPU (every GPU when None) drops out of its NVLink fabric: fabric info then reports state
         NOT_STARTED with a non-success status, as while the fabric manager re-registers the GPU. The cluster
         UUID and clique id are kept, so :meth:`restore_fabric` brings the same clique back."""
         with self._lock:
-            for gpu in self._gpus if gpu_index is None else [self._gpus[gpu_index]]:
+            for gpu in self._all if gpu_index is None else [self._all[gpu_index]]:
                 if gpu.fabric is not None:
                     gpu.fabric = dataclasses.replace(
                         gpu.fabric, state=t.NVML_GPU_FABRIC_STATE_NOT_STARTED, status=t.NVML_ERROR_UNKNOWN
@@ -150,7 +152,7 @@ class FakeNvml(MigCalls):
     def restore_fabric(self, gpu_index: int | None = None) -> None:
         """Fabric registration completed again (state COMPLETED, status SUCCESS)."""
         with self._lock:
-            for gpu in self._gpus if gpu_index is None else [self._gpus[gpu_index]]:
+            for gpu in self._all if gpu_index is None else [self._all[gpu_index]]:
                 if gpu.fabric is not None:
                     gpu.fabric = dataclasses.replace(
                         gpu.fabric, state=t.NVML_GPU_FABRIC_STATE_COMPLETED, status=t.NVML_SUCCESS
@@ -159,16 +161,16 @@ class FakeNvml(MigCalls):
     def reset_gpu(self, gpu_index: int) -> None:
         """nvidia-smi -r: the pending MIG mode takes effect (raises NVMLError_InUse while processes run)."""
         with self._lock:
-            self._gpus[gpu_index].reset()
+            self._all[gpu_index].reset()
 
     def set_processes(self, gpu_index: int, count: int) -> None:
         """Pretend ``count`` processes use the GPU (MIG mode changes then wait for a reset)."""
         with self._lock:
-            self._gpus[gpu_index].processes = count
+            self._all[gpu_index].processes = count
 
     def require_reset_for_mig_change(self, gpu_index: int, required: bool = True) -> None:
         with self._lock:
-            self._gpus[gpu_index].reset_required_for_mig_change = required
+            self._all[gpu_index].reset_required_for_mig_change = required
 
     @locked
     def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
@@ -220,7 +222,7 @@ class FakeNvml(MigCalls):
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
         if not 0 <= index < len(self._gpus):
             raise t.NVMLError_InvalidArgument(f"GPU index {index} out of range (count {len(self._gpus)})")
-        return self._device_handle(index)
+        return self._device_handle(self._gpus[index].index)
 
     @locked
     def nvmlDeviceGetHandleByUUID(self, device_uuid: str | bytes) -> Any:

@@ -169,12 +169,21 @@ class FakeNvmlBase:
     def _ci_handle(self, gpu: int, ci: SimComputeInstance) -> Any:
         return self._handle("ci", t.struct_c_nvmlComputeInstance_t, gpu, ci.serial)
 
+    def _attached(self, slot: int) -> SimulatedGpu:
+        """The GPU a handle names: handles carry the GPU's position on the PCI bus, not its NVML index, so a
+        handle keeps naming its GPU while another one leaves NVML for vfio-pci (as NVML's handles do). A GPU
+        that vfio-pci holds itself answers no call."""
+        if not 0 <= slot < len(self._all):
+            raise t.NVMLError_InvalidArgument(f"no GPU {slot}")
+        gpu = self._all[slot]
+        if gpu.driver != NVIDIA_DRIVER:
+            raise t.NVMLError_NotFound(f"GPU {gpu.uuid} is bound to {gpu.driver}, not to the nvidia driver")
+        gpu.check_alive()
+        return gpu
+
     def _resolve(self, handle: Any) -> tuple[SimulatedGpu, MigRef | None]:
         contents = handle_contents(handle, t.struct_c_nvmlDevice_t)
-        if not 0 <= contents.gpu < len(self._gpus):
-            raise t.NVMLError_InvalidArgument(f"no GPU {contents.gpu}")
-        gpu = self._gpus[contents.gpu]
-        gpu.check_alive()
+        gpu = self._attached(contents.gpu)
         if contents.serial == 0:
             return gpu, None
         found = gpu.find_compute_instance(contents.serial)
@@ -196,8 +205,7 @@ class FakeNvmlBase:
 
     def _gi(self, handle: Any) -> tuple[SimulatedGpu, SimGpuInstance]:
         contents = handle_contents(handle, t.struct_c_nvmlGpuInstance_t)
-        gpu = self._gpus[contents.gpu]
-        gpu.check_alive()
+        gpu = self._attached(contents.gpu)
         gi = gpu.find_gpu_instance(contents.serial)
         if gi is None:
             raise t.NVMLError_InvalidArgument("the GPU instance of this handle was destroyed")
@@ -205,8 +213,7 @@ class FakeNvmlBase:
 
     def _ci(self, handle: Any) -> tuple[SimulatedGpu, SimGpuInstance, SimComputeInstance]:
         contents = handle_contents(handle, t.struct_c_nvmlComputeInstance_t)
-        gpu = self._gpus[contents.gpu]
-        gpu.check_alive()
+        gpu = self._attached(contents.gpu)
         found = gpu.find_compute_instance(contents.serial)
         if found is None:
             raise t.NVMLError_InvalidArgument("the compute instance of this handle was destroyed")

@@ -74,7 +74,9 @@ class SimulatedGpu:
         fabric: FabricReading | None = None,
         addressing_mode: str | None = None,
     ) -> None:
-        self.index = index
+        self.index = (
+            index  # its position on the PCI bus: the NVML index while no GPU before it is on vfio-pci
+        )
         self.minor = index if minor is None else minor  # /dev/nvidia<minor>; the NVML index on most machines
         self.model = model
         self.uuid = gpu_uuid
