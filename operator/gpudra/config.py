@@ -122,6 +122,13 @@ class AgentSettings(CommonSettings):
         "placement, sharing) as metadata.resource.k8s.io/v1alpha1 files mounted into its containers through the "
         "claim's CDI spec (docs/device-metadata.md); off by default, as NVIDIA's DeviceMetadata gate (alpha)",
     )
+    list_attributes: bool = Field(
+        False,
+        description="publish list-typed attributes (gpudra.dev/nvlinkPeers: the UUIDs of the GPUs each GPU reaches "
+        "over NVLink, itself included) where the API server keeps them (Kubernetes' DRAListTypeAttributes gate, "
+        "alpha in 1.36, off by default); the agent checks with a dry-run write at start and after a refused "
+        "write, and publishes scalar attributes only otherwise",
+    )
     serve_kubelet_plugin: bool = Field(
         True, description="serve the kubelet DRA plugin (prepare / unprepare, CDI specs, checkpoint)"
     )

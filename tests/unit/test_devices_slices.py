@@ -152,3 +152,21 @@ def test_any_split_keeps_every_device_once_in_order_within_the_limit(count: int,
     assert all(len(spec.devices or []) <= limit for spec in specs)
     assert [d.name for spec in specs for d in spec.devices or []] == [d.name for d in given_devices]
     assert {(spec.pool.generation, spec.pool.resource_slice_count) for spec in specs} == {(7, len(specs))}
+
+
+@pytest.mark.parametrize("layout", [CounterLayout.V1_34, CounterLayout.V1_35])
+@pytest.mark.parametrize(
+    ("count", "with_list", "sizes"),
+    [(100, False, [100]), (100, True, [64, 36]), (64, True, [64]), (200, True, [64, 64, 64, 8])],
+)
+def test_a_slice_with_list_attributes_holds_at_most_64_devices(
+    layout: CounterLayout, count: int, with_list: bool, sizes: list[int]
+) -> None:
+    published = devices(count)
+    if with_list:
+        listed = {"gpudra.dev/nvlinkPeers": DeviceAttribute(strings=["GPU-0"])}
+        published[0] = published[0].model_copy(
+            update={"attributes": {**(published[0].attributes or {}), **listed}}
+        )
+    specs = build_slice_specs(node_name="n", driver=DRIVER, devices=published, generation=1, layout=layout)
+    assert [len(spec.devices or []) for spec in specs] == sizes

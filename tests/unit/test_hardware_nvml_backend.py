@@ -17,9 +17,10 @@ from gpudra.errors import (
     HardwareNotSupported,
 )
 from gpudra.hardware.backend import GpuBackend, HealthEventKind
+from gpudra.hardware.catalog import load_catalog
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend, normalize_pci_bus_id, sysfs_pcie_root
-from gpudra.hardware.profiles import profile_names
+from gpudra.hardware.profiles import NODE_PROFILES, ProfileEntry, profile_names, resolve_entry
 from gpudra.hardware.simulated import SimulatedNode, simulated_backend
 from gpudra.hardware.simulated import nvml_types as t
 
@@ -295,3 +296,40 @@ def test_backend_built_directly_on_fake_nvml_resolves_pcie_roots() -> None:
     gpus = NvmlBackend("direct-0", nvml=fake).read_inventory().gpus
     assert [g.pcie_root for g in gpus[:4]] == ["pci0000:00", "pci0000:00", "pci0000:40", "pci0000:40"]
     assert {"dgx-a100", "dgx-h100", "gb200-nvl72", "l4x4"} <= set(profile_names())
+
+
+def _peers(node: SimulatedNode) -> dict[str, set[str]]:
+    return {gpu.uuid: set(gpu.nvlink_peers) for gpu in node.backend.read_inventory().gpus}
+
+
+@pytest.mark.parametrize("profile", ["dgx-h100", "hgx-h200", "dgx-b200", "dgx-a100-80gb", "gb200-nvl72"])
+def test_nvswitch_boards_make_every_gpu_an_nvlink_peer_of_every_other(profile: str) -> None:
+    peers = _peers(simulated_backend(profile, f"{profile}-0"))
+    assert len(peers) > 1
+    for gpu_uuid, others in peers.items():
+        assert others == set(peers) - {gpu_uuid}
+
+
+def test_pcie_cards_without_bridges_have_no_nvlink_peers() -> None:
+    assert all(not others for others in _peers(simulated_backend("l4x4", "l4-0")).values())
+
+
+def test_bridged_pairs_reach_only_their_partner() -> None:
+    entry = ProfileEntry.model_validate({"name": "a30-bridged", "base": "a30x4", "nvlink": "bridged-pairs"})
+    profile = resolve_entry(entry, NODE_PROFILES, load_catalog())
+    node = simulated_backend(profile, "a30-0")
+    uuids = [gpu.uuid for gpu in node.backend.read_inventory().gpus]
+    assert _peers(node) == {
+        uuids[0]: {uuids[1]},
+        uuids[1]: {uuids[0]},
+        uuids[2]: {uuids[3]},
+        uuids[3]: {uuids[2]},
+    }
+
+
+def test_a_lost_gpu_is_no_ones_nvlink_peer(dgx_h100: SimulatedNode) -> None:
+    lost_uuid = dgx_h100.backend.read_inventory().gpus[3].uuid
+    dgx_h100.nvml.lose_gpu(3)
+    peers = _peers(dgx_h100)
+    assert lost_uuid not in peers
+    assert all(lost_uuid not in others and len(others) == 6 for others in peers.values())

@@ -8,6 +8,9 @@ Dynamic MIG: GPUs in dynamic mode (``settings.mig_policy`` for all MIG-capable G
 :meth:`NodeAgent.set_dynamic_gpus` at run time) are published as partitionable devices with their counter sets
 (:mod:`gpudra.devices.dynamic`), in the counter layout of the API server's version unless the setting names one.
 
+List-typed attributes (``settings.list_attributes``): ``gpudra.dev/nvlinkPeers`` on full GPUs, only while the API
+server keeps lists (:mod:`gpudra.agent.listattributes` checks).
+
 Passthrough (``settings.passthrough_support``): every GPU that can be passed through is offered a second time as
 ``gpu-vfio-<i>`` (:mod:`gpudra.devices.passthrough`); a GPU the kubelet plugin bound to vfio-pci leaves NVML, so
 the next reading publishes only its passthrough device.
@@ -25,11 +28,13 @@ from typing import Any
 
 from gpudra.agent.health import DeviceProblem, HealthState, with_taints
 from gpudra.agent.kubeletplugin.messages import DeviceHealth, HealthStatus
+from gpudra.agent.listattributes import ListAttributes
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.dra import Device, ResourceSlice
 from gpudra.config import AgentSettings
 from gpudra.devices.dynamic import NodeDevices, build_node_devices
+from gpudra.devices.nvlinkpeers import with_nvlink_peers
 from gpudra.devices.passthrough import with_passthrough
 from gpudra.devices.sharing import time_sliced
 from gpudra.devices.slices import CounterLayout, counter_layout_for
@@ -89,6 +94,13 @@ class NodeAgent:
             evict_lost_gpus=settings.health_noexecute_gpu_lost,
         )
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
+        self.lists = ListAttributes(
+            client,
+            enabled=settings.list_attributes,
+            driver=settings.driver_name,
+            node_name=settings.node_name,
+            warn=lambda reason, message: self._events.post(self._node_object(), "Warning", reason, message),
+        )
         self._informational_taints = False  # whether the server knows the taint effect None (set at start)
         self._health_stop = threading.Event()
         self._health_changed = False
@@ -331,15 +343,21 @@ class NodeAgent:
         log.warning(
             "GPU health event", node=self.settings.node_name, device=what, health=detail, effect=effect
         )
-        uid = self.publisher.node_uid if self.publisher is not None else ""
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name, "uid": uid}}
         self._health_changed = True
         self.poke()
-        await self._events.post(node, "Warning", "GpuHealth", f"{what}: {detail}; taint effect {effect}")
+        await self._events.post(
+            self._node_object(), "Warning", "GpuHealth", f"{what}: {detail}; taint effect {effect}"
+        )
+
+    def _node_object(self) -> dict[str, Any]:
+        """This node as an Event's involved object."""
+        uid = self.publisher.node_uid if self.publisher is not None else ""
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name, "uid": uid}}
 
     async def _publish(self, inventory: NodeInventory) -> bool:
         """Publish; return True when it must be retried."""
         assert self.publisher is not None
+        await self.lists.check_if_needed()
         try:
             dynamic = await asyncio.to_thread(self._profiles_of_dynamic, inventory)
             built = build_node_devices(inventory, dynamic, claimed=self.claimed_instances())
@@ -349,6 +367,8 @@ class NodeAgent:
             if self.settings.passthrough_support:
                 pci = await asyncio.to_thread(self._backend.pci_gpus)
                 offered = with_passthrough(offered, inventory, pci)
+            if self.lists.publish:
+                offered = NodeDevices(with_nvlink_peers(offered.devices, inventory), offered.counter_sets)
         except GpudraError as exc:
             log.error("building the devices failed; will retry", node=inventory.node_name, error=str(exc))
             return True
@@ -365,6 +385,7 @@ class NodeAgent:
             log.error(
                 "publishing resourceslices failed; will retry", node=inventory.node_name, error=str(exc)
             )
+            self.lists.write_refused(exc)
             return True
         self._record(inventory, devices)
         retry = await self._mark_node(True)

@@ -116,6 +116,9 @@ class UpOptions:
     """embedded: the project's API server and stand-ins; kubernetes: the real control plane (``make kubernetes``)."""
     kubernetes_version: str | None = None
     """With ``control_plane="kubernetes"``: which built version (default: K8S_VERSION, else the newest built)."""
+    feature_gates_on: tuple[str, ...] = ()
+    """With the embedded API server: alpha gates it turns on (``DRAListTypeAttributes``); off by default, as in
+    kube-apiserver."""
     feature_gates_off: tuple[str, ...] = ()
     """With ``control_plane="kubernetes"``: gates turned off on every component, e.g. to run as an older version
     would (DRAResourceClaimGranularStatusAuthorization off: claim status is authorized as on 1.34 and 1.35)."""
@@ -191,7 +194,9 @@ class EmbeddedCluster:
         if self.options.api_server_process:
             self.server_process = APIServerProcess(port=self.options.port, kubeconfig=self.options.kubeconfig)
             return await self.server_process.start()
-        self.server = EmbeddedAPIServer(port=self.options.port)
+        self.server = EmbeddedAPIServer(
+            port=self.options.port, feature_gates=frozenset(self.options.feature_gates_on)
+        )
         url = await self.server.start()
         self.server.write_kubeconfig(self.options.kubeconfig)
         return url

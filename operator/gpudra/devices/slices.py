@@ -10,6 +10,9 @@ Shared counters (partitionable devices, used by dynamic MIG) are laid out in one
 - ``CounterLayout.V1_35``: counter sets live in counters-only slices, devices in slices without counters,
   and device slices hold at most 64 devices when any device of the pool has taints or consumes counters.
 Static MIG and full GPUs use no counters, so both layouts give the same slices for them.
+
+A slice that holds a list-typed attribute (DRAListTypeAttributes) holds at most 64 devices too, in either layout,
+as kube-apiserver requires.
 """
 
 from __future__ import annotations
@@ -45,7 +48,11 @@ def _chunks(items: Sequence[_T], size: int) -> list[list[_T]]:
 
 
 def _needs_small_slices(device: Device) -> bool:
-    return bool(device.taints) or bool(device.consumes_counters)
+    return bool(device.taints) or bool(device.consumes_counters) or _has_list_attributes(device)
+
+
+def _has_list_attributes(device: Device) -> bool:
+    return any(attribute.is_list for attribute in (device.attributes or {}).values())
 
 
 def _device_groups(
@@ -70,6 +77,8 @@ def _device_groups(
         groups.extend(([], chunk) for chunk in _chunks(devices, limit))
         return groups
     # 1.34: each counter set travels with the devices that consume it; a device may consume from one set only.
+    if any(_has_list_attributes(device) for device in devices):
+        limit = min(limit, MAX_DEVICES_WITH_TAINTS_OR_COUNTERS)
     by_set: dict[str, list[Device]] = {counter_set.name: [] for counter_set in counter_sets}
     plain: list[Device] = []
     for device in devices:

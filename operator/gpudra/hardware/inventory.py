@@ -70,6 +70,9 @@ class GpuInfo(FrozenModel):
     mig_pending: bool  # pending mode (after a reset)
     mig_devices: tuple[MigDeviceInfo, ...] = ()
     nvlink_count: int = 0
+    # UUIDs of the other GPUs of the node this one reaches over NVLink (nvmlDeviceGetP2PStatus with
+    # NVML_P2P_CAPS_INDEX_NVLINK answering OK), sorted; empty without NVLink peers
+    nvlink_peers: tuple[str, ...] = ()
     fabric: FabricInfo | None = None
 
 

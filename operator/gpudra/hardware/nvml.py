@@ -266,8 +266,43 @@ class NvmlBackend:
             node_name=self.node_name,
             driver_version=driver_version,
             cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
-            gpus=tuple(gpus),
+            gpus=self._with_nvlink_peers(gpus),
         )
+
+    def _with_nvlink_peers(self, gpus: list[GpuInfo]) -> tuple[GpuInfo, ...]:
+        """Each GPU with the UUIDs of the others it reaches over NVLink: nvmlDeviceGetP2PStatus(gpu, other,
+        NVML_P2P_CAPS_INDEX_NVLINK) for every ordered pair, a peer where it answers NVML_P2P_STATUS_OK. A pair
+        NVML cannot answer for (not supported, a GPU lost meanwhile) counts as no peer."""
+        nvlink_index = getattr(self._nvml, "NVML_P2P_CAPS_INDEX_NVLINK", None)
+        if nvlink_index is None or len(gpus) < 2:
+            return tuple(gpus)
+        status_ok = getattr(self._nvml, "NVML_P2P_STATUS_OK", 0)
+        handles = {}
+        for gpu in gpus:
+            with contextlib.suppress(HardwareError):
+                handles[gpu.index] = self.handle(gpu.index)
+        result = []
+        for gpu in gpus:
+            peers = []
+            for other in gpus:
+                if other.index == gpu.index or gpu.index not in handles or other.index not in handles:
+                    continue
+                try:
+                    with self.errors("read the NVLink P2P status", gpu.index):
+                        status = self.optional(
+                            "nvmlDeviceGetP2PStatus",
+                            handles[gpu.index],
+                            handles[other.index],
+                            nvlink_index,
+                            lenient=True,
+                        )
+                except HardwareError as exc:
+                    log.debug("no NVLink peer status for GPUs %d and %d: %s", gpu.index, other.index, exc)
+                    continue
+                if status is not None and int(status) == status_ok:
+                    peers.append(other.uuid)
+            result.append(gpu.model_copy(update={"nvlink_peers": tuple(sorted(peers))}))
+        return tuple(result)
 
     def _read_gpu(self, index: int) -> GpuInfo:
         nvml = self.nvml

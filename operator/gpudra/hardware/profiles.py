@@ -35,6 +35,15 @@ NVL72_TRAYS_PER_RACK = 18
 NVL72_CLIQUE_ID = 32766  # [unverified] the clique id a rack reports without fabric partitions
 
 
+class NvlinkTopology(Enum):
+    """Which GPUs of the node reach each other over NVLink (what nvmlDeviceGetP2PStatus answers for
+    NVML_P2P_CAPS_INDEX_NVLINK)."""
+
+    NONE = "none"  # PCIe only (L4, or A30 / H100 PCIe without bridges)
+    NVSWITCH = "nvswitch"  # every GPU reaches every other: DGX/HGX A100, H100, H200, B200, a GB200 tray
+    BRIDGED_PAIRS = "bridged-pairs"  # NVLink bridges join GPU 0 with 1, 2 with 3, ... (PCIe cards)
+
+
 class FabricKind(Enum):
     UNSUPPORTED = "unsupported"  # nvmlDeviceGetGpuFabricInfoV raises NOT_SUPPORTED (Ampere, PCIe cards)
     NO_CLIQUE = "no-clique"  # HGX H100/H200/B200: state COMPLETED, status SUCCESS, all-zero cluster UUID
@@ -69,6 +78,7 @@ class NodeProfile:
     # (profile name, placement start) of the MIG devices every GPU starts with; needs mig_enabled
     mig_layout: tuple[tuple[str, int], ...] = ()
     fabric: FabricKind = FabricKind.UNSUPPORTED
+    nvlink: NvlinkTopology = NvlinkTopology.NONE
     addressing_mode: str | None = None  # "HMM" | "ATS" | None (nvmlDeviceGetAddressingMode NOT_SUPPORTED)
     driver_version: str = "580.95.05"
     cuda_driver_version: int = 13000  # nvmlSystemGetCudaDriverVersion: 1000 * major + 10 * minor
@@ -77,6 +87,15 @@ class NodeProfile:
     @property
     def gpu_count(self) -> int:
         return len(self.slots)
+
+    def nvlink_islands(self) -> tuple[tuple[int, ...], ...]:
+        """The GPUs (by index) that reach each other over NVLink, one tuple per island of two or more."""
+        indexes = tuple(range(self.gpu_count))
+        if self.nvlink is NvlinkTopology.NVSWITCH and len(indexes) > 1:
+            return (indexes,)
+        if self.nvlink is NvlinkTopology.BRIDGED_PAIRS:
+            return tuple(indexes[i : i + 2] for i in range(0, len(indexes) - 1, 2))
+        return ()
 
     def fabric_reading(self, fleet_index: int = 0) -> FabricReading | None:
         """The fabric info of this node's GPUs; ``fleet_index`` is the node's position in the fleet."""
@@ -135,6 +154,9 @@ class ProfileEntry(EntryModel):
     gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="how many GPUs")
     pci: tuple[PciSlotEntry, ...] | None = Field(default=None, min_length=1, max_length=MAX_GPUS)
     fabric: Literal["unsupported", "no-clique", "nvl72"] | None = None
+    nvlink: Literal["none", "nvswitch", "bridged-pairs"] | None = Field(
+        default=None, description="which GPUs reach each other over NVLink"
+    )
     addressing_mode: Literal["HMM", "ATS", "None"] | None = None
     driver_version: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.\d+)?$")
     cuda_driver_version: str | None = Field(default=None, pattern=r"^\d+\.\d$")
@@ -160,6 +182,7 @@ def resolve_entry(entry: ProfileEntry, known: Mapping[str, NodeProfile], catalog
         mig_enabled=mig_enabled,
         mig_layout=layout,
         fabric=FabricKind(entry.fabric) if entry.fabric else base.fabric if base else FabricKind.UNSUPPORTED,
+        nvlink=NvlinkTopology(entry.nvlink) if entry.nvlink else base.nvlink if base else NvlinkTopology.NONE,
         addressing_mode=entry.addressing_mode or (base.addressing_mode if base else None),
         driver_version=entry.driver_version or (base.driver_version if base else NodeProfile.driver_version),
         cuda_driver_version=_cuda(entry.cuda_driver_version)

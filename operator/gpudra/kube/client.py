@@ -189,9 +189,15 @@ class KubeClient:
         data = await self._json("GET", res.path(namespace), query=query, what=f"list {res.plural}")
         return list(data.get("items") or []), str(data.get("metadata", {}).get("resourceVersion", ""))
 
-    async def create(self, res: Resource, body: Body, namespace: str | None = None) -> Body:
+    async def create(
+        self, res: Resource, body: Body, namespace: str | None = None, *, dry_run: bool = False
+    ) -> Body:
+        """POST ``body``; with ``dry_run`` the server validates and admits it, stores nothing and returns the
+        object it would have stored (``dryRun=All``)."""
         name = body.get("metadata", {}).get("name") or body.get("metadata", {}).get("generateName", "")
         query = [("fieldManager", self._field_manager)]
+        if dry_run:
+            query.append(("dryRun", "All"))
         return await self._json(
             "POST", res.path(namespace), query=query, body=body, what=f"create {res.plural}/{name}"
         )

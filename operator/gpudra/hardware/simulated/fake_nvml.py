@@ -59,6 +59,7 @@ class FakeNvml(MigCalls):
         """A node holding the machine's GPUs, with their MIG devices created."""
         models = catalog or load_catalog()
         gpus = []
+        island_of = {gpu: island for island, members in enumerate(machine.nvlink_islands) for gpu in members}
         for index, spec in enumerate(machine.gpus):
             model = models.model(spec.model_id)
             if spec.nvlink_count is not None:
@@ -72,6 +73,7 @@ class FakeNvml(MigCalls):
                 fabric=spec.fabric,
                 addressing_mode=spec.addressing_mode,
             )
+            gpu.nvlink_island = island_of.get(index)
             gpu.mig_current = spec.mig_enabled
             gpu.mig_pending = spec.mig_enabled if spec.mig_pending is None else spec.mig_pending
             for instance in spec.mig_devices:
@@ -315,6 +317,19 @@ class FakeNvml(MigCalls):
             else:
                 values[i].nvmlReturn = t.NVML_ERROR_NOT_SUPPORTED
         return values
+
+    @locked
+    def nvmlDeviceGetP2PStatus(self, handle1: Any, handle2: Any, p2p_index: int) -> int:
+        """NVLink (NVML_P2P_CAPS_INDEX_NVLINK) as the machine's NVLink islands say; the other capabilities
+        (read, write, atomics, PCI) are not modelled and answer NVML_P2P_STATUS_NOT_SUPPORTED."""
+        first, second = self._full_gpu(handle1), self._full_gpu(handle2)
+        if p2p_index != t.NVML_P2P_CAPS_INDEX_NVLINK or first.nvlink_island is None:
+            return t.NVML_P2P_STATUS_NOT_SUPPORTED
+        return (
+            t.NVML_P2P_STATUS_OK
+            if first.nvlink_island == second.nvlink_island
+            else t.NVML_P2P_STATUS_NOT_SUPPORTED
+        )
 
     def _fill_fabric(self, handle: Any, info_ref: Any) -> None:
         gpu = self._full_gpu(handle)

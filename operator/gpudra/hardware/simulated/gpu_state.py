@@ -62,6 +62,7 @@ class SimulatedGpu:
         NVIDIA_DRIVER  # the kernel driver holding it ("vfio-pci" for passthrough); a class default so that
     )
     # states saved before passthrough existed load too
+    nvlink_island: int | None = None  # GPUs of one island reach each other over NVLink; None: no NVLink peer
 
     def __init__(
         self,

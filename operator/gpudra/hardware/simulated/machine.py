@@ -40,6 +40,7 @@ class GpuSpec:
 @dataclass(frozen=True)
 class MachineSpec:
     gpus: tuple[GpuSpec, ...]
+    nvlink_islands: tuple[tuple[int, ...], ...] = ()  # GPUs (by index) that reach each other over NVLink
     driver_version: str = "580.95.05"
     cuda_driver_version: int = 13000  # 1000 * major + 10 * minor
 
@@ -66,6 +67,7 @@ def machine_of_profile(profile: NodeProfile, node_name: str, fleet_index: int = 
             )
             for index, slot in enumerate(profile.slots)
         ),
+        nvlink_islands=profile.nvlink_islands(),
         driver_version=profile.driver_version,
         cuda_driver_version=profile.cuda_driver_version,
     )

@@ -140,9 +140,17 @@ class Schemas:
         return self.named(_OBJECT_META)
 
 
-LATER_FIELDS = {("io.k8s.api.core.v1.ResourceHealth", "message"): 36}
+LATER_FIELDS = {
+    ("io.k8s.api.core.v1.ResourceHealth", "message"): 36,
+    **{
+        ("io.k8s.api.resource.v1.DeviceAttribute", kind): 36
+        for kind in ("ints", "bools", "strings", "versions")
+    },
+}
 """Fields of a later Kubernetes version (definition, field -> the minor that added it) that a server claiming an
-older one keeps all the same: the stand-in kubelet writes pod status as 1.37's does (ResourceHealthStatusMessage)."""
+older one keeps all the same: the stand-in kubelet writes pod status as 1.37's does (ResourceHealthStatusMessage);
+the list-typed attribute values (1.36) are decoded so that the DRAListTypeAttributes gate decides: kept with it
+on, dropped on write with it off, as kube-apiserver does."""
 
 
 def _definitions(minor: int) -> dict[str, dict[str, Any]]:
