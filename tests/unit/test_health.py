@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpudra.agent.health import HealthState, with_taints
+from gpudra.agent.health import HealthState
 from gpudra.devices.dynamic import build_node_devices
+from gpudra.devices.offer import with_taints
 from gpudra.hardware.backend import HealthEvent, HealthEventKind
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.hardware.nvml import NvmlBackend

@@ -17,15 +17,15 @@ feeds it events.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpudra.api.dra import Device, DeviceTaint
 from gpudra.api.timestamps import rfc3339
 from gpudra.config import DEFAULT_IGNORED_XIDS
-from gpudra.devices.names import gpu_device_name, mig_device_name
+from gpudra.devices.offer import GpuTaints, device_names, device_taints, parent_uuid
 from gpudra.hardware.backend import HealthEvent, HealthEventKind
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.inventory import NodeInventory
 
 XID_KEY = "gpu.nvidia.com/xid"
 ECC_KEY = "gpu.nvidia.com/ecc"
@@ -96,7 +96,7 @@ class HealthState:
         seen in a reading started after it was lost is back. True when one came back."""
         back = False
         for gpu in inventory.gpus:
-            self.names[gpu.uuid] = frozenset(_device_names(gpu))
+            self.names[gpu.uuid] = frozenset(device_names(gpu))
             if gpu.uuid in self.lost and self.lost[gpu.uuid] < read_at:
                 del self.lost[gpu.uuid]
                 back = True
@@ -111,7 +111,7 @@ class HealthState:
             return
         by_gpu: dict[str, list[Device]] = {}
         for device in published:
-            owner = _parent_uuid(device) or _uuid(device)
+            owner = parent_uuid(device) or _uuid(device)
             if owner is not None and owner not in self.lost:
                 by_gpu.setdefault(owner, []).append(
                     device.model_copy(update={"consumes_counters": None, "taints": None})
@@ -142,31 +142,15 @@ class HealthState:
                 out[name] = _problem(name, repelling[-1])
         return out
 
+    def gpu_taints(self) -> GpuTaints:
+        """(GPU UUID, GI id or None) -> the taint on it now."""
+        return {key: mark.taint for key, mark in self.marks.items()}
+
     def taints_for(
         self, inventory: NodeInventory, devices: Sequence[Device] = ()
     ) -> dict[str, list[DeviceTaint]]:
-        """Device name -> taints: a whole-GPU event taints the GPU and all its MIG devices (among ``devices``, every
-        device whose parentUUID is the GPU: the placements a dynamic GPU offers); a MIG event its device."""
-        out: dict[str, list[DeviceTaint]] = {}
-        for gpu in inventory.gpus:
-            whole = self.marks.get((gpu.uuid, None))
-            if whole is not None:
-                parents = [d.name for d in devices if _parent_uuid(d) == gpu.uuid]
-                for name in dict.fromkeys(_device_names(gpu) + parents):
-                    out.setdefault(name, []).append(whole.taint)
-            for mig in gpu.mig_devices:
-                mark = self.marks.get((gpu.uuid, mig.gi_id))
-                if mark is not None:
-                    name = mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
-                    out.setdefault(name, []).append(mark.taint)
-        return out
-
-
-def _device_names(gpu: GpuInfo) -> list[str]:
-    return [gpu_device_name(gpu.minor)] + [
-        mig_device_name(gpu.minor, mig.profile, mig.gi_profile_id, mig.placement_start)
-        for mig in gpu.mig_devices
-    ]
+        """Device name -> taints (see :func:`gpudra.devices.offer.device_taints`)."""
+        return device_taints(inventory, self.gpu_taints(), devices)
 
 
 def _problem(name: str, taint: DeviceTaint) -> DeviceProblem:
@@ -176,33 +160,9 @@ def _problem(name: str, taint: DeviceTaint) -> DeviceProblem:
     return DeviceProblem("EccDoubleBit", f"double-bit ECC error on {name}; tainted {what}")
 
 
-def _parent_uuid(device: Device) -> str | None:
-    attribute = (device.attributes or {}).get("parentUUID")
-    return attribute.string if attribute is not None else None
-
-
 def _uuid(device: Device) -> str | None:
     attribute = (device.attributes or {}).get("uuid")
     return attribute.string if attribute is not None else None
-
-
-def with_taints(
-    devices: Sequence[Device], taints: dict[str, list[DeviceTaint]], *, informational: bool = True
-) -> list[Device]:
-    """Pure: the devices with their taints set (devices without taints unchanged). ``informational=False`` leaves
-    out the taints with effect None, which Kubernetes knows only from 1.35 on (a 1.34 API server refuses them)."""
-    if not informational:
-        taints = {n: kept for n, ts in taints.items() if (kept := [t for t in ts if t.effect != "None"])}
-    return [
-        d.model_copy(update={"taints": _unique(taints[d.name])}) if d.name in taints else d for d in devices
-    ]
-
-
-def _unique(taints: Iterable[DeviceTaint]) -> list[DeviceTaint]:
-    seen: dict[tuple[str, str | None], DeviceTaint] = {}
-    for taint in taints:
-        seen[(taint.key, taint.value)] = taint
-    return list(seen.values())
 
 
 def _stamp(now: float) -> str:

@@ -26,17 +26,14 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from gpudra.agent.health import DeviceProblem, HealthState, with_taints
+from gpudra.agent.health import DeviceProblem, HealthState
 from gpudra.agent.kubeletplugin.messages import DeviceHealth, HealthStatus
 from gpudra.agent.listattributes import ListAttributes
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.dra import Device, ResourceSlice
 from gpudra.config import AgentSettings
-from gpudra.devices.dynamic import NodeDevices, build_node_devices
-from gpudra.devices.nvlinkpeers import with_nvlink_peers
-from gpudra.devices.passthrough import with_passthrough
-from gpudra.devices.sharing import time_sliced
+from gpudra.devices.offer import NodeState, OfferSettings, node_offer
 from gpudra.devices.slices import CounterLayout, counter_layout_for
 from gpudra.errors import GpudraError, KubeError, NotFoundError
 from gpudra.hardware.backend import GpuBackend, HealthEvent, MigProfileInfo
@@ -360,25 +357,21 @@ class NodeAgent:
         await self.lists.check_if_needed()
         try:
             dynamic = await asyncio.to_thread(self._profiles_of_dynamic, inventory)
-            built = build_node_devices(inventory, dynamic, claimed=self.claimed_instances())
-            offered = NodeDevices(
-                time_sliced(built.devices, self.settings.shared_gpu_replicas), built.counter_sets
+            pci = (
+                await asyncio.to_thread(self._backend.pci_gpus) if self.settings.passthrough_support else None
             )
-            if self.settings.passthrough_support:
-                pci = await asyncio.to_thread(self._backend.pci_gpus)
-                offered = with_passthrough(offered, inventory, pci)
-            if self.lists.publish:
-                offered = NodeDevices(with_nvlink_peers(offered.devices, inventory), offered.counter_sets)
+            state = NodeState(
+                dynamic=dynamic,
+                claimed=self.claimed_instances(),
+                pci_gpus=pci,
+                gpu_taints=self.health.gpu_taints(),
+                lost=self.health.lost_published(),
+            )
+            offered = node_offer(inventory, state, self._offer_settings())
         except GpudraError as exc:
             log.error("building the devices failed; will retry", node=inventory.node_name, error=str(exc))
             return True
-        devices = with_taints(
-            offered.devices,
-            self.health.taints_for(inventory, built.devices),
-            informational=self._informational_taints,
-        )
-        names = {d.name for d in devices}
-        devices += [d for d in self.health.lost_published() if d.name not in names]
+        devices = offered.devices
         try:
             await self.publisher.publish(devices, offered.counter_sets)
         except GpudraError as exc:
@@ -391,6 +384,13 @@ class NodeAgent:
         retry = await self._mark_node(True)
         self.published.set()  # after the Node says so: whoever waits on this sees the label too
         return retry
+
+    def _offer_settings(self) -> OfferSettings:
+        return OfferSettings(
+            shared_gpu_replicas=self.settings.shared_gpu_replicas,
+            nvlink_peers=self.lists.publish,
+            informational_taints=self._informational_taints,
+        )
 
     async def _mark_node(self, published: bool) -> bool:
         """Tell autoscalers and admins, on the Node, that this node's slices are published and current (label
