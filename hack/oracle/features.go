@@ -24,3 +24,15 @@ var features = structured.Features{
 
 // celFeatures are those kube-scheduler 1.37 compiles selectors with under the same gates.
 var celFeatures = cel.Features{EnableConsumableCapacity: true}
+
+// The same with DRAListTypeAttributes (alpha in 1.36 and 1.37) also on, for a scenario that asks for it
+// ("listTypeAttributes": true): only the experimental implementation supports list-typed attributes, so the others
+// keep the implementation kube-scheduler 1.37 runs with its default alpha gates off.
+var listFeatures = withListTypeAttributes(features)
+
+var listCelFeatures = cel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true}
+
+func withListTypeAttributes(f structured.Features) structured.Features {
+	f.ListTypeAttributes = true
+	return f
+}

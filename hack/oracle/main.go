@@ -5,7 +5,8 @@
 // It reads one scenario per line on stdin and writes one answer per line on stdout, until stdin closes:
 //
 //	{"id": "...", "node": {"name": "n1", "labels": {}}, "slices": [ResourceSlice...],
-//	 "classes": [DeviceClass...], "claims": [ResourceClaim...], "allocated": [DeviceRequestAllocationResult...]}
+//	 "classes": [DeviceClass...], "claims": [ResourceClaim...], "allocated": [DeviceRequestAllocationResult...],
+//	 "listTypeAttributes": false}
 //
 //	{"id": "...", "outcome": "allocated" | "unschedulable" | "error", "message": "...",
 //	 "allocations": [AllocationResult...], "implementation": "*incubating.Allocator", "version": "v0.37.2"}
@@ -15,7 +16,8 @@
 // stand in their status.allocation; they become the allocator's AllocatedState the way kube-scheduler builds
 // it. "unschedulable" is what kube-scheduler turns into an Unschedulable status for the node (no solution,
 // or an error wrapping ErrFailedAllocationOnNode); "error" is any other error, which makes kube-scheduler
-// abort the pod's scheduling attempt (a CEL runtime error, a missing class, ...).
+// abort the pod's scheduling attempt (a CEL runtime error, a missing class, ...). "listTypeAttributes" turns
+// DRAListTypeAttributes on for that scenario (features.go).
 package main
 
 import (
@@ -50,6 +52,13 @@ type scenario struct {
 	Classes   []*resourceapi.DeviceClass                  `json:"classes"`
 	Claims    []*resourceapi.ResourceClaim                `json:"claims"`
 	Allocated []resourceapi.DeviceRequestAllocationResult `json:"allocated"`
+	// ListTypeAttributes: allocate with DRAListTypeAttributes on (list-typed attributes, includes() in CEL).
+	ListTypeAttributes bool `json:"listTypeAttributes,omitempty"`
+}
+
+// caches holds one CEL cache per set of CEL features a scenario may ask for.
+type caches struct {
+	scalar, list *cel.Cache
 }
 
 type answer struct {
@@ -106,7 +115,7 @@ func allocatedState(results []resourceapi.DeviceRequestAllocationResult) structu
 	return state
 }
 
-func solve(ctx context.Context, s *scenario, celCache *cel.Cache) (a answer) {
+func solve(ctx context.Context, s *scenario, celCaches caches) (a answer) {
 	a = answer{ID: s.ID, Version: allocatorVersion}
 	defer func() {
 		if p := recover(); p != nil {
@@ -117,7 +126,11 @@ func solve(ctx context.Context, s *scenario, celCache *cel.Cache) (a answer) {
 	for _, c := range s.Classes {
 		classes[c.Name] = c
 	}
-	allocator, err := structured.NewAllocator(ctx, features, allocatedState(s.Allocated), classes, s.Slices, celCache)
+	enabled, celCache := features, celCaches.scalar
+	if s.ListTypeAttributes {
+		enabled, celCache = listFeatures, celCaches.list
+	}
+	allocator, err := structured.NewAllocator(ctx, enabled, allocatedState(s.Allocated), classes, s.Slices, celCache)
 	if err != nil {
 		a.Outcome, a.Message = "error", err.Error()
 		return a
@@ -142,7 +155,7 @@ func solve(ctx context.Context, s *scenario, celCache *cel.Cache) (a answer) {
 }
 
 func main() {
-	celCache := cel.NewCache(64, celFeatures)
+	celCaches := caches{scalar: cel.NewCache(64, celFeatures), list: cel.NewCache(64, listCelFeatures)}
 	in := bufio.NewReaderSize(os.Stdin, 1<<20)
 	out := bufio.NewWriter(os.Stdout)
 	encoder := json.NewEncoder(out)
@@ -156,7 +169,7 @@ func main() {
 			if derr := decoder.Decode(&s); derr != nil {
 				a = answer{ID: s.ID, Outcome: "invalid", Message: derr.Error(), Version: allocatorVersion}
 			} else {
-				a = solve(context.Background(), &s, celCache)
+				a = solve(context.Background(), &s, celCaches)
 			}
 			if eerr := encoder.Encode(a); eerr != nil {
 				fmt.Fprintln(os.Stderr, "write answer:", eerr)

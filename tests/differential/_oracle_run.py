@@ -39,7 +39,9 @@ class Tally:
     scenarios: int = 0
     allocated: int = 0
     oracle_errors: int = 0
-    implementation: str = ""
+    with_lists: int = 0
+    """Scenarios with list-typed attributes (DRAListTypeAttributes on in the oracle)."""
+    implementations: set[str] = field(default_factory=set)
     version: str = ""
     outcomes: dict[str, int] = field(default_factory=dict)
 
@@ -148,7 +150,9 @@ def _verdict(allocations: list[dict[str, Any]]) -> Verdict:
 
 def kubernetes(oracle: Oracle, scenario: dict[str, Any]) -> Verdict:
     answer = oracle.ask(scenario)
-    TALLY.implementation, TALLY.version = answer.get("implementation", ""), answer["version"]
+    TALLY.version = answer["version"]
+    if answer.get("implementation"):
+        TALLY.implementations.add(answer["implementation"])
     if answer["outcome"] == "invalid":
         raise AssertionError(f"the oracle refused the scenario: {answer['message']}")
     if answer["outcome"] == "allocated":
@@ -173,8 +177,9 @@ def gpudra(scenario: dict[str, Any]) -> Verdict:
     return Verdict(False, selector_error=cel, detail=f"{outcome.reason}: {outcome.message}"[:400])
 
 
-def tally(kube: Verdict) -> None:
+def tally(kube: Verdict, scenario: dict[str, Any]) -> None:
     TALLY.scenarios += 1
+    TALLY.with_lists += bool(scenario.get("listTypeAttributes"))
     TALLY.allocated += kube.allocated
     kind = "allocated" if kube.allocated else kube.detail.split(":", 1)[0]
     TALLY.outcomes[kind] = TALLY.outcomes.get(kind, 0) + 1

@@ -9,6 +9,11 @@ Every object is one the API server accepts (requestPolicy only on multi-allocata
 default; counters and devices in separate slices; one nodeSelector term). Values are drawn from small
 vocabularies so that selectors, constraints and counters collide often, and devices lack attributes or carry
 them with another type often enough that selectors fail at runtime on some devices and not others.
+
+About one scenario in six has list-typed attributes (DRAListTypeAttributes, ``"listTypeAttributes": true``, which
+the oracle answers with the allocator implementation that supports them): devices carry ``peers`` (strings) and
+``ranks`` (ints) as lists or as scalars, and claims select with ``includes()`` and ``in`` and constrain them with
+``matchAttribute``/``distinctAttribute``.
 """
 
 from __future__ import annotations
@@ -63,6 +68,16 @@ CONSTRAINT_ATTRIBUTES = [
     "example.com/zone",
 ]
 
+LIST_SELECTORS = [
+    'device.attributes["gpu.nvidia.com"].peers.includes("p1")',
+    'has(device.attributes["gpu.nvidia.com"].peers) && device.attributes["gpu.nvidia.com"].peers.includes("p2")',
+    '"p0" in device.attributes["gpu.nvidia.com"].peers',
+    'has(device.attributes["gpu.nvidia.com"].ranks) && device.attributes["gpu.nvidia.com"].ranks.includes(1)',
+    'device.attributes["gpu.nvidia.com"].ranks.exists(r, r >= 2)',
+]
+
+LIST_CONSTRAINT_ATTRIBUTES = ["gpu.nvidia.com/peers", "gpu.nvidia.com/peers", "gpu.nvidia.com/ranks"]
+
 TOLERATIONS: list[Json] = [
     {"key": "k1", "operator": "Exists"},
     {"key": "k1", "operator": "Equal", "value": "v1"},
@@ -89,7 +104,7 @@ def _maybe(rng: Random, probability: float) -> bool:
 # ---------------------------------------------------------------- devices
 
 
-def _attributes(rng: Random) -> Json:
+def _attributes(rng: Random, lists: bool) -> Json:
     attrs: Json = {}
     kind = None if _maybe(rng, 0.015) else rng.choice(["gpu", "gpu", "gpu", "mig"])
     if kind is not None:
@@ -111,7 +126,19 @@ def _attributes(rng: Random) -> Json:
         attrs["healthy"] = {"string": healthy}
     if _maybe(rng, 0.75):
         attrs["example.com/zone"] = {"string": rng.choice(["a", "b"])}
+    if lists:
+        _list_attributes(rng, attrs)
     return attrs
+
+
+def _list_attributes(rng: Random, attrs: Json) -> None:
+    """``peers`` and ``ranks`` as lists (now and then a scalar, a list of one to constraints), sometimes absent."""
+    if _maybe(rng, 0.85):
+        peers = rng.sample(["p0", "p1", "p2", "p3"], rng.choice([1, 1, 2, 2, 3]))
+        attrs["peers"] = {"string": peers[0]} if _maybe(rng, 0.15) else {"strings": peers}
+    if _maybe(rng, 0.5):
+        ranks = rng.sample([0, 1, 2], rng.randint(1, 2))
+        attrs["ranks"] = {"int": ranks[0]} if _maybe(rng, 0.2) else {"ints": ranks}
 
 
 def _capacity(rng: Random, multi: bool) -> Json:
@@ -136,9 +163,9 @@ def _capacity(rng: Random, multi: bool) -> Json:
     return capacity
 
 
-def _device(rng: Random, name: str, counter_sets: list[str], per_device: bool) -> Json:
+def _device(rng: Random, name: str, counter_sets: list[str], per_device: bool, lists: bool) -> Json:
     multi = _maybe(rng, 0.15)
-    device: Json = {"name": name, "attributes": _attributes(rng), "capacity": _capacity(rng, multi)}
+    device: Json = {"name": name, "attributes": _attributes(rng, lists), "capacity": _capacity(rng, multi)}
     if multi:
         device["allowMultipleAllocations"] = True
     if _maybe(rng, 0.1):
@@ -181,7 +208,7 @@ def _node_fields(placement: str) -> Json:
     return {"perDeviceNodeSelection": True}
 
 
-def _pool(rng: Random, driver: str, pool: str, placement: str) -> list[Json]:
+def _pool(rng: Random, driver: str, pool: str, placement: str, lists: bool) -> list[Json]:
     prefix = "" if driver == DRIVER else "net-"  # slice names are unique in the cluster
     generation = rng.randint(1, 2)
     partitionable = _maybe(rng, 0.3)
@@ -196,7 +223,7 @@ def _pool(rng: Random, driver: str, pool: str, placement: str) -> list[Json]:
             if names and _maybe(rng, 0.01):
                 name = names[0]  # a duplicate device name makes the pool invalid
             names.append(name)
-            devices.append(_device(rng, name, counter_sets, placement == "per-device"))
+            devices.append(_device(rng, name, counter_sets, placement == "per-device", lists))
         specs.append({"name": f"{prefix}{pool}-s{s}", "devices": devices})
     if partitionable:
         counters = [
@@ -228,7 +255,7 @@ def _pool(rng: Random, driver: str, pool: str, placement: str) -> list[Json]:
         slices.append({"metadata": {"name": spec["name"]}, "spec": body})
     if _maybe(rng, 0.15):
         # A slice of an older generation: never allocated from.
-        old = _device(rng, f"old{rng.randint(0, 1)}", [], placement == "per-device")
+        old = _device(rng, f"old{rng.randint(0, 1)}", [], placement == "per-device", lists)
         body = {
             "driver": driver,
             "pool": {"name": pool, "generation": generation - 1, "resourceSliceCount": 1},
@@ -242,19 +269,19 @@ def _pool(rng: Random, driver: str, pool: str, placement: str) -> list[Json]:
 # ---------------------------------------------------------------- claims
 
 
-def _selectors(rng: Random) -> list[Json]:
-    exprs = rng.sample(SELECTORS, rng.choice([0, 0, 0, 1, 1, 2]))
+def _selectors(rng: Random, lists: bool) -> list[Json]:
+    exprs = rng.sample(SELECTORS + LIST_SELECTORS if lists else SELECTORS, rng.choice([0, 0, 0, 1, 1, 2]))
     return [{"cel": {"expression": e}} for e in exprs]
 
 
-def _exact(rng: Random, sub: bool) -> Json:
+def _exact(rng: Random, sub: bool, lists: bool) -> Json:
     request: Json = {"deviceClassName": rng.choice(["gpu", "gpu", "gpu", "mig", "any", "safe", "strict"])}
     if _maybe(rng, 0.08):
         request["allocationMode"] = "All"
     else:
         request["allocationMode"] = "ExactCount"
         request["count"] = rng.choice([1, 1, 1, 1, 2, 2, 3])
-    selectors = _selectors(rng)
+    selectors = _selectors(rng, lists)
     if selectors:
         request["selectors"] = selectors
     if not sub and _maybe(rng, 0.1):
@@ -267,7 +294,7 @@ def _exact(rng: Random, sub: bool) -> Json:
     return request
 
 
-def _claim(rng: Random, index: int) -> Json:
+def _claim(rng: Random, index: int, lists: bool) -> Json:
     requests: list[Json] = []
     names: list[str] = []
     for r in range(rng.choice([1, 1, 1, 2, 2, 3])):
@@ -275,11 +302,11 @@ def _claim(rng: Random, index: int) -> Json:
         if _maybe(rng, 0.25):
             subs = []
             for s in range(rng.randint(1, 3)):
-                subs.append({"name": f"s{s}", **_exact(rng, sub=True)})
+                subs.append({"name": f"s{s}", **_exact(rng, sub=True, lists=lists)})
                 names.append(f"{name}/s{s}")
             requests.append({"name": name, "firstAvailable": subs})
         else:
-            requests.append({"name": name, "exactly": _exact(rng, sub=False)})
+            requests.append({"name": name, "exactly": _exact(rng, sub=False, lists=lists)})
         names.append(name)
     devices: Json = {"requests": requests}
     constraints = []
@@ -289,7 +316,8 @@ def _claim(rng: Random, index: int) -> Json:
         if scope:
             constraint["requests"] = scope
         key = "distinctAttribute" if _maybe(rng, 0.35) else "matchAttribute"
-        constraint[key] = rng.choice(CONSTRAINT_ATTRIBUTES)
+        attributes = CONSTRAINT_ATTRIBUTES + LIST_CONSTRAINT_ATTRIBUTES if lists else CONSTRAINT_ATTRIBUTES
+        constraint[key] = rng.choice(attributes)
         constraints.append(constraint)
     if constraints:
         devices["constraints"] = constraints
@@ -321,16 +349,19 @@ def _allocated(rng: Random, slices: list[Json]) -> list[Json]:
 
 
 def scenario(rng: Random) -> Json:
+    lists = _maybe(rng, 1 / 6)
     slices: list[Json] = []
     pools = rng.sample(["pool-a", "pool-b", "pool-c", "n1"], rng.randint(1, 3))
     for i, pool in enumerate(pools):
-        slices += _pool(rng, DRIVER, pool, "node" if i == 0 else _placement(rng))
+        slices += _pool(rng, DRIVER, pool, "node" if i == 0 else _placement(rng), lists)
     if _maybe(rng, 0.1):
-        slices += _pool(rng, OTHER_DRIVER, "pool-a", _placement(rng))
+        slices += _pool(rng, OTHER_DRIVER, "pool-a", _placement(rng), lists)
     rng.shuffle(slices)  # the order the informer lists them in means nothing
-    claims = [_claim(rng, i) for i in range(rng.choice([1, 1, 1, 2, 2, 3]))]
+    claims = [_claim(rng, i, lists) for i in range(rng.choice([1, 1, 1, 2, 2, 3]))]
     labels = {"rack": "r1"} if _maybe(rng, 0.5) else {}
+    extra: Json = {"listTypeAttributes": True} if lists else {}
     return {
+        **extra,
         "node": {"name": NODE, "labels": labels},
         "slices": slices,
         "classes": CLASSES,

@@ -23,6 +23,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(TALLY.outcomes.items()))
     terminalreporter.write_line(
         f"allocator oracle: {TALLY.scenarios} scenarios checked against Kubernetes' allocator "
-        f"k8s.io/dynamic-resource-allocation {TALLY.version} ({TALLY.implementation}); Kubernetes: {outcomes}; "
+        f"k8s.io/dynamic-resource-allocation {TALLY.version} ({', '.join(sorted(TALLY.implementations))}), "
+        f"{TALLY.with_lists} with list-typed attributes; Kubernetes: {outcomes}; "
         f"seed {SEED} (replay: GPUDRA_ORACLE_SEED={SEED}, examples {EXAMPLES})"
     )

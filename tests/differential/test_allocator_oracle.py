@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from _oracle_run import EXAMPLES, SEED, Oracle, gpudra, kubernetes, one_line, tally
-from _oracle_scenarios import scenarios
+from _oracle_scenarios import CLASSES, DRIVER, scenarios
 from hypothesis import HealthCheck, given, seed, settings
 
 
@@ -32,7 +32,7 @@ def test_same_answer_as_kubernetes(oracle: Oracle, case: tuple[int, dict[str, An
     number, scenario = case
     kube = kubernetes(oracle, scenario)
     ours = gpudra(scenario)
-    tally(kube)
+    tally(kube, scenario)
     assert (ours.allocated, ours.claims, ours.selector_error) == (
         kube.allocated,
         kube.claims,
@@ -41,3 +41,45 @@ def test_same_answer_as_kubernetes(oracle: Oracle, case: tuple[int, dict[str, An
         f"scenario {number} (_oracle_scenarios.scenario(Random({number}))):\nKubernetes: {kube}\n"
         f"gpudra: {ours}\nscenario: {one_line(scenario)}"
     )
+
+
+def test_list_match_backtracking_restores_the_common_values_as_kubernetes_does(oracle: Oracle) -> None:
+    """matchAttribute on a list: b's first pick (gpu-1, common value y) leaves no second device, so the search
+    drops it and must widen the common values back to a's {x, y} to find gpu-2 and gpu-3. Kubernetes' allocator
+    (v0.37.2, its experimental implementation, the only one with list-typed attributes) does, as gpudra does."""
+    peers = {"gpu-0": ["x", "y"], "gpu-1": ["y"], "gpu-2": ["x"], "gpu-3": ["x"]}
+    devices = [
+        {"name": n, "attributes": {"type": {"string": "gpu"}, "peers": {"strings": p}}}
+        for n, p in peers.items()
+    ]
+    pool = {"name": "n1", "generation": 1, "resourceSliceCount": 1}
+    requests = [
+        {"name": "a", "exactly": {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}},
+        {"name": "b", "exactly": {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 2}},
+    ]
+    constraints = [{"matchAttribute": "gpu.nvidia.com/peers"}]
+    scenario = {
+        "listTypeAttributes": True,
+        "node": {"name": "n1"},
+        "slices": [
+            {
+                "metadata": {"name": "s"},
+                "spec": {"driver": DRIVER, "nodeName": "n1", "pool": pool, "devices": devices},
+            }
+        ],
+        "classes": CLASSES,
+        "claims": [
+            {
+                "metadata": {"name": "c0", "namespace": "default"},
+                "spec": {"devices": {"requests": requests, "constraints": constraints}},
+            }
+        ],
+        "allocated": [],
+    }
+    kube, ours = kubernetes(oracle, scenario), gpudra(scenario)
+    assert kube.allocated and [(d[0], d[3]) for d in kube.claims[0][0]] == [
+        ("a", "gpu-0"),
+        ("b", "gpu-2"),
+        ("b", "gpu-3"),
+    ]
+    assert ours == kube

@@ -1,12 +1,14 @@
 """List-typed attributes in the embedded cluster (``list_attributes``): with the API server's DRAListTypeAttributes
 gate on, each full GPU carries gpudra.dev/nvlinkPeers and claims can keep their GPUs within one NVLink island; with
-it off, the agent finds out with a dry-run write, publishes scalar attributes only and says why on the Node."""
+it off, the agent finds out with a dry-run write, publishes scalar attributes only and says why on the Node, and a
+new claim using includes() is refused as kube-apiserver refuses it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, eventually, kubectl
 from gpudra.cluster.sim.fleetfile import FleetNode
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.hardware.catalog import load_catalog
@@ -128,3 +130,19 @@ async def test_with_the_gate_off_only_scalars_are_published_and_the_node_says_wh
     assert all(PEERS not in d["attributes"] and "uuid" in d["attributes"] for d in devices.values())
     support = cluster.agents[NODE].lists.support
     assert support is not None and support.settled and not support.kept
+
+    # kubectl apply of a claim selecting with includes(): the API server's CEL environment for new expressions
+    # lacks it with the gate off
+    linked = f'device.attributes["gpudra.dev"].nvlinkPeers.includes("{uuid_of(devices["gpu-0"])}")'
+    request = {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression": linked}}]}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "linked", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": request}]}},
+    }
+    out = await kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(claim), check=False)
+    assert 'The ResourceClaim "linked" is invalid' in out
+    assert "spec.devices.requests[0].exactly.selectors[0].cel.expression: Invalid value" in out
+    assert "undeclared reference to 'includes'" in out
+    assert "linked" not in await kubectl(cluster, "get", "resourceclaims", "-n", "default", "-o", "name")

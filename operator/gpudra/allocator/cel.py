@@ -50,6 +50,7 @@ __all__ = [
     "Quantity",
     "Semver",
     "cel_device",
+    "check_new_selector",
     "compile_selector",
 ]
 
@@ -225,12 +226,12 @@ def _types(runtime: bool) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _new_env(runtime: bool) -> Any:
+def _new_env(runtime: bool, includes: bool = True) -> Any:
     t, types = _cel.Type, _types(runtime)
     grouped: dict[str, list[Any]] = {}
     seen: set[tuple[str, bool, tuple[str, ...]]] = set()
     for name, result, params, member, impl in _FUNCTIONS + (
-        _INCLUDES_RUNTIME if runtime else _INCLUDES_CHECK
+        (_INCLUDES_RUNTIME if runtime else _INCLUDES_CHECK) if includes else ()
     ):
         overload_id = "_".join((name.replace(".", "_"), *params))
         if runtime:
@@ -260,6 +261,11 @@ def _new_env(runtime: bool) -> Any:
 @functools.cache
 def _environments() -> tuple[Any, Any]:
     return _new_env(runtime=False), _new_env(runtime=True)
+
+
+@functools.cache
+def _check_env_without_includes() -> Any:
+    return _new_env(runtime=False, includes=False)
 
 
 # ---- devices -----------------------------------------------------------------------------------------------
@@ -464,3 +470,20 @@ def compile_selector(expression: str) -> CompiledSelector:
         raise CelCompileError(f"cannot prepare the selector: {error}", expression=expression) from error
     tree = decode(serialized).root
     return CompiledSelector(expression, program, celanalysis.reads_of(ast), translate(tree), tree)
+
+
+def check_new_selector(expression: str, *, list_attributes: bool) -> None:
+    """Check a selector as kube-apiserver checks one a write adds or changes (its "new expressions" environment):
+    as ``compile_selector`` does, and with DRAListTypeAttributes off (``list_attributes`` false) without
+    ``includes()``, which that environment then lacks. Raise CelCompileError.
+
+    Expressions already stored, and the allocator, always have ``includes()`` (kube-apiserver's "stored
+    expressions" environment), so an object written while the gate was on keeps working after it is turned off.
+    """
+    compile_selector(expression)
+    if list_attributes:
+        return
+    try:
+        _check_env_without_includes().compile(expression)
+    except RuntimeError as error:
+        raise _compile_error(expression, error) from error

@@ -251,6 +251,8 @@ def checker_hint(text: str, message: str, offset: int) -> str:
             "quantities and versions have no relational operators in Kubernetes CEL; "
             f"use compareTo (or isGreaterThan/isLessThan): {fix}"
         )
+    if "undeclared reference to 'includes'" in message:
+        return "includes() needs the DRAListTypeAttributes feature gate on the API server"
     if "undeclared reference to 'device" in message:
         return "device has driver, attributes, capacity and allowMultipleAllocations"
     if "found no matching overload" in message and "kubernetes.Quantity" in message:

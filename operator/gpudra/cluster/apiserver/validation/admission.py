@@ -23,7 +23,9 @@ from .gotypes import GoType, Schemas, schemas_for
 
 MODES = ("Strict", "Warn", "Ignore")
 _TYPE_META = ("apiVersion", "kind", "metadata")
-Validator = Callable[[dict[str, Any], dict[str, Any] | None], list[FieldError]]
+Validator = Callable[[dict[str, Any], dict[str, Any] | None, frozenset[str]], list[FieldError]]
+"""Validates a write: the object, the stored one (None on create) and the feature gates the server has on."""
+LIST_ATTRIBUTES = "DRAListTypeAttributes"
 
 
 @dataclass
@@ -42,41 +44,57 @@ class Admission:
 
 
 # ---- built-in kinds ----------------------------------------------------------------------------------------
-def _claim(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    errors = resourceclaims.claim_spec(obj.get("spec") or {}, "spec")
+# A claim's and a template's spec is immutable: on update kube-apiserver checks only that, so their selectors are
+# stored expressions there (``includes()`` compiles with DRAListTypeAttributes off).
+def _claim(obj: dict[str, Any], old: dict[str, Any] | None, gates: frozenset[str]) -> list[FieldError]:
+    includes = old is not None or LIST_ATTRIBUTES in gates
+    errors = resourceclaims.claim_spec(obj.get("spec") or {}, "spec", includes)
     if old is not None:
         errors = resourceclaims.immutable("spec", obj.get("spec"), old.get("spec")) + errors
         errors += claimstatus.claim_status(obj, old)
     return errors
 
 
-def _template(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+def _template(obj: dict[str, Any], old: dict[str, Any] | None, gates: frozenset[str]) -> list[FieldError]:
     spec = obj.get("spec") or {}
+    includes = old is not None or LIST_ATTRIBUTES in gates
     errors = objectmeta.template_labels(spec.get("metadata") or {}, "spec.metadata")
-    errors += resourceclaims.claim_spec(spec.get("spec") or {}, "spec.spec")
+    errors += resourceclaims.claim_spec(spec.get("spec") or {}, "spec.spec", includes)
     if old is not None:
         errors = resourceclaims.immutable("spec", spec, old.get("spec")) + errors
     return errors
 
 
-def _pod_template(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+def _device_class(obj: dict[str, Any], old: dict[str, Any] | None, gates: frozenset[str]) -> list[FieldError]:
+    """A DeviceClass's selectors are stored expressions on an update that leaves all of them as they were (in the
+    same order; none and an empty list are the same), as kube-apiserver's validateDeviceClassSpec decides."""
+    spec = obj.get("spec") or {}
+    unchanged = old is not None and (spec.get("selectors") or []) == (
+        (old.get("spec") or {}).get("selectors") or []
+    )
+    return resourceclaims.class_spec(spec, unchanged or LIST_ATTRIBUTES in gates)
+
+
+def _pod_template(obj: dict[str, Any], old: dict[str, Any] | None, _: frozenset[str]) -> list[FieldError]:
     return core.pod_template((obj.get("spec") or {}).get("template") or {}, "spec.template")
 
 
 _VALIDATORS: dict[tuple[str, str], Validator] = {
     ("resource.k8s.io", "resourceclaims"): _claim,
     ("resource.k8s.io", "resourceclaimtemplates"): _template,
-    ("resource.k8s.io", "deviceclasses"): lambda obj, old: resourceclaims.class_spec(obj.get("spec") or {}),
-    ("resource.k8s.io", "resourceslices"): lambda obj, old: resourceslices.slice_spec(
+    ("resource.k8s.io", "deviceclasses"): _device_class,
+    ("resource.k8s.io", "resourceslices"): lambda obj, old, _: resourceslices.slice_spec(
         obj.get("spec") or {}, None if old is None else old.get("spec") or {}
     ),
-    ("resource.k8s.io", "devicetaintrules"): lambda obj, old: resourceslices.taint_rule(
+    ("resource.k8s.io", "devicetaintrules"): lambda obj, old, _: resourceslices.taint_rule(
         obj.get("spec") or {}
     ),
-    ("", "pods"): lambda obj, old: (
+    ("", "pods"): lambda obj, old, _: (
         core.pod_spec(obj.get("spec") or {}, "spec") + ([] if old is None else core.pod_status(obj))
     ),
-    ("", "nodes"): lambda obj, old: core.taints((obj.get("spec") or {}).get("taints") or [], "spec.taints"),
+    ("", "nodes"): lambda obj, old, _: core.taints(
+        (obj.get("spec") or {}).get("taints") or [], "spec.taints"
+    ),
     ("apps", "deployments"): _pod_template,
     ("apps", "daemonsets"): _pod_template,
     ("apps", "replicasets"): _pod_template,
@@ -130,7 +148,7 @@ class Admitter:
         if kind is not None:
             obj = self._decode(rt, obj, kind, admission)
         _defaults(rt, obj)
-        lists_off = "DRAListTypeAttributes" not in self.feature_gates
+        lists_off = LIST_ATTRIBUTES not in self.feature_gates
         if lists_off and rt.group == "resource.k8s.io" and rt.plural == "resourceslices":
             resourceslices.drop_list_attributes(
                 obj.get("spec") or {}, None if old is None else old.get("spec")
@@ -140,7 +158,7 @@ class Admitter:
         )
         validator = _VALIDATORS.get((rt.group, rt.plural))
         if validator is not None:
-            errors += validator(obj, old)
+            errors += validator(obj, old, self.feature_gates)
         if rt.plural == CRD_PLURAL:
             for i, version in enumerate((obj.get("spec") or {}).get("versions") or ()):
                 schema = (version.get("schema") or {}).get("openAPIV3Schema")

@@ -4,7 +4,8 @@
 A request has exactly one of ``exactly`` and ``firstAvailable``; request and subrequest names are unique DNS
 labels; ``deviceClassName`` is required; ``count`` is positive in ExactCount mode and absent in All mode;
 constraints and configs name requests that exist; attribute names are qualified; every CEL selector compiles
-(the error at ``...selectors[i].cel.expression``, with line, column and a caret as kube-apiserver prints it);
+(the error at ``...selectors[i].cel.expression``, with line, column and a caret as kube-apiserver prints it),
+``includes()`` only where the expression is stored or DRAListTypeAttributes is on (see ``selector``);
 opaque parameters are a JSON object of at most 10 KiB. The defaults Kubernetes sets before it validates
 (allocationMode ExactCount, count 1, toleration operator Equal) are set here too.
 """
@@ -15,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator.cel import MAX_EXPRESSION_LENGTH, CelCompileError, compile_selector
+from gpudra.allocator.cel import MAX_EXPRESSION_LENGTH, CelCompileError, check_new_selector
 
 from . import names
 from .fielderrors import (
@@ -98,7 +99,10 @@ def compile_failure(expression: str, error: CelCompileError) -> str:
     return f"compilation failed: ERROR: {error}\n | {text}\n | {'.' * (error.column - 1)}^"
 
 
-def selector(item: Any, path: str) -> Errors:
+def selector(item: Any, path: str, includes: bool) -> Errors:
+    """One selector. ``includes``: whether ``includes()`` compiles, as in kube-apiserver's CEL environment for
+    this expression: always for an expression already stored (its "stored expressions" environment), for a new or
+    changed one only with DRAListTypeAttributes on (its "new expressions" environment lacks it otherwise)."""
     cel = item.get("cel") if isinstance(item, dict) else None
     if not isinstance(cel, dict):
         return [required(f"{path}.cel")]
@@ -107,14 +111,14 @@ def selector(item: Any, path: str) -> Errors:
     if len(expression) > MAX_EXPRESSION_LENGTH:
         return [too_long(here, MAX_EXPRESSION_LENGTH)]
     try:
-        compile_selector(expression)
+        check_new_selector(expression, list_attributes=includes)
     except CelCompileError as error:
         return [invalid_value(here, expression, compile_failure(expression, error))]
     return []
 
 
-def selectors(items: Any, path: str) -> Errors:
-    return listed(items, SELECTORS_MAX, path, selector)
+def selectors(items: Any, path: str, includes: bool) -> Errors:
+    return listed(items, SELECTORS_MAX, path, lambda item, p: selector(item, p, includes))
 
 
 # ---- requests ----------------------------------------------------------------------------------------------
@@ -146,9 +150,9 @@ def _device_class(name: str, path: str) -> Errors:
     return [required(path)] if not name else names.each(path, name, names.dns1123_subdomain(name))
 
 
-def _exact(request: dict[str, Any], path: str) -> Errors:
+def _exact(request: dict[str, Any], path: str, includes: bool) -> Errors:
     errors = _device_class(str(request.get("deviceClassName") or ""), f"{path}.deviceClassName")
-    errors += selectors(request.get("selectors"), f"{path}.selectors")
+    errors += selectors(request.get("selectors"), f"{path}.selectors", includes)
     mode, count = request.get("allocationMode"), request.get("count") or 0
     if mode == "All":
         if count != 0:
@@ -165,20 +169,22 @@ def _exact(request: dict[str, Any], path: str) -> Errors:
     return errors
 
 
-def _subrequest(sub: dict[str, Any], path: str) -> Errors:
+def _subrequest(sub: dict[str, Any], path: str, includes: bool) -> Errors:
     name = str(sub.get("name") or "")
-    return names.each(f"{path}.name", name, names.dns1123_label(name)) + _exact(sub, path)
+    return names.each(f"{path}.name", name, names.dns1123_label(name)) + _exact(sub, path, includes)
 
 
-def _request(request: dict[str, Any], path: str) -> Errors:
+def _request(request: dict[str, Any], path: str, includes: bool) -> Errors:
     name = str(request.get("name") or "")
     errors = names.each(f"{path}.name", name, names.dns1123_label(name))
     first, exact = request.get("firstAvailable") or [], request.get("exactly")
     if first:
-        errors += listed(first, SUBREQUESTS_MAX, f"{path}.firstAvailable", _subrequest)
+        errors += listed(
+            first, SUBREQUESTS_MAX, f"{path}.firstAvailable", lambda s, p: _subrequest(s, p, includes)
+        )
         errors += unique(first, f"{path}.firstAvailable", lambda s: s.get("name", ""), "name")
     if isinstance(exact, dict):
-        errors += _exact(exact, f"{path}.exactly")
+        errors += _exact(exact, f"{path}.exactly", includes)
     kinds = bool(first) + isinstance(exact, dict)
     if kinds == 0:
         errors.append(required(path, "exactly one of `exactly` or `firstAvailable` is required"))
@@ -281,12 +287,13 @@ def opaque_config(item: dict[str, Any], path: str) -> Errors:
     return errors
 
 
-def claim_spec(spec: dict[str, Any], path: str) -> Errors:
+def claim_spec(spec: dict[str, Any], path: str, includes: bool) -> Errors:
+    """A claim's (or a claim template's) spec; ``includes`` as for ``selector``."""
     devices = spec.get("devices") or {}
     here = f"{path}.devices"
     known = request_names(devices)
     requests = devices.get("requests")
-    errors = listed(requests, REQUESTS_MAX, f"{here}.requests", _request)
+    errors = listed(requests, REQUESTS_MAX, f"{here}.requests", lambda r, p: _request(r, p, includes))
     errors += unique(requests, f"{here}.requests", lambda r: r.get("name", ""), "name")
     errors += listed(
         devices.get("constraints"),
@@ -301,8 +308,9 @@ def claim_spec(spec: dict[str, Any], path: str) -> Errors:
     return errors + listed(devices.get("config"), CONFIGS_MAX, f"{here}.config", config)
 
 
-def class_spec(spec: dict[str, Any]) -> Errors:
-    errors = selectors(spec.get("selectors"), "spec.selectors")
+def class_spec(spec: dict[str, Any], includes: bool) -> Errors:
+    """A DeviceClass's spec; ``includes`` as for ``selector``."""
+    errors = selectors(spec.get("selectors"), "spec.selectors", includes)
     errors += listed(spec.get("config"), CONFIGS_MAX, "spec.config", opaque_config)
     extended = spec.get("extendedResourceName")
     if extended is not None and not _extended_resource_name(str(extended)):
