@@ -86,6 +86,7 @@ class Allocator:
             self.classes = {c.metadata.name or "": c for c in classes}
         self.namespace_labels = dict(namespace_labels or {})
         self.compile_selector = compile_selector or _default_compile
+        self._compiled: dict[str, Selector] = {}
         self.device_view = device_view
         self.share_id = share_id or _default_share_id
         self.budget = budget
@@ -116,7 +117,7 @@ class Allocator:
         for i, claim in enumerate(claims):
             labels = self.namespace_labels.get(claim.metadata.namespace or "default")
             try:
-                specs.append(build_claim(i, claim, self.classes, self.compile_selector, labels))
+                specs.append(build_claim(i, claim, self.classes, self._compile, labels))
                 build_constraints(claim.spec.devices.constraints)
             except RequestProblem as problem:
                 diag = RequestDiagnosis(claim=problem.claim, request=problem.request, reason=problem.reason,
@@ -125,6 +126,15 @@ class Allocator:
             except InvalidInputError as err:
                 return Failure(node=None, reason="InvalidSelector", message=f"{claim_key(claim)}: {err}")
         return specs
+
+    def _compile(self, expression: str) -> Selector:
+        """``compile_selector``, remembered per expression (a compile error is raised again each time)."""
+        selector = self._compiled.get(expression)
+        if selector is None:
+            if len(self._compiled) > 4096:
+                self._compiled.clear()
+            selector = self._compiled[expression] = self.compile_selector(expression)
+        return selector
 
     def _on_node(self, node: NodeInfo, claims: list[ClaimSpec], *, explain: bool) -> Allocation | Failure:
         pools = self.snapshot.node_pools(node)
@@ -377,8 +387,7 @@ class Allocator:
         return None
 
     def _cluster_matches(self, spec: RequestSpec) -> int:
-        exprs = tuple(s.expression for s in spec.selectors)
-        key = (self.snapshot.version, exprs)
+        key = (self.snapshot.version, spec.expressions)
         cached = self._cluster_match.get(key)
         if cached is not None:
             return cached
