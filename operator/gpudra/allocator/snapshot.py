@@ -178,7 +178,7 @@ class ClusterSnapshot:
         """The pools reachable from ``node`` in Kubernetes' order (driver, pool name; pools whose devices have
         binding conditions last)."""
         cached = self._node_cache.get(node.name)
-        if cached is not None and cached[0] == self.version and cached[1] == node:
+        if cached is not None and cached[0] == self.version and (cached[1] is node or cached[1] == node):
             return cached[2]
         keys = set(self._by_node.get(node.name, ())) | set(self._global)
         usable: list[tuple[PoolView, list[DeviceEntry]]] = []
@@ -282,9 +282,9 @@ class ClusterSnapshot:
         view = self._pools.get(PoolKey(device.driver, device.pool))
         self.freed.append(view.node_local if view is not None else None)
 
-    def _count_free(self, device: DeviceId, delta: int) -> None:
+    def _count_free(self, key: PoolKey, device: DeviceId, delta: int) -> None:
         """Adjust the cached free count of the device's node by ``delta`` instead of counting again."""
-        view = self._pools.get(PoolKey(device.driver, device.pool))
+        view = self._pools.get(key)
         node = view.node_local if view is not None else None
         if view is None or node is None:
             return
@@ -297,19 +297,21 @@ class ClusterSnapshot:
         self._node_counts[node] = (cached[0], cached[1], cached[2] + delta, cached[3])
 
     def allocate_device(self, device: DeviceId) -> None:
+        key = PoolKey(device.driver, device.pool)
         if device not in self._in_use:
-            self._count_free(device, -1)
+            self._count_free(key, device, -1)
         self._in_use.add(device)
-        self._by_pool_in_use.setdefault(PoolKey(device.driver, device.pool), set()).add(device)
-        self._available.pop(PoolKey(device.driver, device.pool), None)
+        self._by_pool_in_use.setdefault(key, set()).add(device)
+        self._available.pop(key, None)
 
     def free_device(self, device: DeviceId) -> None:
         self._note_freed(device)
+        key = PoolKey(device.driver, device.pool)
         if device in self._in_use:
-            self._count_free(device, +1)
+            self._count_free(key, device, +1)
         self._in_use.discard(device)
-        self._by_pool_in_use.get(PoolKey(device.driver, device.pool), set()).discard(device)
-        self._available.pop(PoolKey(device.driver, device.pool), None)
+        self._by_pool_in_use.get(key, set()).discard(device)
+        self._available.pop(key, None)
 
     def add_share(self, device: DeviceId, share_id: str, consumed: dict[str, Fraction]) -> None:
         self._shares.setdefault(device, {})[share_id] = dict(consumed)
