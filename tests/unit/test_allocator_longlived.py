@@ -8,7 +8,7 @@ from __future__ import annotations
 from random import Random
 from typing import Any
 
-from _allocator_kit import DRIVER, claim, gpu, make_allocator, match, req, slice_, sub
+from _allocator_kit import DRIVER, claim, device_class, gpu, make_allocator, match, req, slice_, sub
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,3 +97,28 @@ def test_a_long_lived_allocator_answers_as_a_fresh_one(r: Random) -> None:
         if isinstance(outcome, Allocation):
             kept.commit(outcome)
             live.append(outcome)
+
+
+def test_a_claim_written_like_an_earlier_one_follows_a_replaced_device_class() -> None:
+    h100, a100 = PRODUCTS
+    kept = make_allocator(
+        [slice_("n0", [gpu("gpu-0", h100)]), slice_("n1", [gpu("gpu-0", a100)])], real_cel=True
+    )
+    first = kept.find_node([claim("c1", req("gpu", "gpu.nvidia.com"))])
+    assert isinstance(first, Allocation) and first.node == "n0"
+    kept.snapshot.mark_free(first.claims[0].result)
+    only_a100 = f'device.attributes["gpu.nvidia.com"].productName == "{a100}"'
+    kept.classes["gpu.nvidia.com"] = device_class("gpu.nvidia.com", only_a100)
+    again = kept.find_node([claim("c2", req("gpu", "gpu.nvidia.com"))])
+    assert isinstance(again, Allocation) and again.node == "n1"
+
+
+def test_admin_access_follows_the_namespace_label_between_claims_written_alike() -> None:
+    kept = make_allocator([slice_("n0", [gpu("gpu-0")])], real_cel=True)
+    kept.namespace_labels = {"ops": {"resource.kubernetes.io/admin-access": "true"}}
+    admin = req("gpu", "gpu.nvidia.com", admin=True)
+    assert isinstance(kept.find_node([claim("c1", admin, namespace="ops")]), Allocation)
+    kept.namespace_labels = {"ops": {}}
+    denied = kept.find_node([claim("c2", admin, namespace="ops")])
+    assert not isinstance(denied, Allocation)
+    assert denied.reason == "AdminAccessDenied"

@@ -90,6 +90,14 @@ class RequestSpec:
     def selectors(self) -> tuple[Selector, ...]:
         return self.class_selectors + self.request_selectors
 
+    def fresh(self, claim_index: int) -> RequestSpec:
+        """The same request, for the claim at ``claim_index`` of a pod, without any node's state."""
+        return RequestSpec(
+            claim_index, self.base, self.full, self.class_name, self.device_class, self.class_selectors,
+            self.request_selectors, self.all_mode, self.count, self.admin, self.tolerations,
+            self.capacity_requests, self.expressions, self.selection_key,
+        )  # fmt: skip
+
 
 @dataclass(slots=True)
 class ClaimSpec:
