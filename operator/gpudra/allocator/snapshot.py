@@ -259,15 +259,21 @@ class ClusterSnapshot:
     def node_shape(self, node: str) -> tuple[dict[str, int], frozenset[Schema]] | None:
         """For a node whose pools are all its own: per attribute the most of its devices that share one value
         (summed over its pools, an upper bound), and the schemas of its devices. None when pools shared with
-        other nodes reach it (then nothing bounds it)."""
+        other nodes reach it (then nothing bounds it). Read only: a node with one pool gets the pool's own."""
         if self._global:
             return None
         cached = self._shapes.get(node)
         if cached is not None and cached[0] == self.version:
             return cached[1]
+        keys = self._by_node.get(node, ())
+        if len(keys) == 1:
+            only = self.pool(next(iter(keys)))
+            if only is not None:
+                self._shapes[node] = (self.version, (only.multiplicity, only.schemas))
+                return only.multiplicity, only.schemas
         most: dict[str, int] = {}
         schemas: frozenset[Schema] = frozenset()
-        for key in self._by_node.get(node, ()):
+        for key in keys:
             view = self.pool(key)
             if view is None:
                 continue
