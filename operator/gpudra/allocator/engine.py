@@ -31,6 +31,7 @@ from gpudra.allocator.explain import (
 from gpudra.allocator.kubeorder import AllocationAborted, KubeOrderSearch, needs_kube_order
 from gpudra.allocator.pools import NodeInfo, PoolKey
 from gpudra.allocator.requests import (
+    ADMIN_ACCESS_LABEL,
     ClaimSpec,
     CompileSelector,
     DeviceView,
@@ -86,6 +87,8 @@ class Allocator:
             self.classes = {c.metadata.name or "": c for c in classes}
         self.namespace_labels = dict(namespace_labels or {})
         self.compile_selector = compile_selector or _default_compile
+        self._compiled: dict[str, Selector] = {}
+        self._prepared: dict[tuple[str, str | None], ClaimSpec] = {}
         self.device_view = device_view
         self.share_id = share_id or _default_share_id
         self.budget = budget
@@ -111,13 +114,31 @@ class Allocator:
         for claim in allocation.claims:
             self.snapshot.mark_allocated(claim.result)
 
-    def _prepare(self, claims: Sequence[ResourceClaim]) -> list[ClaimSpec] | Failure:
+    def _prepare(
+        self, claims: Sequence[ResourceClaim], texts: Sequence[str] | None = None
+    ) -> list[ClaimSpec] | Failure:
+        """The claims' requests resolved and compiled. With ``texts`` (each claim's namespace and devices as
+        JSON), a claim written like one prepared before is copied from it, as long as its classes are still
+        the same objects."""
         specs: list[ClaimSpec] = []
         for i, claim in enumerate(claims):
             labels = self.namespace_labels.get(claim.metadata.namespace or "default")
+            key = (texts[i], (labels or {}).get(ADMIN_ACCESS_LABEL)) if texts is not None else None
+            known = self._prepared.get(key) if key is not None else None
+            if known is not None and all(
+                self.classes.get(s.class_name) is s.device_class for g in known.groups for s in g
+            ):
+                groups = [[s.fresh(i) for s in g] for g in known.groups]
+                specs.append(ClaimSpec(claim, claim_key(claim), groups, known.first_available))
+                continue
             try:
-                specs.append(build_claim(i, claim, self.classes, self.compile_selector, labels))
+                spec = build_claim(i, claim, self.classes, self._compile, labels)
                 build_constraints(claim.spec.devices.constraints)
+                specs.append(spec)
+                if key is not None:
+                    if len(self._prepared) > 4096:
+                        self._prepared.clear()
+                    self._prepared[key] = spec
             except RequestProblem as problem:
                 diag = RequestDiagnosis(claim=problem.claim, request=problem.request, reason=problem.reason,
                                         message=str(problem))  # fmt: skip
@@ -125,6 +146,15 @@ class Allocator:
             except InvalidInputError as err:
                 return Failure(node=None, reason="InvalidSelector", message=f"{claim_key(claim)}: {err}")
         return specs
+
+    def _compile(self, expression: str) -> Selector:
+        """``compile_selector``, remembered per expression (a compile error is raised again each time)."""
+        selector = self._compiled.get(expression)
+        if selector is None:
+            if len(self._compiled) > 4096:
+                self._compiled.clear()
+            selector = self._compiled[expression] = self.compile_selector(expression)
+        return selector
 
     def _on_node(self, node: NodeInfo, claims: list[ClaimSpec], *, explain: bool) -> Allocation | Failure:
         pools = self.snapshot.node_pools(node)
@@ -213,13 +243,14 @@ class Allocator:
         """Try nodes in order (``nodes`` as given, else every node with node-local slices by name) and return
         the first allocation. Nodes with too few free devices are skipped without a search. A Failure (not per
         node) comes back for problems no node can fix (missing class, bad selector, adminAccess denied)."""
-        prepared = self._prepare(claims)
+        texts = [f"{c.metadata.namespace}:{c.spec.devices.model_dump_json()}" for c in claims]
+        prepared = self._prepare(claims, texts)
         if isinstance(prepared, Failure):
             return prepared
         order: Sequence[NodeInfo] = nodes if nodes is not None else self._default_order()
         nowhere = self._matches_nowhere(prepared)
         minimum = _min_devices(prepared)
-        shape = "|".join(f"{c.metadata.namespace}:{c.spec.devices.model_dump_json()}" for c in claims)
+        shape = "|".join(texts)
         start, known = self._hint(order, shape) if nowhere is None else (0, None)
         if known is not None:
             return known
@@ -377,8 +408,7 @@ class Allocator:
         return None
 
     def _cluster_matches(self, spec: RequestSpec) -> int:
-        exprs = tuple(s.expression for s in spec.selectors)
-        key = (self.snapshot.version, exprs)
+        key = (self.snapshot.version, spec.expressions)
         cached = self._cluster_match.get(key)
         if cached is not None:
             return cached

@@ -62,6 +62,10 @@ class KubeOrderSearch(Search):
             id(spec): {id(e) for e in spec.selected} for c in claims for g in c.groups for spec in g
         }
 
+    def run(self) -> bool:
+        """Always the whole walk: which device a selector fails on first depends on it."""
+        return self._claim(0)
+
     def _request(self, ci: int, ri: int) -> bool:
         claim = self.claims[ci]
         if ri == len(claim.groups):

@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from gpudra.allocator.celview import CelDevice, Schema, cel_device, schema_of
-from gpudra.api.dra import Device, DeviceTaint, ResourceSlice
+from gpudra.api.dra import Device, DeviceAttribute, DeviceTaint, ResourceSlice
 from gpudra.api.quantity import parse_quantity
 from gpudra.errors import InvalidInputError
 
@@ -135,12 +135,26 @@ def qualify(name: str, driver: str) -> str:
 def _attributes(driver: str, device: Device) -> dict[str, AttrValue]:
     out: dict[str, AttrValue] = {}
     attrs = device.attributes or {}
-    # Bare names first so that an explicitly qualified duplicate wins, as Kubernetes' lookup does.
-    for name, attr in sorted(attrs.items(), key=lambda kv: "/" in kv[0]):
-        out[qualify(name, driver)] = (
-            (attr.kind, frozenset(attr.values)) if attr.is_list else (attr.kind, attr.value)
-        )
+    items: Iterable[tuple[str, DeviceAttribute]] = attrs.items()
+    if any("/" in name for name in attrs):
+        # Bare names first so that an explicitly qualified duplicate wins, as Kubernetes' lookup does.
+        items = sorted(attrs.items(), key=lambda kv: "/" in kv[0])
+    for name, attr in items:
+        out[qualify(name, driver)] = _tagged(attr)
     return out
+
+
+def _tagged(attr: DeviceAttribute) -> AttrValue:
+    """``(attr.kind, attr.value)`` in one pass; a list attribute's values as a set."""
+    if attr.int_ is not None:
+        return ("int", attr.int_)
+    if attr.bool_ is not None:
+        return ("bool", attr.bool_)
+    if attr.string is not None:
+        return ("string", attr.string)
+    if attr.is_list:
+        return (attr.kind, frozenset(attr.values))
+    return ("version", attr.version or "")
 
 
 def _capacity(device: Device) -> dict[str, CapacitySpec]:

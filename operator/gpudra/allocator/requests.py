@@ -7,7 +7,7 @@ per expression for the life of its slice, whichever pod or node asks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -71,6 +71,11 @@ class RequestSpec:
     admin: bool
     tolerations: list[DeviceToleration] | None
     capacity_requests: dict[str, Fraction]
+    expressions: tuple[str, ...] = ()
+    """The expressions of ``selectors``, in order."""
+    selection_key: Hashable = ()
+    """The expressions, the capacity requests and the mode: what decides which of a node's devices the request
+    selects (see ``Selection``)."""
     # per node, filled by select():
     selected: list[DeviceEntry] = field(default_factory=list)
     usable: list[DeviceEntry] = field(default_factory=list)
@@ -84,6 +89,14 @@ class RequestSpec:
     @property
     def selectors(self) -> tuple[Selector, ...]:
         return self.class_selectors + self.request_selectors
+
+    def fresh(self, claim_index: int) -> RequestSpec:
+        """The same request, for the claim at ``claim_index`` of a pod, without any node's state."""
+        return RequestSpec(
+            claim_index, self.base, self.full, self.class_name, self.device_class, self.class_selectors,
+            self.request_selectors, self.all_mode, self.count, self.admin, self.tolerations,
+            self.capacity_requests, self.expressions, self.selection_key,
+        )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -188,6 +201,8 @@ def _spec(
     class_sel = _compile(compile_selector, device_class.spec.selectors, f"DeviceClass {class_name}")
     req_sel = _compile(compile_selector, selectors, f"request {full}")
     all_mode = mode == "All"
+    capacity_requests = {k: parse_quantity(v) for k, v in (capacity or {}).items()}
+    expressions = tuple(s.expression for s in class_sel + req_sel)
     return RequestSpec(
         claim_index=claim_index,
         base=base,
@@ -200,7 +215,9 @@ def _spec(
         count=1 if count is None else count,
         admin=admin,
         tolerations=tolerations,
-        capacity_requests={k: parse_quantity(v) for k, v in (capacity or {}).items()},
+        capacity_requests=capacity_requests,
+        expressions=expressions,
+        selection_key=(expressions, tuple(sorted(capacity_requests.items())), all_mode),
     )
 
 
@@ -285,10 +302,52 @@ _NO_DEMAND: dict[str, Fraction] = {}
 """A device that is not multi-allocatable, for a request without capacity requests, always holds it."""
 
 
+@dataclass(slots=True)
+class Selection:
+    """What a node's devices are for one combination of selectors, capacity requests and mode; it changes only
+    with the node's slices, so it is kept on the node's ``NodePools`` and reused by every claim of that shape.
+    """
+
+    selected: list[DeviceEntry]
+    failing: dict[DeviceEntry, SelectorRuntimeError]
+    demand: dict[DeviceEntry, dict[str, Fraction]]
+    plain: bool
+    """No selected device has taints, counters or multiple allocations and nothing is requested of its
+    capacity: then only being in use keeps one from the request."""
+
+
 def select(
     spec: RequestSpec, node_pools: NodePools, snapshot: ClusterSnapshot, device_view: DeviceView
 ) -> None:
     """Fill ``selected`` / ``usable`` / ``failing`` / ``need`` / ``impossible`` of a spec for one node."""
+    key = (spec.selection_key, device_view)
+    chosen = node_pools.selections.get(key)
+    if chosen is None:
+        chosen = node_pools.selections[key] = _selection(spec, node_pools, device_view)
+    selected = chosen.selected
+    spec.selected = selected
+    spec.failing = chosen.failing
+    spec.demand = chosen.demand
+    if not chosen.plain:
+        spec.usable = [e for e in selected if blocker(spec, e, snapshot, node_pools.views) is None]
+    elif spec.admin:
+        spec.usable = list(selected)
+    else:
+        spec.usable = snapshot.not_in_use(selected)
+    if spec.all_mode:
+        spec.need = len(selected)
+        spec.impossible = (
+            not selected
+            or len(spec.usable) < len(selected)
+            or bool(node_pools.incomplete)
+            or bool(node_pools.invalid)
+        )
+    else:
+        spec.need = spec.count
+        spec.impossible = len(spec.usable) < spec.count
+
+
+def _selection(spec: RequestSpec, node_pools: NodePools, device_view: DeviceView) -> Selection:
     selectors = spec.selectors
     selected: list[DeviceEntry] = []
     failing: dict[DeviceEntry, SelectorRuntimeError] = {}
@@ -312,18 +371,5 @@ def select(
         if spec.all_mode and (d is None or not fits_capacity(entry, d, {}, None)):
             continue  # Kubernetes leaves devices that can never hold the request out of "all"
         selected.append(entry)
-    spec.selected = selected
-    spec.failing = failing
-    spec.demand = demand
-    spec.usable = [e for e in selected if blocker(spec, e, snapshot, node_pools.views) is None]
-    if spec.all_mode:
-        spec.need = len(selected)
-        spec.impossible = (
-            not selected
-            or len(spec.usable) < len(selected)
-            or bool(node_pools.incomplete)
-            or bool(node_pools.invalid)
-        )
-    else:
-        spec.need = spec.count
-        spec.impossible = len(spec.usable) < spec.count
+    plain = not spec.capacity_requests and not any(e.taints or e.consumes or e.multi for e in selected)
+    return Selection(selected, failing, demand, plain)

@@ -130,7 +130,27 @@ class Search:
 
     def run(self) -> bool:
         """True when a full solution was found (then ``picks`` and ``chosen`` hold it)."""
+        if len(self.claims) == 1 and not self.constraints[0]:
+            groups = self.claims[0].groups
+            if len(groups) == 1 and len(groups[0]) == 1 and not groups[0][0].all_mode:
+                return self._first(groups[0][0])
         return self._claim(0)
+
+    def _first(self, spec: RequestSpec) -> bool:
+        """One request, no constraint: the first ``need`` candidates are the first solution unless one of them
+        draws on counters or capacity (then the full search decides). Steps are counted as the search would."""
+        if spec.impossible:
+            return False
+        cands = self._cands(spec)
+        taken = cands[: spec.need]
+        if len(taken) < spec.need or any(e.consumes or e.multi for e in taken):
+            return self._claim(0)
+        self.steps = spec.need + 1
+        if self.steps > self.budget:
+            raise BudgetExceeded
+        self.picks = [Pick(0, spec, e, None) for e in taken]
+        self.chosen[(0, 0)] = 0
+        return True
 
     def _claim(self, ci: int) -> bool:
         if ci == len(self.claims):

@@ -8,9 +8,10 @@ the few pools whose slices use nodeSelector / allNodes / perDeviceNodeSelection 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from gpudra.allocator.celview import Schema
 from gpudra.allocator.index import DeviceIndex
@@ -26,6 +27,9 @@ from gpudra.allocator.pools import (
 )
 from gpudra.api.dra import AllocationResult, DeviceRequestAllocationResult, ResourceSlice
 from gpudra.api.quantity import parse_quantity
+
+if TYPE_CHECKING:
+    from gpudra.allocator.requests import Selection
 
 
 @dataclass(slots=True)
@@ -44,6 +48,9 @@ class NodePools:
     """ids of the visible devices the node cannot use."""
     views: dict[PoolKey, PoolView] = field(default_factory=dict)
     """The usable pools as the node sees them (see pools.node_view), for their counters."""
+    selections: dict[Hashable, Selection] = field(default_factory=dict)
+    """What the node's devices are for each shape of request seen (``requests.Selection``), kept as long as
+    this object: until the node's slices change."""
 
 
 class ClusterSnapshot:
@@ -75,6 +82,7 @@ class ClusterSnapshot:
         self._anon = 0
         for s in slices:
             self.add_slice(s)
+        self.refresh()  # ingest what was given now: pools, CEL views and the index, not on the first claim
 
     # ------------------------------------------------------------ slices
 
@@ -170,7 +178,7 @@ class ClusterSnapshot:
         """The pools reachable from ``node`` in Kubernetes' order (driver, pool name; pools whose devices have
         binding conditions last)."""
         cached = self._node_cache.get(node.name)
-        if cached is not None and cached[0] == self.version and cached[1] == node:
+        if cached is not None and cached[0] == self.version and (cached[1] is node or cached[1] == node):
             return cached[2]
         keys = set(self._by_node.get(node.name, ())) | set(self._global)
         usable: list[tuple[PoolView, list[DeviceEntry]]] = []
@@ -212,6 +220,10 @@ class ClusterSnapshot:
     def in_use(self, device: DeviceId) -> bool:
         return device in self._in_use
 
+    def not_in_use(self, entries: list[DeviceEntry]) -> list[DeviceEntry]:
+        in_use = self._in_use
+        return [e for e in entries if e.id not in in_use]
+
     def shares(self, device: DeviceId) -> dict[str, dict[str, Fraction]]:
         return self._shares.get(device, {})
 
@@ -247,15 +259,21 @@ class ClusterSnapshot:
     def node_shape(self, node: str) -> tuple[dict[str, int], frozenset[Schema]] | None:
         """For a node whose pools are all its own: per attribute the most of its devices that share one value
         (summed over its pools, an upper bound), and the schemas of its devices. None when pools shared with
-        other nodes reach it (then nothing bounds it)."""
+        other nodes reach it (then nothing bounds it). Read only: a node with one pool gets the pool's own."""
         if self._global:
             return None
         cached = self._shapes.get(node)
         if cached is not None and cached[0] == self.version:
             return cached[1]
+        keys = self._by_node.get(node, ())
+        if len(keys) == 1:
+            only = self.pool(next(iter(keys)))
+            if only is not None:
+                self._shapes[node] = (self.version, (only.multiplicity, only.schemas))
+                return only.multiplicity, only.schemas
         most: dict[str, int] = {}
         schemas: frozenset[Schema] = frozenset()
-        for key in self._by_node.get(node, ()):
+        for key in keys:
             view = self.pool(key)
             if view is None:
                 continue
@@ -265,25 +283,41 @@ class ClusterSnapshot:
         self._shapes[node] = (self.version, (most, schemas))
         return most, schemas
 
-    def _forget_node(self, device: DeviceId, freed: bool = False) -> None:
+    def _note_freed(self, device: DeviceId) -> None:
+        """Record that the device's node got something back (for first-fit scans resuming past it)."""
         view = self._pools.get(PoolKey(device.driver, device.pool))
+        self.freed.append(view.node_local if view is not None else None)
+
+    def _count_free(self, key: PoolKey, device: DeviceId, delta: int) -> None:
+        """Adjust the cached free count of the device's node by ``delta`` instead of counting again."""
+        view = self._pools.get(key)
         node = view.node_local if view is not None else None
-        if node is not None:
-            self._node_counts.pop(node, None)
-        if freed:
-            self.freed.append(node)
+        if view is None or node is None:
+            return
+        cached = self._node_counts.get(node)
+        if cached is None:
+            return
+        if cached[0] != self.version or device not in view.ids:
+            del self._node_counts[node]
+            return
+        self._node_counts[node] = (cached[0], cached[1], cached[2] + delta, cached[3])
 
     def allocate_device(self, device: DeviceId) -> None:
-        self._forget_node(device)
+        key = PoolKey(device.driver, device.pool)
+        if device not in self._in_use:
+            self._count_free(key, device, -1)
         self._in_use.add(device)
-        self._by_pool_in_use.setdefault(PoolKey(device.driver, device.pool), set()).add(device)
-        self._available.pop(PoolKey(device.driver, device.pool), None)
+        self._by_pool_in_use.setdefault(key, set()).add(device)
+        self._available.pop(key, None)
 
     def free_device(self, device: DeviceId) -> None:
-        self._forget_node(device, freed=True)
+        self._note_freed(device)
+        key = PoolKey(device.driver, device.pool)
+        if device in self._in_use:
+            self._count_free(key, device, +1)
         self._in_use.discard(device)
-        self._by_pool_in_use.get(PoolKey(device.driver, device.pool), set()).discard(device)
-        self._available.pop(PoolKey(device.driver, device.pool), None)
+        self._by_pool_in_use.get(key, set()).discard(device)
+        self._available.pop(key, None)
 
     def add_share(self, device: DeviceId, share_id: str, consumed: dict[str, Fraction]) -> None:
         self._shares.setdefault(device, {})[share_id] = dict(consumed)
@@ -291,7 +325,7 @@ class ClusterSnapshot:
         self._available.pop(PoolKey(device.driver, device.pool), None)
 
     def remove_share(self, device: DeviceId, share_id: str) -> None:
-        self._forget_node(device, freed=True)
+        self._note_freed(device)
         shares = self._shares.get(device)
         if shares is not None:
             shares.pop(share_id, None)

@@ -6,6 +6,7 @@ API server would canonicalise to for the common cases gpudra publishes (byte cou
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -22,6 +23,13 @@ def parse_quantity(text: str | int) -> Fraction:
     """Parse a quantity; raise InvalidInputError naming the text when it is not one."""
     if isinstance(text, int):
         return Fraction(text)
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Fraction:
+    """Remembered per text: a fleet publishes the same few quantities on every device (Fractions are
+    immutable, so sharing them is safe)."""
     match = _PATTERN.match(text.strip())
     if match is None:
         raise InvalidInputError(f"{text!r} is not a valid quantity (examples: 80Gi, 500m, 2, 1e9)")
