@@ -174,7 +174,9 @@ def test_the_deal_follows_the_joining_order_and_refuses_those_beyond_the_free_in
     for node in ("late-a", "late-b", "late-c"):
         clique = appended(clique, node)
     assert own_entry_patch(clique, report("late-b"))[0] == 17  # type: ignore[index]
-    with pytest.raises(CliqueFullError, match="go first to late-a, late-b, which joined before it"):
+    with pytest.raises(
+        CliqueFullError, match=r"16 daemon indices are taken .* the other 2 go to late-a, late-b, which"
+    ):
         own_entry_patch(clique, report("late-c"))
 
 

@@ -79,13 +79,17 @@ def assign_index(daemons: Sequence[ComputeDomainDaemonInfo], node_name: str, *, 
     if rank < len(free):
         return free[rank]
     holders = ", ".join(taken[i] for i in sorted(taken))
-    ahead = waiting[:rank]
-    promised = f"; the free ones go first to {', '.join(ahead)}, which joined before it" if ahead else ""
+    if free:
+        ahead = ", ".join(waiting[: len(free)])
+        why = (
+            f"{len(taken)} daemon indices are taken ({holders}) and the other {len(free)} go to {ahead}, "
+            "which joined before it"
+        )
+    else:
+        why = f"all {MAX_NODES_PER_CLIQUE} daemon indices are taken ({holders})"
     raise CliqueFullError(
-        f"node {node_name} cannot join clique {clique_id or '(none)'}: "
-        + (f"all {MAX_NODES_PER_CLIQUE} daemon indices are taken ({holders}){promised}")
-        + f"; an IMEX domain spans at most {MAX_NODES_PER_CLIQUE} nodes of one clique, and an index is freed "
-        "only when its node has left the domain"
+        f"node {node_name} cannot join clique {clique_id or '(none)'}: {why}; an IMEX domain spans at most "
+        f"{MAX_NODES_PER_CLIQUE} nodes of one clique, and an index is freed only when its node has left the domain"
     )
 
 
