@@ -225,9 +225,13 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
     assert await entry_of(agent_a, A).report("Ready") == 0
     clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
     assert [d["status"] for d in clique["daemons"]] == ["Ready", "Ready"]
-    await registration_b.release()
+    # A leaves: B's entry moves up, so B's next patch (planned at the place it knew) fails its test, and B,
+    # recognizing kube-apiserver's answer as a failed test, redoes it on a fresh read
+    await entry_of(agent_a, A).release()
+    assert await registration_b.report("NotReady") == 1
+    assert registration_b.conflicts == 1
     clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
-    assert [d["nodeName"] for d in clique["daemons"]] == [A]
+    assert [(d["nodeName"], d["index"], d["status"]) for d in clique["daemons"]] == [(B, 1, "NotReady")]
 
     # IMEX channel leases: ConfigMaps imex-channels.<clique> in the driver's namespace, and nothing else
     lease = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "imex-channels.c.1"}, "data": {}}

@@ -44,11 +44,9 @@ log = get_logger(__name__)
 CLIQUE_LABEL_KEY = "computedomain.gpudra.dev/clique"
 """On the clique object: its clique id (label values allow the ``<uuid>.<id>`` form)."""
 FIELD_MANAGER_PREFIX = "gpudra-imex-daemon."
-_FAILED_TEST_PHRASES = (
-    "testing value ",
-    "test operation does not apply",
-    "error in test for path",
-    "the test of ",
+_PATCH_NOT_APPLIED = (
+    "the server rejected our request due to an error in our request",  # kube-apiserver, nothing more said
+    "the test of ",  # the embedded API server
 )
 MAX_REDOS = 20
 """Writes redone in a row before the conflict is raised (the caller tries again later, with a longer delay)."""
@@ -56,13 +54,13 @@ DaemonState = Literal["Ready", "NotReady"]
 
 
 def failed_test(exc: KubeError) -> bool:
-    """Whether a refused JSON patch failed a ``test`` (what it depends on changed: read again), as opposed to
-    another 422 (the admission policy's refusal, an invalid entry) that would fail the same way again. Both are
-    422; kube-apiserver (evanphx/json-patch) says "testing value <path> failed", "test operation does not apply:
-    is missing path" or "error in test for path" (an index past the list's end), the embedded server "the test of
-    <path> failed"."""
-    said = str(exc).lower()
-    return exc.status == 422 and any(phrase in said for phrase in _FAILED_TEST_PHRASES)
+    """Whether a refused JSON patch did not apply, i.e. failed a ``test`` (what it depends on changed: read
+    again), as opposed to another 422 (the admission policy's refusal, an invalid entry) that would fail the
+    same way again. kube-apiserver answers a patch that does not apply with a bare 422 "the server rejected
+    our request due to an error in our request" (no cause: a position-tested patch of ours fails only its
+    tests); the embedded server says "the test of <path> failed". Refusals say "is forbidden" or "is invalid"."""
+    said = str(exc)
+    return exc.status == 422 and any(phrase in said for phrase in _PATCH_NOT_APPLIED)
 
 
 class CliqueRegistration:
@@ -168,10 +166,14 @@ class CliqueRegistration:
                     raise
                 await self._backoff(attempt)
                 attempt += 1
+                self._seen = None
                 self._seen = await self._read()
                 continue
             except CliqueFullError:
                 await self.release()
+                raise
+            except GpudraError:
+                self._seen = None  # the next report starts from a fresh read
                 raise
             if patch:
                 log.info(
