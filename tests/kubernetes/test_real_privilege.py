@@ -185,12 +185,14 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
         "gpudra-own-clique-entry",
         f"the IMEX daemon of node {A} may change only its own node's entry in ComputeDomainClique gpudra/u1.c.1",
     )
-    # own entries: allowed, for the agent (host-managed: its apply creates the object) and for the daemon pod
-    # (its pod-bound token); kube-apiserver's apply merges B's entry beside A's (list-map keyed by nodeName)
+    # own entries: allowed, for the agent (host-managed: it creates the object by apply, then appends its entry)
+    # and for the daemon pod (its pod-bound token)
     assert await entry_of(agent_a, A).report("NotReady") == 0
     registration_b = entry_of(daemon_b, B)
     assert await registration_b.report("Ready") == 1
     assert registration_b.conflicts == 0
+    # a daemon that found the object missing applies it with an empty list: kube-apiserver keeps the entries
+    await entry_of(daemon_b, B)._create()
     clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
     assert [(d["nodeName"], d["index"], d["status"]) for d in clique["daemons"]] == [
         (A, 0, "NotReady"),

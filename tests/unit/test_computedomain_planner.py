@@ -97,14 +97,15 @@ class MemoryApi:
         *,
         patch_type: str = "merge",
         force: bool = False,
-        field_manager: str | None = None,
     ) -> dict[str, Any]:
         key = self._key(res, name, namespace)
         if patch_type == "apply" and key not in self.objects:
             return self._store(key, {**patch, "metadata": {**patch["metadata"], "namespace": namespace}})
-        if patch_type == "apply":  # a daemon's entry, merged in by nodeName as the API server does
+        if patch_type == "apply":  # the daemons list merged by nodeName, as the API server does
             return self._store(key, apply_merge(copy.deepcopy(self.objects[key]), patch, CLIQUE_SCHEMA))
         if patch_type == "json":
+            if key not in self.objects:
+                raise NotFoundError(f"{res.plural}/{name} not found", status=404)
             # a failed test raises the embedded server's 422 (a KubeError, as the client raises it)
             return self._store(key, json_patch(copy.deepcopy(self.objects[key]), patch))
         body = self.objects[key]

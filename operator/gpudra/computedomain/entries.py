@@ -6,8 +6,8 @@ Instead each change is a JSON patch (RFC 6902) that the API server applies to th
 patch arrives, guarded by ``test`` operations on only what the change depends on; a failed test (422) means
 that changed, and the daemon reads again. The sequence, for one node:
 
-1. join: its entry, without an index, is appended by server-side apply (the list is a list-map keyed by
-   nodeName, so the apply merges it beside the others' entries, and creates the object if it is missing);
+1. join: its entry, without an index, is appended (``add /daemons/-``, which needs no test: the server
+   appends to the list as it is then);
 2. ``own_entry_patch`` then writes the index dealt to it (``index.assign_index``) and the status it reports.
    The deal depends only on which nodes are in the list, in which order, and the indices already held; so the
    patch tests that every entry read is still at its place and every index read is unchanged. Other daemons

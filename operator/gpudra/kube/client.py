@@ -225,10 +225,8 @@ class KubeClient:
         subresource: str | None = None,
         patch_type: PatchType = "merge",
         force: bool = False,
-        field_manager: str | None = None,
     ) -> Body:
-        """``field_manager``: the manager the write is recorded under (default: the client's)."""
-        query = [("fieldManager", field_manager or self._field_manager)]
+        query = [("fieldManager", self._field_manager)]
         if patch_type == "apply" and force:
             query.append(("force", "true"))
         return await self._json(

@@ -4,9 +4,10 @@ The object ``<domainUID>.<cliqueID>`` in the driver's namespace holds one entry 
 that clique, and every daemon of the clique writes it, each only its own entry and never with a
 read-modify-write of the whole object (``computedomain.entries`` says how and why):
 
-- a node joins by server-side apply of its entry alone, without an index, under a field manager of its own
-  (``gpudra-imex-daemon.<node>``): the daemons list is a list-map keyed by nodeName, so the API server merges
-  the entry in beside the others' (appending it) and creates the object if it is missing. It cannot conflict;
+- a node joins by appending its entry, without an index, with a JSON patch (``add /daemons/-``): the API
+  server appends it to the list as it is when the patch arrives, so joining cannot conflict. The object is
+  created where it is missing by server-side apply with an empty list, which daemons finding it missing
+  together can all send (the list is a list-map keyed by nodeName: an apply that finds entries leaves them);
 - it then writes the index dealt to it (the lowest free one, in the order the nodes joined) and its status with a
   JSON patch that tests only what the deal depends on: daemons joining together each write once, without
   colliding. A failed test (422: a node left meanwhile) is redone on a fresh read after a short randomized
@@ -43,7 +44,6 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 CLIQUE_LABEL_KEY = "computedomain.gpudra.dev/clique"
 """On the clique object: its clique id (label values allow the ``<uuid>.<id>`` form)."""
-FIELD_MANAGER_PREFIX = "gpudra-imex-daemon."
 _PATCH_NOT_APPLIED = (
     "the server rejected our request due to an error in our request",  # kube-apiserver, nothing more said
     "the test of ",  # the embedded API server
@@ -99,8 +99,11 @@ class CliqueRegistration:
         except NotFoundError:
             return None
 
-    async def _join(self, report: ComputeDomainDaemonInfo) -> ComputeDomainClique:
-        """Append this node's entry (no index yet) by server-side apply, creating the object if needed."""
+    async def _create(self) -> None:
+        """Create the clique object, with an empty daemons list, by server-side apply: the daemons of a clique
+        that find it missing together all succeed (a create would answer 409 AlreadyExists to all but one), and
+        an apply that finds it created meanwhile leaves its entries as they are (a list-map: items the applier
+        does not send stay)."""
         labels = {
             OBJECT_LABEL: self.domain_uid,
             CLIQUE_LABEL_KEY: self.clique_id,
@@ -111,18 +114,22 @@ class CliqueRegistration:
             "apiVersion": API_VERSION,
             "kind": "ComputeDomainClique",
             "metadata": {"name": self.name, "namespace": self.namespace, "labels": labels},
-            "daemons": [joining_entry(report).to_wire()],
+            "daemons": [],
         }
-        answer = await self._client.patch(
-            COMPUTE_DOMAIN_CLIQUES,
-            self.name,
-            body,
-            self.namespace,
-            patch_type="apply",
-            force=True,
-            field_manager=FIELD_MANAGER_PREFIX + self.node_name,
+        await self._client.patch(
+            COMPUTE_DOMAIN_CLIQUES, self.name, body, self.namespace, patch_type="apply", force=True
         )
-        return ComputeDomainClique.from_wire(answer)
+
+    async def _join(self, report: ComputeDomainDaemonInfo) -> ComputeDomainClique:
+        """Append this node's entry (no index yet) with a JSON patch: the API server appends it to the list
+        as it is then, so joining cannot conflict. Where the object (or its list) is missing, it is created
+        first."""
+        append = [{"op": "add", "path": "/daemons/-", "value": joining_entry(report).to_wire()}]
+        try:
+            return await self._patch(append)
+        except ConflictError:  # no object (404), or one without a daemons list (the patch did not apply)
+            await self._create()
+            return await self._patch(append)
 
     async def _patch(self, patch: JsonPatch) -> ComputeDomainClique:
         """Send a JSON patch of this node's entry; ConflictError where a test failed or the object is gone."""
@@ -153,7 +160,7 @@ class CliqueRegistration:
         attempt = 0
         while True:
             try:
-                clique = self._seen
+                clique = self._seen = self._seen or await self._read()
                 if clique is None or (planned := own_entry_patch(clique, report)) is None:
                     clique = self._seen = await self._join(report)
                     planned = own_entry_patch(clique, report)
