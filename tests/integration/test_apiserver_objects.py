@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -10,7 +11,10 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi, ResourceV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpudra.api.computedomain import ComputeDomainClique
+from gpudra.api.crdgen import crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.server import FAILED_TEST
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -229,6 +233,45 @@ async def test_apply_patch_creates_then_merges(http: aiohttp.ClientSession) -> N
     async with http.patch(url, data=body.replace("a: '1'", "b: '2'"), headers=headers) as rsp:
         assert rsp.status == 200
         assert (await rsp.json())["data"] == {"a": "1", "b": "2"}
+
+
+async def test_apply_merges_a_list_map_item_by_item_and_failed_patch_tests_are_counted(
+    http: aiohttp.ClientSession, apiserver: EmbeddedAPIServer
+) -> None:
+    """Applying one item of an ``x-kubernetes-list-type: map`` list (ComputeDomainClique's daemons, keyed by
+    nodeName) merges it beside the items others applied, as kube-apiserver does: theirs stay where they are, a
+    new key is appended, a known key's fields are merged. A JSON patch whose test fails is 422 and counted."""
+    async with http.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd_for(ComputeDomainClique)
+    ) as rsp:
+        assert rsp.status == 201
+    url = "/apis/resource.nvidia.com/v1beta1/namespaces/default/computedomaincliques/d.c"
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+
+    def entry(node: str, **extra: Any) -> dict[str, Any]:
+        return {"nodeName": node, "ipAddress": "10.0.0.1", "cliqueID": "c", **extra}
+
+    def applied(*entries: dict[str, Any]) -> str:
+        body = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainClique"}
+        return json.dumps({**body, "metadata": {"name": "d.c"}, "daemons": list(entries)})
+
+    for node in ("a", "b"):
+        async with http.patch(
+            f"{url}?fieldManager={node}&force=true", data=applied(entry(node)), headers=headers
+        ):
+            pass
+    async with http.patch(
+        f"{url}?fieldManager=a&force=true", data=applied(entry("a", index=0, status="Ready")), headers=headers
+    ) as rsp:
+        daemons = (await rsp.json())["daemons"]
+    assert [(d["nodeName"], d.get("index"), d["status"]) for d in daemons] == [
+        ("a", 0, "Ready"),
+        ("b", None, "NotReady"),
+    ]
+    test = [{"op": "test", "path": "/daemons/0/nodeName", "value": "b"}]
+    async with http.patch(url, json=test, headers={"Content-Type": "application/json-patch+json"}) as rsp:
+        assert rsp.status == 422
+    assert apiserver.conflicts_by_resource["computedomaincliques" + FAILED_TEST] == 1
 
 
 async def test_status_subresource_is_isolated(http: aiohttp.ClientSession) -> None:

@@ -13,6 +13,7 @@ import pytest
 from _realkit import StartKubernetes, admin
 
 from clusterkit import eventually
+from gpudra.agent.computedomain.registration import CliqueRegistration
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
@@ -151,9 +152,12 @@ def a_clique(name: str, namespace: str, *nodes: str, status: str = "NotReady") -
     }
 
 
-def set_status(clique: dict[str, Any], node: str, status: str) -> dict[str, Any]:
-    daemons = [{**d, "status": status} if d["nodeName"] == node else d for d in clique["daemons"]]
-    return {**clique, "daemons": daemons}
+def entry_of(client: KubeClient, node: str) -> CliqueRegistration:
+    """Node ``node``'s entry in clique object u1.c.1, written as the IMEX daemon (or, host-managed, the agent)
+    writes it: joined by server-side apply, then JSON patches."""
+    return CliqueRegistration(
+        client, namespace=DRIVER_NS, domain_uid="u1", clique_id="c.1", node_name=node, ip_address="10.0.0.9"
+    )
 
 
 async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_writes_its_own_entry(
@@ -181,35 +185,55 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
         "gpudra-own-clique-entry",
         f"the IMEX daemon of node {A} may change only its own node's entry in ComputeDomainClique gpudra/u1.c.1",
     )
-    # own entries: allowed, for the agent (host-managed) and for the daemon pod (its pod-bound token)
-    clique = await agent_a.create(COMPUTE_DOMAIN_CLIQUES, a_clique("u1.c.1", DRIVER_NS, A), DRIVER_NS)
-    both = a_clique("u1.c.1", DRIVER_NS, A, B)
-    clique = await daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, {**clique, "daemons": both["daemons"]})
-    clique = await daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, set_status(clique, B, "Ready"))
-    # node B's daemon may not mark node A Ready, nor drop it, nor relabel the object
+    # own entries: allowed, for the agent (host-managed: it creates the object by apply, then appends its entry)
+    # and for the daemon pod (its pod-bound token)
+    assert await entry_of(agent_a, A).report("NotReady") == 0
+    registration_b = entry_of(daemon_b, B)
+    assert await registration_b.report("Ready") == 1
+    assert registration_b.conflicts == 0
+    # a daemon that found the object missing applies it with an empty list: kube-apiserver keeps the entries
+    await entry_of(daemon_b, B)._create()
+    clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
+    assert [(d["nodeName"], d["index"], d["status"]) for d in clique["daemons"]] == [
+        (A, 0, "NotReady"),
+        (B, 1, "Ready"),
+    ]
+    # node B's daemon may not mark node A Ready, nor drop it, nor relabel the object; nor write it whole
     for forged in (
-        set_status(clique, A, "Ready"),
-        {**clique, "daemons": [d for d in clique["daemons"] if d["nodeName"] != A]},
+        [{"op": "replace", "path": "/daemons/0/status", "value": "Ready"}],
+        [{"op": "remove", "path": "/daemons/0"}],
     ):
         await refused(
-            daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, forged),
+            daemon_b.patch(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", forged, DRIVER_NS, patch_type="json"),
             422,
             f"the IMEX daemon of node {B} may change only its own node's entry",
         )
-    relabelled = {
-        **clique,
-        "metadata": {**clique["metadata"], "labels": {"resource.nvidia.com/computeDomain": "u2"}},
-    }
+    relabel = {"metadata": {"labels": {"resource.nvidia.com/computeDomain": "u2"}}}
     await refused(
-        daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, relabelled), 422, "may not change a ComputeDomainClique"
+        daemon_b.patch(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", relabel, DRIVER_NS),
+        422,
+        "may not change a ComputeDomainClique",
+    )
+    await refused(
+        daemon_b.replace(COMPUTE_DOMAIN_CLIQUES, clique),
+        403,
+        *forbidden_in(DRIVER_NS, "update", "computedomaincliques"),
     )
     await refused(
         agent_a.delete(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS),
         403,
         *forbidden_in(DRIVER_NS, "delete", "computedomaincliques"),
     )
-    clique = await agent_a.replace(COMPUTE_DOMAIN_CLIQUES, set_status(clique, A, "Ready"))
+    assert await entry_of(agent_a, A).report("Ready") == 0
+    clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
     assert [d["status"] for d in clique["daemons"]] == ["Ready", "Ready"]
+    # A leaves: B's entry moves up, so B's next patch (planned at the place it knew) fails its test, and B,
+    # recognizing kube-apiserver's answer as a failed test, redoes it on a fresh read
+    await entry_of(agent_a, A).release()
+    assert await registration_b.report("NotReady") == 1
+    assert registration_b.conflicts == 1
+    clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
+    assert [(d["nodeName"], d["index"], d["status"]) for d in clique["daemons"]] == [(B, 1, "NotReady")]
 
     # IMEX channel leases: ConfigMaps imex-channels.<clique> in the driver's namespace, and nothing else
     lease = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "imex-channels.c.1"}, "data": {}}

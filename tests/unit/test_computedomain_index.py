@@ -1,11 +1,18 @@
-"""Daemon indices within a clique, channel leases, and which ComputeDomains may share a node."""
+"""Daemon indices within a clique (the deal, and the JSON patches that write them), channel leases, and which
+ComputeDomains may share a node."""
 
 from __future__ import annotations
+
+import random
+from typing import Any
 
 import pytest
 
 from gpudra.api.computedomain import ComputeDomainClique, ComputeDomainDaemonInfo
 from gpudra.api.meta import ObjectMeta
+from gpudra.cluster.apiserver import APIStatusError
+from gpudra.cluster.apiserver.patches import json_patch
+from gpudra.computedomain.entries import joining_entry, own_entry_patch, release_patch
 from gpudra.computedomain.index import (
     IMEX_CHANNEL_COUNT,
     MAX_NODES_PER_CLIQUE,
@@ -13,7 +20,6 @@ from gpudra.computedomain.index import (
     DomainRef,
     assign_channels,
     check_node_admits,
-    register_daemon,
     release_departed,
 )
 from gpudra.errors import CliqueFullError, ComputeDomainError, ComputeDomainPlacementError, InvalidInputError
@@ -39,10 +45,40 @@ def empty_clique() -> ComputeDomainClique:
     )
 
 
+def appended(clique: ComputeDomainClique, node: str) -> ComputeDomainClique:
+    """What the server-side apply of a joining node's entry does: append it (list-map, new key)."""
+    entry = joining_entry(report(node))
+    return clique.model_copy(update={"daemons": [*(clique.daemons or []), entry]})
+
+
+def patched(clique: ComputeDomainClique, patch: list[dict[str, Any]]) -> ComputeDomainClique:
+    """The API server applying a JSON patch (a failed test raises its 422)."""
+    return ComputeDomainClique.from_wire(json_patch(clique.to_wire(), patch))
+
+
+def settle(clique: ComputeDomainClique, info: ComputeDomainDaemonInfo) -> ComputeDomainClique:
+    planned = own_entry_patch(clique, info)
+    assert planned is not None
+    return patched(clique, planned[1])
+
+
+def register(clique: ComputeDomainClique, info: ComputeDomainDaemonInfo) -> ComputeDomainClique:
+    """One node registering alone: join (if it has no entry), then write its entry."""
+    if not any(d.node_name == info.node_name for d in clique.daemons or []):
+        clique = appended(clique, info.node_name)
+    return settle(clique, info)
+
+
 def join(clique: ComputeDomainClique, *nodes: str) -> ComputeDomainClique:
     for node in nodes:
-        clique = register_daemon(clique, report(node))
+        clique = register(clique, report(node))
     return clique
+
+
+def leave(clique: ComputeDomainClique, node: str) -> ComputeDomainClique:
+    patch = release_patch(clique, node)
+    assert patch is not None
+    return patched(clique, patch)
 
 
 def indices(clique: ComputeDomainClique) -> dict[str, int | None]:
@@ -54,7 +90,7 @@ def test_fill_to_eighteen_then_the_nineteenth_fails_clearly() -> None:
     clique = join(empty_clique(), *nodes)
     assert indices(clique) == {node: i for i, node in enumerate(nodes)}
     with pytest.raises(CliqueFullError) as caught:
-        register_daemon(clique, report("tray-18"))
+        register(clique, report("tray-18"))
     message = str(caught.value)
     assert "tray-18" in message and CLIQUE in message and "18" in message and "tray-00" in message
     assert not caught.value.retryable
@@ -83,35 +119,90 @@ def test_index_rules(steps: list[tuple[str, str]], expected: dict[str, int]) -> 
     clique = empty_clique()
     for action, node in steps:
         if action == "join":
-            clique = register_daemon(clique, report(node))
+            clique = register(clique, report(node))
         elif action == "notready":
-            clique = register_daemon(clique, report(node, status="NotReady"))
+            clique = register(clique, report(node, status="NotReady"))
         else:
-            present = [d.node_name for d in clique.daemons or [] if d.node_name != node]
-            clique = release_departed(clique, present)
+            clique = leave(clique, node)
     assert indices(clique) == expected
 
 
-def test_full_clique_accepts_a_node_again_after_node_loss() -> None:
+@pytest.mark.parametrize("seed", range(5))
+def test_nodes_joining_together_each_write_their_index_once_without_colliding(seed: int) -> None:
+    """Every node plans its write from a state read at some moment after it joined; the writes arrive in any
+    order. None fails its tests, and the indices are the lowest free ones in the order the nodes joined."""
+    rng = random.Random(seed)
+    clique = join(empty_clique(), "old-0", "old-1", "old-2")
+    clique = leave(clique, "old-1")  # index 1 is free again
+    nodes = [f"tray-{i:02d}" for i in range(12)]
+    pending: dict[str, ComputeDomainClique] = {}  # node -> the state it read after joining
+    order = nodes[:]
+    while order or pending:
+        if order and (not pending or rng.random() < 0.5):
+            node = order.pop(0)
+            clique = appended(clique, node)
+            pending[node] = clique  # the apply's answer
+            continue
+        node = rng.choice(sorted(pending))
+        read = pending.pop(node) if rng.random() < 0.5 else clique  # an old answer, or a fresh read
+        pending.pop(node, None)
+        planned = own_entry_patch(read, report(node, status="NotReady"))
+        assert planned is not None
+        clique = patched(clique, planned[1])
+    expected = {"old-0": 0, "old-2": 2} | dict(zip(nodes, [1, *range(3, 14)], strict=True))
+    assert indices(clique) == expected
+
+
+def test_a_node_leaving_between_read_and_write_fails_the_write_and_a_fresh_read_gets_the_freed_index() -> (
+    None
+):
+    clique = join(empty_clique(), "n0", "n1")
+    clique = appended(clique, "n2")
+    read = clique
+    clique = leave(clique, "n0")
+    planned = own_entry_patch(read, report("n2"))
+    assert planned is not None and planned[0] == 2
+    with pytest.raises(APIStatusError) as failed:
+        patched(clique, planned[1])
+    assert failed.value.status == 422
+    assert indices(settle(clique, report("n2"))) == {"n1": 1, "n2": 0}
+
+
+def test_the_deal_follows_the_joining_order_and_refuses_those_beyond_the_free_indices() -> None:
+    nodes = [f"tray-{i:02d}" for i in range(MAX_NODES_PER_CLIQUE - 2)]
+    clique = join(empty_clique(), *nodes)
+    for node in ("late-a", "late-b", "late-c"):
+        clique = appended(clique, node)
+    assert own_entry_patch(clique, report("late-b"))[0] == 17  # type: ignore[index]
+    with pytest.raises(
+        CliqueFullError, match=r"16 daemon indices are taken .* the other 2 go to late-a, late-b, which"
+    ):
+        own_entry_patch(clique, report("late-c"))
+
+
+def test_an_unchanged_entry_needs_no_write_and_a_refresh_touches_only_its_own_entry() -> None:
+    clique = join(empty_clique(), "n0", "n1")
+    assert own_entry_patch(clique, report("n1")) == (1, [])
+    index, patch = own_entry_patch(  # type: ignore[misc]
+        clique, report("n1", status="NotReady").model_copy(update={"ip_address": "10.9.9.9"})
+    )
+    assert [op["op"] for op in patch] == ["test", "replace"] and patch[1]["path"] == "/daemons/1"
+    (entry,) = [d for d in patched(clique, patch).daemons or [] if d.node_name == "n1"]
+    assert (index, entry.index, entry.status, entry.ip_address) == (1, 1, "NotReady", "10.9.9.9")
+    assert own_entry_patch(clique, report("n9")) is None  # no entry: it joins first
+    assert release_patch(clique, "n9") is None
+
+
+def test_release_departed_frees_the_indices_of_nodes_gone() -> None:
     nodes = [f"tray-{i:02d}" for i in range(MAX_NODES_PER_CLIQUE)]
     clique = join(empty_clique(), *nodes)
     clique = release_departed(clique, [n for n in nodes if n != "tray-05"])
-    clique = register_daemon(clique, report("tray-18"))
-    assert indices(clique)["tray-18"] == 5
-
-
-def test_status_refresh_updates_address_and_status_but_not_index() -> None:
-    clique = join(empty_clique(), "n0", "n1")
-    refreshed = register_daemon(
-        clique, report("n1", status="NotReady").model_copy(update={"ip_address": "10.9.9.9"})
-    )
-    (entry,) = [d for d in refreshed.daemons or [] if d.node_name == "n1"]
-    assert (entry.index, entry.status, entry.ip_address) == (1, "NotReady", "10.9.9.9")
+    assert indices(register(clique, report("tray-18")))["tray-18"] == 5
 
 
 def test_report_from_another_clique_is_rejected() -> None:
     with pytest.raises(InvalidInputError, match="changed clique"):
-        register_daemon(empty_clique(), report("n0", clique="other.3"))
+        own_entry_patch(appended(empty_clique(), "n0"), report("n0", clique="other.3"))
 
 
 # ---------------------------------------------------------------- sharing nodes

@@ -15,8 +15,10 @@ from gpudra.agent.computedomain import readiness
 from gpudra.agent.computedomain.driver import published_devices, read_channel_major
 from gpudra.agent.computedomain.planner import ComputeDomainPlanner, claim_configs, entry_domains
 from gpudra.agent.kubeletplugin.messages import ClaimRef
+from gpudra.api.computedomain import ComputeDomainClique
+from gpudra.api.crdgen import crd_for
 from gpudra.api.dra import ResourceClaim
-from gpudra.cluster.apiserver.patches import json_patch
+from gpudra.cluster.apiserver.patches import apply_merge, json_patch
 from gpudra.computedomain.clique import NodeClique
 from gpudra.computedomain.names import DaemonMode, clique_object_name, node_label_key
 from gpudra.errors import ConflictError, InvalidInputError, NotFoundError, PrepareError
@@ -26,6 +28,7 @@ from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, Resource
 
 NODE = "tray-0"
 CLIQUE = "6b3f7d0e-2c1a-4f55-9e0b-1d2c3b4a5f60.7"
+CLIQUE_SCHEMA = crd_for(ComputeDomainClique)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 DRIVER = "compute-domain.nvidia.com"
 MAJOR = 511
 
@@ -98,7 +101,11 @@ class MemoryApi:
         key = self._key(res, name, namespace)
         if patch_type == "apply" and key not in self.objects:
             return self._store(key, {**patch, "metadata": {**patch["metadata"], "namespace": namespace}})
+        if patch_type == "apply":  # the daemons list merged by nodeName, as the API server does
+            return self._store(key, apply_merge(copy.deepcopy(self.objects[key]), patch, CLIQUE_SCHEMA))
         if patch_type == "json":
+            if key not in self.objects:
+                raise NotFoundError(f"{res.plural}/{name} not found", status=404)
             # a failed test raises the embedded server's 422 (a KubeError, as the client raises it)
             return self._store(key, json_patch(copy.deepcopy(self.objects[key]), patch))
         body = self.objects[key]

@@ -87,12 +87,12 @@ USED: dict[str, set[Grant]] = {
         # a channel's prepare watches its clique object while it waits for the node's daemon
         *{
             ("resource.nvidia.com", "computedomaincliques", v)
-            for v in ("get", "list", "watch", "create", "update", "patch")
+            for v in ("get", "list", "watch", "create", "patch")
         },
         *{("", "configmaps", v) for v in ("get", "create", "update")},
     ),
     "gpudra-imex-daemon": _at(
-        "driver", *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "update", "patch")}
+        "driver", *{("resource.nvidia.com", "computedomaincliques", v) for v in ("get", "create", "patch")}
     ),
 }  # fmt: skip
 

@@ -124,8 +124,8 @@ def check_daemon_ready(
             f"waiting for the IMEX daemon of ComputeDomain {domain_id} on node {node_name}: it has not "
             f"registered yet{said}; the channel is prepared once it is Ready"
         )
+    index = "before its index is written" if mine[0].index is None else f"with index {mine[0].index}"
     raise DaemonNotReadyError(
         f"waiting for the IMEX daemon of ComputeDomain {domain_id} on node {node_name}: registered in clique "
-        f"{mine[0].clique_id or '(none)'} with index {mine[0].index} but not Ready{said}; the channel is "
-        "prepared once it is Ready"
+        f"{mine[0].clique_id or '(none)'} {index} but not Ready{said}; the channel is prepared once it is Ready"
     )

@@ -19,7 +19,8 @@ F4. ``nvidia-imex`` drives the node's fabric memory through one node-wide capabi
 
 The model gpudra follows:
 
-- Indices. Per (domain, clique) the daemons register with the lowest free index in 0..17; a node that is
+- Indices. Per (domain, clique) the daemons register with the lowest free index in 0..17, in the order
+  they joined (``assign_index``: each appends its entry, then takes the index dealt to it); a node that is
   registered keeps its index for as long as its entry exists, whatever its status (a restarting daemon or
   a flapping fabric comes back under the same index, so its peers' configuration stays valid). The entry,
   and with it the index, is removed only once the node is gone from the domain: the daemon deregistered,
@@ -54,26 +55,46 @@ IMEX_CHANNEL_COUNT: Final = 2048
 
 
 def assign_index(daemons: Sequence[ComputeDomainDaemonInfo], node_name: str, *, clique_id: str) -> int:
-    """The index of ``node_name`` in the clique: its current one if it is registered, else the lowest free
-    one below 18."""
+    """The index of ``node_name`` in the clique: its current one if it has one; else the one dealt to it.
+
+    Entries without an index are nodes that joined and wait for theirs (a daemon appends its entry first,
+    then writes its index). The indices below 18 that no entry holds are dealt, lowest first, to the waiting
+    entries in list order, i.e. in the order they joined: the k-th waiting node gets the k-th lowest free
+    index. A node that takes its dealt index leaves the deal without changing anyone else's share, and a
+    node joining later is dealt after all of them, so the daemons of a clique joining together compute the
+    same answers from whatever state they read, and each writes its own index once, without colliding.
+    Joining one after another this is the lowest free index, NVIDIA's rule.
+    """
+    waiting: list[str] = []
+    taken: dict[int, str] = {}
     for daemon in daemons:
-        if daemon.node_name == node_name and daemon.index is not None:
+        if daemon.index is None:
+            waiting.append(daemon.node_name)
+        elif daemon.node_name == node_name:
             return daemon.index
-    taken = {d.index: d.node_name for d in daemons if d.index is not None and d.node_name != node_name}
-    for index in range(MAX_NODES_PER_CLIQUE):
-        if index not in taken:
-            return index
+        else:
+            taken[daemon.index] = daemon.node_name
+    free = [index for index in range(MAX_NODES_PER_CLIQUE) if index not in taken]
+    rank = waiting.index(node_name) if node_name in waiting else len(waiting)
+    if rank < len(free):
+        return free[rank]
     holders = ", ".join(taken[i] for i in sorted(taken))
+    if free:
+        ahead = ", ".join(waiting[: len(free)])
+        why = (
+            f"{len(taken)} daemon indices are taken ({holders}) and the other {len(free)} go to {ahead}, "
+            "which joined before it"
+        )
+    else:
+        why = f"all {MAX_NODES_PER_CLIQUE} daemon indices are taken ({holders})"
     raise CliqueFullError(
-        f"node {node_name} cannot join clique {clique_id or '(none)'}: all {MAX_NODES_PER_CLIQUE} daemon "
-        f"indices are taken ({holders}); an IMEX domain spans at most {MAX_NODES_PER_CLIQUE} nodes of one "
-        "clique, and an index is freed only when its node has left the domain"
+        f"node {node_name} cannot join clique {clique_id or '(none)'}: {why}; an IMEX domain spans at most "
+        f"{MAX_NODES_PER_CLIQUE} nodes of one clique, and an index is freed only when its node has left the domain"
     )
 
 
-def register_daemon(clique: ComputeDomainClique, report: ComputeDomainDaemonInfo) -> ComputeDomainClique:
-    """The clique with ``report`` registered: a new node gets the lowest free index, a known node keeps its
-    index while its address and status are refreshed. Entries are kept in index order."""
+def check_clique(clique: ComputeDomainClique, report: ComputeDomainDaemonInfo) -> None:
+    """Raise InvalidInputError when ``report`` is for another clique than the object's name says."""
     name = clique.metadata.name or ""
     expected = name.split(".", 1)[1] if "." in name else None  # "<domain uid>.<cliqueID>"
     if expected is not None and report.clique_id != expected:
@@ -81,12 +102,6 @@ def register_daemon(clique: ComputeDomainClique, report: ComputeDomainDaemonInfo
             f"the daemon of node {report.node_name} reports clique {report.clique_id!r} but registers in "
             f"the object of clique {expected!r}; a node that changed clique must leave the old one first"
         )
-    daemons = list(clique.daemons or [])
-    index = assign_index(daemons, report.node_name, clique_id=report.clique_id)
-    entry = report.model_copy(update={"index": index})
-    kept = [d for d in daemons if d.node_name != report.node_name]
-    ordered = sorted([*kept, entry], key=_order)
-    return clique.model_copy(update={"daemons": ordered})
 
 
 def release_departed(clique: ComputeDomainClique, present_nodes: Collection[str]) -> ComputeDomainClique:
@@ -96,11 +111,7 @@ def release_departed(clique: ComputeDomainClique, present_nodes: Collection[str]
     for this domain still exists. A NotReady daemon is present: it keeps its index.
     """
     kept = [d for d in clique.daemons or [] if d.node_name in present_nodes]
-    return clique.model_copy(update={"daemons": sorted(kept, key=_order)})
-
-
-def _order(daemon: ComputeDomainDaemonInfo) -> tuple[int, str]:
-    return (daemon.index if daemon.index is not None else MAX_NODES_PER_CLIQUE, daemon.node_name)
+    return clique.model_copy(update={"daemons": kept})
 
 
 # ---------------------------------------------------------------- domains sharing nodes and channels

@@ -1,18 +1,19 @@
 """An IMEX daemon's entry in its domain's ComputeDomainClique object: register, report, release.
 
 The object ``<domainUID>.<cliqueID>`` in the driver's namespace holds one entry per node of the domain in
-that clique (``computedomain.index.register_daemon`` decides the entry: the lowest free index below 18,
-kept while the node is registered). Every daemon of the clique writes the same object:
+that clique, and every daemon of the clique writes it, each only its own entry and never with a
+read-modify-write of the whole object (``computedomain.entries`` says how and why):
 
-- the object is created by server-side apply, without entries, so that the daemons finding it missing together
-  do not conflict (a create would answer 409 AlreadyExists to all but one);
-- registering picks an index from what was read, so that write carries the resourceVersion it read; a 409
-  means another daemon wrote first, and the write is redone on a fresh read after a short randomized backoff
-  (growing, capped) so that 18 daemons starting together settle in a few rounds instead of retrying in
-  lockstep (capped at 0.25 s: a higher cap left the last daemon of a busy clique waiting seconds after the
-  others);
-- once registered, a daemon refreshes its own entry (Ready, NotReady) with a JSON patch that tests the entry's
-  position instead of carrying the resourceVersion, so daemons turning Ready together do not conflict.
+- a node joins by appending its entry, without an index, with a JSON patch (``add /daemons/-``): the API
+  server appends it to the list as it is when the patch arrives, so joining cannot conflict. The object is
+  created where it is missing by server-side apply with an empty list, which daemons finding it missing
+  together can all send (the list is a list-map keyed by nodeName: an apply that finds entries leaves them);
+- it then writes the index dealt to it (the lowest free one, in the order the nodes joined) and its status with a
+  JSON patch that tests only what the deal depends on: daemons joining together each write once, without
+  colliding. A failed test (422: a node left meanwhile) is redone on a fresh read after a short randomized
+  backoff (growing, capped at 0.25 s);
+- later it refreshes its entry (Ready, NotReady) with a JSON patch that tests the entry's position, and at the
+  end removes it the same way.
 
 The object carries the domain's labels so the controller finds (and at deletion removes) it.
 
@@ -26,9 +27,8 @@ import asyncio
 import random
 from typing import Any, Literal
 
-from gpudra.api.computedomain import ComputeDomainClique, ComputeDomainDaemonInfo
-from gpudra.api.meta import ObjectMeta
-from gpudra.computedomain.index import register_daemon
+from gpudra.api.computedomain import API_VERSION, ComputeDomainClique, ComputeDomainDaemonInfo
+from gpudra.computedomain.entries import JsonPatch, joining_entry, own_entry_patch, release_patch
 from gpudra.computedomain.names import (
     COMPONENT_LABEL,
     MANAGED_BY,
@@ -36,7 +36,7 @@ from gpudra.computedomain.names import (
     OBJECT_LABEL,
     clique_object_name,
 )
-from gpudra.errors import ConflictError, GpudraError, KubeError, NotFoundError
+from gpudra.errors import CliqueFullError, ConflictError, GpudraError, KubeError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES
 from gpudra.telemetry import get_logger
@@ -44,7 +44,23 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 CLIQUE_LABEL_KEY = "computedomain.gpudra.dev/clique"
 """On the clique object: its clique id (label values allow the ``<uuid>.<id>`` form)."""
+_PATCH_NOT_APPLIED = (
+    "the server rejected our request due to an error in our request",  # kube-apiserver, nothing more said
+    "the test of ",  # the embedded API server
+)
+MAX_REDOS = 20
+"""Writes redone in a row before the conflict is raised (the caller tries again later, with a longer delay)."""
 DaemonState = Literal["Ready", "NotReady"]
+
+
+def failed_test(exc: KubeError) -> bool:
+    """Whether a refused JSON patch did not apply, i.e. failed a ``test`` (what it depends on changed: read
+    again), as opposed to another 422 (the admission policy's refusal, an invalid entry) that would fail the
+    same way again. kube-apiserver answers a patch that does not apply with a bare 422 "the server rejected
+    our request due to an error in our request" (no cause: a position-tested patch of ours fails only its
+    tests); the embedded server says "the test of <path> failed". Refusals say "is forbidden" or "is invalid"."""
+    said = str(exc)
+    return exc.status == 422 and any(phrase in said for phrase in _PATCH_NOT_APPLIED)
 
 
 class CliqueRegistration:
@@ -69,62 +85,65 @@ class CliqueRegistration:
         self.ip_address = ip_address
         self.name = clique_object_name(domain_uid, clique_id)
         self._max_backoff = max_backoff
+        self._seen: ComputeDomainClique | None = None
+        """The object as the last answer showed it: the next patch's positions come from it."""
         self.index: int | None = None
         self.conflicts = 0
+        """Writes that found the object changed under them (a failed test, a 409) and were redone."""
 
-    async def _read(self) -> tuple[ComputeDomainClique, bool]:
+    async def _read(self) -> ComputeDomainClique | None:
         try:
-            body = await self._client.get(COMPUTE_DOMAIN_CLIQUES, self.name, self.namespace)
+            return ComputeDomainClique.from_wire(
+                await self._client.get(COMPUTE_DOMAIN_CLIQUES, self.name, self.namespace)
+            )
         except NotFoundError:
-            labels = {
-                OBJECT_LABEL: self.domain_uid,
-                CLIQUE_LABEL_KEY: self.clique_id,
-                COMPONENT_LABEL: "clique",
-                MANAGED_BY_LABEL: MANAGED_BY,
-            }
-            meta = ObjectMeta(name=self.name, namespace=self.namespace, labels=labels)
-            return ComputeDomainClique(metadata=meta, daemons=[]), False
-        return ComputeDomainClique.from_wire(body), True
+            return None
 
-    async def _write(self, clique: ComputeDomainClique) -> None:
-        body: dict[str, Any] = clique.to_wire()
-        body.setdefault("daemons", [])
-        await self._client.replace(COMPUTE_DOMAIN_CLIQUES, body)
-
-    async def _ensure_exists(self, empty: ComputeDomainClique) -> None:
-        """Create the clique object, without entries, by server-side apply: the daemons of a clique starting
-        together all find it missing, and an apply that finds it created meanwhile leaves it as it is (where a
-        create would answer 409 AlreadyExists to all but one). Its labels only: the daemons stay untouched."""
-        body = {key: value for key, value in empty.to_wire().items() if key != "daemons"}
+    async def _create(self) -> None:
+        """Create the clique object, with an empty daemons list, by server-side apply: the daemons of a clique
+        that find it missing together all succeed (a create would answer 409 AlreadyExists to all but one), and
+        an apply that finds it created meanwhile leaves its entries as they are (a list-map: items the applier
+        does not send stay)."""
+        labels = {
+            OBJECT_LABEL: self.domain_uid,
+            CLIQUE_LABEL_KEY: self.clique_id,
+            COMPONENT_LABEL: "clique",
+            MANAGED_BY_LABEL: MANAGED_BY,
+        }
+        body: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": "ComputeDomainClique",
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": labels},
+            "daemons": [],
+        }
         await self._client.patch(
             COMPUTE_DOMAIN_CLIQUES, self.name, body, self.namespace, patch_type="apply", force=True
         )
 
-    async def _refresh_in_place(self, clique: ComputeDomainClique, entry: ComputeDomainDaemonInfo) -> bool:
-        """Refresh this node's entry where it already holds its index, with a JSON patch that tests the entry is
-        still at the position read: the API server applies it to the object as it is then (no resourceVersion),
-        so daemons reporting Ready together do not conflict. False where the node has no entry yet (registering
-        picks an index from what was read, so that write carries the resourceVersion). Raises ConflictError
-        where the entry moved (another daemon registered or left in between): read again."""
-        daemons = clique.daemons or []
-        position = next((i for i, d in enumerate(daemons) if d.node_name == self.node_name), None)
-        if position is None or daemons[position].index != entry.index:
-            return False
-        patch = [
-            {"op": "test", "path": f"/daemons/{position}/nodeName", "value": self.node_name},
-            {"op": "replace", "path": f"/daemons/{position}", "value": entry.to_wire()},
-        ]
+    async def _join(self, report: ComputeDomainDaemonInfo) -> ComputeDomainClique:
+        """Append this node's entry (no index yet) with a JSON patch: the API server appends it to the list
+        as it is then, so joining cannot conflict. Where the object (or its list) is missing, it is created
+        first."""
+        append = [{"op": "add", "path": "/daemons/-", "value": joining_entry(report).to_wire()}]
         try:
-            await self._client.patch(
+            return await self._patch(append)
+        except ConflictError:  # no object (404), or one without a daemons list (the patch did not apply)
+            await self._create()
+            return await self._patch(append)
+
+    async def _patch(self, patch: JsonPatch) -> ComputeDomainClique:
+        """Send a JSON patch of this node's entry; ConflictError where a test failed or the object is gone."""
+        try:
+            answer = await self._client.patch(
                 COMPUTE_DOMAIN_CLIQUES, self.name, patch, self.namespace, patch_type="json"
             )
         except NotFoundError as exc:
             raise ConflictError(f"clique {self.name} is gone; registering again") from exc
         except KubeError as exc:
-            if exc.status != 422:  # a failed test: the entry is no longer at that position
+            if not failed_test(exc):
                 raise
-            raise ConflictError(f"this node's entry in clique {self.name} moved") from exc
-        return True
+            raise ConflictError(f"clique {self.name} changed under this node's write") from exc
+        return ComputeDomainClique.from_wire(answer)
 
     async def _backoff(self, attempt: int) -> None:
         self.conflicts += 1
@@ -133,51 +152,64 @@ class CliqueRegistration:
 
     async def report(self, status: DaemonState) -> int:
         """Register (or refresh) this node's entry with ``status``; return its index. Retries conflicts;
-        raises CliqueFullError (all 18 indices taken) and KubeError other than 409."""
+        raises CliqueFullError (no index left for it: its entry is removed again) and KubeError other than
+        a failed test."""
         report = ComputeDomainDaemonInfo(
             node_name=self.node_name, ip_address=self.ip_address, clique_id=self.clique_id, status=status
         )
         attempt = 0
         while True:
-            clique, exists = await self._read()
-            if not exists:
-                await self._ensure_exists(clique)
-                continue
-            updated = register_daemon(clique, report)
-            entry = next(d for d in updated.daemons or [] if d.node_name == self.node_name)
-            if updated.daemons == clique.daemons:
-                self.index = entry.index
-                return entry.index or 0
             try:
-                if not await self._refresh_in_place(clique, entry):
-                    await self._write(updated)
+                clique = self._seen = self._seen or await self._read()
+                if clique is None or (planned := own_entry_patch(clique, report)) is None:
+                    clique = self._seen = await self._join(report)
+                    planned = own_entry_patch(clique, report)
+                    assert planned is not None  # the apply's answer holds the entry it merged in
+                index, patch = planned
+                if patch:
+                    self._seen = await self._patch(patch)
             except ConflictError:
+                if attempt >= MAX_REDOS:
+                    raise
                 await self._backoff(attempt)
                 attempt += 1
+                self._seen = None
+                self._seen = await self._read()
                 continue
-            self.index = entry.index
-            log.info(
-                "IMEX daemon registered",
-                node=self.node_name,
-                clique=self.name,
-                index=entry.index,
-                status=status,
-            )
-            return entry.index or 0
+            except CliqueFullError:
+                await self.release()
+                raise
+            except GpudraError:
+                self._seen = None  # the next report starts from a fresh read
+                raise
+            if patch:
+                log.info(
+                    "IMEX daemon registered",
+                    node=self.node_name,
+                    clique=self.name,
+                    index=index,
+                    status=status,
+                )
+            self.index = index
+            return index
 
     async def release(self) -> None:
         """Remove this node's entry (its index becomes free). Best effort: logged, never raised."""
         attempt = 0
         while True:
             try:
-                clique, exists = await self._read()
-                kept = [d for d in clique.daemons or [] if d.node_name != self.node_name]
-                if not exists or len(kept) == len(clique.daemons or []):
+                clique = self._seen = await self._read()
+                patch = release_patch(clique, self.node_name) if clique is not None else None
+                if patch is None:
                     return
-                await self._write(clique.model_copy(update={"daemons": kept}))
+                self._seen = await self._patch(patch)
+                self.index = None
                 log.info("IMEX daemon released", node=self.node_name, clique=self.name)
                 return
-            except ConflictError:
+            except ConflictError as exc:
+                if attempt >= MAX_REDOS:
+                    log.warning("releasing the IMEX daemon entry failed", clique=self.name, error=str(exc))
+                    return
                 await self._backoff(attempt)
                 attempt += 1
             except GpudraError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 from . import status as st
 from .crds import crd_status, now_rfc3339, validate_crd
 from .discovery import SERVER_VERSION
-from .patches import clone, json_patch, merge_patch, strip_strategic_directives
+from .patches import apply_merge, clone, json_patch, merge_patch, strip_strategic_directives
 from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, ResourceType, crd_resource_types
 from .selectorsyntax import FieldSelector, LabelSelector
 from .store import Clock, Entry, Store
@@ -306,8 +306,10 @@ class Database:
         base = clone(current.obj)
         if content_type == JSON_PATCH:
             patched = json_patch(base, patch)
-        elif content_type in (MERGE, APPLY):
+        elif content_type == MERGE:
             patched = merge_patch(base, patch)
+        elif content_type == APPLY:
+            patched = apply_merge(base, patch, rt.schema)
         elif content_type == STRATEGIC:
             patched = merge_patch(base, strip_strategic_directives(patch))
         else:

@@ -1,9 +1,15 @@
-"""Patch formats: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and strategic merge as merge.
+"""Patch formats: JSON merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge as merge, and the merge
+of server-side apply.
 
 Strategic merge patches are applied as merge patches after the ``$patch``, ``$retainKeys``,
 ``$setElementOrder/...`` and ``$deleteFromPrimitiveList/...`` directives are stripped: lists are replaced
 whole, never merged by key (``$patch: delete`` on a map deletes it; on a list item it drops the item from
 the patch).
+
+Server-side apply merges as a merge patch, except that a list the schema marks ``x-kubernetes-list-type: map``
+is merged item by item on its ``x-kubernetes-list-map-keys``, as kube-apiserver's structured merge does: items
+of the object keep their place and are merged with the applied item of the same keys, applied items with new
+keys are appended. Field ownership is not tracked: a field the applier stops sending stays.
 """
 
 from __future__ import annotations
@@ -11,6 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from .status import APIStatusError
+
+FAILED_TEST_MESSAGE = "the test of "
+"""How the message of a JSON patch refused for a failed ``test`` operation begins."""
 
 
 def clone(value: Any) -> Any:
@@ -36,6 +45,49 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             target[key] = clone(value)
     return target
+
+
+def apply_merge(target: Any, patch: Any, schema: dict[str, Any] | None) -> Any:
+    """Server-side apply's merge of ``patch`` into ``target`` (mutated where it is a dict), guided by the
+    OpenAPI ``schema`` of ``target`` (None: no list is merged by key)."""
+    if isinstance(patch, list):
+        keys = _list_map_keys(schema)
+        if keys and isinstance(target, list):
+            return _merge_list_map(target, patch, keys, (schema or {}).get("items"))
+        return clone(patch)
+    if not isinstance(patch, dict):
+        return clone(patch)
+    if not isinstance(target, dict):
+        target = {}
+    properties = (schema or {}).get("properties") or {}
+    extra = (schema or {}).get("additionalProperties")
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+            continue
+        sub = properties.get(key, extra if isinstance(extra, dict) else None)
+        target[key] = apply_merge(target.get(key), value, sub)
+    return target
+
+
+def _list_map_keys(schema: dict[str, Any] | None) -> tuple[str, ...]:
+    if not schema or schema.get("x-kubernetes-list-type") != "map":
+        return ()
+    return tuple(str(k) for k in schema.get("x-kubernetes-list-map-keys") or ())
+
+
+def _merge_list_map(
+    target: list[Any], patch: list[Any], keys: tuple[str, ...], items: dict[str, Any] | None
+) -> list[Any]:
+    def key_of(item: Any) -> tuple[Any, ...] | None:
+        return tuple(item.get(k) for k in keys) if isinstance(item, dict) else None
+
+    applied = {key_of(item): item for item in patch}
+    merged = [
+        apply_merge(item, applied.pop(key_of(item)), items) if key_of(item) in applied else item
+        for item in target
+    ]
+    return merged + [clone(item) for item in applied.values()]
 
 
 def strip_strategic_directives(patch: Any) -> Any:
@@ -161,9 +213,11 @@ def json_patch(doc: Any, operations: Any) -> Any:
             try:
                 actual = _resolve(doc, _split(path), path)
             except APIStatusError as exc:
-                raise _invalid(f"the test of {path!r} failed: {exc.message}") from exc
+                raise _invalid(f"{FAILED_TEST_MESSAGE}{path!r} failed: {exc.message}") from exc
             if actual != op.get("value"):
-                raise _invalid(f"the test of {path!r} failed: expected {op.get('value')!r}, found {actual!r}")
+                raise _invalid(
+                    f"{FAILED_TEST_MESSAGE}{path!r} failed: expected {op.get('value')!r}, found {actual!r}"
+                )
         else:
             raise _invalid(f"unknown JSON patch operation {kind!r}")
     return doc

@@ -22,6 +22,7 @@ from .collector import GarbageCollector
 from .database import APPLY, Database
 from .kubeproto import wire
 from .kubeproto.convert import ConversionError
+from .patches import FAILED_TEST_MESSAGE
 from .podlogs import PodLogProxy, no_containers
 from .routing import Discovery, Target, parse
 from .selectorsyntax import parse_selectors
@@ -34,7 +35,10 @@ from .watching import WatchRequest, object_bytes
 _JSON = "application/json"
 _TRUE = ("true", "True", "1")
 CONFLICTS_PATH = "/debug/gpudra/conflicts"
-"""409s by resource, as JSON (benchmarks read it from a server in another process)."""
+"""409s by resource, and JSON patches refused for a failed ``test`` (422) by ``<resource>`` + FAILED_TEST, as
+JSON (benchmarks read it from a server in another process)."""
+FAILED_TEST = "#failed-test"
+"""Suffix of the key that counts a resource's JSON patches whose ``test`` failed: the other way to lose a race."""
 _PLAIN = {"/healthz", "/readyz", "/livez", "/healthz/ping", "/readyz/ping", "/livez/ping"}
 
 
@@ -76,7 +80,8 @@ class EmbeddedAPIServer:
         self.errors: Counter[tuple[int, str]] = Counter()
         """Failed requests by (HTTP code, reason); benchmarks read the 409 Conflicts from it."""
         self.conflicts_by_resource: Counter[str] = Counter()
-        """409 Conflicts by resource (plural, ``/subresource`` appended), for benchmarks."""
+        """409 Conflicts by resource (plural, ``/subresource`` appended), and failed JSON patch tests (the
+        resource + FAILED_TEST), for benchmarks."""
 
     @property
     def conflicts(self) -> int:
@@ -147,6 +152,8 @@ class EmbeddedAPIServer:
             self.errors[(exc.status, exc.reason)] += 1
             if exc.status == 409:
                 self.conflicts_by_resource[self._resource_of(request.path)] += 1
+            elif exc.status == 422 and exc.message.startswith(FAILED_TEST_MESSAGE):
+                self.conflicts_by_resource[self._resource_of(request.path) + FAILED_TEST] += 1
             if self._custom(request.path):
                 return _response(exc.to_status(), exc.status)  # no protobuf for custom resources
             return _reply(request, exc.to_status(), exc.status)

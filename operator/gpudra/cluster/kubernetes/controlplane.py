@@ -18,6 +18,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpudra.cluster.apiserver.server import FAILED_TEST
 from gpudra.cluster.kubernetes.binaries import Binaries
 from gpudra.cluster.kubernetes.flags import (
     CONTROLLERS,
@@ -185,7 +186,8 @@ class KubernetesControlPlane:
 
     async def conflicts_by_resource(self) -> Counter[str]:
         """409s kube-apiserver answered so far, by resource (``plural`` or ``plural/subresource``), from its own
-        ``apiserver_request_total`` metric: the same count the embedded server keeps."""
+        ``apiserver_request_total`` metric: the same count the embedded server keeps; and its 422s to PATCH under
+        ``plural`` + FAILED_TEST (the metric does not tell a failed JSON patch test from another invalid patch)."""
         admin = self.layout.pki
         context = self._ssl(admin / "admin.crt", admin / "admin.key")
         async with (
@@ -199,11 +201,15 @@ class KubernetesControlPlane:
                 continue
             for sample in family.samples:
                 labels = sample.labels
-                if sample.name == "apiserver_request_total" and labels.get("code") == "409":
-                    resource = labels.get("resource", "")
-                    if labels.get("subresource"):
-                        resource += f"/{labels['subresource']}"
+                if sample.name != "apiserver_request_total":
+                    continue
+                resource = labels.get("resource", "")
+                if labels.get("subresource"):
+                    resource += f"/{labels['subresource']}"
+                if labels.get("code") == "409":
                     counts[resource] += int(sample.value)
+                elif labels.get("code") == "422" and labels.get("verb") == "PATCH":
+                    counts[resource + FAILED_TEST] += int(sample.value)  # a failed JSON patch test, mostly
         return counts
 
     async def restart_apiserver(self, *, kill: bool = True) -> None:
