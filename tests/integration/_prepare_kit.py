@@ -202,3 +202,17 @@ async def make_node(client: KubeClient, root: Path) -> Node:
 
 def cleanup(node: Node) -> None:
     shutil.rmtree(node.socket_dir, ignore_errors=True)
+
+
+class Crash(BaseException):
+    """The process dies here: nothing after this step runs, no rollback."""
+
+
+def crash_at(step: str) -> Callable[[str], None]:
+    """A preparer hook that stops the process (raises :class:`Crash`) when prepare reaches ``step``."""
+
+    def hook(reached: str) -> None:
+        if reached == step:
+            raise Crash(step)
+
+    return hook

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from _passthrough_kit import NS as PASSTHROUGH_NS
 from _prepare_kit import Node, cleanup, make_node
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from clusterkit import StartCluster
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import NAMESPACES
 
 # --- embedded API server fixtures (owned by the apiserver work; add other fixtures below) -------------------
 
@@ -65,3 +69,15 @@ async def prepare_node(idle_prepare_node: Node) -> Node:
     """A started node rig (recovered preparer behind real plugin sockets, a registered kubelet client)."""
     await idle_prepare_node.start()
     return idle_prepare_node
+
+
+@pytest.fixture
+async def passthrough_cluster(start_cluster: StartCluster) -> EmbeddedCluster:
+    cluster = await start_cluster(
+        "l4x4:1", hardware_poll_seconds=0.1, agent_settings={"passthrough_support": True}
+    )
+    assert cluster.client is not None
+    await cluster.client.apply_object(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PASSTHROUGH_NS}}
+    )
+    return cluster

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_passthrough import NODE, NS, bus_of, claim_and_pod, published, running
+from _passthrough_kit import NODE, NS, bus_of, claim_and_pod, published, running
 
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
@@ -20,15 +20,8 @@ from gpudra.kube.resources import NAMESPACES, RESOURCE_CLAIMS
 
 
 @pytest.fixture
-async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
-    cluster = await start_cluster(
-        "l4x4:1", hardware_poll_seconds=0.1, agent_settings={"passthrough_support": True}
-    )
-    assert cluster.client is not None
-    await cluster.client.apply_object(
-        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-    )
-    return cluster
+def cluster(passthrough_cluster: EmbeddedCluster) -> EmbeddedCluster:
+    return passthrough_cluster
 
 
 async def claim_status(client: KubeClient, name: str) -> dict[str, dict[str, Any]]:

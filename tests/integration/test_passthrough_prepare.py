@@ -4,27 +4,14 @@ GPU is refused, and the CDI spec follows the claim's VfioDeviceConfig."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _prepare_kit import DRIVER, Node
+from _prepare_kit import DRIVER, Crash, Node, crash_at
 
 from gpudra.agent.kubeletplugin import ClaimRef
 
 VFIO = "gpu-vfio-2"
-
-
-class Crash(BaseException):
-    """The process dies here: nothing after this step runs, no rollback."""
-
-
-def crash_at(step: str) -> Callable[[str], None]:
-    def hook(reached: str) -> None:
-        if reached == step:
-            raise Crash(step)
-
-    return hook
 
 
 @pytest.fixture

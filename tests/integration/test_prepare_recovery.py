@@ -5,26 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 
 import pytest
-from _prepare_kit import NODE, Node, gpu_config
+from _prepare_kit import NODE, Crash, Node, crash_at, gpu_config
 
 from gpudra.agent.kubeletplugin import ClaimRef
 from gpudra.agent.recovery import RecoveryReport
 from gpudra.kube.resources import EVENTS
-
-
-class Crash(BaseException):
-    """The process dies here: nothing after this step runs, no rollback."""
-
-
-def crash_at(step: str) -> Callable[[str], None]:
-    def hook(reached: str) -> None:
-        if reached == step:
-            raise Crash(step)
-
-    return hook
 
 
 @pytest.fixture

@@ -14,3 +14,28 @@ def test_stdlib_operator_module_is_not_shadowed() -> None:
     import operator
 
     assert hasattr(operator, "itemgetter")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_no_test_module_imports_another() -> None:
+    """What several tests share lives in kit modules (``_*_kit.py``, ``clusterkit``, conftest), so that a test
+    module can be moved, renamed or run alone (pytest imports test modules by base name)."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.rglob("test_*.py")}
+    offenders = {
+        f"{p.relative_to(tests)} imports {', '.join(sorted(bad))}"
+        for p in tests.rglob("*.py")
+        if "node_modules" not in p.parts and (bad := _imported_modules(p) & test_modules)
+    }
+    assert not offenders, sorted(offenders)
