@@ -117,8 +117,8 @@ class UpOptions:
     kubernetes_version: str | None = None
     """With ``control_plane="kubernetes"``: which built version (default: K8S_VERSION, else the newest built)."""
     feature_gates_on: tuple[str, ...] = ()
-    """With the embedded API server: alpha gates it turns on (``DRAListTypeAttributes``); off by default, as in
-    kube-apiserver."""
+    """Alpha gates turned on (``DRAListTypeAttributes``), in the embedded API server or on every component of the
+    real control plane; off by default, as in kube-apiserver."""
     feature_gates_off: tuple[str, ...] = ()
     """With ``control_plane="kubernetes"``: gates turned off on every component, e.g. to run as an older version
     would (DRAResourceClaimGranularStatusAuthorization off: claim status is authorized as on 1.34 and 1.35)."""
@@ -223,7 +223,11 @@ class EmbeddedCluster:
         binaries = find_binaries(self.options.kubernetes_version, need_kubelet=self.options.real_kubelets > 0)
         root = self.options.kubeconfig.parent.absolute() / "kubernetes"
         self.kubernetes = KubernetesControlPlane(
-            root, binaries, port=self.options.port, gates_off=self.options.feature_gates_off
+            root,
+            binaries,
+            port=self.options.port,
+            gates_on=self.options.feature_gates_on,
+            gates_off=self.options.feature_gates_off,
         )
         await self.kubernetes.start()
         admin = self.kubernetes.admin_kubeconfig

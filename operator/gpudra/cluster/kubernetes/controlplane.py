@@ -22,6 +22,7 @@ from gpudra.cluster.apiserver.server import FAILED_TEST
 from gpudra.cluster.kubernetes.binaries import Binaries
 from gpudra.cluster.kubernetes.flags import (
     CONTROLLERS,
+    PRODUCT_FEATURE_GATES,
     Layout,
     apiserver_args,
     controller_manager_args,
@@ -58,9 +59,16 @@ def known_controllers(help_text: str) -> set[str]:
 
 class KubernetesControlPlane:
     def __init__(
-        self, root: Path, binaries: Binaries, *, port: int = 0, gates_off: tuple[str, ...] = ()
+        self,
+        root: Path,
+        binaries: Binaries,
+        *,
+        port: int = 0,
+        gates_on: tuple[str, ...] = (),
+        gates_off: tuple[str, ...] = (),
     ) -> None:
         self.layout = Layout(root)
+        self._gates_on = gates_on
         self._gates_off = gates_off
         self.binaries = binaries
         self.port = port or free_port()
@@ -133,7 +141,9 @@ class KubernetesControlPlane:
         apiserver_help, manager_help = await asyncio.gather(
             _help(self.binaries.kube_apiserver), _help(self.binaries.kube_controller_manager)
         )
-        self._gates = gate_flag(known_gates(apiserver_help), off=self._gates_off)
+        self._gates = gate_flag(
+            known_gates(apiserver_help), (*PRODUCT_FEATURE_GATES, *self._gates_on), off=self._gates_off
+        )
         self.etcd = ManagedProcess(
             "etcd",
             etcd_args(self.binaries.etcd, layout, self._etcd_port, free_port()),
