@@ -7,7 +7,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from _passthrough_kit import NS as PASSTHROUGH_NS
 from _prepare_kit import Node, cleanup, make_node
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -16,6 +15,7 @@ from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NAMESPACES
+from passthroughkit import NS as PASSTHROUGH_NS
 
 # --- embedded API server fixtures (owned by the apiserver work; add other fixtures below) -------------------
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _passthrough_kit import NODE, NS, bus_of, claim_and_pod, published, published_when, running
 
 from clusterkit import eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
+from passthroughkit import NODE, NS, bus_of, claim_and_pod, published, published_when, running
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _passthrough_kit import NODE, NS, bus_of, claim_and_pod, published, running
 
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NAMESPACES, RESOURCE_CLAIMS
+from passthroughkit import NODE, NS, bus_of, claim_and_pod, published, running
 
 
 @pytest.fixture
