@@ -28,7 +28,7 @@ The closures follow Kubernetes (cel-go with the Kubernetes libraries), checked a
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,6 +147,8 @@ def _ints(name: str, a: Any, b: Any) -> tuple[int, int]:
 def _add(a: Any, b: Any) -> Any:
     if type(a) is str and type(b) is str:
         return a + b
+    if type(a) is tuple and type(b) is tuple:
+        return a + b  # list-typed attributes: CEL concatenates lists
     if type(a) is float and type(b) is float:
         return a + b
     x, y = _ints("_+_", a, b)
@@ -570,18 +572,28 @@ def _flatten(node: Node, name: str) -> list[Node]:
 
 
 def _divides_with_doubles(root: Node) -> bool:
-    """Doubles (literals, asApproximateFloat) and ``/`` or ``%`` in one tree: dividing doubles is left to the
-    library (infinities and NaN)."""
-    doubles = division = False
+    """A ``/`` or ``%`` whose operands can be doubles: dividing doubles is left to the library (infinities and NaN).
+    A value reaches an operator only from the tree below it (selectors have no variables, and attributes and
+    capacities are never doubles), so a double elsewhere in the selector does not matter."""
+    return any(
+        node.kind == "call" and node.name in _DIVISION and any(_yields_double(arg) for arg in node.args)
+        for node in _subtree(root)
+    )
+
+
+def _yields_double(root: Node) -> bool:
+    return any(
+        (node.kind == "const" and node.name == "double") or node.name == "asApproximateFloat"
+        for node in _subtree(root)
+    )
+
+
+def _subtree(root: Node) -> Iterator[Node]:
     stack = [root]
     while stack:
         node = stack.pop()
-        doubles = (
-            doubles or (node.kind == "const" and node.name == "double") or node.name == "asApproximateFloat"
-        )
-        division = division or (node.kind == "call" and node.name in _DIVISION)
+        yield node
         stack.extend(node.children())
-    return doubles and division
 
 
 def _attribute(root: str, domain: str, name: str) -> Fn:
