@@ -4,7 +4,6 @@ health taint raised to NoExecute for an XID that means a dead GPU."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from clusterkit import eventually, kubectl
@@ -151,7 +150,7 @@ async def a_dead_gpu_xid_evicts_the_pod_using_it(cluster: EmbeddedCluster, node:
     device = (await device_of(cluster, "victim"))["device"]
     fake = cluster.simulated[node]
     index = int(device.removeprefix("gpu-"))
-    await eventually(lambda: asyncio.sleep(0, result=fake.inject_xid(index, 79) > 0))
+    await eventually(lambda: fake.inject_xid(index, 79) > 0)
     await gone(cluster, "victim")
     assert await eventually(lambda: eviction_event(cluster, "victim"), timeout=30)
     await kubectl(cluster, "delete", "resourceclaim", "victim")

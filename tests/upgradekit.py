@@ -159,7 +159,7 @@ async def a_prepare_in_flight_at_the_handover_happens_once(cluster: EmbeddedClus
     await kubectl(cluster, "apply", "-f", "-", stdin=MIG_POD)
     uid = (await claim_uids(cluster, ["small"]))["small"]
     await eventually(
-        lambda: asyncio.sleep(0, result=uid in old.preparer.store.claims() if old.preparer else False),
+        lambda: uid in old.preparer.store.claims() if old.preparer else False,
         timeout=60,
     )
     settings = old.settings.model_copy(update={"instance_id": pod_uid()})
@@ -167,7 +167,7 @@ async def a_prepare_in_flight_at_the_handover_happens_once(cluster: EmbeddedClus
     task = asyncio.create_task(new.run())
     try:
         assert new.plugin is not None
-        await eventually(lambda: asyncio.sleep(0, result=new.plugin is not None and new.plugin.serving))
+        await eventually(lambda: new.plugin is not None and new.plugin.serving)
         kubelet = KubeletClient(new.plugin.registration_socket)
         await kubelet.register()
         retried = asyncio.create_task(kubelet.prepare([ClaimRef(namespace="default", uid=uid, name="small")]))

@@ -69,5 +69,5 @@ async def test_a_prepared_claim_mounts_its_device_metadata_until_unprepared(
     assert metadata_id in entry["data"]["cdiDeviceIDs"]
 
     await cluster.client.delete(PODS, "train", "default")
-    await eventually(lambda: asyncio.sleep(0, result=runtime.preparer.specs.read(uid) is None))  # type: ignore[union-attr]
+    await eventually(lambda: runtime.preparer.specs.read(uid) is None)  # type: ignore[union-attr]
     assert not await asyncio.to_thread(host.parent.parent.exists)  # the claim's directory, file and all

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ async def scheduler_knows_classes(cluster: EmbeddedCluster, *names: str) -> None
     """The stand-in scheduler's class cache (its watch) holds these DeviceClasses."""
     assert cluster.control_plane is not None
     cache = cluster.control_plane.state.classes.cache
-    await eventually(lambda: asyncio.sleep(0, result=all(("", n) in cache for n in names)))
+    await eventually(lambda: all(("", n) in cache for n in names))
 
 
 async def test_nvidia_com_gpu_limit_gets_whole_gpus(cluster: EmbeddedCluster) -> None:

@@ -26,7 +26,7 @@ async def devices(cluster: EmbeddedCluster, node: str) -> dict[str, dict[str, An
 
 async def inject(fake: FakeNvml, gpu: int, xid: int) -> None:
     """Inject once the agent's health thread listens (an event nobody waits for is lost, as in NVML)."""
-    await eventually(lambda: asyncio.sleep(0, result=fake.inject_xid(gpu, xid) > 0))
+    await eventually(lambda: fake.inject_xid(gpu, xid) > 0)
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ async def test_scheduler_no_longer_picks_a_tainted_gpu(cluster: EmbeddedCluster)
             for d in s["spec"].get("devices") or []
         )
 
-    await eventually(lambda: asyncio.sleep(0, result=scheduler_sees_the_taint()))
+    await eventually(lambda: scheduler_sees_the_taint())
     assert cluster.client is not None
     claim = {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",

@@ -56,3 +56,14 @@ async def test_watch_until_and_eventually_fail_with_what_they_waited_for(client:
 
     with pytest.raises(AssertionError, match=r"the count not met within 0\.2s \(last value 0\)"):
         await eventually(never, 0.2, what="the count")
+
+
+async def test_eventually_takes_a_plain_check_of_state_in_memory() -> None:
+    """A check that reads state in memory needs no coroutine: eventually calls it between the loop's turns."""
+    seen: list[int] = []
+    loop = asyncio.get_running_loop()
+    for n in range(3):
+        loop.call_soon(seen.append, n)  # after eventually's first look
+    assert await eventually(lambda: len(seen) == 3 and seen, timeout=5) == [0, 1, 2]
+    with pytest.raises(AssertionError, match="last value False"):
+        await eventually(lambda: False, timeout=0.1, what="never")

@@ -5,7 +5,6 @@ own schedule; the fake runtime records the container configs the kubelet sent.""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
@@ -214,7 +213,7 @@ async def test_a_killed_agent_leaves_the_pod_running_and_the_next_prepare_is_ide
     await kubelet.start()
     await kubelet.wait_for_plugin("gpu.nvidia.com")
     await kubectl(cluster, "apply", "-f", "-", stdin=sharing_pod("second"))
-    await eventually(lambda: asyncio.sleep(0, result=created(cluster, node, "second")), timeout=60)
+    await eventually(lambda: created(cluster, node, "second"), timeout=60)
     assert await _agent_counter(cluster, node, "gpudra_prepare_requests_total") == 1
     assert checkpoint_claims(cluster, node)[uid] == before
     assert spec.read_text() == spec_text

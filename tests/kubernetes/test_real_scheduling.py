@@ -3,8 +3,6 @@ sick GPU, and `nvidia.com/gpu: N` pods get GPUs through the DeviceClass's extend
 
 from __future__ import annotations
 
-import asyncio
-
 from _realkit import StartKubernetes, claims, events_of, phase, pods, results
 
 from clusterkit import eventually, kubectl
@@ -47,7 +45,7 @@ async def test_a_health_taint_keeps_kube_scheduler_off_the_gpu_until_it_recovers
     agent = cluster.agents["dgx-h100-0"]
     agent.health.recovery_seconds = 3.0
     fake = cluster.simulated["dgx-h100-0"]
-    await eventually(lambda: asyncio.sleep(0, result=fake.inject_xid(5, 79) > 0))
+    await eventually(lambda: fake.inject_xid(5, 79) > 0)
 
     async def tainted() -> bool:
         slices, _ = await cluster.client.list(RESOURCE_SLICES) if cluster.client else ([], "")

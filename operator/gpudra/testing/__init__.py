@@ -1,8 +1,9 @@
 """Helpers for tests of gpudra and of what runs on it (like ``structlog.testing``): wait for a condition or for a
 watch event, never for a fixed time.
 
-- ``eventually(check)`` calls an async ``check`` until it returns something truthy and returns that; past
-  ``timeout`` it fails with the last value, so the failure says what was seen.
+- ``eventually(check)`` calls ``check`` (async, or a plain function for state read in memory) until it returns
+  something truthy and returns that; past ``timeout`` it fails with the last value, so the failure says what was
+  seen.
 - ``watch_until(client, resource, test)`` lists, then watches from the list's resourceVersion, and returns the first
   object that passes ``test``: a change cannot slip between a check and the wait, as it can with a sleep.
 """
@@ -10,9 +11,10 @@ watch event, never for a fixed time.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import Resource
@@ -21,17 +23,31 @@ T = TypeVar("T")
 Body = dict[str, Any]
 
 
+@overload
 async def eventually(
-    check: Callable[[], Awaitable[T]],
+    check: Callable[[], Awaitable[T]], timeout: float = ..., *, interval: float = ..., what: str = ...
+) -> T: ...
+
+
+@overload
+async def eventually(
+    check: Callable[[], T], timeout: float = ..., *, interval: float = ..., what: str = ...
+) -> T: ...
+
+
+async def eventually(
+    check: Callable[[], Any],
     timeout: float = 15.0,
     *,
     interval: float = 0.05,
     what: str = "condition",
-) -> T:
+) -> Any:
     """Retry ``check`` until it returns a truthy value and return it (generous timeouts: CI machines are noisy)."""
     deadline = time.monotonic() + timeout
     while True:
-        value = await check()
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() > deadline:
