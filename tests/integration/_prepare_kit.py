@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimpreparer import ClaimPreparer, no_hook
@@ -216,3 +218,18 @@ def crash_at(step: str) -> Callable[[str], None]:
             raise Crash(step)
 
     return hook
+
+
+async def crash_and_restart(node: Node, ref: ClaimRef, operation: str, step: str) -> RecoveryReport:
+    """Prepare (or prepare, then unprepare) ``ref`` in a process that dies at ``step``; start a new one."""
+    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
+    await preparer.store.load()
+    if operation == "prepare":
+        with pytest.raises(Crash):
+            await preparer.prepare([ref])
+    else:
+        assert (await preparer.prepare([ref]))[ref.uid].error == ""
+        preparer.hook = crash_at(step)
+        with pytest.raises(Crash):
+            await preparer.unprepare([ref])
+    return await node.start()  # a new process: recovery, then the plugin registers

@@ -7,9 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _prepare_kit import DRIVER, Crash, Node, crash_at
-
-from gpudra.agent.kubeletplugin import ClaimRef
+from _prepare_kit import DRIVER, Node, crash_and_restart
 
 VFIO = "gpu-vfio-2"
 
@@ -83,20 +81,6 @@ async def test_a_claim_mixing_passthrough_and_container_devices_is_refused(node:
     ref = await node.claim("mixed", {"vm": VFIO, "ctr": "gpu-0"})
     assert "mixes passthrough devices" in (await node.kubelet.prepare([ref]))[ref.uid].error
     assert driver_of(node, 2) == "nvidia"
-
-
-async def crash_and_restart(node: Node, ref: ClaimRef, operation: str, step: str) -> None:
-    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
-    await preparer.store.load()
-    if operation == "prepare":
-        with pytest.raises(Crash):
-            await preparer.prepare([ref])
-    else:
-        assert (await preparer.prepare([ref]))[ref.uid].error == ""
-        preparer.hook = crash_at(step)
-        with pytest.raises(Crash):
-            await preparer.unprepare([ref])
-    await node.start()
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,8 @@ import json
 import shutil
 
 import pytest
-from _prepare_kit import NODE, Crash, Node, crash_at, gpu_config
+from _prepare_kit import NODE, Node, crash_and_restart, gpu_config
 
-from gpudra.agent.kubeletplugin import ClaimRef
-from gpudra.agent.recovery import RecoveryReport
 from gpudra.kube.resources import EVENTS
 
 
@@ -20,21 +18,6 @@ def node(idle_prepare_node: Node) -> Node:
 
 
 MPS = [gpu_config({"strategy": "MPS"})]
-
-
-async def crash_and_restart(node: Node, ref: ClaimRef, operation: str, step: str) -> RecoveryReport:
-    """Prepare (or prepare, then unprepare) ``ref`` in a process that dies at ``step``; start a new one."""
-    preparer = node.build(crash_at(step) if operation == "prepare" else crash_at(""))
-    await preparer.store.load()
-    if operation == "prepare":
-        with pytest.raises(Crash):
-            await preparer.prepare([ref])
-    else:
-        assert (await preparer.prepare([ref]))[ref.uid].error == ""
-        preparer.hook = crash_at(step)
-        with pytest.raises(Crash):
-            await preparer.unprepare([ref])
-    return await node.start()  # a new process: recovery, then the plugin registers
 
 
 @pytest.mark.parametrize(
