@@ -331,11 +331,12 @@ async def _run_controller(args: argparse.Namespace) -> int:
 
 async def _run_explain(args: argparse.Namespace) -> int:
     import yaml
+    from pydantic import ValidationError
     from rich.console import Console
 
     from gpudra.allocator.requests import claim_key
     from gpudra.allocator.result import Allocation
-    from gpudra.api.dra import AllocationResult, ResourceClaim
+    from gpudra.api.dra import ResourceClaim
     from gpudra.controller.explaining import explain, explanation, load_view
     from gpudra.devices.classes import load_device_classes
     from gpudra.errors import ConfigurationError
@@ -358,24 +359,25 @@ async def _run_explain(args: argparse.Namespace) -> int:
                 raise ConfigurationError(f"explain: {args.file} must hold one ResourceClaim")
             body.setdefault("metadata", {}).setdefault("namespace", args.namespace)
             body["metadata"].setdefault("name", args.file.stem)
+            try:
+                claim = ResourceClaim.model_validate(body)
+            except ValidationError as exc:
+                raise ConfigurationError(f"explain: {args.file} is not a valid ResourceClaim: {exc}") from exc
             skip = None
         else:
-            body = await client.get(RESOURCE_CLAIMS, args.name, args.namespace)
-            allocation = (body.get("status") or {}).get("allocation")
-            if allocation:
+            claim = await client.get_as(ResourceClaim, RESOURCE_CLAIMS, args.name, args.namespace)
+            if claim.allocation is not None:
                 title = f"claim {args.namespace}/{args.name} is allocated"
-                print_fitted(console, allocation_table(title, AllocationResult.model_validate(allocation)))
+                print_fitted(console, allocation_table(title, claim.allocation))
                 return 0
-            skip = body["metadata"].get("uid")
+            skip = claim.metadata.uid
         view = await load_view(client, skip_claim_uid=skip)
-        claim = ResourceClaim.model_validate(body)
         outcome = explain(view, claim)
         if isinstance(outcome, Allocation):
             print_fitted(console, outcome_report(outcome))
             return 0
         # the planner serves the pending claims together, as the controller does
-        others = [c for c in view.pending if c["metadata"].get("uid") != skip]
-        waiting = [*(ResourceClaim.model_validate(c) for c in others), claim]
+        waiting = [*(c for c in view.pending if c.metadata.uid != skip), claim]
         plan = plan_pending(view.allocator, waiting, args.driver_name)
         shipped = {
             (c.metadata.name or "", s.cel.expression)

@@ -13,7 +13,8 @@ from rich.text import Text
 from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis
 from gpudra.allocator.explanation import Explanation
 from gpudra.allocator.result import Allocation
-from gpudra.api.dra import AllocationResult
+from gpudra.api.core import Node
+from gpudra.api.dra import AllocationResult, ResourceClaim, ResourceSlice
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.demand import DemandPlan
@@ -47,9 +48,9 @@ def print_fitted(console: Console, renderable: RenderableType) -> None:
 
 async def list_fleet(client: KubeClient, driver: str = "gpu.nvidia.com") -> list[FleetRow]:
     """The fleet as any client of the cluster sees it."""
-    nodes, _ = await client.list(NODES)
-    slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
-    claims, _ = await client.list(RESOURCE_CLAIMS)
+    nodes, _ = await client.list_as(Node, NODES)
+    slices, _ = await client.list_as(ResourceSlice, RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
+    claims, _ = await client.list_as(ResourceClaim, RESOURCE_CLAIMS)
     return fleet_rows(nodes, slices, claims, driver)
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from gpudra.api.dra import ResourceClaim, ResourceSlice
 from gpudra.cluster.fleet import DEFAULT_FLEET
-from gpudra.controller.explaining import ClusterView, build_view
+from gpudra.controller.explaining import ClusterView, view_from_wire
 from gpudra.devices.build import build_devices
 from gpudra.devices.classes import load_device_classes
 from gpudra.devices.dynamic import build_node_devices
@@ -115,7 +115,7 @@ def view_of(scenario: dict[str, Any]) -> tuple[ClusterView, ResourceClaim]:
     claims = [*busy_claims(scenario), pending]
     nodes = sorted({s["spec"]["nodeName"] for s in slices})
     namespaces = [{"metadata": {"name": n}} for n in ("default", scenario.get("namespace", "default"))]
-    view = build_view(
+    view = view_from_wire(
         slices,
         [c.to_wire() for c in load_device_classes()],
         claims,

@@ -11,7 +11,7 @@ import yaml
 
 from gpudra.allocator.pools import NodeInfo
 from gpudra.api.dra import ResourceClaim, ResourceSlice
-from gpudra.controller.explaining import ClusterView, build_view, repartition
+from gpudra.controller.explaining import ClusterView, repartition, view_from_wire
 from gpudra.controller.migplanner import decide, progressing, superseded
 from gpudra.devices.build import build_devices
 from gpudra.devices.classes import load_device_classes
@@ -69,7 +69,7 @@ def busy_3g() -> dict[str, Any]:
 
 def view(*claims: dict[str, Any]) -> ClusterView:
     node = {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}}
-    return build_view(slices(), classes(), list(claims), [], [node])
+    return view_from_wire(slices(), classes(), list(claims), [], [node])
 
 
 def demand_of(body: dict[str, Any]) -> list[str] | None:

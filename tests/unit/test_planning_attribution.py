@@ -3,9 +3,7 @@ so the node's capacity is its GPUs (their counter sets), not the sum of every pl
 
 from __future__ import annotations
 
-from typing import Any
-
-from gpudra.api.dra import ResourceSlice
+from gpudra.api.dra import ResourceClaim, ResourceSlice
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.slices import CounterLayout, build_slice_specs
 from gpudra.hardware.simulated import empty_mig, simulated_backend
@@ -15,7 +13,7 @@ NODE = "n1"
 MIB = 2**20
 
 
-def dynamic_h100_slices(layout: CounterLayout) -> list[dict[str, Any]]:
+def dynamic_h100_slices(layout: CounterLayout) -> list[ResourceSlice]:
     backend = simulated_backend("dgx-h100", NODE).backend
     empty_mig(backend)
     inventory = backend.read_inventory()
@@ -24,12 +22,14 @@ def dynamic_h100_slices(layout: CounterLayout) -> list[dict[str, Any]]:
         node_name=NODE, driver="gpu.nvidia.com", devices=published.devices, generation=1, layout=layout,
         counter_sets=published.counter_sets,
     )  # fmt: skip
-    return [ResourceSlice(spec=spec).to_wire() for spec in specs]
+    return [ResourceSlice.model_validate(ResourceSlice(spec=spec).to_wire()) for spec in specs]
 
 
-def allocated(*devices: str) -> dict[str, Any]:
+def allocated(*devices: str) -> ResourceClaim:
     results = [{"request": "r", "driver": "gpu.nvidia.com", "pool": NODE, "device": d} for d in devices]
-    return {"metadata": {"name": "c"}, "status": {"allocation": {"devices": {"results": results}}}}
+    return ResourceClaim.model_validate(
+        {"metadata": {"name": "c"}, "status": {"allocation": {"devices": {"results": results}}}}
+    )
 
 
 def test_dynamic_node_capacity_counts_gpus_and_allocation_counts_the_placement() -> None:

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from gpudra.api.core import Node
+from gpudra.api.dra import ResourceSlice
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.hardware.catalog import load_catalog
@@ -21,7 +23,11 @@ def card(profile: str, *, dynamic_mig: bool = False, held: dict[str, str] | None
     if edit is not None:
         edit(slices)
     holders = {(node.name, device): claim for device, claim in (held or {}).items()}
-    return node_card(node.name, node_body, slices, holders, CATALOG)
+    return node_card(node.name, Node.model_validate(node_body), _parsed(slices), holders, CATALOG)
+
+
+def _parsed(slices: list[dict[str, Any]]) -> list[ResourceSlice]:
+    return [ResourceSlice.model_validate(s) for s in slices]
 
 
 def test_static_mig_gpu_is_drawn_to_scale_with_each_instance_placed() -> None:
@@ -76,7 +82,8 @@ def test_node_readiness_taints_and_other_drivers_devices(ready: bool) -> None:
     body["status"]["conditions"] = [{"type": "Ready", "status": str(ready)}]
     devices = [{"name": "channel-0"}, {"name": "daemon-0"}]
     channels = {"metadata": {"name": "cd"},
-                "spec": {"driver": "compute-domain.nvidia.com", "nodeName": node.name, "devices": devices}}  # fmt: skip
-    out = node_card(node.name, body, [*slices, channels], {}, CATALOG)
+                "spec": {"driver": "compute-domain.nvidia.com", "nodeName": node.name, "devices": devices,
+                         "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1}}}  # fmt: skip
+    out = node_card(node.name, Node.model_validate(body), _parsed([*slices, channels]), {}, CATALOG)
     assert out.ready is ready and out.taints == ("maintenance:NoSchedule",)
     assert out.other_devices == 2 and len(out.gpus) == 4

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from gpudra.api.core import Node
+from gpudra.api.dra import DeviceTaint, ResourceClaim, ResourceSlice
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.planning.summaries import fleet_rows, slice_device_counts
 
 
-def fleet(spec: str, *, dynamic_mig: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def fleet(spec: str, *, dynamic_mig: bool = False) -> tuple[list[Node], list[ResourceSlice]]:
     objects = [
         obj
         for node in parse_fleet(spec, {p.split(":")[0] for p in spec.split(",")})
         for obj in node_objects(node, dynamic_mig=dynamic_mig)
     ]
-    return [o for o in objects if o["kind"] == "Node"], [o for o in objects if o["kind"] == "ResourceSlice"]
+    nodes = [Node.model_validate(o) for o in objects if o["kind"] == "Node"]
+    return nodes, [ResourceSlice.model_validate(o) for o in objects if o["kind"] == "ResourceSlice"]
 
 
-def claim(name: str, *devices: tuple[str, str], driver: str = "gpu.nvidia.com") -> dict[str, Any]:
+def claim(name: str, *devices: tuple[str, str], driver: str = "gpu.nvidia.com") -> ResourceClaim:
     results = [{"request": "r", "driver": driver, "pool": pool, "device": d} for pool, d in devices]
-    return {
+    return ResourceClaim.model_validate({
         "metadata": {"namespace": "default", "name": name},
         "status": {"allocation": {"devices": {"results": results}}},
-    }
+    })  # fmt: skip
 
 
 def test_rows_count_gpus_by_model_and_static_mig_instances_by_profile() -> None:
@@ -47,13 +48,13 @@ def test_dynamic_mig_gpus_are_counted_as_gpus_not_as_instances() -> None:
 
 def test_allocated_counts_only_this_drivers_devices_and_unhealthy_counts_repelling_taints() -> None:
     nodes, slices = fleet("l4x4:1")
-    devices = slices[0]["spec"]["devices"]
-    devices[0]["taints"] = [{"key": "gpu.nvidia.com/xid", "effect": "NoSchedule"}]
-    devices[1]["taints"] = [{"key": "gpu.nvidia.com/xid", "effect": "None"}]
+    devices = slices[0].spec.devices or []
+    devices[0].taints = [DeviceTaint(key="gpu.nvidia.com/xid", effect="NoSchedule")]
+    devices[1].taints = [DeviceTaint(key="gpu.nvidia.com/xid", effect="None")]
     claims = [
         claim("a", ("l4x4-0", "gpu-0"), ("l4x4-0", "gpu-1")),
         claim("b", ("l4x4-0", "channel-0"), driver="compute-domain.nvidia.com"),
-        {"metadata": {"namespace": "default", "name": "pending"}},
+        ResourceClaim.model_validate({"metadata": {"namespace": "default", "name": "pending"}}),
     ]
     (row,) = fleet_rows(nodes, slices, claims)
     assert (row.allocated, row.unhealthy, row.devices) == (2, 1, 4)
@@ -65,13 +66,13 @@ def test_json_form_has_every_value_in_full() -> None:
     data = row.to_data()
     assert data["node"] == "dgx-h100-0"
     assert data["gpus"] == {"NVIDIA H100 80GB HBM3": 8}
-    assert data["slices"] == [slices[0]["metadata"]["name"]]
+    assert data["slices"] == [slices[0].metadata.name]
 
 
 def test_the_fleet_gauges_count_a_slices_devices_by_type() -> None:
     _, slices = fleet("dgx-a100:1", dynamic_mig=False)
     node, counts = slice_device_counts(slices[0], "gpu.nvidia.com")
-    assert node == slices[0]["spec"]["nodeName"]
-    assert sum(counts.values()) == len(slices[0]["spec"]["devices"])
+    assert node == slices[0].spec.node_name
+    assert sum(counts.values()) == len(slices[0].spec.devices or [])
     assert counts["gpu"] + counts["mig"] == sum(counts.values())
     assert slice_device_counts(slices[0], "compute-domain.nvidia.com") == ("", {})

@@ -8,7 +8,7 @@ from gpudra.allocator.explain import NodesFailure
 from gpudra.api.dra import ResourceClaim
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
-from gpudra.controller.explaining import build_view, explain, explanation
+from gpudra.controller.explaining import explain, explanation, view_from_wire
 from gpudra.devices.classes import load_device_classes
 from gpudra.planning.workloads import (
     ConditionView,
@@ -60,7 +60,7 @@ def test_pending_card_carries_the_explanation_node_by_node() -> None:
         "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com",
                                                                         "count": 9}}]}},
     }  # fmt: skip
-    view = build_view(slices, classes, [], [], nodes)
+    view = view_from_wire(slices, classes, [], [], nodes)
     claim = ResourceClaim.model_validate(body)
     outcome = explain(view, claim)
     assert isinstance(outcome, NodesFailure)

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from gpudra.api.base import WireModel
-from gpudra.api.meta import ObjectMeta
+from gpudra.api.meta import Condition, ObjectMeta
 
 
 class PodResourceClaim(WireModel):
@@ -100,6 +100,7 @@ class NodeSpec(WireModel):
 class NodeStatus(WireModel):
     capacity: dict[str, str | int] | None = None
     allocatable: dict[str, str | int] | None = None
+    conditions: list[Condition] | None = None
 
 
 class Node(WireModel):

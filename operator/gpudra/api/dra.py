@@ -139,6 +139,20 @@ class Device(WireModel):
     binding_failure_conditions: list[str] | None = None
     allow_multiple_allocations: bool | None = None
 
+    def attribute_text(self, name: str) -> str:
+        """The attribute ``name`` (as published: qualified or not) as text, whatever its kind: a list's values
+        joined by commas, "" when the device has no such attribute. The one way product code reads a device's
+        attribute for display and counting."""
+        attribute = (self.attributes or {}).get(name)
+        if attribute is None:
+            return ""
+        return ",".join(str(v) for v in attribute.values)
+
+    @property
+    def repels_claims(self) -> bool:
+        """Whether a taint with an effect other than None is on the device (a claim must tolerate it)."""
+        return any(t.effect != "None" for t in self.taints or [])
+
 
 class ResourcePool(WireModel):
     name: str
@@ -332,6 +346,20 @@ class AllocationResult(WireModel):
     node_selector: NodeSelector | None = None
     allocation_timestamp: str | None = None
 
+    @property
+    def results(self) -> list[DeviceRequestAllocationResult]:
+        return (self.devices.results or []) if self.devices is not None else []
+
+    @property
+    def node(self) -> str | None:
+        """The node of a node-local allocation: its ``metadata.name In [node]`` field selector, as the scheduler
+        writes it; None when the devices are not node-local."""
+        for term in self.node_selector.node_selector_terms if self.node_selector is not None else []:
+            for field in term.match_fields or []:
+                if field.key == "metadata.name" and field.operator == "In" and field.values:
+                    return field.values[0]
+        return None
+
 
 class ResourceClaimConsumerReference(WireModel):
     api_group: str | None = None
@@ -362,6 +390,10 @@ class ResourceClaim(WireModel):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
     status: ResourceClaimStatus | None = None
+
+    @property
+    def allocation(self) -> AllocationResult | None:
+        return self.status.allocation if self.status is not None else None
 
 
 class ResourceClaimTemplateSpec(WireModel):

@@ -30,6 +30,11 @@ class ObjectMeta(WireModel):
     owner_references: list[OwnerReference] | None = None
     finalizers: list[str] | None = None
 
+    @property
+    def namespaced_name(self) -> str:
+        """ "namespace/name", as kubectl and the events name an object ("default" when the namespace is unset)."""
+        return f"{self.namespace or 'default'}/{self.name or ''}"
+
 
 class Condition(WireModel):
     """metav1.Condition."""

@@ -8,6 +8,7 @@ answer with the MIG planner's (``gpudra.allocator.wording``). Nothing is written
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,61 +21,80 @@ from gpudra.allocator.requests import claim_key
 from gpudra.allocator.result import Allocation
 from gpudra.allocator.snapshot import ClusterSnapshot
 from gpudra.allocator.wording import explain_outcome
-from gpudra.api.dra import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
+from gpudra.api.core import Namespace, Node
+from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.demand import DemandPlan
 
 Outcome = Allocation | Failure | NodesFailure
 DETAIL_NODES = 16
+Body = dict[str, Any]
 
 
 @dataclass
 class ClusterView:
     allocator: Allocator
     nodes: list[NodeInfo]
-    pending: list[dict[str, Any]] = field(default_factory=list)  # unallocated claims
+    pending: list[ResourceClaim] = field(default_factory=list)  # unallocated claims
     holders: dict[DeviceId, str] = field(
         default_factory=dict
     )  # allocated device -> namespace/name of its claim
 
 
 def build_view(
-    slices: list[dict[str, Any]],
-    classes: list[dict[str, Any]],
-    claims: list[dict[str, Any]],
-    namespaces: list[dict[str, Any]],
-    nodes: list[dict[str, Any]],
+    slices: Iterable[ResourceSlice],
+    classes: Iterable[DeviceClass],
+    claims: Iterable[ResourceClaim],
+    namespaces: Iterable[Namespace],
+    nodes: Iterable[Node],
     *,
     skip_claim_uid: str | None = None,
 ) -> ClusterView:
     """Pure: the allocator over these objects, with every allocation but ``skip_claim_uid``'s marked in use."""
-    snapshot = ClusterSnapshot(ResourceSlice.model_validate(s) for s in slices)
+    snapshot = ClusterSnapshot(slices)
     holders: dict[DeviceId, str] = {}
+    pending: list[ResourceClaim] = []
     for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation")
-        if allocation and claim["metadata"].get("uid") != skip_claim_uid:
-            result = AllocationResult.model_validate(allocation)
-            snapshot.mark_allocated(result)
-            key = f"{claim['metadata'].get('namespace', 'default')}/{claim['metadata'].get('name', '?')}"
-            for r in (result.devices.results or []) if result.devices else []:
-                holders[DeviceId(r.driver, r.pool, r.device)] = key
-    labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in namespaces}
-    allocator = Allocator(snapshot, [DeviceClass.model_validate(c) for c in classes], namespace_labels=labels)
-    infos = [
-        NodeInfo(n["metadata"]["name"], n["metadata"].get("labels") or {})
-        for n in sorted(nodes, key=lambda n: n["metadata"]["name"])
-    ]
-    pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+        allocation = claim.allocation
+        if allocation is None:
+            pending.append(claim)
+        elif claim.metadata.uid != skip_claim_uid:
+            snapshot.mark_allocated(allocation)
+            for r in allocation.results:
+                holders[DeviceId(r.driver, r.pool, r.device)] = claim.metadata.namespaced_name
+    labels = {ns.metadata.name or "": ns.metadata.labels or {} for ns in namespaces}
+    allocator = Allocator(snapshot, list(classes), namespace_labels=labels)
+    infos = sorted(
+        (NodeInfo(n.metadata.name or "", n.metadata.labels or {}) for n in nodes), key=lambda n: n.name
+    )
     return ClusterView(allocator, infos, pending, holders)
 
 
+def view_from_wire(
+    slices: Iterable[Body],
+    classes: Iterable[Body],
+    claims: Iterable[Body],
+    namespaces: Iterable[Body],
+    nodes: Iterable[Body],
+) -> ClusterView:
+    """:func:`build_view` over objects in their wire form (the web view's worker process is sent them so: they
+    cost less to send than models); each is parsed once here."""
+    return build_view(
+        (ResourceSlice.model_validate(s) for s in slices),
+        (DeviceClass.model_validate(c) for c in classes),
+        (ResourceClaim.model_validate(c) for c in claims),
+        (Namespace.model_validate(n) for n in namespaces),
+        (Node.model_validate(n) for n in nodes),
+    )
+
+
 async def load_view(client: KubeClient, *, skip_claim_uid: str | None = None) -> ClusterView:
-    slices, _ = await client.list(RESOURCE_SLICES)
-    classes, _ = await client.list(DEVICE_CLASSES)
-    claims, _ = await client.list(RESOURCE_CLAIMS)
-    namespaces, _ = await client.list(NAMESPACES)
-    nodes, _ = await client.list(NODES)
+    slices, _ = await client.list_as(ResourceSlice, RESOURCE_SLICES)
+    classes, _ = await client.list_as(DeviceClass, DEVICE_CLASSES)
+    claims, _ = await client.list_as(ResourceClaim, RESOURCE_CLAIMS)
+    namespaces, _ = await client.list_as(Namespace, NAMESPACES)
+    nodes, _ = await client.list_as(Node, NODES)
     return build_view(slices, classes, claims, namespaces, nodes, skip_claim_uid=skip_claim_uid)
 
 

@@ -10,10 +10,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
+from pydantic import ValidationError
 
+from gpudra.api.base import WireModel
+from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
+from gpudra.api.meta import ObjectMeta
 from gpudra.config import ControllerSettings
 from gpudra.controller.computedomains import register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
@@ -23,12 +27,14 @@ from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import fault
 from gpudra.kube.kubeconfig import Credentials, read_credentials
 from gpudra.metrics import Metrics
 from gpudra.planning.summaries import slice_device_counts
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+M = TypeVar("M", bound=WireModel)
 
 
 def build_registry(
@@ -52,8 +58,9 @@ def build_registry(
         mig_layouts.node_event(type, dict(body))
 
     @kopf.index("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="device_classes")
-    def device_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
-        return {name: dict(body)}
+    def device_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, DeviceClass]:
+        parsed = _parse(DeviceClass, body)
+        return {name: parsed} if parsed is not None else {}
 
     def unallocated(body: kopf.Body, **_: Any) -> bool:
         return not (body.get("status") or {}).get("allocation")
@@ -61,8 +68,9 @@ def build_registry(
     @kopf.index(
         "resource.k8s.io", "v1", "resourceclaims", registry=registry, id="pending_claims", when=unallocated
     )
-    def pending_claims(uid: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
-        return {uid: dict(body)}
+    def pending_claims(uid: str, body: kopf.Body, **_: Any) -> dict[str, ResourceClaim]:
+        parsed = _parse(ResourceClaim, body)
+        return {uid: parsed} if parsed is not None else {}
 
     @kopf.on.startup(registry=registry)
     async def start_explainer(**kwargs: Any) -> None:
@@ -83,11 +91,13 @@ def build_registry(
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
     async def claim_event(type: str, body: kopf.Body, **_: Any) -> None:
-        attribution.claim_changed(body["metadata"]["uid"], None if type == "DELETED" else dict(body))
+        attribution.claim_changed(
+            body["metadata"]["uid"], None if type == "DELETED" else _parse(ResourceClaim, body)
+        )
         if type == "DELETED":
             pending.forget(body["metadata"]["uid"])
         elif (body.get("status") or {}).get("allocation"):
-            pending.allocated(dict(body))
+            pending.allocated(ObjectMeta.model_validate(body["metadata"]))
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -100,10 +110,11 @@ def build_registry(
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceslices", registry=registry)
     async def slice_event(type: str, name: str, body: kopf.Body, **_: Any) -> None:
-        attribution.slice_changed(name, None if type == "DELETED" else dict(body))
+        slice_ = None if type == "DELETED" else _parse(ResourceSlice, body)
+        attribution.slice_changed(name, slice_)
         old_node, old = published.pop(name, ("", Counter()))
         node, counts = (
-            ("", Counter[str]()) if type == "DELETED" else slice_device_counts(body, settings.driver_name)
+            ("", Counter[str]()) if slice_ is None else slice_device_counts(slice_, settings.driver_name)
         )
         if node:
             published[name] = (node, counts)
@@ -134,11 +145,25 @@ def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
     )
 
 
+def _parse(model: type[M], body: kopf.Body) -> M | None:
+    """The body as ``model``; None (logged) when it does not parse: one bad object must not stop a handler."""
+    try:
+        return model.model_validate(dict(body))
+    except ValidationError as exc:
+        field, problem = fault(exc)
+        meta = body.get("metadata") or {}
+        log.warning(
+            "object ignored: it does not parse", kind=body.get("kind"), namespace=meta.get("namespace"),
+            name=meta.get("name"), field=field, problem=problem,
+        )  # fmt: skip
+        return None
+
+
 async def _explain_loop(
     pending: PendingClaims,
     settings: ControllerSettings,
-    claims: kopf.Index[str, dict[str, Any]],
-    device_classes: kopf.Index[str, dict[str, Any]],
+    claims: kopf.Index[str, ResourceClaim],
+    device_classes: kopf.Index[str, DeviceClass],
 ) -> None:
     """Every interval, explain each claim unallocated for longer than the grace period."""
     while True:
@@ -146,10 +171,10 @@ async def _explain_loop(
         classes = {name: next(iter(store)) for name, store in device_classes.items()}
         now = time.time()
         due = [
-            body
+            claim
             for store in list(claims.values())
-            for body in list(store)
-            if age_seconds(body, now) >= settings.pending_grace_seconds
+            for claim in list(store)
+            if age_seconds(claim.metadata, now) >= settings.pending_grace_seconds
         ]
         try:
             await pending.check_all(due, classes)

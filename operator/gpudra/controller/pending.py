@@ -7,12 +7,13 @@ controller writes that repartition as a planner MigLayout (``gpudra.controller.m
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
 
 from gpudra.allocator.explain import Failure, NodesFailure
 from gpudra.allocator.requests import claim_key
 from gpudra.allocator.result import Allocation
-from gpudra.api.dra import ResourceClaim
+from gpudra.api.dra import DeviceClass, ResourceClaim
+from gpudra.api.meta import ObjectMeta
 from gpudra.api.timestamps import parse_rfc3339
 from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, explanation, load_view
@@ -30,23 +31,23 @@ log = get_logger(__name__)
 EVENT_LIMIT = 1024
 
 
-def uses_driver(claim: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> bool:
+def uses_driver(claim: ResourceClaim, classes: Mapping[str, DeviceClass], driver: str) -> bool:
     """Pure: does any request of the claim name a DeviceClass whose selectors mention ``driver``?"""
     names: set[str] = set()
-    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
-        if request.get("exactly"):
-            names.add(request["exactly"].get("deviceClassName", ""))
-        for sub in request.get("firstAvailable") or []:
-            names.add(sub.get("deviceClassName", ""))
+    for request in claim.spec.devices.requests or []:
+        if request.exactly is not None:
+            names.add(request.exactly.device_class_name)
+        names.update(sub.device_class_name for sub in request.first_available or [])
     for name in names:
-        selectors = ((classes.get(name) or {}).get("spec") or {}).get("selectors") or []
-        if any(driver in ((s.get("cel") or {}).get("expression") or "") for s in selectors):
+        device_class = classes.get(name)
+        selectors = (device_class.spec.selectors or []) if device_class is not None else []
+        if any(s.cel is not None and driver in s.cel.expression for s in selectors):
             return True
     return False
 
 
-def age_seconds(body: dict[str, Any], now: float) -> float:
-    created = body.get("metadata", {}).get("creationTimestamp")
+def age_seconds(meta: ObjectMeta, now: float) -> float:
+    created = meta.creation_timestamp
     if not created:
         return 0.0
     return max(0.0, now - parse_rfc3339(created).timestamp())
@@ -78,16 +79,16 @@ class PendingClaims:
         return self._view[1]
 
     async def check_all(
-        self, bodies: list[dict[str, Any]], classes: dict[str, dict[str, Any]]
+        self, claims: list[ResourceClaim], classes: Mapping[str, DeviceClass]
     ) -> dict[str, str]:
         """Explain the pending claims together (the MIG planner serves them jointly, oldest first); return
         the Event message per claim uid that does not fit now."""
-        ours: list[dict[str, Any]] = []
-        for body in bodies:
-            if (body.get("status") or {}).get("allocation") or not uses_driver(body, classes, self._driver):
-                self.forget(body["metadata"]["uid"])
+        ours: list[ResourceClaim] = []
+        for claim in claims:
+            if claim.allocation is not None or not uses_driver(claim, classes, self._driver):
+                self.forget(_uid(claim))
             else:
-                ours.append(body)
+                ours.append(claim)
         if not ours and self._planner != "apply":
             return {}
         view = await self._cluster()
@@ -97,15 +98,15 @@ class PendingClaims:
             except GpudraError as exc:
                 log.warning("checking planner MigLayouts failed", error=str(exc))
         # The claim index can lag behind the listed view: a claim allocated there is not pending.
-        unallocated = {c["metadata"].get("uid") for c in view.pending}
-        ours = [b for b in ours if b["metadata"]["uid"] in unallocated]
-        failed: list[tuple[dict[str, Any], Failure | NodesFailure]] = []
-        for body in ours:
-            outcome = explain(view, ResourceClaim.model_validate(body))
+        unallocated = {c.metadata.uid for c in view.pending}
+        ours = [c for c in ours if c.metadata.uid in unallocated]
+        failed: list[tuple[ResourceClaim, Failure | NodesFailure]] = []
+        for claim in ours:
+            outcome = explain(view, claim)
             if isinstance(outcome, Allocation):
-                self.forget(body["metadata"]["uid"])  # it fits now; the scheduler will get to it
+                self.forget(_uid(claim))  # it fits now; the scheduler will get to it
             else:
-                failed.append((body, outcome))
+                failed.append((claim, outcome))
         plan: DemandPlan | None = None
         notes: dict[str, str] = {}
         if failed and self._planner != "off":
@@ -114,9 +115,8 @@ class PendingClaims:
             except GpudraError as exc:  # the explanations still go out
                 log.warning("the MIG planner failed", error=str(exc))
         messages: dict[str, str] = {}
-        for body, outcome in failed:
-            uid = body["metadata"]["uid"]
-            claim = ResourceClaim.model_validate(body)
+        for claim, outcome in failed:
+            uid = _uid(claim)
             note = notes.get(plan.placed.get(claim_key(claim), "")) if plan is not None else None
             said = explanation(view, claim, outcome, plan, note or "")
             reason = said.reason
@@ -124,27 +124,26 @@ class PendingClaims:
                 self._metrics.allocation_failures.labels(reason).inc()
             self.reasons[uid] = reason
             text = said.text(EVENT_LIMIT)
-            messages[uid] = f"pending for {age_seconds(body, time.time()):.0f}s: {text}"
-            await self._events.post(body, "Warning", reason, text)
+            messages[uid] = f"pending for {age_seconds(claim.metadata, time.time()):.0f}s: {text}"
+            await self._events.post(claim, "Warning", reason, text)
         self._refresh_gauge()
         return messages
 
     async def _suggest(
-        self, view: ClusterView, bodies: list[dict[str, Any]]
+        self, view: ClusterView, claims: list[ResourceClaim]
     ) -> tuple[DemandPlan, dict[str, str]]:
         """The MIG planner's plan for the pending claims and, when the policy applies it, a note per node."""
-        claims = [ResourceClaim.model_validate(b) for b in bodies]
         plan = plan_pending(view.allocator, claims, self._driver)
         notes: dict[str, str] = {}
         if self._planner == "apply" and any(n.gpus for n in plan.nodes):
             notes = await apply_plan(self._client, plan, view.nodes, pci_device_ids())
         return plan, notes
 
-    def allocated(self, body: dict[str, Any]) -> None:
+    def allocated(self, meta: ObjectMeta) -> None:
         """A claim we saw pending got its allocation: record how long it waited."""
-        uid = body["metadata"]["uid"]
+        uid = meta.uid or ""
         if uid in self.reasons:
-            self._metrics.claim_pending_seconds.observe(age_seconds(body, time.time()))
+            self._metrics.claim_pending_seconds.observe(age_seconds(meta, time.time()))
         self.forget(uid)
 
     def forget(self, uid: str) -> None:
@@ -158,3 +157,7 @@ class PendingClaims:
         for reason in self._metrics.known_pending_reasons | set(counts):
             self._metrics.pending_claims.labels(reason).set(counts.get(reason, 0))
         self._metrics.known_pending_reasons |= set(counts)
+
+
+def _uid(claim: ResourceClaim) -> str:
+    return claim.metadata.uid or ""

@@ -1,6 +1,8 @@
 """KubeClient: typed, minimal verbs over kubernetes_asyncio's transport, with errors mapped to gpudra's.
 
-Objects travel as plain dicts (the wire form); callers parse them into ``gpudra.api`` models where they need types.
+Reads come back as ``gpudra.api`` models (``get_as``, ``list_as``): product code reads fields through the models,
+never by indexing the wire form. The plain verbs return the wire form (dicts) for what has no model of its own:
+writes' answers, patches, and the embedded cluster's stand-ins, which move objects through unchanged.
 Using the generic transport instead of the generated per-kind APIs keeps one code path for built-ins and CRDs, and
 lets the caller choose the exact patch content type.
 """
@@ -16,9 +18,10 @@ import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from gpudra.api.base import WireModel
-from gpudra.errors import ConflictError, KubeConnectionError, KubeError, NotFoundError
+from gpudra.errors import ConflictError, InvalidInputError, KubeConnectionError, KubeError, NotFoundError
 from gpudra.kube.resources import Resource
 
 M = TypeVar("M", bound=WireModel)
@@ -55,6 +58,15 @@ def _lost(exc: BaseException, what: str) -> KubeConnectionError:
 
 WATCH_READ_BUFFER = 2 * 1024 * 1024
 """Bytes one watch event may take (kubernetes_asyncio's own setting: etcd admits objects up to 1.5 MiB)."""
+
+
+def _parse(model: type[M], res: Resource, body: Body) -> M:
+    try:
+        return model.from_wire(body)
+    except ValidationError as exc:
+        meta = body.get("metadata") or {}
+        name = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
+        raise InvalidInputError(f"{res.kind} {name} does not parse: {exc.errors()[0]['msg']}") from exc
 
 
 def _ignore_environment(api: k8s_client.ApiClient) -> None:
@@ -170,7 +182,23 @@ class KubeClient:
             raise KubeError(f"the API server reported an unreadable version: {info!r:.200}") from exc
 
     async def get_as(self, model: type[M], res: Resource, name: str, namespace: str | None = None) -> M:
-        return model.from_wire(await self.get(res, name, namespace))
+        return _parse(model, res, await self.get(res, name, namespace))
+
+    async def list_as(
+        self,
+        model: type[M],
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[M], str]:
+        """Items parsed as ``model``, and the list's resourceVersion. An item that does not parse raises
+        InvalidInputError naming it (an informer, which must go on, skips such items instead)."""
+        items, version = await self.list(
+            res, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        return [_parse(model, res, item) for item in items], version
 
     async def list(
         self,

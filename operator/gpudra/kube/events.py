@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from gpudra.api.meta import ObjectMeta
 from gpudra.api.timestamps import rfc3339
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
@@ -21,6 +22,24 @@ def _now() -> str:
     return rfc3339()
 
 
+class KubeObject(Protocol):
+    """What an Event needs of the object it is about (any top-level ``gpudra.api`` model)."""
+
+    api_version: str
+    kind: str
+    metadata: ObjectMeta
+
+
+def _wire(involved: dict[str, Any] | KubeObject) -> dict[str, Any]:
+    if isinstance(involved, dict):
+        return involved
+    return {
+        "apiVersion": involved.api_version,
+        "kind": involved.kind,
+        "metadata": involved.metadata.to_wire(),
+    }
+
+
 class EventRecorder:
     def __init__(self, client: KubeClient, component: str, *, window_seconds: float = 600.0) -> None:
         self._client = client
@@ -29,8 +48,11 @@ class EventRecorder:
         self._last: dict[tuple[str, str, str], float] = {}
         self.suppressed = 0
 
-    async def post(self, involved: dict[str, Any], type_: EventType, reason: str, message: str) -> bool:
+    async def post(
+        self, about: dict[str, Any] | KubeObject, type_: EventType, reason: str, message: str
+    ) -> bool:
         """Post unless the same event on the same object was posted within the window; True when posted."""
+        involved = _wire(about)
         meta = involved.get("metadata", {})
         key = (str(meta.get("uid", "")), reason, message)
         now = time.monotonic()

@@ -13,15 +13,15 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from gpudra.api.core import Node, Taint
+from gpudra.api.dra import Device, DeviceTaint, ResourceSlice
 from gpudra.api.quantity import parse_quantity
 from gpudra.devices.names import parse_mig_device_name
 from gpudra.errors import InvalidInputError
 from gpudra.hardware.catalog import Catalog, MigSpec
-from gpudra.planning.summaries import PROFILE_LABEL, attribute
+from gpudra.planning.summaries import PROFILE_LABEL
 
-Body = Mapping[str, Any]
 Holders = Mapping[tuple[str, str], str]
 
 _GPU_NAME = re.compile(r"^gpu-(\d+)$")
@@ -98,30 +98,23 @@ class NodeCard:
         return sum(1 for g in self.gpus if g.state == state)
 
 
-def taint_text(taint: Mapping[str, Any]) -> str:
-    value = taint.get("value")
-    return f"{taint.get('key', '')}{'=' + str(value) if value else ''}:{taint.get('effect', '')}"
+def taint_text(taint: Taint | DeviceTaint) -> str:
+    return f"{taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect}"
 
 
-def _memory_slices(device: Body) -> list[int]:
+def _memory_slices(device: Device) -> list[int]:
     """The memory slices a MIG device occupies: its ``memorySlice<i>`` capacities (static) or the
     ``memory-slice-<i>`` counters it consumes (dynamic)."""
-    found = [
-        int(m.group(1)) for key in device.get("capacity") or {} if (m := _MEMORY_SLICE_CAPACITY.match(key))
-    ]
-    for consumption in device.get("consumesCounters") or []:
-        found += [
-            int(m.group(1))
-            for key in consumption.get("counters") or {}
-            if (m := _MEMORY_SLICE_COUNTER.match(key))
-        ]
+    found = [int(m.group(1)) for key in device.capacity or {} if (m := _MEMORY_SLICE_CAPACITY.match(key))]
+    for consumption in device.consumes_counters or []:
+        found += [int(m.group(1)) for key in consumption.counters if (m := _MEMORY_SLICE_COUNTER.match(key))]
     return sorted(found)
 
 
-def _capacity_bytes(device: Body, name: str = "memory") -> int:
-    value = ((device.get("capacity") or {}).get(name) or {}).get("value")
+def _capacity_bytes(device: Device, name: str = "memory") -> int:
+    entry = (device.capacity or {}).get(name)
     try:
-        return int(parse_quantity(str(value))) if value is not None else 0
+        return int(parse_quantity(entry.value)) if entry is not None else 0
     except InvalidInputError:
         return 0
 
@@ -141,15 +134,15 @@ def _minor(name: str) -> int | None:
 
 @dataclass
 class _GpuParts:
-    full: Body | None = None
-    migs: list[Body] | None = None
+    full: Device | None = None
+    migs: list[Device] | None = None
 
 
-def gpu_cards(devices: Sequence[Body], pool: str, holders: Holders, catalog: Catalog) -> list[GpuCard]:
+def gpu_cards(devices: Sequence[Device], pool: str, holders: Holders, catalog: Catalog) -> list[GpuCard]:
     """The GPUs of one node's devices (one driver's pool), by minor."""
     parts: dict[int, _GpuParts] = defaultdict(_GpuParts)
     for device in devices:
-        kind, minor = attribute(device, "type"), _minor(str(device.get("name", "")))
+        kind, minor = device.attribute_text("type"), _minor(device.name)
         if minor is None:
             continue
         if kind == "gpu":
@@ -164,25 +157,25 @@ def gpu_cards(devices: Sequence[Body], pool: str, holders: Holders, catalog: Cat
 def _gpu_card(minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog: Catalog) -> GpuCard:
     migs = parts.migs or []
     sample = parts.full or migs[0]
-    model = attribute(sample, "productName")
+    model = sample.attribute_text("productName")
     known = catalog.by_product_name(model)
     spec = known.mig if known is not None else None
     name = f"gpu-{minor}"
-    taints = [t for d in ([parts.full] if parts.full else []) + migs for t in d.get("taints") or []]
-    dynamic = any(d.get("consumesCounters") for d in migs)
+    taints = [t for d in ([parts.full] if parts.full else []) + migs for t in d.taints or []]
+    dynamic = any(d.consumes_counters for d in migs)
     memory = _capacity_bytes(parts.full) if parts.full else (known.memory_bytes if known is not None else 0)
     geometry = None
     if migs:
         slots = []
         for device in migs:
-            device_name = str(device.get("name", ""))
+            device_name = device.name
             holder = holders.get((pool, device_name))
             if dynamic and holder is None:
                 continue  # a placement offered, not carved
             occupied = _memory_slices(device)
             parsed = parse_mig_device_name(device_name)
             start = occupied[0] if occupied else (parsed[2] if parsed else 0)
-            profile = attribute(device, "profile")
+            profile = device.attribute_text("profile")
             slots.append(
                 MigSlot(
                     device=device_name,
@@ -191,7 +184,7 @@ def _gpu_card(minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog
                     size=len(occupied) or 1,
                     compute=_compute_slices(profile, spec),
                     holder=holder,
-                    unhealthy=any(t.get("effect") != "None" for t in device.get("taints") or []),
+                    unhealthy=device.repels_claims,
                 )
             )
         geometry = MigGeometry(
@@ -205,42 +198,40 @@ def _gpu_card(minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog
         minor=minor,
         model=model,
         memory_bytes=memory,
-        uuid=attribute(sample, "parentUUID") or attribute(sample, "uuid"),
+        uuid=sample.attribute_text("parentUUID") or sample.attribute_text("uuid"),
         holder=holders.get((pool, name)) if parts.full else None,
         taints=tuple(sorted({taint_text(t) for t in taints})),
-        unhealthy=any(t.get("effect") != "None" for t in taints),
+        unhealthy=any(t.effect != "None" for t in taints),
         mig=geometry,
     )
 
 
 def node_card(
     name: str,
-    node: Body | None,
-    slices: Iterable[Body],
+    node: Node | None,
+    slices: Iterable[ResourceSlice],
     holders: Holders,
     catalog: Catalog,
     driver: str = "gpu.nvidia.com",
 ) -> NodeCard:
     """One node's card: its Node (None when only slices name it) and every slice published for it."""
-    ours: list[Body] = []
+    ours: list[Device] = []
     others = 0
     pool = name
     for s in slices:
-        spec = s.get("spec") or {}
-        if spec.get("driver") == driver:
-            ours.extend(spec.get("devices") or [])
-            pool = (spec.get("pool") or {}).get("name", name)
+        if s.spec.driver == driver:
+            ours.extend(s.spec.devices or [])
+            pool = s.spec.pool.name
         else:
-            others += len(spec.get("devices") or [])
-    meta = (node or {}).get("metadata") or {}
-    spec = (node or {}).get("spec") or {}
-    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+            others += len(s.spec.devices or [])
+    node = node if node is not None else Node()
+    conditions = (node.status.conditions if node.status is not None else None) or []
     return NodeCard(
         name=name,
-        profile=(meta.get("labels") or {}).get(PROFILE_LABEL, ""),
-        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-        unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(taint_text(t) for t in spec.get("taints") or []),
+        profile=(node.metadata.labels or {}).get(PROFILE_LABEL, ""),
+        ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
+        unschedulable=bool(node.spec.unschedulable),
+        taints=tuple(taint_text(t) for t in node.spec.taints or []),
         gpus=tuple(gpu_cards(ours, pool, holders, catalog)),
         other_devices=others,
     )

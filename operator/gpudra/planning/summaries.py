@@ -5,44 +5,33 @@ them as data."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpudra.api.core import Node
+from gpudra.api.dra import Device, ResourceClaim, ResourceSlice
 
 PROFILE_LABEL = "gpudra.dev/node-profile"
 
 
-def attribute(device: Mapping[str, Any], name: str) -> str:
-    """A device's attribute as text, whatever its type ("" when absent)."""
-    value = (device.get("attributes") or {}).get(name) or {}
-    return str(next(iter(value.values()), ""))
-
-
-def slice_device_counts(body: Mapping[str, Any], driver: str) -> tuple[str, Counter[str]]:
-    """(node name, counts by device type) of one slice body, for the fleet gauges; empty for another driver's slice."""
-    spec = body.get("spec") or {}
-    if spec.get("driver") != driver:
+def slice_device_counts(slice_: ResourceSlice, driver: str) -> tuple[str, Counter[str]]:
+    """(node name, counts by device type) of one slice, for the fleet gauges; empty for another driver's slice."""
+    spec = slice_.spec
+    if spec.driver != driver:
         return "", Counter()
-    counts = Counter(attribute(device, "type") or "unknown" for device in spec.get("devices") or [])
-    return str(spec.get("nodeName") or spec.get("pool", {}).get("name", "")), counts
+    counts = Counter(device.attribute_text("type") or "unknown" for device in spec.devices or [])
+    return spec.node_name or spec.pool.name, counts
 
 
-def is_tainted(device: Mapping[str, Any]) -> bool:
-    """Whether a taint with an effect other than None is on the device (it repels claims)."""
-    return any(t.get("effect") != "None" for t in device.get("taints") or [])
-
-
-def allocated_devices(claims: Iterable[Mapping[str, Any]], driver: str) -> dict[tuple[str, str], str]:
+def allocated_devices(claims: Iterable[ResourceClaim], driver: str) -> dict[tuple[str, str], str]:
     """(pool, device) -> "namespace/name" of the claim holding it, for ``driver``'s devices."""
     held: dict[tuple[str, str], str] = {}
     for claim in claims:
-        meta = claim.get("metadata") or {}
-        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
-        for result in results or []:
-            if result.get("driver") == driver:
-                held[(result.get("pool", ""), result.get("device", ""))] = (
-                    f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-                )
+        allocation = claim.allocation
+        for result in allocation.results if allocation is not None else []:
+            if result.driver == driver:
+                held[(result.pool, result.device)] = claim.metadata.namespaced_name
     return held
 
 
@@ -92,51 +81,48 @@ class FleetRow:
 
 
 def fleet_rows(
-    nodes: Iterable[Mapping[str, Any]],
-    slices: Iterable[Mapping[str, Any]],
-    claims: Iterable[Mapping[str, Any]],
+    nodes: Iterable[Node],
+    slices: Iterable[ResourceSlice],
+    claims: Iterable[ResourceClaim],
     driver: str = "gpu.nvidia.com",
 ) -> list[FleetRow]:
     """One row per Node, by name: GPUs, MIG devices, published devices and slices of ``driver``, how many of
     them claims hold and how many are tainted."""
-    per_node: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    per_node: dict[str, list[Device]] = defaultdict(list)
     slice_names: dict[str, list[str]] = defaultdict(list)
     for s in slices:
-        spec = s.get("spec") or {}
-        if spec.get("driver") != driver:
+        if s.spec.driver != driver:
             continue
-        node = spec.get("nodeName", "")
-        per_node[node].extend(spec.get("devices") or [])
-        slice_names[node].append(s["metadata"]["name"])
+        node_name = s.spec.node_name or ""
+        per_node[node_name].extend(s.spec.devices or [])
+        slice_names[node_name].append(s.metadata.name or "")
     allocated = Counter(pool for pool, _ in allocated_devices(claims, driver))
     rows = []
-    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        name = node["metadata"]["name"]
+    for node in sorted(nodes, key=lambda n: n.metadata.name or ""):
+        name = node.metadata.name or ""
         devices = per_node.get(name, [])
         gpus = {
-            attribute(d, "uuid"): attribute(d, "productName")
-            for d in devices
-            if attribute(d, "type") == "gpu"
+            d.attribute_text("uuid"): d.attribute_text("productName") for d in devices if _type(d) == "gpu"
         }
-        gpus |= {
-            attribute(d, "parentUUID"): attribute(d, "productName")
-            for d in devices
-            if attribute(d, "type") == "mig"
-        }
-        migs = [d for d in devices if attribute(d, "type") == "mig"]
+        migs = [d for d in devices if _type(d) == "mig"]
+        gpus |= {d.attribute_text("parentUUID"): d.attribute_text("productName") for d in migs}
         rows.append(
             FleetRow(
                 node=name,
-                profile=(node["metadata"].get("labels") or {}).get(PROFILE_LABEL, "-"),
+                profile=(node.metadata.labels or {}).get(PROFILE_LABEL, "-"),
                 gpus=dict(Counter(model or "unknown" for model in gpus.values())),
                 mig_devices=dict(
-                    Counter(attribute(d, "profile") for d in migs if not d.get("consumesCounters"))
+                    Counter(d.attribute_text("profile") for d in migs if not d.consumes_counters)
                 ),
-                dynamic_mig_gpus=len({attribute(d, "parentUUID") for d in migs if d.get("consumesCounters")}),
+                dynamic_mig_gpus=len({d.attribute_text("parentUUID") for d in migs if d.consumes_counters}),
                 devices=len(devices),
                 allocated=allocated.get(name, 0),
-                unhealthy=sum(1 for d in devices if is_tainted(d)),
+                unhealthy=sum(1 for d in devices if d.repels_claims),
                 slices=tuple(sorted(slice_names.get(name, []))),
             )
         )
     return rows
+
+
+def _type(device: Device) -> str:
+    return device.attribute_text("type")

@@ -21,20 +21,21 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpudra.allocator.result import Allocation
+from gpudra.api.base import WireModel
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Namespace, Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.api.miglayout import MigLayout
-from gpudra.controller.explaining import build_view, explain, explanation
+from gpudra.controller.explaining import explain, explanation, view_from_wire
 from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.controller.webview import html
 from gpudra.errors import GpudraError, NotFoundError
 from gpudra.hardware.catalog import Catalog, load_catalog
 from gpudra.kube.client import KubeClient
-from gpudra.kube.informer import Informer, Parse
+from gpudra.kube.informer import Informer, Key, Parse
 from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
     COMPUTE_DOMAINS,
@@ -62,6 +63,7 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 
 Body = dict[str, Any]
+M = TypeVar("M", bound=WireModel)
 Sections = dict[str, dict[str, str]]
 
 WATCHED: dict[str, tuple[Resource, Parse]] = {
@@ -101,7 +103,7 @@ def explain_pending(
 ) -> dict[str, PendingCard]:
     """Pure (and slow on large fleets): claim uid -> its card, for the oldest ``limit`` pending claims, explained
     as ``gpudra explain`` and the controller's Events do (the MIG planner serving them together)."""
-    view = build_view(
+    view = view_from_wire(
         objects["slices"], objects["classes"], objects["claims"], objects["namespaces"], objects["nodes"]
     )
     oldest = sorted(pending, key=lambda c: (c["metadata"].get("creationTimestamp", ""), _key(c)))[:limit]
@@ -178,6 +180,7 @@ class FleetView:
     _explainer: ProcessPoolExecutor | None = None
     _next_explain: float = 0.0
     _subscribers: set[asyncio.Queue[Update | None]] = field(default_factory=set)
+    _models: dict[str, dict[Key, tuple[str, WireModel]]] = field(default_factory=dict)
 
     def _changed(self, name: str) -> Callable[[str, Body], Any]:
         async def handler(kind: str, obj: Body) -> None:
@@ -234,6 +237,20 @@ class FleetView:
     def objects(self, name: str) -> list[Body]:
         return list(self._informers[name].cache.values())
 
+    def _parsed(self, name: str, model: type[M]) -> dict[Key, M]:
+        """The watched objects of ``name`` as ``model`` (each parsed once per resourceVersion)."""
+        memo = self._models.setdefault(name, {})
+        out: dict[Key, M] = {}
+        for key, obj in self._informers[name].cache.items():
+            version = _rv(obj)
+            known = memo.get(key)
+            if known is None or known[0] != version:
+                known = memo[key] = (version, model.model_validate(obj))
+            out[key] = cast(M, known[1])  # each name is parsed as one model only
+        for key in set(memo) - set(out):
+            del memo[key]
+        return out
+
     # ------------------------------------------------------------ explanations
 
     def _explain_if_due(self, pending: list[Body]) -> None:
@@ -281,27 +298,28 @@ class FleetView:
             entry = self._cache[key] = _Cached(signature, text, card)
         return entry
 
-    def _node_fragments(self, claims: list[Body]) -> list[NodeCard]:
-        nodes = {_name(n): n for n in self.objects("nodes")}
-        slices: dict[str, list[Body]] = defaultdict(list)
-        for s in self.objects("slices"):
-            spec = s.get("spec") or {}
-            slices[str(spec.get("nodeName") or (spec.get("pool") or {}).get("name", ""))].append(s)
-        held = allocated_devices(claims, self.driver)
+    def _node_fragments(self) -> list[NodeCard]:
+        nodes = {n.metadata.name or "": n for n in self._parsed("nodes", Node).values()}
+        slices: dict[str, list[ResourceSlice]] = defaultdict(list)
+        for s in self._parsed("slices", ResourceSlice).values():
+            slices[s.spec.node_name or s.spec.pool.name].append(s)
+        held = allocated_devices(self._parsed("claims", ResourceClaim).values(), self.driver)
         by_pool: dict[str, list[tuple[tuple[str, str], str]]] = defaultdict(list)
         for item in held.items():
             by_pool[item[0][0]].append(item)
         cards = []
         for name in sorted(set(nodes) | set(slices) - {""}):
             node = nodes.get(name)
-            mine = sorted(slices.get(name, []), key=_name)
+            mine = sorted(slices.get(name, []), key=lambda s: s.metadata.name or "")
             signature = (
-                _rv(node) if node else None,
-                tuple((_name(s), _rv(s)) for s in mine),
+                node.metadata.resource_version if node else None,
+                tuple((s.metadata.name, s.metadata.resource_version) for s in mine),
                 tuple(sorted(by_pool.get(name, []))),
             )
 
-            def draw(node: Body | None = node, mine: list[Body] = mine, name: str = name) -> tuple[str, Any]:
+            def draw(
+                node: Node | None = node, mine: list[ResourceSlice] = mine, name: str = name
+            ) -> tuple[str, Any]:
                 card = node_card(name, node, mine, held, self.catalog, self.driver)
                 return html.node_fragment(card), card
 
@@ -312,7 +330,7 @@ class FleetView:
         claims = self.objects("claims")
         pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
         sections: Sections = {}
-        node_cards = self._node_fragments(claims)
+        node_cards = self._node_fragments()
         sections["nodes"] = {f"node/{c.name}": self._cache[f"node/{c.name}"].html for c in node_cards}
         sections["summary"] = {"summary/fleet": html.summary_fragment(node_cards, len(pending), len(claims))}
         cards = sorted(
