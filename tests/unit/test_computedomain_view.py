@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 
+from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
+from gpudra.api.core import Node, Pod
+from gpudra.api.dra import ResourceClaim
 from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.names import OBJECT_LABEL, node_label_key
 from gpudra.computedomain.view import DomainView
@@ -14,16 +17,18 @@ from gpudra.computedomain.view import DomainView
 C1 = "cluster-1.1"
 
 
-def domain(name: str, uid: str, version: str = "1") -> dict[str, Any]:
-    return {
+def domain(name: str, uid: str, version: str = "1") -> ComputeDomain:
+    return ComputeDomain.model_validate({
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
         "metadata": {"name": name, "namespace": "team", "uid": uid, "resourceVersion": version},
         "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-    }
+    })  # fmt: skip
 
 
-def claim(uid: str, node: str | None, device_class: str = "compute-domain-default-channel.nvidia.com") -> Any:
+def claim(
+    uid: str, node: str | None, device_class: str = "compute-domain-default-channel.nvidia.com"
+) -> ResourceClaim:
     body: dict[str, Any] = {
         "metadata": {"name": "c", "namespace": "team", "labels": {OBJECT_LABEL: uid}},
         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]}},
@@ -31,22 +36,24 @@ def claim(uid: str, node: str | None, device_class: str = "compute-domain-defaul
     if node is not None:
         term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
         body["status"] = {"allocation": {"nodeSelector": {"nodeSelectorTerms": [term]}}}
-    return body
+    return ResourceClaim.model_validate(body)
 
 
-def node(name: str, clique: str | None, *domains: str) -> dict[str, Any]:
+def node(name: str, clique: str | None, *domains: str) -> Node:
     labels = {node_label_key(uid): "true" for uid in domains}
     if clique is not None:
         labels[CLIQUE_LABEL] = clique
-    return {"metadata": {"name": name, "labels": labels}}
+    return Node.model_validate({"metadata": {"name": name, "labels": labels}})
 
 
-def clique(uid: str, *nodes: str) -> dict[str, Any]:
+def clique(uid: str, *nodes: str) -> ComputeDomainClique:
     daemons = [
         {"nodeName": n, "ipAddress": "10.0.0.1", "cliqueID": C1, "index": i, "status": "Ready"}
         for i, n in enumerate(nodes)
     ]
-    return {"metadata": {"name": f"{uid}.{C1}", "namespace": "gpudra"}, "daemons": daemons}
+    return ComputeDomainClique.model_validate(
+        {"metadata": {"name": f"{uid}.{C1}", "namespace": "gpudra"}, "daemons": daemons}
+    )
 
 
 def test_workload_nodes_come_from_allocated_channel_claims_only() -> None:
@@ -110,12 +117,12 @@ def test_clique_objects_map_to_their_domain_by_name() -> None:
     assert view.daemons("uid-a") == []
 
 
-def daemon_pod(status: dict[str, Any], *, node: str = "n1", bound: bool = False) -> dict[str, Any]:
+def daemon_pod(status: dict[str, Any], *, node: str = "n1", bound: bool = False) -> Pod:
     spec: dict[str, Any] = {"nodeName": node} if bound else {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}  # fmt: skip
     meta = {"name": "cd-daemon-x", "namespace": "gpudra", "labels": {OBJECT_LABEL: "uid-a"}}
-    return {"metadata": meta, "spec": spec, "status": status}
+    return Pod.model_validate({"metadata": meta, "spec": spec, "status": status})
 
 
 WAITING = {"phase": "Pending", "containerStatuses": [{"name": "imex", "restartCount": 0, "state": {
@@ -144,7 +151,7 @@ UNSCHEDULED = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "stat
         (daemon_pod({"phase": "Running"}, bound=True), "is Running"),
     ],
 )
-def test_a_daemon_pod_says_why_its_daemon_has_not_started(pod: dict[str, Any], says: str) -> None:
+def test_a_daemon_pod_says_why_its_daemon_has_not_started(pod: Pod, says: str) -> None:
     view = DomainView()
     view.domain_changed(domain("a", "uid-a"), "uid-a")
     view.node_changed(node("n1", C1), "n1")

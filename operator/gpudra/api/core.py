@@ -53,10 +53,33 @@ class PodSpec(WireModel):
     scheduling_gates: list[dict[str, Any]] | None = None
 
 
+class ContainerStateWaiting(WireModel):
+    reason: str = ""
+    message: str = ""
+
+
+class ContainerStateTerminated(WireModel):
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class ContainerState(WireModel):
+    waiting: ContainerStateWaiting | None = None
+    terminated: ContainerStateTerminated | None = None
+
+
+class ContainerStatus(WireModel):
+    name: str
+    state: ContainerState = Field(default_factory=ContainerState)
+    restart_count: int = 0
+
+
 class PodStatus(WireModel):
     phase: str | None = None
     resource_claim_statuses: list[PodResourceClaimStatus] | None = None
     conditions: list[dict[str, Any]] | None = None
+    container_statuses: list[ContainerStatus] | None = None
 
 
 class Pod(WireModel):

@@ -15,12 +15,11 @@ only those. Inputs per domain:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, ComputeDomainDaemonInfo
-from gpudra.api.dra import allocated_node
+from gpudra.api.core import Node, Pod, PodSpec, PodStatus
+from gpudra.api.dra import ResourceClaim
 from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.index import DomainRef, check_node_admits
 from gpudra.computedomain.names import (
@@ -47,63 +46,59 @@ def domain_ref(domain: ComputeDomain) -> DomainRef:
     )
 
 
-def _is_daemon_claim(claim: Mapping[str, Any]) -> bool:
-    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
-    return any((r.get("exactly") or {}).get("deviceClassName") == DAEMON_CLASS for r in requests)
+def _is_daemon_claim(claim: ResourceClaim) -> bool:
+    requests = claim.spec.devices.requests or []
+    return any(r.exactly is not None and r.exactly.device_class_name == DAEMON_CLASS for r in requests)
 
 
-def workload_claim(claim: Mapping[str, Any]) -> tuple[str, str] | None:
+def workload_claim(claim: ResourceClaim) -> tuple[str, str] | None:
     """(domain UID, node) of an allocated workload channel claim of a domain, else None."""
-    labels = (claim.get("metadata") or {}).get("labels") or {}
-    uid = labels.get(OBJECT_LABEL)
-    if not uid or _is_daemon_claim(claim):
+    uid = (claim.metadata.labels or {}).get(OBJECT_LABEL)
+    if not uid or _is_daemon_claim(claim) or claim.allocation is None:
         return None
-    node = allocated_node(claim)
-    return (str(uid), node) if node else None
+    node = claim.allocation.node
+    return (uid, node) if node else None
 
 
-def _pinned_node(spec: Mapping[str, Any]) -> str | None:
+def _pinned_node(spec: PodSpec) -> str | None:
     """The node a DaemonSet pod is made for: spec.nodeName once bound, else its node affinity (as the
     DaemonSet controller writes it) or its hostname nodeSelector."""
-    if spec.get("nodeName"):
-        return str(spec["nodeName"])
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+    if spec.node_name:
+        return spec.node_name
+    required = ((spec.affinity or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
     for term in required.get("nodeSelectorTerms") or []:
         for field_ in term.get("matchFields") or []:
             if field_.get("key") == "metadata.name" and field_.get("values"):
                 return str(field_["values"][0])
-    hostname = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
-    return str(hostname) if hostname else None
+    return (spec.node_selector or {}).get("kubernetes.io/hostname") or None
 
 
-def daemon_pod_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+def daemon_pod_state(pod: Pod) -> tuple[str, str] | None:
     """(node, what the daemon pod says) for the domain's status, or None when its node is unknown."""
-    meta = pod.get("metadata") or {}
-    node = _pinned_node(pod.get("spec") or {})
+    node = _pinned_node(pod.spec)
     if node is None:
         return None
-    status = pod.get("status") or {}
+    status = pod.status or PodStatus()
     said: list[str] = []
-    for container in status.get("containerStatuses") or []:
-        state = container.get("state") or {}
-        waiting, ended = state.get("waiting"), state.get("terminated")
-        if waiting:
-            detail = f": {waiting['message']}" if waiting.get("message") else ""
-            said.append(f"container {container.get('name')} waiting: {waiting.get('reason', '')}{detail}")
-        elif ended:
+    for container in status.container_statuses or []:
+        waiting, ended = container.state.waiting, container.state.terminated
+        if waiting is not None:
+            detail = f": {waiting.message}" if waiting.message else ""
+            said.append(f"container {container.name} waiting: {waiting.reason}{detail}")
+        elif ended is not None:
             said.append(
-                f"container {container.get('name')} terminated: {ended.get('reason', '')} "
-                f"(exit code {ended.get('exitCode')}){': ' + ended['message'] if ended.get('message') else ''}"
+                f"container {container.name} terminated: {ended.reason} "
+                f"(exit code {ended.exit_code}){': ' + ended.message if ended.message else ''}"
             )
-        if container.get("restartCount"):
-            said.append(f"restarted {container['restartCount']} times")
-    for condition in status.get("conditions") or []:
+        if container.restart_count:
+            said.append(f"restarted {container.restart_count} times")
+    for condition in status.conditions or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             said.append(f"not scheduled: {condition.get('message') or condition.get('reason')}")
-    phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase") or "Pending"
-    text = f"{meta.get('namespace')}/{meta.get('name')} is {phase}"
+    phase = "Terminating" if pod.metadata.deletion_timestamp else status.phase or "Pending"
+    text = f"{pod.metadata.namespace}/{pod.metadata.name} is {phase}"
     return node, text + (f" ({'; '.join(said)})" if said else "")
 
 
@@ -114,10 +109,10 @@ class NodeFacts:
     """UIDs of the domains whose node label (set when a channel is prepared) the node carries."""
 
 
-def node_facts(node: Mapping[str, Any]) -> NodeFacts:
-    labels = (node.get("metadata") or {}).get("labels") or {}
+def node_facts(node: Node) -> NodeFacts:
+    labels = node.metadata.labels or {}
     domains = frozenset(k.removeprefix(NODE_LABEL_PREFIX) for k in labels if k.startswith(NODE_LABEL_PREFIX))
-    return NodeFacts(clique=str(labels.get(CLIQUE_LABEL, "")), domains=domains)
+    return NodeFacts(clique=labels.get(CLIQUE_LABEL, ""), domains=domains)
 
 
 @dataclass
@@ -135,29 +130,27 @@ class DomainView:
 
     # ------------------------------------------------------------------ updates
 
-    def domain_changed(self, body: Mapping[str, Any] | None, uid: str) -> set[str]:
-        if body is None:
+    def domain_changed(self, domain: ComputeDomain | None, uid: str) -> set[str]:
+        if domain is None:
             self.domains.pop(uid, None)
             return set()
-        domain = ComputeDomain.from_wire(dict(body))
         known = self.domains.get(uid)
         if known is not None and _older(domain.metadata.resource_version, known.metadata.resource_version):
             return set()  # a late watch echo of a write whose answer is already here
         self.domains[uid] = domain
         return {uid}
 
-    def claim_changed(self, body: Mapping[str, Any] | None, uid: str) -> set[str]:
+    def claim_changed(self, claim: ResourceClaim | None, uid: str) -> set[str]:
         before = self.claims.pop(uid, None)
-        now = workload_claim(body) if body is not None else None
+        now = workload_claim(claim) if claim is not None else None
         if now is not None:
             self.claims[uid] = now
         return {entry[0] for entry in (before, now) if entry is not None and before != now}
 
-    def clique_changed(self, body: Mapping[str, Any] | None, key: str) -> set[str]:
+    def clique_changed(self, clique: ComputeDomainClique | None, key: str) -> set[str]:
         before = self.cliques.pop(key, None)
         affected = {before[0]} if before is not None else set()
-        if body is not None:
-            clique = ComputeDomainClique.from_wire(dict(body))
+        if clique is not None:
             name = clique.metadata.name or ""
             if "." in name:
                 uid = name.split(".", 1)[0]
@@ -165,9 +158,9 @@ class DomainView:
                 affected.add(uid)
         return affected
 
-    def node_changed(self, body: Mapping[str, Any] | None, name: str) -> set[str]:
+    def node_changed(self, node: Node | None, name: str) -> set[str]:
         before = self.nodes.pop(name, None)
-        now = node_facts(body) if body is not None else None
+        now = node_facts(node) if node is not None else None
         if now is not None:
             self.nodes[name] = now
         if before == now:
@@ -181,12 +174,12 @@ class DomainView:
             touched = {uid for uid in touched if self.mode == "daemonset"}
         return touched & set(self.domains)
 
-    def daemon_pod_changed(self, body: Mapping[str, Any] | None, key: str) -> set[str]:
+    def daemon_pod_changed(self, pod: Pod | None, key: str) -> set[str]:
         before = self.daemon_pods.pop(key, None)
-        uid = ((body or {}).get("metadata") or {}).get("labels", {}).get(OBJECT_LABEL)
-        state = daemon_pod_state(body) if body is not None and uid else None
-        if state is not None:
-            self.daemon_pods[key] = (str(uid), *state)
+        uid = (pod.metadata.labels or {}).get(OBJECT_LABEL) if pod is not None else None
+        state = daemon_pod_state(pod) if pod is not None and uid else None
+        if uid and state is not None:
+            self.daemon_pods[key] = (uid, *state)
         now = self.daemon_pods.get(key)
         return {entry[0] for entry in (before, now) if entry is not None and before != now}
 

@@ -18,10 +18,12 @@ from typing import Any
 import kopf
 
 from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain, ComputeDomainClique
-from gpudra.api.core import Pod
+from gpudra.api.core import Node, Pod
+from gpudra.api.dra import ResourceClaim
 from gpudra.computedomain.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from gpudra.computedomain.view import DomainView
 from gpudra.config import ControllerSettings
+from gpudra.controller.bodies import body_key, parse_body
 from gpudra.controller.domainchildren import apply_children, cleanup_verdict, remove_children
 from gpudra.controller.domainstatus import DomainStatusWriter
 from gpudra.errors import InvalidInputError, KubeError
@@ -45,16 +47,14 @@ def register_compute_domains(
     writer = DomainStatusWriter(client, metrics, view, settings, events)
     tasks: list[asyncio.Task[None]] = []
 
+    # The informers hand over only objects that parse (the others are logged and posted as Events there).
     async def daemon_pod_event(kind: str, body: dict[str, Any]) -> None:
-        key = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
-        writer.mark(writer.view.daemon_pod_changed(None if kind == "DELETED" else body, key))
+        pod = None if kind == "DELETED" else Pod.model_validate(body)
+        writer.mark(writer.view.daemon_pod_changed(pod, body_key(body)))
 
     async def clique_event(kind: str, body: dict[str, Any]) -> None:
-        key = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
-        try:
-            writer.mark(writer.view.clique_changed(None if kind == "DELETED" else body, key))
-        except ValueError as exc:
-            log.warning("ignoring an unreadable ComputeDomainClique", clique=key, error=str(exc))
+        clique = None if kind == "DELETED" else ComputeDomainClique.model_validate(body)
+        writer.mark(writer.view.clique_changed(clique, body_key(body)))
 
     # Both live in the driver's namespace only, where the controller's Role lets it read them. The domains'
     # daemon pods (server-side label selector): what they say while their daemon has not registered (pending,
@@ -122,17 +122,18 @@ def register_compute_domains(
             writer.deleting.discard(uid)
             writer.forget(uid)
             return
-        try:
-            writer.mark(writer.view.domain_changed(body, uid))
-        except ValueError as exc:  # a body the API server should have rejected; say so, keep running
-            log.warning("ignoring an unreadable ComputeDomain", uid=uid, error=str(exc))
+        domain = parse_body(ComputeDomain, body)
+        if domain is not None:
+            writer.mark(writer.view.domain_changed(domain, uid))
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
     async def domain_claim_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
-        writer.mark(writer.view.claim_changed(None if type == "DELETED" else body, uid))
+        writer.mark(
+            writer.view.claim_changed(None if type == "DELETED" else parse_body(ResourceClaim, body), uid)
+        )
 
     @kopf.on.event("v1", "nodes", registry=registry)
     async def node_event(type: str, body: kopf.Body, name: str, **_: Any) -> None:
-        writer.mark(writer.view.node_changed(None if type == "DELETED" else body, name))
+        writer.mark(writer.view.node_changed(None if type == "DELETED" else parse_body(Node, body), name))
 
     return writer

@@ -158,7 +158,7 @@ class DomainStatusWriter:
             self._retry_later(uid)
             return False
         self._metrics.computedomain_status_writes.labels("written").inc()
-        self.view.domain_changed(written, uid)
+        self.view.domain_changed(ComputeDomain.from_wire(written), uid)
         return True
 
     async def _report(self, domain: ComputeDomain, computed: DomainStatus, *, was_ready: bool) -> None:

@@ -10,15 +10,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
-from gpudra.api.base import WireModel
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
-from gpudra.api.meta import ObjectMeta
 from gpudra.config import ControllerSettings
+from gpudra.controller.bodies import parse_body
 from gpudra.controller.computedomains import register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
 from gpudra.controller.miglayouts import MigLayoutReconciler
@@ -27,14 +25,12 @@ from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
-from gpudra.kube.informer import fault
 from gpudra.kube.kubeconfig import Credentials, read_credentials
 from gpudra.metrics import Metrics
 from gpudra.planning.summaries import slice_device_counts
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
-M = TypeVar("M", bound=WireModel)
 
 
 def build_registry(
@@ -59,7 +55,7 @@ def build_registry(
 
     @kopf.index("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="device_classes")
     def device_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, DeviceClass]:
-        parsed = _parse(DeviceClass, body)
+        parsed = parse_body(DeviceClass, body)
         return {name: parsed} if parsed is not None else {}
 
     def unallocated(body: kopf.Body, **_: Any) -> bool:
@@ -69,7 +65,7 @@ def build_registry(
         "resource.k8s.io", "v1", "resourceclaims", registry=registry, id="pending_claims", when=unallocated
     )
     def pending_claims(uid: str, body: kopf.Body, **_: Any) -> dict[str, ResourceClaim]:
-        parsed = _parse(ResourceClaim, body)
+        parsed = parse_body(ResourceClaim, body)
         return {uid: parsed} if parsed is not None else {}
 
     @kopf.on.startup(registry=registry)
@@ -90,14 +86,13 @@ def build_registry(
         await asyncio.gather(*explainers, return_exceptions=True)
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
-    async def claim_event(type: str, body: kopf.Body, **_: Any) -> None:
-        attribution.claim_changed(
-            body["metadata"]["uid"], None if type == "DELETED" else _parse(ResourceClaim, body)
-        )
-        if type == "DELETED":
-            pending.forget(body["metadata"]["uid"])
-        elif (body.get("status") or {}).get("allocation"):
-            pending.allocated(ObjectMeta.model_validate(body["metadata"]))
+    async def claim_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
+        claim = None if type == "DELETED" else parse_body(ResourceClaim, body)
+        attribution.claim_changed(uid, claim)
+        if claim is None:
+            pending.forget(uid)
+        elif claim.allocation is not None:
+            pending.allocated(claim.metadata)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -110,7 +105,7 @@ def build_registry(
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceslices", registry=registry)
     async def slice_event(type: str, name: str, body: kopf.Body, **_: Any) -> None:
-        slice_ = None if type == "DELETED" else _parse(ResourceSlice, body)
+        slice_ = None if type == "DELETED" else parse_body(ResourceSlice, body)
         attribution.slice_changed(name, slice_)
         old_node, old = published.pop(name, ("", Counter()))
         node, counts = (
@@ -143,20 +138,6 @@ def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
         private_key_data=credentials.private_key_data,
         default_namespace=credentials.namespace,
     )
-
-
-def _parse(model: type[M], body: kopf.Body) -> M | None:
-    """The body as ``model``; None (logged) when it does not parse: one bad object must not stop a handler."""
-    try:
-        return model.model_validate(dict(body))
-    except ValidationError as exc:
-        field, problem = fault(exc)
-        meta = body.get("metadata") or {}
-        log.warning(
-            "object ignored: it does not parse", kind=body.get("kind"), namespace=meta.get("namespace"),
-            name=meta.get("name"), field=field, problem=problem,
-        )  # fmt: skip
-        return None
 
 
 async def _explain_loop(
