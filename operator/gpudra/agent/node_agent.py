@@ -59,9 +59,8 @@ def _no_claims() -> Mapping[str, Iterable[tuple[str, int]]]:
 
 
 class NodeAgent:
-    """Reads the hardware and publishes; composes the health watch (:attr:`health`), the dynamic-MIG selection
-    (:attr:`dynamic`), the Node's mark (:attr:`node_mark`), the list-attribute check (:attr:`lists`) and the
-    devices-published gauge."""
+    """Reads the hardware and publishes; composes the health watch (:attr:`health`), the dynamic-MIG selection,
+    the Node's mark, the list-attribute check (:attr:`lists`) and the devices-published gauge."""
 
     def __init__(
         self,
@@ -83,10 +82,10 @@ class NodeAgent:
         self.publisher: SlicePublisher | None = None
         self._events = EventRecorder(client, "gpudra-agent", window_seconds=60)
         self.health = HealthWatch(settings, backend, wake=self.poke, warn=self._warn)
-        self.dynamic = DynamicSelection(
+        self._dynamic = DynamicSelection(
             node=settings.node_name, mig_policy=settings.mig_policy, read_profiles=backend.mig_profiles
         )
-        self.node_mark = NodeMark(client, settings.node_name)
+        self._node_mark = NodeMark(client, settings.node_name)
         self.lists = ListAttributes(
             client,
             enabled=settings.list_attributes,
@@ -104,13 +103,13 @@ class NodeAgent:
     def set_dynamic_gpus(self, uuids: set[str] | None) -> None:
         """Publish exactly these GPUs (by UUID) as dynamic MIG from now on; None: back to ``mig_policy``.
         GPUs without MIG, or with MIG mode off, stay published as they are. Takes effect at once."""
-        if self.dynamic.choose(uuids):
+        if self._dynamic.choose(uuids):
             self._republish = True
             self.poke()
 
     def dynamic_gpus(self) -> frozenset[str]:
         """UUIDs of the GPUs published as dynamic MIG now (MIG-capable, MIG mode on, in dynamic mode)."""
-        return self.dynamic.gpus(self.inventory)
+        return self._dynamic.gpus(self.inventory)
 
     async def _counter_layout(self) -> CounterLayout:
         """The shared-counter layout of the server's version; also learns whether it knows the taint effect None
@@ -227,7 +226,7 @@ class NodeAgent:
         assert self.publisher is not None
         await self.lists.check_if_needed()
         try:
-            dynamic = await asyncio.to_thread(self.dynamic.profiles, inventory)
+            dynamic = await asyncio.to_thread(self._dynamic.profiles, inventory)
             pci = (
                 await asyncio.to_thread(self._backend.pci_gpus) if self.settings.passthrough_support else None
             )
@@ -252,7 +251,7 @@ class NodeAgent:
             self.lists.write_refused(exc)
             return True
         self._record(inventory, devices)
-        retry = await self.node_mark.mark(published=True, generation=self.publisher.generation)
+        retry = await self._node_mark.mark(published=True, generation=self.publisher.generation)
         self.published.set()  # after the Node says so: whoever waits on this sees the label too
         return retry
 
@@ -265,8 +264,8 @@ class NodeAgent:
 
     async def unmark_node(self) -> None:
         """On a clean shutdown: the slices will go stale, say so on the Node (if this agent marked it)."""
-        if self.publisher is not None and self.node_mark.written:
-            await self.node_mark.mark(published=False, generation=self.publisher.generation)
+        if self.publisher is not None and self._node_mark.written:
+            await self._node_mark.mark(published=False, generation=self.publisher.generation)
 
     def _record(self, inventory: NodeInventory, devices: list[Device]) -> None:
         if self.inventory is not None and inventory != self.inventory:
