@@ -36,7 +36,7 @@ async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
 
 async def test_xid_taints_the_gpu_and_recovers(cluster: EmbeddedCluster) -> None:
     agent = cluster.agents["dgx-h100-0"]
-    agent.health.recovery_seconds = 1.0
+    agent.health.state.recovery_seconds = 1.0
     await inject(cluster.simulated["dgx-h100-0"], 3, 79)
 
     async def tainted() -> list[dict[str, Any]]:
@@ -184,7 +184,7 @@ async def test_xid_marks_the_prepared_claim_unhealthy_until_the_device_recovers(
 ) -> None:
     node, device, index = await running_claim(cluster, "train")
     assert (await healthy_condition(cluster, "train", device))["status"] == "True"
-    cluster.agents[node].health.recovery_seconds = 1.0
+    cluster.agents[node].health.state.recovery_seconds = 1.0
     await inject(cluster.simulated[node], index, 79)
 
     async def unhealthy() -> dict[str, Any] | None:

@@ -43,7 +43,7 @@ async def test_a_health_taint_keeps_kube_scheduler_off_the_gpu_until_it_recovers
 ) -> None:
     cluster = await start_kubernetes("dgx-h100:1")
     agent = cluster.agents["dgx-h100-0"]
-    agent.health.recovery_seconds = 3.0
+    agent.health.state.recovery_seconds = 3.0
     fake = cluster.simulated["dgx-h100-0"]
     await eventually(lambda: fake.inject_xid(5, 79) > 0)
 

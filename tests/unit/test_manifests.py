@@ -228,7 +228,7 @@ def test_node_policy_allows_the_agent_exactly_the_node_keys_it_writes() -> None:
     """node-admission.yaml lists the labels and annotations the agent owns; they are the ones its code writes (a
     key the code writes and the policy lacks would be refused on a real cluster, one the policy lists and the code
     never writes is a grant too many)."""
-    from gpudra.agent.node_agent import GENERATION_ANNOTATION, PUBLISHED_LABEL
+    from gpudra.agent.nodemark import GENERATION_ANNOTATION, PUBLISHED_LABEL
     from gpudra.computedomain.clique import CLIQUE_LABEL
     from gpudra.computedomain.names import NODE_LABEL_PREFIX
     from gpudra.mig.desired import CONFIG_STATE_LABEL, DESIRED_ANNOTATION, STATE_ANNOTATION

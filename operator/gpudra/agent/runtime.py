@@ -113,7 +113,7 @@ class AgentRuntime:
             events=self._events,
             shareable=self._shareable,
             dynamic_gpus=self.agent.dynamic_gpus,
-            problems=self.agent.device_problems if settings.health_checks else None,
+            problems=self.agent.health.problems if settings.health_checks else None,
             mps_root=str(settings.plugin_path / "mps"),
             hook=hook or no_hook,
             passthrough=settings.passthrough_support,
@@ -126,10 +126,10 @@ class AgentRuntime:
             GatedHandler(self.preparer, self.role),
             plugin_dir=settings.plugin_path,
             registry_dir=settings.registry_dir,
-            health_source=self.agent.health_reports if settings.health_checks else None,
+            health_source=self.agent.health.reports if settings.health_checks else None,
             instance=settings.instance_id,
         )
-        self.agent.health_listener = self._report_health
+        self.agent.health.listener = self._report_health
         self._health_refreshed = False
 
     def _claimed_instances(self) -> dict[str, list[tuple[str, int]]]:

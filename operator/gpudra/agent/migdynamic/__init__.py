@@ -1,1 +1,2 @@
-"""The agent's dynamic MIG: create and destroy the MIG instances that claims' allocations name."""
+"""The agent's dynamic MIG: which GPUs follow claims, and creating and destroying the MIG instances that claims'
+allocations name."""
