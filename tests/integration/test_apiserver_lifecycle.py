@@ -10,6 +10,8 @@ import aiohttp
 NODES = "/api/v1/nodes"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CMS = "/api/v1/namespaces/default/configmaps"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+GADGETS = "/apis/example.com/v1/namespaces/default/gadgets"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
@@ -95,6 +97,43 @@ async def test_owner_deletion_collects_dependents_across_scopes(http: aiohttp.Cl
     await eventually_gone(http, f"{CMS}/m")
     async with http.get(f"{CMS}/shared") as rsp:
         assert rsp.status == 200
+
+
+async def test_dependent_written_after_its_owner_is_gone_is_collected(http: aiohttp.ClientSession) -> None:
+    """An object created with an ownerReference to an owner that no longer exists is collected."""
+    owner = await create(http, CMS, {"metadata": {"name": "owner"}})
+    async with http.delete(f"{CMS}/owner") as rsp:
+        assert rsp.status == 200
+    await create(http, CMS, {"metadata": {"name": "late", "ownerReferences": owned_by(owner)}})
+    await eventually_gone(http, f"{CMS}/late")
+
+
+async def test_deleting_a_crd_collects_the_dependents_of_its_objects(http: aiohttp.ClientSession) -> None:
+    """Deleting a CRD removes its objects with it; what those objects owned is collected in turn."""
+    crd = {
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+    await create(http, CRDS, crd)
+    gadget = await create(http, GADGETS, {"metadata": {"name": "g"}})
+    await create(http, CMS, {"metadata": {"name": "part", "ownerReferences": owned_by(gadget)}})
+    async with http.delete(f"{CRDS}/gadgets.example.com") as rsp:
+        assert rsp.status == 200
+    await eventually_gone(http, f"{CMS}/part")
 
 
 async def test_collected_dependent_keeps_its_finalizers(http: aiohttp.ClientSession) -> None:

@@ -104,6 +104,28 @@ async def test_template_gives_each_pod_its_own_claim_and_gpu(cluster: EmbeddedCl
     ]
 
 
+async def test_a_pod_whose_template_is_missing_waits_for_it_and_says_so(cluster: EmbeddedCluster) -> None:
+    """The pod's claim cannot be made while its template does not exist: a Warning Event on the pod names the
+    template; once the template is created the claim is made from it and the pod runs."""
+    client = client_of(cluster)
+    template, *pods = yaml.safe_load_all((SEEDS / "01-template-two-pods.yaml").read_text())
+    await client.create(PODS, pods[0], "default")
+
+    async def told() -> list[dict[str, Any]]:
+        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=trainer-a")
+        return [e for e in events if e["reason"] == "FailedResourceClaimCreation"]
+
+    (event,) = await eventually(told)
+    assert event["type"] == "Warning"
+    assert event["message"] == "resourceclaimtemplate 'training-gpu' not found"
+    assert not await bound(cluster, "trainer-a")
+
+    await client.create(RESOURCE_CLAIM_TEMPLATES, template, "default")
+    assert await eventually(lambda: bound(cluster, "trainer-a")) == "dgx-h100-0"
+    claim = await claim_of(cluster, "trainer-a", "training-gpu")
+    assert claim["metadata"]["name"].startswith("trainer-a-training-gpu-")
+
+
 async def test_named_claim_shared_by_two_pods_gives_both_the_same_gpu(cluster: EmbeddedCluster) -> None:
     await apply_file(cluster, "02-shared-claim-two-pods.yaml")
     first = await eventually(lambda: bound(cluster, "qwen-inference"))
@@ -256,7 +278,7 @@ async def test_a_conflict_while_releasing_a_pod_is_retried(cluster: EmbeddedClus
     await eventually(lambda: bound(cluster, "qwen-inference"))
     await eventually(lambda: bound(cluster, "embedding-service"))
     assert cluster.control_plane is not None
-    writer = cluster.control_plane._client
+    writer = cluster.control_plane.client
     real_replace = writer.replace
     conflicts: list[str] = []
 

@@ -62,15 +62,15 @@ class GarbageCollector:
         db = self.db
         pending, self.pending = self.pending, set()
         for uid in pending:
-            if db.exists_uid(uid):
+            if db.owners.exists(uid):
                 continue
-            for ref in list(db.dependents.get(uid, ())):
+            for ref in db.owners.dependents(uid):
                 entry = db.entry_of(ref)
                 rt = db.type_of(ref[0])
                 if entry is None or rt is None or entry.obj["metadata"].get("deletionTimestamp"):
                     continue
                 refs = entry.obj["metadata"].get("ownerReferences") or ()
-                if any(db.exists_uid(str(r.get("uid"))) for r in refs if isinstance(r, dict)):
+                if any(db.owners.exists(str(r.get("uid"))) for r in refs if isinstance(r, dict)):
                     continue
                 writes += self._delete(rt, ref[1], ref[2])
         for uid in list(db.foreground):
@@ -87,13 +87,13 @@ class GarbageCollector:
 
     def _foreground(self, uid: str) -> int:
         db = self.db
-        owner_ref = db.uids.get(uid)
+        owner_ref = db.owners.locate(uid)
         owner = db.entry_of(owner_ref) if owner_ref is not None else None
         if owner is None or owner_ref is None:
             db.foreground.discard(uid)
             return 0
         writes = 0
-        live = [ref for ref in db.dependents.get(uid, ()) if db.entry_of(ref) is not None]
+        live = [ref for ref in db.owners.dependents(uid) if db.entry_of(ref) is not None]
         for ref in live:
             entry, rt = db.entry_of(ref), db.type_of(ref[0])
             if entry is not None and rt is not None and not entry.obj["metadata"].get("deletionTimestamp"):
@@ -133,7 +133,7 @@ class GarbageCollector:
         """Remove the ownerReferences to ``owner`` from its dependents (propagationPolicy Orphan)."""
         db = self.db
         uid = owner["metadata"]["uid"]
-        for ref in list(db.dependents.get(uid, ())):
+        for ref in db.owners.dependents(uid):
             entry, rt = db.entry_of(ref), db.type_of(ref[0])
             if entry is None or rt is None:
                 continue

@@ -1,7 +1,8 @@
 """The semantics of the embedded API server's writes, independent of HTTP.
 
 Server-set metadata, optimistic concurrency, status isolation, generation, finalizers and deletionTimestamp,
-namespaces, CRD registration and the indexes the garbage collector uses (uids, owners -> dependents).
+namespaces, bindings. What is served and stored is the ``catalog``'s (CRDs add types there); the ``owners`` index
+(uids, owners -> dependents) is what the garbage collector reads.
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ from collections.abc import Callable
 from typing import Any
 
 from . import status as st
+from .catalog import Catalog
 from .crds import crd_status, now_rfc3339, validate_crd
 from .discovery import SERVER_VERSION
+from .owners import ObjectRef, OwnerIndex
 from .patches import apply_merge, clone, json_patch, merge_patch, strip_strategic_directives
-from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, ResourceType, crd_resource_types
+from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, ResourceType, StoreKey
 from .selectorsyntax import FieldSelector, LabelSelector
 from .store import Clock, Entry, Store
 from .validation import Admission, Admitter
-
-StoreKey = tuple[str, str]  # (group, plural)
-ObjectRef = tuple[StoreKey, str, str]  # (store key, namespace, name)
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
@@ -34,21 +34,14 @@ STRATEGIC = "application/strategic-merge-patch+json"
 APPLY = "application/apply-patch+yaml"
 
 
-def _owner_uids(obj: dict[str, Any]) -> set[str]:
-    refs = obj["metadata"].get("ownerReferences") or ()
-    return {str(r["uid"]) for r in refs if isinstance(r, dict) and r.get("uid")}
-
-
 class Database:
     """All stores, the clock, and the write paths every HTTP verb goes through."""
 
     def __init__(self, feature_gates: frozenset[str] = frozenset()) -> None:
-        self.registry = Registry()
         self.admitter = Admitter(int(SERVER_VERSION["minor"]), feature_gates)
         self.clock = Clock()
-        self.stores: dict[StoreKey, Store] = {}
-        self.uids: dict[str, ObjectRef] = {}
-        self.dependents: dict[str, set[ObjectRef]] = {}  # owner uid -> dependents
+        self.catalog = Catalog(self.clock, dropped=self._dropped)
+        self.owners = OwnerIndex()
         # Hooks of the garbage collector: ``notify(uid)`` after an object with that uid is gone, a deletion
         # started, or a dependent of a missing owner was written (uid "" just wakes it); ``orphan(owner)``
         # removes the ownerReferences to an owner deleted with propagationPolicy Orphan.
@@ -56,20 +49,20 @@ class Database:
         self.orphan: Callable[[dict[str, Any]], None] = lambda obj: None
         self.terminating: set[str] = set()  # namespaces being deleted
         self.foreground: set[str] = set()  # owner uids waiting for their dependents (foregroundDeletion)
-        for rt in self.registry:
-            self._ensure_store(rt)
         for ns in BUILTIN_NAMESPACES:
             self.create(self.registry.get("", "v1", "namespaces"), "", {"metadata": {"name": ns}})  # type: ignore[arg-type]
 
     # ----------------------------------------------------------------- lookups
-    def _ensure_store(self, rt: ResourceType) -> Store:
-        store = self.stores.get(rt.storage_key)
-        if store is None:
-            store = self.stores[rt.storage_key] = Store(rt.indexed_fields, self.clock.value)
-        return store
+    @property
+    def registry(self) -> Registry:
+        return self.catalog.registry
+
+    @property
+    def stores(self) -> dict[StoreKey, Store]:
+        return self.catalog.stores
 
     def store(self, rt: ResourceType) -> Store:
-        return self.stores[rt.storage_key]
+        return self.catalog.store(rt)
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Entry:
         entry = self.store(rt).get(namespace, name)
@@ -86,16 +79,12 @@ class Database:
     ) -> list[Entry]:
         return self.store(rt).select(namespace, labels, fields)
 
-    def exists_uid(self, uid: str) -> bool:
-        return uid in self.uids
-
     def entry_of(self, ref: ObjectRef) -> Entry | None:
         store = self.stores.get(ref[0])
         return store.get(ref[1], ref[2]) if store is not None else None
 
     def type_of(self, key: StoreKey) -> ResourceType | None:
-        types = self.registry.by_storage(key)
-        return types[0] if types else None
+        return self.catalog.type_of(key)
 
     # ----------------------------------------------------------------- checks
     def _check_body(self, rt: ResourceType, namespace: str, body: Any) -> dict[str, Any]:
@@ -366,7 +355,7 @@ class Database:
         if policy == "Orphan":
             self.orphan(current.obj)
         finalizers = list(meta.get("finalizers") or ())
-        foreground = policy == "Foreground" and bool(self.dependents.get(meta["uid"]))
+        foreground = policy == "Foreground" and bool(self.owners.dependents(meta["uid"]))
         if foreground and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
         namespace_busy = rt.storage_key == NAMESPACES and self._namespace_has_objects(name)
@@ -409,12 +398,11 @@ class Database:
         final = Entry(final_obj)
         self.store(rt).remove(final, current)
         uid = final_obj["metadata"]["uid"]
-        self.uids.pop(uid, None)
-        self._index_owners(rt, current.obj, None)
+        self.owners.removed(_ref(rt, current.obj), current.obj)
         if rt.storage_key == NAMESPACES:
             self.terminating.discard(final_obj["metadata"]["name"])
         elif rt.storage_key == CRDS:
-            self._unregister_crd(current.obj)
+            self.catalog.crd_removed(current.obj)
         self.notify(uid)
         return final
 
@@ -424,33 +412,15 @@ class Database:
         meta["resourceVersion"] = str(self.clock.tick())
         entry = Entry(obj)
         self.store(rt).put(entry, prev)
-        self.uids[meta["uid"]] = (rt.storage_key, meta.get("namespace") or "", meta["name"])
-        self._index_owners(rt, prev.obj if prev is not None else None, obj)
+        orphaned = self.owners.stored(_ref(rt, obj), prev.obj if prev is not None else None, obj)
+        if orphaned is not None:
+            self.notify(orphaned)  # every owner is gone already: let the collector look
         if rt.storage_key == CRDS:
-            self._register_crd(obj, prev.obj if prev is not None else None)
+            self.catalog.crd_written(obj, prev.obj if prev is not None else None)
         finished = prev is not None and meta.get("deletionTimestamp") and not meta.get("finalizers")
         if finished and not (rt.storage_key == NAMESPACES and self._namespace_has_objects(meta["name"])):
             return self._remove(rt, entry)
         return entry
-
-    def _index_owners(self, rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        before = _owner_uids(old) if old is not None else set()
-        after = _owner_uids(new) if new is not None else set()
-        if before == after:
-            return
-        body = new if new is not None else old
-        assert body is not None
-        ref: ObjectRef = (rt.storage_key, body["metadata"].get("namespace") or "", body["metadata"]["name"])
-        for uid in before - after:
-            deps = self.dependents.get(uid)
-            if deps is not None:
-                deps.discard(ref)
-                if not deps:
-                    del self.dependents[uid]
-        for uid in after - before:
-            self.dependents.setdefault(uid, set()).add(ref)
-        if new is not None and after and not any(u in self.uids for u in after):
-            self.notify(next(iter(after)))  # every owner is gone already: let the collector look
 
     # ----------------------------------------------------------------- pods/binding
     def bind(self, rt: ResourceType, namespace: str, name: str, body: Any) -> None:
@@ -467,38 +437,16 @@ class Database:
         new.setdefault("spec", {})["nodeName"] = node
         self._replace(rt, current, new, "")
 
-    # ----------------------------------------------------------------- CRDs
-    def _register_crd(self, crd: dict[str, Any], old: dict[str, Any] | None) -> None:
-        wanted = crd_resource_types(crd)
-        previous = crd_resource_types(old) if old is not None else []
-        if wanted == previous:
-            return
-        keys_kept = {rt.storage_key for rt in wanted}
-        for rt in previous:
-            self.registry.remove(rt)
-        for rt in previous:
-            if rt.storage_key not in keys_kept and not self.registry.by_storage(rt.storage_key):
-                self._drop_store(rt.storage_key)
-        for rt in wanted:
-            self.registry.add(rt)
-            self._ensure_store(rt)
-
-    def _unregister_crd(self, crd: dict[str, Any]) -> None:
-        for rt in crd_resource_types(crd):
-            self.registry.remove(rt)
-            if not self.registry.by_storage(rt.storage_key):
-                self._drop_store(rt.storage_key)
-
-    def _drop_store(self, key: StoreKey) -> None:
-        store = self.stores.pop(key, None)
-        if store is None:
-            return
-        store.close_watchers()
+    def _dropped(self, key: StoreKey, store: Store) -> None:
+        """A CRD's store went: its objects are gone for the collector too."""
         for entry in store.objects.values():
-            meta = entry.obj["metadata"]
-            self.uids.pop(meta["uid"], None)
-            self.notify(meta["uid"])
-            for uid in _owner_uids(entry.obj):
-                deps = self.dependents.get(uid)
-                if deps is not None:
-                    deps.discard((key, meta.get("namespace") or "", meta["name"]))
+            self.owners.removed(_ref_in(key, entry.obj), entry.obj)
+            self.notify(entry.obj["metadata"]["uid"])
+
+
+def _ref(rt: ResourceType, obj: dict[str, Any]) -> ObjectRef:
+    return _ref_in(rt.storage_key, obj)
+
+
+def _ref_in(key: StoreKey, obj: dict[str, Any]) -> ObjectRef:
+    return (key, obj["metadata"].get("namespace") or "", obj["metadata"]["name"])

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+StoreKey = tuple[str, str]  # (group, plural): the versions of one resource share a store
 CRD_GROUP = "apiextensions.k8s.io"
 CRD_PLURAL = "customresourcedefinitions"
 
@@ -58,7 +59,7 @@ class ResourceType:
         return self.singular or self.kind.lower()
 
     @property
-    def storage_key(self) -> tuple[str, str]:
+    def storage_key(self) -> StoreKey:
         return (self.group, self.plural)
 
     @property
@@ -151,7 +152,7 @@ class Registry:
     def get(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._types.get((group, version, plural))
 
-    def by_storage(self, key: tuple[str, str]) -> list[ResourceType]:
+    def by_storage(self, key: StoreKey) -> list[ResourceType]:
         return [rt for rt in self._types.values() if rt.storage_key == key]
 
     def __iter__(self) -> Iterator[ResourceType]:

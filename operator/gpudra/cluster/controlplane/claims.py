@@ -7,6 +7,7 @@ from typing import Any
 
 from gpudra.api.core import Pod, PodResourceClaim
 from gpudra.api.dra import ResourceClaimTemplate
+from gpudra.api.meta import ObjectMeta
 
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _MAX_GENERATE_BASE = 57  # 63 minus the hyphen and the 5 random characters the server appends
@@ -57,11 +58,11 @@ def claim_from_template(
     }
 
 
-def is_generated_for(claim: dict[str, Any], pod: Pod, pod_claim_name: str) -> bool:
-    meta = claim.get("metadata", {})
-    owners = meta.get("ownerReferences") or []
-    return (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION) == pod_claim_name and any(
-        o.get("uid") == pod.metadata.uid and o.get("controller") for o in owners
+def is_generated_for(claim: ObjectMeta, pod: Pod, pod_claim_name: str) -> bool:
+    """Whether the claim (its metadata) was made for the pod's claim ``pod_claim_name``: annotated with that name
+    and controlled by the pod."""
+    return (claim.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION) == pod_claim_name and any(
+        o.uid == pod.metadata.uid and o.controller for o in claim.owner_references or []
     )
 
 
