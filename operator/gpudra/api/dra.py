@@ -7,7 +7,6 @@ Quantities stay strings here ("80Gi"); ``gpudra.api.quantity`` parses them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -406,14 +405,3 @@ class ResourceClaimTemplate(WireModel):
     kind: str = "ResourceClaimTemplate"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ResourceClaimTemplateSpec
-
-
-def allocated_node(claim: Mapping[str, Any]) -> str | None:
-    """The node a claim (wire form) is allocated on: its allocation's ``metadata.name In [node]`` field
-    selector, as the scheduler writes it for node-local devices; None when unallocated or not node-local."""
-    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
-    for term in selector.get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("operator") == "In" and field.get("values"):
-                return str(field["values"][0])
-    return None

@@ -20,7 +20,7 @@ from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.result import Allocation
 from gpudra.allocator.wording import explain_outcome
 from gpudra.api.core import Pod
-from gpudra.api.dra import AllocationResult, ResourceClaim, ResourceClaimConsumerReference, allocated_node
+from gpudra.api.dra import AllocationResult, ResourceClaim, ResourceClaimConsumerReference
 from gpudra.api.timestamps import rfc3339
 from gpudra.cluster.controlplane.extended import class_for_resource
 from gpudra.cluster.controlplane.filtering import NodeFilter
@@ -86,8 +86,8 @@ class Scheduler:
         typed = [ResourceClaim.model_validate(c) for c in claims]
         await self._filter.tell_unsupported(body, SYSTEM_PRIORITIES)
         nodes = self._state.node_infos()
-        for claim in claims:
-            node = allocated_node(claim)
+        for claim in typed:
+            node = claim.allocation.node if claim.allocation is not None else None
             if node is not None:
                 nodes = [n for n in nodes if n.name == node]
         verdict = self._filter.feasible(body, nodes, self.dra_resources())
