@@ -86,8 +86,8 @@ class Scheduler:
         typed = [ResourceClaim.model_validate(c) for c in claims]
         await self._filter.tell_unsupported(body, SYSTEM_PRIORITIES)
         nodes = self._state.node_infos()
-        for claim in typed:
-            node = claim.allocation.node if claim.allocation is not None else None
+        for model in typed:
+            node = model.allocation.node if model.allocation is not None else None
             if node is not None:
                 nodes = [n for n in nodes if n.name == node]
         verdict = self._filter.feasible(body, nodes, self.dra_resources())
