@@ -14,9 +14,12 @@ import pytest
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
-from gpudra.agent.claimpreparer import ClaimPreparer, no_hook
+from gpudra.agent.claimeffects import ClaimEffects
+from gpudra.agent.claimpreparer import ClaimPreparer, PrepareOptions, no_hook
+from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, KubeletPlugin
 from gpudra.agent.recovery import RecoveryReport, recover
+from gpudra.agent.reservations import DeviceReservations
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.kube.client import KubeClient
@@ -89,20 +92,19 @@ class Node:
         return [(m.profile, m.placement_start) for m in gpu.mig_devices]
 
     def build(self, hook: Callable[[str], None] = no_hook) -> ClaimPreparer:
+        store = CheckpointStore(self.checkpoint, node=NODE, driver=DRIVER)
+        events = EventRecorder(self.client, "gpudra-agent-test", window_seconds=0)
         self.preparer = ClaimPreparer(
             client=self.client,
             backend=self.backend,
-            store=CheckpointStore(self.checkpoint, node=NODE, driver=DRIVER),
-            specs=self.specs(),
-            driver=DRIVER,
-            node=NODE,
-            metrics=self.metrics,
-            events=EventRecorder(self.client, "gpudra-agent-test", window_seconds=0),
-            mps_root=str(self.root / "mps"),
+            store=store,
+            status=ClaimStatus(self.client, events, driver=DRIVER, node=NODE),
+            reservations=DeviceReservations(store, shareable=lambda: self.shareable),
+            effects=ClaimEffects(self.backend, self.specs()),
+            options=PrepareOptions(mps_root=str(self.root / "mps"), passthrough=self.passthrough),
             dynamic_gpus=lambda: frozenset(self.dynamic),
-            shareable=lambda: self.shareable,
+            metrics=self.metrics,
             hook=hook,
-            passthrough=self.passthrough,
         )
         return self.preparer
 

@@ -42,7 +42,7 @@ async def test_a_prepared_claim_mounts_its_device_metadata_until_unprepared(
     node = result["pool"]
     runtime = cluster.runtimes[node]
     assert runtime.preparer is not None
-    spec = runtime.preparer.specs.read(uid)
+    spec = runtime.preparer.effects.specs.read(uid)
     assert spec is not None
     mounts = [m for d in spec["devices"] for m in (d["containerEdits"].get("mounts") or [])]
     container_path = (
@@ -69,5 +69,9 @@ async def test_a_prepared_claim_mounts_its_device_metadata_until_unprepared(
     assert metadata_id in entry["data"]["cdiDeviceIDs"]
 
     await cluster.client.delete(PODS, "train", "default")
-    await eventually(lambda: runtime.preparer.specs.read(uid) is None)  # type: ignore[union-attr]
-    assert not await asyncio.to_thread(host.parent.parent.exists)  # the claim's directory, file and all
+    specs = runtime.preparer.effects.specs
+
+    def unprepared() -> bool:  # the spec goes first, then the claim's metadata directory, file and all
+        return specs.read(uid) is None and not host.parent.parent.exists()
+
+    await eventually(unprepared)

@@ -138,7 +138,7 @@ async def test_1g_claim_creates_the_instance_at_prepare_and_destroys_it_after_th
     assert status["device"].endswith(f"-19-{instance.placement_start}")
     preparer = cluster.runtimes[NODE].preparer
     assert preparer is not None
-    spec = preparer.specs.read(claims[0]["metadata"]["uid"])
+    spec = preparer.effects.specs.read(claims[0]["metadata"]["uid"])
     assert spec is not None and f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in spec["containerEdits"]["env"]
 
     await client.delete(PODS, "small-inference", "default")
@@ -295,7 +295,7 @@ async def test_shared_example_creates_one_instance_served_through_mps(cluster: E
     claim = await client.get(RESOURCE_CLAIMS, "shared-2g", "default")
     preparer = cluster.runtimes[NODE].preparer
     assert preparer is not None
-    spec = preparer.specs.read(claim["metadata"]["uid"])
+    spec = preparer.effects.specs.read(claim["metadata"]["uid"])
     assert spec is not None
     env = [
         e

@@ -27,9 +27,9 @@ async def prepare(node: Node, name: str, device: str) -> Any:
 
 async def test_a_prepared_gpu_blocks_a_layout_on_it(node: Node, tmp_path: Path) -> None:
     assert (await prepare(node, "train", "gpu-3")).error == ""
-    applier = MigApplier(
-        node.backend, PlanJournal(tmp_path / "plan.json", node=NODE), node=NODE, holders=node.preparer
-    )
+    assert node.preparer is not None
+    journal = PlanJournal(tmp_path / "plan.json", node=NODE)
+    applier = MigApplier(node.backend, journal, node=NODE, holders=node.preparer.reservations)
     entries = ({"devices": [3, 4], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},)
     report, changed = await applier.apply(DesiredState(source="MigLayout", name="l", entries=entries))
     assert (report.state, report.blocked_by, changed) == ("blocked", (f"{NAMESPACE}/train",), False)
@@ -37,28 +37,28 @@ async def test_a_prepared_gpu_blocks_a_layout_on_it(node: Node, tmp_path: Path) 
 
 
 async def test_reserved_devices_are_not_prepared_until_released(node: Node) -> None:
-    preparer = node.preparer
-    assert preparer is not None
+    assert node.preparer is not None
+    reservations = node.preparer.reservations
     assert (await prepare(node, "train", "gpu-3")).error == ""
-    assert preparer.reserve_devices(HOLDER, {(NODE, "gpu-3")}) == [f"{NAMESPACE}/train"]
-    assert preparer.reserve_devices(HOLDER, {(NODE, "gpu-4")}) == []
+    assert reservations.reserve_devices(HOLDER, {(NODE, "gpu-3")}) == [f"{NAMESPACE}/train"]
+    assert reservations.reserve_devices(HOLDER, {(NODE, "gpu-4")}) == []
     refused = await prepare(node, "late", "gpu-4")
     assert "gpu-4 is already prepared for claim MIG repartitioning" in refused.error
-    preparer.release_devices(HOLDER)
+    reservations.release_devices(HOLDER)
     assert node.kubelet is not None
     ref = await node.claim("later", {"gpu": "gpu-4"})
     assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
 
 
 async def test_a_prepare_that_read_the_gpus_before_a_repartition_is_retried(node: Node) -> None:
-    preparer = node.preparer
-    assert preparer is not None
+    assert node.preparer is not None
+    reservations = node.preparer.reservations
     read = node.backend.read_inventory
 
     def read_during_a_repartition() -> Any:
         inventory = read()
-        preparer.reserve_devices(HOLDER, {(NODE, "gpu-5")})
-        preparer.release_devices(HOLDER)  # the applier changed the GPUs after this prepare read them
+        reservations.reserve_devices(HOLDER, {(NODE, "gpu-5")})
+        reservations.release_devices(HOLDER)  # the applier changed the GPUs after this prepare read them
         return inventory
 
     node.backend.read_inventory = read_during_a_repartition  # type: ignore[method-assign]

@@ -39,7 +39,7 @@ async def test_a_vm_claim_gets_a_gpu_on_vfio_and_gives_it_back(cluster: Embedded
     assert runtime.preparer is not None
     pci = {g.pci_bus_id: g for g in cluster.simulated_gpus(NODE).pci_bus.gpus()}
     assert pci[bus].driver == "vfio-pci"
-    spec = runtime.preparer.specs.read(uid)
+    spec = runtime.preparer.effects.specs.read(uid)
     assert spec is not None
     nodes = [n["path"] for d in spec["devices"] for n in d["containerEdits"].get("deviceNodes", [])]
     assert nodes == [f"/dev/vfio/{pci[bus].iommu_group}"]
@@ -69,7 +69,7 @@ async def test_a_vm_claim_gets_a_gpu_on_vfio_and_gives_it_back(cluster: Embedded
     preparer = runtime.preparer
 
     async def unprepared() -> bool:
-        return preparer.specs.read(uid) is None and preparer.store.get(uid) is None
+        return preparer.effects.specs.read(uid) is None and preparer.store.get(uid) is None
 
     await eventually(unprepared, 30.0, what="the VM claim unprepared")
     assert {g.pci_bus_id: g for g in cluster.simulated_gpus(NODE).pci_bus.gpus()}[bus].driver == "nvidia"

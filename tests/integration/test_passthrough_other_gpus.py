@@ -42,14 +42,14 @@ async def test_an_xid_on_another_gpu_taints_that_gpu_while_one_is_on_vfio(cluste
     assert device == "gpu-3"
     runtime = cluster.runtimes[NODE]
     assert runtime.preparer is not None
-    spec_before = runtime.preparer.specs.read(uid)
+    spec_before = runtime.preparer.effects.specs.read(uid)
     uuid = fake.gpu(3).uuid
 
     # the first GPU goes to a VM: the container's GPU is NVML index 2 from now on
     await claim_and_pod(client, "vm", "vfio.gpu.nvidia.com", buses[0])
     await eventually(lambda: running(client, "vm"), 30.0, what="the VM pod running")
     await eventually(lambda: index_moved(cluster, uuid), what="the agent reading the GPU at NVML index 2")
-    assert runtime.preparer.specs.read(uid) == spec_before  # still /dev/nvidia3 and the same UUID
+    assert runtime.preparer.effects.specs.read(uid) == spec_before  # still /dev/nvidia3 and the same UUID
     assert spec_before is not None and uuid in str(spec_before) and "/dev/nvidia3" in str(spec_before)
 
     await eventually(lambda: _injected(fake.inject_xid(3, 79)), what="the health watch listening")
@@ -103,7 +103,7 @@ async def test_a_vm_claims_metadata_names_the_pci_function_bound(start_cluster: 
     assert {g.pci_bus_id: g.driver for g in fake.pci_bus.gpus()}[bus] == "vfio-pci"
     runtime = cluster.runtimes[NODE]
     assert runtime.preparer is not None
-    spec = runtime.preparer.specs.read(uid)
+    spec = runtime.preparer.effects.specs.read(uid)
     assert spec is not None
     mounts = [m for d in spec["devices"] for m in (d["containerEdits"].get("mounts") or [])]
     (mount,) = [

@@ -71,17 +71,18 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
         with contextlib.suppress(ConflictError):  # the control plane bound it meanwhile
             await client.create_subresource(PODS, "trainer", "binding", binding, NS)
     node = (await client.get(PODS, "trainer", NS))["spec"]["nodeName"]
-    specs = cluster.runtimes[node].preparer
-    assert specs is not None
+    preparer = cluster.runtimes[node].preparer
+    assert preparer is not None
+    specs = preparer.effects.specs
     uid = claim["metadata"]["uid"]
 
     async def running() -> bool:
         return bool((await client.get(PODS, "trainer", NS)).get("status", {}).get("phase") == "Running")
 
     await eventually(running, 20.0)
-    spec = specs.specs.read(uid)
+    spec = specs.read(uid)
     assert spec is not None
-    assert specs.specs.directory.is_relative_to(cluster.node_dirs[node])
+    assert specs.directory.is_relative_to(cluster.node_dirs[node])
     claim_now = await client.get(RESOURCE_CLAIMS, "one-gpu", NS)
     (status,) = claim_now["status"]["devices"]
     assert status["conditions"][0]["status"] == "True"
@@ -90,7 +91,7 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
     await client.delete(PODS, "trainer", NS)
 
     async def released() -> bool:
-        return specs.specs.read(uid) is None
+        return specs.read(uid) is None
 
     await eventually(released, 20.0)
 

@@ -1,6 +1,8 @@
 """Pure decisions of prepare / unprepare: which allocation results are ours, which hardware each names, what the
 CDI spec and the sharing settings are, whether a device is already held by another claim, and what the claim's
-``status.devices`` becomes. No I/O: :mod:`gpudra.agent.claimpreparer` does the reading and writing around these.
+``status.devices`` becomes. No I/O: :mod:`gpudra.agent.claimpreparer` (the steps and the checkpoint),
+:mod:`gpudra.agent.claimeffects` (the changes on the node) and :mod:`gpudra.agent.reservations` (who holds what) do
+the reading and writing around these.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ async def recover(
     preparer: ClaimPreparer, *, report_problem: ProblemReporter = _ignore, metrics: Metrics | None = None
 ) -> RecoveryReport:
     """Bring the checkpoint, the CDI directory and the GPUs' sharing settings back in line."""
-    store, specs = preparer.store, preparer.specs
+    store, effects = preparer.store, preparer.effects
+    specs = effects.specs
     report = RecoveryReport()
     trusted = True
     try:
@@ -66,9 +67,9 @@ async def recover(
     report.temp_files_removed = len(await asyncio.to_thread(specs.remove_temp_files))
     for uid, entry in sorted(store.claims().items()):
         async with store.claim_lock(uid):
-            lost = entry.state == "PrepareCompleted" and await preparer.instances_lost(uid, entry)
+            lost = entry.state == "PrepareCompleted" and await effects.instances_lost(uid, entry)
             if entry.state == "PrepareCompleted" and not lost:
-                if await preparer.restore(uid, entry):
+                if await effects.restore(uid, entry):
                     report.regenerated.append(uid)
                 continue
             try:

@@ -1,11 +1,12 @@
 """AgentRuntime: the node agent's two halves in one process.
 
 The slice publisher (:class:`NodeAgent`) and the kubelet DRA plugin (:class:`ClaimPreparer` behind a
-:class:`KubeletPlugin`). Start-up order: serve and register the plugin (its calls wait), become the node's active
-instance (:mod:`gpudra.agent.handover`: at once, or once the agent this one replaces has handed over), reconcile
-the checkpoint and the CDI directory (:func:`recover`), then let the calls through and run the publishing loop and
-the MigLayout sync. When a newer instance asks for the node, the active duties stop after the calls in flight and
-the lock goes to it; on exit the plugin is deregistered and stopped.
+:class:`KubeletPlugin`; the MIG applier reserves devices through the preparer's :class:`DeviceReservations`).
+Start-up order: serve and register the plugin (its calls wait), become the node's active instance
+(:mod:`gpudra.agent.handover`: at once, or once the agent this one replaces has handed over), reconcile the
+checkpoint and the CDI directory (:func:`recover`), then let the calls through and run the publishing loop and the
+MigLayout sync. When a newer instance asks for the node, the active duties stop after the calls in flight and the
+lock goes to it; on exit the plugin is deregistered and stopped.
 
 Beside them, on nodes with multi-node NVLink, the compute-domain driver (:class:`ComputeDomainDriver`,
 its own plugin, checkpoint and slice) runs in the same process and follows the GPU agent's readings.
@@ -17,7 +18,9 @@ import asyncio
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
-from gpudra.agent.claimpreparer import ClaimPreparer, Hook, no_hook
+from gpudra.agent.claimeffects import ClaimEffects
+from gpudra.agent.claimpreparer import ClaimPreparer, Hook, PrepareOptions, no_hook
+from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.computedomain.driver import ComputeDomainDriver
 from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
@@ -27,6 +30,7 @@ from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.miglayout.loop import MigSync
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.recovery import RecoveryReport, recover
+from gpudra.agent.reservations import DeviceReservations
 from gpudra.config import AgentSettings
 from gpudra.errors import CheckpointError, KubeError
 from gpudra.hardware.backend import GpuBackend
@@ -79,7 +83,7 @@ class AgentRuntime:
             backend,
             PlanJournal(settings.state_path / MIG_PLAN_FILE, node=settings.node_name),
             node=settings.node_name,
-            holders=self.preparer,
+            holders=self.preparer.reservations if self.preparer is not None else None,
             mark_dynamic=self._mark_dynamic,
         )
         self.mig = MigSync(
@@ -106,20 +110,28 @@ class AgentRuntime:
             client=client,
             backend=backend,
             store=store,
-            specs=ClaimSpecDir(settings.cdi_dir),
-            driver=settings.driver_name,
-            node=settings.node_name,
-            metrics=metrics,
-            events=self._events,
-            shareable=self._shareable,
+            status=ClaimStatus(
+                client,
+                self._events,
+                driver=settings.driver_name,
+                node=settings.node_name,
+                problems=self.agent.health.problems if settings.health_checks else None,
+            ),
+            reservations=DeviceReservations(store, shareable=self._shareable),
+            effects=ClaimEffects(
+                backend,
+                ClaimSpecDir(settings.cdi_dir),
+                data_dir=settings.plugin_path,
+                hardware_changed=self.agent.poke,
+            ),
+            options=PrepareOptions(
+                mps_root=str(settings.plugin_path / "mps"),
+                passthrough=settings.passthrough_support,
+                device_metadata=settings.device_metadata,
+            ),
             dynamic_gpus=self.agent.dynamic_gpus,
-            problems=self.agent.health.problems if settings.health_checks else None,
-            mps_root=str(settings.plugin_path / "mps"),
+            metrics=metrics,
             hook=hook or no_hook,
-            passthrough=settings.passthrough_support,
-            hardware_changed=self.agent.poke,
-            data_dir=settings.plugin_path,
-            device_metadata=settings.device_metadata,
         )
         self.plugin = KubeletPlugin(
             settings.driver_name,

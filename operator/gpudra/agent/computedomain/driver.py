@@ -27,12 +27,15 @@ from typing import Final
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
+from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer
+from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.computedomain.planner import CD_VENDOR, ComputeDomainPlanner
 from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.recovery import ProblemReporter, RecoveryReport, recover
+from gpudra.agent.reservations import DeviceReservations
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.dra import Device, DeviceAttribute, DeviceTaint
 from gpudra.computedomain.channels import CHANNEL_DEVICE, PROC_DEVICES_NAME, compute_domain_devices
@@ -131,12 +134,10 @@ class ComputeDomainDriver:
             client=client,
             backend=backend,
             store=store,
-            specs=ClaimSpecDir(settings.cdi_dir, vendor=CD_VENDOR),
-            driver=self.driver,
-            node=settings.node_name,
+            status=ClaimStatus(client, self._events, driver=self.driver, node=settings.node_name),
+            reservations=DeviceReservations(store, shareable=lambda: [CHANNEL_DEVICE]),
+            effects=ClaimEffects(backend, ClaimSpecDir(settings.cdi_dir, vendor=CD_VENDOR)),
             metrics=metrics,
-            events=self._events,
-            shareable=lambda: [CHANNEL_DEVICE],
             planner=self.planner,
         )
         self.plugin = KubeletPlugin(

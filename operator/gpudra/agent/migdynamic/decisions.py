@@ -3,7 +3,8 @@
 On a GPU in dynamic mode the published MIG devices are placements, not instances: an allocation result naming
 ``gpu-<minor>-mig-<profile>-<giProfileId>-<start>`` means "create that GPU instance at that start, with its
 full compute instance". The full GPU ``gpu-<minor>`` of a dynamic GPU is prepared as a normal GPU; MIG mode
-stays on. No I/O here: :mod:`gpudra.agent.claimpreparer` creates, records and destroys.
+stays on. No I/O here: :mod:`gpudra.agent.claimpreparer` records the instances, :mod:`gpudra.agent.claimeffects`
+creates and destroys them.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ in-use device blocks the node, and the next pass (after the claim is released) p
 
 Safety against a concurrent prepare: before a step that destroys a device or changes a GPU's MIG mode, the
 applier atomically checks that no claim holds (or is being prepared with) the devices involved and reserves
-them with the preparer (:class:`DeviceHolders`); a prepare that reaches them meanwhile is refused and retried
-by the kubelet. A MIG mode change that waits for a GPU reset is reported (``reset-required``) and not retried
-until the hardware shows the reset happened.
+them in the kubelet plugin's device reservations (:class:`DeviceHolders`); a prepare that reaches them meanwhile
+is refused and retried by the kubelet. A MIG mode change that waits for a GPU reset is reported
+(``reset-required``) and not retried until the hardware shows the reset happened.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ HOLDER = "MIG repartitioning"
 
 
 class DeviceHolders(Protocol):
-    """What the kubelet plugin's preparer tells the applier (implemented by ClaimPreparer)."""
+    """Who holds which device, as the kubelet plugin tells the applier
+    (:class:`gpudra.agent.reservations.DeviceReservations`)."""
 
     def holders(self) -> dict[DeviceKey, str]:
         """Every device a claim holds or is being prepared with -> the claim ("namespace/name" or its UID)."""

@@ -1,0 +1,146 @@
+"""ClaimEffects: what a prepared claim changes on the node, done and undone, one kind of change per method.
+
+- sharing settings of full GPUs (EXCLUSIVE_PROCESS compute mode for MPS, a time slice);
+- the claim's CDI spec, and its device metadata files (KEP-5304) under ``data_dir``;
+- dynamic MIG instances, created for a claim and destroyed by their recorded placement;
+- passthrough GPUs bound to vfio-pci and given back to the nvidia driver (``hardware_changed`` is called after
+  each bind or give-back, so that the slices follow at once).
+
+No checkpoint here: :class:`gpudra.agent.claimpreparer.ClaimPreparer` decides when each change happens and
+records it first, so a crash at any point leaves a record of every change that may have been made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+
+from gpudra.agent.cdi import ClaimSpecDir
+from gpudra.agent.checkpoint import ClaimEntry, MigInstanceRecord, VfioBindingRecord
+from gpudra.agent.devicemetadata import remove_claim_files, write_files
+from gpudra.agent.migdynamic.decisions import InstanceCreation
+from gpudra.agent.migdynamic.instances import MigInstances
+from gpudra.agent.prepareplan import ClaimPlan, sharing_actions
+from gpudra.errors import HardwareError
+from gpudra.hardware.backend import GpuBackend
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+class ClaimEffects:
+    """The hardware and file side of the claims of one driver on this node. ``data_dir``: where device metadata
+    files live (removed at undo whenever set)."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        specs: ClaimSpecDir,
+        *,
+        data_dir: Path | None = None,
+        hardware_changed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._backend = backend
+        self.specs = specs
+        self.data_dir = data_dir
+        self.instances = MigInstances(backend)
+        self._hardware_changed = hardware_changed
+
+    # -- sharing ---------------------------------------------------------------------------------------------
+
+    async def apply_sharing(self, entry: ClaimEntry) -> None:
+        for action in sharing_actions(entry.devices, entry.configs):
+            if action.exclusive_process:
+                await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, True)
+            if action.time_slice is not None:
+                await asyncio.to_thread(self._backend.set_time_slice, action.gpu_uuid, action.time_slice)
+
+    async def undo_sharing(self, uid: str, entry: ClaimEntry, *, held: Collection[str]) -> None:
+        """Back to the defaults, except on GPUs in ``held`` (UUIDs another claim still holds: a shared GPU keeps
+        its settings until its last claim goes). A setting that cannot be undone (a lost GPU) is logged, not
+        fatal: pods must not stay Terminating."""
+        for action in sharing_actions(entry.devices, entry.configs):
+            if action.gpu_uuid in held:
+                continue
+            try:
+                if action.exclusive_process:
+                    await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, False)
+                if action.time_slice is not None:
+                    await asyncio.to_thread(self._backend.set_time_slice, action.gpu_uuid, 0)
+            except HardwareError as exc:
+                log.warning("could not undo a sharing setting", uid=uid, gpu=action.gpu_uuid, error=str(exc))
+
+    # -- files -----------------------------------------------------------------------------------------------
+
+    async def write_files(self, uid: str, plan: ClaimPlan) -> Path:
+        """The plan's device metadata files, then the CDI spec that mounts them; the spec's path."""
+        await asyncio.to_thread(write_files, plan.metadata_files)
+        return await asyncio.to_thread(self.specs.write_document, uid, plan.cdi_document)
+
+    async def ensure_spec(self, uid: str, entry: ClaimEntry) -> None:
+        """Rewrite a prepared claim's CDI spec when the file is gone."""
+        if entry.cdi_document is not None and await asyncio.to_thread(self.specs.read, uid) is None:
+            log.warning("CDI spec of a prepared claim was missing; rewritten", uid=uid)
+            await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
+
+    async def remove_files(self, uid: str, entry: ClaimEntry | None) -> None:
+        """The CDI spec and, when ``entry`` says whose they are, the device metadata files."""
+        await asyncio.to_thread(self.specs.delete, uid)
+        if entry is not None and self.data_dir is not None:
+            await asyncio.to_thread(remove_claim_files, self.data_dir, entry.namespace, entry.name)
+
+    # -- dynamic MIG instances -------------------------------------------------------------------------------
+
+    async def create_instances(
+        self, uid: str, creations: Sequence[InstanceCreation]
+    ) -> list[MigInstanceRecord]:
+        """Create the planned instances; their records with the ids NVML gave them."""
+        return await asyncio.to_thread(self.instances.create, uid, creations)
+
+    async def destroy_instances(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
+        await asyncio.to_thread(self.instances.destroy, uid, records)
+
+    async def instances_lost(self, uid: str, entry: ClaimEntry) -> bool:
+        """Whether a dynamic MIG instance recorded for the claim is gone from its (present) GPU."""
+        if not entry.mig_instances_created:
+            return False
+        return await asyncio.to_thread(self.instances.lost, uid, entry.mig_instances_created)
+
+    # -- passthrough -----------------------------------------------------------------------------------------
+
+    async def bind(self, bindings: Sequence[VfioBindingRecord]) -> None:
+        try:
+            for binding in bindings:
+                await asyncio.to_thread(self._backend.bind_vfio, binding.pci_bus_id)
+        finally:
+            self._hardware_changed()
+
+    async def give_back(self, bindings: Sequence[VfioBindingRecord]) -> None:
+        """Back to the nvidia driver; a GPU that cannot go back keeps the claim recorded (the kubelet retries)."""
+        try:
+            for binding in bindings:
+                await asyncio.to_thread(self._backend.unbind_vfio, binding.pci_bus_id)
+        finally:
+            self._hardware_changed()
+
+    # -- start-up --------------------------------------------------------------------------------------------
+
+    async def restore(self, uid: str, entry: ClaimEntry) -> bool:
+        """Re-apply a completed claim's sharing and vfio binding, and rewrite its CDI spec when it is missing or
+        differs (a reboot wipes /var/run/cdi). True when the spec was rewritten."""
+        try:
+            await self.apply_sharing(entry)
+            if entry.vfio_bindings:
+                await self.bind(entry.vfio_bindings)
+        except HardwareError as exc:
+            log.error(
+                "could not re-apply sharing or vfio binding of a prepared claim", uid=uid, error=str(exc)
+            )
+        if entry.cdi_document is None:
+            log.warning("prepared claim has no CDI document in the checkpoint; cannot regenerate", uid=uid)
+            return False
+        if await asyncio.to_thread(self.specs.read, uid) == entry.cdi_document:
+            return False
+        await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
+        return True
