@@ -73,6 +73,8 @@ class Oracle:
         if self._proc.stdin is not None:
             self._proc.stdin.close()
         self._proc.wait(timeout=30)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
 
 def build_oracle() -> str:
