@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.allocator.explain import NodesFailure
+from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.dra import ResourceClaim
+from gpudra.api.miglayout import MigLayout
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.controller.explaining import explain, explanation, view_from_wire
@@ -38,15 +40,16 @@ def test_claim_rows_show_devices_pods_and_their_conditions() -> None:
             ]}],
         },
     }  # fmt: skip
-    row = claim_row(claim)
+    row = claim_row(ResourceClaim.model_validate(claim))
     assert (row.state, row.pods) == ("reserved", ("train-0",))
     first, second = row.devices
     assert first.device == "gpu-1" and first.ready == ConditionView("Ready", "True", "Prepared")
     assert first.healthy == ConditionView("Healthy", "False", "XID79", "fell off the bus")
     assert second.ready is None and second.healthy is None
-    pending = claim_row({"metadata": {"namespace": "ml", "name": "p"}})
+    pending = claim_row(ResourceClaim.model_validate({"metadata": {"namespace": "ml", "name": "p"}}))
     assert (pending.state, pending.devices, pending.pods) == ("pending", (), ())
-    grouped = claims_by_namespace([claim, {"metadata": {"namespace": "a", "name": "z"}}])
+    other = {"metadata": {"namespace": "a", "name": "z"}}
+    grouped = claims_by_namespace([ResourceClaim.model_validate(c) for c in (claim, other)])
     assert list(grouped) == ["a", "ml"]
 
 
@@ -65,30 +68,35 @@ def test_pending_card_carries_the_explanation_node_by_node() -> None:
     outcome = explain(view, claim)
     assert isinstance(outcome, NodesFailure)
     said = explanation(view, claim, outcome, None)
-    card = pending_card(body, said)
+    card = pending_card(claim, said)
     assert (card.reason, card.headline, card.sentences) == (said.reason, said.headline, said.sentences)
     assert [n.node for n in card.nodes][:2] == ["dgx-h100-0", "dgx-h100-1"]  # the nearest misses first
     assert card.nodes[0].need == 9 and card.nodes[0].now == 8
-    fits = pending_card(body, "dgx-h100-0")
+    fits = pending_card(claim, "dgx-h100-0")
     assert fits.fits_on == "dgx-h100-0" and fits.nodes == ()
 
 
 def test_domain_card_names_why_a_node_is_not_ready() -> None:
     domain = {
         "metadata": {"namespace": "ml", "name": "train", "uid": "d1"},
-        "spec": {"numNodes": 2},
+        "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}},
         "status": {"status": "NotReady",
-                   "nodes": [{"name": "t1", "cliqueID": "c.1", "index": 1, "status": "NotReady"},
-                             {"name": "t0", "cliqueID": "c.1", "index": 0, "status": "Ready"},
-                             {"name": "t2", "cliqueID": "c.1", "status": "NotReady"}],
+                   "nodes": [{"name": "t1", "ipAddress": "10.0.0.1", "cliqueID": "c.1", "index": 1,
+                              "status": "NotReady"},
+                             {"name": "t0", "ipAddress": "10.0.0.2", "cliqueID": "c.1", "index": 0,
+                              "status": "Ready"},
+                             {"name": "t2", "ipAddress": "10.0.0.3", "cliqueID": "c.1", "status": "NotReady"}],
                    "conditions": [condition("Ready", "False", "NodesNotReady", "t1: nvidia-imex exited"),
                                   condition("CliqueConsistent", "True")]},
     }  # fmt: skip
     clique = {"metadata": {"name": "d1.c.1"}, "daemons": [
-        {"nodeName": "t1", "index": 1, "status": "NotReady", "message": "nvidia-imex exited with 1"},
-        {"nodeName": "t0", "index": 0, "status": "Ready"}]}  # fmt: skip
-    other = {"metadata": {"name": "d2.c.1"}, "daemons": [{"nodeName": "x", "status": "Ready"}]}
-    card = domain_card(domain, [clique, other])
+        {"nodeName": "t1", "ipAddress": "10.0.0.1", "cliqueID": "c.1", "index": 1, "status": "NotReady",
+         "message": "nvidia-imex exited with 1"},
+        {"nodeName": "t0", "ipAddress": "10.0.0.2", "cliqueID": "c.1", "index": 0, "status": "Ready"}]}  # fmt: skip
+    other = {"metadata": {"name": "d2.c.1"},
+             "daemons": [{"nodeName": "x", "ipAddress": "10.0.1.1", "cliqueID": "c.1", "status": "Ready"}]}  # fmt: skip
+    cliques = [ComputeDomainClique.model_validate(c) for c in (clique, other)]
+    card = domain_card(ComputeDomain.model_validate(domain), cliques)
     assert [(n.name, n.status, n.reason) for n in card.nodes] == [
         ("t0", "Ready", ""), ("t1", "NotReady", "nvidia-imex exited with 1"),
         ("t2", "NotReady", "no IMEX daemon registered yet"),
@@ -105,7 +113,7 @@ def test_layout_card_shows_progress_per_node_and_what_blocks() -> None:
             {"name": "b", "state": "blocked", "message": "in use", "blockedBy": ["ml/train"]},
             {"name": "a", "state": "success"}]},
     }  # fmt: skip
-    card = layout_card(layout)
+    card = layout_card(MigLayout.model_validate(layout))
     assert (card.source, card.applied, card.states) == (
         "config all-balanced",
         "1/2",
@@ -115,5 +123,7 @@ def test_layout_card_shows_progress_per_node_and_what_blocks() -> None:
         ("a", "success", ()),
         ("b", "blocked", ("ml/train",)),
     ]
-    inline = layout_card({"metadata": {"name": "x"}, "spec": {"layout": {"entries": [{}]}}})
+    inline = layout_card(MigLayout.model_validate(
+        {"metadata": {"name": "x"}, "spec": {"layout": {"entries": [{"devices": "all", "mig-enabled": False}]}}}
+    ))  # fmt: skip
     assert (inline.source, inline.applied, inline.nodes) == ("1 inline entry", "0/0", ())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import Field
 
 from gpudra.api.base import WireModel
@@ -47,3 +49,11 @@ class Condition(WireModel):
     observed_generation: int | None = Field(
         None, description="the metadata.generation the condition is based on"
     )
+
+
+class KubeObject(Protocol):
+    """What every top-level ``gpudra.api`` model has: an Event names it, a cache keys it by its metadata."""
+
+    api_version: str
+    kind: str
+    metadata: ObjectMeta

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from gpudra.api.meta import ObjectMeta
+from gpudra.api.meta import KubeObject
 from gpudra.api.timestamps import rfc3339
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
@@ -20,14 +20,6 @@ EventType = Literal["Normal", "Warning"]
 
 def _now() -> str:
     return rfc3339()
-
-
-class KubeObject(Protocol):
-    """What an Event needs of the object it is about (any top-level ``gpudra.api`` model)."""
-
-    api_version: str
-    kind: str
-    metadata: ObjectMeta
 
 
 def _wire(involved: dict[str, Any] | KubeObject) -> dict[str, Any]:

@@ -8,15 +8,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpudra.allocator.explanation import ClosestDevice, Explanation, NodeLine
-
-Body = Mapping[str, Any]
-
-
-def _conditions(obj: Body) -> list[Mapping[str, Any]]:
-    return list(obj.get("conditions") or [])
+from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, ComputeDomainStatus
+from gpudra.api.dra import ResourceClaim
+from gpudra.api.meta import Condition
+from gpudra.api.miglayout import MigLayout, MigLayoutStatus
 
 
 @dataclass(frozen=True)
@@ -27,16 +24,8 @@ class ConditionView:
     message: str = ""
 
 
-def condition_views(conditions: Iterable[Mapping[str, Any]]) -> tuple[ConditionView, ...]:
-    return tuple(
-        ConditionView(
-            str(c.get("type", "")),
-            str(c.get("status", "")),
-            str(c.get("reason") or ""),
-            str(c.get("message") or ""),
-        )
-        for c in conditions
-    )
+def condition_views(conditions: Iterable[Condition] | None) -> tuple[ConditionView, ...]:
+    return tuple(ConditionView(c.type, c.status, c.reason, c.message) for c in conditions or ())
 
 
 # ---------------------------------------------------------------- claims
@@ -61,37 +50,39 @@ class ClaimRow:
     pods: tuple[str, ...]
 
 
-def claim_row(claim: Body) -> ClaimRow:
-    meta = claim.get("metadata") or {}
-    status = claim.get("status") or {}
-    allocation = status.get("allocation") or {}
-    reserved = [r for r in status.get("reservedFor") or [] if r.get("resource") == "pods"]
-    entries = {(d.get("driver"), d.get("pool"), d.get("device")): d for d in status.get("devices") or []}
+def claim_row(claim: ResourceClaim) -> ClaimRow:
+    meta = claim.metadata
+    status = claim.status
+    allocation = claim.allocation
+    reserved_for = (status.reserved_for if status is not None else None) or []
+    entries = {
+        (d.driver, d.pool, d.device): d for d in (status.devices if status is not None else None) or []
+    }
     devices = []
-    for result in (allocation.get("devices") or {}).get("results") or []:
-        key = (result.get("driver"), result.get("pool"), result.get("device"))
-        found = {c.type: c for c in condition_views(_conditions(entries.get(key) or {}))}
+    for result in allocation.results if allocation is not None else []:
+        entry = entries.get((result.driver, result.pool, result.device))
+        found = {c.type: c for c in condition_views(entry.conditions if entry is not None else None)}
         devices.append(
             ClaimDevice(
-                request=str(result.get("request", "")),
-                driver=str(key[0] or ""),
-                pool=str(key[1] or ""),
-                device=str(key[2] or ""),
+                request=result.request,
+                driver=result.driver,
+                pool=result.pool,
+                device=result.device,
                 ready=found.get("Ready"),
                 healthy=found.get("Healthy"),
             )
         )
-    state = "reserved" if status.get("reservedFor") else "allocated" if allocation else "pending"
+    state = "reserved" if reserved_for else "allocated" if allocation is not None else "pending"
     return ClaimRow(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
+        namespace=meta.namespace or "",
+        name=meta.name or "",
         state=state,
         devices=tuple(devices),
-        pods=tuple(sorted(str(r.get("name", "")) for r in reserved)),
+        pods=tuple(sorted(r.name for r in reserved_for if r.resource == "pods")),
     )
 
 
-def claims_by_namespace(claims: Iterable[Body]) -> dict[str, list[ClaimRow]]:
+def claims_by_namespace(claims: Iterable[ResourceClaim]) -> dict[str, list[ClaimRow]]:
     """Namespace -> its claims' rows by name, namespaces in name order."""
     rows: dict[str, list[ClaimRow]] = {}
     for row in sorted((claim_row(c) for c in claims), key=lambda r: (r.namespace, r.name)):
@@ -117,10 +108,9 @@ class PendingCard:
     fits_on: str | None = None  # it would fit now (the scheduler has not got to it yet)
 
 
-def pending_card(claim: Body, outcome: Explanation | str) -> PendingCard:
+def pending_card(claim: ResourceClaim, outcome: Explanation | str) -> PendingCard:
     """A pending claim with its explanation, or with the node it would fit on now."""
-    meta = claim.get("metadata") or {}
-    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
     if isinstance(outcome, str):
         headline = f"fits on node {outcome} now; waiting for the scheduler (or for a pod that uses it)"
         return PendingCard(namespace, name, "", headline, fits_on=outcome)
@@ -160,55 +150,43 @@ class DomainCard:
     problems: tuple[ConditionView, ...]  # conditions that are not True
 
 
-def domain_card(domain: Body, cliques: Iterable[Body]) -> DomainCard:
+def domain_card(domain: ComputeDomain, cliques: Iterable[ComputeDomainClique]) -> DomainCard:
     """A ComputeDomain with the cliques named ``<its uid>.<clique id>``."""
-    meta = domain.get("metadata") or {}
-    status = domain.get("status") or {}
-    uid = str(meta.get("uid", ""))
+    meta = domain.metadata
+    status = domain.status or ComputeDomainStatus()
+    uid = meta.uid or ""
     mine = sorted(
-        (c for c in cliques if str((c.get("metadata") or {}).get("name", "")).startswith(f"{uid}.")),
-        key=lambda c: str(c["metadata"]["name"]),
+        (c for c in cliques if (c.metadata.name or "").startswith(f"{uid}.")),
+        key=lambda c: c.metadata.name or "",
     )
     daemons: dict[str, CliqueDaemon] = {}
     clique_rows = []
     for clique in mine:
         members = tuple(
-            CliqueDaemon(
-                str(d.get("nodeName", "")),
-                d.get("index"),
-                str(d.get("status", "NotReady")),
-                str(d.get("message") or ""),
-            )
-            for d in sorted(
-                clique.get("daemons") or [], key=lambda d: (d.get("index") is None, d.get("index"))
-            )
+            CliqueDaemon(d.node_name, d.index, d.status, d.message or "")
+            for d in sorted(clique.daemons or [], key=lambda d: (d.index is None, d.index))
         )
         daemons.update({d.node: d for d in members})
-        clique_rows.append((str(clique["metadata"]["name"]).removeprefix(f"{uid}."), members))
+        clique_rows.append(((clique.metadata.name or "").removeprefix(f"{uid}."), members))
     nodes = []
-    for node in sorted(status.get("nodes") or [], key=lambda n: str(n.get("name", ""))):
-        state = str(node.get("status", "NotReady"))
-        daemon = daemons.get(str(node.get("name", "")))
+    for node in sorted(status.nodes or [], key=lambda n: n.name):
+        daemon = daemons.get(node.name)
         reason = ""
-        if state != "Ready":
+        if node.status != "Ready":
             reason = (
                 daemon.message
                 if daemon and daemon.message
                 else ("its IMEX daemon is not Ready" if daemon else "no IMEX daemon registered yet")
             )
-        nodes.append(
-            DomainNode(
-                str(node.get("name", "")), str(node.get("cliqueID", "")), node.get("index"), state, reason
-            )
-        )
+        nodes.append(DomainNode(node.name, node.clique_id, node.index, node.status, reason))
     return DomainCard(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        status=str(status.get("status", "NotReady")),
-        num_nodes=int((domain.get("spec") or {}).get("numNodes") or 0),
+        namespace=meta.namespace or "",
+        name=meta.name or "",
+        status=status.status,
+        num_nodes=domain.spec.num_nodes,
         nodes=tuple(nodes),
         cliques=tuple(clique_rows),
-        problems=tuple(c for c in condition_views(_conditions(status)) if c.status != "True"),
+        problems=tuple(c for c in condition_views(status.conditions) if c.status != "True"),
     )
 
 
@@ -234,31 +212,25 @@ class LayoutCard:
     states: Mapping[str, int]  # nodes per state
 
 
-def layout_card(layout: Body) -> LayoutCard:
-    spec = layout.get("spec") or {}
-    status = layout.get("status") or {}
-    source = spec.get("layout") or {}
-    if source.get("config"):
-        where = (source.get("configMap") or {}).get("name")
-        text = f"config {source['config']}" + (f" (ConfigMap {where})" if where else "")
+def layout_card(layout: MigLayout) -> LayoutCard:
+    source = layout.spec.layout
+    status = layout.status or MigLayoutStatus()
+    if source.config:
+        where = source.config_map.name if source.config_map is not None else None
+        text = f"config {source.config}" + (f" (ConfigMap {where})" if where else "")
     else:
-        n = len(source.get("entries") or [])
+        n = len(source.entries or [])
         text = f"{n} inline entr{'y' if n == 1 else 'ies'}"
     nodes = tuple(
-        LayoutNode(
-            str(n.get("name", "")),
-            str(n.get("state", "pending")),
-            str(n.get("message") or ""),
-            tuple(n.get("blockedBy") or ()),
-        )
-        for n in sorted(status.get("nodes") or [], key=lambda n: str(n.get("name", "")))
+        LayoutNode(n.name, n.state, n.message, tuple(n.blocked_by or ()))
+        for n in sorted(status.nodes or [], key=lambda n: n.name)
     )
     return LayoutCard(
-        name=str((layout.get("metadata") or {}).get("name", "")),
-        policy=str(spec.get("policy", "Static")),
+        name=layout.metadata.name or "",
+        policy=layout.spec.policy,
         source=text,
-        applied=str(status.get("applied") or f"{status.get('nodesApplied') or 0}/{len(nodes)}"),
+        applied=status.applied or f"{status.nodes_applied or 0}/{len(nodes)}",
         nodes=nodes,
-        conditions=condition_views(_conditions(status)),
+        conditions=condition_views(status.conditions),
         states=dict(Counter(n.state for n in nodes)),
     )

@@ -28,6 +28,7 @@ from gpudra.api.base import WireModel
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Namespace, Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
+from gpudra.api.meta import KubeObject
 from gpudra.api.miglayout import MigLayout
 from gpudra.controller.explaining import explain, explanation, view_from_wire
 from gpudra.controller.miglayouts import MIGLAYOUTS
@@ -89,36 +90,32 @@ def _rv(obj: Body) -> str:
     return str(obj.get("metadata", {}).get("resourceVersion", ""))
 
 
-def _name(obj: Body) -> str:
-    return str(obj.get("metadata", {}).get("name", ""))
-
-
-def _key(obj: Body) -> str:
-    meta = obj.get("metadata", {})
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+def _signature(obj: KubeObject) -> tuple[str, str]:
+    return obj.metadata.name or "", obj.metadata.resource_version or ""
 
 
 def explain_pending(
     objects: Mapping[str, list[Body]], pending: list[Body], driver: str, limit: int
 ) -> dict[str, PendingCard]:
     """Pure (and slow on large fleets): claim uid -> its card, for the oldest ``limit`` pending claims, explained
-    as ``gpudra explain`` and the controller's Events do (the MIG planner serving them together)."""
+    as ``gpudra explain`` and the controller's Events do (the MIG planner serving them together). Runs in the
+    worker process, which is sent wire objects."""
     view = view_from_wire(
         objects["slices"], objects["classes"], objects["claims"], objects["namespaces"], objects["nodes"]
     )
-    oldest = sorted(pending, key=lambda c: (c["metadata"].get("creationTimestamp", ""), _key(c)))[:limit]
-    claims = {c["metadata"]["uid"]: ResourceClaim.model_validate(c) for c in oldest}
+    claims = [ResourceClaim.model_validate(c) for c in pending]
+    oldest = sorted(claims, key=lambda c: (c.metadata.creation_timestamp or "", c.metadata.namespaced_name))
+    oldest = oldest[:limit]
     try:
-        plan: DemandPlan | None = plan_pending(view.allocator, claims.values(), driver)
+        plan: DemandPlan | None = plan_pending(view.allocator, oldest, driver)
     except GpudraError as exc:
         log.warning("the MIG planner failed for the web view", error=str(exc))
         plan = None
     cards: dict[str, PendingCard] = {}
-    for body in oldest:
-        claim = claims[body["metadata"]["uid"]]
+    for claim in oldest:
         outcome = explain(view, claim)
         said = outcome.node if isinstance(outcome, Allocation) else explanation(view, claim, outcome, plan)
-        cards[body["metadata"]["uid"]] = pending_card(body, said)
+        cards[claim.metadata.uid or ""] = pending_card(claim, said)
     return cards
 
 
@@ -126,11 +123,11 @@ def _draw_namespace(namespace: str, rows: list[ClaimRow]) -> tuple[str, None]:
     return html.namespace_fragment(namespace, rows), None
 
 
-def _draw_domain(domain: Body, cliques: list[Body]) -> tuple[str, None]:
+def _draw_domain(domain: ComputeDomain, cliques: list[ComputeDomainClique]) -> tuple[str, None]:
     return html.domain_fragment(domain_card(domain, cliques)), None
 
 
-def _draw_layout(layout: Body) -> tuple[str, None]:
+def _draw_layout(layout: MigLayout) -> tuple[str, None]:
     return html.layout_fragment(layout_card(layout)), None
 
 
@@ -327,60 +324,64 @@ class FleetView:
         return cards
 
     def _build(self) -> Sections:
-        claims = self.objects("claims")
-        pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+        claims = list(self._parsed("claims", ResourceClaim).values())
+        pending = [c for c in claims if c.allocation is None]
         sections: Sections = {}
         node_cards = self._node_fragments()
         sections["nodes"] = {f"node/{c.name}": self._cache[f"node/{c.name}"].html for c in node_cards}
         sections["summary"] = {"summary/fleet": html.summary_fragment(node_cards, len(pending), len(claims))}
         cards = sorted(
-            (self._explained.get(c["metadata"].get("uid", "")) or self._unexplained(c) for c in pending),
+            (self._explained.get(c.metadata.uid or "") or self._unexplained(c) for c in pending),
             key=lambda c: (c.namespace, c.name),
         )
         sections["pending"] = {f"pending/{c.namespace}/{c.name}": html.pending_fragment(c) for c in cards}
         sections["claims"] = self._claim_fragments(claims)
         sections["domains"] = self._domain_fragments()
+        layouts = sorted(self._parsed("layouts", MigLayout).values(), key=lambda m: m.metadata.name or "")
         sections["layouts"] = {
-            f"layout/{_name(m)}": self._cached(f"layout/{_name(m)}", _rv(m), partial(_draw_layout, m)).html
-            for m in sorted(self.objects("layouts"), key=_name)
+            f"layout/{m.metadata.name}": self._cached(
+                f"layout/{m.metadata.name}", _signature(m), partial(_draw_layout, m)
+            ).html
+            for m in layouts
         }
         live_keys = {k for section in sections.values() for k in section}
         for key in set(self._cache) - live_keys:
             del self._cache[key]
         return sections
 
-    def _claim_fragments(self, claims: list[Body]) -> dict[str, str]:
-        by_namespace: dict[str, list[Body]] = defaultdict(list)
+    def _claim_fragments(self, claims: list[ResourceClaim]) -> dict[str, str]:
+        by_namespace: dict[str, list[ResourceClaim]] = defaultdict(list)
         for claim in claims:
-            by_namespace[claim["metadata"].get("namespace", "")].append(claim)
+            by_namespace[claim.metadata.namespace or ""].append(claim)
         out = {}
         for namespace, rows in claims_by_namespace(claims).items():
-            signature = tuple(sorted((_name(c), _rv(c)) for c in by_namespace[namespace]))
+            signature = tuple(sorted(_signature(c) for c in by_namespace[namespace]))
             key = f"ns/{namespace}"
             out[key] = self._cached(key, signature, partial(_draw_namespace, namespace, rows)).html
         return out
 
     def _domain_fragments(self) -> dict[str, str]:
-        cliques = self.objects("cliques")
+        cliques = list(self._parsed("cliques", ComputeDomainClique).values())
+        domains = self._parsed("domains", ComputeDomain).values()
         out = {}
-        for domain in sorted(self.objects("domains"), key=_key):
-            uid = domain["metadata"].get("uid", "")
-            related = [c for c in cliques if _name(c).startswith(f"{uid}.")]
-            signature = (_rv(domain), tuple(sorted((_name(c), _rv(c)) for c in related)))
-            key = f"domain/{_key(domain)}"
+        for domain in sorted(domains, key=lambda d: d.metadata.namespaced_name):
+            uid = domain.metadata.uid or ""
+            related = [c for c in cliques if (c.metadata.name or "").startswith(f"{uid}.")]
+            signature = (_signature(domain), tuple(sorted(_signature(c) for c in related)))
+            key = f"domain/{domain.metadata.namespace or ''}/{domain.metadata.name or ''}"
             out[key] = self._cached(key, signature, partial(_draw_domain, domain, related)).html
         return out
 
-    def _unexplained(self, claim: Body) -> PendingCard:
-        meta = claim["metadata"]
+    def _unexplained(self, claim: ResourceClaim) -> PendingCard:
+        meta = claim.metadata
         waiting = len(self._explained) >= self.explain_limit
         headline = (
             f"not explained here: the oldest {self.explain_limit} pending claims are; "
-            f"`gpudra explain claim {meta.get('name')} -n {meta.get('namespace')}` explains it"
+            f"`gpudra explain claim {meta.name} -n {meta.namespace}` explains it"
             if waiting
             else "being explained..."
         )
-        return PendingCard(str(meta.get("namespace", "")), str(meta.get("name", "")), "", headline, ())
+        return PendingCard(meta.namespace or "", meta.name or "", "", headline, ())
 
     def _rebuild(self) -> None:
         self._publish_changes(self._build())
