@@ -314,11 +314,19 @@ class Allocator:
         detailed = 0
         shared = _shared_values(prepared)
         memo: dict[frozenset[Schema], bool] = {}
+        everywhere: str | None = None
         for index in range(start, len(order)):
             node = order[index]
             if nowhere is not None:
                 counts["NoMatchingDevice"] = counts.get("NoMatchingDevice", 0) + 1
                 continue
+            if detailed >= self.detail_nodes:
+                if everywhere is None:
+                    everywhere = self._fails_everywhere(prepared, shared, minimum, memo)
+                if everywhere:
+                    # What the loop below would say of each remaining node, said of them all at once.
+                    counts[everywhere] = counts.get(everywhere, 0) + len(order) - index
+                    break
             total, free, loose = self.snapshot.node_counts(node.name)
             if (
                 shared
@@ -358,6 +366,25 @@ class Allocator:
         result.by_reason = counts
         return result
 
+    def _fails_everywhere(
+        self,
+        claims: list[ClaimSpec],
+        shared: list[list[tuple[str, int]]],
+        minimum: int,
+        memo: dict[frozenset[Schema], bool],
+    ) -> str:
+        """The count a node past the detail limit falls under when every node would ("Unexplained" when some
+        request needs more devices sharing one value than any node has, "InsufficientDevices" when the claims
+        need more devices than any node has), as the cluster's bounds tell; "" when they cannot tell."""
+        bounds = self.snapshot.bounds()
+        if bounds is None:
+            return ""
+        if any(all(need > bounds.shared.get(attribute, 0) for attribute, need in group) for group in shared):
+            return "Unexplained" if self._safe_on(bounds.schemas, claims, memo) else ""
+        if not shared and not bounds.multi and bounds.devices < minimum:
+            return "InsufficientDevices" if self._safe_on(bounds.schemas, claims, memo) else ""
+        return ""
+
     def _cannot_share(
         self,
         node: str,
@@ -380,9 +407,12 @@ class Allocator:
         """Whether no selector of the claims can fail at runtime on any device of the node, as the device index
         tells (False when it cannot tell). ``memo`` holds the answers per set of device schemas for one scan."""
         found = self.snapshot.node_shape(node)
-        if found is None:
-            return False
-        schemas = found[1]
+        return found is not None and self._safe_on(found[1], claims, memo)
+
+    def _safe_on(
+        self, schemas: frozenset[Schema], claims: list[ClaimSpec], memo: dict[frozenset[Schema], bool]
+    ) -> bool:
+        """``_never_fails`` for devices of these schemas."""
         safe = memo.get(schemas)
         if safe is None:
             groups = self.snapshot.index.groups
@@ -422,7 +452,7 @@ class Allocator:
             if not index.unviewed and all(celfacts.nothing_passes(trees, g) for g in index.groups.values()):
                 self._cluster_match[key] = 0  # answered from the index, without visiting a device
                 return 0
-        for pool in self.snapshot.pools():
+        for pool in self.snapshot.each_pool():
             for entry in pool.entries:
                 try:
                     if all(evaluate(s, entry, self.device_view) for s in spec.selectors):
