@@ -8,7 +8,9 @@ Goals (issue #16): >= 10,000 claims/s at 500 nodes x 8 GPUs, >= 5,000/s at 5,000
 claims < 50 ms. Fill and churn time the allocator alone: the claims are built and the slices ingested before
 the clock starts (ingestion is printed on its own line), and a full garbage collection ends the set-up: the
 ingestion's million objects leave the collector owing a full pass over the heap (up to a second at 5,000 nodes),
-which otherwise lands in whichever timed window comes next. Each rate is also given per CPU-second of the process,
+which otherwise lands in whichever timed window comes next. The CEL environment, built once per process (about
+35 ms), is built before the first clock too; each claim shape's own selectors are still compiled on the clock.
+Each rate is also given per CPU-second of the process,
 which says more than the wall clock on a shared, busy machine; the goals are judged on the wall clock.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 
 from bench import goals
 from gpudra.allocator import Allocation, Allocator, ClusterSnapshot, NodeInfo, NodesFailure, explain_outcome
+from gpudra.allocator.cel import compile_selector
 from gpudra.allocator.nearest import examine
 from gpudra.api.dra import (
     CELDeviceSelector,
@@ -234,6 +237,7 @@ def fill_and_churn(
     done: list[Allocation] = []
     # The claims are built before the clock starts: parsing them is the API client's work, not the allocator's.
     fill = [claim(f"c{i}", selectors=(H100,)) for i in range(claims_n)]
+    compile_selector('device.driver == "warm-up"')  # the process's CEL environment, not a claim's selectors
     gc.collect()
     t_start, cpu_start = time.perf_counter(), time.process_time()
     for c in fill:
