@@ -6,7 +6,11 @@ caching) measured in the same process on a smaller prefix.
 
 Goals (issue #16): >= 10,000 claims/s at 500 nodes x 8 GPUs, >= 5,000/s at 5,000 nodes x 8 GPUs, impossible
 claims < 50 ms. Fill and churn time the allocator alone: the claims are built and the slices ingested before
-the clock starts (ingestion is printed on its own line). Each rate is also given per CPU-second of the process,
+the clock starts (ingestion is printed on its own line), and a full garbage collection ends the set-up: the
+ingestion's million objects leave the collector owing a full pass over the heap (up to a second at 5,000 nodes),
+which otherwise lands in whichever timed window comes next. The CEL environment, built once per process (about
+35 ms), is built before the first clock too; each claim shape's own selectors are still compiled on the clock.
+Each rate is also given per CPU-second of the process,
 which says more than the wall clock on a shared, busy machine; the goals are judged on the wall clock.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import random
 import statistics
 import time
@@ -22,6 +27,7 @@ from typing import Any
 
 from bench import goals
 from gpudra.allocator import Allocation, Allocator, ClusterSnapshot, NodeInfo, NodesFailure, explain_outcome
+from gpudra.allocator.cel import compile_selector
 from gpudra.allocator.nearest import examine
 from gpudra.api.dra import (
     CELDeviceSelector,
@@ -231,6 +237,8 @@ def fill_and_churn(
     done: list[Allocation] = []
     # The claims are built before the clock starts: parsing them is the API client's work, not the allocator's.
     fill = [claim(f"c{i}", selectors=(H100,)) for i in range(claims_n)]
+    compile_selector('device.driver == "warm-up"')  # the process's CEL environment, not a claim's selectors
+    gc.collect()
     t_start, cpu_start = time.perf_counter(), time.process_time()
     for c in fill:
         out, dt = timed(functools.partial(allocator.find_node, [c], order))
@@ -242,6 +250,7 @@ def fill_and_churn(
     rng = random.Random(seed)
     churn_lat: list[float] = []
     again = [claim(f"x{i}", selectors=(H100,)) for i in range(churn)]
+    gc.collect()
     t_start, cpu_start = time.perf_counter(), time.process_time()
     for c in again:
         victim = done.pop(rng.randrange(len(done)))
@@ -318,6 +327,7 @@ def unsatisfiable(nodes: int) -> None:
     allocator = Allocator(ClusterSnapshot([gpu_slice(f"node-{i:05d}") for i in range(nodes)]), classes())
     order = [NodeInfo(n) for n in allocator.snapshot.node_names()]
     allocator.find_node([claim("warm", selectors=(H100,))], order)  # compile + first evaluation of the class
+    gc.collect()
     for label, c in (
         ("GPU model that does not exist", claim("b300", selectors=(B300,))),
         ("9 GPUs with matchAttribute on nodes of 8", claim("nine", count=9, match="gpu.nvidia.com/uuid")),

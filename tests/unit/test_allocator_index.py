@@ -59,6 +59,71 @@ def test_nodes_without_enough_devices_sharing_a_value_are_skipped_before_any_sea
     assert searched == {"n00", "n01"}  # the two explained in detail
 
 
+def _asked(allocator: Any) -> list[str]:
+    """Records the nodes whose free devices the allocator counts from now on (it does so for every node it
+    looks at)."""
+    asked: list[str] = []
+    counts = allocator.snapshot.node_counts
+
+    def counting(node: str) -> Any:
+        asked.append(node)
+        return counts(node)
+
+    allocator.snapshot.node_counts = counting
+    return asked
+
+
+def test_a_claim_larger_than_every_node_is_answered_without_visiting_each_node() -> None:
+    """Past the nodes explained in detail, the cluster's bounds (the most devices one node has, the most that
+    share one value) answer for every other node at once, with the counts visiting them would give."""
+    slices = [gpus(f"n{i:02d}", 8) for i in range(30)]
+    nine = claim("nine", req("gpu", "gpu.nvidia.com", count=9))
+    nine_alike = claim(
+        "alike", req("gpu", "gpu.nvidia.com", count=9), constraints=[match("gpu.nvidia.com/uuid")]
+    )
+    four_alike = claim(
+        "four", req("gpu", "gpu.nvidia.com", count=4), constraints=[match("gpu.nvidia.com/uuid")]
+    )
+    for c in (nine, nine_alike, four_alike):
+        bounded = make_allocator(slices, real_cel=True, detail_nodes=2)
+        asked = _asked(bounded)
+        outcome = bounded.find_node([c])
+        every = make_allocator(slices, real_cel=True, detail_nodes=30).find_node([c])
+        assert isinstance(outcome, NodesFailure) and isinstance(every, NodesFailure)
+        assert outcome.by_reason == every.by_reason
+        assert sum(outcome.by_reason.values()) == 30
+        assert asked == ["n00", "n01"]
+
+
+def test_the_cluster_bounds_follow_the_slices() -> None:
+    allocator = make_allocator([gpus(f"n{i:02d}", 8) for i in range(30)], real_cel=True, detail_nodes=2)
+    nine = claim("nine", req("gpu", "gpu.nvidia.com", count=9))
+    assert isinstance(allocator.find_node([nine]), NodesFailure)
+    big = gpus("n30", 12)
+    allocator.snapshot.add_slice(big)
+    found = allocator.find_node([nine])
+    assert isinstance(found, Allocation)
+    assert found.node == "n30"
+    allocator.snapshot.remove_slice(big.metadata.name or "")
+    outcome = allocator.find_node([claim("again", req("gpu", "gpu.nvidia.com", count=9))])
+    assert isinstance(outcome, NodesFailure)
+    assert outcome.by_reason == {"InsufficientDevices": 30}
+
+
+def test_nodes_are_visited_one_by_one_when_a_selector_could_fail_on_some_device() -> None:
+    odd = slice_("n29", [gpu(f"gpu-{i}", flavour=1 if i else "x") for i in range(8)])
+    allocator = make_allocator([*(gpus(f"n{i:02d}", 8, flavour=1) for i in range(29)), odd], real_cel=True,
+                               detail_nodes=2)  # fmt: skip
+    asked = _asked(allocator)
+    nine = claim(
+        "nine", req("gpu", "gpu.nvidia.com", 'device.attributes["gpu.nvidia.com"].flavour > 0', count=9)
+    )
+    outcome = allocator.find_node([nine])
+    assert isinstance(outcome, NodesFailure)
+    assert outcome.by_reason.get("InvalidSelector") == 1
+    assert len(asked) == 30
+
+
 def test_a_node_where_a_selector_could_fail_is_searched_even_when_it_cannot_hold_the_claim() -> None:
     odd = slice_("n29", [gpu(f"gpu-{i}", flavour=1 if i else "x") for i in range(8)])
     allocator = make_allocator([*(gpus(f"n{i:02d}", 8, flavour=1) for i in range(29)), odd], real_cel=True,

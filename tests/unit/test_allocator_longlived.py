@@ -122,3 +122,34 @@ def test_admin_access_follows_the_namespace_label_between_claims_written_alike()
     denied = kept.find_node([claim("c2", admin, namespace="ops")])
     assert not isinstance(denied, Allocation)
     assert denied.reason == "AdminAccessDenied"
+
+
+def test_devices_given_back_on_several_nodes_are_taken_in_node_order() -> None:
+    """Churn: devices come back on nodes behind the place where the last claim of a shape landed; each later
+    claim of that shape takes the first such node that still has one, as a fresh allocator would."""
+    slices = {f"n{i}": slice_(f"n{i}", [gpu("gpu-0")]) for i in range(6)}
+    kept = make_allocator(list(slices.values()), real_cel=True)
+    live: dict[str, Allocation] = {}
+    for i in range(6):
+        placed = kept.find_node([claim(f"fill{i}", req("gpu", "gpu.nvidia.com"))])
+        assert isinstance(placed, Allocation)
+        kept.commit(placed)
+        live[placed.node] = placed
+    for node in ("n4", "n1", "n3"):
+        kept.snapshot.mark_free(live.pop(node).claims[0].result)
+    # Another shape takes n1's device back before the first shape looks again.
+    h100 = f'device.attributes["gpu.nvidia.com"].productName == "{PRODUCTS[0]}"'
+    other = kept.find_node([claim("other", req("gpu", "gpu.nvidia.com", h100))])
+    assert isinstance(other, Allocation) and other.node == "n1"
+    kept.commit(other)
+    live["n1"] = other
+    answers = []
+    for name in ("a", "b", "c"):
+        pod = [claim(name, req("gpu", "gpu.nvidia.com"))]
+        outcome = kept.find_node(pod)
+        assert _answer(outcome) == _answer(_fresh(slices, list(live.values())).find_node(pod))
+        answers.append(outcome.node if isinstance(outcome, Allocation) else None)
+        if isinstance(outcome, Allocation):
+            kept.commit(outcome)
+            live[outcome.node] = outcome
+    assert answers == ["n3", "n4", None]

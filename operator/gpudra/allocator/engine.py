@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
 
 from gpudra.allocator import celfacts
 from gpudra.allocator.celast import Node
@@ -94,7 +96,7 @@ class Allocator:
         self.budget = budget
         self.detail_nodes = detail_nodes
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
-        self._hints: dict[str, tuple[Sequence[NodeInfo], int, int, int, NodesFailure | None]] = {}
+        self._hints: dict[str, _Hint] = {}
         self._positions: tuple[Sequence[NodeInfo] | None, int, dict[str, int]] = (None, -1, {})
         self._order: tuple[int, list[NodeInfo]] = (-1, [])
 
@@ -251,25 +253,35 @@ class Allocator:
         nowhere = self._matches_nowhere(prepared)
         minimum = _min_devices(prepared)
         shape = "|".join(texts)
-        start, known = self._hint(order, shape) if nowhere is None else (0, None)
+        first, start, known = self._hint(order, shape) if nowhere is None else ((), 0, None)
         if known is not None:
             return known
-        outcome = self._scan(order, prepared, nowhere, minimum, start)
+        outcome = self._scan(order, prepared, nowhere, minimum, start, first)
         if isinstance(outcome, Allocation):
-            self._remember(shape, order, self._index_of(order, outcome.node), None)
+            # The pending positions before the one taken were tried in vain; it and those after it remain.
+            at = self._index_of(order, outcome.node)
+            index = max(start, at)
+            self._remember(shape, order, index, None, tuple(p for p in first if at <= p < index))
             return outcome
-        if start:
+        if start or first:
             outcome = self._scan(order, prepared, nowhere, minimum, 0)  # full scan for complete explanations
         if nowhere is None and isinstance(outcome, NodesFailure):
             self._remember(shape, order, len(order), outcome)
         return outcome
 
     def _remember(
-        self, shape: str, order: Sequence[NodeInfo], index: int, failure: NodesFailure | None
+        self,
+        shape: str,
+        order: Sequence[NodeInfo],
+        index: int,
+        failure: NodesFailure | None,
+        pending: tuple[int, ...] = (),
     ) -> None:
         if len(self._hints) > 4096:
             self._hints.clear()
-        self._hints[shape] = (order, index, self.snapshot.version, len(self.snapshot.freed), failure)
+        self._hints[shape] = _Hint(
+            order, index, pending, self.snapshot.version, len(self.snapshot.freed), failure
+        )
 
     def _index_of(self, order: Sequence[NodeInfo], node: str) -> int:
         return self._positions_for(order).get(node, 0)
@@ -284,22 +296,26 @@ class Allocator:
             self._order = (self.snapshot.version, [NodeInfo(n) for n in self.snapshot.node_names()])
         return self._order[1]
 
-    def _hint(self, order: Sequence[NodeInfo], shape: str) -> tuple[int, NodesFailure | None]:
-        """Where a first-fit scan for this claim shape may start, and the failure to answer when no node can
-        have changed for the better. Allocating only ever removes options, so a node that could not take
-        the shape still cannot until it gets a device back (or slices change); nodes before the hint are such.
-        """
+    def _hint(
+        self, order: Sequence[NodeInfo], shape: str
+    ) -> tuple[tuple[int, ...], int, NodesFailure | None]:
+        """Where a first-fit scan for this claim shape may look: the positions before the hint's index that got
+        devices back (ascending), the index from which every node may take it, and the failure to answer when
+        no node can have changed for the better. Allocating only ever removes options, so a node that could not
+        take the shape still cannot until it gets a device back (or slices change)."""
         hint = self._hints.get(shape)
-        if hint is None or hint[0] is not order or hint[2] != self.snapshot.version:
-            return 0, None
-        _, index, _, seen, failure = hint
-        freed = self.snapshot.freed[seen:]
+        if hint is None or hint.order is not order or hint.version != self.snapshot.version:
+            return (), 0, None
+        freed = self.snapshot.freed[hint.seen :]
         if not freed:
-            return index, failure
-        if any(n is None for n in freed):
-            return 0, None
+            return hint.pending, hint.index, hint.failure
         positions = self._positions_for(order)
-        return min([index, *(positions.get(n, 0) for n in freed if n is not None)]), None
+        back = {positions.get(n, -1) if n is not None else -1 for n in freed}
+        if -1 in back:
+            return (), 0, None  # a node the order does not name: look at every node
+        pending = set(hint.pending)
+        pending.update(p for p in back if p < hint.index)
+        return tuple(sorted(pending)), hint.index, None
 
     def _scan(
         self,
@@ -308,17 +324,28 @@ class Allocator:
         nowhere: RequestDiagnosis | None,
         minimum: int,
         start: int,
+        first: Sequence[int] = (),
     ) -> Allocation | NodesFailure:
+        """First fit over the nodes at positions ``first``, then from ``start`` on."""
         failures: list[Failure] = []
         counts: dict[str, int] = {}
         detailed = 0
         shared = _shared_values(prepared)
         memo: dict[frozenset[Schema], bool] = {}
-        for index in range(start, len(order)):
+        everywhere: str | None = None
+        to_try = len(first) + len(order) - start
+        for seen, index in enumerate(chain(first, range(start, len(order)))):
             node = order[index]
             if nowhere is not None:
                 counts["NoMatchingDevice"] = counts.get("NoMatchingDevice", 0) + 1
                 continue
+            if detailed >= self.detail_nodes:
+                if everywhere is None:
+                    everywhere = self._fails_everywhere(prepared, shared, minimum, memo)
+                if everywhere:
+                    # What the loop below would say of each remaining node, said of them all at once.
+                    counts[everywhere] = counts.get(everywhere, 0) + to_try - seen
+                    break
             total, free, loose = self.snapshot.node_counts(node.name)
             if (
                 shared
@@ -358,6 +385,25 @@ class Allocator:
         result.by_reason = counts
         return result
 
+    def _fails_everywhere(
+        self,
+        claims: list[ClaimSpec],
+        shared: list[list[tuple[str, int]]],
+        minimum: int,
+        memo: dict[frozenset[Schema], bool],
+    ) -> str:
+        """The count a node past the detail limit falls under when every node would ("Unexplained" when some
+        request needs more devices sharing one value than any node has, "InsufficientDevices" when the claims
+        need more devices than any node has), as the cluster's bounds tell; "" when they cannot tell."""
+        bounds = self.snapshot.bounds()
+        if bounds is None:
+            return ""
+        if any(all(need > bounds.shared.get(attribute, 0) for attribute, need in group) for group in shared):
+            return "Unexplained" if self._safe_on(bounds.schemas, claims, memo) else ""
+        if not shared and not bounds.multi and bounds.devices < minimum:
+            return "InsufficientDevices" if self._safe_on(bounds.schemas, claims, memo) else ""
+        return ""
+
     def _cannot_share(
         self,
         node: str,
@@ -380,9 +426,12 @@ class Allocator:
         """Whether no selector of the claims can fail at runtime on any device of the node, as the device index
         tells (False when it cannot tell). ``memo`` holds the answers per set of device schemas for one scan."""
         found = self.snapshot.node_shape(node)
-        if found is None:
-            return False
-        schemas = found[1]
+        return found is not None and self._safe_on(found[1], claims, memo)
+
+    def _safe_on(
+        self, schemas: frozenset[Schema], claims: list[ClaimSpec], memo: dict[frozenset[Schema], bool]
+    ) -> bool:
+        """``_never_fails`` for devices of these schemas."""
         safe = memo.get(schemas)
         if safe is None:
             groups = self.snapshot.index.groups
@@ -422,7 +471,7 @@ class Allocator:
             if not index.unviewed and all(celfacts.nothing_passes(trees, g) for g in index.groups.values()):
                 self._cluster_match[key] = 0  # answered from the index, without visiting a device
                 return 0
-        for pool in self.snapshot.pools():
+        for pool in self.snapshot.each_pool():
             for entry in pool.entries:
                 try:
                     if all(evaluate(s, entry, self.device_view) for s in spec.selectors):
@@ -435,6 +484,21 @@ class Allocator:
                 break
         self._cluster_match[key] = count
         return count
+
+
+@dataclass(slots=True)
+class _Hint:
+    """Where the last first-fit scan of a claim shape left off (see ``Allocator._hint``)."""
+
+    order: Sequence[NodeInfo]
+    index: int
+    """Every node before it could not take the shape, except those at ``pending``."""
+    pending: tuple[int, ...]
+    """Positions before ``index`` that got devices back and were not tried since, ascending."""
+    version: int
+    seen: int
+    """How many entries of the snapshot's ``freed`` the hint has taken into account."""
+    failure: NodesFailure | None
 
 
 def _all_mode_problem(

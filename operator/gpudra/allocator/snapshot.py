@@ -8,7 +8,7 @@ the few pools whose slices use nodeSelector / allNodes / perDeviceNodeSelection 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -53,6 +53,21 @@ class NodePools:
     this object: until the node's slices change."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterBounds:
+    """Upper bounds over every node, for a cluster whose pools are all node-local: what no node can exceed,
+    so that a claim asking for more is answered without visiting the nodes one by one."""
+
+    devices: int
+    """The most devices one node has (``node_counts``' total)."""
+    shared: dict[str, int]
+    """Per attribute: the most of one node's devices that share one value of it (``node_shape``)."""
+    schemas: frozenset[Schema]
+    """The schemas of every device."""
+    multi: bool
+    """Whether some device allows multiple allocations (then counting devices bounds nothing)."""
+
+
 class ClusterSnapshot:
     """Slices, pools and allocation state. Not thread-safe; one owner mutates it."""
 
@@ -78,11 +93,14 @@ class ClusterSnapshot:
         self.freed: list[str | None] = []
         """Nodes that got devices back, in order (None: unknown node); lets first-fit scans resume safely."""
         self._names: tuple[int, list[str]] = (-1, [])
+        self._bounds: tuple[int, ClusterBounds | None] = (-1, None)
+        self._keys: tuple[int, list[PoolKey]] = (-1, [])
         """Bumped on every slice change; caches keyed on it stay valid while allocations change."""
         self._anon = 0
         for s in slices:
             self.add_slice(s)
         self.refresh()  # ingest what was given now: pools, CEL views and the index, not on the first claim
+        self.bounds()
 
     # ------------------------------------------------------------ slices
 
@@ -165,8 +183,16 @@ class ClusterSnapshot:
             self.pool(key)
 
     def pools(self) -> list[PoolView]:
-        out = [self.pool(k) for k in sorted(set(self._pool_slices) | set(self._pools))]
-        return [p for p in out if p is not None]
+        return list(self.each_pool())
+
+    def each_pool(self) -> Iterator[PoolView]:
+        """The pools by key, each built when reached (a caller that stops early builds no more)."""
+        if self._keys[0] != self.version:
+            self._keys = (self.version, sorted(set(self._pool_slices) | set(self._pools)))
+        for key in self._keys[1]:
+            view = self.pool(key)
+            if view is not None:
+                yield view
 
     def node_names(self) -> list[str]:
         """Names of nodes that have node-local slices (sorted; cached per slice version)."""
@@ -282,6 +308,32 @@ class ClusterSnapshot:
             schemas |= view.schemas
         self._shapes[node] = (self.version, (most, schemas))
         return most, schemas
+
+    def bounds(self) -> ClusterBounds | None:
+        """The :class:`ClusterBounds` of the cluster, or None when some pool is not node-local (then no bound
+        holds for every node). Built once per slice version: at ingestion, and after slices change on first
+        use; allocations do not change them."""
+        if self._bounds[0] == self.version:
+            return self._bounds[1]
+        bounds: ClusterBounds | None = None
+        if not self._global:
+            self.refresh()
+            devices, multi = 0, False
+            shared: dict[str, int] = {}
+            schemas: set[Schema] = set()
+            for node, keys in self._by_node.items():
+                views = [v for v in (self._pools.get(k) for k in keys) if v is not None]
+                devices = max(devices, sum(len(v.entries) for v in views))
+                multi = multi or any(v.has_multi for v in views)
+                found = self.node_shape(node)
+                if found is not None:
+                    for name, count in found[0].items():
+                        if count > shared.get(name, 0):
+                            shared[name] = count
+                    schemas.update(found[1])
+            bounds = ClusterBounds(devices, shared, frozenset(schemas), multi)
+        self._bounds = (self.version, bounds)
+        return bounds
 
     def _note_freed(self, device: DeviceId) -> None:
         """Record that the device's node got something back (for first-fit scans resuming past it)."""
