@@ -4,7 +4,7 @@ whole pool to the next generation in place, growth creates and shrinkage deletes
 from typing import Any
 
 from gpudra.agent.slicesync import SLICE_INDEX_LABEL, NodeRef, plan_slices
-from gpudra.api.dra import Device, DeviceAttribute
+from gpudra.api.dra import Device, DeviceAttribute, ResourceSlice
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.slices import CounterLayout, counter_layout_for
 from gpudra.hardware.backend import MigProfileInfo
@@ -40,6 +40,11 @@ def stored(plan_bodies: list[dict[str, Any]], start: int = 0) -> list[dict[str, 
     return out
 
 
+def parsed(bodies: list[dict[str, Any]]) -> list[ResourceSlice]:
+    """The stored slices as the publisher lists them."""
+    return [ResourceSlice.model_validate(b) for b in bodies]
+
+
 def test_first_publish_creates_one_slice_owned_by_the_node() -> None:
     plan = plan_slices([], devices(8), node=NODE, driver=DRIVER)
     assert (len(plan.creates), plan.updates, plan.deletes, plan.generation) == (1, [], [], 1)
@@ -55,14 +60,14 @@ def test_first_publish_creates_one_slice_owned_by_the_node() -> None:
 
 def test_restart_with_unchanged_hardware_writes_nothing() -> None:
     existing = stored(plan_slices([], devices(8), node=NODE, driver=DRIVER).creates)
-    plan = plan_slices(existing, devices(8), node=NODE, driver=DRIVER)
+    plan = plan_slices(parsed(existing), devices(8), node=NODE, driver=DRIVER)
     assert plan.empty
     assert plan.generation == 1
 
 
 def test_changed_devices_update_in_place_with_next_generation() -> None:
     existing = stored(plan_slices([], devices(8), node=NODE, driver=DRIVER).creates)
-    plan = plan_slices(existing, devices(7), node=NODE, driver=DRIVER)
+    plan = plan_slices(parsed(existing), devices(7), node=NODE, driver=DRIVER)
     assert (plan.creates, plan.deletes) == ([], [])
     (update,) = plan.updates
     assert update["metadata"]["name"] == existing[0]["metadata"]["name"]
@@ -73,7 +78,7 @@ def test_changed_devices_update_in_place_with_next_generation() -> None:
 
 def test_growth_past_128_devices_splits_and_creates_the_extra_slice() -> None:
     existing = stored(plan_slices([], devices(100), node=NODE, driver=DRIVER).creates)
-    plan = plan_slices(existing, devices(200), node=NODE, driver=DRIVER)
+    plan = plan_slices(parsed(existing), devices(200), node=NODE, driver=DRIVER)
     assert len(plan.updates) == 1 and len(plan.creates) == 1 and plan.deletes == []
     assert plan.creates[0]["metadata"]["labels"][SLICE_INDEX_LABEL] == "1"
     counts = [b["spec"]["pool"]["resourceSliceCount"] for b in plan.updates + plan.creates]
@@ -83,7 +88,7 @@ def test_growth_past_128_devices_splits_and_creates_the_extra_slice() -> None:
 def test_shrinking_deletes_obsolete_slices() -> None:
     existing = stored(plan_slices([], devices(200), node=NODE, driver=DRIVER).creates)
     assert len(existing) == 2
-    plan = plan_slices(existing, devices(10), node=NODE, driver=DRIVER)
+    plan = plan_slices(parsed(existing), devices(10), node=NODE, driver=DRIVER)
     assert plan.deletes == [existing[1]["metadata"]["name"]]
     assert [u["metadata"]["name"] for u in plan.updates] == [existing[0]["metadata"]["name"]]
 
@@ -91,7 +96,7 @@ def test_shrinking_deletes_obsolete_slices() -> None:
 def test_slices_edited_by_someone_else_are_repaired() -> None:
     existing = stored(plan_slices([], devices(4), node=NODE, driver=DRIVER).creates)
     existing[0]["spec"]["devices"] = existing[0]["spec"]["devices"][:1]
-    plan = plan_slices(existing, devices(4), node=NODE, driver=DRIVER)
+    plan = plan_slices(parsed(existing), devices(4), node=NODE, driver=DRIVER)
     assert len(plan.updates) == 1 and len(plan.updates[0]["spec"]["devices"]) == 4
 
 
@@ -110,7 +115,7 @@ def test_dynamic_mig_counters_follow_the_server_version_and_a_restart_writes_not
             assert all(len(s.get("devices") or []) <= 64 for s in specs)
         else:
             assert all(len(s["sharedCounters"]) == 1 and len(s["devices"]) == 26 for s in specs)
-        assert plan_slices(stored(first.creates), published.devices, layout=layout, **kwargs).empty
+        assert plan_slices(parsed(stored(first.creates)), published.devices, layout=layout, **kwargs).empty
 
 
 def dynamic_h100() -> tuple[NodeInventory, dict[str, tuple[MigProfileInfo, ...]]]:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, VfioBindingRecord
 from gpudra.agent.claimeffects import ClaimEffects
@@ -192,11 +192,10 @@ class ClaimPreparer:
         if entry is not None and entry.state == "PrepareCompleted":
             await self.effects.ensure_spec(ref.uid, entry)
             return PrepareResult(devices=prepared_devices(entry.devices))
-        claim: dict[str, Any] | None = None
+        claim: ResourceClaim | None = None
         results: list[DeviceRequestAllocationResult] = []
         try:
-            claim = await self._get_claim(ref)
-            model = ResourceClaim.from_wire(claim)
+            claim = model = await self._get_claim(ref)
             results = select_results(model, ref, driver=self.driver, node=self.node)
             planner = self._planner
             plan = await self._execute(
@@ -257,9 +256,9 @@ class ClaimPreparer:
             self.hook("vfio_bound")
         return plan
 
-    async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
+    async def _get_claim(self, ref: ClaimRef) -> ResourceClaim:
         try:
-            return await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+            return await self._client.get_as(ResourceClaim, RESOURCE_CLAIMS, ref.name, ref.namespace)
         except NotFoundError as exc:
             raise PrepareError(
                 f"ResourceClaim {ref.namespace}/{ref.name} not found (deleted?)", reason="ClaimNotFound"

@@ -15,7 +15,7 @@ from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.messages import ClaimRef
 from gpudra.agent.prepareplan import device_status, merge_device_statuses
-from gpudra.api.dra import DeviceRequestAllocationResult
+from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.api.timestamps import rfc3339
 from gpudra.errors import ConflictError, KubeError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
@@ -73,12 +73,12 @@ class ClaimStatus:
     async def failed(
         self,
         ref: ClaimRef,
-        claim: dict[str, Any] | None,
+        claim: ResourceClaim | None,
         results: Sequence[DeviceRequestAllocationResult],
         error: PrepareError,
     ) -> None:
         """The prepare failed: a FailedPrepare Event (unless the claim is gone) and not-Ready entries."""
-        involved = claim or ref.event_object()
+        involved = claim if claim is not None else ref.event_object()
         if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
             await self._events.post(
                 involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"

@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 
 from gpudra.agent.slicesync import NodeRef, plan_slices
-from gpudra.api.dra import CounterSet, Device
+from gpudra.api.dra import CounterSet, Device, ResourceSlice
 from gpudra.devices.slices import CounterLayout
 from gpudra.errors import ConflictError, NotFoundError
 from gpudra.kube.client import KubeClient
@@ -60,14 +60,14 @@ class SlicePublisher:
 
     async def _publish_once(self, devices: Sequence[Device], counter_sets: Sequence[CounterSet]) -> bool:
         selector = f"spec.nodeName={self._node.name},spec.driver={self._driver}"
-        existing, _ = await self._client.list(RESOURCE_SLICES, field_selector=selector)
+        existing, _ = await self._client.list_as(ResourceSlice, RESOURCE_SLICES, field_selector=selector)
         plan = plan_slices(
             existing, devices, node=self._node, driver=self._driver, max_devices_per_slice=self._max,
             counter_sets=counter_sets, layout=self.layout,
         )  # fmt: skip
         self.generation = plan.generation
         if plan.empty:
-            self.slice_names = sorted(s["metadata"]["name"] for s in existing)
+            self.slice_names = sorted(s.metadata.name or "" for s in existing)
             return False
         for name in plan.deletes:
             await self._client.delete(RESOURCE_SLICES, name)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.api.dra import CounterSet, Device, ResourceSlice, ResourceSliceSpec
+from gpudra.api.dra import CounterSet, Device, ResourceSlice
 from gpudra.api.meta import ObjectMeta, OwnerReference
 from gpudra.devices.slices import CounterLayout, build_slice_specs
 
@@ -39,18 +39,13 @@ class SlicePlan:
         return not (self.deletes or self.updates or self.creates)
 
 
-def _index(slice_: dict[str, Any]) -> tuple[int, str]:
-    meta = slice_.get("metadata", {})
-    raw = (meta.get("labels") or {}).get(SLICE_INDEX_LABEL, "")
-    return (int(raw) if raw.isdigit() else 1 << 30, meta.get("name", ""))
-
-
-def _spec_wire(slice_: dict[str, Any]) -> dict[str, Any]:
-    return ResourceSliceSpec.model_validate(slice_.get("spec", {})).to_wire()
+def _index(slice_: ResourceSlice) -> tuple[int, str]:
+    raw = (slice_.metadata.labels or {}).get(SLICE_INDEX_LABEL, "")
+    return (int(raw) if raw.isdigit() else 1 << 30, slice_.metadata.name or "")
 
 
 def plan_slices(
-    existing: Sequence[dict[str, Any]],
+    existing: Sequence[ResourceSlice],
     devices: Sequence[Device],
     *,
     node: NodeRef,
@@ -59,18 +54,16 @@ def plan_slices(
     counter_sets: Sequence[CounterSet] = (),
     layout: CounterLayout = CounterLayout.V1_35,
 ) -> SlicePlan:
-    """Compare the slices on the server (wire dicts of this node and driver) with the devices (and the shared
-    counter sets of dynamic MIG, laid out for the server's version) to publish."""
+    """Compare the slices on the server (of this node and driver) with the devices (and the shared counter sets
+    of dynamic MIG, laid out for the server's version) to publish."""
     current = sorted(existing, key=_index)
-    generation = max(
-        (int(s.get("spec", {}).get("pool", {}).get("generation", 0)) for s in current), default=0
-    )
+    generation = max((s.spec.pool.generation for s in current), default=0)
     same = build_slice_specs(
         node_name=node.name, driver=driver, devices=devices, generation=generation,
         max_devices_per_slice=max_devices_per_slice, counter_sets=counter_sets, layout=layout,
     )  # fmt: skip
     if len(same) == len(current) and all(
-        _spec_wire(have) == want.to_wire() and _index(have)[0] == i
+        have.spec.to_wire() == want.to_wire() and _index(have)[0] == i
         for i, (have, want) in enumerate(zip(current, same, strict=True))
     ):
         return SlicePlan(generation=generation)
@@ -81,15 +74,16 @@ def plan_slices(
         max_devices_per_slice=max_devices_per_slice, counter_sets=counter_sets, layout=layout,
     )  # fmt: skip
     plan = SlicePlan(generation=generation)
-    plan.deletes = [s["metadata"]["name"] for s in current[len(desired) :]]
+    plan.deletes = [s.metadata.name or "" for s in current[len(desired) :]]
     for i, spec in enumerate(desired):
         labels = {SLICE_INDEX_LABEL: str(i), MANAGED_BY_LABEL: "gpudra"}
         owner = OwnerReference(api_version="v1", kind="Node", name=node.name, uid=node.uid, controller=True)
         if i < len(current):
-            meta = dict(current[i]["metadata"])
-            meta["labels"] = {**(meta.get("labels") or {}), **labels}
-            meta["ownerReferences"] = [owner.to_wire()]
-            plan.updates.append(ResourceSlice(spec=spec).to_wire() | {"metadata": meta})
+            have = current[i].metadata
+            meta = have.model_copy(
+                update={"labels": {**(have.labels or {}), **labels}, "owner_references": [owner]}
+            )
+            plan.updates.append(ResourceSlice(metadata=meta, spec=spec).to_wire())
         else:
             meta_model = ObjectMeta(
                 generate_name=f"{node.name}-{driver}-", labels=labels, owner_references=[owner]

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.api.core import Node
+from gpudra.api.meta import ObjectMeta
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -60,29 +61,28 @@ class MigSync:
         self._poke = poke
         self._retry = retry_seconds
         self._events = events
-        self._node_body: dict[str, Any] = {}
+        self._node_object: Node | None = None  # for Events; set from the first watch event
         self._wake = asyncio.Event()
         self._desired_text: str | None = None
         self._written: tuple[str, str | None] | None = None
         self.report: NodeReport | None = None
 
-    async def _on_node(self, kind: str, node: dict[str, Any]) -> None:
-        self._node_body = {"apiVersion": "v1", "kind": "Node", "metadata": node.get("metadata", {})}
+    async def _on_node(self, kind: str, body: dict[str, Any]) -> None:
+        node = Node.model_validate(body)  # the informer hands over only Nodes that parse
+        self._node_object = node
         if self.report is None and self._written is None:
-            self._resume(node.get("metadata", {}))
-        text = (
-            None if kind == "DELETED" else (node["metadata"].get("annotations") or {}).get(DESIRED_ANNOTATION)
-        )
+            self._resume(node.metadata)
+        text = None if kind == "DELETED" else (node.metadata.annotations or {}).get(DESIRED_ANNOTATION)
         if text != self._desired_text:
             self._desired_text = text
             self._wake.set()
 
-    def _resume(self, meta: dict[str, Any]) -> None:
+    def _resume(self, meta: ObjectMeta) -> None:
         """After a restart, carry on from the report on the Node (no needless applying/success flap)."""
-        text = str((meta.get("annotations") or {}).get(STATE_ANNOTATION) or "")
+        text = (meta.annotations or {}).get(STATE_ANNOTATION) or ""
         self.report = NodeReport.from_json(text) if text else None
         if self.report is not None:
-            label = (meta.get("labels") or {}).get(CONFIG_STATE_LABEL) if self.report.key else None
+            label = (meta.labels or {}).get(CONFIG_STATE_LABEL) if self.report.key else None
             self._written = (text, label)
 
     async def run(self) -> None:
@@ -150,10 +150,10 @@ class MigSync:
     async def _announce(self, report: NodeReport) -> None:
         """A Node Event when the node reaches its layout or cannot (label users see them in kubectl describe)."""
         reason = _EVENT_REASONS.get(report.state)
-        if self._events is None or reason is None or not self._node_body:
+        if self._events is None or reason is None or self._node_object is None:
             return
         kind: Literal["Normal", "Warning"] = "Normal" if report.state == "success" else "Warning"
-        await self._events.post(self._node_body, kind, reason, f"{report.key}: {report.message}")
+        await self._events.post(self._node_object, kind, reason, f"{report.key}: {report.message}")
 
     async def _write(self, report: NodeReport, with_label: bool) -> None:
         text = report.to_json()
