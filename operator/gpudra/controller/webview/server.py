@@ -18,7 +18,8 @@ from pathlib import Path
 from aiohttp import web
 
 from gpudra.controller.webview import html
-from gpudra.controller.webview.state import FleetView, Update
+from gpudra.controller.webview.state import FleetView
+from gpudra.controller.webview.updates import Update
 from gpudra.errors import ConfigurationError
 from gpudra.kube.client import KubeClient
 from gpudra.telemetry import get_logger
@@ -40,7 +41,7 @@ def webview_app(view: FleetView) -> web.Application:
         ):  # a first visit right after start: the fleet, not a blank page
             await asyncio.wait_for(view.ready.wait(), FIRST_SYNC_SECONDS)
         response = web.Response(
-            text=html.page(view.sections, view.version),
+            text=html.page(view.feed.sections, view.feed.version),
             content_type="text/html",
             headers={"Cache-Control": "no-store"},
         )
@@ -67,16 +68,16 @@ def webview_app(view: FleetView) -> web.Application:
             await response.write(f"id: {update.version}\ndata: {data}\n\n".encode())
             sent = update.version
 
-        with view.subscribe() as queue, contextlib.suppress(ConnectionResetError):
-            if sent != view.version:
-                await send(view.snapshot())
+        with view.feed.subscribe() as queue, contextlib.suppress(ConnectionResetError):
+            if sent != view.feed.version:
+                await send(view.feed.snapshot())
             while True:
                 try:
                     update = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_SECONDS)
                 except TimeoutError:
                     await response.write(b": keep-alive\n\n")
                     continue
-                await send(view.snapshot() if update is None else update)
+                await send(view.feed.snapshot() if update is None else update)
         return response
 
     async def healthz(_: web.Request) -> web.Response:

@@ -1,0 +1,114 @@
+"""Pending claims explained for the web view as ``gpudra explain`` does (the allocator over every published slice,
+node by node, plus the MIG planner's repartition), in a worker process and at most every ``interval`` seconds while
+the cluster keeps changing: that is the costly part on a large fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudra.allocator.result import Allocation
+from gpudra.api.dra import ResourceClaim
+from gpudra.controller.explaining import explain, explanation, view_from_wire
+from gpudra.errors import GpudraError
+from gpudra.mig.demand import DemandPlan
+from gpudra.planning.migdemand import plan_pending
+from gpudra.planning.workloads import PendingCard, pending_card
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+Body = dict[str, Any]
+EXPLAINED_FROM = ("nodes", "slices", "claims", "classes", "namespaces")
+"""The kinds an explanation reads (keys of the web view's watched objects)."""
+
+
+def explain_pending(
+    objects: Mapping[str, list[Body]], pending: list[Body], driver: str, limit: int
+) -> dict[str, PendingCard]:
+    """Pure (and slow on large fleets): claim uid -> its card, for the oldest ``limit`` pending claims, explained
+    as ``gpudra explain`` and the controller's Events do (the MIG planner serving them together). Runs in the
+    worker process, which is sent wire objects."""
+    view = view_from_wire(
+        objects["slices"], objects["classes"], objects["claims"], objects["namespaces"], objects["nodes"]
+    )
+    claims = [ResourceClaim.model_validate(c) for c in pending]
+    oldest = sorted(claims, key=lambda c: (c.metadata.creation_timestamp or "", c.metadata.namespaced_name))
+    oldest = oldest[:limit]
+    try:
+        plan: DemandPlan | None = plan_pending(view.allocator, oldest, driver)
+    except GpudraError as exc:
+        log.warning("the MIG planner failed for the web view", error=str(exc))
+        plan = None
+    cards: dict[str, PendingCard] = {}
+    for claim in oldest:
+        outcome = explain(view, claim)
+        said = outcome.node if isinstance(outcome, Allocation) else explanation(view, claim, outcome, plan)
+        cards[claim.metadata.uid or ""] = pending_card(claim, said)
+    return cards
+
+
+async def _run_in(
+    pool: ProcessPoolExecutor, fn: Callable[..., dict[str, PendingCard]], *args: Any
+) -> dict[str, PendingCard]:
+    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+
+@dataclass
+class PendingExplainer:
+    driver: str
+    wake: Callable[[], None]
+    """Called when an explanation ended (its cards are in ``cards``) or the interval has passed."""
+    interval: float = 1.0
+    limit: int = 50
+    stale: bool = True
+    """The inputs changed since the last explanation started."""
+    cards: dict[str, PendingCard] = field(default_factory=dict)
+    """claim uid -> its card, from the last explanation that ended."""
+    _task: asyncio.Task[dict[str, PendingCard]] | None = None
+    _pool: ProcessPoolExecutor | None = None
+    _next: float = 0.0
+
+    def explain_if_due(self, objects: Callable[[], dict[str, list[Body]]], pending: list[Body]) -> None:
+        """Start explaining ``pending`` over ``objects()`` in the worker process, unless one runs or the interval
+        has not passed (then wake the loop again when it has)."""
+        if not pending:
+            self.cards, self.stale = {}, False
+            return
+        now = time.monotonic()
+        if self._task is not None:
+            return  # its end wakes the loop, and the inputs are still stale
+        if now < self._next:
+            asyncio.get_running_loop().call_later(self._next - now, self.wake)
+            return
+        self.stale = False
+        if self._pool is None:
+            # A process of its own: explaining is seconds of pure-Python CPU on a large fleet, and in a thread it
+            # would hold the GIL against the loop that serves the page and the updates.
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        task = asyncio.create_task(
+            _run_in(self._pool, explain_pending, objects(), pending, self.driver, self.limit)
+        )
+        self._task = task
+
+        def done(t: asyncio.Task[dict[str, PendingCard]]) -> None:
+            self._task = None
+            self._next = time.monotonic() + max(self.interval, 2 * (time.monotonic() - now))
+            if not t.cancelled() and t.exception() is None:
+                self.cards = t.result()
+            elif not t.cancelled():
+                log.warning("explaining pending claims for the web view failed", error=repr(t.exception()))
+            self.wake()
+
+        task.add_done_callback(done)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,125 @@
+"""What the web view watches: one informer per kind, the optional custom resources started once the server serves
+them, and each object read as its model (parsed once per resourceVersion)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from gpudra.api.base import WireModel
+from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
+from gpudra.api.core import Namespace, Node
+from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
+from gpudra.api.miglayout import MigLayout
+from gpudra.controller.miglayouts import MIGLAYOUTS
+from gpudra.errors import NotFoundError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import Informer, Key, Parse
+from gpudra.kube.resources import (
+    COMPUTE_DOMAIN_CLIQUES,
+    COMPUTE_DOMAINS,
+    DEVICE_CLASSES,
+    NAMESPACES,
+    NODES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Resource,
+)
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
+
+Body = dict[str, Any]
+M = TypeVar("M", bound=WireModel)
+
+WATCHED: dict[str, tuple[Resource, Parse]] = {
+    "nodes": (NODES, Node.model_validate),
+    "slices": (RESOURCE_SLICES, ResourceSlice.model_validate),
+    "claims": (RESOURCE_CLAIMS, ResourceClaim.model_validate),
+    "classes": (DEVICE_CLASSES, DeviceClass.model_validate),
+    "namespaces": (NAMESPACES, Namespace.model_validate),
+    "domains": (COMPUTE_DOMAINS, ComputeDomain.model_validate),
+    "cliques": (COMPUTE_DOMAIN_CLIQUES, ComputeDomainClique.model_validate),
+    "layouts": (MIGLAYOUTS, MigLayout.model_validate),
+}
+"""What the view watches, each with the model an object must parse as (one that does not is left out, as absent)."""
+OPTIONAL = frozenset({"domains", "cliques", "layouts"})
+"""Custom resources a cluster may not serve (CRDs not installed): their sections stay empty meanwhile."""
+IN_DRIVER_NAMESPACE = frozenset({"cliques"})
+"""Watched in the driver's namespace only, where they live and the controller's Role lets it read them."""
+OPTIONAL_RETRY_SECONDS = 60.0
+
+
+def _rv(obj: Body) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))
+
+
+@dataclass
+class Watched:
+    client: KubeClient
+    namespace: str
+    """The driver's namespace (``IN_DRIVER_NAMESPACE``)."""
+    changed: Callable[[str], None]
+    """Told the name (a key of ``WATCHED``) of each kind whose objects changed."""
+    _informers: dict[str, Informer] = field(default_factory=dict)
+    _models: dict[str, dict[Key, tuple[str, WireModel]]] = field(default_factory=dict)
+
+    def _handler(self, name: str) -> Callable[[str, Body], Any]:
+        async def handler(kind: str, obj: Body) -> None:
+            self.changed(name)
+
+        return handler
+
+    def start(self) -> list[asyncio.Task[None]]:
+        """Start every informer (an optional one once it is served); the tasks run until cancelled."""
+        for name, (resource, parse) in WATCHED.items():
+            namespace = self.namespace if name in IN_DRIVER_NAMESPACE else None
+            self._informers[name] = Informer(
+                self.client, resource, self._handler(name), namespace=namespace, parse=parse
+            )
+        return [
+            asyncio.create_task(self._when_served(n) if n in OPTIONAL else i.run(), name=f"webview {n}")
+            for n, i in self._informers.items()
+        ]
+
+    async def synced(self) -> None:
+        """Until every informer that is not optional has listed once."""
+        await asyncio.gather(*(i.synced.wait() for n, i in self._informers.items() if n not in OPTIONAL))
+
+    async def _when_served(self, name: str) -> None:
+        """Run an optional resource's informer once the server serves it (said once in the log)."""
+        informer = self._informers[name]
+        said = False
+        while True:
+            try:
+                await self.client.list(informer.resource, informer.namespace)
+                break
+            except NotFoundError:
+                if not said:
+                    log.info(
+                        "not served by the API server; its section stays empty",
+                        resource=informer.resource.plural,
+                    )
+                    said = True
+                await asyncio.sleep(OPTIONAL_RETRY_SECONDS)
+        await informer.run()
+
+    def wire(self, name: str) -> list[Body]:
+        """The watched objects of ``name`` in their wire form (what a worker process is sent)."""
+        return list(self._informers[name].cache.values())
+
+    def parsed(self, name: str, model: type[M]) -> list[M]:
+        """The watched objects of ``name`` as ``model`` (each parsed once per resourceVersion)."""
+        memo = self._models.setdefault(name, {})
+        out: dict[Key, M] = {}
+        for key, obj in self._informers[name].cache.items():
+            version = _rv(obj)
+            known = memo.get(key)
+            if known is None or known[0] != version:
+                known = memo[key] = (version, model.model_validate(obj))
+            out[key] = cast(M, known[1])  # each name is parsed as one model only
+        for key in set(memo) - set(out):
+            del memo[key]
+        return list(out.values())
