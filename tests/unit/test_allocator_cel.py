@@ -41,4 +41,4 @@ def test_real_cel_runtime_error_is_an_error_for_the_node() -> None:
     outcome = allocator(gpus("n1", 1)).allocate("n1", [claim("c", req("gpu", "gpu.nvidia.com", expr))])
     assert isinstance(outcome, Failure)
     assert outcome.reason == "InvalidSelector"
-    assert "missingAttribute" in outcome.message or "no such key" in outcome.message
+    assert "on device gpu.nvidia.com/n1/gpu-0: no such key: missingAttribute" in outcome.message
