@@ -1,0 +1,71 @@
+"""The ``gpudra`` command and the ``kubectl-gpudra`` plugin (the console scripts of pyproject.toml): parse the
+command line (``parser.py``), set up logging (``logsetup.py``) and run the command's module: ``up``, ``sim``,
+``processes`` (agent, imex-daemon, controller), ``explain``, ``status``, ``hardware``.
+
+The command modules import what a command needs inside its runner, so that importing this package stays cheap:
+``kubectl gpudra status`` should not wait for the embedded cluster or kopf to import, nor an agent pod load them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from gpudra.cli.explain import explain_command
+from gpudra.cli.hardware import hardware_command
+from gpudra.cli.logsetup import configure_cli_logging
+from gpudra.cli.parser import build_parser
+from gpudra.cli.processes import agent_command, controller_command, imex_daemon_command
+from gpudra.cli.sim import sim_command
+from gpudra.cli.status import status_command
+from gpudra.cli.up import up_command
+from gpudra.errors import GpudraError
+
+RUNNERS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
+    "up": up_command,
+    "agent": agent_command,
+    "imex-daemon": imex_daemon_command,
+    "controller": controller_command,
+    "explain": explain_command,
+    "status": status_command,
+    "hardware": hardware_command,
+    "sim": sim_command,
+}
+
+PLUGIN_COMMANDS = ("explain", "status")
+PLUGIN_USAGE = """usage: kubectl gpudra explain claim NAME [-n NAMESPACE] | --file claim.yaml
+       kubectl gpudra status [-o wide|json|yaml]
+
+gpudra as a kubectl plugin: why a claim is pending (or whether a claim would fit, and where), and the fleet's
+GPUs, MIG devices, allocated and unhealthy devices. The cluster is kubectl's: $KUBECONFIG or --kubeconfig.
+`kubectl gpudra explain --help` and `kubectl gpudra status --help` list every option.
+"""
+
+
+def kubectl_plugin(argv: list[str] | None = None) -> int:
+    """``kubectl-gpudra``: kubectl runs the first ``kubectl-gpudra`` on PATH with the words after ``gpudra``,
+    so ``kubectl gpudra explain claim NAME`` is ``gpudra explain claim NAME``. Only the commands that read a
+    cluster are offered; the processes (agent, controller, up) are not a kubectl user's."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(PLUGIN_USAGE, end="")
+        return 0
+    if args[0] not in PLUGIN_COMMANDS:
+        print(f"kubectl gpudra: unknown command {args[0]!r}\n\n{PLUGIN_USAGE}", end="", file=sys.stderr)
+        return 2
+    return main(args, prog="kubectl gpudra")
+
+
+def main(argv: list[str] | None = None, *, prog: str = "gpudra") -> int:
+    """``gpudra``: a configuration error is one line on standard error and exit status 2; Ctrl-C is 130."""
+    args = build_parser(prog).parse_args(argv)
+    try:
+        configure_cli_logging(args)
+        return asyncio.run(RUNNERS[args.command](args))
+    except GpudraError as exc:
+        print(f"{prog} {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,49 @@
+"""``gpudra hardware record``: what NVML reports on this node (read-only), or what a simulated node of a profile
+reports, as JSON with the devices gpudra would publish from it; to check gpudra against one's own GPUs."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from importlib import metadata
+
+from gpudra import __version__
+
+
+async def hardware_command(args: argparse.Namespace) -> int:
+    # deferred: the NVML binding is loaded only here, and only when no simulated profile is asked for
+    from gpudra.devices.build import build_devices
+    from gpudra.hardware.inventory import NodeInventory
+    from gpudra.hardware.nvml import NvmlBackend, load_binding
+    from gpudra.hardware.recording import ReadOnlyNvml, record
+    from gpudra.hardware.simulated import FakeNvml
+
+    if args.simulated_profile:
+        nvml = FakeNvml.from_profile(args.simulated_profile, node_name=args.node_name)
+        binding = f"simulated:{args.simulated_profile}"
+    else:
+        nvml = load_binding()
+        binding = f"nvidia-ml-py {metadata.version('nvidia-ml-py')}"
+    backend = NvmlBackend(args.node_name, ReadOnlyNvml(nvml))
+    try:
+        recording = record(backend)
+    finally:
+        backend.close()
+    recording["recorded_with"] = {
+        "gpudra": __version__,
+        "binding": binding,
+        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    if "error" not in recording["inventory"]:
+        inventory = NodeInventory.model_validate(recording["inventory"])
+        recording["devices"] = [
+            d.model_dump(mode="json", exclude_none=True) for d in build_devices(inventory)
+        ]
+    text = json.dumps(recording, indent=2, sort_keys=True) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+    return 0

@@ -1,0 +1,78 @@
+"""The long-running processes of a cluster's gpudra: ``gpudra agent`` (the node agent's DaemonSet),
+``gpudra imex-daemon`` (a ComputeDomain's daemon on one node) and ``gpudra controller`` (the Deployment).
+
+Each process imports only its own package, when it starts: an agent or daemon pod never loads the controller's kopf
+or the embedded cluster, and the other commands load none of them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from typing import Any
+
+from gpudra.config import AgentSettings, ControllerSettings, ImexDaemonSettings, load_settings
+
+
+async def until_signal(main: Any) -> None:
+    """Run ``main`` until it ends or SIGINT/SIGTERM arrives, then cancel it cleanly."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(main)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def agent_command(args: argparse.Namespace) -> int:
+    from gpudra.agent.main import run_agent
+
+    settings = load_settings(
+        AgentSettings,
+        node_name=args.node_name,
+        driver_name=args.driver_name,
+        backend=args.backend,
+        simulated_profile=args.simulated_profile,
+        kubeconfig=args.kubeconfig,
+        metrics_port=args.metrics_port,
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )
+    await until_signal(run_agent(settings))
+    return 0
+
+
+async def imex_daemon_command(args: argparse.Namespace) -> int:
+    from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
+    from gpudra.kube.client import KubeClient
+
+    settings = load_settings(ImexDaemonSettings, kubeconfig=args.kubeconfig)
+    identity = DaemonIdentity(
+        namespace=settings.namespace,
+        domain_uid=settings.domain_uid,
+        clique_id=settings.clique_id,
+        node_name=settings.node_name,
+        ip_address=settings.ip_address,
+    )
+    client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-imex-daemon")
+    try:
+        await until_signal(run_daemon(client, identity, stop=asyncio.Event(), command=args.exec))
+    finally:
+        await client.close()
+    return 0
+
+
+async def controller_command(args: argparse.Namespace) -> int:
+    from gpudra.controller.main import run_controller_process
+
+    settings = load_settings(
+        ControllerSettings,
+        kubeconfig=args.kubeconfig,
+        metrics_port=args.metrics_port,
+        web_port=args.web_port,
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )
+    await run_controller_process(settings)
+    return 0

@@ -1,0 +1,83 @@
+"""The ``gpudra`` command's own behaviour, outside any cluster: a bad command line is one clear line and exit status
+2 before anything is contacted, the kubectl plugin offers only the commands that read a cluster, and starting the
+command does not import the heavy parts (the embedded cluster, kopf, the Kubernetes client) that only some commands
+need. The commands against a cluster are tested in tests/integration/test_explain.py and tests/e2e/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpudra.cli import PLUGIN_USAGE, kubectl_plugin
+
+
+def _gpudra(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpudra", *argv], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["sim", "fault", "n", "gpu-0", "xid"],
+            "gpudra sim: sim fault: xid needs the XID code, e.g. `xid 79`",
+        ),
+        (
+            ["sim", "fault", "n", "gpu-0", "ecc", "triple"],
+            "gpudra sim: sim fault: ecc takes double-bit or single-bit, not 'triple'",
+        ),
+        (
+            ["sim", "fault", "n", "gpu-0", "gpu-lost", "3"],
+            "gpudra sim: sim fault: gpu-lost takes no value ('3' given)",
+        ),
+        (
+            ["up", "--with-claims"],
+            "gpudra up: --with-claims copies a real cluster's claims: give --from-cluster KUBECONFIG",
+        ),
+        (["explain"], "gpudra explain: explain: give either `claim NAME` or `--file claim.yaml`"),
+    ],
+)
+def test_bad_command_line_is_one_line_and_status_2(argv: list[str], message: str) -> None:
+    done = _gpudra(*argv)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", message + "\n")
+
+
+def test_sim_fault_offers_the_faults_the_simulator_knows() -> None:
+    done = _gpudra("sim", "fault", "n", "gpu-0", "melt")
+    assert done.returncode == 2
+    assert "(choose from 'ecc', 'fabric-lost', 'gpu-lost', 'recover', 'xid')" in done.stderr
+
+
+def test_kubectl_plugin_offers_only_the_reading_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kubectl_plugin([]) == 0
+    assert capsys.readouterr().out == PLUGIN_USAGE
+    assert kubectl_plugin(["controller"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kubectl gpudra: unknown command 'controller'\n")
+    assert "kubectl gpudra status [-o wide|json|yaml]" in err
+
+
+def test_kubectl_plugin_names_itself_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        kubectl_plugin(["status", "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: kubectl gpudra status ")
+
+
+def test_starting_the_command_imports_no_heavy_part() -> None:
+    """Every command starts by importing gpudra.cli; what only one command needs is imported when it runs."""
+    probe = "import json, sys, gpudra.cli; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = set(json.loads(done.stdout))
+    heavy = ["kopf", "kubernetes_asyncio", "aiohttp", "grpc", "pynvml", "yaml", "cel_expr_python"]
+    heavy += [
+        f"gpudra.{p}" for p in ("cluster", "controller", "agent", "kube", "allocator", "planning", "hardware")
+    ]
+    assert [m for m in sorted(loaded) if any(m == h or m.startswith(h + ".") for h in heavy)] == []
