@@ -20,4 +20,6 @@ def test_a_subscriber_gets_only_what_changed_and_a_slow_one_starts_again() -> No
             feed.publish({"nodes": {"node/a": f"<a{i}>"}})
         assert queue.get_nowait() is None and queue.empty()  # start again from a snapshot
     snapshot = feed.snapshot()
-    assert snapshot.version == 5 and snapshot.sections == {"nodes": {"set": {"node/a": "<a2>"}, "order": ["node/a"]}}
+    assert snapshot.version == 5 and snapshot.sections == {
+        "nodes": {"set": {"node/a": "<a2>"}, "order": ["node/a"]}
+    }
