@@ -34,10 +34,10 @@ from typing import Any
 
 from gpudra.allocator.celast import Node
 from gpudra.allocator.celtypes import Quantity, Semver
-from gpudra.allocator.celview import CelDevice
+from gpudra.allocator.celview import CelDevice, qualified_key
 from gpudra.errors import InvalidInputError
 
-__all__ = ["CelEvalError", "translate"]
+__all__ = ["CelEvalError", "constant_value", "translate"]
 
 Fn = Callable[[CelDevice], Any]
 
@@ -415,7 +415,7 @@ class _Translator:
             if target.kind != "domain":
                 raise _Unsupported("has() outside a domain map")
             if target.domain is not None:
-                key = f"{target.domain}/{node.name}"
+                key = qualified_key(target.domain, node.name)
                 if target.root == "attributes":
                     return _Part(lambda d: key in d.values)
                 return _Part(lambda d: key in d.quantities)
@@ -598,7 +598,7 @@ def _subtree(root: Node) -> Iterator[Node]:
 
 def _attribute(root: str, domain: str, name: str) -> Fn:
     """``device.attributes[domain].name`` (or capacity) with literal names: the hot path of every selector."""
-    key = f"{domain}/{name}"
+    key = qualified_key(domain, name)
     if root == "attributes":
 
         def attribute(d: CelDevice) -> Any:
@@ -621,7 +621,7 @@ def _attribute(root: str, domain: str, name: str) -> Fn:
 def _equals_text(path: tuple[bool, str, str], text: str) -> Fn:
     """``device.attributes[domain].name == "text"``: the most common test of all, in one closure."""
     attributes, domain, name = path
-    key = f"{domain}/{name}"
+    key = qualified_key(domain, name)
 
     def equals(d: CelDevice) -> bool:
         try:
@@ -669,7 +669,7 @@ def _fused_compare(name: str, parts: list[_Part]) -> _Part | None:
     kind, n, general, binary = type(constant), bound.value, parts[0].fn, _BINARY[name]
     if kind is Quantity and receiver.path is not None:
         y, (attributes, domain, field) = constant.ordinal, receiver.path
-        key = f"{domain}/{field}"
+        key = qualified_key(domain, field)
 
         def capacity(d: CelDevice) -> bool:
             try:
@@ -795,6 +795,16 @@ def translate(root: Node) -> Callable[[CelDevice], Any] | None:
         return _scalar(_Translator(root).node(root))
     except _Unsupported:
         return None
+
+
+def constant_value(node: Node) -> tuple[bool, Any]:
+    """``(True, value)`` when ``node`` folds to a constant the way :func:`translate` folds it (``quantity("40Gi")``
+    is a Quantity), else ``(False, None)``."""
+    try:
+        part = _Translator(node).node(node)
+    except _Unsupported:
+        return False, None
+    return part.constant, part.value
 
 
 def result_error(value: object) -> str:
