@@ -350,7 +350,17 @@ class CompiledSelector:
     the CEL library, from a cache keyed on the values the selector can read. Runtime errors raise
     CelRuntimeError (the library's are cached like results)."""
 
-    __slots__ = ("_closure", "_fill", "_program", "_project", "_results", "expression", "matches", "reads", "tree")
+    __slots__ = (
+        "_closure",
+        "_fill",
+        "_program",
+        "_project",
+        "_results",
+        "expression",
+        "matches",
+        "reads",
+        "tree",
+    )
 
     matches: Callable[[CelDevice], bool]
     """Whether the device passes the selector; raise CelRuntimeError. An attribute, not a method, so that a call
@@ -387,6 +397,11 @@ class CompiledSelector:
     def translated(self) -> bool:
         """Whether the selector runs as Python closures (else the CEL library evaluates it)."""
         return self._closure is not None
+
+    @property
+    def generated(self) -> bool:
+        """Whether a generated fast path (``celfastpath``) answers before the closures."""
+        return self._closure is not None and self.matches != self._matches_in_closures
 
     def _matches_in_closures(self, device: CelDevice) -> bool:
         assert self._closure is not None

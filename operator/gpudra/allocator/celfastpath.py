@@ -33,7 +33,11 @@ Matches = Callable[[CelDevice], bool]
 
 _COMPARISONS = {"_==_": "==", "_!=_": "!=", "_<_": "<", "_<=_": "<=", "_>_": ">", "_>=_": ">="}
 _MIRRORED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_STRING_TESTS = {"startsWith": "{v}.startswith({c})", "endsWith": "{v}.endswith({c})", "contains": "{c} in {v}"}
+_STRING_TESTS = {
+    "startsWith": "{v}.startswith({c})",
+    "endsWith": "{v}.endswith({c})",
+    "contains": "{c} in {v}",
+}
 _ORDER_TESTS = {"isGreaterThan": ">", "isLessThan": "<"}
 _RANK = {Quantity: "ordinal", Semver: "precedence"}  # the attribute that orders values of the type
 _ATTRIBUTES, _CAPACITY = "device.attributes", "device.capacity"
@@ -97,7 +101,9 @@ def _path(node: Node) -> _Read | None:
 def _member(holder: Node, name: str) -> _Read | None:
     """``name`` in ``holder`` when that is ``device.attributes["domain"]`` or ``device.capacity["domain"]``: the key
     ``domain/name`` the closures read too."""
-    if not (holder.kind == "call" and holder.name == "_[_]" and holder.target is None and len(holder.args) == 2):
+    if not (
+        holder.kind == "call" and holder.name == "_[_]" and holder.target is None and len(holder.args) == 2
+    ):
         return None
     root, domain = holder.args
     if not (root.kind == "ident" and root.name in (_ATTRIBUTES, _CAPACITY)):
@@ -154,8 +160,10 @@ def _comparison(op: str, left: Node, right: Node) -> _Test | None:
             ordered = _ordered(left.target, left.args[0])
             if ordered is not None:
                 read, kind, rank = ordered
-                test = f"{{v}}.{_RANK[kind]} {op} {{c}}" if bound == 0 else (
-                    f"(({{v}}.{_RANK[kind]} > {{c}}) - ({{v}}.{_RANK[kind]} < {{c}})) {op} {{n}}"
+                test = (
+                    f"{{v}}.{_RANK[kind]} {op} {{c}}"
+                    if bound == 0
+                    else (f"(({{v}}.{_RANK[kind]} > {{c}}) - ({{v}}.{_RANK[kind]} < {{c}})) {op} {{n}}")
                 )
                 return _Test(read, kind, test, (rank, bound))
     return None
@@ -177,20 +185,20 @@ def _method(name: str, receiver: Node, argument: Node) -> _Test | None:
         read, kind, rank = ordered
         return _Test(read, kind, f"{{v}}.{_RANK[kind]} {_ORDER_TESTS[name]} {{c}}", (rank,))
     if name in _STRING_TESTS:
-        read, (known, value) = _read(receiver), _constant(argument)
-        if read is None or not known or type(value) is not str:
+        text, (known, value) = _read(receiver), _constant(argument)
+        if text is None or not known or type(value) is not str:
             return None
-        return _Test(read, None if read.source == "driver" else str, _STRING_TESTS[name], (value,))
+        return _Test(text, None if text.source == "driver" else str, _STRING_TESTS[name], (value,))
     return None
 
 
 def _membership(element: Node, container: Node) -> _Test | None:
-    """``read in [constants]``, the constants all strings or all ints: a set lookup."""
+    """``read in [constants]``, the constants all of one type (string, int or bool): a set lookup."""
     read, (known, values) = _read(element), _constant(container)
     if read is None or not known or type(values) is not tuple or not values:
         return None
     kinds = {type(v) for v in values}
-    if kinds != {str} and kinds != {int}:
+    if len(kinds) != 1 or not kinds <= {str, int, bool}:
         return None
     (kind,) = kinds
     if read.source == "driver" and kind is not str:
@@ -220,8 +228,13 @@ def _generate(tests: list[_Test], conjunction: bool, slow: Matches) -> Matches:
         else:
             if source == "driver":
                 lines.append("    v = d.driver")
-            else:
-                lines.append(f"    v = {source}.get(k{i}, missing)")
+            else:  # a subscript in a try costs less than .get() when the key is there, as it nearly always is
+                lines += [
+                    "    try:",
+                    f"        v = {source}[k{i}]",
+                    "    except KeyError:",
+                    "        v = missing",
+                ]
             if test.guard is not None:
                 names[f"t{i}"] = test.guard
                 lines.append(f"    if type(v) is not t{i}:")
@@ -235,8 +248,11 @@ def _generate(tests: list[_Test], conjunction: bool, slow: Matches) -> Matches:
         else:
             lines.append(f"    if {expression}:")
             lines.append("        return True")
-    factory = "\n".join([f"def factory({', '.join(names)}):", *("    " + line for line in lines), "    return matches"])
+    factory = "\n".join(
+        [f"def factory({', '.join(names)}):", *("    " + line for line in lines), "    return matches"]
+    )
+    code = compile(factory, "<selector fast path>", "exec")
     scope: dict[str, Any] = {}
-    exec(compile(factory, "<selector fast path>", "exec"), scope)  # our own source; constants come as arguments
+    exec(code, scope)  # our own source: the constants come as the factory's arguments, never as text
     built: Matches = scope["factory"](**names)
     return built

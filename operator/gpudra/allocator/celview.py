@@ -145,8 +145,8 @@ def cel_device(driver: str, device: Device) -> CelDevice:
             values[_qualified(name, driver)] = attribute.values
             continue
         value: AttributeValue | None = attribute.string
-        if value is not None:
-            value = sys.intern(value)
+        if attribute.string is not None:
+            value = sys.intern(attribute.string)  # shared by every device of a model: compared on identity
         else:
             value = attribute.int_
             if value is None:
