@@ -18,8 +18,10 @@ receives them as arguments of the factory that builds the function.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 from gpudra.allocator.celast import Node
@@ -143,9 +145,10 @@ def _test(node: Node) -> _Test | None:
 def _comparison(op: str, left: Node, right: Node) -> _Test | None:
     """``read OP constant`` (either side): equality of any two values of the constant's type, order of two strings
     or two ints; ``x.compareTo(constant) OP n``."""
-    read, (known, value), mirrored = _read(left), _constant(right), op
-    if read is None or not known:
-        read, (known, value), mirrored = _read(right), _constant(left), _MIRRORED[op]
+    read, other, mirrored = _read(left), right, op
+    if read is None:
+        read, other, mirrored = _read(right), left, _MIRRORED[op]
+    known, value = (False, None) if read is None else _constant(other)
     if read is not None and known:
         kind = type(value)
         if kind is bool and op not in ("==", "!="):
@@ -206,6 +209,12 @@ def _membership(element: Node, container: Node) -> _Test | None:
     return _Test(read, None if read.source == "driver" else kind, "{v} in {c}", (frozenset(values),))
 
 
+@functools.lru_cache(maxsize=512)
+def _compiled(source: str) -> CodeType:
+    """The factory's code object. Its source holds no constants, so selectors of one shape share it."""
+    return compile(source, "<selector fast path>", "exec")
+
+
 def _generate(tests: list[_Test], conjunction: bool, slow: Matches) -> Matches:
     """Write the function: each test in order, the first decisive answer returned."""
     lines = ["def matches(d):"]
@@ -251,8 +260,9 @@ def _generate(tests: list[_Test], conjunction: bool, slow: Matches) -> Matches:
     factory = "\n".join(
         [f"def factory({', '.join(names)}):", *("    " + line for line in lines), "    return matches"]
     )
-    code = compile(factory, "<selector fast path>", "exec")
     scope: dict[str, Any] = {}
-    exec(code, scope)  # our own source: the constants come as the factory's arguments, never as text
+    exec(
+        _compiled(factory), scope
+    )  # our own source: the constants come as the factory's arguments, never as text
     built: Matches = scope["factory"](**names)
     return built
