@@ -11,69 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from celgrammar import DRIVER, INTS, OTHER, QUANTITIES, STRINGS, VERSIONS, A, C, device
+from celgrammar import DRIVER, A, C, device, simple_selector
 from gpudra.allocator.cel import CelCompileError, CelDevice, CelRuntimeError, cel_device, compile_selector
 from gpudra.allocator.celclosures import CelEvalError, translate
 from gpudra.allocator.celfastpath import fast_path
 from gpudra.api.dra import Device
-
-_PATHS = [
-    f"{A}.s1",
-    f"{A}.s2",
-    f"{A}.i1",
-    f"{A}.b1",
-    f"{A}.m1",
-    f"{A}.v1",
-    f"{A}.q",
-    f"{OTHER}.z",
-    f'{A}["s1"]',
-]
-_DOMAINS = [A, OTHER, C, 'device.attributes["none.io"]']
-_CAPACITIES = [f"{C}.memory", f'{C}["memory"]', 'device.capacity["other.io"].slots', f"{C}.none", f"{A}.v1"]
-
-
-def _literal(r: Random) -> str:
-    kind = r.randrange(3)
-    if kind == 0:
-        return f'"{r.choice(STRINGS)}"'
-    if kind == 1:
-        return str(r.choice(INTS))
-    return r.choice(["true", "false"])
-
-
-def _test(r: Random) -> str:
-    """One operand in a shape the fast path knows (a few of them do not type-check; the caller skips those)."""
-    kind = r.randrange(9)
-    op = r.choice(["==", "!=", "<", "<=", ">", ">="])
-    if kind == 0:
-        return r.choice(
-            [f'device.driver {op} "{DRIVER}"', f'"other" {op} device.driver', 'device.driver.endsWith("com")']
-        )
-    if kind == 1:
-        return f"{r.choice(_PATHS)} {r.choice(['==', '!='])} {_literal(r)}"
-    if kind == 2:
-        value = r.choice([f'"{r.choice(STRINGS)}"', str(r.choice(INTS))])
-        return f"{r.choice(_PATHS)} {op} {value}" if r.random() < 0.5 else f"{value} {op} {r.choice(_PATHS)}"
-    if kind == 3:
-        constant = r.choice([f'quantity("{r.choice(QUANTITIES)}")', f'semver("{r.choice(VERSIONS)}")'])
-        return f"{r.choice(_CAPACITIES)}.compareTo({constant}) {op} {r.choice([-1, 0, 1, 2])}"
-    if kind == 4:
-        constant = r.choice([f'quantity("{r.choice(QUANTITIES)}")', f'semver("{r.choice(VERSIONS)}")'])
-        return f"{r.choice(_CAPACITIES)}.{r.choice(['isGreaterThan', 'isLessThan'])}({constant})"
-    if kind == 5:
-        method = r.choice(["startsWith", "endsWith", "contains"])
-        return f'{r.choice(_PATHS)}.{method}("{r.choice(STRINGS)}")'
-    if kind == 6:
-        return f"has({r.choice(_DOMAINS)}.{r.choice(['s1', 'v1', 'z', 'memory'])})"
-    if kind == 7:
-        items = r.choice([[f'"{s}"' for s in STRINGS], [str(i) for i in INTS], ['"abc"', "1"], ["true", "1"]])
-        return f"{r.choice(_PATHS)} in [{', '.join(r.sample(items, r.randrange(1, 3)))}]"
-    return f'"{r.choice(STRINGS)}" == {r.choice(_PATHS)}'
-
-
-def _selector(r: Random) -> str:
-    tests = [_test(r) for _ in range(r.randrange(1, 5))]
-    return f" {r.choice(['&&', '||'])} ".join(tests)
 
 
 def _devices(r: Random) -> list[CelDevice]:
@@ -122,7 +64,7 @@ def _paths(text: str) -> tuple[Callable[[CelDevice], bool], _Closures] | None:
 @given(st.integers(min_value=0, max_value=2**32))
 def test_the_fast_path_gives_the_closures_answer_and_error(seed: int) -> None:
     r = Random(seed)  # uniform choices: hypothesis' own Random favours the first of each
-    text = _selector(r)
+    text = simple_selector(r)
     paths = _paths(text)
     if paths is None:
         return
@@ -139,7 +81,7 @@ def test_the_fast_path_covers_the_shapes_and_decides_most_devices_alone() -> Non
     r = Random(11)
     compiled = built = evaluations = handed_on = 0
     for _ in range(300):
-        text = _selector(r)
+        text = simple_selector(r)
         try:
             compile_selector(text)
         except CelCompileError:

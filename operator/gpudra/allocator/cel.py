@@ -14,11 +14,12 @@ environments from one table of functions:
   equal exactly when the values do.
 
 Selectors within the part of CEL that DRA selectors use run as Python closures (``celclosures``), with
-Kubernetes' semantics, several times faster than the library. The others run in the library, their results
-cached per selector on the projection of the device the selector can read (see ``celanalysis``), so identical
-devices (same model on thousands of nodes) cost one evaluation. Unknown attribute domains behave as empty maps,
-as in Kubernetes: ``has(device.attributes["x.com"].a)`` is false, ``device.attributes["x.com"].a`` is a
-runtime "no such key" error.
+Kubernetes' semantics, several times faster than the library; the commonest shapes first through one generated
+function each (``celfastpath``), which hands the closures every device it cannot decide. The others run in the
+library, their results cached per selector on the projection of the device the selector can read (see
+``celanalysis``), so identical devices (same model on thousands of nodes) cost one evaluation. Unknown attribute
+domains behave as empty maps, as in Kubernetes: ``has(device.attributes["x.com"].a)`` is false,
+``device.attributes["x.com"].a`` is a runtime "no such key" error.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ The closures follow Kubernetes (cel-go with the Kubernetes libraries), checked a
 * Semver values have no ``<``, no ``size()`` and no ``+``; an unknown attribute domain, even a computed one, is
   an empty map; an unknown name in a domain is the error "no such key: <name>".
 * ``&&`` is false when any operand is false and ``||`` true when any is true, whatever errors the others
-  raise; a non-bool operand counts as an error.
+  raise; a non-bool operand counts as an error. Operands run left to right and stop at the deciding one; a version
+  looked up in a list of constants (a Go panic in cel-go) ends the evaluation with an error if it is reached.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ _EMPTY: Mapping[str, Any] = {}
 
 class CelEvalError(Exception):
     """A selector failed on one device."""
+
+
+class _Abort(CelEvalError):
+    """An error cel-go raises as a Go panic and recovers as an "internal error": it ends the evaluation where it
+    happens, so ``&&`` and ``||`` do not absorb it as they absorb the others (an operand evaluated before it can
+    still decide)."""
 
 
 class _Unsupported(Exception):
@@ -536,8 +543,8 @@ class _Translator:
             def member(d: CelDevice) -> bool:
                 value = get(d)
                 kind = type(value)
-                if kind is Semver:
-                    raise CelEvalError("a version cannot be looked up in a list of constants")
+                if kind is Semver:  # cel-go hashes it into a set of the constants, and panics
+                    raise _Abort("a version cannot be looked up in a list of constants")
                 return kind in _PRIMITIVES and _set_key(value) in members
 
             return _folded(member, [element])
@@ -745,6 +752,8 @@ def _logical(conjunction: bool, parts: list[_Part]) -> _Part:
         for fn in fns:
             try:
                 value = fn(d)
+            except _Abort:
+                raise
             except CelEvalError as failure:
                 error = error or failure
                 continue

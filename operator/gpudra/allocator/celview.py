@@ -8,6 +8,10 @@ Semver, or a list of one of those), ``device.capacity`` (domain -> name -> Quant
 arrives (``pools.make_entry``) and keeps it for the life of the slice; both evaluators read it (the closures of
 ``celclosures`` directly, the CEL library through an activation ``cel`` caches on it).
 
+Qualified names and string values are interned (versions and quantities are parsed once per distinct text): the
+devices of one model share their values, which selectors over thousands of devices then find in the CPU's
+cache, and a lookup by an interned key (``qualified_key``) matches on identity.
+
 This module does not import the CEL library, so the pure allocator layers can build views without it.
 """
 
