@@ -2,9 +2,10 @@
 
 The fleet mimics a real one: 1,250 nodes x 8 GPUs of a few models that differ only by uuid and PCI address.
 The baseline evaluates every device with the CEL library (activation already built: the best per-device
-case); the measured path is ``CompiledSelector.matches`` with its projection cache, starting cold. Both run
-here, in this process, so the ratio holds on a noisy machine. A uuid-reading selector shows the worst case
-(no sharing).
+case); the measured path is ``CompiledSelector.matches`` of a selector built afresh for each run (its generated
+fast path, else its closures, else the library behind its projection cache, which then starts cold). Both run
+here, in this process, so the ratio holds on a noisy machine. A uuid-reading selector shows the worst case for
+the cache (no sharing).
 """
 
 from __future__ import annotations

@@ -153,6 +153,77 @@ def selector(r: Random, depth: int = 0, *, library_safe: bool = False) -> str:
     return " && ".join(sub() for _ in range(3))
 
 
+_SIMPLE_PATHS = [
+    f"{A}.s1",
+    f"{A}.s2",
+    f"{A}.i1",
+    f"{A}.b1",
+    f"{A}.m1",
+    f"{A}.v1",
+    f"{A}.q",
+    f"{OTHER}.z",
+    f'{A}["s1"]',
+]
+_SIMPLE_DOMAINS = [A, OTHER, C, 'device.attributes["none.io"]']
+_SIMPLE_CAPACITIES = [
+    f"{C}.memory",
+    f'{C}["memory"]',
+    'device.capacity["other.io"].slots',
+    f"{C}.none",
+    f"{A}.v1",
+]
+
+
+def _simple_literal(r: Random) -> str:
+    kind = r.randrange(3)
+    if kind == 0:
+        return f'"{r.choice(STRINGS)}"'
+    if kind == 1:
+        return str(r.choice(INTS))
+    return r.choice(["true", "false"])
+
+
+def _simple_test(r: Random) -> str:
+    """One operand in a shape the fast path knows (a few of them do not type-check; the caller skips those)."""
+    kind = r.randrange(9)
+    op = r.choice(["==", "!=", "<", "<=", ">", ">="])
+    if kind == 0:
+        return r.choice(
+            [f'device.driver {op} "{DRIVER}"', f'"other" {op} device.driver', 'device.driver.endsWith("com")']
+        )
+    if kind == 1:
+        return f"{r.choice(_SIMPLE_PATHS)} {r.choice(['==', '!='])} {_simple_literal(r)}"
+    if kind == 2:
+        value = r.choice([f'"{r.choice(STRINGS)}"', str(r.choice(INTS))])
+        return (
+            f"{r.choice(_SIMPLE_PATHS)} {op} {value}"
+            if r.random() < 0.5
+            else f"{value} {op} {r.choice(_SIMPLE_PATHS)}"
+        )
+    if kind == 3:
+        constant = r.choice([f'quantity("{r.choice(QUANTITIES)}")', f'semver("{r.choice(VERSIONS)}")'])
+        return f"{r.choice(_SIMPLE_CAPACITIES)}.compareTo({constant}) {op} {r.choice([-1, 0, 1, 2])}"
+    if kind == 4:
+        constant = r.choice([f'quantity("{r.choice(QUANTITIES)}")', f'semver("{r.choice(VERSIONS)}")'])
+        return f"{r.choice(_SIMPLE_CAPACITIES)}.{r.choice(['isGreaterThan', 'isLessThan'])}({constant})"
+    if kind == 5:
+        method = r.choice(["startsWith", "endsWith", "contains"])
+        return f'{r.choice(_SIMPLE_PATHS)}.{method}("{r.choice(STRINGS)}")'
+    if kind == 6:
+        return f"has({r.choice(_SIMPLE_DOMAINS)}.{r.choice(['s1', 'v1', 'z', 'memory'])})"
+    if kind == 7:
+        items = r.choice([[f'"{s}"' for s in STRINGS], [str(i) for i in INTS], ['"abc"', "1"], ["true", "1"]])
+        return f"{r.choice(_SIMPLE_PATHS)} in [{', '.join(r.sample(items, r.randrange(1, 3)))}]"
+    return f'"{r.choice(STRINGS)}" == {r.choice(_SIMPLE_PATHS)}'
+
+
+def simple_selector(r: Random) -> str:
+    """A selector of the shapes ``celfastpath`` generates a function for: an ``&&`` or ``||`` of one to four tests,
+    each of one attribute or capacity against a constant, of any type (it may not type-check: callers skip those)."""
+    tests = [_simple_test(r) for _ in range(r.randrange(1, 5))]
+    return f" {r.choice(['&&', '||'])} ".join(tests)
+
+
 def _some(r: Random, values: list[Any]) -> list[Any]:
     """A list attribute's values: one to three, duplicates possible."""
     return [r.choice(values) for _ in range(r.randrange(1, 4))]

@@ -4,18 +4,21 @@ error: error) and evaluated by ``CompiledSelector.matches``. Selectors that eith
 left out (compile-time differences are not the closures' business; they are counted in the message).
 
 ``GPUDRA_ORACLE_SEED`` replays a run, as for the allocator scenarios; ``GPUDRA_ORACLE_SELECTORS`` sets how many
-selectors are checked (600 by default, 4 devices each).
+selectors are checked (600 by default, 4 devices each, and half as many of the shapes that get a generated fast
+path).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
 from _oracle_run import SEED, Oracle, one_line
 
-from celgrammar import DRIVER, device, selector
+from celgrammar import DRIVER, device, selector, simple_selector
 from gpudra.allocator.cel import CelCompileError, CelRuntimeError, cel_device, compile_selector
 from gpudra.api.dra import Device
 
@@ -85,32 +88,56 @@ def gpudra(expression: str, wire_device: dict[str, Any]) -> object:
         return "error"
 
 
-def test_selectors_answer_as_kubernetes_cel(oracle: Oracle) -> None:
-    mismatches: list[str] = []
-    compared = refused = translated = 0
-    for number in range(SELECTORS):
-        r = Random(f"{SEED}-{number}")
-        expression = selector(r)
+@dataclass
+class _Tally:
+    compared: int = 0
+    refused: int = 0
+    translated: int = 0
+    generated: int = 0
+    mismatches: list[str] = field(default_factory=list)
+
+
+def _check(oracle: Oracle, make: Callable[[Random], str], count: int, label: str) -> _Tally:
+    tally = _Tally()
+    for number in range(count):
+        r = Random(f"{SEED}-{label}{number}")
+        expression = make(r)
         try:
-            translated += compile_selector(expression).translated
+            compiled = compile_selector(expression)
         except CelCompileError:
-            refused += 1
+            tally.refused += 1
             continue
+        tally.translated += compiled.translated
+        tally.generated += compiled.generated
         for i in range(4):
             wire_device = device(r, f"d{i}")
             kube = kubernetes(oracle, expression, wire_device)
             if kube is None:
-                refused += 1
+                tally.refused += 1
                 break
-            compared += 1
+            tally.compared += 1
             ours = gpudra(expression, wire_device)
             if ours != kube:
-                mismatches.append(
-                    f"selector {number}: Kubernetes {kube}, gpudra {ours}\n"
+                tally.mismatches.append(
+                    f"selector {label}{number}: Kubernetes {kube}, gpudra {ours}\n"
                     f"  {one_line(scenario(expression, wire_device))}"
                 )
-    assert not mismatches, f"{len(mismatches)} of {compared} differ (seed {SEED}):\n" + "\n".join(
-        mismatches[:5]
+    assert not tally.mismatches, f"{len(tally.mismatches)} of {tally.compared} differ (seed {SEED}):\n" + (
+        "\n".join(tally.mismatches[:5])
     )
-    assert compared > SELECTORS, f"only {compared} compared ({refused} refused to compile)"
-    assert translated > SELECTORS // 2
+    return tally
+
+
+def test_selectors_answer_as_kubernetes_cel(oracle: Oracle) -> None:
+    tally = _check(oracle, selector, SELECTORS, "")
+    assert tally.compared > SELECTORS, f"only {tally.compared} compared ({tally.refused} refused to compile)"
+    assert tally.translated > SELECTORS // 2
+
+
+def test_selectors_of_the_fast_path_shapes_answer_as_kubernetes_cel(oracle: Oracle) -> None:
+    """Selectors of the shapes that get a generated fast path (``celfastpath``): an ``&&`` / ``||`` of tests of
+    one attribute against a constant, over values of every type, missing ones included."""
+    count = SELECTORS // 2
+    tally = _check(oracle, simple_selector, count, "simple-")
+    assert tally.compared > count, f"only {tally.compared} compared ({tally.refused} refused to compile)"
+    assert tally.generated > count // 2

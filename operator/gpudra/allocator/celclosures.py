@@ -22,7 +22,8 @@ The closures follow Kubernetes (cel-go with the Kubernetes libraries), checked a
 * Semver values have no ``<``, no ``size()`` and no ``+``; an unknown attribute domain, even a computed one, is
   an empty map; an unknown name in a domain is the error "no such key: <name>".
 * ``&&`` is false when any operand is false and ``||`` true when any is true, whatever errors the others
-  raise; a non-bool operand counts as an error.
+  raise; a non-bool operand counts as an error. Operands run left to right and stop at the deciding one; a version
+  looked up in a list of constants (a Go panic in cel-go) ends the evaluation with an error if it is reached.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from typing import Any
 
 from gpudra.allocator.celast import Node
 from gpudra.allocator.celtypes import Quantity, Semver
-from gpudra.allocator.celview import CelDevice
+from gpudra.allocator.celview import CelDevice, qualified_key
 from gpudra.errors import InvalidInputError
 
-__all__ = ["CelEvalError", "translate"]
+__all__ = ["CelEvalError", "constant_value", "translate"]
 
 Fn = Callable[[CelDevice], Any]
 
@@ -50,6 +51,12 @@ _EMPTY: Mapping[str, Any] = {}
 
 class CelEvalError(Exception):
     """A selector failed on one device."""
+
+
+class _Abort(CelEvalError):
+    """An error cel-go raises as a Go panic and recovers as an "internal error": it ends the evaluation where it
+    happens, so ``&&`` and ``||`` do not absorb it as they absorb the others (an operand evaluated before it can
+    still decide)."""
 
 
 class _Unsupported(Exception):
@@ -415,7 +422,7 @@ class _Translator:
             if target.kind != "domain":
                 raise _Unsupported("has() outside a domain map")
             if target.domain is not None:
-                key = f"{target.domain}/{node.name}"
+                key = qualified_key(target.domain, node.name)
                 if target.root == "attributes":
                     return _Part(lambda d: key in d.values)
                 return _Part(lambda d: key in d.quantities)
@@ -536,8 +543,8 @@ class _Translator:
             def member(d: CelDevice) -> bool:
                 value = get(d)
                 kind = type(value)
-                if kind is Semver:
-                    raise CelEvalError("a version cannot be looked up in a list of constants")
+                if kind is Semver:  # cel-go hashes it into a set of the constants, and panics
+                    raise _Abort("a version cannot be looked up in a list of constants")
                 return kind in _PRIMITIVES and _set_key(value) in members
 
             return _folded(member, [element])
@@ -598,7 +605,7 @@ def _subtree(root: Node) -> Iterator[Node]:
 
 def _attribute(root: str, domain: str, name: str) -> Fn:
     """``device.attributes[domain].name`` (or capacity) with literal names: the hot path of every selector."""
-    key = f"{domain}/{name}"
+    key = qualified_key(domain, name)
     if root == "attributes":
 
         def attribute(d: CelDevice) -> Any:
@@ -621,7 +628,7 @@ def _attribute(root: str, domain: str, name: str) -> Fn:
 def _equals_text(path: tuple[bool, str, str], text: str) -> Fn:
     """``device.attributes[domain].name == "text"``: the most common test of all, in one closure."""
     attributes, domain, name = path
-    key = f"{domain}/{name}"
+    key = qualified_key(domain, name)
 
     def equals(d: CelDevice) -> bool:
         try:
@@ -669,7 +676,7 @@ def _fused_compare(name: str, parts: list[_Part]) -> _Part | None:
     kind, n, general, binary = type(constant), bound.value, parts[0].fn, _BINARY[name]
     if kind is Quantity and receiver.path is not None:
         y, (attributes, domain, field) = constant.ordinal, receiver.path
-        key = f"{domain}/{field}"
+        key = qualified_key(domain, field)
 
         def capacity(d: CelDevice) -> bool:
             try:
@@ -745,6 +752,8 @@ def _logical(conjunction: bool, parts: list[_Part]) -> _Part:
         for fn in fns:
             try:
                 value = fn(d)
+            except _Abort:
+                raise
             except CelEvalError as failure:
                 error = error or failure
                 continue
@@ -795,6 +804,16 @@ def translate(root: Node) -> Callable[[CelDevice], Any] | None:
         return _scalar(_Translator(root).node(root))
     except _Unsupported:
         return None
+
+
+def constant_value(node: Node) -> tuple[bool, Any]:
+    """``(True, value)`` when ``node`` folds to a constant the way :func:`translate` folds it (``quantity("40Gi")``
+    is a Quantity), else ``(False, None)``."""
+    try:
+        part = _Translator(node).node(node)
+    except _Unsupported:
+        return False, None
+    return part.constant, part.value
 
 
 def result_error(value: object) -> str:

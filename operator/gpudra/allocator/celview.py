@@ -8,19 +8,24 @@ Semver, or a list of one of those), ``device.capacity`` (domain -> name -> Quant
 arrives (``pools.make_entry``) and keeps it for the life of the slice; both evaluators read it (the closures of
 ``celclosures`` directly, the CEL library through an activation ``cel`` caches on it).
 
+Qualified names and string values are interned (versions and quantities are parsed once per distinct text): the
+devices of one model share their values, which selectors over thousands of devices then find in the CPU's
+cache, and a lookup by an interned key (``qualified_key``) matches on identity.
+
 This module does not import the CEL library, so the pure allocator layers can build views without it.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Hashable, Mapping
 from typing import TypeVar
 
 from gpudra.allocator.celtypes import Quantity, Semver
 from gpudra.api.dra import Device
 
-__all__ = ["CelDevice", "Schema", "cel_device", "schema_of"]
+__all__ = ["CelDevice", "Schema", "cel_device", "qualified_key", "schema_of"]
 
 AttributeValue = int | bool | str | Semver | tuple[int | bool | str | Semver, ...]
 """A scalar, or a list attribute's values as a tuple (DRAListTypeAttributes)."""
@@ -144,7 +149,9 @@ def cel_device(driver: str, device: Device) -> CelDevice:
             values[_qualified(name, driver)] = attribute.values
             continue
         value: AttributeValue | None = attribute.string
-        if value is None:
+        if attribute.string is not None:
+            value = sys.intern(attribute.string)  # shared by every device of a model: compared on identity
+        else:
             value = attribute.int_
             if value is None:
                 value = attribute.bool_
@@ -155,14 +162,20 @@ def cel_device(driver: str, device: Device) -> CelDevice:
         _qualified(name, driver): _parsed_quantity(entry.value)
         for name, entry in (device.capacity or {}).items()
     }
-    return CelDevice(driver, values, quantities, bool(device.allow_multiple_allocations))
+    return CelDevice(sys.intern(driver), values, quantities, bool(device.allow_multiple_allocations))
 
 
 def _qualified(name: str, driver: str) -> str:
-    """``domain/name``: a bare name (or an empty domain) is the driver's."""
+    """``domain/name``: a bare name (or an empty domain) is the driver's. Interned, as are the keys the selectors
+    look up (``qualified_key``): a lookup then matches on identity."""
     if "/" not in name:
-        return f"{driver}/{name}"
-    return f"{driver}{name}" if name.startswith("/") else name
+        return sys.intern(f"{driver}/{name}")
+    return sys.intern(f"{driver}{name}" if name.startswith("/") else name)
+
+
+def qualified_key(domain: str, name: str) -> str:
+    """The key of ``device.attributes[domain].name`` (or capacity) in ``values`` (``quantities``), interned."""
+    return sys.intern(f"{domain}/{name}")
 
 
 _SCHEMAS: dict[Schema, Schema] = {}
