@@ -114,7 +114,11 @@ class Allocator:
     def commit(self, allocation: Allocation) -> None:
         """Record a successful allocation in the snapshot (what writing status.allocation does)."""
         for claim in allocation.claims:
-            self.snapshot.mark_allocated(claim.result)
+            if claim.taken is None:
+                self.snapshot.mark_allocated(claim.result)
+            else:
+                for device in claim.taken:
+                    self.snapshot.allocate_device(device)
 
     def _prepare(
         self, claims: Sequence[ResourceClaim], texts: Sequence[str] | None = None
