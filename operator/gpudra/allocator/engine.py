@@ -44,6 +44,7 @@ from gpudra.allocator.requests import (
     build_claim,
     claim_key,
     evaluate,
+    passes_all,
     select,
 )
 from gpudra.allocator.result import Allocation, build_results
@@ -124,7 +125,7 @@ class Allocator:
         self, claims: Sequence[ResourceClaim], texts: Sequence[str] | None = None
     ) -> list[ClaimSpec] | Failure:
         """The claims' requests resolved and compiled. With ``texts`` (each claim's namespace and devices as
-        JSON), a claim written like one prepared before is copied from it, as long as its classes are still
+        JSON), a claim written like one prepared before takes its requests, as long as its classes are still
         the same objects."""
         specs: list[ClaimSpec] = []
         for i, claim in enumerate(claims):
@@ -134,7 +135,11 @@ class Allocator:
             if known is not None and all(
                 self.classes.get(s.class_name) is s.device_class for g in known.groups for s in g
             ):
-                groups = [[s.fresh(i) for s in g] for g in known.groups]
+                # The requests hold one node's state at a time, filled afresh for each node tried: a claim at the
+                # same position of its pod uses them as they are, another gets its own.
+                groups = known.groups
+                if groups and groups[0][0].claim_index != i:
+                    groups = [[s.fresh(i) for s in g] for g in groups]
                 specs.append(ClaimSpec(claim, claim_key(claim), groups, known.first_available))
                 continue
             try:
@@ -475,6 +480,9 @@ class Allocator:
             if not index.unviewed and all(celfacts.nothing_passes(trees, g) for g in index.groups.values()):
                 self._cluster_match[key] = 0  # answered from the index, without visiting a device
                 return 0
+            if any(passes_all(spec, schema, index) for schema in index.groups):
+                self._cluster_match[key] = 1  # every device of some group passes
+                return 1
         for pool in self.snapshot.each_pool():
             for entry in pool.entries:
                 try:
