@@ -98,6 +98,8 @@ class Allocator:
         self.detail_nodes = detail_nodes
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
         self._hints: dict[str, _Hint] = {}
+        self._facts: dict[str, tuple[int, list[list[tuple[str, int]]]]] = {}
+        """Per claim shape (as ``find_node`` keys it): ``_min_devices`` and ``_shared_values`` of its claims."""
         self._positions: tuple[Sequence[NodeInfo] | None, int, dict[str, int]] = (None, -1, {})
         self._order: tuple[int, list[NodeInfo]] = (-1, [])
 
@@ -260,12 +262,17 @@ class Allocator:
             return prepared
         order: Sequence[NodeInfo] = nodes if nodes is not None else self._default_order()
         nowhere = self._matches_nowhere(prepared)
-        minimum = _min_devices(prepared)
         shape = "|".join(texts)
+        facts = self._facts.get(shape)
+        if facts is None:
+            if len(self._facts) > 4096:
+                self._facts.clear()
+            facts = self._facts[shape] = (_min_devices(prepared), _shared_values(prepared))
+        minimum, shared = facts
         first, start, known = self._hint(order, shape) if nowhere is None else ((), 0, None)
         if known is not None:
             return known
-        outcome = self._scan(order, prepared, nowhere, minimum, start, first)
+        outcome = self._scan(order, prepared, nowhere, minimum, shared, start, first)
         if isinstance(outcome, Allocation):
             # The pending positions before the one taken were tried in vain; it and those after it remain.
             at = self._index_of(order, outcome.node)
@@ -273,7 +280,9 @@ class Allocator:
             self._remember(shape, order, index, None, tuple(p for p in first if at <= p < index))
             return outcome
         if start or first:
-            outcome = self._scan(order, prepared, nowhere, minimum, 0)  # full scan for complete explanations
+            outcome = self._scan(
+                order, prepared, nowhere, minimum, shared, 0
+            )  # full scan for complete explanations
         if nowhere is None and isinstance(outcome, NodesFailure):
             self._remember(shape, order, len(order), outcome)
         return outcome
@@ -332,14 +341,15 @@ class Allocator:
         prepared: list[ClaimSpec],
         nowhere: RequestDiagnosis | None,
         minimum: int,
+        shared: list[list[tuple[str, int]]],
         start: int,
         first: Sequence[int] = (),
     ) -> Allocation | NodesFailure:
-        """First fit over the nodes at positions ``first``, then from ``start`` on."""
+        """First fit over the nodes at positions ``first``, then from ``start`` on (``minimum`` and ``shared``:
+        ``_min_devices`` and ``_shared_values`` of the claims)."""
         failures: list[Failure] = []
         counts: dict[str, int] = {}
         detailed = 0
-        shared = _shared_values(prepared)
         memo: dict[frozenset[Schema], bool] = {}
         everywhere: str | None = None
         to_try = len(first) + len(order) - start
