@@ -98,8 +98,7 @@ class Allocator:
         self.detail_nodes = detail_nodes
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
         self._hints: dict[str, _Hint] = {}
-        self._facts: dict[str, tuple[int, list[list[tuple[str, int]]]]] = {}
-        """Per claim shape (as ``find_node`` keys it): ``_min_devices`` and ``_shared_values`` of its claims."""
+        self._facts: dict[str, _ShapeFacts] = {}
         self._positions: tuple[Sequence[NodeInfo] | None, int, dict[str, int]] = (None, -1, {})
         self._order: tuple[int, list[NodeInfo]] = (-1, [])
 
@@ -183,7 +182,8 @@ class Allocator:
             search = KubeOrderSearch(self.snapshot, claims, constraints, self.budget, pools)
         else:
             search = Search(self.snapshot, claims, constraints, self.budget, pools.views)
-            search.prune()
+            if any(constraints):
+                search.prune()
         try:
             found = search.run()
         except BudgetExceeded:
@@ -261,14 +261,24 @@ class Allocator:
         if isinstance(prepared, Failure):
             return prepared
         order: Sequence[NodeInfo] = nodes if nodes is not None else self._default_order()
-        nowhere = self._matches_nowhere(prepared)
         shape = "|".join(texts)
         facts = self._facts.get(shape)
         if facts is None:
             if len(self._facts) > 4096:
                 self._facts.clear()
-            facts = self._facts[shape] = (_min_devices(prepared), _shared_values(prepared))
-        minimum, shared = facts
+            facts = self._facts[shape] = _ShapeFacts(_min_devices(prepared), _shared_values(prepared))
+        nowhere = None
+        seen = facts.matched
+        if (
+            seen is None
+            or seen[0] != self.snapshot.version
+            or len(seen[1]) != len(prepared)
+            or any(g is not c.groups for g, c in zip(seen[1], prepared, strict=False))
+        ):
+            nowhere = self._matches_nowhere(prepared)
+            if nowhere is None:
+                facts.matched = (self.snapshot.version, [c.groups for c in prepared])
+        minimum, shared = facts.minimum, facts.shared
         first, start, known = self._hint(order, shape) if nowhere is None else ((), 0, None)
         if known is not None:
             return known
@@ -506,6 +516,21 @@ class Allocator:
                 break
         self._cluster_match[key] = count
         return count
+
+
+@dataclass(slots=True)
+class _ShapeFacts:
+    """What ``find_node`` knows of a claim shape (its claims' namespaces and devices) whatever the claims'
+    names."""
+
+    minimum: int
+    """``_min_devices`` of the claims."""
+    shared: list[list[tuple[str, int]]]
+    """``_shared_values`` of the claims."""
+    matched: tuple[int, list[list[list[RequestSpec]]]] | None = None
+    """The snapshot version at which every request matched some device of the cluster, and the claims'
+    prepared requests then: the answer holds while the slices (the version) and the requests (the same
+    objects, so the same classes) stay."""
 
 
 @dataclass(slots=True)
