@@ -91,14 +91,14 @@ class Allocator:
         self.namespace_labels = dict(namespace_labels or {})
         self.compile_selector = compile_selector or _default_compile
         self._compiled: dict[str, Selector] = {}
-        self._prepared: dict[tuple[str, str | None], ClaimSpec] = {}
+        self._prepared: dict[tuple[bytes, str | None], ClaimSpec] = {}
         self.device_view = device_view
         self.share_id = share_id or _default_share_id
         self.budget = budget
         self.detail_nodes = detail_nodes
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
-        self._hints: dict[str, _Hint] = {}
-        self._facts: dict[str, _ShapeFacts] = {}
+        self._hints: dict[bytes, _Hint] = {}
+        self._facts: dict[bytes, _ShapeFacts] = {}
         self._positions: tuple[Sequence[NodeInfo] | None, int, dict[str, int]] = (None, -1, {})
         self._order: tuple[int, list[NodeInfo]] = (-1, [])
 
@@ -123,7 +123,7 @@ class Allocator:
                     self.snapshot.allocate_device(device)
 
     def _prepare(
-        self, claims: Sequence[ResourceClaim], texts: Sequence[str] | None = None
+        self, claims: Sequence[ResourceClaim], texts: Sequence[bytes] | None = None
     ) -> list[ClaimSpec] | Failure:
         """The claims' requests resolved and compiled. With ``texts`` (each claim's namespace and devices as
         JSON), a claim written like one prepared before takes its requests, as long as its classes are still
@@ -256,12 +256,12 @@ class Allocator:
         """Try nodes in order (``nodes`` as given, else every node with node-local slices by name) and return
         the first allocation. Nodes with too few free devices are skipped without a search. A Failure (not per
         node) comes back for problems no node can fix (missing class, bad selector, adminAccess denied)."""
-        texts = [f"{c.metadata.namespace}:{c.spec.devices.model_dump_json()}" for c in claims]
+        texts = [_shape_text(c) for c in claims]
         prepared = self._prepare(claims, texts)
         if isinstance(prepared, Failure):
             return prepared
         order: Sequence[NodeInfo] = nodes if nodes is not None else self._default_order()
-        shape = "|".join(texts)
+        shape = b"|".join(texts)
         facts = self._facts.get(shape)
         if facts is None:
             if len(self._facts) > 4096:
@@ -299,7 +299,7 @@ class Allocator:
 
     def _remember(
         self,
-        shape: str,
+        shape: bytes,
         order: Sequence[NodeInfo],
         index: int,
         failure: NodesFailure | None,
@@ -325,7 +325,7 @@ class Allocator:
         return self._order[1]
 
     def _hint(
-        self, order: Sequence[NodeInfo], shape: str
+        self, order: Sequence[NodeInfo], shape: bytes
     ) -> tuple[tuple[int, ...], int, NodesFailure | None]:
         """Where a first-fit scan for this claim shape may look: the positions before the hint's index that got
         devices back (ascending), the index from which every node may take it, and the failure to answer when
@@ -546,6 +546,13 @@ class _Hint:
     seen: int
     """How many entries of the snapshot's ``freed`` the hint has taken into account."""
     failure: NodesFailure | None
+
+
+def _shape_text(claim: ResourceClaim) -> bytes:
+    """The claim's namespace and devices as JSON: claims with the same text are allocated alike. (The model's
+    serializer is called directly: model_dump_json's argument handling costs more than the serializing.)"""
+    devices = claim.spec.devices
+    return f"{claim.metadata.namespace}:".encode() + type(devices).__pydantic_serializer__.to_json(devices)
 
 
 def _all_mode_problem(
