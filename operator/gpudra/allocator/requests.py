@@ -353,10 +353,12 @@ def select(
 def passes_all(spec: RequestSpec, schema: Schema, index: DeviceIndex) -> bool:
     """Whether every device of the schema's group in the index passes every selector of the request, as the
     group's value counts tell (``celfacts``), without evaluating a device. Remembered in the index until its
-    counts change."""
+    counts change (at most 4,096 answers, like the allocator's other caches)."""
     key = (spec.expressions, schema)
     known = index.memo.get(key)
     if known is None:
+        if len(index.memo) > 4096:
+            index.memo.clear()
         group = index.groups.get(schema)
         trees = [getattr(s, "tree", None) for s in spec.selectors]
         known = index.memo[key] = group is not None and all(
