@@ -168,6 +168,37 @@ def test_the_index_follows_slices_as_they_change() -> None:
     )
 
 
+def test_a_node_whose_devices_all_pass_takes_them_without_evaluating_one() -> None:
+    allocator = make_allocator([gpus(f"n{i}", 4) for i in range(3)], real_cel=True)
+    found = allocator.find_node([claim("c", req("gpu", "gpu.nvidia.com", H100, count=2))])
+    assert isinstance(found, Allocation)
+    assert [r.device for r in found.claims[0].result.devices.results or []] == ["gpu-0", "gpu-1"]
+    assert evaluated(allocator) == 0
+    # One B300 in the fleet: now the index cannot promise H100 for every device of the group, so they are looked at.
+    allocator.snapshot.add_slice(gpus("n3", 1, product="NVIDIA B300"))
+    again = allocator.find_node([claim("d", req("gpu", "gpu.nvidia.com", H100, count=2))])
+    assert isinstance(again, Allocation)
+    assert evaluated(allocator) > 0
+
+
+def test_an_older_generation_seen_from_a_node_is_evaluated_device_by_device() -> None:
+    """n1 sees only the pool's older generation, which the index does not count: its A100 must not pass an H100
+    selector because the newest generation (n2's) holds H100s only."""
+    a100 = "NVIDIA A100-SXM4-40GB"
+    allocator = make_allocator(
+        [
+            slice_("n1", [gpu("gpu-0", a100)], pool="shared", generation=1, count=1, name="shared-a"),
+            slice_("n2", [gpu("gpu-9")], pool="shared", generation=2, count=1, name="shared-b"),
+        ],
+        real_cel=True,
+    )
+    outcome = allocator.allocate("n1", [claim("c", req("gpu", "gpu.nvidia.com", H100))])
+    assert not isinstance(outcome, Allocation)
+    taken = allocator.allocate("n1", [claim("d", req("gpu", "gpu.nvidia.com"))])
+    assert isinstance(taken, Allocation)
+    assert [r.device for r in taken.claims[0].result.devices.results or []] == ["gpu-0"]
+
+
 def _entries(r: Random, n: int) -> list[Any]:
     wire = {
         "metadata": {"name": "s"},

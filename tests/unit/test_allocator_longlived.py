@@ -12,7 +12,7 @@ from _allocator_kit import DRIVER, claim, device_class, gpu, make_allocator, mat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudra.allocator import Allocation, Allocator, NodesFailure
+from gpudra.allocator import Allocation, Allocator, NodesFailure, render_text
 from gpudra.api.dra import DeviceRequest, DeviceTaint, DeviceToleration, ResourceClaim, ResourceSlice
 
 PRODUCTS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]
@@ -111,6 +111,23 @@ def test_a_claim_written_like_an_earlier_one_follows_a_replaced_device_class() -
     kept.classes["gpu.nvidia.com"] = device_class("gpu.nvidia.com", only_a100)
     again = kept.find_node([claim("c2", req("gpu", "gpu.nvidia.com"))])
     assert isinstance(again, Allocation) and again.node == "n1"
+
+
+def test_a_class_replaced_by_one_no_device_matches_is_answered_as_matching_nowhere() -> None:
+    kept = make_allocator([slice_("n0", [gpu("gpu-0")]), slice_("n1", [gpu("gpu-0")])], real_cel=True)
+    assert isinstance(kept.find_node([claim("c1", req("gpu", "gpu.nvidia.com"))]), Allocation)
+    b300 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B300"'
+    kept.classes["gpu.nvidia.com"] = device_class("gpu.nvidia.com", b300)
+    outcome = kept.find_node([claim("c2", req("gpu", "gpu.nvidia.com"))])
+    assert isinstance(outcome, NodesFailure)
+    assert outcome.reason == "NoMatchingDevice"
+    assert outcome.by_reason == {"NoMatchingDevice": 2}
+    assert [f.node for f in outcome.failures] == [
+        None
+    ]  # answered for the whole cluster, as a fresh allocator
+    fresh = make_allocator([slice_("n0", [gpu("gpu-0")]), slice_("n1", [gpu("gpu-0")])], real_cel=True)
+    fresh.classes["gpu.nvidia.com"] = kept.classes["gpu.nvidia.com"]
+    assert render_text(outcome) == render_text(fresh.find_node([claim("c2", req("gpu", "gpu.nvidia.com"))]))
 
 
 def test_admin_access_follows_the_namespace_label_between_claims_written_alike() -> None:

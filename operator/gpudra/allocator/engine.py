@@ -44,6 +44,7 @@ from gpudra.allocator.requests import (
     build_claim,
     claim_key,
     evaluate,
+    passes_all,
     select,
 )
 from gpudra.allocator.result import Allocation, build_results
@@ -90,13 +91,14 @@ class Allocator:
         self.namespace_labels = dict(namespace_labels or {})
         self.compile_selector = compile_selector or _default_compile
         self._compiled: dict[str, Selector] = {}
-        self._prepared: dict[tuple[str, str | None], ClaimSpec] = {}
+        self._prepared: dict[tuple[bytes, str | None], ClaimSpec] = {}
         self.device_view = device_view
         self.share_id = share_id or _default_share_id
         self.budget = budget
         self.detail_nodes = detail_nodes
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
-        self._hints: dict[str, _Hint] = {}
+        self._hints: dict[bytes, _Hint] = {}
+        self._facts: dict[bytes, _ShapeFacts] = {}
         self._positions: tuple[Sequence[NodeInfo] | None, int, dict[str, int]] = (None, -1, {})
         self._order: tuple[int, list[NodeInfo]] = (-1, [])
 
@@ -114,13 +116,17 @@ class Allocator:
     def commit(self, allocation: Allocation) -> None:
         """Record a successful allocation in the snapshot (what writing status.allocation does)."""
         for claim in allocation.claims:
-            self.snapshot.mark_allocated(claim.result)
+            if claim.taken is None:
+                self.snapshot.mark_allocated(claim.result)
+            else:
+                for device in claim.taken:
+                    self.snapshot.allocate_device(device)
 
     def _prepare(
-        self, claims: Sequence[ResourceClaim], texts: Sequence[str] | None = None
+        self, claims: Sequence[ResourceClaim], texts: Sequence[bytes] | None = None
     ) -> list[ClaimSpec] | Failure:
         """The claims' requests resolved and compiled. With ``texts`` (each claim's namespace and devices as
-        JSON), a claim written like one prepared before is copied from it, as long as its classes are still
+        JSON), a claim written like one prepared before takes its requests, as long as its classes are still
         the same objects."""
         specs: list[ClaimSpec] = []
         for i, claim in enumerate(claims):
@@ -130,7 +136,11 @@ class Allocator:
             if known is not None and all(
                 self.classes.get(s.class_name) is s.device_class for g in known.groups for s in g
             ):
-                groups = [[s.fresh(i) for s in g] for g in known.groups]
+                # The requests hold one node's state at a time, filled afresh for each node tried: a claim at the
+                # same position of its pod uses them as they are, another gets its own.
+                groups = known.groups
+                if groups and groups[0][0].claim_index != i:
+                    groups = [[s.fresh(i) for s in g] for g in groups]
                 specs.append(ClaimSpec(claim, claim_key(claim), groups, known.first_available))
                 continue
             try:
@@ -172,7 +182,8 @@ class Allocator:
             search = KubeOrderSearch(self.snapshot, claims, constraints, self.budget, pools)
         else:
             search = Search(self.snapshot, claims, constraints, self.budget, pools.views)
-            search.prune()
+            if any(constraints):
+                search.prune()
         try:
             found = search.run()
         except BudgetExceeded:
@@ -245,18 +256,33 @@ class Allocator:
         """Try nodes in order (``nodes`` as given, else every node with node-local slices by name) and return
         the first allocation. Nodes with too few free devices are skipped without a search. A Failure (not per
         node) comes back for problems no node can fix (missing class, bad selector, adminAccess denied)."""
-        texts = [f"{c.metadata.namespace}:{c.spec.devices.model_dump_json()}" for c in claims]
+        texts = [_shape_text(c) for c in claims]
         prepared = self._prepare(claims, texts)
         if isinstance(prepared, Failure):
             return prepared
         order: Sequence[NodeInfo] = nodes if nodes is not None else self._default_order()
-        nowhere = self._matches_nowhere(prepared)
-        minimum = _min_devices(prepared)
-        shape = "|".join(texts)
+        shape = b"|".join(texts)
+        facts = self._facts.get(shape)
+        if facts is None:
+            if len(self._facts) > 4096:
+                self._facts.clear()
+            facts = self._facts[shape] = _ShapeFacts(_min_devices(prepared), _shared_values(prepared))
+        nowhere = None
+        seen = facts.matched
+        if (
+            seen is None
+            or seen[0] != self.snapshot.version
+            or len(seen[1]) != len(prepared)
+            or any(g is not c.groups for g, c in zip(seen[1], prepared, strict=False))
+        ):
+            nowhere = self._matches_nowhere(prepared)
+            if nowhere is None:
+                facts.matched = (self.snapshot.version, [c.groups for c in prepared])
+        minimum, shared = facts.minimum, facts.shared
         first, start, known = self._hint(order, shape) if nowhere is None else ((), 0, None)
         if known is not None:
             return known
-        outcome = self._scan(order, prepared, nowhere, minimum, start, first)
+        outcome = self._scan(order, prepared, nowhere, minimum, shared, start, first)
         if isinstance(outcome, Allocation):
             # The pending positions before the one taken were tried in vain; it and those after it remain.
             at = self._index_of(order, outcome.node)
@@ -264,14 +290,16 @@ class Allocator:
             self._remember(shape, order, index, None, tuple(p for p in first if at <= p < index))
             return outcome
         if start or first:
-            outcome = self._scan(order, prepared, nowhere, minimum, 0)  # full scan for complete explanations
+            outcome = self._scan(
+                order, prepared, nowhere, minimum, shared, 0
+            )  # full scan for complete explanations
         if nowhere is None and isinstance(outcome, NodesFailure):
             self._remember(shape, order, len(order), outcome)
         return outcome
 
     def _remember(
         self,
-        shape: str,
+        shape: bytes,
         order: Sequence[NodeInfo],
         index: int,
         failure: NodesFailure | None,
@@ -297,7 +325,7 @@ class Allocator:
         return self._order[1]
 
     def _hint(
-        self, order: Sequence[NodeInfo], shape: str
+        self, order: Sequence[NodeInfo], shape: bytes
     ) -> tuple[tuple[int, ...], int, NodesFailure | None]:
         """Where a first-fit scan for this claim shape may look: the positions before the hint's index that got
         devices back (ascending), the index from which every node may take it, and the failure to answer when
@@ -323,14 +351,15 @@ class Allocator:
         prepared: list[ClaimSpec],
         nowhere: RequestDiagnosis | None,
         minimum: int,
+        shared: list[list[tuple[str, int]]],
         start: int,
         first: Sequence[int] = (),
     ) -> Allocation | NodesFailure:
-        """First fit over the nodes at positions ``first``, then from ``start`` on."""
+        """First fit over the nodes at positions ``first``, then from ``start`` on (``minimum`` and ``shared``:
+        ``_min_devices`` and ``_shared_values`` of the claims)."""
         failures: list[Failure] = []
         counts: dict[str, int] = {}
         detailed = 0
-        shared = _shared_values(prepared)
         memo: dict[frozenset[Schema], bool] = {}
         everywhere: str | None = None
         to_try = len(first) + len(order) - start
@@ -471,6 +500,9 @@ class Allocator:
             if not index.unviewed and all(celfacts.nothing_passes(trees, g) for g in index.groups.values()):
                 self._cluster_match[key] = 0  # answered from the index, without visiting a device
                 return 0
+            if any(passes_all(spec, schema, index) for schema in index.groups):
+                self._cluster_match[key] = 1  # every device of some group passes
+                return 1
         for pool in self.snapshot.each_pool():
             for entry in pool.entries:
                 try:
@@ -487,6 +519,21 @@ class Allocator:
 
 
 @dataclass(slots=True)
+class _ShapeFacts:
+    """What ``find_node`` knows of a claim shape (its claims' namespaces and devices) whatever the claims'
+    names."""
+
+    minimum: int
+    """``_min_devices`` of the claims."""
+    shared: list[list[tuple[str, int]]]
+    """``_shared_values`` of the claims."""
+    matched: tuple[int, list[list[list[RequestSpec]]]] | None = None
+    """The snapshot version at which every request matched some device of the cluster, and the claims'
+    prepared requests then: the answer holds while the slices (the version) and the requests (the same
+    objects, so the same classes) stay."""
+
+
+@dataclass(slots=True)
 class _Hint:
     """Where the last first-fit scan of a claim shape left off (see ``Allocator._hint``)."""
 
@@ -499,6 +546,13 @@ class _Hint:
     seen: int
     """How many entries of the snapshot's ``freed`` the hint has taken into account."""
     failure: NodesFailure | None
+
+
+def _shape_text(claim: ResourceClaim) -> bytes:
+    """The claim's namespace and devices as JSON: claims with the same text are allocated alike. (The model's
+    serializer is called directly: model_dump_json's argument handling costs more than the serializing.)"""
+    devices = claim.spec.devices
+    return f"{claim.metadata.namespace}:".encode() + type(devices).__pydantic_serializer__.to_json(devices)
 
 
 def _all_mode_problem(

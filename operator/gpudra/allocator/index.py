@@ -10,7 +10,7 @@ visiting a device, and skips nodes that cannot hold a request only where no sele
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from gpudra.allocator.celview import Schema
@@ -45,6 +45,8 @@ class DeviceIndex:
         self.groups: dict[Schema, Group] = {}
         self.unviewed = 0
         """Devices without a CEL view (a malformed value): every selector fails on them."""
+        self.memo: dict[Hashable, bool] = {}
+        """Answers read from the groups by callers (``requests.passes_all``), emptied whenever a count changes."""
 
     def add(self, entries: Iterable[DeviceEntry]) -> None:
         for entry in entries:
@@ -55,6 +57,8 @@ class DeviceIndex:
             self._count(entry, -1)
 
     def _count(self, entry: DeviceEntry, delta: int) -> None:
+        if self.memo:
+            self.memo.clear()
         view = entry.view
         if view is None:
             self.unviewed += delta

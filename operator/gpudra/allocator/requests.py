@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
 
+from gpudra.allocator import celfacts
+from gpudra.allocator.celview import Schema
 from gpudra.allocator.counters import capacity_demand, fits_capacity, fits_counters
+from gpudra.allocator.index import DeviceIndex
 from gpudra.allocator.pools import DeviceEntry, PoolKey, PoolView
 from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
 from gpudra.api.dra import DeviceClass, DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim
@@ -323,7 +326,7 @@ def select(
     key = (spec.selection_key, device_view)
     chosen = node_pools.selections.get(key)
     if chosen is None:
-        chosen = node_pools.selections[key] = _selection(spec, node_pools, device_view)
+        chosen = node_pools.selections[key] = _selection(spec, node_pools, snapshot, device_view)
     selected = chosen.selected
     spec.selected = selected
     spec.failing = chosen.failing
@@ -347,14 +350,46 @@ def select(
         spec.impossible = len(spec.usable) < spec.count
 
 
-def _selection(spec: RequestSpec, node_pools: NodePools, device_view: DeviceView) -> Selection:
+def passes_all(spec: RequestSpec, schema: Schema, index: DeviceIndex) -> bool:
+    """Whether every device of the schema's group in the index passes every selector of the request, as the
+    group's value counts tell (``celfacts``), without evaluating a device. Remembered in the index until its
+    counts change (at most 4,096 answers, like the allocator's other caches)."""
+    key = (spec.expressions, schema)
+    known = index.memo.get(key)
+    if known is None:
+        if len(index.memo) > 4096:
+            index.memo.clear()
+        group = index.groups.get(schema)
+        trees = [getattr(s, "tree", None) for s in spec.selectors]
+        known = index.memo[key] = group is not None and all(
+            t is not None and celfacts.outcomes(t, group) == celfacts.TRUE for t in trees
+        )
+    return known
+
+
+def _selection(
+    spec: RequestSpec, node_pools: NodePools, snapshot: ClusterSnapshot, device_view: DeviceView
+) -> Selection:
     selectors = spec.selectors
     selected: list[DeviceEntry] = []
     failing: dict[DeviceEntry, SelectorRuntimeError] = {}
     demand: dict[DeviceEntry, dict[str, Fraction]] = {}
+    # A device of a group on which every selector is true is taken without evaluating it. Only devices the
+    # index counts qualify: those with a view, of a pool the node sees whole (an older generation seen from
+    # a node is not indexed); a custom device_view is evaluated as given.
+    indexed: set[PoolKey] = set()
+    if device_view is None and selectors:
+        indexed = {key for key, view in node_pools.views.items() if snapshot.pool(key) is view}
+    sure: dict[Schema, bool] = {}
     for entry in node_pools.visible:
+        certain = False
+        if indexed and entry.view is not None and entry.id[:2] in indexed:
+            known = sure.get(entry.schema)
+            if known is None:
+                known = sure[entry.schema] = passes_all(spec, entry.schema, snapshot.index)
+            certain = known
         try:
-            if not all(evaluate(s, entry, device_view) for s in selectors):
+            if not certain and not all(evaluate(s, entry, device_view) for s in selectors):
                 continue
         except SelectorRuntimeError as err:
             failing[entry] = err

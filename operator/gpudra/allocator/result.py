@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.allocator.pools import DeviceEntry
+from gpudra.allocator.pools import DeviceEntry, DeviceId
 from gpudra.allocator.requests import ClaimSpec
 from gpudra.allocator.search import Pick
 from gpudra.api.dra import (
@@ -30,12 +30,56 @@ from gpudra.api.dra import (
 from gpudra.api.quantity import format_quantity
 
 
-@dataclass(frozen=True, slots=True)
 class ClaimAllocation:
-    """The allocation of one claim: ``key`` is namespace/name, ``result`` goes to status.allocation."""
+    """The allocation of one claim: ``key`` is namespace/name, ``result`` goes to status.allocation.
 
-    key: str
-    result: AllocationResult
+    The search's picks are kept as they are and the wire form (a pydantic tree of some twenty objects) is built
+    on the first read of ``result``: committing needs only the devices (``taken``), and a caller that writes
+    the status asks for it once. Share ids are drawn at allocation time, so every read gives the same result.
+    """
+
+    __slots__ = ("_chosen", "_claim", "_index", "_node", "_picks", "_result", "_share_ids", "key", "taken")
+
+    def __init__(
+        self,
+        node: str,
+        index: int,
+        claim: ClaimSpec,
+        picks: list[Pick],
+        chosen: dict[tuple[int, int], int],
+        share_ids: list[str | None],
+    ) -> None:
+        self.key = claim.key
+        self.taken: list[DeviceId] | None = (
+            [p.entry.id for p in picks if not p.spec.admin] if not any(share_ids) else None
+        )
+        """The devices the claim takes for itself (adminAccess results take nothing), when none is a share of a
+        multi-allocatable device; None when some is (then commit reads ``result``)."""
+        self._node = node
+        self._index = index
+        self._claim = claim
+        self._picks = picks
+        self._chosen = chosen
+        self._share_ids = share_ids
+        self._result: AllocationResult | None = None
+
+    @property
+    def result(self) -> AllocationResult:
+        if self._result is None:
+            self._result = _wire(
+                self._node, self._index, self._claim, self._picks, self._chosen, self._share_ids
+            )
+        return self._result
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ClaimAllocation):
+            return NotImplemented
+        return self.key == other.key and self.result == other.result
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ClaimAllocation(key={self.key!r}, result={self.result!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +104,31 @@ def build_results(
 ) -> list[ClaimAllocation]:
     out: list[ClaimAllocation] = []
     for ci, claim in enumerate(claims):
-        mine = [p for p in picks if p.claim_index == ci]
-        devices = {
-            "results": [_result(p, share_id) for p in mine],
-            "config": _configs(ci, claim, chosen) or None,
-        }
-        selector = _node_selector(node, [p.entry for p in mine])
-        # One validation builds the whole tree (a third cheaper than building each model on its own).
-        result = AllocationResult.model_validate({"devices": devices, "node_selector": selector})
-        out.append(ClaimAllocation(claim.key, result))
+        mine = [p for p in picks if p.claim_index == ci] if len(claims) > 1 else picks
+        share_ids = [share_id() if p.demand is not None else None for p in mine]
+        out.append(ClaimAllocation(node, ci, claim, mine, chosen, share_ids))
     return out
 
 
-def _result(pick: Pick, share_id: Callable[[], str]) -> dict[str, Any]:
+def _wire(
+    node: str,
+    ci: int,
+    claim: ClaimSpec,
+    mine: list[Pick],
+    chosen: dict[tuple[int, int], int],
+    share_ids: list[str | None],
+) -> AllocationResult:
+    """One claim's status.allocation from its picks."""
+    devices = {
+        "results": [_result(p, s) for p, s in zip(mine, share_ids, strict=True)],
+        "config": _configs(ci, claim, chosen) or None,
+    }
+    selector = _node_selector(node, [p.entry for p in mine])
+    # One validation builds the whole tree (a third cheaper than building each model on its own).
+    return AllocationResult.model_validate({"devices": devices, "node_selector": selector})
+
+
+def _result(pick: Pick, share_id: str | None) -> dict[str, Any]:
     """A DeviceRequestAllocationResult as its fields, unset ones left out."""
     entry, spec = pick.entry, pick.spec
     device = entry.device
@@ -91,7 +147,7 @@ def _result(pick: Pick, share_id: Callable[[], str]) -> dict[str, Any]:
     if device.binding_failure_conditions:
         out["binding_failure_conditions"] = device.binding_failure_conditions
     if pick.demand is not None:
-        out["share_id"] = share_id()
+        out["share_id"] = share_id
         if pick.demand:
             out["consumed_capacity"] = {k: format_quantity(v) for k, v in pick.demand.items()}
     return out

@@ -358,9 +358,13 @@ class ClusterSnapshot:
         key = PoolKey(device.driver, device.pool)
         if device not in self._in_use:
             self._count_free(key, device, -1)
-        self._in_use.add(device)
-        self._by_pool_in_use.setdefault(key, set()).add(device)
-        self._available.pop(key, None)
+            self._in_use.add(device)
+        busy = self._by_pool_in_use.get(key)
+        if busy is None:
+            busy = self._by_pool_in_use[key] = set()
+        busy.add(device)
+        if self._available:
+            self._available.pop(key, None)
 
     def free_device(self, device: DeviceId) -> None:
         self._note_freed(device)
