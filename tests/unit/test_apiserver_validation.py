@@ -142,7 +142,9 @@ NODES_SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "properties": {"name": {"type": "string"}, "index": {"type": "integer"}},
-                "x-kubernetes-validations": [{"rule": "self.index == oldSelf.index", "message": "index is fixed"}],
+                "x-kubernetes-validations": [
+                    {"rule": "self.index == oldSelf.index", "message": "index is fixed"}
+                ],
             },
         }
     },
