@@ -109,7 +109,8 @@ class Progress:
         self.marks: dict[str, float] = {}
         self.done = asyncio.Event()
         self._pods: dict[str, tuple[bool, bool]] = {}  # name -> (bound, running)
-        self._counts = [0, 0]  # pods bound, pods running (kept as they change: no scan of every pod per event)
+        # pods bound, pods running: kept as pods change, not summed over every pod per event
+        self._counts = [0, 0]
         self._daemons: dict[str, int] = {}  # clique object -> Ready daemons
 
     def _mark(self, name: str, reached: bool) -> None:
