@@ -109,6 +109,8 @@ class Progress:
         self.marks: dict[str, float] = {}
         self.done = asyncio.Event()
         self._pods: dict[str, tuple[bool, bool]] = {}  # name -> (bound, running)
+        # pods bound, pods running: kept as pods change, not summed over every pod per event
+        self._counts = [0, 0]
         self._daemons: dict[str, int] = {}  # clique object -> Ready daemons
 
     def _mark(self, name: str, reached: bool) -> None:
@@ -119,14 +121,17 @@ class Progress:
 
     async def pod(self, kind: str, body: dict[str, Any]) -> None:
         name = body["metadata"]["name"]
-        if kind == "DELETED":
-            self._pods.pop(name, None)
-        else:
+        bound, running = self._pods.pop(name, (False, False))
+        self._counts[0] -= bound
+        self._counts[1] -= running
+        if kind != "DELETED":
+            bound = bool(body["spec"].get("nodeName"))
             running = (body.get("status") or {}).get("phase") == "Running"
-            self._pods[name] = (bool(body["spec"].get("nodeName")), running)
-        states = list(self._pods.values())
-        self._mark("bound", sum(b for b, _ in states) == self.pods)
-        self._mark("prepared", sum(r for _, r in states) == self.pods)
+            self._pods[name] = (bound, running)
+            self._counts[0] += bound
+            self._counts[1] += running
+        self._mark("bound", self._counts[0] == self.pods)
+        self._mark("prepared", self._counts[1] == self.pods)
 
     async def clique(self, kind: str, body: dict[str, Any]) -> None:
         ready = sum(1 for d in body.get("daemons") or [] if d.get("status") == "Ready")

@@ -297,6 +297,33 @@ async def test_status_subresource_is_isolated(http: aiohttp.ClientSession) -> No
         assert (await rsp.json())["status"] == {}
 
 
+async def test_a_status_write_is_decoded_as_kube_apiserver_decodes_it(http: aiohttp.ClientSession) -> None:
+    """A /status write decodes the status it brings (the rest is the stored object): an unknown field is refused
+    under Strict and dropped with a warning under Warn, a wrongly typed one is a 400 naming the Go field."""
+    async with http.post(CLAIMS, json=claim()) as rsp:
+        created = await rsp.json()
+    result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}
+    reserved = [{"resource": "pods", "name": "p", "uid": "u", "bogus": 1}]
+    body = {"status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": reserved}}
+    strict = f"{CLAIMS}/c1/status?fieldValidation=Strict"
+    async with http.patch(strict, json=body, headers=MERGE) as rsp:
+        assert rsp.status == 400
+        assert 'unknown field "status.reservedFor[0].bogus"' in (await rsp.json())["message"]
+    async with http.patch(f"{CLAIMS}/c1/status", json=body, headers=MERGE) as rsp:
+        assert rsp.status == 200
+        assert 'unknown field \\"status.reservedFor[0].bogus\\"' in rsp.headers["Warning"]
+        obj = await rsp.json()
+    assert obj["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "u"}]
+    assert obj["spec"] == created["spec"]
+    typed = {"status": {"reservedFor": "p"}}
+    async with http.patch(f"{CLAIMS}/c1/status", json=typed, headers=MERGE) as rsp:
+        assert rsp.status == 400
+        assert (
+            "cannot unmarshal string into Go struct field ResourceClaimStatus.status.reservedFor"
+            in (await rsp.json())["message"]
+        )
+
+
 async def test_dry_run_does_not_store(http: aiohttp.ClientSession) -> None:
     """dryRun=All validates and answers without storing."""
     async with http.post(f"{CLAIMS}?dryRun=All", json=claim()) as rsp:

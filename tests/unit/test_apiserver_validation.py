@@ -130,3 +130,42 @@ def test_a_type_freed_after_decoding_never_lends_its_decoder_to_a_later_type() -
         del struct
         string = GoType("string", "string")
         assert decode("None", string).type_error == ""
+
+
+NODES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "nodes": {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "items": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "index": {"type": "integer"}},
+                "x-kubernetes-validations": [
+                    {"rule": "self.index == oldSelf.index", "message": "index is fixed"}
+                ],
+            },
+        }
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "old", "errors"),
+    [
+        # items are paired with their old selves by key, wherever they moved in the list
+        ([{"name": "b", "index": 1}, {"name": "a", "index": 0}], [{"name": "a", "index": 0}, {"name": "b", "index": 1}],
+         []),
+        ([{"name": "b", "index": 1}, {"name": "a", "index": 2}], [{"name": "a", "index": 0}, {"name": "b", "index": 1}],
+         ['nodes[1]: Invalid value: "object": index is fixed']),
+        # a new item has no old self: its transition rule is not evaluated
+        ([{"name": "c", "index": 5}], [{"name": "a", "index": 0}], []),
+        # of two old items with one key, the first is the old self
+        ([{"name": "a", "index": 0}], [{"name": "a", "index": 0}, {"name": "a", "index": 3}], []),
+    ],
+)  # fmt: skip
+def test_transition_rules_of_list_map_items_pair_items_by_key(
+    nodes: list[dict[str, Any]], old: list[dict[str, Any]], errors: list[str]
+) -> None:
+    assert [str(e) for e in check({"nodes": nodes}, {"nodes": old}, NODES_SCHEMA)] == errors

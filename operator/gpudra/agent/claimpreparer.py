@@ -211,7 +211,7 @@ class ClaimPreparer:
             if error is exc:
                 raise
             raise error from exc
-        await self.status.prepared(ref, plan.devices)
+        await self.status.prepared(ref, plan.devices, claim)
         return PrepareResult(devices=prepared_devices(plan.devices))
 
     async def _plan_gpus(

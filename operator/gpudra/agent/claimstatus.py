@@ -59,10 +59,13 @@ class ClaimStatus:
         self._problems = problems
         self._health_view: dict[str, HealthView] = {}
 
-    async def prepared(self, ref: ClaimRef, devices: Sequence[DeviceRecord]) -> None:
-        """The claim's devices are prepared: Ready entries, each with its health."""
+    async def prepared(
+        self, ref: ClaimRef, devices: Sequence[DeviceRecord], claim: dict[str, Any] | None = None
+    ) -> None:
+        """The claim's devices are prepared: Ready entries, each with its health. ``claim``: the claim as the
+        prepare read it, to write from without reading it again (a conflict reads it afresh)."""
         problems = self._problems() if self._problems is not None else {}
-        await self._update(ref, self._ready(devices, problems))
+        await self._update(ref, self._ready(devices, problems), read=claim)
         self._health_view[ref.uid] = _view(devices, problems)
 
     async def unprepared(self, ref: ClaimRef) -> None:
@@ -143,12 +146,20 @@ class ClaimStatus:
             message = f"node {self.node}: device {device} is healthy again"
             await self._events.post(involved, "Normal", "DeviceRecovered", message)
 
-    async def _update(self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5) -> None:
+    async def _update(
+        self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5, read: dict[str, Any] | None = None
+    ) -> None:
         """Replace this node's entries of our driver in ``status.devices``; others' entries are kept. Best
-        effort: the claim may be gone, and a failure here does not undo a prepare."""
+        effort: the claim may be gone, and a failure here does not undo a prepare. ``read``: a recent read of
+        the claim for the first attempt (the patch is conditional on its resourceVersion)."""
         for _ in range(attempts):
             try:
-                claim = await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+                claim = (
+                    read
+                    if read is not None
+                    else await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+                )
+                read = None
             except NotFoundError:
                 return
             except KubeError as exc:

@@ -10,6 +10,7 @@ last ``backoff`` seconds.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ class PluginWatcher:
         self.registry_dir = registry_dir
         self._backoff = backoff
         self._plugins: dict[Path, _Plugin] = {}
+        self._scanning = asyncio.Lock()
+        """One scan at a time: callers that arrive together (a node's pods starting at once) would otherwise each
+        register the same new socket, and all but the last client would be dropped without being closed."""
 
     async def client(self, driver: str) -> KubeletClient:
         """The plugin of ``driver`` to call now: the newest connected one (else the newest)."""
@@ -57,6 +61,10 @@ class PluginWatcher:
                 plugin.failed_at = time.monotonic()
 
     async def _scan(self) -> None:
+        async with self._scanning:
+            await self._scan_once()
+
+    async def _scan_once(self) -> None:
         present: dict[Path, tuple[int, int]] = {}
         if self.registry_dir.is_dir():
             for path in self.registry_dir.iterdir():

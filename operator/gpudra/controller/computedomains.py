@@ -19,7 +19,6 @@ import kopf
 
 from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Node, Pod
-from gpudra.api.dra import ResourceClaim
 from gpudra.computedomain.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from gpudra.computedomain.view import DomainView
 from gpudra.config import ControllerSettings
@@ -42,6 +41,8 @@ DAEMON_POD_SELECTOR = f"{COMPONENT_LABEL}=daemon,{MANAGED_BY_LABEL}={MANAGED_BY}
 def register_compute_domains(
     registry: kopf.OperatorRegistry, settings: ControllerSettings, metrics: Metrics, client: KubeClient
 ) -> DomainStatusWriter:
+    """The ComputeDomain handlers. Claims are not watched here: the controller's one claim handler hands each
+    change to the returned writer (``claim_changed``)."""
     events = EventRecorder(client, "gpudra-controller")
     view = DomainView(mode=settings.imex_daemon_mode, span_cliques=settings.computedomain_span_cliques)
     writer = DomainStatusWriter(client, metrics, view, settings, events)
@@ -125,12 +126,6 @@ def register_compute_domains(
         domain = parse_body(ComputeDomain, body)
         if domain is not None:
             writer.mark(writer.view.domain_changed(domain, uid))
-
-    @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
-    async def domain_claim_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
-        writer.mark(
-            writer.view.claim_changed(None if type == "DELETED" else parse_body(ResourceClaim, body), uid)
-        )
 
     @kopf.on.event("v1", "nodes", registry=registry)
     async def node_event(type: str, body: kopf.Body, name: str, **_: Any) -> None:

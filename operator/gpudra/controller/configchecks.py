@@ -9,7 +9,7 @@ path, and one log line; the same problem on the same object generation is report
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,19 +127,23 @@ class ConfigChecks:
         return problems
 
 
+ClaimCheck = Callable[[str, kopf.Body, dict[str, Any]], Awaitable[None]]
+"""Checks a claim's change: (event type, body, the handler's kwargs with the ``device_classes`` index)."""
+
+
 def register_config_checks(
     registry: kopf.OperatorRegistry, settings: ControllerSettings, client: KubeClient
-) -> None:
-    """Handlers for claims, claim templates and DeviceClasses (the ``device_classes`` index must exist)."""
+) -> ClaimCheck:
+    """Handlers for claim templates and DeviceClasses (the ``device_classes`` index must exist); claims are
+    checked by the returned function, which the controller's one claim handler calls."""
     checks = ConfigChecks(client, (settings.driver_name, settings.compute_domain_driver))
 
     async def check(kind: str, event: str, body: kopf.Body, kwargs: dict[str, Any]) -> None:
         if event != "DELETED":
             await checks.check(kind, dict(body), set(kwargs["device_classes"].keys()))
 
-    @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry, id="claim_checks")
-    async def claim_checks(type: str, body: kopf.Body, **kwargs: Any) -> None:
-        await check("ResourceClaim", type, body, kwargs)
+    async def claim_checks(event: str, body: kopf.Body, kwargs: dict[str, Any]) -> None:
+        await check("ResourceClaim", event, body, kwargs)
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates", registry=registry, id="template_checks")
     async def template_checks(type: str, body: kopf.Body, **kwargs: Any) -> None:
@@ -148,3 +152,5 @@ def register_config_checks(
     @kopf.on.event("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="class_checks")
     async def class_checks(type: str, body: kopf.Body, **kwargs: Any) -> None:
         await check("DeviceClass", type, body, kwargs)
+
+    return claim_checks

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpudra.api.computedomain import ComputeDomain
+from gpudra.api.dra import ResourceClaim
 from gpudra.api.timestamps import parse_rfc3339, rfc3339
 from gpudra.computedomain.status import DomainStatus, status_patch
 from gpudra.computedomain.view import DomainView
@@ -84,6 +85,10 @@ class DomainStatusWriter:
         if uids:
             self._dirty |= uids
             self._wake.set()
+
+    def claim_changed(self, claim: ResourceClaim | None, uid: str) -> None:
+        """A claim changed (None: gone, or it does not parse): the domains it concerns are written again."""
+        self.mark(self.view.claim_changed(claim, uid))
 
     def forget(self, uid: str) -> None:
         self._dirty.discard(uid)

@@ -6,10 +6,11 @@ Handlers stay thin: parse the body, call a pure function, apply through the clie
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kopf
@@ -19,6 +20,7 @@ from gpudra.config import ControllerSettings
 from gpudra.controller.bodies import parse_body
 from gpudra.controller.computedomains import register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
+from gpudra.controller.diffbase import LeanDiffBaseStorage
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
@@ -33,6 +35,17 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 
 
+@contextlib.contextmanager
+def _logged(what: str, uid: str) -> Iterator[None]:
+    """A failure in one use of an event is logged and does not keep the event from the next use."""
+    try:
+        yield
+    except (
+        Exception
+    ):  # a bug in one consumer must not starve the others (kopf isolates handlers the same way)
+        log.exception("handling a claim change failed", part=what, uid=uid)
+
+
 def build_registry(
     settings: ControllerSettings, metrics: Metrics, client: KubeClient, *, server_url: str | None
 ) -> kopf.OperatorRegistry:
@@ -41,8 +54,8 @@ def build_registry(
     pending = PendingClaims(client, metrics, driver=settings.driver_name, mig_planner=settings.mig_planner)
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
-    register_compute_domains(registry, settings, metrics, client)
-    register_config_checks(registry, settings, client)
+    domains = register_compute_domains(registry, settings, metrics, client)
+    claim_checks = register_config_checks(registry, settings, client)
     mig_layouts = MigLayoutReconciler(client, settings)
 
     @kopf.on.event("gpudra.dev", "v1alpha1", "miglayouts", registry=registry)
@@ -85,14 +98,21 @@ def build_registry(
             explainer.cancel()
         await asyncio.gather(*explainers, return_exceptions=True)
 
+    # One handler for every use of a claim's change (kopf's cost is per handler and event): parsed once, each use
+    # isolated from the others' failures as separate handlers were.
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
-    async def claim_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
+    async def claim_event(type: str, body: kopf.Body, uid: str, **kwargs: Any) -> None:
         claim = None if type == "DELETED" else parse_body(ResourceClaim, body)
-        attribution.claim_changed(uid, claim)
-        if claim is None:
-            pending.forget(uid)
-        elif claim.allocation is not None:
-            pending.allocated(claim.metadata)
+        with _logged("claim usage", uid):
+            attribution.claim_changed(uid, claim)
+            if claim is None:
+                pending.forget(uid)
+            elif claim.allocation is not None:
+                pending.allocated(claim.metadata)
+        with _logged("claim's ComputeDomains", uid):
+            domains.claim_changed(claim, uid)
+        with _logged("claim config checks", uid):
+            await claim_checks(type, body, kwargs)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -187,6 +207,7 @@ async def run_controller(
     kopf_settings.watching.server_timeout = 300
     kopf_settings.networking.request_timeout = 30
     kopf_settings.persistence.finalizer = "gpudra.dev/controller"
+    kopf_settings.persistence.diffbase_storage = LeanDiffBaseStorage()
     if server_url is not None:
         client = KubeClient.for_url(server_url, field_manager="gpudra-controller")
     else:

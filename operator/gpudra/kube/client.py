@@ -82,6 +82,33 @@ def _ignore_environment(api: k8s_client.ApiClient) -> None:
     )
 
 
+async def _lines(stream: aiohttp.StreamReader, what: str) -> AsyncIterator[bytes]:
+    """The lines of a watch stream (the last one also without its newline), split from each chunk as it arrives:
+    reading it line by line cost a round of aiohttp's reader per event, the most of a watch's reading at hundreds
+    of events a second. A line longer than WATCH_READ_BUFFER ends the watch as a lost connection."""
+    too_long = _lost(ValueError(f"an event longer than {WATCH_READ_BUFFER} bytes"), what)
+    pending: list[bytes] = []
+    size = 0
+    async for chunk in stream.iter_any():
+        if b"\n" not in chunk:
+            pending.append(chunk)
+            size += len(chunk)
+            if size > WATCH_READ_BUFFER:
+                raise too_long
+            continue
+        lines = chunk.split(b"\n")
+        if pending:
+            lines[0] = b"".join([*pending, lines[0]])
+        tail = lines.pop()
+        pending, size = ([tail], len(tail)) if tail else ([], 0)
+        for line in lines:
+            if len(line) > WATCH_READ_BUFFER:
+                raise too_long
+            yield line
+    if pending:
+        yield b"".join(pending)
+
+
 class KubeClient:
     """One connection pool to one API server."""
 
@@ -329,7 +356,7 @@ class KubeClient:
         )
         async with response:
             try:
-                async for line in response.content:
+                async for line in _lines(response.content, f"watch {res.plural}"):
                     if not line.strip():
                         continue
                     event = json.loads(line)

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from gpudra.api.computedomain import ComputeDomainClique
+from gpudra.api.computedomain import ComputeDomainClique, ComputeDomainDaemonInfo
 from gpudra.computedomain.channels import check_daemon_ready
 from gpudra.computedomain.names import clique_object_name
 from gpudra.errors import ComputeDomainError, GpudraError, InvalidInputError, NotFoundError, PrepareError
@@ -36,7 +36,8 @@ class _CliqueWatch:
     """The latest state of one clique object, from a watch, and a wake-up for each change."""
 
     def __init__(self, client: KubeClient, namespace: str, name: str) -> None:
-        self.body: dict[str, Any] | None = None
+        self.daemons: list[ComputeDomainDaemonInfo] = []
+        """The object's entries as of the latest event: read once per change, however many claims wait."""
         self.changed = asyncio.Condition()
         self.waiters = 0
         self._informer = Informer(
@@ -55,7 +56,7 @@ class _CliqueWatch:
 
     async def _on_event(self, kind: str, body: dict[str, Any]) -> None:
         async with self.changed:
-            self.body = None if kind == "DELETED" else body
+            self.daemons = [] if kind == "DELETED" else _daemons(body)
             self.changed.notify_all()
 
     async def close(self) -> None:
@@ -83,7 +84,7 @@ class DaemonReadiness:
             body = None
         except GpudraError as exc:
             raise PrepareError(f"reading ComputeDomainClique {name}: {exc}", reason="ApiError") from exc
-        if not self._awaited(body, domain_uid):
+        if not self._awaited(_daemons(body), domain_uid):
             return
         watch = self._watches.get(name)
         if watch is None:
@@ -94,11 +95,12 @@ class DaemonReadiness:
             if await self._ready_within(watch, domain_uid, first):
                 return
             if notice is not None and first < self.timeout:
-                if awaited := self._awaited(watch.body, domain_uid):
+                if awaited := self._awaited(watch.daemons, domain_uid):
                     await notice(awaited)
                 if await self._ready_within(watch, domain_uid, self.timeout - first):
                     return
-            self._check(watch.body, domain_uid)  # raises the reason it still waits (or passes: just Ready)
+            # raises the reason it still waits (or passes: just Ready)
+            check_daemon_ready(domain_uid, self.node, watch.daemons)
         finally:
             watch.waiters -= 1
             if watch.waiters == 0 and self._watches.get(name) is watch:
@@ -112,10 +114,11 @@ class DaemonReadiness:
             return False
         return True
 
-    def _awaited(self, body: dict[str, Any] | None, domain_uid: str) -> str:
-        """What the claim waits for, as the clique object ``body`` says ("" once the daemon is Ready)."""
+    def _awaited(self, daemons: list[ComputeDomainDaemonInfo], domain_uid: str) -> str:
+        """What the claim waits for, as the clique object's entries ``daemons`` say ("" once the daemon is
+        Ready)."""
         try:
-            self._check(body, domain_uid)
+            check_daemon_ready(domain_uid, self.node, daemons)
         except ComputeDomainError as exc:
             return str(exc)
         return ""
@@ -124,15 +127,19 @@ class DaemonReadiness:
         await watch.synced.wait()
         async with watch.changed:
             while True:
-                if not self._awaited(watch.body, domain_uid):
+                if not self._awaited(watch.daemons, domain_uid):
                     return
                 await watch.changed.wait()
 
-    def _check(self, body: dict[str, Any] | None, domain_uid: str) -> None:
-        daemons = []
-        if body is not None:
-            try:
-                daemons = ComputeDomainClique.from_wire(body).daemons or []
-            except InvalidInputError as exc:
-                log.warning("unreadable ComputeDomainClique", domain=domain_uid, error=str(exc))
-        check_daemon_ready(domain_uid, self.node, daemons)
+
+def _daemons(body: dict[str, Any] | None) -> list[ComputeDomainDaemonInfo]:
+    """The entries of a clique object (none when it is missing, or unreadable: that is logged)."""
+    if body is None:
+        return []
+    try:
+        return ComputeDomainClique.from_wire(body).daemons or []
+    except InvalidInputError as exc:
+        log.warning(
+            "unreadable ComputeDomainClique", name=(body.get("metadata") or {}).get("name"), error=str(exc)
+        )
+        return []

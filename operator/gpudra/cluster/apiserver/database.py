@@ -249,7 +249,9 @@ class Database:
             if rt.storage_key == CRDS:
                 validate_crd(self.registry, new)
                 new["status"] = crd_status(new)
-        new = self.admitter.admit(rt, new, old, admission or Admission())
+        # a status write changes only the status: the rest is the stored object, decoded when it was written
+        stored = frozenset(k for k in new if k != "status") if subresource == "status" else frozenset()
+        new = self.admitter.admit(rt, new, old, admission or Admission(), decoded=stored)
         meta = new["metadata"]
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if not meta.get("finalizers"):

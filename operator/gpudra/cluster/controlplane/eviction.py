@@ -59,6 +59,14 @@ def published_noexecute(slices: Iterable[dict[str, Any]]) -> dict[tuple[str, str
     return out
 
 
+def _has_noexecute(body: dict[str, Any]) -> bool:
+    return any(
+        t.get("effect") == "NoExecute"
+        for device in (body.get("spec") or {}).get("devices") or []
+        for t in device.get("taints") or []
+    )
+
+
 def pod_eviction(
     pod: Pod,
     claims: dict[tuple[str, str], dict[str, Any]],
@@ -97,6 +105,9 @@ class DeviceTaintEviction:
         self._events = EventRecorder(client, "device-taint-eviction-controller")
         self._wake = asyncio.Event()
         self._evicted: set[str] = set()  # pod uids already handled
+        self._slice_noexecute: dict[tuple[str, str], tuple[str, bool]] = {}
+        """Slice key -> (its resourceVersion, whether a device of it has a NoExecute taint): a poke (every
+        claim and pod change) re-reads only the slices that changed, not every device of the fleet."""
 
     def poke(self) -> None:
         """Something the decision depends on changed: look again."""
@@ -113,7 +124,7 @@ class DeviceTaintEviction:
     async def _round(self, now: float) -> float | None:
         """Evict the pods whose time has come; the time of the next eviction (None: none is planned)."""
         state = self._state
-        if not any(True for _ in self._candidates()):
+        if not self._can_evict():
             return None
         published = published_noexecute(state.slices.cache.values())
         next_due: float | None = None
@@ -135,15 +146,21 @@ class DeviceTaintEviction:
         self._evicted &= live
         return next_due
 
-    def _candidates(self) -> Iterable[object]:
-        """Anything that can evict at all: a NoExecute rule, or a NoExecute taint on some published device."""
+    def _can_evict(self) -> bool:
+        """Whether anything can evict at all: a NoExecute rule, or a NoExecute taint on some published device."""
         if any(r.spec.taint.effect == "NoExecute" for r in self._state.rules):
-            yield True
-        for body in self._state.slices.cache.values():
-            for device in (body.get("spec") or {}).get("devices") or []:
-                if any(t.get("effect") == "NoExecute" for t in device.get("taints") or []):
-                    yield True
-                    return
+            return True
+        seen: dict[tuple[str, str], tuple[str, bool]] = {}
+        found = False
+        for key, body in self._state.slices.cache.items():
+            version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+            known = self._slice_noexecute.get(key)
+            if known is None or known[0] != version or not version:
+                known = (version, _has_noexecute(body))
+            seen[key] = known
+            found = found or known[1]
+        self._slice_noexecute = seen
+        return found
 
     async def _evict(self, body: dict[str, Any], eviction: Eviction) -> None:
         meta = body["metadata"]

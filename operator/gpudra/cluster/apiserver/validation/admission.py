@@ -8,7 +8,7 @@ resources are pruned, defaulted and validated against their CRD's structural sch
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,14 +139,27 @@ class Admitter:
         """How a custom resource's metadata decodes: a struct with only ``metadata``."""
 
     def admit(
-        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, admission: Admission
+        self,
+        rt: ResourceType,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        admission: Admission,
+        *,
+        decoded: Collection[str] = (),
     ) -> dict[str, Any]:
-        """The object as it is stored; raises APIStatusError (400 or 422) when Kubernetes refuses it."""
+        """The object as it is stored; raises APIStatusError (400 or 422) when Kubernetes refuses it.
+        ``decoded``: top-level fields that are the stored object's (decoded when it was written, so decoding them
+        again changes nothing and finds nothing): a status write decodes only the status."""
         if rt.is_custom:
             return self._custom(rt, obj, old, admission)
         kind = self._schemas.kind(rt.group, rt.version, rt.kind)
         if kind is not None:
-            obj = self._decode(rt, obj, kind, admission)
+            if decoded:
+                fresh = self._decode(rt, {k: v for k, v in obj.items() if k not in decoded}, kind, admission)
+                obj = {k: obj[k] if k in decoded else fresh[k] for k in obj if k in decoded or k in fresh}
+                obj.setdefault("metadata", {})
+            else:
+                obj = self._decode(rt, obj, kind, admission)
         _defaults(rt, obj)
         lists_off = LIST_ATTRIBUTES not in self.feature_gates
         if lists_off and rt.group == "resource.k8s.io" and rt.plural == "resourceslices":
