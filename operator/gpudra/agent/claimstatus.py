@@ -60,7 +60,7 @@ class ClaimStatus:
         self._health_view: dict[str, HealthView] = {}
 
     async def prepared(
-        self, ref: ClaimRef, devices: Sequence[DeviceRecord], claim: dict[str, Any] | None = None
+        self, ref: ClaimRef, devices: Sequence[DeviceRecord], claim: ResourceClaim | None = None
     ) -> None:
         """The claim's devices are prepared: Ready entries, each with its health. ``claim``: the claim as the
         prepare read it, to write from without reading it again (a conflict reads it afresh)."""
@@ -147,7 +147,7 @@ class ClaimStatus:
             await self._events.post(involved, "Normal", "DeviceRecovered", message)
 
     async def _update(
-        self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5, read: dict[str, Any] | None = None
+        self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5, read: ResourceClaim | None = None
     ) -> None:
         """Replace this node's entries of our driver in ``status.devices``; others' entries are kept. Best
         effort: the claim may be gone, and a failure here does not undo a prepare. ``read``: a recent read of
@@ -155,7 +155,7 @@ class ClaimStatus:
         for _ in range(attempts):
             try:
                 claim = (
-                    read
+                    _status_part(read)
                     if read is not None
                     else await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
                 )
@@ -186,3 +186,14 @@ class ClaimStatus:
             except KubeError as exc:
                 log.warning("updating the claim status failed", uid=ref.uid, error=str(exc))
                 return
+
+
+def _status_part(claim: ResourceClaim) -> dict[str, Any]:
+    """What ``_update`` reads of a claim (uid, resourceVersion, status.devices), in the wire form, from a model.
+    ``AllocatedDeviceStatus`` holds every field of a status.devices entry, so nothing is dropped."""
+    devices = (claim.status.devices if claim.status is not None else None) or []
+    meta = claim.metadata
+    return {
+        "metadata": {"uid": meta.uid, "resourceVersion": meta.resource_version},
+        "status": {"devices": [d.to_wire() for d in devices]},
+    }
