@@ -272,3 +272,14 @@ def qualified_name(node: Node) -> str | None:
         base = qualified_name(node.target)
         return None if base is None else f"{base}.{node.name}"
     return None
+
+
+def flatten_calls(node: Node, name: str) -> list[Node]:
+    """The operands of a chain of one global call (``a && b && c`` parses as nested ``_&&_`` calls), in order."""
+    out: list[Node] = []
+    for arg in node.args:
+        if arg.kind == "call" and arg.name == name and arg.target is None:
+            out += flatten_calls(arg, name)
+        else:
+            out.append(arg)
+    return out

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.allocator.celast import Node
+from gpudra.allocator.celast import Node, flatten_calls
 from gpudra.allocator.celtypes import Quantity, Semver
 from gpudra.allocator.celview import CelDevice, qualified_key
 from gpudra.errors import InvalidInputError
@@ -481,7 +481,7 @@ class _Translator:
     def _call(self, node: Node) -> _Part:
         name = node.name
         if name in ("_&&_", "_||_"):
-            return _logical(name == "_&&_", [self.node(a) for a in _flatten(node, name)])
+            return _logical(name == "_&&_", [self.node(a) for a in flatten_calls(node, name)])
         if name == "_[_]" and len(node.args) == 2:
             return self._lookup(self.node(node.args[0]), self.node(node.args[1]))
         if name == "@in" and len(node.args) == 2:
@@ -566,16 +566,6 @@ class _Translator:
 def _set_key(value: Any) -> tuple[str, Any]:
     kind = type(value)
     return ("n" if kind is int or kind is float else "b" if kind is bool else "s", value)
-
-
-def _flatten(node: Node, name: str) -> list[Node]:
-    out: list[Node] = []
-    for arg in node.args:
-        if arg.kind == "call" and arg.name == name and arg.target is None:
-            out += _flatten(arg, name)
-        else:
-            out.append(arg)
-    return out
 
 
 def _divides_with_doubles(root: Node) -> bool:

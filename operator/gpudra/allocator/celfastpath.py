@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from gpudra.allocator.celast import Node
+from gpudra.allocator.celast import Node, flatten_calls
 from gpudra.allocator.celclosures import constant_value
 from gpudra.allocator.celtypes import Quantity, Semver
 from gpudra.allocator.celview import CelDevice, qualified_key
@@ -72,21 +72,11 @@ def fast_path(root: Node, slow: Matches) -> Matches | None:
     cannot decide."""
     conjunction = root.kind == "call" and root.name == "_&&_" and root.target is None
     disjunction = root.kind == "call" and root.name == "_||_" and root.target is None
-    operands = _flatten(root, root.name) if conjunction or disjunction else [root]
+    operands = flatten_calls(root, root.name) if conjunction or disjunction else [root]
     tests = [_test(node) for node in operands]
     if any(t is None for t in tests):
         return None
     return _generate([t for t in tests if t is not None], conjunction or not disjunction, slow)
-
-
-def _flatten(node: Node, name: str) -> list[Node]:
-    out: list[Node] = []
-    for arg in node.args:
-        if arg.kind == "call" and arg.name == name and arg.target is None:
-            out += _flatten(arg, name)
-        else:
-            out.append(arg)
-    return out
 
 
 def _path(node: Node) -> _Read | None:
