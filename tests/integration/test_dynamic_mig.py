@@ -5,6 +5,7 @@ and explained, and the whole GPU never allocated beside one of its MIG devices."
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,54 @@ async def test_1g_claim_creates_the_instance_at_prepare_and_destroys_it_after_th
         return not any(g.mig_devices for g in inventory(cluster).gpus)
 
     await eventually(destroyed)
+
+
+async def test_a_pod_deleted_while_its_instance_is_being_created_leaves_nothing_behind(
+    cluster: EmbeddedCluster,
+) -> None:
+    # NVML takes its time creating the instance, and the pod is deleted meanwhile: the prepare runs to its end
+    # before the claim is unprepared, so the instance it made is destroyed and no checkpoint entry is left
+    preparer = cluster.runtimes[NODE].preparer
+    assert preparer is not None
+    instances = preparer.effects.instances
+    create = instances.create
+    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_create(*args: Any) -> Any:
+        entered.set()
+        release.wait(timeout=60)
+        try:
+            return create(*args)
+        finally:
+            returned.set()
+
+    instances.create = slow_create  # type: ignore[method-assign,assignment]
+    client = client_of(cluster)
+    await run_pod_with_claim(
+        client, "slow", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+    )
+    await eventually(entered.is_set, timeout=30, what="NVML asked to create the instance")
+    uid = (await client.get(PODS, "slow", "default"))["metadata"]["uid"]
+    await client.delete(PODS, "slow", "default")
+    kubelet = cluster.kubelets[NODE]
+
+    async def pod_gone() -> bool:
+        pods, _ = await client.list(PODS, "default")
+        return not pods
+
+    async def teardown_seen() -> bool:
+        return uid in kubelet.terminating or await pod_gone()
+
+    await eventually(teardown_seen, what="the kubelet tearing the pod down")
+    release.set()
+    await eventually(returned.is_set, what="NVML done creating")
+
+    def nothing_left() -> bool:
+        instances_left = any(g.mig_devices for g in inventory(cluster).gpus)
+        return not (preparer.store.claims() or instances_left or preparer.effects.specs.claim_uids())
+
+    await eventually(nothing_left, what="no instance, checkpoint entry or CDI spec left")
+    await eventually(pod_gone)
 
 
 async def test_seven_1g_fill_one_h100_and_the_eighth_pends_with_counters_as_the_reason(

@@ -9,6 +9,8 @@ import shutil
 import pytest
 from _prepare_kit import NODE, Node, crash_and_restart, gpu_config
 
+from gpudra.agent.claimpreparer import no_hook
+from gpudra.errors import HardwareError
 from gpudra.kube.resources import EVENTS
 
 
@@ -186,3 +188,38 @@ async def test_untrusted_checkpoint_is_reported_on_the_node_and_start_is_clean(
     ref = await node.claim("after", {"gpu": "gpu-0"})
     assert node.kubelet is not None
     assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+
+
+async def test_a_rollback_that_failed_is_finished_before_the_next_prepare(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prepare fails after creating its instance, and NVML refuses to destroy it during the rollback: the
+    entry stays with the instance recorded. The kubelet's retry finishes that rollback first, so the claim ends
+    with one instance, and unprepare leaves none."""
+    gpu = node.make_dynamic(1)
+    await node.start()
+    ref = await node.claim("retried", {"mig": DYNAMIC_DEVICE})
+    preparer, kubelet = node.preparer, node.kubelet
+    assert preparer is not None and kubelet is not None
+    destroy = node.backend.destroy_mig_device
+
+    def busy(gpu_index: int, gi_id: int) -> None:
+        raise HardwareError("the GPU is busy", code="NVML_ERROR_IN_USE")
+
+    def refuse_cdi(step: str) -> None:
+        if step == "cdi_written":
+            raise HardwareError("disk full")
+
+    preparer.hook = refuse_cdi
+    monkeypatch.setattr(node.backend, "destroy_mig_device", busy)
+    assert "busy" in (await kubelet.prepare([ref]))[ref.uid].error
+    assert preparer.store.claims()[ref.uid].state == "PrepareStarted"
+    assert node.instances(gpu) == [("1g.10gb", 3)]
+
+    preparer.hook = no_hook
+    monkeypatch.setattr(node.backend, "destroy_mig_device", destroy)
+    assert (await kubelet.prepare([ref]))[ref.uid].error == ""
+    assert node.instances(gpu) == [("1g.10gb", 3)]
+    assert preparer.store.claims()[ref.uid].state == "PrepareCompleted"
+    assert (await kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert node.instances(gpu) == [] and not preparer.store.claims()

@@ -85,6 +85,36 @@ async def kill_agents(cluster: EmbeddedCluster, rng: random.Random, counts: Coun
         await process.start()
 
 
+def agent_trouble(cluster: EmbeddedCluster, lines: int = 12) -> str:
+    """The last warnings and errors of each node's agent (its log goes with the test's directory)."""
+    parts = []
+    for node in sorted(cluster.agent_processes):
+        path = cluster.node_dirs[node] / "agent.log"
+        text = path.read_text(errors="replace").splitlines() if path.exists() else []
+        trouble = [line for line in text if "[warning" in line or "[error" in line or "Traceback" in line]
+        parts.append(f"--- {node} agent ({len(text)} lines), its last warnings and errors:")
+        parts += [line[:400] for line in trouble[-lines:]]
+    return "\n".join(parts)
+
+
+async def diagnosis(cluster: EmbeddedCluster, prefix: str) -> str:
+    """What a failed wait saw: the pods still bound and not running with their last event, what each node's
+    agent still holds, and the agents' last warnings."""
+    parts = []
+    for name, pod in sorted((await pods(cluster)).items()):
+        if not name.startswith(prefix) or phase(pod) == "Running" or not pod["spec"].get("nodeName"):
+            continue
+        events = sorted(await events_of(cluster, name), key=lambda e: str(e.get("lastTimestamp") or ""))
+        last = f"{events[-1]['reason']}: {events[-1]['message']}"[:400] if events else "no event"
+        deleting = " (deleting)" if pod["metadata"].get("deletionTimestamp") else ""
+        parts.append(f"{name} on {pod['spec']['nodeName']}{deleting}, {phase(pod)}: {last}")
+    for node in sorted(cluster.agent_processes):
+        entries = checkpoint_claims(cluster, node)
+        held = [f"{e.name} {e.state}" for e in entries.values()]
+        parts.append(f"{node}: checkpoint {held}, MIG instances {mig_instances(cluster, node)}")
+    return "\n".join([*parts, agent_trouble(cluster)])
+
+
 async def settled_wave(cluster: EmbeddedCluster, number: int, counts: Counter[str]) -> None:
     """Every pod of the wave is Running, or unscheduled with the scheduler's reason."""
 
@@ -101,7 +131,10 @@ async def settled_wave(cluster: EmbeddedCluster, number: int, counts: Counter[st
                 return False
         return True
 
-    await eventually(check, timeout=180)
+    try:
+        await eventually(check, timeout=180, what=f"wave {number} settled")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{await diagnosis(cluster, f'w{number}-')}") from None
     current = {n: p for n, p in (await pods(cluster)).items() if n.startswith(f"w{number}-")}
     counts["pods running"] += sum(1 for p in current.values() if phase(p) == "Running")
     counts["pods pending with a reason"] += sum(1 for p in current.values() if phase(p) != "Running")
@@ -130,16 +163,19 @@ async def test_two_hundred_pods_while_agents_are_killed(start_kubernetes: StartK
             await kubectl(cluster, "apply", "-f", "-", stdin=wave(number))
             counts["pods created"] += PER_WAVE
             await settled_wave(cluster, number, counts)
-            await kubectl(
-                cluster,
-                "delete",
-                "pods",
-                "-l",
-                f"wave={number}",
-                "--wait=true",
-                "--timeout=180s",
-                timeout=200,
-            )
+            try:
+                await kubectl(
+                    cluster,
+                    "delete",
+                    "pods",
+                    "-l",
+                    f"wave={number}",
+                    "--wait=true",
+                    "--timeout=180s",
+                    timeout=200,
+                )
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{await diagnosis(cluster, f'w{number}-')}") from None
         await killer
     finally:
         killer.cancel()
@@ -155,7 +191,10 @@ async def test_two_hundred_pods_while_agents_are_killed(start_kubernetes: StartK
             for n in cluster.agent_processes
         )
 
-    await eventually(nothing_left, timeout=60)
+    try:
+        await eventually(nothing_left, timeout=60, what="nothing left")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{await diagnosis(cluster, 'w')}") from None
     counts["agent starts"] = sum(p.starts for p in cluster.agent_processes.values())
     print("fault run:", ", ".join(f"{key} {value}" for key, value in sorted(counts.items())))
     assert counts["agent kills"] == KILLS
