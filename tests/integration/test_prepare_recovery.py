@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from _prepare_kit import NODE, Node, crash_and_restart, gpu_config
+from _prepare_kit import NODE, Crash, Node, crash_and_restart, gpu_config
 
 from gpudra.agent.claimpreparer import no_hook
 from gpudra.errors import HardwareError
@@ -223,3 +223,39 @@ async def test_a_rollback_that_failed_is_finished_before_the_next_prepare(
     assert preparer.store.claims()[ref.uid].state == "PrepareCompleted"
     assert (await kubelet.unprepare([ref]))[ref.uid].error == ""
     assert node.instances(gpu) == [] and not preparer.store.claims()
+
+
+@pytest.mark.parametrize(
+    ("operation", "nvml_call"),
+    [("prepare", "nvmlGpuInstanceCreateComputeInstance"), ("unprepare", "nvmlGpuInstanceDestroy")],
+)
+async def test_a_process_killed_between_the_gpu_instance_and_its_compute_instance_leaves_no_instance(
+    node: Node, monkeypatch: pytest.MonkeyPatch, operation: str, nvml_call: str
+) -> None:
+    """Killed after NVML made the GPU instance but before its compute instance (or after the compute instance
+    was destroyed, before the GPU instance): no MIG device shows that GPU instance, yet it holds its memory
+    slices, and a claim created at that placement would fail ("memory slices overlap") for good. The restart
+    destroys it with the rest of the claim."""
+    gpu = node.make_dynamic(1)
+    ref = await node.claim("cut", {"mig": DYNAMIC_DEVICE})
+    preparer = node.build()
+    await preparer.store.load()
+    if operation == "unprepare":
+        assert (await preparer.prepare([ref]))[ref.uid].error == ""
+
+    def killed(*args: object) -> None:
+        raise Crash(nvml_call)
+
+    monkeypatch.setattr(node.fake, nvml_call, killed)
+    with pytest.raises(Crash):
+        await getattr(preparer, operation)([ref])
+    monkeypatch.undo()
+    assert node.instances(gpu) == []  # no MIG device, but
+    assert [(g.profile, g.compute_instances) for g in node.backend.gpu_instances(gpu)] == [("1g.10gb", 0)]
+
+    report = await node.start()
+    assert ref.uid in report.rolled_back + report.finished
+    assert node.backend.gpu_instances(gpu) == ()
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert node.instances(gpu) == [("1g.10gb", 3)]

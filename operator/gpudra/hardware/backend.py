@@ -45,6 +45,18 @@ class MigProfileInfo(FrozenModel):
     ofa_engines: int
 
 
+class GpuInstanceInfo(FrozenModel):
+    """A MIG GPU instance as NVML lists it, whether or not a compute instance (and so a MIG device) exists in
+    it: a process killed between creating the two, or between destroying them, leaves one without. It holds its
+    memory slices all the same."""
+
+    gi_id: int
+    profile: str  # "1g.10gb", "1g.10gb+me"
+    placement_start: int
+    placement_size: int
+    compute_instances: int
+
+
 class HealthEventKind(StrEnum):
     XID = "xid"
     DOUBLE_BIT_ECC = "double-bit-ecc"
@@ -90,6 +102,10 @@ class GpuBackend(Protocol):
 
     def destroy_mig_device(self, gpu_index: int, gi_id: int) -> None:
         """Destroy a GPU instance: its compute instances first, then the instance itself."""
+        ...
+
+    def gpu_instances(self, gpu_index: int) -> tuple[GpuInstanceInfo, ...]:
+        """The GPU's MIG GPU instances, those without a compute instance (no MIG device shows them) too."""
         ...
 
     def set_compute_mode(self, gpu_uuid: str, exclusive_process: bool) -> None:

@@ -26,7 +26,13 @@ from gpudra.errors import (
     HardwareNotSupported,
     HardwareTimeout,
 )
-from gpudra.hardware.backend import HealthEvent, HealthEventKind, MigModeResult, MigProfileInfo
+from gpudra.hardware.backend import (
+    GpuInstanceInfo,
+    HealthEvent,
+    HealthEventKind,
+    MigModeResult,
+    MigProfileInfo,
+)
 from gpudra.hardware.inventory import FabricInfo, GpuInfo, MigDeviceInfo, NodeInventory, PciGpu
 from gpudra.hardware.nvml_mig import MigOperations
 from gpudra.hardware.nvml_vfio import VfioOperations
@@ -388,6 +394,9 @@ class NvmlBackend:
 
     def destroy_mig_device(self, gpu_index: int, gi_id: int) -> None:
         self._mig.destroy(gpu_index, gi_id)
+
+    def gpu_instances(self, gpu_index: int) -> tuple[GpuInstanceInfo, ...]:
+        return self._mig.gpu_instances(gpu_index)
 
     # -- passthrough -----------------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from gpudra.errors import HardwareError, HardwareInvalidArgument
-from gpudra.hardware.backend import MigModeResult, MigProfileInfo
+from gpudra.hardware.backend import GpuInstanceInfo, MigModeResult, MigProfileInfo
 from gpudra.hardware.catalog import MIB, PROFILE_SUFFIX_BY_CONSTANT, mig_profile_name
 from gpudra.hardware.inventory import MigDeviceInfo
 
@@ -271,12 +271,45 @@ class MigOperations:
         what = f"destroy MIG GPU instance {gi_id}"
         with self._calls.errors(what, gpu_index):
             gi = nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+        for ci in self._compute_instances(gi, gpu_index, what):
+            with self._calls.errors(f"{what} (compute instances)", gpu_index):
+                nvml.nvmlComputeInstanceDestroy(ci)
+        with self._calls.errors(what, gpu_index):
+            nvml.nvmlGpuInstanceDestroy(gi)
+
+    def _compute_instances(self, gi: Any, gpu_index: int, what: str) -> list[Any]:
+        nvml = self._calls.nvml
+        found = []
         for ci_profile in list(self._ci_profiles(gi, gpu_index)):
             with self._calls.errors(f"{what} (compute instances)", gpu_index):
                 count = ctypes.c_uint(max(int(ci_profile.instanceCount), 1))
                 array = (nvml.c_nvmlComputeInstance_t * count.value)()
                 nvml.nvmlGpuInstanceGetComputeInstances(gi, int(ci_profile.id), array, ctypes.byref(count))
-                for i in range(count.value):
-                    nvml.nvmlComputeInstanceDestroy(array[i])
-        with self._calls.errors(what, gpu_index):
-            nvml.nvmlGpuInstanceDestroy(gi)
+                found += [array[i] for i in range(count.value)]
+        return found
+
+    def gpu_instances(self, gpu_index: int) -> tuple[GpuInstanceInfo, ...]:
+        """Every GPU instance of the GPU, those without a compute instance too, ordered by placement."""
+        nvml = self._calls.nvml
+        handle = self._calls.handle(gpu_index)
+        found = []
+        for profile in self._gi_profiles(handle, gpu_index):
+            what = f"list the GPU instances of profile {profile.name}"
+            with self._calls.errors(what, gpu_index):
+                count = ctypes.c_uint(max(int(profile.info.instanceCount), 1))
+                array = (nvml.c_nvmlGpuInstance_t * count.value)()
+                nvml.nvmlDeviceGetGpuInstances(handle, profile.profile_id, array, ctypes.byref(count))
+                gis = [array[i] for i in range(count.value)]
+            for gi in gis:
+                with self._calls.errors(what, gpu_index):
+                    info = nvml.nvmlGpuInstanceGetInfo(gi)
+                found.append(
+                    GpuInstanceInfo(
+                        gi_id=int(info.id),
+                        profile=profile.name,
+                        placement_start=int(info.placement.start),
+                        placement_size=int(info.placement.size),
+                        compute_instances=len(self._compute_instances(gi, gpu_index, what)),
+                    )
+                )
+        return tuple(sorted(found, key=lambda g: (g.placement_start, g.gi_id)))

@@ -9,14 +9,14 @@ from collections.abc import Sequence
 from gpudra.agent.checkpoint import MigInstanceRecord
 from gpudra.agent.migdynamic.decisions import InstanceCreation
 from gpudra.errors import HardwareError
-from gpudra.hardware.backend import GpuBackend, MigProfileInfo
+from gpudra.hardware.backend import GpuBackend, GpuInstanceInfo, MigProfileInfo
 from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 
 
-def is_recorded(record: MigInstanceRecord, instance: MigDeviceInfo) -> bool:
+def is_recorded(record: MigInstanceRecord, instance: MigDeviceInfo | GpuInstanceInfo) -> bool:
     """Whether ``instance`` is the one ``record`` describes: same placement and, once known, same GI id."""
     if (instance.profile, instance.placement_start) != (record.profile, record.placement_start):
         return False
@@ -57,18 +57,22 @@ class MigInstances:
 
     def destroy(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
         """Destroy the recorded instances that still exist, found by GPU and placement (a record written
-        before the creation has no ids yet). A GPU gone from the node took its instances with it. Raises
-        HardwareError when an instance cannot be destroyed (the claim's entry stays, a retry repeats this)."""
+        before the creation has no ids yet), among the GPU instances: one whose compute instance a killed
+        process never created (or had destroyed already) is no MIG device, but still holds its memory slices. A
+        GPU gone from the node took its instances with it. Raises HardwareError when an instance cannot be
+        destroyed (the claim's entry stays, a retry repeats this)."""
         gpus = {gpu.uuid: gpu for gpu in self._backend.read_inventory().gpus}
         for record in records:
             gpu = gpus.get(record.parent_uuid)
             if gpu is None:
                 log.warning("GPU of a MIG instance is gone", uid=uid, gpu=record.parent_uuid)
                 continue
-            for instance in gpu.mig_devices:
+            devices = {m.gi_id: m.uuid for m in gpu.mig_devices}
+            for instance in self._backend.gpu_instances(gpu.index):
                 if is_recorded(record, instance):
                     self._backend.destroy_mig_device(gpu.index, instance.gi_id)
-                    log.info("MIG instance destroyed", uid=uid, gpu=gpu.uuid, instance=instance.uuid,
+                    log.info("MIG instance destroyed", uid=uid, gpu=gpu.uuid,
+                             instance=devices.get(instance.gi_id, "none: no compute instance"),
                              profile=record.profile, placement=record.placement_start)  # fmt: skip
 
     def lost(self, uid: str, records: Sequence[MigInstanceRecord]) -> bool:
