@@ -10,6 +10,7 @@ import pytest
 from _prepare_kit import NODE, Crash, Node, crash_and_restart, gpu_config
 
 from gpudra.agent.claimpreparer import no_hook
+from gpudra.agent.recovery import recover
 from gpudra.errors import HardwareError
 from gpudra.kube.resources import EVENTS
 
@@ -259,3 +260,23 @@ async def test_a_process_killed_between_the_gpu_instance_and_its_compute_instanc
     assert node.kubelet is not None
     assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
     assert node.instances(gpu) == [("1g.10gb", 3)]
+
+
+async def test_start_up_recovery_destroys_gpu_instances_without_a_compute_instance(node: Node) -> None:
+    """Whoever left it (a MigLayout step cut short, or a claim's record the checkpoint lost with an unreadable
+    file), a GPU instance without a compute instance is garbage at start-up: the GPU driver's recovery destroys
+    it and counts it; a complete MIG device beside it stays."""
+    gpu = node.make_dynamic(1)
+    node.backend.create_mig_device(gpu, "1g.10gb", 0)
+    handle = node.fake.nvmlDeviceGetHandleByIndex(gpu)
+    profile = node.fake.nvmlDeviceGetGpuInstanceProfileInfo(
+        handle, node.fake.NVML_GPU_INSTANCE_PROFILE_1_SLICE
+    )
+    placement = node.fake.c_nvmlGpuInstancePlacement_t(4, 1)
+    node.fake.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile.id, placement)
+    assert [g.compute_instances for g in node.backend.gpu_instances(gpu)] == [1, 0]
+
+    report = await recover(node.build(), bare_instances=True)
+    assert report.bare_instances_destroyed == 1
+    assert node.instances(gpu) == [("1g.10gb", 0)]
+    assert [g.compute_instances for g in node.backend.gpu_instances(gpu)] == [1]

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpudra.agent.migdynamic.instances import MigInstances
 from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.prepareplan import DeviceKey, device_targets
@@ -194,6 +195,34 @@ def test_a_crash_after_any_step_resumes_and_converges(
         assert not (state_dir / "mig-plan.json").exists(), "a finished plan leaves no checkpoint"
         crash_at += 1
     assert crash_at >= 3, "the transitions take several steps"
+
+
+def test_a_crash_between_a_gpu_instance_and_its_compute_instance_is_cleared_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # killed inside a create step: the GPU instance exists, its compute instance does not, so no MIG device shows
+    # it; the resumed plan's create at that placement fails until start-up recovery destroys the bare instance
+    fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
+    backend = NvmlBackend(NODE, nvml=fake)
+    backend.set_mig_mode(0, True)
+    want = desired({0: {"3g.40gb": 2}})
+
+    def killed(*args: object) -> None:
+        raise Crash
+
+    monkeypatch.setattr(fake, "nvmlGpuInstanceCreateComputeInstance", killed)
+    with pytest.raises(Crash):
+        apply(applier(backend, tmp_path), want)
+    monkeypatch.undo()
+    (bare,) = backend.gpu_instances(0)
+    assert (bare.profile, bare.compute_instances) == ("3g.40gb", 0)
+    assert layouts(backend.read_inventory())[0] == MigLayout(True)  # no MIG device shows it
+    assert apply(applier(backend, tmp_path), want).state == "failed"  # "memory slices overlap"
+
+    assert MigInstances(backend).destroy_bare() == 1  # the agent's start-up recovery
+    assert apply(applier(backend, tmp_path), want).state == "success"
+    assert layouts(backend.read_inventory())[0] == place_counts(H100, {"3g.40gb": 2})
+    assert [g.compute_instances for g in backend.gpu_instances(0)] == [1, 1]
 
 
 def test_a_mig_mode_change_waiting_for_a_reset_is_reported_not_retried(tmp_path: Path) -> None:

@@ -101,6 +101,10 @@ class ClaimEffects:
     async def destroy_instances(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
         await asyncio.to_thread(self.instances.destroy, uid, records)
 
+    async def destroy_bare_instances(self) -> int:
+        """See :meth:`MigInstances.destroy_bare`."""
+        return await asyncio.to_thread(self.instances.destroy_bare)
+
     async def instances_lost(self, uid: str, entry: ClaimEntry) -> bool:
         """Whether a dynamic MIG instance recorded for the claim is gone from its (present) GPU."""
         if not entry.mig_instances_created:

@@ -12,6 +12,10 @@
 - A PrepareCompleted claim whose dynamic MIG instance is gone (MIG instances do not survive a reboot or a GPU
   reset) is forgotten (``instances_lost``): its spec names a device that no longer exists, and the kubelet's next
   prepare, which comes before the pod's containers start again, creates the instance anew.
+- ``bare_instances`` (the GPU driver; the compute-domain driver runs beside its operations and does not): MIG GPU
+  instances without a compute instance are destroyed, on any MIG-enabled GPU. A process killed between creating
+  (or destroying) the GPU instance and its compute instance leaves one, for a claim or for a MigLayout step; it
+  holds memory slices that no MIG device shows.
 - Spec files no checkpoint entry owns are deleted, but only when the checkpoint could be trusted: after a reset
   the agent cannot tell which specs running pods still need, so it leaves them.
 - Half-written temp files are removed.
@@ -42,6 +46,7 @@ class RecoveryReport:
     instances_lost: list[str] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
+    bare_instances_destroyed: int = 0
 
 
 async def _ignore(problem: CheckpointError) -> None:
@@ -49,7 +54,11 @@ async def _ignore(problem: CheckpointError) -> None:
 
 
 async def recover(
-    preparer: ClaimPreparer, *, report_problem: ProblemReporter = _ignore, metrics: Metrics | None = None
+    preparer: ClaimPreparer,
+    *,
+    report_problem: ProblemReporter = _ignore,
+    metrics: Metrics | None = None,
+    bare_instances: bool = False,
 ) -> RecoveryReport:
     """Bring the checkpoint, the CDI directory and the GPUs' sharing settings back in line."""
     store, effects = preparer.store, preparer.effects
@@ -84,6 +93,11 @@ async def recover(
                 report.instances_lost.append(uid)
             else:
                 (report.rolled_back if entry.state == "PrepareStarted" else report.finished).append(uid)
+    if bare_instances:
+        try:
+            report.bare_instances_destroyed = await effects.destroy_bare_instances()
+        except GpudraError as exc:
+            log.error("could not look for GPU instances without a compute instance", error=str(exc))
     if trusted:
         owned = set(store.claims())
         for uid in await asyncio.to_thread(specs.claim_uids):
@@ -104,6 +118,7 @@ async def recover(
             ("rolled_back", len(report.rolled_back)),
             ("finished", len(report.finished)),
             ("orphan_removed", len(report.orphans_removed)),
+            ("bare_instance_destroyed", report.bare_instances_destroyed),
             ("checkpoint_reset", int(not trusted)),
         ):
             if count:

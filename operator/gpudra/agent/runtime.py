@@ -194,7 +194,10 @@ class AgentRuntime:
         if self.preparer is None:
             return
         self.recovery = await recover(
-            self.preparer, report_problem=self._report_checkpoint_problem, metrics=self._metrics
+            self.preparer,
+            report_problem=self._report_checkpoint_problem,
+            metrics=self._metrics,
+            bare_instances=True,
         )
         self.plugin_ready.set()
 

@@ -75,6 +75,32 @@ class MigInstances:
                              instance=devices.get(instance.gi_id, "none: no compute instance"),
                              profile=record.profile, placement=record.placement_start)  # fmt: skip
 
+    def destroy_bare(self) -> int:
+        """Destroy the GPU instances without a compute instance on every MIG-enabled GPU of the node, and return
+        how many. Only a process killed halfway through creating or destroying a MIG device (a claim's, or the
+        MigLayout applier's) leaves one: no MIG device shows it, nothing can use it, and it holds memory slices
+        that a later create at an overlapping placement needs. Safe only while no MIG change of this agent runs
+        (start-up, before the plugin answers and the applier starts). One that cannot be destroyed is logged and
+        left for the next start."""
+        destroyed = 0
+        for gpu in self._backend.read_inventory().gpus:
+            if not gpu.mig_enabled:
+                continue
+            for instance in self._backend.gpu_instances(gpu.index):
+                if instance.compute_instances:
+                    continue
+                try:
+                    self._backend.destroy_mig_device(gpu.index, instance.gi_id)
+                except HardwareError as exc:
+                    log.error("cannot destroy a GPU instance without a compute instance", gpu=gpu.uuid,
+                              gpu_instance=instance.gi_id, error=str(exc))  # fmt: skip
+                    continue
+                destroyed += 1
+                log.warning("destroyed a GPU instance without a compute instance (left by a killed process)",
+                            gpu=gpu.uuid, gpu_instance=instance.gi_id, profile=instance.profile,
+                            placement=instance.placement_start)  # fmt: skip
+        return destroyed
+
     def lost(self, uid: str, records: Sequence[MigInstanceRecord]) -> bool:
         """Whether a recorded instance is gone from its GPU (present): a reboot or GPU reset took it."""
         try:
