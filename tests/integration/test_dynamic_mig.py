@@ -153,8 +153,9 @@ async def test_1g_claim_creates_the_instance_at_prepare_and_destroys_it_after_th
 async def test_a_pod_deleted_while_its_instance_is_being_created_leaves_nothing_behind(
     cluster: EmbeddedCluster,
 ) -> None:
-    # NVML takes its time creating the instance, and the pod is deleted meanwhile: the prepare runs to its end
-    # before the claim is unprepared, so the instance it made is destroyed and no checkpoint entry is left
+    # NVML takes its time creating the instance, and the pod is deleted meanwhile: the kubelet cancels its call, the
+    # agent lets NVML finish, rolls the prepare back, and only then lets the unprepare take the claim's lock, so
+    # the instance it made is destroyed and no checkpoint entry is left
     preparer = cluster.runtimes[NODE].preparer
     assert preparer is not None
     instances = preparer.effects.instances

@@ -3,8 +3,10 @@ checkpoints; a reboot that wiped the CDI directory."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+import threading
 
 import pytest
 from _prepare_kit import NODE, Crash, Node, crash_and_restart, gpu_config
@@ -280,3 +282,42 @@ async def test_start_up_recovery_destroys_gpu_instances_without_a_compute_instan
     assert report.bare_instances_destroyed == 1
     assert node.instances(gpu) == [("1g.10gb", 0)]
     assert [g.compute_instances for g in node.backend.gpu_instances(gpu)] == [1]
+
+
+async def test_a_prepare_cancelled_while_nvml_creates_its_instance_rolls_back_after_the_create(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet gives up on the call (gRPC cancels the handler) while NVML is creating the claim's instance in a
+    worker thread. The create ends first, then the rollback destroys it: nothing is left for the kubelet's
+    unprepare to miss, and the claim's lock is released only then."""
+    gpu = node.make_dynamic(1)
+    ref = await node.claim("abandoned", {"mig": DYNAMIC_DEVICE})
+    preparer = node.build()
+    await preparer.store.load()
+    create = node.fake.nvmlDeviceCreateGpuInstanceWithPlacement
+    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_create(*args: object) -> object:
+        entered.set()
+        release.wait(timeout=30)
+        try:
+            return create(*args)
+        finally:
+            returned.set()
+
+    monkeypatch.setattr(node.fake, "nvmlDeviceCreateGpuInstanceWithPlacement", slow_create)
+    call = asyncio.create_task(preparer.prepare([ref]))
+    await asyncio.to_thread(entered.wait, 30)
+    call.cancel()
+    # nothing may end the call while NVML still creates (a bound on a non-event: it cannot fail spuriously)
+    finished, _ = await asyncio.wait([call], timeout=1.0)
+    assert not finished, "the prepare ended (and rolled back) before NVML had created its instance"
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.to_thread(returned.wait, 30)
+    assert node.backend.gpu_instances(gpu) == ()
+    assert ref.uid not in preparer.store.claims() and node.spec_of(ref) is None
+    monkeypatch.undo()
+    assert (await preparer.prepare([ref]))[ref.uid].error == ""
+    assert node.instances(gpu) == [("1g.10gb", 3)]

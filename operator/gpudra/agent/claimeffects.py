@@ -7,7 +7,9 @@
   each bind or give-back, so that the slices follow at once).
 
 No checkpoint here: :class:`gpudra.agent.claimpreparer.ClaimPreparer` decides when each change happens and
-records it first, so a crash at any point leaves a record of every change that may have been made.
+records it first, so a crash at any point leaves a record of every change that may have been made. Each change
+runs in a worker thread to its end even when the prepare is cancelled meanwhile (:mod:`gpudra.agent.uninterrupted`):
+the rollback that follows then finds what it undoes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import ClaimEntry, MigInstanceRecord, VfioBindingRecord
@@ -22,11 +25,19 @@ from gpudra.agent.devicemetadata import remove_claim_files, write_files
 from gpudra.agent.migdynamic.decisions import InstanceCreation
 from gpudra.agent.migdynamic.instances import MigInstances
 from gpudra.agent.prepareplan import ClaimPlan, sharing_actions
+from gpudra.agent.uninterrupted import to_the_end
 from gpudra.errors import HardwareError
 from gpudra.hardware.backend import GpuBackend
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+async def _change(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """``fn`` (blocking: NVML, the file system) in a worker thread, awaited to its end."""
+    return await to_the_end(asyncio.to_thread(fn, *args, **kwargs))
 
 
 class ClaimEffects:
@@ -52,9 +63,9 @@ class ClaimEffects:
     async def apply_sharing(self, entry: ClaimEntry) -> None:
         for action in sharing_actions(entry.devices, entry.configs):
             if action.exclusive_process:
-                await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, True)
+                await _change(self._backend.set_compute_mode, action.gpu_uuid, True)
             if action.time_slice is not None:
-                await asyncio.to_thread(self._backend.set_time_slice, action.gpu_uuid, action.time_slice)
+                await _change(self._backend.set_time_slice, action.gpu_uuid, action.time_slice)
 
     async def undo_sharing(self, uid: str, entry: ClaimEntry, *, held: Collection[str]) -> None:
         """Back to the defaults, except on GPUs in ``held`` (UUIDs another claim still holds: a shared GPU keeps
@@ -65,9 +76,9 @@ class ClaimEffects:
                 continue
             try:
                 if action.exclusive_process:
-                    await asyncio.to_thread(self._backend.set_compute_mode, action.gpu_uuid, False)
+                    await _change(self._backend.set_compute_mode, action.gpu_uuid, False)
                 if action.time_slice is not None:
-                    await asyncio.to_thread(self._backend.set_time_slice, action.gpu_uuid, 0)
+                    await _change(self._backend.set_time_slice, action.gpu_uuid, 0)
             except HardwareError as exc:
                 log.warning("could not undo a sharing setting", uid=uid, gpu=action.gpu_uuid, error=str(exc))
 
@@ -75,20 +86,20 @@ class ClaimEffects:
 
     async def write_files(self, uid: str, plan: ClaimPlan) -> Path:
         """The plan's device metadata files, then the CDI spec that mounts them; the spec's path."""
-        await asyncio.to_thread(write_files, plan.metadata_files)
-        return await asyncio.to_thread(self.specs.write_document, uid, plan.cdi_document)
+        await _change(write_files, plan.metadata_files)
+        return await _change(self.specs.write_document, uid, plan.cdi_document)
 
     async def ensure_spec(self, uid: str, entry: ClaimEntry) -> None:
         """Rewrite a prepared claim's CDI spec when the file is gone."""
         if entry.cdi_document is not None and await asyncio.to_thread(self.specs.read, uid) is None:
             log.warning("CDI spec of a prepared claim was missing; rewritten", uid=uid)
-            await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
+            await _change(self.specs.write_document, uid, entry.cdi_document)
 
     async def remove_files(self, uid: str, entry: ClaimEntry | None) -> None:
         """The CDI spec and, when ``entry`` says whose they are, the device metadata files."""
-        await asyncio.to_thread(self.specs.delete, uid)
+        await _change(self.specs.delete, uid)
         if entry is not None and self.data_dir is not None:
-            await asyncio.to_thread(remove_claim_files, self.data_dir, entry.namespace, entry.name)
+            await _change(remove_claim_files, self.data_dir, entry.namespace, entry.name)
 
     # -- dynamic MIG instances -------------------------------------------------------------------------------
 
@@ -96,10 +107,10 @@ class ClaimEffects:
         self, uid: str, creations: Sequence[InstanceCreation]
     ) -> list[MigInstanceRecord]:
         """Create the planned instances; their records with the ids NVML gave them."""
-        return await asyncio.to_thread(self.instances.create, uid, creations)
+        return await _change(self.instances.create, uid, creations)
 
     async def destroy_instances(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
-        await asyncio.to_thread(self.instances.destroy, uid, records)
+        await _change(self.instances.destroy, uid, records)
 
     async def destroy_bare_instances(self) -> int:
         """See :meth:`MigInstances.destroy_bare`."""
@@ -116,7 +127,7 @@ class ClaimEffects:
     async def bind(self, bindings: Sequence[VfioBindingRecord]) -> None:
         try:
             for binding in bindings:
-                await asyncio.to_thread(self._backend.bind_vfio, binding.pci_bus_id)
+                await _change(self._backend.bind_vfio, binding.pci_bus_id)
         finally:
             self._hardware_changed()
 
@@ -124,7 +135,7 @@ class ClaimEffects:
         """Back to the nvidia driver; a GPU that cannot go back keeps the claim recorded (the kubelet retries)."""
         try:
             for binding in bindings:
-                await asyncio.to_thread(self._backend.unbind_vfio, binding.pci_bus_id)
+                await _change(self._backend.unbind_vfio, binding.pci_bus_id)
         finally:
             self._hardware_changed()
 
@@ -146,5 +157,5 @@ class ClaimEffects:
             return False
         if await asyncio.to_thread(self.specs.read, uid) == entry.cdi_document:
             return False
-        await asyncio.to_thread(self.specs.write_document, uid, entry.cdi_document)
+        await _change(self.specs.write_document, uid, entry.cdi_document)
         return True

@@ -8,9 +8,10 @@ the GPUs and MIG devices present now, resolve the opaque configs, refuse devices
     ids)] -> checkpoint PrepareStarted (with the plan) -> sharing settings -> CDI spec written -> PrepareCompleted
 
 and report ``status.devices`` Ready on the claim (:mod:`gpudra.agent.claimstatus`). A failure after
-PrepareStarted is rolled back at once; a crash is repaired at the next start (:mod:`gpudra.agent.recovery`). A
-second prepare of a completed claim answers from the checkpoint. Unprepare undoes exactly what the checkpoint says
-was done, and an unknown claim is a success.
+PrepareStarted is rolled back at once, and so is a prepare cancelled because the kubelet gave up on the call (the
+hardware step in progress ends first, the rollback runs to its end, then the cancellation goes on); a crash is
+repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from the
+checkpoint. Unprepare undoes exactly what the checkpoint says was done, and an unknown claim is a success.
 
 This module holds the protocol: the order of the steps and what the checkpoint records before each. It composes
 :class:`DeviceReservations` (who holds which device: :mod:`gpudra.agent.reservations`), :class:`ClaimEffects`
@@ -59,6 +60,7 @@ from gpudra.agent.prepareplan import (
     select_results,
 )
 from gpudra.agent.reservations import DeviceReservations
+from gpudra.agent.uninterrupted import to_the_end
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.api.nvidia import SharingFeatures
 from gpudra.errors import (
@@ -289,11 +291,19 @@ class ClaimPreparer:
                 await self.store.transition(ref.uid, "PrepareCompleted", cdi_spec=str(path))
                 self.hook("prepare_completed")
                 return plan
-            except Exception:
+            except (Exception, asyncio.CancelledError) as exc:
                 recorded = self.store.get(ref.uid)
                 if recorded is not None and recorded is not before:
-                    log.warning("prepare failed midway; rolling back", uid=ref.uid)
-                    await self.undo(ref.uid, recorded)
+                    cancelled = isinstance(exc, asyncio.CancelledError)
+                    log.warning(
+                        "prepare cancelled midway (the kubelet gave up on the call); rolling back"
+                        if cancelled
+                        else "prepare failed midway; rolling back",
+                        uid=ref.uid,
+                    )
+                    # to its end under the claim's lock: the kubelet's unprepare, waiting for the lock, must not
+                    # find a rollback half done
+                    await to_the_end(self.undo(ref.uid, recorded))
                 raise
 
     async def _create_instances(self, uid: str, creations: Sequence[InstanceCreation]) -> NodeInventory:

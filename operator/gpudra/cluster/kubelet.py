@@ -7,9 +7,7 @@ driver preferred, like the kubelet: :mod:`gpudra.cluster.pluginwatch`);
 then it marks the pod Running and Ready. A failure posts Event FailedPrepareDynamicResources on the pod and is
 retried with backoff; meanwhile the pod is Pending with its containers waiting (ContainerCreating), as a real
 kubelet shows it. The statuses it writes are those of a 1.37 kubelet (see podstatus.py). When a pod goes away,
-its claims that no other pod on the node still uses are unprepared (retried until they succeed), once a
-NodePrepareResources call in flight for it has returned: a claim sees one call at a time, so an unprepare never
-overtakes the prepare it undoes.
+its claims that no other pod on the node still uses are unprepared (retried until they succeed).
 
 Containers do not run, with one exception: a ComputeDomain's IMEX daemon pod (labelled as the controller's
 DaemonSet labels it) runs as a simulated daemon coroutine, the same registration code as ``gpudra
@@ -141,7 +139,6 @@ class StandInKubelet:
             str, list[tuple[str, ClaimRef]]
         ] = {}  # pod uid -> (driver, claim) handed to prepare
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._preparing: dict[str, asyncio.Task[dict[str, list[ClaimDevice]]]] = {}  # pod uid -> prepare call
         self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()
         self._terminating: set[str] = set()  # pod uids being torn down
@@ -158,7 +155,7 @@ class StandInKubelet:
         try:
             await self._informer.run()
         finally:
-            for task in [*self._tasks.values(), *self._preparing.values(), *self._background, health]:
+            for task in [*self._tasks.values(), *self._background, health]:
                 task.cancel()
             await asyncio.shield(self.health.close())
             for stop, task in self._daemons.values():
@@ -228,22 +225,6 @@ class StandInKubelet:
                 )
         return prepared
 
-    async def _prepare_call(
-        self, pod_uid: str, by_driver: dict[str, list[ClaimRef]]
-    ) -> dict[str, list[ClaimDevice]]:
-        """:meth:`_prepare` in a task of its own that the pod's deletion waits for instead of cancelling."""
-        call = asyncio.create_task(self._prepare(by_driver), name=f"kubelet {self.node} prepare {pod_uid}")
-        self._preparing[pod_uid] = call
-
-        def done(task: asyncio.Task[dict[str, list[ClaimDevice]]]) -> None:
-            if self._preparing.get(pod_uid) is task:
-                del self._preparing[pod_uid]
-            if not task.cancelled():
-                task.exception()  # the start task reports it; one that was cancelled meanwhile does not
-
-        call.add_done_callback(done)
-        return await asyncio.shield(call)
-
     async def _start_pod(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
         delay = 0.1
@@ -256,7 +237,7 @@ class StandInKubelet:
                     # prepare that failed or was cut short (the plugin killed mid-call) may have prepared it all
                     # the same, so the pod's deletion must unprepare it.
                     self._prepared[uid] = [(d, r) for d, refs in sorted(by_driver.items()) for r in refs]
-                    prepared = await self._prepare_call(uid, by_driver)
+                    prepared = await self._prepare(by_driver)
                     devices = container_devices(
                         pod, {name: [d.device for d in ds] for name, ds in prepared.items()}
                     )
@@ -379,9 +360,6 @@ class StandInKubelet:
         and its resources reclaimed."""
         meta = pod["metadata"]
         try:
-            call = self._preparing.get(meta["uid"])
-            if call is not None:
-                await asyncio.wait([call])
             await self._release(meta["uid"])
             if finish:
                 with contextlib.suppress(NotFoundError, ConflictError):

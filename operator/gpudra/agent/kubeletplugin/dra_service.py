@@ -4,13 +4,6 @@ The kubelet discards a whole response on an RPC error and fails the pod if a req
 the response map. So this layer never lets one claim's trouble become an RPC error: handler exceptions and
 claims the handler forgot become per-claim error strings, and entries for claims that were not asked for are
 dropped.
-
-A call the kubelet gives up on (its context cancelled: the pod was deleted, or a timeout) does not cancel the
-handler: gRPC cancels the server side of the call, but the handler runs on in a task of its own until it has
-finished or rolled back. Cancelling it halfway would leave what it had done (a MIG instance an NVML thread is
-still creating, a checkpoint entry) with nobody to undo it, and the kubelet's next NodeUnprepareResources,
-waiting for the claim's lock, would find a state that is still changing. :meth:`DRAPluginServicer.drain` waits
-for such calls when the plugin stops.
 """
 
 from __future__ import annotations
@@ -97,12 +90,6 @@ class DRAPluginServicer:
         self._pb = PB_MODULES[api_version]
         self._handler = handler
         self._observer = observer
-        self._running: set[asyncio.Task[Any]] = set()
-
-    async def drain(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for handler calls whose caller went away to finish."""
-        if self._running:
-            await asyncio.wait(set(self._running), timeout=timeout)
 
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
         claims = claims_from_pb(request.claims)
@@ -146,33 +133,9 @@ class DRAPluginServicer:
         call: Callable[[Sequence[ClaimRef]], Awaitable[Mapping[str, _R]]],
         result_type: type[_R],
     ) -> tuple[dict[str, _R], bool]:
-        """Call the handler (to its end, even when the caller goes away); return one result per claim and
-        whether the handler raised."""
+        """Call the handler; return one result per claim and whether the handler raised."""
         if not claims:
             return {}, False
-        task = asyncio.create_task(
-            self._run(method, claims, call, result_type), name=f"{method} {len(claims)}"
-        )
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if not task.done():
-                log.warning(
-                    "%s of %s: the kubelet cancelled the call; the handler runs on to its end",
-                    method,
-                    ", ".join(f"{c.namespace}/{c.name}" for c in claims),
-                )
-            raise
-
-    async def _run(
-        self,
-        method: Method,
-        claims: list[ClaimRef],
-        call: Callable[[Sequence[ClaimRef]], Awaitable[Mapping[str, _R]]],
-        result_type: type[_R],
-    ) -> tuple[dict[str, _R], bool]:
         try:
             return self._complete(method, claims, await call(claims), result_type), False
         except asyncio.CancelledError:

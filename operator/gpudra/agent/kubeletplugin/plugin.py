@@ -135,11 +135,9 @@ class KubeletPlugin:
         self.supported_versions = [V1_SERVICE, V1BETA1_SERVICE] + (
             list(HEALTH_SERVICES) if health_source else []
         )
+        self._handler = handler
+        self._observer = observer
         self._grace = stop_grace_seconds
-        self._dra_servicers = (
-            DRAPluginServicer("v1", handler, observer),
-            DRAPluginServicer("v1beta1", handler, observer),
-        )
         self._registration = RegistrationServicer(driver_name, self.dra_socket, self.supported_versions)
         self._health = [
             DRAResourceHealthServicer(v, health_source) for v in ("v1", "v1alpha1") if health_source
@@ -202,8 +200,6 @@ class KubeletPlugin:
             self._remove_own(self.registration_socket)
         if dra is not None:
             await dra.stop(self._grace)
-            for servicer in self._dra_servicers:
-                await servicer.drain(self._grace)
             self._remove_own(self.dra_socket)
 
     async def __aenter__(self) -> Self:
@@ -217,8 +213,12 @@ class KubeletPlugin:
 
     async def _serve_dra(self) -> grpc.aio.Server:
         server = grpc.aio.server()
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(self._dra_servicers[0], server)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(self._dra_servicers[1], server)
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
+            DRAPluginServicer("v1", self._handler, self._observer), server
+        )
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
+            DRAPluginServicer("v1beta1", self._handler, self._observer), server
+        )
         for servicer in self._health:
             add = {
                 "v1": dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server,
