@@ -5,7 +5,6 @@ and explained, and the whole GPU never allocated beside one of its MIG devices."
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from gpudra.kube.resources import (
     RESOURCE_SLICES,
 )
 from gpudra.reports import fleet_table, list_fleet
+from gpudra.testing import HeldCall
 
 NODE = "dgx-h100-0"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -159,23 +159,13 @@ async def test_a_pod_deleted_while_its_instance_is_being_created_leaves_nothing_
     preparer = cluster.runtimes[NODE].preparer
     assert preparer is not None
     instances = preparer.effects.instances
-    create = instances.create
-    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
-
-    def slow_create(*args: Any) -> Any:
-        entered.set()
-        release.wait(timeout=60)
-        try:
-            return create(*args)
-        finally:
-            returned.set()
-
-    instances.create = slow_create  # type: ignore[method-assign,assignment]
+    create = HeldCall(instances.create)
+    instances.create = create  # type: ignore[method-assign]
     client = client_of(cluster)
     await run_pod_with_claim(
         client, "slow", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
     )
-    await eventually(entered.is_set, timeout=30, what="NVML asked to create the instance")
+    await eventually(create.entered.is_set, timeout=30, what="NVML asked to create the instance")
     uid = (await client.get(PODS, "slow", "default"))["metadata"]["uid"]
     await client.delete(PODS, "slow", "default")
     kubelet = cluster.kubelets[NODE]
@@ -188,8 +178,8 @@ async def test_a_pod_deleted_while_its_instance_is_being_created_leaves_nothing_
         return uid in kubelet.terminating or await pod_gone()
 
     await eventually(teardown_seen, what="the kubelet tearing the pod down")
-    release.set()
-    await eventually(returned.is_set, what="NVML done creating")
+    create.release.set()
+    await eventually(create.returned.is_set, what="NVML done creating")
 
     def nothing_left() -> bool:
         instances_left = any(g.mig_devices for g in inventory(cluster).gpus)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import threading
 
 import pytest
 from _prepare_kit import NODE, Crash, Node, crash_and_restart, gpu_config
@@ -15,6 +14,7 @@ from gpudra.agent.claimpreparer import no_hook
 from gpudra.agent.recovery import recover
 from gpudra.errors import HardwareError
 from gpudra.kube.resources import EVENTS
+from gpudra.testing import HeldCall
 
 
 @pytest.fixture
@@ -294,28 +294,18 @@ async def test_a_prepare_cancelled_while_nvml_creates_its_instance_rolls_back_af
     ref = await node.claim("abandoned", {"mig": DYNAMIC_DEVICE})
     preparer = node.build()
     await preparer.store.load()
-    create = node.fake.nvmlDeviceCreateGpuInstanceWithPlacement
-    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
-
-    def slow_create(*args: object) -> object:
-        entered.set()
-        release.wait(timeout=30)
-        try:
-            return create(*args)
-        finally:
-            returned.set()
-
-    monkeypatch.setattr(node.fake, "nvmlDeviceCreateGpuInstanceWithPlacement", slow_create)
+    create = HeldCall(node.fake.nvmlDeviceCreateGpuInstanceWithPlacement, hold=30)
+    monkeypatch.setattr(node.fake, "nvmlDeviceCreateGpuInstanceWithPlacement", create)
     call = asyncio.create_task(preparer.prepare([ref]))
-    await asyncio.to_thread(entered.wait, 30)
+    await asyncio.to_thread(create.entered.wait, 30)
     call.cancel()
     # nothing may end the call while NVML still creates (a bound on a non-event: it cannot fail spuriously)
     finished, _ = await asyncio.wait([call], timeout=1.0)
     assert not finished, "the prepare ended (and rolled back) before NVML had created its instance"
-    release.set()
+    create.release.set()
     with pytest.raises(asyncio.CancelledError):
         await call
-    await asyncio.to_thread(returned.wait, 30)
+    await asyncio.to_thread(create.returned.wait, 30)
     assert node.backend.gpu_instances(gpu) == ()
     assert ref.uid not in preparer.store.claims() and node.spec_of(ref) is None
     monkeypatch.undo()

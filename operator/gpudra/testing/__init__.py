@@ -6,12 +6,15 @@ watch event, never for a fixed time.
   seen.
 - ``watch_until(client, resource, test)`` lists, then watches from the list's resourceVersion, and returns the first
   object that passes ``test``: a change cannot slip between a check and the wait, as it can with a sleep.
+- ``HeldCall(fn)`` stands in for a blocking function (an NVML call, say) and holds each call at its start until
+  released, so a test can act while the call is under way and then wait for it to end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
@@ -92,3 +95,22 @@ async def watch_until(
         return await asyncio.wait_for(wait(), timeout)
     except TimeoutError:
         raise AssertionError(f"no {resource.plural} passed the test within {timeout}s") from None
+
+
+class HeldCall:
+    """``fn``, each call held at its start until :attr:`release` is set (at most ``hold`` seconds): :attr:`entered`
+    is set when a call arrives, :attr:`returned` when it has ended. Events of ``threading``: the call runs in a
+    worker thread."""
+
+    def __init__(self, fn: Callable[..., Any], *, hold: float = 60.0) -> None:
+        self._fn = fn
+        self._hold = hold
+        self.entered, self.release, self.returned = threading.Event(), threading.Event(), threading.Event()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        self.release.wait(timeout=self._hold)
+        try:
+            return self._fn(*args, **kwargs)
+        finally:
+            self.returned.set()
