@@ -250,12 +250,16 @@ def fill_and_churn(
     fill = [claim(f"c{i}", selectors=(H100,)) for i in range(claims_n)]
     compile_selector('device.driver == "warm-up"')  # the process's CEL environment, not a claim's selectors
     gc.collect()
+    full_before, heap = gc.get_stats()[2]["collections"], len(gc.get_objects())
     t_start, cpu_start = time.perf_counter(), time.process_time()
     for c in fill:
         out, dt = timed(functools.partial(allocate_and_read, allocator, c, order))
         lat.append(dt)
         done.append(out)
     fill_s, fill_cpu = time.perf_counter() - t_start, time.process_time() - cpu_start
+    full_passes = gc.get_stats()[2]["collections"] - full_before
+    gc.collect()
+    kept = (len(gc.get_objects()) - heap) / claims_n
     rng = random.Random(seed)
     churn_lat: list[float] = []
     again = [claim(f"x{i}", selectors=(H100,)) for i in range(churn)]
@@ -289,7 +293,9 @@ def fill_and_churn(
     )
     print(
         f"  ingesting the {nodes} slices ({nodes * 8} devices: pools, CEL views, index) before the fill: "
-        f"{ingest_s * 1000:,.0f} ms"
+        f"{ingest_s * 1000:,.0f} ms; the fill kept {kept:.1f} tracked objects per claim and ran {full_passes} full"
+        f" garbage collection(s) over the {heap:,}-object heap (one starts each time the survivors reach a quarter"
+        " of the heap)"
     )
     print(
         f"  steady-state churn ({churn} free+allocate): {churn / churn_s:,.0f} claims/s "
