@@ -1,20 +1,23 @@
-"""The embedded API server in a process of its own (``gpudra up --api-server-process``, the ComputeDomain bench):
-the cluster works as with the in-process server, the kubeconfig points at it, its 409s are readable over HTTP,
-and stopping the cluster ends the process."""
+"""The embedded API server in a process of its own (``gpudra up --api-server-process``, a large fleet, the
+ComputeDomain bench): the cluster works as with the in-process server, the kubeconfig points at it, its 409s are
+readable over HTTP, feature gates reach it, and stopping the cluster ends the process."""
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from clusterkit import StartCluster, eventually
+from gpudra.cluster import up
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.errors import ConflictError
 from gpudra.kube.resources import CONFIGMAPS, PODS
+from listattrkit import GATE, gate_on_scenario, start
 
 
 async def test_a_cluster_with_its_api_server_in_another_process(start_cluster: StartCluster) -> None:
@@ -63,3 +66,16 @@ async def test_a_server_process_that_cannot_listen_says_so(tmp_path: Path) -> No
         with pytest.raises(RuntimeError, match="exited before it served"):
             await server.start()
     assert server.pid is None
+
+
+async def test_a_large_fleet_runs_its_api_server_apart_with_the_gates_it_was_given(
+    start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(up, "LARGE_FLEET", 1)  # a one-node fleet counts as large here
+    interval = sys.getswitchinterval()
+    cluster = await start(start_cluster, GATE)
+    assert cluster.server is None and cluster.server_process is not None
+    assert sys.getswitchinterval() == up.LARGE_FLEET_SWITCH_INTERVAL
+    await gate_on_scenario(cluster)  # list attributes are kept: the gate reached the server's process
+    await cluster.stop()
+    assert sys.getswitchinterval() == interval

@@ -41,8 +41,17 @@ class DeviceAttribute(WireModel):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> DeviceAttribute:
-        fields = (self.int_, self.bool_, self.string, self.version, self.ints, self.bools, self.strings)
-        if sum(v is not None for v in (*fields, self.versions)) != 1:
+        set_ = (
+            (self.int_ is not None)
+            + (self.bool_ is not None)
+            + (self.string is not None)
+            + (self.version is not None)
+            + (self.ints is not None)
+            + (self.bools is not None)
+            + (self.strings is not None)
+            + (self.versions is not None)
+        )  # written out: every attribute of every published device passes here
+        if set_ != 1:
             raise ValueError(
                 "a device attribute must have exactly one of int, bool, string, version, ints, bools, strings, "
                 "versions"

@@ -1,8 +1,9 @@
 """The embedded API server in a process of its own.
 
 In one process the API server, the simulated nodes and the controller share one core (the GIL); in a real
-cluster the API server is a process of its own. ``gpudra up --api-server-process`` and the ComputeDomain
-benchmark run it so: the server's work (request decoding, storage, watch fan-out) goes to another core.
+cluster the API server is a process of its own. ``gpudra up`` runs it so from 100 simulated nodes on (or with
+``--api-server-process``), and so does the ComputeDomain benchmark: the server's work (request decoding, storage,
+watch fan-out) goes to another core.
 Tests keep the in-process server, whose objects they inspect directly.
 """
 
@@ -22,8 +23,8 @@ from .server import CONFLICTS_PATH, EmbeddedAPIServer
 STOP = "stop"
 
 
-async def _serve(port: int, kubeconfig: Path, conn: Connection) -> None:
-    server = EmbeddedAPIServer(port=port)
+async def _serve(port: int, kubeconfig: Path, gates: frozenset[str], conn: Connection) -> None:
+    server = EmbeddedAPIServer(port=port, feature_gates=gates)
     url = await server.start()
     try:
         server.write_kubeconfig(kubeconfig)
@@ -35,16 +36,19 @@ async def _serve(port: int, kubeconfig: Path, conn: Connection) -> None:
         await server.stop()
 
 
-def _main(port: int, kubeconfig: Path, conn: Connection) -> None:
-    asyncio.run(_serve(port, kubeconfig, conn))
+def _main(port: int, kubeconfig: Path, gates: frozenset[str], conn: Connection) -> None:
+    asyncio.run(_serve(port, kubeconfig, gates, conn))
 
 
 class APIServerProcess:
     """Start with :meth:`start`; the server writes the kubeconfig before it answers with its URL."""
 
-    def __init__(self, *, port: int = 0, kubeconfig: Path) -> None:
+    def __init__(
+        self, *, port: int = 0, kubeconfig: Path, feature_gates: frozenset[str] = frozenset()
+    ) -> None:
         self._port = port
         self._kubeconfig = kubeconfig
+        self._gates = feature_gates
         self._conn: Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
         self.url = ""
@@ -53,7 +57,10 @@ class APIServerProcess:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
         self._process = context.Process(
-            target=_main, args=(self._port, self._kubeconfig, child), name="gpudra-apiserver", daemon=True
+            target=_main,
+            args=(self._port, self._kubeconfig, self._gates, child),
+            name="gpudra-apiserver",
+            daemon=True,
         )
         self._process.start()
         child.close()
