@@ -219,7 +219,8 @@ def _node_selector(node: str, entries: list[DeviceEntry]) -> NodeSelector | None
 @functools.lru_cache(maxsize=8192)
 def _on_node(node: str) -> NodeSelector:
     """``metadata.name In [node]``, one object per node shared by the node's results (a dozen objects less per
-    claim for the garbage collector to visit)."""
+    claim for the garbage collector to visit). Shared: a result's node selector is never changed in place (the
+    scheduler copies a result with ``model_copy(update=...)``, which replaces fields, not their contents)."""
     name = NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
     return NodeSelector(node_selector_terms=[NodeSelectorTerm(match_fields=[name])])
 
