@@ -81,7 +81,7 @@ simulated node while threads compute beside it (simulated NVML reads, the contro
 blocks in a system call (a socket write, a file read) a computing thread takes the GIL, and the loop waits up to the
 interval to get it back. At 1,000 nodes those waits were a quarter of the loop's time; at 0.5 ms the fleet came up
 22 % sooner (48.5 and 50.3 s against 61.1 and 65.8 s, 2026-11-27). A 64-tray ComputeDomain run, where two event
-loops trade the GIL, was no faster (9.3 s against 10.1 and 11.2 s), so small fleets keep the default."""
+loops trade the GIL, was no faster (10.1 and 11.2 s at 0.5 ms, 9.3 s at 5 ms), so small fleets keep the default."""
 
 
 def pod_uid() -> str:
