@@ -24,6 +24,7 @@ from _allocator_kit import (
 from _allocator_oracle_cases import ORACLE_CASES
 
 from gpudra.allocator import Allocation, DeviceId, Failure, NodeInfo
+from gpudra.allocator import snapshot as snapshot_module
 from gpudra.api.dra import (
     CapacityRequestPolicy,
     CapacityRequestPolicyRange,
@@ -688,6 +689,31 @@ def test_find_node_takes_the_first_node_that_fits_in_order() -> None:
     outcome = allocator.find_node([claim("c", req(count=2))])
     assert isinstance(outcome, Allocation)
     assert outcome.node == "n2"
+
+
+def test_a_long_running_scheduler_keeps_a_bounded_log_of_frees_and_still_finds_freed_devices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every free is logged so that remembered first-fit positions can resume; a scheduler frees devices for as
+    long as it runs, so the log keeps only its newest entries, and a scan remembered before the dropped ones
+    looks at every node again rather than missing a device they gave back."""
+    monkeypatch.setattr(snapshot_module, "FREED_KEPT", 4)
+    allocator = make_allocator([gpus(f"n{i}", 2) for i in range(4)])
+    placed = []
+    for i in range(8):
+        outcome = allocator.find_node([claim(f"c{i}", req())])
+        assert isinstance(outcome, Allocation)
+        allocator.commit(outcome)
+        placed.append(outcome)
+    assert not isinstance(allocator.find_node([claim("late", req())]), Allocation)  # remembered: full
+    allocator.snapshot.mark_free(placed[0].claims[0].result)  # n0 gets a GPU back, then churn on n3
+    for _ in range(10):
+        allocator.snapshot.mark_free(placed[7].claims[0].result)
+        allocator.snapshot.mark_allocated(placed[7].claims[0].result)
+    assert len(allocator.snapshot.freed) <= 4 and allocator.snapshot.freed_total == 11
+    outcome = allocator.find_node([claim("late", req())])
+    assert isinstance(outcome, Allocation)
+    assert outcome.node == "n0"
 
 
 def test_find_node_resumes_first_fit_after_frees_and_allocations() -> None:

@@ -308,7 +308,7 @@ class Allocator:
         if len(self._hints) > 4096:
             self._hints.clear()
         self._hints[shape] = _Hint(
-            order, index, pending, self.snapshot.version, len(self.snapshot.freed), failure
+            order, index, pending, self.snapshot.version, self.snapshot.freed_total, failure
         )
 
     def _index_of(self, order: Sequence[NodeInfo], node: str) -> int:
@@ -334,7 +334,9 @@ class Allocator:
         hint = self._hints.get(shape)
         if hint is None or hint.order is not order or hint.version != self.snapshot.version:
             return (), 0, None
-        freed = self.snapshot.freed[hint.seen :]
+        if hint.seen < self.snapshot.freed_dropped:
+            return (), 0, None  # frees it has not seen were dropped from the log: look at every node
+        freed = self.snapshot.freed[hint.seen - self.snapshot.freed_dropped :]
         if not freed:
             return hint.pending, hint.index, hint.failure
         positions = self._positions_for(order)
@@ -544,7 +546,7 @@ class _Hint:
     """Positions before ``index`` that got devices back and were not tried since, ascending."""
     version: int
     seen: int
-    """How many entries of the snapshot's ``freed`` the hint has taken into account."""
+    """How many frees of the snapshot's log the hint has taken into account (``freed_total`` then)."""
     failure: NodesFailure | None
 
 

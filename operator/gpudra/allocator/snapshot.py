@@ -68,6 +68,10 @@ class ClusterBounds:
     """Whether some device allows multiple allocations (then counting devices bounds nothing)."""
 
 
+FREED_KEPT = 65_536
+"""The most entries ``ClusterSnapshot.freed`` keeps (half a megabyte of references)."""
+
+
 class ClusterSnapshot:
     """Slices, pools and allocation state. Not thread-safe; one owner mutates it."""
 
@@ -91,7 +95,9 @@ class ClusterSnapshot:
         builds them all)."""
         self.version = 0
         self.freed: list[str | None] = []
-        """Nodes that got devices back, in order (None: unknown node); lets first-fit scans resume safely."""
+        """Nodes that got devices back, in order (None: unknown node); lets first-fit scans resume safely. Only
+        the newest entries are kept: ``freed[0]`` is entry number ``freed_dropped`` of the whole log."""
+        self.freed_dropped = 0
         self._names: tuple[int, list[str]] = (-1, [])
         self._bounds: tuple[int, ClusterBounds | None] = (-1, None)
         self._keys: tuple[int, list[PoolKey]] = (-1, [])
@@ -335,10 +341,21 @@ class ClusterSnapshot:
         self._bounds = (self.version, bounds)
         return bounds
 
+    @property
+    def freed_total(self) -> int:
+        """How many frees the log has recorded since the snapshot was made (dropped entries included)."""
+        return self.freed_dropped + len(self.freed)
+
     def _note_freed(self, device: DeviceId) -> None:
-        """Record that the device's node got something back (for first-fit scans resuming past it)."""
+        """Record that the device's node got something back (for first-fit scans resuming past it). A scheduler
+        frees devices for as long as it runs: past ``FREED_KEPT`` entries the older half is dropped, and a scan
+        remembered from before them looks at every node again."""
         view = self._pools.get(PoolKey(device.driver, device.pool))
         self.freed.append(view.node_local if view is not None else None)
+        if len(self.freed) > FREED_KEPT:
+            half = len(self.freed) // 2
+            del self.freed[:half]
+            self.freed_dropped += half
 
     def _count_free(self, key: PoolKey, device: DeviceId, delta: int) -> None:
         """Adjust the cached free count of the device's node by ``delta`` instead of counting again."""
