@@ -99,6 +99,16 @@ class AgentSettings(CommonSettings):
         "also as a gpu-vfio-<i> device (class vfio.gpu.nvidia.com) that prepare binds to vfio-pci for a virtual "
         "machine; the GPU's container use and its passthrough are never allocated together (docs/passthrough.md)",
     )
+    mps_support: bool = Field(
+        True,
+        description="NVIDIA's MPSSupport gate: GpuConfig and MigDeviceConfig may ask for sharing.strategy MPS; "
+        "false refuses such a config at prepare, saying so on the claim's pod",
+    )
+    time_slicing_settings: bool = Field(
+        True,
+        description="NVIDIA's TimeSlicingSettings gate: a GpuConfig may set sharing.timeSlicingConfig (the "
+        "time-slice interval); false refuses such a config at prepare (TimeSlicing without settings still works)",
+    )
     max_devices_per_slice: int = Field(
         128, ge=1, le=128, description="devices per ResourceSlice before splitting"
     )

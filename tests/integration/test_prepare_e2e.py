@@ -123,3 +123,61 @@ async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster
 
     await eventually(warned, 20.0)
     assert (await client.get(PODS, "orphan", NS)).get("status", {}).get("phase") != "Running"
+
+
+async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_says_why(
+    start_cluster: StartCluster,
+) -> None:
+    cluster = await start_cluster("l4x4:1", hardware_poll_seconds=0.1, agent_settings={"mps_support": False})
+    client = cluster.client
+    assert client is not None
+    await client.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    sharing = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}
+    await client.create(
+        RESOURCE_CLAIMS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "mps", "namespace": NS},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+                    "config": [
+                        {
+                            "opaque": {
+                                "driver": "gpu.nvidia.com",
+                                "parameters": {
+                                    "apiVersion": "resource.nvidia.com/v1beta1",
+                                    "kind": "GpuConfig",
+                                    "sharing": sharing,
+                                },
+                            }
+                        }
+                    ],
+                }
+            },
+        },
+        NS,
+    )
+    await client.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "mps-user", "namespace": NS},
+            "spec": {
+                "containers": [{"name": "main", "image": "cuda"}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "mps"}],
+            },
+        },
+        NS,
+    )
+
+    async def refused() -> list[str]:
+        items: list[dict[str, Any]]
+        items, _ = await client.list(EVENTS, NS)
+        return [e["message"] for e in items if e["reason"] == "FailedPrepareDynamicResources"]
+
+    messages = await eventually(refused, 30.0)
+    assert any("MPS is disabled on this node" in m and "GPUDRA_MPS_SUPPORT" in m for m in messages), messages
+    assert (await client.get(PODS, "mps-user", NS)).get("status", {}).get("phase") != "Running"

@@ -31,6 +31,7 @@ from gpudra.agent.miglayout.loop import MigSync
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
+from gpudra.api.nvidia import SharingFeatures
 from gpudra.config import AgentSettings
 from gpudra.errors import CheckpointError, KubeError
 from gpudra.hardware.backend import GpuBackend
@@ -125,6 +126,9 @@ class AgentRuntime:
                 hardware_changed=self.agent.poke,
             ),
             options=PrepareOptions(
+                features=SharingFeatures(
+                    time_slicing=settings.time_slicing_settings, mps=settings.mps_support
+                ),
                 mps_root=str(settings.plugin_path / "mps"),
                 passthrough=settings.passthrough_support,
                 device_metadata=settings.device_metadata,

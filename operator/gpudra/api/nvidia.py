@@ -290,7 +290,7 @@ def _check_features(config: OpaqueConfig, features: SharingFeatures) -> None:
         return
     if sharing.strategy == "MPS" and not features.mps:
         raise InvalidInputError(
-            f"{config.kind}: sharing.strategy: MPS is disabled on this node (enable MPS support in the agent)"
+            f"{config.kind}: sharing.strategy: MPS is disabled on this node (the agent's GPUDRA_MPS_SUPPORT)"
         )
     if (
         sharing.strategy == "TimeSlicing"
@@ -300,7 +300,8 @@ def _check_features(config: OpaqueConfig, features: SharingFeatures) -> None:
         and config.sharing.time_slicing_config is not None
     ):
         raise InvalidInputError(
-            f"{config.kind}: sharing.timeSlicingConfig: time-slicing settings are disabled on this node"
+            f"{config.kind}: sharing.timeSlicingConfig: time-slicing settings are disabled on this node (the "
+            "agent's GPUDRA_TIME_SLICING_SETTINGS)"
         )
 
 
