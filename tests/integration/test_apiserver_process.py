@@ -4,6 +4,7 @@ readable over HTTP, feature gates reach it, and stopping the cluster ends the pr
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import sys
@@ -15,6 +16,7 @@ import yaml
 from clusterkit import StartCluster, eventually
 from gpudra.cluster import up
 from gpudra.cluster.apiserver.process import APIServerProcess
+from gpudra.cluster.interpreter import CLUSTER_GC_THRESHOLDS
 from gpudra.errors import ConflictError
 from gpudra.kube.resources import CONFIGMAPS, PODS
 from listattrkit import GATE, gate_on_scenario, start
@@ -72,10 +74,11 @@ async def test_a_large_fleet_runs_its_api_server_apart_with_the_gates_it_was_giv
     start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(up, "LARGE_FLEET", 1)  # a one-node fleet counts as large here
-    interval = sys.getswitchinterval()
+    interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
     cluster = await start(start_cluster, GATE)
     assert cluster.server is None and cluster.server_process is not None
     assert sys.getswitchinterval() == up.LARGE_FLEET_SWITCH_INTERVAL
+    assert gc.get_threshold() == CLUSTER_GC_THRESHOLDS
     await gate_on_scenario(cluster)  # list attributes are kept: the gate reached the server's process
     await cluster.stop()
-    assert sys.getswitchinterval() == interval
+    assert (sys.getswitchinterval(), gc.get_threshold()) == (interval, thresholds)

@@ -33,6 +33,7 @@ from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
+from gpudra.cluster.interpreter import CLUSTER_GC_THRESHOLDS, GC_THRESHOLDS, SWITCH_INTERVAL, SharedSetting
 from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
 from gpudra.cluster.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
 from gpudra.cluster.kubernetes.binaries import find_binaries
@@ -179,7 +180,7 @@ class EmbeddedCluster:
     _stop: threading.Event = field(default_factory=threading.Event)
     _controller: threading.Thread | None = None
     _metrics_runner: object | None = None
-    _switch_interval: float | None = None  # the interpreter's own, restored by stop()
+    _tuned: list[SharedSetting[Any]] = field(default_factory=list)  # interpreter settings held until stop()
     metrics_url: str = ""
     web_url: str = ""
     _profile_settings: dict[str, AgentSettings] = field(default_factory=dict)
@@ -272,9 +273,11 @@ class EmbeddedCluster:
         if self.options.real_kubelets and self.options.control_plane != "kubernetes":
             raise ConfigurationError("--real-kubelet needs --control-plane kubernetes")
         progress = progress or NoProgress()
+        GC_THRESHOLDS.hold(CLUSTER_GC_THRESHOLDS)
+        self._tuned.append(GC_THRESHOLDS)
         if self.large_fleet:
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(LARGE_FLEET_SWITCH_INTERVAL)
+            SWITCH_INTERVAL.hold(LARGE_FLEET_SWITCH_INTERVAL)
+            self._tuned.append(SWITCH_INTERVAL)
         progress.begin(STAGE_API_SERVER, 1)
         if self.options.control_plane == "kubernetes":
             connection = await self._start_kubernetes()
@@ -589,9 +592,9 @@ class EmbeddedCluster:
             await self.server_process.stop()
         for directory in self._temp_dirs:
             shutil.rmtree(directory, ignore_errors=True)
-        if self._switch_interval is not None:
-            sys.setswitchinterval(self._switch_interval)
-            self._switch_interval = None
+        for setting in self._tuned:
+            setting.release()
+        self._tuned.clear()
 
 
 async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
