@@ -353,3 +353,26 @@ def test_a_layout_names_gpus_by_minor_while_an_earlier_gpu_is_on_vfio(tmp_path: 
     want = desired({5: {}}, generation=2).model_copy(update={"policy": "Dynamic"})
     assert apply(dynamic, want).state == "success"
     assert marked[-1] == frozenset({before[5].uuid})
+
+
+def test_a_gpu_instance_destroyed_while_the_instances_are_listed_is_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # two claims' unprepares on one GPU, on two threads: one lists the GPU instances while the other destroys one
+    # of them; the listing gives the instances that are still there instead of failing the unprepare
+    fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
+    backend = NvmlBackend(NODE, nvml=fake)
+    backend.set_mig_mode(0, True)
+    first = backend.create_mig_device(0, "1g.10gb", 0)
+    second = backend.create_mig_device(0, "1g.10gb", 1)
+    info = fake.nvmlGpuInstanceGetInfo
+
+    def destroyed_meanwhile(gi: object) -> object:
+        monkeypatch.setattr(fake, "nvmlGpuInstanceGetInfo", info)
+        backend.destroy_mig_device(
+            0, first.gi_id
+        )  # the other thread's destroy, between the list and this call
+        return info(gi)
+
+    monkeypatch.setattr(fake, "nvmlGpuInstanceGetInfo", destroyed_meanwhile)
+    assert [g.gi_id for g in backend.gpu_instances(0)] == [second.gi_id]

@@ -359,13 +359,28 @@ class StandInKubelet:
         deletion waits for its node) delete it for good, as the real kubelet does once its containers are gone
         and its resources reclaimed."""
         meta = pod["metadata"]
+        delay = 0.1
         try:
-            await self._release(meta["uid"])
-            if finish:
-                with contextlib.suppress(NotFoundError, ConflictError):
-                    await self._client.delete(
-                        PODS, meta["name"], meta["namespace"], grace_period_seconds=0, uid=meta["uid"]
+            while True:
+                try:
+                    await self._release(meta["uid"])
+                    if finish:
+                        with contextlib.suppress(NotFoundError, ConflictError):
+                            await self._client.delete(
+                                PODS, meta["name"], meta["namespace"], grace_period_seconds=0, uid=meta["uid"]
+                            )
+                    return
+                except Exception as exc:
+                    # a background task: an error here would leave the pod terminating for good without a word
+                    # (nothing awaits it); say so and try again, as the real kubelet does
+                    log.warning(
+                        "terminating a pod failed; will retry",
+                        node=self.node,
+                        pod=meta.get("name"),
+                        error=repr(exc),
                     )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._max_backoff)
         finally:
             self._terminating.discard(meta["uid"])
 
@@ -382,6 +397,15 @@ class StandInKubelet:
         for driver, ref in claims:
             if ref.uid not in in_use:
                 pending.setdefault(driver, []).append(ref)
+        try:
+            await self._unprepare(pending)
+        except BaseException:
+            # what is left stays recorded, so that a retry of the pod's termination still unprepares it
+            self._prepared.setdefault(pod_uid, []).extend((d, r) for d, refs in pending.items() for r in refs)
+            raise
+
+    async def _unprepare(self, pending: dict[str, list[ClaimRef]]) -> None:
+        """Unprepare each driver's claims until none is left (``pending`` shrinks as they are done)."""
         delay = 0.1
         while pending:
             for driver, refs in list(pending.items()):

@@ -18,6 +18,9 @@ from gpudra.hardware.backend import GpuInstanceInfo, MigModeResult, MigProfileIn
 from gpudra.hardware.catalog import MIB, PROFILE_SUFFIX_BY_CONSTANT, mig_profile_name
 from gpudra.hardware.inventory import MigDeviceInfo
 
+_GONE = frozenset({"NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND"})
+"""What NVML answers for a GPU instance handle whose instance was destroyed after it was listed."""
+
 _SKIPPED_PROFILE_CODES = {"NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND"}
 
 
@@ -301,15 +304,21 @@ class MigOperations:
                 nvml.nvmlDeviceGetGpuInstances(handle, profile.profile_id, array, ctypes.byref(count))
                 gis = [array[i] for i in range(count.value)]
             for gi in gis:
-                with self._calls.errors(what, gpu_index):
-                    info = nvml.nvmlGpuInstanceGetInfo(gi)
+                try:
+                    with self._calls.errors(what, gpu_index):
+                        info = nvml.nvmlGpuInstanceGetInfo(gi)
+                    computes = len(self._compute_instances(gi, gpu_index, what))
+                except HardwareError as exc:
+                    if exc.code in _GONE:
+                        continue  # destroyed since it was listed (another claim's unprepare, on another thread)
+                    raise
                 found.append(
                     GpuInstanceInfo(
                         gi_id=int(info.id),
                         profile=profile.name,
                         placement_start=int(info.placement.start),
                         placement_size=int(info.placement.size),
-                        compute_instances=len(self._compute_instances(gi, gpu_index, what)),
+                        compute_instances=computes,
                     )
                 )
         return tuple(sorted(found, key=lambda g: (g.placement_start, g.gi_id)))
