@@ -9,17 +9,31 @@ from typing import Any
 from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import ConflictError
+from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS
 
 NODE = "l4x4-0"
 NS = "e2e"
 
 
-async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: StartCluster) -> None:
-    cluster: EmbeddedCluster = await start_cluster("l4x4:1", hardware_poll_seconds=0.1)
+async def started(start_cluster: StartCluster, **agent_settings: Any) -> tuple[EmbeddedCluster, KubeClient]:
+    """One l4x4 node, its cluster's client and the test's namespace."""
+    cluster = await start_cluster("l4x4:1", hardware_poll_seconds=0.1, agent_settings=agent_settings)
     client = cluster.client
     assert client is not None
     await client.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    return cluster, client
+
+
+async def prepare_failures(client: KubeClient) -> list[str]:
+    """The messages of the FailedPrepareDynamicResources Events in the test's namespace."""
+    items: list[dict[str, Any]]
+    items, _ = await client.list(EVENTS, NS)
+    return [e["message"] for e in items if e["reason"] == "FailedPrepareDynamicResources"]
+
+
+async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: StartCluster) -> None:
+    cluster, client = await started(start_cluster)
     claim = await client.create(
         RESOURCE_CLAIMS,
         {
@@ -97,10 +111,7 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
 
 
 async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster: StartCluster) -> None:
-    cluster = await start_cluster("l4x4:1", hardware_poll_seconds=0.1)
-    client = cluster.client
-    assert client is not None
-    await client.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _, client = await started(start_cluster)
     await client.create(
         PODS,
         {
@@ -116,22 +127,14 @@ async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster
         NS,
     )
 
-    async def warned() -> bool:
-        items: list[dict[str, Any]]
-        items, _ = await client.list(EVENTS, NS)
-        return any(e["reason"] == "FailedPrepareDynamicResources" for e in items)
-
-    await eventually(warned, 20.0)
+    await eventually(lambda: prepare_failures(client), 20.0)
     assert (await client.get(PODS, "orphan", NS)).get("status", {}).get("phase") != "Running"
 
 
 async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_says_why(
     start_cluster: StartCluster,
 ) -> None:
-    cluster = await start_cluster("l4x4:1", hardware_poll_seconds=0.1, agent_settings={"mps_support": False})
-    client = cluster.client
-    assert client is not None
-    await client.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _, client = await started(start_cluster, mps_support=False)
     sharing = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}
     await client.create(
         RESOURCE_CLAIMS,
@@ -173,11 +176,6 @@ async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_say
         NS,
     )
 
-    async def refused() -> list[str]:
-        items: list[dict[str, Any]]
-        items, _ = await client.list(EVENTS, NS)
-        return [e["message"] for e in items if e["reason"] == "FailedPrepareDynamicResources"]
-
-    messages = await eventually(refused, 30.0)
+    messages = await eventually(lambda: prepare_failures(client), 30.0)
     assert any("MPS is disabled on this node" in m and "GPUDRA_MPS_SUPPORT" in m for m in messages), messages
     assert (await client.get(PODS, "mps-user", NS)).get("status", {}).get("phase") != "Running"
