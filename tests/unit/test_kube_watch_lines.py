@@ -17,7 +17,7 @@ async def _split(chunks: list[bytes]) -> list[bytes]:
     for chunk in chunks:
         stream.feed_data(chunk)
     stream.feed_eof()
-    return [line async for line in _lines(stream, "watch pods")]
+    return [line async for line in _lines(stream.iter_any(), "watch pods")]
 
 
 @pytest.mark.parametrize(

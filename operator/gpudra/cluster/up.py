@@ -30,6 +30,7 @@ from gpudra.agent.runtime import AgentRuntime
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.agentprocess import AgentProcess
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.local import InProcessTransport
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.fleet import FleetNode, node_object
@@ -230,8 +231,12 @@ class EmbeddedCluster:
 
     async def _start_embedded(self) -> ControllerConnection:
         url = await self._start_server()
-        # One client for every simulated node's agent and kubelet: each node keeps watches open, so no cap.
-        self.client = KubeClient.for_url(url, field_manager="gpudra-up", max_connections=None)
+        if self.server is not None:
+            # The stand-ins and simulated nodes share the server's event loop: they call it in-process.
+            self.client = KubeClient(InProcessTransport(self.server), field_manager="gpudra-up")
+        else:
+            # One client for every simulated node's agent and kubelet: each node keeps watches open, so no cap.
+            self.client = KubeClient.for_url(url, field_manager="gpudra-up", max_connections=None)
         for crd in (crd_for(model) for model in CRD_MODELS):
             await self.client.apply_object(CRDS, crd)
         for device_class in load_device_classes():

@@ -1,4 +1,5 @@
-"""KubeClient: typed, minimal verbs over kubernetes_asyncio's transport, with errors mapped to gpudra's.
+"""KubeClient: typed, minimal verbs over a transport (HTTP through kubernetes_asyncio, or the embedded cluster's
+in-process one), with errors mapped to gpudra's.
 
 Reads come back as ``gpudra.api`` models (``get_as``, ``list_as``): product code reads fields through the models,
 never by indexing the wire form. The plain verbs return the wire form (dicts) for what has no model of its own:
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 from gpudra.api.base import WireModel
 from gpudra.errors import ConflictError, InvalidInputError, KubeConnectionError, KubeError, NotFoundError
 from gpudra.kube.resources import Resource
+from gpudra.kube.transport import WATCH_READ_BUFFER, HTTPTransport, Reply, Transport
 
 M = TypeVar("M", bound=WireModel)
 Body = dict[str, Any]
@@ -56,10 +58,6 @@ def _lost(exc: BaseException, what: str) -> KubeConnectionError:
     return KubeConnectionError(f"{what}: the API server connection failed: {exc!r}")
 
 
-WATCH_READ_BUFFER = 2 * 1024 * 1024
-"""Bytes one watch event may take (kubernetes_asyncio's own setting: etcd admits objects up to 1.5 MiB)."""
-
-
 def _parse(model: type[M], res: Resource, body: Body) -> M:
     try:
         return model.from_wire(body)
@@ -69,27 +67,14 @@ def _parse(model: type[M], res: Resource, body: Body) -> M:
         raise InvalidInputError(f"{res.kind} {name} does not parse: {exc.errors()[0]['msg']}") from exc
 
 
-def _ignore_environment(api: k8s_client.ApiClient) -> None:
-    """kubernetes_asyncio's session trusts the environment, so aiohttp looks up proxy variables and reads
-    ~/.netrc on every request: for a server given by URL without credentials (the embedded cluster's loopback
-    server) neither applies, and at 64 simulated nodes those lookups were a tenth of the process's CPU."""
-    rest = api.rest_client
-    old: aiohttp.ClientSession = rest.pool_manager
-    connector = old.connector
-    old.detach()  # the new session owns the connector now
-    rest.pool_manager = aiohttp.ClientSession(
-        connector=connector, trust_env=False, read_bufsize=WATCH_READ_BUFFER
-    )
-
-
-async def _lines(stream: aiohttp.StreamReader, what: str) -> AsyncIterator[bytes]:
+async def _lines(chunks: AsyncIterator[bytes], what: str) -> AsyncIterator[bytes]:
     """The lines of a watch stream (the last one also without its newline), split from each chunk as it arrives:
     reading it line by line cost a round of aiohttp's reader per event, the most of a watch's reading at hundreds
     of events a second. A line longer than WATCH_READ_BUFFER ends the watch as a lost connection."""
     too_long = _lost(ValueError(f"an event longer than {WATCH_READ_BUFFER} bytes"), what)
     pending: list[bytes] = []
     size = 0
-    async for chunk in stream.iter_any():
+    async for chunk in chunks:
         if b"\n" not in chunk:
             pending.append(chunk)
             size += len(chunk)
@@ -112,8 +97,8 @@ async def _lines(stream: aiohttp.StreamReader, what: str) -> AsyncIterator[bytes
 class KubeClient:
     """One connection pool to one API server."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, *, field_manager: str = "gpudra") -> None:
-        self._api = api_client
+    def __init__(self, transport: Transport, *, field_manager: str = "gpudra") -> None:
+        self._transport = transport
         self._field_manager = field_manager
 
     @classmethod
@@ -125,9 +110,8 @@ class KubeClient:
         waits for a free connection forever."""
         configuration = k8s_client.Configuration(host=url)
         configuration.connection_pool_maxsize = max_connections  # type: ignore[assignment]  # None is documented
-        api = k8s_client.ApiClient(configuration)
-        _ignore_environment(api)
-        return cls(api, field_manager=field_manager)
+        transport = HTTPTransport.without_environment(k8s_client.ApiClient(configuration))
+        return cls(transport, field_manager=field_manager)
 
     @classmethod
     async def from_environment(
@@ -138,16 +122,16 @@ class KubeClient:
         if kubeconfig is None:
             try:
                 k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                return cls(k8s_client.ApiClient(configuration), field_manager=field_manager)
+                return cls(HTTPTransport(k8s_client.ApiClient(configuration)), field_manager=field_manager)
             except k8s_config.ConfigException:
                 pass
         await k8s_config.load_kube_config(
             config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
         )
-        return cls(k8s_client.ApiClient(configuration), field_manager=field_manager)
+        return cls(HTTPTransport(k8s_client.ApiClient(configuration)), field_manager=field_manager)
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._transport.close()
 
     async def _call(
         self,
@@ -159,31 +143,22 @@ class KubeClient:
         content_type: str = "application/json",
         what: str,
         timeout: float | None = None,
-    ) -> Any:
+    ) -> Reply:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
-            response = await self._api.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
+            response = await self._transport.request(
+                method, path, query=query or [], headers=headers, body=body, timeout=timeout
             )
+            if not 200 <= response.status <= 299:
+                async with response:
+                    body = await response.read()
+                error = ApiException(status=response.status, reason=response.reason)
+                error.body = body
+                raise _map_error(error, what)
         except ApiException as exc:
             raise _map_error(exc, what) from exc
         except _TRANSPORT_ERRORS as exc:
             raise _lost(exc, what) from exc
-        # Without _preload_content kubernetes_asyncio hands back error responses instead of raising.
-        status = int(getattr(response, "status", 200))
-        if not 200 <= status <= 299:
-            async with response:
-                body = await response.read()
-            error = ApiException(status=status, reason=str(getattr(response, "reason", "") or ""))
-            error.body = body
-            raise _map_error(error, what)
         return response
 
     async def _json(self, method: str, path: str, *, what: str, **kwargs: Any) -> Body:
@@ -356,7 +331,7 @@ class KubeClient:
         )
         async with response:
             try:
-                async for line in _lines(response.content, f"watch {res.plural}"):
+                async for line in _lines(response.chunks(), f"watch {res.plural}"):
                     if not line.strip():
                         continue
                     event = json.loads(line)

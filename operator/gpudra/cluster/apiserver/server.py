@@ -7,6 +7,7 @@ send it); responses are protobuf when the client prefers it and the kind has a p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -22,6 +23,7 @@ from .collector import GarbageCollector
 from .database import APPLY, Database
 from .kubeproto import wire
 from .kubeproto.convert import ConversionError
+from .local import LocalRequest
 from .patches import FAILED_TEST_MESSAGE
 from .podlogs import PodLogProxy, no_containers
 from .routing import Discovery, Target, parse
@@ -30,7 +32,7 @@ from .status import APIStatusError, bad_request
 from .store import Entry, encode
 from .tables import table
 from .validation import MODES, Admission
-from .watching import WatchRequest, object_bytes
+from .watching import ResponseSink, WatchRequest, object_bytes
 
 _JSON = "application/json"
 _TRUE = ("true", "True", "1")
@@ -41,13 +43,16 @@ FAILED_TEST = "#failed-test"
 """Suffix of the key that counts a resource's JSON patches whose ``test`` failed: the other way to lose a race."""
 _PLAIN = {"/healthz", "/readyz", "/livez", "/healthz/ping", "/readyz/ping", "/livez/ping"}
 
+Request = web.Request | LocalRequest
+"""A request over HTTP, or from the server's own process (local.py): the same dispatch serves both."""
+
 
 def _response(body: Any, status: int = 200) -> web.Response:
     data = body if isinstance(body, bytes) else encode(body)
     return web.Response(body=data, status=status, content_type=_JSON)
 
 
-def _reply(request: web.Request, body: dict[str, Any], status: int = 200) -> web.Response:
+def _reply(request: Request, body: dict[str, Any], status: int = 200) -> web.Response:
     """``body`` as protobuf when the client prefers it and its kind has a protobuf form, else as JSON."""
     if wire.prefers_protobuf(request.headers.get("Accept", "")):
         try:
@@ -57,7 +62,7 @@ def _reply(request: web.Request, body: dict[str, Any], status: int = 200) -> web
     return _response(body, status)
 
 
-def _table_mode(request: web.Request) -> str | None:
+def _table_mode(request: Request) -> str | None:
     accept = request.headers.get("Accept", "")
     if "as=Table" in accept and "g=meta.k8s.io" in accept:
         return request.query.get("includeObject") or "Metadata"
@@ -89,6 +94,10 @@ class EmbeddedAPIServer:
         return self.errors[(409, "Conflict")]
 
     @property
+    def serving(self) -> bool:
+        return self._runner is not None
+
+    @property
     def url(self) -> str:
         if not self._url:
             raise RuntimeError("the embedded API server is not started")
@@ -99,7 +108,7 @@ class EmbeddedAPIServer:
         self._collector = GarbageCollector(self.database)
         self._collector.start()
         app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
@@ -145,7 +154,8 @@ class EmbeddedAPIServer:
             raise
 
     # ------------------------------------------------------------------ HTTP
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: Request) -> web.StreamResponse:
+        """Answer one request: a watch streams into its ``ResponseSink`` (HTTP) or its ``LocalStream``."""
         try:
             return await self._dispatch(request)
         except APIStatusError as exc:
@@ -174,7 +184,7 @@ class EmbeddedAPIServer:
             return path
         return target.rt.plural + (f"/{target.subresource}" if target.subresource else "")
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def _dispatch(self, request: Request) -> web.StreamResponse:
         path = request.path
         if path.startswith(("/api/", "/apis/")) or path in ("/api", "/apis"):
             target = parse(self.database.registry, path)
@@ -205,7 +215,7 @@ class EmbeddedAPIServer:
                 return _response(document)
         raise APIStatusError(404, "NotFound", "the server could not find the requested resource")
 
-    def _discovery(self, request: web.Request, target: Discovery) -> web.Response:
+    def _discovery(self, request: Request, target: Discovery) -> web.Response:
         registry = self.database.registry
         if request.method != "GET":
             raise APIStatusError(405, "MethodNotAllowed", "discovery is read-only")
@@ -220,7 +230,7 @@ class EmbeddedAPIServer:
             raise APIStatusError(404, "NotFound", "the server could not find the requested resource")
         return _response(document)
 
-    async def _body(self, request: web.Request, target: Target, *, optional: bool = False) -> Any:
+    async def _body(self, request: Request, target: Target, *, optional: bool = False) -> Any:
         ctype = request.headers.get("Content-Type", _JSON).split(";")[0].strip().lower()
         raw = await request.read()
         if not raw.strip():
@@ -242,6 +252,10 @@ class EmbeddedAPIServer:
                 "the body of the request was in an unknown format - accepted media types include: "
                 + accepted,
             )
+        if "yaml" in ctype and raw.lstrip().startswith(b"{"):
+            # clients send a server-side apply's YAML as JSON: JSON's parser reads it ten times faster
+            with contextlib.suppress(ValueError):
+                return json.loads(raw)
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
@@ -251,7 +265,7 @@ class EmbeddedAPIServer:
                 f"the request body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {exc}"
             ) from exc
 
-    def _object(self, request: web.Request, target: Target, entry: Entry, status: int = 200) -> web.Response:
+    def _object(self, request: Request, target: Target, entry: Entry, status: int = 200) -> web.Response:
         mode = _table_mode(request)
         if mode is not None:
             obj = json.loads(object_bytes(target.rt, entry))
@@ -274,12 +288,14 @@ class EmbeddedAPIServer:
             response.headers.add("Warning", '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
         return response
 
-    async def _resource(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _resource(self, request: Request, target: Target) -> web.StreamResponse:
         db, rt, method, query = self.database, target.rt, request.method, request.query
         dry_run = "All" in query.getall("dryRun", [])
         if target.subresource in ("finalize",):
             raise APIStatusError(405, "MethodNotAllowed", "namespaces/finalize is not supported")
         if target.subresource == "log":
+            if isinstance(request, LocalRequest):
+                raise bad_request("pod logs are served over HTTP only")
             return await self._pod_logs.serve(request, target)
         if target.subresource in ("exec", "attach", "portforward"):
             db.get(rt, target.ns, target.name)  # a pod that does not exist is a 404 first
@@ -296,7 +312,12 @@ class EmbeddedAPIServer:
                     and wire.prefers_protobuf(request.headers.get("Accept", ""))
                 )
                 watch = WatchRequest(db, rt, target.namespace, labels, fields, query, mode, protobuf=protobuf)
-                return await watch.serve(request)
+                if isinstance(request, LocalRequest):
+                    await watch.serve(request.stream)
+                    return web.Response()  # the stream carried the answer
+                sink = ResponseSink(request)
+                await watch.serve(sink)
+                return sink.response
             return self._list(request, target, db.select(rt, target.namespace, labels, fields))
         if method == "POST":
             if target.subresource == "binding":
@@ -379,7 +400,7 @@ class EmbeddedAPIServer:
             raise bad_request(f"propagationPolicy {policy!r} is not one of Background, Foreground, Orphan")
         return options
 
-    def _list(self, request: web.Request, target: Target, entries: list[Entry]) -> web.Response:
+    def _list(self, request: Request, target: Target, entries: list[Entry]) -> web.Response:
         rt = target.rt
         rv = str(self.database.clock.value)
         mode = _table_mode(request)
@@ -400,7 +421,7 @@ class EmbeddedAPIServer:
         body = head[:-1] + b',"items":[' + b",".join(object_bytes(rt, e) for e in entries) + b"]}"
         return _response(body)
 
-    async def _delete_collection(self, request: web.Request, target: Target, dry_run: bool) -> web.Response:
+    async def _delete_collection(self, request: Request, target: Target, dry_run: bool) -> web.Response:
         db, rt = self.database, target.rt
         query = request.query
         labels, fields = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))

@@ -1,12 +1,12 @@
-"""Watch streams: JSON lines (or length-prefixed protobuf WatchEvents) over a chunked HTTP response, fed from a
-store's watcher queue."""
+"""Watch streams: JSON lines (or length-prefixed protobuf WatchEvents) over a chunked HTTP response (or an
+in-process client's stream), fed from a store's watcher queue."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -22,6 +22,45 @@ DEFAULT_TIMEOUT = 1800.0
 IDLE_CHECK = 5.0  # seconds between checks for a gone client (and bookmarks) while idle
 BOOKMARK_EVERY = 30.0
 _INITIAL_END = "INITIAL_END"
+
+
+class WatchSink(Protocol):
+    """Where a watch's events go: a chunked HTTP response, or an in-process client's stream (local.py)."""
+
+    async def open(self, content_type: str) -> None: ...
+
+    async def write(self, data: bytes) -> None:
+        """Raises ConnectionError once the client is gone."""
+        ...
+
+    async def close(self) -> None: ...
+
+    def gone(self) -> bool:
+        """Whether the client left (checked while the watch is idle)."""
+        ...
+
+
+class ResponseSink:
+    """A watch served as a chunked HTTP response to ``request``."""
+
+    def __init__(self, request: web.Request) -> None:
+        self._request = request
+        self.response = web.StreamResponse(status=200)
+
+    async def open(self, content_type: str) -> None:
+        self.response.headers.update({"Content-Type": content_type, "Cache-Control": "no-cache, private"})
+        await self.response.prepare(self._request)
+
+    async def write(self, data: bytes) -> None:
+        await self.response.write(data)
+
+    async def close(self) -> None:
+        with contextlib.suppress(ConnectionError):
+            await self.response.write_eof()
+
+    def gone(self) -> bool:
+        transport = self._request.transport
+        return transport is None or transport.is_closing()
 
 
 def object_bytes(rt: ResourceType, entry: Entry) -> bytes:
@@ -84,7 +123,7 @@ class WatchRequest:
             "BOOKMARK", {"kind": self.rt.kind, "apiVersion": self.rt.api_version, "metadata": meta}
         )
 
-    async def serve(self, request: web.Request) -> web.StreamResponse:
+    async def serve(self, sink: WatchSink) -> None:
         store = self.db.store(self.rt)
         watcher = Watcher(self.namespace, self.labels, self.fields)
         expired: bytes | None = None
@@ -116,25 +155,19 @@ class WatchRequest:
                     watcher.offer(event)
         if expired is None:
             store.add_watcher(watcher)
-        content_type = wire.WATCH_STREAM if self.protobuf else "application/json"
-        response = web.StreamResponse(
-            status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache, private"}
-        )
         try:
-            await response.prepare(request)
+            await sink.open(wire.WATCH_STREAM if self.protobuf else "application/json")
             if expired is not None:
-                await response.write(expired)
-                return response
-            await self._pump(request, response, watcher)
+                await sink.write(expired)
+            else:
+                await self._pump(sink, watcher)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             store.remove_watcher(watcher)
-        with contextlib.suppress(ConnectionError):
-            await response.write_eof()
-        return response
+        await sink.close()
 
-    async def _pump(self, request: web.Request, response: web.StreamResponse, watcher: Watcher) -> None:
+    async def _pump(self, sink: WatchSink, watcher: Watcher) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         last_bookmark = loop.time()
@@ -147,12 +180,11 @@ class WatchRequest:
                 try:
                     item = await asyncio.wait_for(queue.get(), min(remaining, IDLE_CHECK))
                 except TimeoutError:
-                    transport = request.transport
-                    if transport is None or transport.is_closing():
+                    if sink.gone():
                         return
                     if self.bookmarks and loop.time() - last_bookmark >= BOOKMARK_EVERY:
                         last_bookmark = loop.time()
-                        await response.write(self._bookmark())
+                        await sink.write(self._bookmark())
                     continue
             else:
                 item = queue.get_nowait()
@@ -161,7 +193,7 @@ class WatchRequest:
                 kind, entry = item
                 if kind == CLOSE:
                     if chunk:
-                        await response.write(b"".join(chunk))
+                        await sink.write(b"".join(chunk))
                     return
                 if kind == _INITIAL_END:
                     chunk.append(self._bookmark(initial_end=True))
@@ -170,4 +202,4 @@ class WatchRequest:
                 if queue.empty() or len(chunk) >= 256:
                     break
                 item = queue.get_nowait()
-            await response.write(b"".join(chunk))
+            await sink.write(b"".join(chunk))
