@@ -20,7 +20,7 @@ from gpudra.config import ControllerSettings
 from gpudra.controller.bodies import parse_body
 from gpudra.controller.computedomains import register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
-from gpudra.controller.diffbase import LeanDiffBaseStorage
+from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
@@ -208,6 +208,7 @@ async def run_controller(
     kopf_settings.networking.request_timeout = 30
     kopf_settings.persistence.finalizer = "gpudra.dev/controller"
     kopf_settings.persistence.diffbase_storage = LeanDiffBaseStorage()
+    kopf_settings.persistence.progress_storage = LeanProgressStorage()
     if server_url is not None:
         client = KubeClient.for_url(server_url, field_manager="gpudra-controller")
     else:
