@@ -9,10 +9,11 @@ objects refused because a ``test`` failed (the other way a daemon's write loses 
 controller's status writes. A small domain (16 pods over 4 trays) is measured first
 in the same run as the baseline, so the output is also a ratio.
 
-The API server runs in a process of its own, as in a real cluster; the simulated nodes, control plane and
-controller share the other process (``--one-process``: all of it in one, on one core).
+Everything runs in one process, as the goal says (the nodes and stand-ins call the API server without HTTP, the
+controller over HTTP from its own thread); ``--api-server-process`` puts the API server in a process of its own,
+as in a real cluster, every client reaching it over HTTP.
 
-    python -m bench computedomain [--quick | --trays N] [--one-process]
+    python -m bench computedomain [--quick | --trays N] [--api-server-process]
 
 Goal: 256 pods over 64 trays ready in < 10 s with 0 conflicts on the domain (NVIDIA #816: ~8 minutes, slowed by
 409 conflicts on the domain's status).
@@ -164,7 +165,7 @@ async def form(
     trays: int,
     pods: int,
     *,
-    one_process: bool = False,
+    server_apart: bool = False,
     control_plane: Literal["embedded", "kubernetes"] = "embedded",
     timeout: float = 300.0,
 ) -> Result:
@@ -174,8 +175,7 @@ async def form(
                 nodes=parse_fleet(f"{PROFILE}:{trays}", {PROFILE}),
                 kubeconfig=Path(tmp) / "kubeconfig",
                 hardware_poll_seconds=5.0,  # the hardware does not change here; spare the CPU for the flow
-                # as in a real cluster, the API server runs apart from the nodes (on another core)
-                api_server_process=not one_process and control_plane == "embedded",
+                api_server_process=server_apart and control_plane == "embedded",
                 control_plane=control_plane,
             )
         )
@@ -253,27 +253,27 @@ def _line(label: str, r: Result) -> str:
 
 
 def measure(
-    trays: int, one_process: bool = False, control_plane: Literal["embedded", "kubernetes"] = "embedded"
+    trays: int, server_apart: bool = False, control_plane: Literal["embedded", "kubernetes"] = "embedded"
 ) -> Result:
     """One scenario in this (fresh) process: 4 pods per tray."""
     configure_logging(level="ERROR")  # keep the output readable
     return asyncio.run(
-        form(trays, trays * GPUS_PER_TRAY, one_process=one_process, control_plane=control_plane)
+        form(trays, trays * GPUS_PER_TRAY, server_apart=server_apart, control_plane=control_plane)
     )
 
 
 def in_fresh_process(
-    trays: int, one_process: bool, control_plane: Literal["embedded", "kubernetes"] = "embedded"
+    trays: int, server_apart: bool, control_plane: Literal["embedded", "kubernetes"] = "embedded"
 ) -> Result:
     """Each embedded cluster in its own process: nothing of one run (tasks, sockets, threads) touches the next."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(measure, trays, one_process, control_plane).result()
+        return pool.submit(measure, trays, server_apart, control_plane).result()
 
 
-def run(trays: int, one_process: bool = False) -> None:
-    baseline = in_fresh_process(4, one_process)
+def run(trays: int, server_apart: bool = False) -> None:
+    baseline = in_fresh_process(4, server_apart)
     print(_line("baseline", baseline), flush=True)
-    scaled = in_fresh_process(trays, one_process)
+    scaled = in_fresh_process(trays, server_apart)
     print(_line("scaled", scaled), flush=True)
     done = max(scaled.prepared_s, scaled.ready_s)
     ratio = done / max(baseline.prepared_s, baseline.ready_s)
@@ -299,10 +299,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trays", type=int, default=64, help="GB200 trays of the scaled run (4 pods each)")
     parser.add_argument("--quick", action="store_true", help="16 trays (CI)")
     parser.add_argument(
-        "--one-process", action="store_true", help="the API server in the cluster's process too (one core)"
+        "--api-server-process",
+        action="store_true",
+        help="the API server in a process of its own (another core)",
     )
     args = parser.parse_args(argv or [])
-    run(16 if args.quick else args.trays, args.one_process)
+    run(16 if args.quick else args.trays, args.api_server_process)
 
 
 if __name__ == "__main__":

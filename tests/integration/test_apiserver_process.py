@@ -1,5 +1,5 @@
-"""The embedded API server in a process of its own (``gpudra up --api-server-process``, a large fleet, the
-ComputeDomain bench): the cluster works as with the in-process server, the kubeconfig points at it, its 409s are
+"""The embedded API server in a process of its own (``gpudra up --api-server-process``, ``bench computedomain
+--api-server-process``): the cluster works as with the in-process server, the kubeconfig points at it, its 409s are
 readable over HTTP, feature gates reach it, and stopping the cluster ends the process."""
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ async def test_a_server_process_that_cannot_listen_says_so(tmp_path: Path) -> No
     assert server.pid is None
 
 
-async def test_a_large_fleet_runs_its_api_server_apart_with_the_gates_it_was_given(
+async def test_a_large_fleet_with_its_api_server_apart_keeps_the_gates_it_was_given(
     start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(up, "LARGE_FLEET", 1)  # a one-node fleet counts as large here
     interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
-    cluster = await start(start_cluster, GATE)
+    cluster = await start(start_cluster, GATE, api_server_process=True)
     assert cluster.server is None and cluster.server_process is not None
     assert sys.getswitchinterval() == up.LARGE_FLEET_SWITCH_INTERVAL
     assert gc.get_threshold() == CLUSTER_GC_THRESHOLDS

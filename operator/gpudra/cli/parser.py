@@ -67,9 +67,8 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--list-profiles", action="store_true", help="list the node profiles and exit")
     up.add_argument(
         "--api-server-process",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run the API server in a process of its own (another core); the default from 100 nodes on",
+        action="store_true",
+        help="run the API server in a process of its own (another core), reached over HTTP",
     )
     up.add_argument(
         "--control-plane",

@@ -75,8 +75,7 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 FLEET_POLL_PER_NODE = 0.025
 LARGE_FLEET = 100
-"""From this many simulated nodes on, the API server runs in a process of its own (unless told otherwise) and the
-interpreter switches threads every ``LARGE_FLEET_SWITCH_INTERVAL``."""
+"""From this many simulated nodes on, the interpreter switches threads every ``LARGE_FLEET_SWITCH_INTERVAL``."""
 LARGE_FLEET_SWITCH_INTERVAL = 0.0005
 """The thread switch interval while a large fleet runs (CPython's default is 5 ms). One event loop serves every
 simulated node while threads compute beside it (simulated NVML reads, the controller's loop): each time the loop
@@ -118,9 +117,10 @@ class UpOptions:
     """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
     agent_settings: dict[str, Any] = field(default_factory=dict)
     """AgentSettings fields for every agent (e.g. health_recovery_seconds)."""
-    api_server_process: bool | None = None
-    """Run the API server in a process of its own (``server`` stays None, ``server_process`` is set); None: so
-    from ``LARGE_FLEET`` nodes on, where the fleet's agents keep one core busy on their own."""
+    api_server_process: bool = False
+    """Run the API server in a process of its own (``server`` stays None, ``server_process`` is set), reached
+    over HTTP. In the cluster's own process the nodes and stand-ins call it without HTTP, which is faster even at
+    1,000 nodes (48.7 and 52.7 s against 55.7 and 65.5 s apart, alternately, 2026-11-27)."""
     seed: Callable[[KubeClient], Awaitable[None]] | None = None
     """Objects to create once everything runs (``--from-cluster``: the copied classes, claims and pods)."""
     agent_processes: bool = False
@@ -212,10 +212,7 @@ class EmbeddedCluster:
 
     async def _start_server(self) -> str:
         self.options.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-        own_process = self.options.api_server_process
-        if own_process is None:
-            own_process = self.large_fleet
-        if own_process:
+        if self.options.api_server_process:
             self.server_process = APIServerProcess(
                 port=self.options.port,
                 kubeconfig=self.options.kubeconfig,

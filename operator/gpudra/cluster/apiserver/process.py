@@ -1,9 +1,9 @@
 """The embedded API server in a process of its own.
 
 In one process the API server, the simulated nodes and the controller share one core (the GIL); in a real
-cluster the API server is a process of its own. ``gpudra up`` runs it so from 100 simulated nodes on (or with
-``--api-server-process``), and so does the ComputeDomain benchmark: the server's work (request decoding, storage,
-watch fan-out) goes to another core.
+cluster the API server is a process of its own. ``gpudra up --api-server-process`` runs it so: the server's work
+(request decoding, storage, watch fan-out) goes to another core, and every client reaches it over HTTP. Since
+the nodes and stand-ins call an in-process server without HTTP (local.py), one process is the faster default.
 Tests keep the in-process server, whose objects they inspect directly.
 """
 
