@@ -71,22 +71,12 @@ def build_registry(
         parsed = parse_body(DeviceClass, body)
         return {name: parsed} if parsed is not None else {}
 
-    def unallocated(body: kopf.Body, **_: Any) -> bool:
-        return not (body.get("status") or {}).get("allocation")
-
-    @kopf.index(
-        "resource.k8s.io", "v1", "resourceclaims", registry=registry, id="pending_claims", when=unallocated
-    )
-    def pending_claims(uid: str, body: kopf.Body, **_: Any) -> dict[str, ResourceClaim]:
-        parsed = parse_body(ResourceClaim, body)
-        return {uid: parsed} if parsed is not None else {}
-
     @kopf.on.startup(registry=registry)
     async def start_explainer(**kwargs: Any) -> None:
         # Not a kopf timer: timers put a finalizer on every claim, and a controller must never block the deletion
-        # of objects it does not own. One loop over an index of unallocated claims instead.
+        # of objects it does not own. One loop over the unallocated claims the claim handler keeps instead.
         explainer = asyncio.get_running_loop().create_task(
-            _explain_loop(pending, settings, kwargs["pending_claims"], kwargs["device_classes"])
+            _explain_loop(pending, settings, kwargs["device_classes"])
         )
         explainers.append(explainer)
         explainers.append(asyncio.get_running_loop().create_task(attribution.refresh_loop()))
@@ -98,17 +88,15 @@ def build_registry(
             explainer.cancel()
         await asyncio.gather(*explainers, return_exceptions=True)
 
-    # One handler for every use of a claim's change (kopf's cost is per handler and event): parsed once, each use
-    # isolated from the others' failures as separate handlers were.
+    # One handler for every use of a claim's change (kopf's cost is per handler and event, indexes included: the
+    # unallocated claims are kept here, not in a kopf index): parsed once, each use isolated from the others'
+    # failures as separate handlers were.
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
     async def claim_event(type: str, body: kopf.Body, uid: str, **kwargs: Any) -> None:
         claim = None if type == "DELETED" else parse_body(ResourceClaim, body)
         with _logged("claim usage", uid):
             attribution.claim_changed(uid, claim)
-            if claim is None:
-                pending.forget(uid)
-            elif claim.allocation is not None:
-                pending.allocated(claim.metadata)
+            pending.claim_changed(uid, claim)
         with _logged("claim's ComputeDomains", uid):
             domains.claim_changed(claim, uid)
         with _logged("claim config checks", uid):
@@ -163,7 +151,6 @@ def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
 async def _explain_loop(
     pending: PendingClaims,
     settings: ControllerSettings,
-    claims: kopf.Index[str, ResourceClaim],
     device_classes: kopf.Index[str, DeviceClass],
 ) -> None:
     """Every interval, explain each claim unallocated for longer than the grace period."""
@@ -173,8 +160,7 @@ async def _explain_loop(
         now = time.time()
         due = [
             claim
-            for store in list(claims.values())
-            for claim in list(store)
+            for claim in list(pending.unallocated.values())
             if age_seconds(claim.metadata, now) >= settings.pending_grace_seconds
         ]
         try:

@@ -71,6 +71,8 @@ class PendingClaims:
         self._view: tuple[float, ClusterView] | None = None
         self._events = EventRecorder(client, "gpudra-controller")
         self.reasons: dict[str, str] = {}  # claim uid -> reason code while pending
+        self.unallocated: dict[str, ResourceClaim] = {}
+        """The claims without an allocation, by uid, as of their latest change (``claim_changed``)."""
 
     async def _cluster(self) -> ClusterView:
         now = time.monotonic()
@@ -138,6 +140,18 @@ class PendingClaims:
         if self._planner == "apply" and any(n.gpus for n in plan.nodes):
             notes = await apply_plan(self._client, plan, view.nodes, pci_device_ids())
         return plan, notes
+
+    def claim_changed(self, uid: str, claim: ResourceClaim | None) -> None:
+        """A claim changed (None: deleted, or it does not parse): keep the unallocated ones, and time those that
+        got their allocation after being pending."""
+        if claim is not None and claim.allocation is None:
+            self.unallocated[uid] = claim
+            return
+        self.unallocated.pop(uid, None)
+        if claim is None:
+            self.forget(uid)
+        else:
+            self.allocated(claim.metadata)
 
     def allocated(self, meta: ObjectMeta) -> None:
         """A claim we saw pending got its allocation: record how long it waited."""
