@@ -1,4 +1,5 @@
-"""The controller's kopf essence storage: the essence kopf's default storage computes, without copying status."""
+"""The controller's kopf storages: the essence kopf's default storage computes, without copying status (and none for
+kinds without change handlers); progress records cleared as kopf clears them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from typing import Any
 import kopf
 import pytest
 
+from gpudra.config import ControllerSettings
+from gpudra.controller.computedomains import CHANGE_HANDLED_KINDS
 from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
+from gpudra.controller.kopfapp import build_registry
+from gpudra.kube import resources
+from gpudra.kube.client import KubeClient
+from gpudra.metrics import Metrics
 
 OWNED = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u1", "controller": True}]
 LAST = json.dumps({"spec": {"replicas": 1}})
@@ -78,3 +85,40 @@ def test_a_cleared_essence_is_the_one_kopf_clears(essence: dict[str, Any]) -> No
     got = LeanProgressStorage().clear(essence=given)
     assert got == wanted
     assert given == essence  # never cleared in place
+
+
+def test_a_kind_without_change_handlers_gets_an_empty_essence_and_a_tracked_one_kopfs() -> None:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c"},
+        "spec": {"a": 1},
+    }
+    domain = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "metadata": {"name": "d"},
+              "spec": {"numNodes": 0}}  # fmt: skip
+    storage = LeanDiffBaseStorage(tracked_kinds=CHANGE_HANDLED_KINDS)
+    assert storage.build(body=kopf.Body(claim)) == {}
+    assert storage.build(body=kopf.Body(domain)) == kopf.AnnotationsDiffBaseStorage().build(
+        body=kopf.Body(domain)
+    )
+
+
+def test_the_tracked_kinds_are_those_of_the_controllers_change_handlers() -> None:
+    """A change handler (create, update, resume, delete) on a kind left out of CHANGE_HANDLED_KINDS would never see
+    a change: its essence would always be empty."""
+    client = KubeClient.__new__(KubeClient)  # registering handlers calls no API
+    registry = build_registry(ControllerSettings(), Metrics(), client, server_url=None)
+    known = [
+        kopf.Resource(r.group, r.version, r.plural, kind=r.kind, namespaced=r.namespaced)
+        for r in vars(resources).values()
+        if isinstance(r, resources.Resource)
+    ]
+    handlers = registry._changing.get_all_handlers()
+    assert handlers  # the ComputeDomain handlers
+    for handler in handlers:
+        assert handler.selector is not None
+        kinds = {r.kind for r in known if handler.selector.check(r)}
+        assert kinds, f"{handler.id} watches a kind gpudra.kube.resources does not name"
+        assert kinds <= CHANGE_HANDLED_KINDS, (
+            f"{handler.id} handles changes of {kinds - CHANGE_HANDLED_KINDS}"
+        )

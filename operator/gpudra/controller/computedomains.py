@@ -35,6 +35,9 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 CLEANUP_RETRY_SECONDS = 1.0
+CHANGE_HANDLED_KINDS = frozenset({"ComputeDomain"})
+"""The kinds the controller has kopf change handlers for (create, resume, delete below): the only ones whose
+last handled state kopf must keep (controller/diffbase.py)."""
 DAEMON_POD_SELECTOR = f"{COMPONENT_LABEL}=daemon,{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 

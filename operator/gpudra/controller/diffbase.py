@@ -7,6 +7,11 @@ that copying was about a quarter of the controller's CPU, for essences only the 
 storage is kopf's default one (same annotations, same essence) handed a body without those two stanzas, except
 for the metadata kopf reads; with extra fields to keep (handlers on status fields) the whole body as before.
 
+kopf builds the essence even for kinds no handler watches for changes (create, update, resume, delete, field
+handlers), where nothing reads it: for those the storage answers an empty essence without building one. The kinds
+with such handlers are named when the storage is made (``tracked_kinds``); a test holds the controller's list to
+its registry's handlers.
+
 kopf then clears each essence (the last handled one and the new one) of its progress records, and its default
 progress storage deep-copies the essence twice to do so, four copies per event, even when there is nothing to
 clear: the lean one hands such an essence back as it is.
@@ -25,12 +30,19 @@ annotation of a Deployment's ReplicaSets apart)."""
 
 
 class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    def __init__(self, *, tracked_kinds: Iterable[str] | None = None) -> None:
+        """``tracked_kinds``: the kinds whose essence is built (None: every kind, as kopf does)."""
+        super().__init__()
+        self._tracked = None if tracked_kinds is None else frozenset(tracked_kinds)
+
     def build(
         self,
         *,
         body: kopf.Body,
         extra_fields: Iterable[Any] | None = None,
     ) -> kopf.BodyEssence:
+        if self._tracked is not None and body.get("kind") not in self._tracked:
+            return cast(kopf.BodyEssence, {})
         extra = list(extra_fields or ())
         if extra:
             return super().build(body=body, extra_fields=extra)

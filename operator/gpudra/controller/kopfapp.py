@@ -18,7 +18,7 @@ import kopf
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.config import ControllerSettings
 from gpudra.controller.bodies import parse_body
-from gpudra.controller.computedomains import register_compute_domains
+from gpudra.controller.computedomains import CHANGE_HANDLED_KINDS, register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
 from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
 from gpudra.controller.miglayouts import MigLayoutReconciler
@@ -193,7 +193,7 @@ async def run_controller(
     kopf_settings.watching.server_timeout = 300
     kopf_settings.networking.request_timeout = 30
     kopf_settings.persistence.finalizer = "gpudra.dev/controller"
-    kopf_settings.persistence.diffbase_storage = LeanDiffBaseStorage()
+    kopf_settings.persistence.diffbase_storage = LeanDiffBaseStorage(tracked_kinds=CHANGE_HANDLED_KINDS)
     kopf_settings.persistence.progress_storage = LeanProgressStorage()
     if server_url is not None:
         client = KubeClient.for_url(server_url, field_manager="gpudra-controller")
