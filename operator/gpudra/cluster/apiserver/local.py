@@ -168,6 +168,8 @@ class InProcessTransport:
         data = b"" if body is None else json.dumps(body, default=_jsonable).encode()
         local = LocalRequest(method, path, query, headers, data)
         if not _streams(path, query):
+            # Served inline, in the caller's task: no write path of the server suspends, so a caller cancelled
+            # meanwhile cannot cut a write short (over HTTP the server would finish it). Keep it so.
             return LocalReply.answered(await self._handle(local), local.stream)
         # A watch streams until the server ends it or the client leaves: serve it in a task of its own, and
         # answer once the stream opens (or the request was refused before it did).
