@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from gpudra.api.base import WireModel
 from gpudra.errors import ConflictError, InvalidInputError, KubeConnectionError, KubeError, NotFoundError
 from gpudra.kube.resources import Resource
-from gpudra.kube.transport import WATCH_READ_BUFFER, HTTPTransport, Reply, Transport
+from gpudra.kube.transport import WATCH_READ_BUFFER, Call, HTTPTransport, Reply, Transport
 
 M = TypeVar("M", bound=WireModel)
 Body = dict[str, Any]
@@ -37,16 +37,17 @@ _PATCH_CONTENT_TYPES: Mapping[str, str] = {
 }
 
 
-def _map_error(exc: ApiException, what: str) -> KubeError:
-    reason, message = "", str(exc.reason or "")
+def _map_error(code: int, http_reason: str, body: Any, what: str) -> KubeError:
+    """The error for an answer with HTTP status ``code``, from the Status object in its ``body``."""
+    reason, message = "", http_reason
     try:
-        status = json.loads(exc.body or "{}")
+        status = json.loads(body or "{}")
         reason, message = status.get("reason", ""), status.get("message", message)
     except (TypeError, ValueError):
         pass
-    text = f"{what}: {exc.status} {reason}: {message}".rstrip(": ")
-    cls = {404: NotFoundError, 409: ConflictError}.get(exc.status or 0, KubeError)
-    return cls(text, status=exc.status or 0, reason=reason)
+    text = f"{what}: {code} {reason}: {message}".rstrip(": ")
+    cls = {404: NotFoundError, 409: ConflictError}.get(code, KubeError)
+    return cls(text, status=code, reason=reason)
 
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
@@ -145,21 +146,18 @@ class KubeClient:
         timeout: float | None = None,
     ) -> Reply:
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        call = Call(method, path, query or [], headers, body, timeout)
         try:
-            response = await self._transport.request(
-                method, path, query=query or [], headers=headers, body=body, timeout=timeout
-            )
-            if not 200 <= response.status <= 299:
-                async with response:
-                    body = await response.read()
-                error = ApiException(status=response.status, reason=response.reason)
-                error.body = body
-                raise _map_error(error, what)
-        except ApiException as exc:
-            raise _map_error(exc, what) from exc
+            response = await self._transport.request(call)
+            if 200 <= response.status <= 299:
+                return response
+            async with response:
+                answer = await response.read()
+        except ApiException as exc:  # kubernetes_asyncio could not even send the request
+            raise _map_error(exc.status or 0, str(exc.reason or ""), exc.body, what) from exc
         except _TRANSPORT_ERRORS as exc:
             raise _lost(exc, what) from exc
-        return response
+        raise _map_error(response.status, response.reason, answer, what)
 
     async def _json(self, method: str, path: str, *, what: str, **kwargs: Any) -> Body:
         response = await self._call(method, path, what=what, **kwargs)

@@ -8,7 +8,8 @@ hands requests to its in-process API server without HTTP.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -17,6 +18,25 @@ from kubernetes_asyncio import client as k8s_client
 
 WATCH_READ_BUFFER = 2 * 1024 * 1024
 """Bytes one watch event may take (kubernetes_asyncio's own setting: etcd admits objects up to 1.5 MiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request: ``body`` is JSON-serializable, or None."""
+
+    method: str
+    path: str
+    query: list[tuple[str, str]]
+    headers: dict[str, str]
+    body: Any = None
+    timeout: float | None = None
+
+    @property
+    def watch(self) -> bool:
+        """Whether the answer streams (a watch) instead of coming whole."""
+        return (
+            any(k == "watch" and v in ("true", "True", "1") for k, v in self.query) or "/watch/" in self.path
+        )
 
 
 class Reply(Protocol):
@@ -44,18 +64,9 @@ class Reply(Protocol):
 
 
 class Transport(Protocol):
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]],
-        headers: dict[str, str],
-        body: Any,
-        timeout: float | None,
-    ) -> Reply:
-        """Send ``body`` (JSON-serializable, or None) and answer with the server's reply, whatever its status;
-        a server that cannot be reached raises OSError, TimeoutError or aiohttp.ClientError."""
+    async def request(self, call: Call) -> Reply:
+        """The server's reply to ``call``, whatever its status; a server that cannot be reached raises OSError,
+        TimeoutError or aiohttp.ClientError."""
         ...
 
     async def close(self) -> None: ...
@@ -108,26 +119,17 @@ class HTTPTransport:
         )
         return cls(api)
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]],
-        headers: dict[str, str],
-        body: Any,
-        timeout: float | None,
-    ) -> Reply:
+    async def request(self, call: Call) -> Reply:
         # Without _preload_content kubernetes_asyncio hands back error responses instead of raising.
         response = await self._api.call_api(
-            path,
-            method,
-            query_params=list(query),
-            header_params=headers,
-            body=body,
+            call.path,
+            call.method,
+            query_params=call.query,
+            header_params=call.headers,
+            body=call.body,
             auth_settings=["BearerToken"],
             _preload_content=False,
-            _request_timeout=timeout,
+            _request_timeout=call.timeout,
         )
         return _HTTPReply(response)
 

@@ -12,21 +12,20 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
+from gpudra.kube.transport import Call
 from gpudra.telemetry import get_logger
 
 if TYPE_CHECKING:
     from .server import EmbeddedAPIServer
 
 log = get_logger(__name__)
-
-_TRUE = ("true", "True", "1")
 
 
 class LocalStream:
@@ -62,17 +61,10 @@ class LocalStream:
 class LocalRequest:
     """What the server reads of a request (as of an aiohttp one), made in-process."""
 
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        query: Sequence[tuple[str, str]],
-        headers: Mapping[str, str],
-        body: bytes,
-    ) -> None:
-        self.method, self.path = method, path
-        self.query: MultiDictProxy[str] = MultiDictProxy(MultiDict(query))
-        self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict(headers))
+    def __init__(self, call: Call, body: bytes) -> None:
+        self.method, self.path = call.method, call.path
+        self.query: MultiDictProxy[str] = MultiDictProxy(MultiDict(call.query))
+        self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict(call.headers))
         self._body = body
         self.stream = LocalStream()
 
@@ -94,9 +86,8 @@ class LocalReply:
         self._body, self._stream, self._handling = body, stream, handling
 
     @classmethod
-    def answered(cls, response: web.StreamResponse, stream: LocalStream) -> LocalReply:
-        if stream.opened.is_set():  # streamed to the end already
-            return cls(response.status, response.reason, stream=stream)
+    def answered(cls, response: web.StreamResponse) -> LocalReply:
+        """The whole answer of a request that did not stream."""
         body = response.body if isinstance(response, web.Response) else None
         return cls(response.status, response.reason, body=body if isinstance(body, bytes) else b"")
 
@@ -143,34 +134,21 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _streams(path: str, query: Sequence[tuple[str, str]]) -> bool:
-    return any(k == "watch" and v in _TRUE for k, v in query) or "/watch/" in path
-
-
 class InProcessTransport:
     """KubeClient's transport to an EmbeddedAPIServer in the same event loop."""
 
     def __init__(self, server: EmbeddedAPIServer) -> None:
         self._server = server
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]],
-        headers: dict[str, str],
-        body: Any,
-        timeout: float | None,
-    ) -> LocalReply:
+    async def request(self, call: Call) -> LocalReply:
         if not self._server.serving:
             raise ConnectionRefusedError("the embedded API server is stopped")
-        data = b"" if body is None else json.dumps(body, default=_jsonable).encode()
-        local = LocalRequest(method, path, query, headers, data)
-        if not _streams(path, query):
+        data = b"" if call.body is None else json.dumps(call.body, default=_jsonable).encode()
+        local = LocalRequest(call, data)
+        if not call.watch:
             # Served inline, in the caller's task: no write path of the server suspends, so a caller cancelled
             # meanwhile cannot cut a write short (over HTTP the server would finish it). Keep it so.
-            return LocalReply.answered(await self._handle(local), local.stream)
+            return LocalReply.answered(await self._handle(local))
         # A watch streams until the server ends it or the client leaves: serve it in a task of its own, and
         # answer once the stream opens (or the request was refused before it did).
         handling = asyncio.ensure_future(self._handle(local))
@@ -183,7 +161,7 @@ class InProcessTransport:
         finally:
             opened.cancel()
         if not local.stream.opened.is_set():
-            return LocalReply.answered(handling.result(), local.stream)
+            return LocalReply.answered(handling.result())
         return LocalReply(200, "OK", stream=local.stream, handling=handling)
 
     async def _handle(self, request: LocalRequest) -> web.StreamResponse:
