@@ -235,6 +235,17 @@ async def test_apply_patch_creates_then_merges(http: aiohttp.ClientSession) -> N
         assert (await rsp.json())["data"] == {"a": "1", "b": "2"}
 
 
+async def test_an_apply_body_in_yaml_flow_style_is_read_as_yaml(http: aiohttp.ClientSession) -> None:
+    """A body that starts like JSON but is YAML's flow style (unquoted keys) is still YAML: the JSON parser the
+    server tries first for such bodies must not refuse it."""
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    body = "{apiVersion: v1, kind: ConfigMap, metadata: {name: flow}, data: {a: 'x: y'}}"
+    url = "/api/v1/namespaces/default/configmaps/flow?fieldManager=test&force=true"
+    async with http.patch(url, data=body, headers=headers) as rsp:
+        assert rsp.status == 201
+        assert (await rsp.json())["data"] == {"a": "x: y"}
+
+
 async def test_apply_merges_a_list_map_item_by_item_and_failed_patch_tests_are_counted(
     http: aiohttp.ClientSession, apiserver: EmbeddedAPIServer
 ) -> None:

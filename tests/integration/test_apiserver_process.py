@@ -15,10 +15,11 @@ import yaml
 
 from clusterkit import StartCluster, eventually
 from gpudra.cluster import up
+from gpudra.cluster.apiserver.local import InProcessTransport
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.cluster.interpreter import CLUSTER_GC_THRESHOLDS
 from gpudra.errors import ConflictError
-from gpudra.kube.resources import CONFIGMAPS, PODS
+from gpudra.kube.resources import CONFIGMAPS, NODES, PODS
 from listattrkit import GATE, gate_on_scenario, start
 
 
@@ -82,3 +83,18 @@ async def test_a_large_fleet_with_its_api_server_apart_keeps_the_gates_it_was_gi
     await gate_on_scenario(cluster)  # list attributes are kept: the gate reached the server's process
     await cluster.stop()
     assert (sys.getswitchinterval(), gc.get_threshold()) == (interval, thresholds)
+
+
+async def test_a_large_fleet_keeps_its_api_server_in_process_unless_told_otherwise(
+    start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the cluster's process the nodes call the server without HTTP, which beats a server apart even at
+    1,000 nodes: a large fleet no longer moves it out by itself."""
+    monkeypatch.setattr(up, "LARGE_FLEET", 1)
+    cluster = await start_cluster("l4x4:1")
+    assert cluster.large_fleet
+    assert cluster.server is not None and cluster.server_process is None
+    assert cluster.client is not None
+    assert isinstance(cluster.client._transport, InProcessTransport)
+    nodes, _ = await cluster.client.list(NODES)
+    assert [n["metadata"]["name"] for n in nodes] == ["l4x4-0"]
