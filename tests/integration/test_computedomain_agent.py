@@ -152,9 +152,13 @@ async def test_fabric_loss_removes_the_clique_label_and_restores_it(start_cluste
         return CLIQUE_LABEL not in await labels(client, "gb200-nvl72-0")
 
     await eventually(unlabelled)
-    events, _ = await client.list(EVENTS, "default")
-    lost = [e["message"] for e in events if e.get("reason") == "NVLinkCliqueLost"]
-    assert lost and "GPU 2" in lost[0], lost
+
+    async def lost() -> list[str]:
+        events, _ = await client.list(EVENTS, "default")
+        return [e["message"] for e in events if e.get("reason") == "NVLinkCliqueLost"]
+
+    (message, *_) = await eventually(lost)
+    assert "GPU 2" in message, message
     cluster.simulated["gb200-nvl72-0"].restore_fabric()
     assert await eventually(lambda: _label(client, "gb200-nvl72-0")) == clique
 

@@ -189,8 +189,12 @@ async def test_deletion_cleans_up_everything_while_a_pod_is_stuck(cluster: Embed
     labelled, _ = await client.list(NODES, label_selector=node_label_key(uid))
     assert labelled == []
     assert (await client.get(PODS, "gone-0", NS))["metadata"]["deletionTimestamp"]  # still stuck
-    cleaned = [e["message"] for e in await domain_events(client, "gone") if e["reason"] == "CleanedUp"]
-    assert cleaned and f"{NS}/gone-0" in cleaned[0], cleaned
+
+    async def cleaned() -> list[str]:
+        return [e["message"] for e in await domain_events(client, "gone") if e["reason"] == "CleanedUp"]
+
+    (message, *_) = await eventually(cleaned)
+    assert f"{NS}/gone-0" in message, message
     assert cluster.metrics.registry.get_sample_value(
         "gpudra_computedomain_cleanups_total", {"result": "complete"}
     )

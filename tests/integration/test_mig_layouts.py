@@ -17,6 +17,7 @@ from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import CONFIGMAPS, EVENTS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.desired import CONFIG_LABEL, CONFIG_STATE_LABEL, NodeReport
+from gpudra.testing import watch_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,8 +101,12 @@ async def test_an_invalid_layout_is_rejected_with_the_reason_and_the_gpus_untouc
     cond = await true_condition(client, "two-4g", "Invalid")
     assert "too many 4g.40gb: 2 requested, H100-SXM5-80GB allows at most 1" in cond["message"]
     assert not any(cluster.simulated[node].gpu(i).mig_current for i in range(8))
-    events, _ = await client.list(EVENTS, "default")
-    assert any(e["involvedObject"]["name"] == "two-4g" and e["type"] == "Warning" for e in events)
+    await watch_until(  # the Event follows the status write
+        client,
+        EVENTS,
+        lambda e: e["involvedObject"]["name"] == "two-4g" and e["type"] == "Warning",
+        namespace="default",
+    )
 
     await client.create(MIGLAYOUTS, mig_layout("typo", "elsewhere", {"config": "all-9g.90gb"}))
     assert (
@@ -130,9 +135,13 @@ async def test_the_mig_config_label_applies_a_named_config(start_cluster: StartC
 
     await eventually(success, timeout=30)
     await published(client, node, ["3g.40gb"] * 16)
-    events, _ = await client.list(EVENTS, "default")
-    applied = [e for e in events if e["involvedObject"]["name"] == node and e["reason"] == "MigLayoutApplied"]
-    assert applied and applied[0]["message"].startswith("Label/all-3g.40gb@0: ")
+    applied = await watch_until(
+        client,
+        EVENTS,
+        lambda e: e["involvedObject"]["name"] == node and e["reason"] == "MigLayoutApplied",
+        namespace="default",
+    )
+    assert applied["message"].startswith("Label/all-3g.40gb@0: ")
 
 
 async def test_a_named_config_from_a_configmap(start_cluster: StartCluster) -> None:
@@ -193,8 +202,12 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
     )
     assert report is not None and report.blocked_by == ("default/small",)
     assert (await node_labels(client, node))[CONFIG_STATE_LABEL] == "pending"
-    events, _ = await client.list(EVENTS, "default")
-    assert any(e["reason"] == "MigLayoutBlocked" and "default/small" in e["message"] for e in events)
+    await watch_until(
+        client,
+        EVENTS,
+        lambda e: e["reason"] == "MigLayoutBlocked" and "default/small" in e["message"],
+        namespace="default",
+    )
     assert "7g.40gb" not in await profiles(client, node), "a blocked node is not changed at all"
 
     await client.delete(PODS, "worker", "default")

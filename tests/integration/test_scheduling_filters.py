@@ -82,7 +82,7 @@ async def test_gates_hold_a_pod_and_unimplemented_fields_are_told(cluster: Embed
     assert await node_of(client, "gated") == ""
     await client.patch(PODS, "gated", {"spec": {"schedulingGates": None}}, "default")
     assert await eventually(lambda: node_of(client, "gated"))
-    (told,) = await events_of(client, "gated", "SchedulingFieldIgnored")
+    (told,) = await eventually(lambda: events_of(client, "gated", "SchedulingFieldIgnored"))
     assert told.startswith("spec.topologySpreadConstraints: ")
 
 

@@ -5,6 +5,7 @@ what was allocated. The seed examples and NVIDIA-quickstart-shaped specs run unc
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from _realkit import StartKubernetes, claims, events_of, held_devices, phase, pods, results
 
@@ -41,8 +42,12 @@ async def test_the_seed_examples_run_and_the_unsatisfiable_one_is_explained(
 
     (message, *_) = await eventually(explained, timeout=60)
     assert "NVIDIA B300" in message
-    scheduler = [e for e in await events_of(cluster, "waits-forever") if e["reason"] == "FailedScheduling"]
-    assert scheduler and scheduler[0]["source"].get("component", "") in {"", "default-scheduler"}
+
+    async def scheduler_told() -> list[dict[str, Any]]:
+        return [e for e in await events_of(cluster, "waits-forever") if e["reason"] == "FailedScheduling"]
+
+    (scheduler, *_) = await eventually(scheduler_told, timeout=60)
+    assert scheduler["source"].get("component", "") in {"", "default-scheduler"}
 
 
 async def test_nvidia_quickstart_shapes_mig_on_one_parent_time_slicing_and_mps(
