@@ -8,7 +8,9 @@ exactly.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -71,12 +73,8 @@ class KubeletClient:
         await self.close()
         self._registration_channel = grpc.aio.insecure_channel(f"unix:{self.registration_socket}")
         stub = pluginregistration_pb2_grpc.RegistrationStub(self._registration_channel)
-        try:
+        with _calling(f"GetInfo on {self.registration_socket}"):
             reply = await stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=self.info_timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise KubeletPluginError(
-                f"GetInfo on {self.registration_socket} failed: {_rpc_text(exc)}"
-            ) from exc
         info = PluginInfo(
             type=reply.type,
             name=reply.name,
@@ -96,10 +94,8 @@ class KubeletClient:
                 self.api_version = KNOWN_VERSIONS[chosen]
         registered = accept and not problem
         status = pluginregistration_pb2.RegistrationStatus(plugin_registered=registered, error=problem)
-        try:
+        with _calling("NotifyRegistrationStatus"):
             await stub.NotifyRegistrationStatus(status, timeout=self.info_timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise KubeletPluginError(f"NotifyRegistrationStatus failed: {_rpc_text(exc)}") from exc
         self.info = info
         if not registered:
             raise KubeletPluginError(f"plugin {info.name!r} not registered: {problem or 'rejected'}")
@@ -113,10 +109,8 @@ class KubeletClient:
         pb = PB_MODULES[version]
         stub = _STUBS[version](channel)
         request = pb.NodePrepareResourcesRequest(claims=claims_to_pb(pb, claims))
-        try:
+        with _calling(f"NodePrepareResources ({version})"):
             response = await stub.NodePrepareResources(request, timeout=self.call_timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise KubeletPluginError(f"NodePrepareResources ({version}) failed: {_rpc_text(exc)}") from exc
         _check_keys("NodePrepareResources", claims, response.claims)
         return {
             uid: PrepareResult(devices=tuple(device_from_pb(d) for d in r.devices), error=r.error)
@@ -130,10 +124,8 @@ class KubeletClient:
         pb = PB_MODULES[version]
         stub = _STUBS[version](channel)
         request = pb.NodeUnprepareResourcesRequest(claims=claims_to_pb(pb, claims))
-        try:
+        with _calling(f"NodeUnprepareResources ({version})"):
             response = await stub.NodeUnprepareResources(request, timeout=self.call_timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise KubeletPluginError(f"NodeUnprepareResources ({version}) failed: {_rpc_text(exc)}") from exc
         _check_keys("NodeUnprepareResources", claims, response.claims)
         return {uid: UnprepareResult(error=r.error) for uid, r in response.claims.items()}
 
@@ -153,10 +145,9 @@ class KubeletClient:
         stub = _HEALTH_STUBS[chosen](channel)
         call = stub.NodeWatchResources(HEALTH_PB_MODULES[chosen].NodeWatchResourcesRequest())
         try:
-            async for message in call:
-                yield health_from_pb(message)
-        except grpc.aio.AioRpcError as exc:
-            raise KubeletPluginError(f"NodeWatchResources failed: {_rpc_text(exc)}") from exc
+            with _calling("NodeWatchResources"):
+                async for message in call:
+                    yield health_from_pb(message)
         finally:
             call.cancel()
 
@@ -190,5 +181,20 @@ def _check_keys(method: str, claims: Sequence[ClaimRef], answered: Any) -> None:
         )
 
 
-def _rpc_text(exc: grpc.aio.AioRpcError) -> str:
-    return f"{exc.code().name}: {exc.details()}"
+@contextlib.contextmanager
+def _calling(what: str) -> Iterator[None]:
+    """A failed call as a KubeletPluginError. A call whose channel is closed under it (another caller found the
+    plugin's socket gone) raises asyncio's CancelledError in the caller, though nobody cancelled the caller's task:
+    taken for a cancellation, it ended a pod's termination without a word and left the pod terminating for good.
+    Only a cancellation of the task itself stays one."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        raise KubeletPluginError(f"{what} failed: {exc.code().name}: {exc.details()}") from exc
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
+        raise KubeletPluginError(
+            f"{what} failed: the connection to the plugin was closed during the call"
+        ) from None
