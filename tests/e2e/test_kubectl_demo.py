@@ -86,6 +86,10 @@ async def test_gpudra_up_once_prints_the_fleet_and_exits_zero(tmp_path: Path) ->
     assert "dgx-a100-0" in text and "l4x4-0" in text
     assert "1g.5gb" in text
     assert kubeconfig.exists()
+    # stopped right after it was up: kopf had finished finding the API's resources, so none of its requests
+    # were left retrying against closed connections
+    retried = [line for line in (text + err.decode()).splitlines() if "Request attempt" in line]
+    assert not retried, retried
 
 
 async def test_kubectl_apply_of_a_seed_pattern_gets_allocated_and_bound(demo: EmbeddedCluster) -> None:

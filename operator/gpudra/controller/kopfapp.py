@@ -21,6 +21,7 @@ from gpudra.controller.bodies import parse_body
 from gpudra.controller.computedomains import CHANGE_HANDLED_KINDS, register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
 from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
+from gpudra.controller.kopflifecycle import Insights, close_stranded_streams, raise_once_discovered
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.usage import Attribution
@@ -87,6 +88,11 @@ def build_registry(
         for explainer in explainers:
             explainer.cancel()
         await asyncio.gather(*explainers, return_exceptions=True)
+
+    @kopf.on.cleanup(registry=registry)
+    async def close_streams(settings: kopf.OperatorSettings, **_: Any) -> None:
+        if closed := await close_stranded_streams(settings):
+            log.debug("closed watch streams kopf left suspended", streams=closed)
 
     # One handler for every use of a claim's change (kopf's cost is per handler and event, indexes included: the
     # unallocated claims are kept here, not in a kopf index): parsed once, each use isolated from the others'
@@ -181,8 +187,9 @@ async def run_controller(
     standalone: bool = True,
     web_view_started: Callable[[str], None] | None = None,
 ) -> None:
-    """Run until ``stop`` is set. ``server_url`` connects to an embedded server without credentials. With
-    ``settings.web_port`` set, the web view is served (in a thread of its own) while the controller runs, and
+    """Run until ``stop`` is set; ``ready`` is set once kopf has discovered the API's resources (see
+    :mod:`gpudra.controller.kopflifecycle`). ``server_url`` connects to an embedded server without credentials.
+    With ``settings.web_port`` set, the web view is served (in a thread of its own) while the controller runs, and
     ``web_view_started`` is told its URL.
 
     kopf treats every asyncio task created after its start as its own and cancels them when it stops, so an
@@ -200,6 +207,7 @@ async def run_controller(
     else:
         client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
     web_view = None
+    discovered: asyncio.Task[None] | None = None
     try:
         if settings.web_port is not None:
             web_view = WebViewServer(
@@ -213,15 +221,20 @@ async def run_controller(
             url = await asyncio.to_thread(web_view.start)
             if web_view_started is not None:
                 web_view_started(url)
+        insights = Insights()
+        if ready is not None:
+            discovered = asyncio.create_task(raise_once_discovered(insights, ready), name="readiness")
         await kopf.operator(
             registry=build_registry(settings, metrics, client, server_url=server_url),
             settings=kopf_settings,
             clusterwide=True,
             standalone=standalone,
             stop_flag=stop,
-            ready_flag=ready,
+            insights=insights,
         )
     finally:
+        if discovered is not None:
+            discovered.cancel()
         if web_view is not None:
             await asyncio.to_thread(web_view.stop)
         await client.close()

@@ -1,0 +1,34 @@
+"""The controller stops cleanly however soon after its start and whatever it is busy with: kopf has found the API's
+resources before the cluster reports ready, and no watch stream is left open for the event loop's end."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from clusterkit import StartCluster
+from gpudra.kube.resources import DEVICE_CLASSES
+
+
+def device_class(name: str) -> dict[str, object]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": {}}
+
+
+@pytest.mark.parametrize("burst", [0, 40])
+async def test_a_stop_right_after_start_or_amid_new_objects_leaves_nothing_behind(
+    start_cluster: StartCluster, caplog: pytest.LogCaptureFixture, burst: int
+) -> None:
+    caplog.set_level(logging.WARNING)
+    for round_ in range(3):
+        cluster = await start_cluster("dgx-a100:1,l4x4:1")
+        assert cluster.client is not None
+        for i in range(burst):  # new objects: kopf's watcher hands each to a new worker as the stop comes
+            await cluster.client.create(DEVICE_CLASSES, device_class(f"burst-{round_}-{i}"))
+        await cluster.stop()
+    problems = [
+        r.getMessage()
+        for r in caplog.records
+        if "Request attempt" in r.getMessage() or "asynchronous generator" in r.getMessage()
+    ]
+    assert not problems, problems
