@@ -230,7 +230,9 @@ async def test_a_call_cut_off_by_closing_the_client_fails_as_a_plugin_error(
     handler.gate.set()
 
 
-async def test_cancelling_the_caller_still_cancels_its_call(kubelet: KubeletClient, handler: FakeHandler) -> None:
+async def test_cancelling_the_caller_still_cancels_its_call(
+    kubelet: KubeletClient, handler: FakeHandler
+) -> None:
     handler.gate = asyncio.Event()
     handler.expected_waiting = 1
     call = asyncio.create_task(kubelet.prepare([claim("ok-0")]))
