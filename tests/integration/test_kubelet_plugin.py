@@ -215,32 +215,35 @@ async def test_calls_for_different_pods_run_concurrently(
     assert [set(r) for r in results] == [{f"ok-{i}"} for i in range(6)]
 
 
+async def held_prepare(
+    kubelet: KubeletClient, handler: FakeHandler
+) -> asyncio.Task[dict[str, PrepareResult]]:
+    """A prepare call that has reached the plugin's handler and is held there until ``handler.gate`` is set."""
+    handler.gate = asyncio.Event()
+    handler.expected_waiting = 1
+    call = asyncio.create_task(kubelet.prepare([claim("ok-0")]))
+    await handler.all_waiting.wait()
+    return call
+
+
 async def test_a_call_cut_off_by_closing_the_client_fails_as_a_plugin_error(
     kubelet: KubeletClient, handler: FakeHandler
 ) -> None:
     # the stand-in kubelet closes a plugin's client when its socket goes (an agent restarting) while another of
     # its tasks may still be in a call: that caller must see a failed call it can retry, not a cancellation
-    handler.gate = asyncio.Event()
-    handler.expected_waiting = 1
-    call = asyncio.create_task(kubelet.prepare([claim("ok-0")]))
-    await handler.all_waiting.wait()
+    call = await held_prepare(kubelet, handler)
     await kubelet.close()
     with pytest.raises(KubeletPluginError, match=r"NodePrepareResources .*closed during the call"):
         await call
-    handler.gate.set()
 
 
 async def test_cancelling_the_caller_still_cancels_its_call(
     kubelet: KubeletClient, handler: FakeHandler
 ) -> None:
-    handler.gate = asyncio.Event()
-    handler.expected_waiting = 1
-    call = asyncio.create_task(kubelet.prepare([claim("ok-0")]))
-    await handler.all_waiting.wait()
+    call = await held_prepare(kubelet, handler)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    handler.gate.set()
 
 
 async def test_a_failing_claim_does_not_fail_its_neighbours(kubelet: KubeletClient) -> None:
