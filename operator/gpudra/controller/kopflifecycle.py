@@ -29,6 +29,7 @@ from kopf._cogs.structs.references import Insights
 __all__ = ["Insights", "close_stranded_streams", "raise_once_discovered", "stranded_streams"]
 
 _STREAM_CODE = infinite_watch.__code__
+_PAUSE_WAITER = "pause-waiter for "  # the name kopf gives the task each watch stream keeps while it is open
 
 
 async def raise_once_discovered(insights: Insights, ready: asyncio.Event | threading.Event) -> None:
@@ -52,7 +53,11 @@ def stranded_streams(settings: kopf.OperatorSettings) -> list[types.AsyncGenerat
 
 
 async def close_stranded_streams(settings: kopf.OperatorSettings) -> int:
-    """Close the run's stranded watch streams (call it once its watchers are gone); how many there were."""
+    """Close the run's stranded watch streams (call it once its watchers are gone, in the run's event loop); how
+    many there were. The search visits every object of the process (0.8 s beside a 1,000-node embedded fleet), so
+    it runs only when a stream's pause waiter is still pending, which only a stranded stream leaves."""
+    if not any(task.get_name().startswith(_PAUSE_WAITER) for task in asyncio.all_tasks()):
+        return 0
     streams = stranded_streams(settings)
     for stream in streams:
         with contextlib.suppress(Exception):
