@@ -26,7 +26,7 @@ import kopf
 from kopf._cogs.clients.watching import infinite_watch
 from kopf._cogs.structs.references import Insights
 
-__all__ = ["Insights", "close_stranded_streams", "raise_once_discovered", "stranded_streams"]
+__all__ = ["Insights", "close_stranded_streams", "raise_once_discovered"]
 
 _STREAM_CODE = infinite_watch.__code__
 _PAUSE_WAITER = "pause-waiter for "  # the name kopf gives the task each watch stream keeps while it is open
@@ -38,7 +38,7 @@ async def raise_once_discovered(insights: Insights, ready: asyncio.Event | threa
     ready.set()
 
 
-def stranded_streams(settings: kopf.OperatorSettings) -> list[types.AsyncGeneratorType[Any, Any]]:
+def _stranded_streams(settings: kopf.OperatorSettings) -> list[types.AsyncGeneratorType[Any, Any]]:
     """The watch streams of the kopf run with these ``settings`` that are suspended between two events and not
     yet closed (another run in the process, another thread's, has its own settings and is left alone)."""
     return [
@@ -58,7 +58,7 @@ async def close_stranded_streams(settings: kopf.OperatorSettings) -> int:
     it runs only when a stream's pause waiter is still pending, which only a stranded stream leaves."""
     if not any(task.get_name().startswith(_PAUSE_WAITER) for task in asyncio.all_tasks()):
         return 0
-    streams = stranded_streams(settings)
+    streams = _stranded_streams(settings)
     for stream in streams:
         with contextlib.suppress(Exception):
             await stream.aclose()
