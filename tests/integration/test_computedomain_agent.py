@@ -27,6 +27,7 @@ from gpudra.kube.resources import (
     PODS,
     RESOURCE_SLICES,
 )
+from gpudra.testing import watch_until
 
 CD = "compute-domain.nvidia.com"
 
@@ -152,13 +153,10 @@ async def test_fabric_loss_removes_the_clique_label_and_restores_it(start_cluste
         return CLIQUE_LABEL not in await labels(client, "gb200-nvl72-0")
 
     await eventually(unlabelled)
-
-    async def lost() -> list[str]:
-        events, _ = await client.list(EVENTS, "default")
-        return [e["message"] for e in events if e.get("reason") == "NVLinkCliqueLost"]
-
-    (message, *_) = await eventually(lost)
-    assert "GPU 2" in message, message
+    lost = await watch_until(
+        client, EVENTS, lambda e: e.get("reason") == "NVLinkCliqueLost", namespace="default"
+    )
+    assert "GPU 2" in lost["message"], lost
     cluster.simulated["gb200-nvl72-0"].restore_fabric()
     assert await eventually(lambda: _label(client, "gb200-nvl72-0")) == clique
 

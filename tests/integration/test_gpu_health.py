@@ -16,6 +16,7 @@ from gpudra.agent.kubeletplugin.messages import HealthStatus
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.hardware.simulated import FakeNvml
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.testing import watch_until
 
 
 async def devices(cluster: EmbeddedCluster, node: str) -> dict[str, dict[str, Any]]:
@@ -44,7 +45,7 @@ async def test_xid_taints_the_gpu_and_recovers(cluster: EmbeddedCluster) -> None
 
     (taint,) = await eventually(tainted)
     assert (taint["key"], taint["value"], taint["effect"]) == ("gpu.nvidia.com/xid", "79", "NoSchedule")
-    await eventually(lambda: health_event(cluster, "dgx-h100-0", "XID 79"))  # the Event follows the taint
+    await event_on(cluster, "dgx-h100-0", "GpuHealth", "XID 79")  # the Event follows the taint
 
     async def recovered() -> bool:
         return not (await devices(cluster, "dgx-h100-0"))["gpu-3"].get("taints")
@@ -52,15 +53,22 @@ async def test_xid_taints_the_gpu_and_recovers(cluster: EmbeddedCluster) -> None
     await eventually(recovered)
 
 
-async def event_on(cluster: EmbeddedCluster, name: str, reason: str, text: str = "") -> dict[str, Any] | None:
-    """The first Event on ``name`` (in default) with this reason and ``text`` in its message, if there is one."""
+async def event_on(cluster: EmbeddedCluster, name: str, reason: str, text: str = "") -> dict[str, Any]:
+    """The first Event on ``name`` (in default) with this reason and ``text`` in its message (waits for it)."""
     assert cluster.client is not None
-    events, _ = await cluster.client.list(EVENTS, "default", field_selector=f"involvedObject.name={name}")
-    return next((e for e in events if e["reason"] == reason and text in e["message"]), None)
+    return await watch_until(
+        cluster.client,
+        EVENTS,
+        lambda e: e["reason"] == reason and text in e["message"],
+        namespace="default",
+        field_selector=f"involvedObject.name={name}",
+    )
 
 
 async def health_event(cluster: EmbeddedCluster, node: str, text: str) -> dict[str, Any] | None:
-    return await event_on(cluster, node, "GpuHealth", text)
+    assert cluster.client is not None
+    events, _ = await cluster.client.list(EVENTS, "default", field_selector=f"involvedObject.name={node}")
+    return next((e for e in events if e["reason"] == "GpuHealth" and text in e["message"]), None)
 
 
 async def test_ignored_xid_is_visible_but_does_not_repel(cluster: EmbeddedCluster) -> None:
@@ -200,13 +208,13 @@ async def test_xid_marks_the_prepared_claim_unhealthy_until_the_device_recovers(
     entry = (await claim_devices(cluster, "train"))[device]
     ready = next(c for c in entry["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"  # still prepared; the pod keeps its device
-    await eventually(lambda: event_on(cluster, "train", "DeviceUnhealthy", "XID 79"))
+    await event_on(cluster, "train", "DeviceUnhealthy", "XID 79")
 
     async def recovered() -> bool:
         return (await healthy_condition(cluster, "train", device))["status"] == "True"
 
     await eventually(recovered)
-    await eventually(lambda: event_on(cluster, "train", "DeviceRecovered"))
+    await event_on(cluster, "train", "DeviceRecovered")
 
 
 async def test_ignored_xid_leaves_the_prepared_claim_healthy(cluster: EmbeddedCluster) -> None:

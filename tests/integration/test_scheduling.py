@@ -24,6 +24,7 @@ from gpudra.kube.resources import (
     RESOURCE_CLAIMS,
     Resource,
 )
+from gpudra.testing import watch_until
 
 SEEDS = Path(__file__).resolve().parents[2] / "examples" / "seeds"
 KINDS: dict[str, Resource] = {
@@ -241,14 +242,13 @@ async def test_unsatisfiable_claim_stays_pending_with_an_explanation(cluster: Em
     events = await eventually(explained)
     assert events[0]["type"] == "Warning"
     assert "NVIDIA B300" in events[0]["message"] or "NoMatchingDevice" in events[0]["message"]
-
-    async def scheduler_told() -> bool:
-        pod_events, _ = await client.list(
-            EVENTS, "default", field_selector="involvedObject.name=waits-forever"
-        )
-        return any(e["reason"] == "FailedScheduling" for e in pod_events)
-
-    await eventually(scheduler_told)
+    await watch_until(
+        client,
+        EVENTS,
+        lambda e: e["reason"] == "FailedScheduling",
+        namespace="default",
+        field_selector="involvedObject.name=waits-forever",
+    )
     assert not await bound(cluster, "waits-forever")
     claim = await client.get(RESOURCE_CLAIMS, "b300-please", "default")
     assert not (claim.get("status") or {}).get("allocation")
