@@ -149,6 +149,11 @@ class AgentSettings(CommonSettings):
         Path("/var/lib/kubelet/plugins_registry"), description="the kubelet's plugin registration directory"
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where per-claim CDI spec files are written")
+    driver_root: Path = Field(
+        Path("/"),
+        description="the NVIDIA driver's root on the host (NVIDIA's nvidiaDriverRoot): CDI specs point the "
+        "runtime at <root>/dev/nvidia* for the GPUs' device nodes; /run/nvidia/driver under the GPU Operator",
+    )
     instance_id: str = Field(
         "",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$|^$",

@@ -163,6 +163,37 @@ def test_claim_spec_json_shape() -> None:
     assert claim_device_id(CLAIM, "gpu-0") == f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-0"
 
 
+def test_driver_root_puts_the_host_side_of_nvidia_device_nodes_under_it() -> None:
+    """Under the GPU Operator the driver's /dev lives under /run/nvidia/driver on the host: the runtime must read
+    the nodes there, and the container still sees /dev/nvidia*. Nodes with numbers of their own (IMEX channels)
+    and nodes that are not NVIDIA's (VFIO) are left as they are."""
+    channel = DeviceNode("/dev/nvidia-caps-imex-channels/channel0", type="c", major=508, minor=0)
+    vfio = DeviceNode("/dev/vfio/12")
+    spec = build_claim_spec(
+        CLAIM,
+        [
+            ClaimDevice(
+                "gpu-1-mig-1g12gb-19-0",
+                ["MIG-bbbb"],
+                ContainerEdits(device_nodes=mig_device_nodes(1, 21, 22)),
+            ),
+            ClaimDevice("other", [], ContainerEdits(device_nodes=[channel, vfio])),
+        ],
+        driver_root="/run/nvidia/driver/",
+    ).to_json()
+    mig, other = (d["containerEdits"]["deviceNodes"] for d in spec["devices"])
+    assert [(n["path"], n["hostPath"]) for n in mig] == [
+        (path, f"/run/nvidia/driver{path}")
+        for path in ("/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22")
+    ]
+    assert [n.get("hostPath") for n in other] == [None, None]
+    assert {n["hostPath"] for n in spec["containerEdits"]["deviceNodes"]} == {
+        f"/run/nvidia/driver{n.path}" for n in CONTROL_DEVICE_NODES
+    }
+    gpu = [ClaimDevice("gpu-0", ["GPU-aaaa"], ContainerEdits(device_nodes=gpu_device_nodes(0)))]
+    assert build_claim_spec(CLAIM, gpu, driver_root="/").to_json() == build_claim_spec(CLAIM, gpu).to_json()
+
+
 def test_device_node_fields_use_cdi_spelling() -> None:
     node = DeviceNode("/dev/nvidia0", host_path="/dev/nvidia0", type="c", major=195, minor=0, file_mode=0o666)
     assert node.to_json() == {

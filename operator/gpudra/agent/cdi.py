@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +283,23 @@ class ClaimDevice:
     edits: ContainerEdits
 
 
+def under_driver_root(edits: ContainerEdits, driver_root: str) -> ContainerEdits:
+    """``edits`` with the host side of each NVIDIA device node (``/dev/nvidia*`` without numbers of its own) under
+    ``driver_root``, the NVIDIA driver's root on the host: ``/`` when the driver is installed on the host, as most
+    nodes have it; ``/run/nvidia/driver`` under the GPU Operator's driver container. The runtime reads the node's
+    type and numbers from ``<driver_root>/dev/...``; in the container it keeps its ``/dev`` path."""
+    root = driver_root.rstrip("/")
+    if not root:
+        return edits
+    nodes = [
+        replace(n, host_path=root + n.path)
+        if n.host_path is None and n.major is None and n.path.startswith("/dev/nvidia")
+        else n
+        for n in edits.device_nodes
+    ]
+    return replace(edits, device_nodes=nodes)
+
+
 def claim_device_name(claim_uid: str, canonical_name: str) -> str:
     return f"{claim_uid}-{canonical_name}"
 
@@ -298,18 +315,23 @@ def build_claim_spec(
     *,
     common_edits: ContainerEdits = ContainerEdits(device_nodes=CONTROL_DEVICE_NODES),
     vendor: str = NVIDIA_VENDOR,
+    driver_root: str = "/",
 ) -> CDISpec:
     """The spec of one claim. Spec-wide edits: ``common_edits`` (control nodes; driver library mounts and
     hooks when the agent injects them) and NVIDIA_VISIBLE_DEVICES with all the claim's UUIDs. What only some of
-    its devices need (their device nodes, MPS client setup) is in those devices' own edits.
+    its devices need (their device nodes, MPS client setup) is in those devices' own edits. NVIDIA device nodes
+    are read from under ``driver_root`` on the host (:func:`under_driver_root`).
     """
     uuids = [u for d in devices for u in d.uuids]
     visible = ContainerEdits(env=[f"NVIDIA_VISIBLE_DEVICES={','.join(uuids) or 'void'}"])
     return CDISpec(
         vendor=vendor,
         class_name=CLAIM_CLASS,
-        devices=[CDIDevice(claim_device_name(claim_uid, d.canonical_name), d.edits) for d in devices],
-        container_edits=common_edits + visible,
+        devices=[
+            CDIDevice(claim_device_name(claim_uid, d.canonical_name), under_driver_root(d.edits, driver_root))
+            for d in devices
+        ],
+        container_edits=under_driver_root(common_edits, driver_root) + visible,
     )
 
 

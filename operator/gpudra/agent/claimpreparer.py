@@ -94,6 +94,8 @@ class PrepareOptions:
     """Which sharing strategies opaque configs may ask for (all when None)."""
     mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps"
     """Where each MPS claim's pipe and log directories live on the node."""
+    driver_root: str = "/"
+    """The NVIDIA driver's root on the host: CDI specs name device nodes under it (AgentSettings.driver_root)."""
     passthrough: bool = False
     """Prepare ``gpu-vfio-<i>`` devices (bind their GPUs to vfio-pci)."""
     device_metadata: bool = False
@@ -237,7 +239,7 @@ class ClaimPreparer:
         targets = device_targets(inventory, dynamic, pci)
         plan = plan_claim(
             ref.uid, model, results, targets, driver=self.driver, features=options.features,
-            mps_root=options.mps_root,
+            mps_root=options.mps_root, driver_root=options.driver_root,
         )  # fmt: skip
         data_dir = self.effects.data_dir
         if options.device_metadata and data_dir is not None:

@@ -130,6 +130,7 @@ class AgentRuntime:
                     time_slicing=settings.time_slicing_settings, mps=settings.mps_support
                 ),
                 mps_root=str(settings.plugin_path / "mps"),
+                driver_root=str(settings.driver_root),
                 passthrough=settings.passthrough_support,
                 device_metadata=settings.device_metadata,
             ),
