@@ -1,15 +1,22 @@
 # gpudra: one image for the controller and the node agent.
 # Build: docker build -t gpudra:dev .    Both processes start by module: python -m gpudra controller|agent
+# Without Docker or a registry (these machines, CI): hack/node/images.sh builds it with buildah on a Debian base of
+# its own, passed as PYTHON_IMAGE (docs/real-node.md).
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator ./operator
+# The dependencies first, in a layer of their own: a change to the source alone reuses it.
+COPY pyproject.toml ./
 RUN python -m venv /opt/gpudra \
-    && /opt/gpudra/bin/pip install --no-compile . \
+    && python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+       > requirements.txt \
+    && /opt/gpudra/bin/pip install --no-compile -r requirements.txt
+COPY README.md ./
+COPY operator ./operator
+RUN /opt/gpudra/bin/pip install --no-compile --no-deps . \
     && /opt/gpudra/bin/python -m compileall -q /opt/gpudra/lib
 
 FROM ${PYTHON_IMAGE}

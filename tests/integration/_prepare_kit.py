@@ -100,7 +100,7 @@ class Node:
             store=store,
             status=ClaimStatus(self.client, events, driver=DRIVER, node=NODE),
             reservations=DeviceReservations(store, shareable=lambda: self.shareable),
-            effects=ClaimEffects(self.backend, self.specs()),
+            effects=ClaimEffects(self.backend, self.specs(), claim_dirs=self.root / "mps"),
             options=PrepareOptions(mps_root=str(self.root / "mps"), passthrough=self.passthrough),
             dynamic_gpus=lambda: frozenset(self.dynamic),
             metrics=self.metrics,

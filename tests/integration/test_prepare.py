@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,9 +183,15 @@ async def test_mps_sets_exclusive_process_and_mps_environment(node: Node) -> Non
     assert "CUDA_MPS_LOG_DIRECTORY" in env
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{node.uuid(index)}=2048M"
+    # the directories the spec mounts exist before a runtime reads it (runc refuses a missing mount source),
+    # shared by the claim's containers whatever user each runs as, and go with the claim
+    mounted = [Path(m["hostPath"]) for d in spec["devices"] for m in d["containerEdits"].get("mounts", [])]
+    assert {p.name for p in mounted} == {"pipe", "log"}
+    assert all(p.is_dir() and p.stat().st_mode & 0o7777 == 0o1777 for p in mounted)
     assert node.kubelet is not None
     await node.kubelet.unprepare([ref])
     assert node.fake.gpu(index).compute_mode == 0
+    assert not any(p.exists() for p in mounted) and not (node.root / "mps" / ref.uid).exists()
 
 
 async def test_time_slicing_interval_is_applied_and_undone(node: Node) -> None:

@@ -191,6 +191,13 @@ def required_version(spec: CDISpec) -> str:
     return "0.3.0"
 
 
+def validate_claim_uid(claim_uid: str) -> str:
+    """The UID, when it can name a file or directory of its own (no path separator, no leading dot)."""
+    if not _CLAIM_UID.match(claim_uid):
+        raise InvalidInputError(f"claim UID {claim_uid!r} cannot name a CDI spec file")
+    return claim_uid
+
+
 def validate_vendor(vendor: str) -> None:
     if not _KIND_PART.match(vendor):
         raise InvalidInputError(
@@ -352,9 +359,7 @@ class ClaimSpecDir:
         self.prefix = f"{vendor}-{CLAIM_CLASS}_"
 
     def path_for(self, claim_uid: str) -> Path:
-        if not _CLAIM_UID.match(claim_uid):
-            raise InvalidInputError(f"claim UID {claim_uid!r} cannot name a CDI spec file")
-        return self.directory / f"{self.prefix}{claim_uid}.json"
+        return self.directory / f"{self.prefix}{validate_claim_uid(claim_uid)}.json"
 
     def write(self, claim_uid: str, spec: CDISpec) -> Path:
         """Write (or replace) the claim's spec atomically; return its path."""

@@ -1,7 +1,8 @@
 """ClaimEffects: what a prepared claim changes on the node, done and undone, one kind of change per method.
 
 - sharing settings of full GPUs (EXCLUSIVE_PROCESS compute mode for MPS, a time slice);
-- the claim's CDI spec, and its device metadata files (KEP-5304) under ``data_dir``;
+- the claim's CDI spec, its device metadata files (KEP-5304) under ``data_dir``, and the directories its spec
+  mounts (an MPS claim's, ``<claim_dirs>/<uid>``);
 - dynamic MIG instances, created for a claim and destroyed by their recorded placement;
 - passthrough GPUs bound to vfio-pci and given back to the nvidia driver (``hardware_changed`` is called after
   each bind or give-back, so that the slices follow at once).
@@ -15,11 +16,12 @@ the rollback that follows then finds what it undoes.
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from gpudra.agent.cdi import ClaimSpecDir
+from gpudra.agent.cdi import ClaimSpecDir, validate_claim_uid
 from gpudra.agent.checkpoint import ClaimEntry, MigInstanceRecord, VfioBindingRecord
 from gpudra.agent.devicemetadata import remove_claim_files, write_files
 from gpudra.agent.migdynamic.decisions import InstanceCreation
@@ -35,6 +37,15 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
+def make_directories(paths: Sequence[str]) -> None:
+    """Each directory (and its parents), writable by every user like /tmp: an MPS pipe directory is shared by the
+    claim's containers, whatever user each runs as."""
+    for path in paths:
+        directory = Path(path)
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o1777)
+
+
 async def _change(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
     """``fn`` (blocking: NVML, the file system) in a worker thread, awaited to its end."""
     return await to_the_end(asyncio.to_thread(fn, *args, **kwargs))
@@ -42,7 +53,8 @@ async def _change(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> 
 
 class ClaimEffects:
     """The hardware and file side of the claims of one driver on this node. ``data_dir``: where device metadata
-    files live (removed at undo whenever set)."""
+    files live (removed at undo whenever set); ``claim_dirs``: where each claim's own directories live
+    (``<claim_dirs>/<uid>``, removed at undo)."""
 
     def __init__(
         self,
@@ -50,11 +62,13 @@ class ClaimEffects:
         specs: ClaimSpecDir,
         *,
         data_dir: Path | None = None,
+        claim_dirs: Path | None = None,
         hardware_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._backend = backend
         self.specs = specs
         self.data_dir = data_dir
+        self.claim_dirs = claim_dirs
         self.instances = MigInstances(backend)
         self._hardware_changed = hardware_changed
 
@@ -85,8 +99,10 @@ class ClaimEffects:
     # -- files -----------------------------------------------------------------------------------------------
 
     async def write_files(self, uid: str, plan: ClaimPlan) -> Path:
-        """The plan's device metadata files, then the CDI spec that mounts them; the spec's path."""
+        """The plan's device metadata files and directories, then the CDI spec that mounts them; the spec's
+        path."""
         await _change(write_files, plan.metadata_files)
+        await _change(make_directories, plan.directories)
         return await _change(self.specs.write_document, uid, plan.cdi_document)
 
     async def ensure_spec(self, uid: str, entry: ClaimEntry) -> None:
@@ -100,6 +116,8 @@ class ClaimEffects:
         await _change(self.specs.delete, uid)
         if entry is not None and self.data_dir is not None:
             await _change(remove_claim_files, self.data_dir, entry.namespace, entry.name)
+        if self.claim_dirs is not None:
+            await _change(shutil.rmtree, self.claim_dirs / validate_claim_uid(uid), True)
 
     # -- dynamic MIG instances -------------------------------------------------------------------------------
 

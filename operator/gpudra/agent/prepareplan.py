@@ -57,6 +57,12 @@ _CAPS_PER_GI = 9
 _CAPS_PER_GPU = 15 * _CAPS_PER_GI
 
 
+def gpu_cap_minors(parent_minor: int) -> range:
+    """Every nvidia-caps minor a MIG device of the GPU with this minor may have (a simulated node creates them)."""
+    first = _CAPS_FIRST + parent_minor * _CAPS_PER_GPU
+    return range(first, first + _CAPS_PER_GPU)
+
+
 def mig_cap_minors(parent_minor: int, gi_id: int, ci_id: int) -> tuple[int, int]:
     """The nvidia-caps minors of a MIG device's GPU-instance and compute-instance access files."""
     gi_minor = _CAPS_FIRST + parent_minor * _CAPS_PER_GPU + gi_id * _CAPS_PER_GI
@@ -141,6 +147,9 @@ class ClaimPlan:
     gpu_uuids: dict[str, str]  # device name -> the full GPU it lives on (sharing settings apply there)
     metadata_files: Mapping[str, bytes] = field(default_factory=dict)
     """Device metadata files (KEP-5304) to write before the CDI spec that mounts them: path -> content."""
+    directories: tuple[str, ...] = ()
+    """Host directories the CDI spec mounts, created before it is written (an MPS claim's pipe and log
+    directories: a runtime refuses a bind mount whose source is missing)."""
 
 
 def plan_claim(
@@ -218,6 +227,7 @@ def plan_claim(
         configs=applied,
         cdi_document=spec.to_json(),
         gpu_uuids={t.name: t.gpu_uuid for _, t in chosen},
+        directories=tuple(m.host_path for m in mps.mounts),
     )
 
 

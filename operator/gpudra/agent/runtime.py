@@ -123,6 +123,7 @@ class AgentRuntime:
                 backend,
                 ClaimSpecDir(settings.cdi_dir),
                 data_dir=settings.plugin_path,
+                claim_dirs=settings.plugin_path / "mps",
                 hardware_changed=self.agent.poke,
             ),
             options=PrepareOptions(
