@@ -28,7 +28,7 @@ from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
-from gpudra.kube.kubeconfig import Credentials, read_credentials
+from gpudra.kube.kubeconfig import Credentials, in_cluster_credentials, read_credentials
 from gpudra.metrics import Metrics
 from gpudra.planning.summaries import slice_device_counts
 from gpudra.telemetry import get_logger
@@ -115,7 +115,12 @@ def build_registry(
         if settings.kubeconfig is not None:
             # kopf's own kubeconfig login reads only $KUBECONFIG: the client and kopf must be the same user
             return _connection_info(read_credentials(settings.kubeconfig))
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        # kopf's own service-account login dials https://kubernetes.default.svc, which needs cluster DNS (and its
+        # service proxy): the pod's client dials KUBERNETES_SERVICE_HOST, and kopf must reach the same server
+        in_cluster = in_cluster_credentials()
+        if in_cluster is not None:
+            return _connection_info(in_cluster)
+        return kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceslices", registry=registry)
     async def slice_event(type: str, name: str, body: kopf.Body, **_: Any) -> None:

@@ -52,6 +52,32 @@ def _data(value: Any) -> bytes | None:
     return base64.b64decode(value) if value else None
 
 
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def in_cluster_credentials(
+    environ: dict[str, str] | os._Environ[str] = os.environ, directory: Path = SERVICE_ACCOUNT_DIR
+) -> Credentials | None:
+    """A pod's own credentials, as client-go's in-cluster config reads them: the API server at
+    ``KUBERNETES_SERVICE_HOST``:``KUBERNETES_SERVICE_PORT`` (the kubelet sets both; a chart may set them where
+    the cluster has no service proxy), the service account's token (read afresh: the kubelet rotates it), CA and
+    namespace. None outside a pod."""
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+    token_file = directory / "token"
+    if not host or not port or not token_file.is_file():
+        return None
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    ca = directory / "ca.crt"
+    namespace = directory / "namespace"
+    return Credentials(
+        server=f"https://{host}:{port}",
+        ca_path=ca if ca.is_file() else None,
+        token=token_file.read_text().strip(),
+        namespace=namespace.read_text().strip() if namespace.is_file() else None,
+    )
+
+
 def read_credentials(path: Path) -> Credentials:
     """The current context's cluster and user, or ConfigurationError saying what is missing."""
     try:
