@@ -272,6 +272,11 @@ class ControllerSettings(CommonSettings):
         "ghcr.io/gpudra/gpudra:latest",
         description="image of the per-domain IMEX daemon pods (daemonset mode)",
     )
+    imex_daemon_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="more environment variables of the IMEX daemon pods, as JSON (the chart sets the API "
+        "server's address here where it sets it on its own pods: kubernetesServiceHost)",
+    )
     computedomain_span_cliques: bool = Field(
         True,
         description="a ComputeDomain over several NVLink cliques (racks) can be Ready, each clique its own IMEX "

@@ -8,7 +8,7 @@ import pytest
 
 from gpudra.api.computedomain import ComputeDomain
 from gpudra.api.nvidia import decode_opaque
-from gpudra.computedomain.children import Children, child_selector, desired_children
+from gpudra.computedomain.children import Children, DaemonPodSettings, child_selector, desired_children
 from gpudra.computedomain.names import DaemonMode, DriverNames
 from gpudra.errors import InvalidInputError
 
@@ -86,6 +86,28 @@ def test_daemon_template_and_daemon_set_live_in_the_driver_namespace() -> None:
     selector = ds["spec"]["selector"]["matchLabels"]
     assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert children.node_label == (f"computedomain.gpudra.dev/{UID_A}", "true")
+
+
+def test_daemon_pods_get_the_extra_environment_after_their_own() -> None:
+    """On a cluster without a service proxy the chart points its pods at the API server; the daemons it runs
+    need the same (GPUDRA_IMEX_DAEMON_ENV)."""
+    pods = DaemonPodSettings(
+        env=(("KUBERNETES_SERVICE_HOST", "192.0.2.2"), ("KUBERNETES_SERVICE_PORT", "6443"))
+    )
+    children = desired_children(
+        domain(), drivers=DriverNames(), driver_namespace="gpudra", daemon_image="gpudra:1.0", mode="daemonset",
+        pods=pods,
+    )  # fmt: skip
+    assert children.daemon_set is not None
+    env = children.daemon_set["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[-2:] == [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.2"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
+    ]
+    assert env[0]["name"] == "COMPUTE_DOMAIN_UUID"
+    default = build(domain()).daemon_set
+    assert default is not None
+    assert "KUBERNETES_SERVICE_HOST" not in str(default["spec"]["template"]["spec"]["containers"][0]["env"])
 
 
 @pytest.mark.parametrize(

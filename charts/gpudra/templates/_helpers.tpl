@@ -34,7 +34,8 @@ Remove one environment variable (dict "container" C "name" N), or a port (dict "
 {{- end -}}
 
 {{/*
-What both workloads take from the values: image, resources, scheduling, extra settings (dict "pod" P "v" V "root" $).
+What both workloads take from the values: image, resources, scheduling, the API server's address, extra settings
+(dict "pod" P "v" V "root" $).
 */}}
 {{- define "gpudra.workload" -}}
 {{- $spec := .pod.spec.template.spec -}}
@@ -48,7 +49,23 @@ What both workloads take from the values: image, resources, scheduling, extra se
 {{- if ne .root.Values.driverName "gpu.nvidia.com" -}}
 {{- include "gpudra.setEnv" (dict "container" $c "name" "GPUDRA_DRIVER_NAME" "value" .root.Values.driverName) -}}
 {{- end -}}
+{{- with .root.Values.kubernetesServiceHost -}}
+{{- include "gpudra.setEnv" (dict "container" $c "name" "KUBERNETES_SERVICE_HOST" "value" .) -}}
+{{- end -}}
+{{- with .root.Values.kubernetesServicePort -}}
+{{- include "gpudra.setEnv" (dict "container" $c "name" "KUBERNETES_SERVICE_PORT" "value" .) -}}
+{{- end -}}
 {{- range $name, $value := .v.env -}}
 {{- include "gpudra.setEnv" (dict "container" $c "name" $name "value" $value) -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The API server's address for pods, where the values set it (a cluster without a service proxy), as JSON env.
+*/}}
+{{- define "gpudra.apiServerEnv" -}}
+{{- $env := dict -}}
+{{- with .Values.kubernetesServiceHost }}{{ $_ := set $env "KUBERNETES_SERVICE_HOST" (toString .) }}{{ end -}}
+{{- with .Values.kubernetesServicePort }}{{ $_ := set $env "KUBERNETES_SERVICE_PORT" (toString .) }}{{ end -}}
+{{- if $env }}{{ toJson $env }}{{ end -}}
 {{- end -}}

@@ -86,6 +86,9 @@ class DaemonPodSettings:
     """Equal requests and limits: Guaranteed QoS, last to be evicted under node pressure."""
     tolerate_all_taints: bool = True
     """The daemon must run wherever the domain's workload landed, whatever taints let that workload in."""
+    env: tuple[tuple[str, str], ...] = ()
+    """More environment variables of the daemon container (``GPUDRA_IMEX_DAEMON_ENV``): on a cluster without a
+    service proxy, ``KUBERNETES_SERVICE_HOST`` and ``KUBERNETES_SERVICE_PORT``, as the driver's own pods get them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +223,7 @@ def daemon_set(
                 "name": DAEMON_CONTAINER,
                 "image": daemon_image,
                 "args": ["imex-daemon"],
-                "env": _env(uid, name, namespace),
+                "env": _env(uid, name, namespace) + [{"name": k, "value": v} for k, v in pods.env],
                 "resources": {
                     "requests": dict(resources),
                     "limits": dict(resources),

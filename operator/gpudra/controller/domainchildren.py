@@ -47,7 +47,7 @@ async def apply_children(
         driver_namespace=settings.namespace,
         daemon_image=settings.imex_daemon_image,
         mode=settings.imex_daemon_mode,
-        pods=DaemonPodSettings(),
+        pods=DaemonPodSettings(env=tuple(settings.imex_daemon_env.items())),
     )
     applied = []
     for child in children.objects():
