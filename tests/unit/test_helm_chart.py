@@ -4,6 +4,7 @@ they say and nothing else."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from functools import cache
@@ -130,6 +131,41 @@ def test_values_for_image_driver_features_and_resources() -> None:
     role = find(objects, "ClusterRole", "gpudra-agent")
     assert any("gpu.example.com" in (rule.get("resourceNames") or []) for rule in role["rules"])
     assert ("Namespace", "gpudra") not in names  # created by `helm install --create-namespace`, by default
+
+
+def test_values_for_simulated_gpus_a_driver_root_and_a_cluster_without_a_service_proxy() -> None:
+    """What gpudra up --real-nodes installs with (docs/real-node.md): the agent simulates its node's GPUs from a
+    state file on the node, unprivileged; CDI specs name device nodes under the driver root; every pod of the
+    driver, the IMEX daemons too, reaches the API server at the address given; the daemons run the chart's image."""
+    objects = render(
+        "--set", "image.repository=localhost/gpudra,image.tag=dev,driverRoot=/run/nvidia/driver",
+        "--set", "kubernetesServiceHost=192.0.2.2,kubernetesServicePort=6443,simulated.enabled=true",
+    )  # fmt: skip
+    agent, controller = (
+        find(objects, "DaemonSet", "gpudra-agent"),
+        find(objects, "Deployment", "gpudra-controller"),
+    )
+    for workload in (agent, controller):
+        assert env(workload)["KUBERNETES_SERVICE_HOST"] == "192.0.2.2"
+        assert env(workload)["KUBERNETES_SERVICE_PORT"] == "6443"
+    assert env(controller)["GPUDRA_IMEX_DAEMON_IMAGE"] == "localhost/gpudra:dev"
+    assert json.loads(env(controller)["GPUDRA_IMEX_DAEMON_ENV"]) == {
+        "KUBERNETES_SERVICE_HOST": "192.0.2.2",
+        "KUBERNETES_SERVICE_PORT": "6443",
+    }
+    assert env(agent)["GPUDRA_DRIVER_ROOT"] == "/run/nvidia/driver"
+    assert env(agent)["GPUDRA_BACKEND"] == "simulated"
+    assert env(agent)["GPUDRA_SIMULATED_STATE"] == "/run/gpudra/simulated/gpus.state"
+    pod = agent["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["securityContext"]["privileged"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    volume = next(v for v in pod["volumes"] if v["name"] == "simulated-gpus")
+    assert volume["hostPath"]["path"] == "/run/gpudra/simulated"
+    assert {"name": "simulated-gpus", "mountPath": "/run/gpudra/simulated"} in container["volumeMounts"]
+    defaults = render()
+    assert "KUBERNETES_SERVICE_HOST" not in env(find(defaults, "DaemonSet", "gpudra-agent"))
+    assert "GPUDRA_IMEX_DAEMON_ENV" not in env(find(defaults, "Deployment", "gpudra-controller"))
 
 
 def test_another_namespace_reaches_every_reference_to_it() -> None:
