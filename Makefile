@@ -8,7 +8,7 @@ BROWSER_DIR := tests/browser
 BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint unit bench venv browser screenshots clean kubernetes oracle helm
+.PHONY: demo test lint unit bench venv browser screenshots clean kubernetes oracle helm node images
 
 venv: $(STAMP)
 
@@ -49,7 +49,18 @@ lint: $(STAMP)
 kubernetes:
 	hack/kubernetes/build.sh
 
-test: $(STAMP) lint kubernetes oracle helm $(if $(SKIP_BROWSER),,browser)
+# A real node's runtime (tests/node, gpudra up --real-nodes): containerd, crictl and the CNI plugins built from their
+# Go modules into ~/.cache/gpudra, runc, buildah, mmdebstrap and busybox from Debian's packages (as root); a no-op once
+# built. It fails, never skips, naming what is missing.
+node:
+	hack/node/build.sh
+
+# The images a real node runs (gpudra's from the Dockerfile, the GPU workload's, the pods' sandbox), built with buildah
+# on a Debian base of their own and written as archives into ~/.cache/gpudra/node/images; seconds once cached.
+images: node
+	hack/node/images.sh
+
+test: $(STAMP) lint kubernetes oracle helm node images $(if $(SKIP_BROWSER),,browser)
 	GPUDRA_REQUIRE_BROWSER=$(if $(SKIP_BROWSER),0,1) $(PY) -m pytest $(PYTEST_ARGS)
 
 # helm, built from its Go module (helm.sh/helm/v3) into ~/.cache/gpudra like the Kubernetes binaries, for the

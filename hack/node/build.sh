@@ -39,20 +39,22 @@ install_debian_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# go_build <module@version> <package> <output>: one binary of a module, in a throwaway module of its own so its
-# dependencies are exactly those its release asks for.
+# go_build <module@version> <package> <output> [ldflags]: one binary of a module, in a throwaway module of its own
+# so its dependencies are exactly those its release asks for.
 go_build() {
-  local module="$1" package="$2" output="$3" work
+  local module="$1" package="$2" output="$3" ldflags="-s -w ${4:-}" work
   work="$(dirname "$output")/../wrapper/${module//\//_}"
   mkdir -p "$work"
   [ -f "$work/go.mod" ] || printf 'module gpudra.dev/build/node\n\ngo 1.24\n' >"$work/go.mod"
-  (cd "$work" && go get "$module" && go build -trimpath -tags no_btrfs -ldflags "-s -w" -o "$output.tmp" "$package") \
+  (cd "$work" && go get "$module" && go build -trimpath -tags no_btrfs -ldflags "$ldflags" -o "$output.tmp" "$package") \
     || fail "could not build $package from $module (Go module proxy)"
   mv "$output.tmp" "$output"
 }
 
 build_runtime() {
-  local out="$CACHE/node/containerd-v$CONTAINERD_VERSION-cni-v$CNI_PLUGINS_VERSION-crictl-v$CRICTL_VERSION"
+  local recipe out
+  recipe="$(sha256sum "$0" | cut -c1-8)"
+  out="$CACHE/node/containerd-v$CONTAINERD_VERSION-cni-v$CNI_PLUGINS_VERSION-crictl-v$CRICTL_VERSION-$recipe"
   local bin="$out/bin" cni="$out/cni" start=$SECONDS t b
   mkdir -p "$bin" "$cni"
   command -v go >/dev/null || fail "go is not on PATH: containerd, crictl and the CNI plugins are built from Go modules"
@@ -60,12 +62,14 @@ build_runtime() {
   for b in containerd containerd-shim-runc-v2 ctr; do
     [ -x "$bin/$b" ] && continue
     t=$SECONDS
-    go_build "$containerd" "github.com/containerd/containerd/v2/cmd/$b" "$bin/$b"
+    go_build "$containerd" "github.com/containerd/containerd/v2/cmd/$b" "$bin/$b" \
+      "-X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION"
     log "built $b v$CONTAINERD_VERSION in $((SECONDS - t)) s"
   done
   if [ ! -x "$bin/crictl" ]; then
     t=$SECONDS
-    go_build "sigs.k8s.io/cri-tools@v$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl "$bin/crictl"
+    go_build "sigs.k8s.io/cri-tools@v$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl "$bin/crictl" \
+      "-X sigs.k8s.io/cri-tools/pkg/version.Version=v$CRICTL_VERSION"
     log "built crictl v$CRICTL_VERSION in $((SECONDS - t)) s"
   fi
   for b in bridge host-local loopback portmap; do
@@ -79,7 +83,7 @@ build_runtime() {
     log "built CNI plugin $b v$CNI_PLUGINS_VERSION in $((SECONDS - t)) s"
   done
   ln -sfn "$(basename "$out")" "$CACHE/node/current"
-  [ $((SECONDS - start)) -gt 0 ] && log "runtime built in $((SECONDS - start)) s into $out"
+  if [ $((SECONDS - start)) -gt 1 ]; then log "runtime built in $((SECONDS - start)) s into $out"; fi
   log "runtime: $out"
 }
 
