@@ -96,6 +96,15 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Kubernetes' fake container runtime instead of the stand-in kubelet (needs root)",
     )
     up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --control-plane kubernetes: the first N nodes are real nodes (a real kubelet over containerd "
+        "and runc, pods in real containers) with gpudra installed by its Helm chart from its image; the GPUs stay "
+        "simulated (needs root, `make node` and `make images`; docs/real-node.md)",
+    )
+    up.add_argument(
         "--dynamic-mig",
         action="store_true",
         help="MIG-capable GPUs start with MIG on and no instances, published as dynamic MIG (created at prepare)",

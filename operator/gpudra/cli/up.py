@@ -59,6 +59,7 @@ async def up_command(args: argparse.Namespace) -> int:
         agent_processes=args.agent_processes,
         seed=seed,
         real_kubelets=args.real_kubelet,
+        real_nodes=args.real_nodes,
     )
     if args.health_recovery_seconds is not None:
         options.agent_settings["health_recovery_seconds"] = args.health_recovery_seconds

@@ -1,6 +1,6 @@
 """A binary of the control plane as a child process: started with its flags, its output in a log file, ready
-when its health endpoint answers (an HTTP(S) URL, or ``unix://<path>``: a socket that accepts connections),
-stopped with SIGTERM (SIGKILL after a grace period), restartable."""
+when its health endpoint answers (an HTTP(S) URL, or ``unix://<path>``: a socket that accepts connections) or,
+without one, when its ``ready`` check says so; stopped with SIGTERM (SIGKILL after a grace period), restartable."""
 
 from __future__ import annotations
 
@@ -52,8 +52,10 @@ class ManagedProcess:
         ssl_context: ssl.SSLContext | bool = False,
         healthy: Callable[[int, str], bool] = lambda status, _body: status == 200,
         env: dict[str, str] | None = None,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         self.name = name
+        self._ready = ready
         self.argv = argv
         self.log_file = log_file
         self.health_url = health_url
@@ -101,6 +103,8 @@ class ManagedProcess:
 
     async def _probe(self, session: aiohttp.ClientSession) -> tuple[bool, str]:
         """(healthy, what was seen)."""
+        if self._ready is not None:
+            return self._ready(), "not ready yet"
         if self.health_url.startswith("unix://"):
             try:
                 _, writer = await asyncio.open_unix_connection(self.health_url.removeprefix("unix://"))

@@ -45,7 +45,9 @@ from gpudra.cluster.kubernetes.bootstrap import (
     repo_manifests,
 )
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
-from gpudra.cluster.kubernetes.realkubelet import RealKubelet
+from gpudra.cluster.kubernetes.realkubelet import RealKubelet, node_ip
+from gpudra.cluster.realnode.fleet import RealNodes
+from gpudra.cluster.realnode.install import settings_env
 from gpudra.cluster.sim.controls import SimulatorControls
 from gpudra.cluster.startup import (
     STAGE_API_SERVER,
@@ -83,6 +85,16 @@ blocks in a system call (a socket write, a file read) a computing thread takes t
 interval to get it back. At 1,000 nodes those waits were a quarter of the loop's time; at 0.5 ms the fleet came up
 22 % sooner (48.5 and 50.3 s against 61.1 and 65.8 s, 2026-11-27). A 64-tray ComputeDomain run, where two event
 loops trade the GIL, was no faster (10.1 and 11.2 s at 0.5 ms, 9.3 s at 5 ms), so small fleets keep the default."""
+
+
+PER_NODE_AGENT_SETTINGS = frozenset(
+    {
+        "node_name", "backend", "simulated_profile", "simulated_fleet_index", "simulated_state", "kubeconfig",
+        "plugin_dir", "registry_dir", "cdi_dir", "state_dir", "compute_domain_plugin_dir", "node_ip",
+        "instance_id", "log_format", "metrics_port", "driver_root",
+    }
+)  # fmt: skip
+"""What an agent's DaemonSet pod sets for itself (its node, its pod, the chart's paths and backend)."""
 
 
 def pod_uid() -> str:
@@ -143,6 +155,11 @@ class UpOptions:
     """With ``control_plane="kubernetes"``: the first N nodes run under a real kubelet over a fake container
     runtime instead of the stand-in kubelet (``real_kubelets``)."""
 
+    real_nodes: int = 0
+    """With ``control_plane="kubernetes"``: the first N nodes are real nodes (a real kubelet over containerd and
+    runc, in namespaces of their own), with gpudra installed on them by its Helm chart from its image
+    (``real_nodes``; docs/real-node.md)."""
+
 
 @dataclass(frozen=True)
 class ControllerConnection:
@@ -168,6 +185,7 @@ class EmbeddedCluster:
     pod_logs: PodLogBook = field(default_factory=PodLogBook)
     kubelet_server: KubeletServer | None = None
     real_kubelets: dict[str, RealKubelet] = field(default_factory=dict)
+    real_nodes: RealNodes | None = None
     node_dirs: dict[str, Path] = field(default_factory=dict)
     _temp_dirs: list[Path] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -249,19 +267,34 @@ class EmbeddedCluster:
     async def _start_kubernetes(self) -> ControllerConnection:
         """The real control plane: gpudra installed from manifests/base as a user installs it, the controller
         with its ServiceAccount's token."""
-        binaries = find_binaries(self.options.kubernetes_version, need_kubelet=self.options.real_kubelets > 0)
-        root = self.options.kubeconfig.parent.absolute() / "kubernetes"
+        real = self.options.real_kubelets > 0 or self.options.real_nodes > 0
+        binaries = find_binaries(self.options.kubernetes_version, need_kubelet=real)
+        directory = self.options.kubeconfig.parent.absolute()
+        if self.options.real_nodes:
+            self.real_nodes = RealNodes(
+                directory, self.options.real_nodes
+            )  # fails here if a piece is missing
         self.kubernetes = KubernetesControlPlane(
-            root,
+            directory / "kubernetes",
             binaries,
             port=self.options.port,
             gates_on=self.options.feature_gates_on,
             gates_off=self.options.feature_gates_off,
+            advertise_address=node_ip() if self.real_nodes is not None else None,
         )
         await self.kubernetes.start()
         admin = self.kubernetes.admin_kubeconfig
         write_kubeconfig(self.options.kubeconfig, read_credentials(admin))
         self.client = await KubeClient.from_environment(admin, field_manager="gpudra-up")
+        if self.real_nodes is not None:
+            await self.real_nodes.install(
+                admin,
+                self.options.controller.namespace,
+                self.kubernetes,
+                controller_env=self._controller_env(),
+                agent_env=self._real_agent_env(),
+            )
+            return ControllerConnection()
         await apply_base(admin, repo_manifests())
         kubeconfig = await self.kubernetes.service_account_kubeconfig(
             self.client,
@@ -274,6 +307,16 @@ class EmbeddedCluster:
     async def start(self, progress: StartProgress | None = None) -> None:
         if self.options.real_kubelets and self.options.control_plane != "kubernetes":
             raise ConfigurationError("--real-kubelet needs --control-plane kubernetes")
+        if self.options.real_nodes:
+            if self.options.control_plane != "kubernetes":
+                raise ConfigurationError("--real-nodes needs --control-plane kubernetes")
+            if self.options.real_kubelets:
+                raise ConfigurationError("--real-nodes and --real-kubelet: choose one")
+            if self.options.real_nodes > len(self.options.nodes):
+                raise ConfigurationError(
+                    f"--real-nodes {self.options.real_nodes} asks for more real nodes than the fleet has "
+                    f"({len(self.options.nodes)})"
+                )
         progress = progress or NoProgress()
         GC_THRESHOLDS.hold(CLUSTER_GC_THRESHOLDS)
         self._tuned.append(GC_THRESHOLDS)
@@ -301,7 +344,12 @@ class EmbeddedCluster:
         waiters: list[asyncio.Task[Any]] = []
         self.kubelet_server = self._kubelet_server()
         await self.kubelet_server.start()
-        for node in self.options.nodes:
+        real = self.options.nodes[: self.options.real_nodes]
+        if real:
+            for published in await self._start_real_nodes(real):
+                progress.advance(STAGE_NODES)
+                waiters.append(_counted(published, progress, STAGE_SLICES))
+        for node in self.options.nodes[len(real) :]:
             published = await self.add_node(node)
             progress.advance(STAGE_NODES)
             waiters.append(_counted(published, progress, STAGE_SLICES))
@@ -312,6 +360,19 @@ class EmbeddedCluster:
         if self.kubernetes is None:
             self.control_plane = ControlPlane(self.client)
             self._spawn(self.control_plane.run(), "control plane")
+        if self.real_nodes is not None:
+            # the controller is the chart's Deployment, on a real node
+            waiters.append(
+                _counted(
+                    self.real_nodes.wait_controller(
+                        self.client, self.options.controller.namespace, timeout=self.options.ready_timeout
+                    ),
+                    progress,
+                    STAGE_CONTROLLER,
+                )
+            )
+            await self._wait_ready(waiters, None)
+            return
         controller_ready = threading.Event()
         self._controller = threading.Thread(
             target=asyncio.run,
@@ -345,13 +406,65 @@ class EmbeddedCluster:
                 STAGE_CONTROLLER,
             )
         )
-        _, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
+        await self._wait_ready(waiters, controller_ready)
+
+    async def _wait_ready(
+        self, waiters: list[asyncio.Task[Any]], controller_ready: threading.Event | None
+    ) -> None:
+        """Until every waiter is done (the first failure is raised), then the seed objects."""
+        assert self.client is not None
+        done, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
         for task in pending:
             task.cancel()
-        if pending or not controller_ready.is_set():
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        if pending or (controller_ready is not None and not controller_ready.is_set()):
             raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
         if self.options.seed is not None:
             await self.options.seed(self.client)
+
+    async def _start_real_nodes(self, nodes: list[FleetNode]) -> list[Coroutine[Any, Any, Any]]:
+        """Start the real nodes, their simulated GPUs ready; what to await for each one's slices (published by
+        gpudra's agent pod there)."""
+        assert self.real_nodes is not None and self.kubernetes is not None and self.client is not None
+        roots, gpus = [], []
+        for node in nodes:
+            root = self._node_root(node.name)
+            self.node_dirs[node.name] = root
+            roots.append(root)
+            fake = FakeNvml.from_machine(node.hardware())
+            if self.options.dynamic_mig:
+                empty_mig(NvmlBackend(node.name, nvml=fake))
+            gpus.append(fake)
+        await self.real_nodes.start(
+            [node_object(n) for n in nodes],
+            roots,
+            self.client,
+            self.kubernetes.binaries,
+            self.kubernetes,
+            gpus,
+        )
+        driver = self._agent_settings(nodes[0].profile).driver_name
+        return [
+            self.real_nodes.wait_published(self.client, n.name, driver, timeout=self.options.ready_timeout)
+            for n in nodes
+        ]
+
+    def _controller_env(self) -> dict[str, str]:
+        """The controller's settings as the chart's ``controller.env`` (those the chart does not set itself)."""
+        settings = self.options.controller.model_copy(
+            update={"imex_daemon_mode": self.options.compute_domain_daemon_mode}
+        )
+        return settings_env(
+            settings, exclude={"kubeconfig", "namespace", "web_port", "web_host", "log_format"}
+        )
+
+    def _real_agent_env(self) -> dict[str, str]:
+        """The agents' settings as the chart's ``agent.env``: what this cluster sets for every agent (the
+        per-node ones come from the DaemonSet pod and the simulated GPUs' state file)."""
+        settings = self._agent_settings(self.options.nodes[0].profile)
+        return settings_env(settings, exclude=PER_NODE_AGENT_SETTINGS)
 
     def _web_view_started(self, url: str) -> None:
         self.web_url = url  # called from the controller's thread, before it reports ready
@@ -473,8 +586,10 @@ class EmbeddedCluster:
         return settings
 
     def simulated_gpus(self, node: str) -> FakeNvml:
-        """The node's simulated GPUs as they are now: the live fake, or (agent processes) the state the agent's
-        process keeps, read afresh."""
+        """The node's simulated GPUs as they are now: the live fake, or (agent processes, real nodes) the state the
+        agent's process keeps, read afresh."""
+        if self.real_nodes is not None and node in self.real_nodes.nodes:
+            return FakeNvml.load(self.real_nodes.nodes[node].state_file, keep_persisting=False)
         if self.options.agent_processes:
             return FakeNvml.load(self.node_dirs[node] / "simulated-gpus.state", keep_persisting=False)
         return self.simulated[node]
@@ -586,6 +701,8 @@ class EmbeddedCluster:
             await process.stop()
         for kubelet in self.real_kubelets.values():
             await kubelet.stop()
+        if self.real_nodes is not None:
+            await self.real_nodes.stop()
         if self.kubernetes is not None:
             await self.kubernetes.stop()
         if self.server is not None:

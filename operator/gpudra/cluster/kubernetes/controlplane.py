@@ -66,8 +66,12 @@ class KubernetesControlPlane:
         port: int = 0,
         gates_on: tuple[str, ...] = (),
         gates_off: tuple[str, ...] = (),
+        advertise_address: str | None = None,
     ) -> None:
+        """``advertise_address``: the machine's address, where real nodes (in network namespaces of their own)
+        and their pods reach the API server; None: loopback only."""
         self.layout = Layout(root)
+        self.advertise_address = advertise_address
         self._gates_on = gates_on
         self._gates_off = gates_off
         self.binaries = binaries
@@ -83,6 +87,11 @@ class KubernetesControlPlane:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def node_url(self) -> str:
+        """Where real nodes and their pods reach the API server."""
+        return f"https://{self.advertise_address}:{self.port}" if self.advertise_address else self.url
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -102,11 +111,14 @@ class KubernetesControlPlane:
         context.load_cert_chain(str(cert), str(key))
         return context
 
-    def _client_kubeconfig(self, who: str, user: str, *groups: str) -> Path:
+    def _client_kubeconfig(self, who: str, user: str, *groups: str, server: str | None = None) -> Path:
         assert self._pki is not None
         files = self._pki.client(who, user, *groups)
         credentials = Credentials(
-            server=self.url, ca_path=self.ca, certificate_path=files.cert, private_key_path=files.key
+            server=server or self.url,
+            ca_path=self.ca,
+            certificate_path=files.cert,
+            private_key_path=files.key,
         )
         return write_kubeconfig(self.layout.kubeconfig(who), credentials)
 
@@ -125,6 +137,7 @@ class KubernetesControlPlane:
                 "kubernetes.default",
                 "kubernetes.default.svc",
                 "10.0.0.1",
+                *([self.advertise_address] if self.advertise_address else []),
             ),
         )
         pki.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
@@ -161,6 +174,7 @@ class KubernetesControlPlane:
                 port=self.port,
                 gates=self._gates,
                 runtime_config=_runtime_config(self.binaries.minor),
+                advertise_address=self.advertise_address,
             ),
             layout.logs / "kube-apiserver.log",
             f"{self.url}/readyz",
@@ -234,9 +248,12 @@ class KubernetesControlPlane:
         assert self._pki is not None
         return self._pki.serving(f"kubelet-{node}-serving", (ip, node, "127.0.0.1"))
 
-    def node_kubeconfig(self, node: str) -> Path:
-        """The credentials a kubelet of ``node`` has: a client certificate for system:node:<node>."""
-        return self._client_kubeconfig(f"kubelet-{node}", f"system:node:{node}", "system:nodes")
+    def node_kubeconfig(self, node: str, *, server: str | None = None) -> Path:
+        """The credentials a kubelet of ``node`` has: a client certificate for system:node:<node> (``server``:
+        the URL it reaches the API server at, loopback by default)."""
+        return self._client_kubeconfig(
+            f"kubelet-{node}", f"system:node:{node}", "system:nodes", server=server
+        )
 
     async def service_account_kubeconfig(
         self,

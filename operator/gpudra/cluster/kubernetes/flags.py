@@ -106,15 +106,24 @@ def etcd_args(binary: Path, layout: Layout, client_port: int, peer_port: int) ->
 
 
 def apiserver_args(
-    binary: Path, layout: Layout, *, etcd_port: int, port: int, gates: str, runtime_config: str
+    binary: Path,
+    layout: Layout,
+    *,
+    etcd_port: int,
+    port: int,
+    gates: str,
+    runtime_config: str,
+    advertise_address: str | None = None,
 ) -> list[str]:
+    """``advertise_address``: the machine's address, for real nodes in namespaces of their own (they reach the API
+    server there, and it then answers on every address); None: loopback only."""
     pki = layout.pki
     args = [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{etcd_port}",
         f"--secure-port={port}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        f"--bind-address={'0.0.0.0' if advertise_address else '127.0.0.1'}",
+        f"--advertise-address={advertise_address or '127.0.0.1'}",
         f"--tls-cert-file={pki / 'apiserver.crt'}",
         f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",

@@ -123,10 +123,15 @@ class FakeNvmlBase:
             self._state_file = path
             self._persist()
 
+    def saved_state(self) -> bytes:
+        """The GPUs' state as :meth:`persist_to` writes it (a state file another process may :meth:`load`)."""
+        with self._lock:
+            return pickle.dumps(_SavedState(self._all, self._driver_version, self._cuda_driver_version))
+
     def _persist(self) -> None:
         if self._state_file is None:
             return
-        data = pickle.dumps(_SavedState(self._all, self._driver_version, self._cuda_driver_version))
+        data = self.saved_state()
         if data != self._saved:
             write_atomically(self._state_file, data)
             self._saved = data
