@@ -7,7 +7,8 @@
 # - localhost/gpudra-python:<recipe>   Debian bookworm with Python 3.11 (mmdebstrap), the base the Dockerfile is
 #                                      built on here (PYTHON_IMAGE); the public python image cannot be pulled
 # - localhost/gpudra:$IMAGE_TAG        gpudra's image, from the project's Dockerfile (buildah, chroot isolation)
-# - localhost/gpudra-workload:latest   busybox, a simulated nvidia-smi and nbody sample (hack/node/workload)
+# - localhost/gpudra-workload:latest   busybox, a simulated nvidia-smi and nbody sample, and by default a workload
+#                                      that names its GPUs and runs until stopped (hack/node/workload)
 # - localhost/gpudra-pause:<recipe>    the pods' sandbox image (hack/node/pause/pause.c)
 #
 # buildah keeps its storage under $GPUDRA_CACHE/node/containers, outside the work tree and away from the
@@ -89,7 +90,7 @@ build_pause() {
 build_workload() {
   local image=localhost/gpudra-workload:latest work applet
   local wanted
-  wanted="$(recipe "$0" "$HERE/workload/nvidia-smi" "$HERE/workload/sample" "$(command -v busybox)")"
+  wanted="$(recipe "$0" "$HERE"/workload/* "$(command -v busybox)")"
   if [ "$("${B[@]}" inspect --type image --format '{{index .ImageAnnotations "gpudra.dev/recipe"}}' "$image" 2>/dev/null)" != "$wanted" ]; then
     work="$(mktemp -d)"
     mkdir -p "$work/root/bin" "$work/root/usr/bin" "$work/root/tmp" "$work/root/etc"
@@ -100,14 +101,14 @@ build_workload() {
     # NVIDIA's quickstart pods run `bash -c ...`: busybox's sh stands in for bash (busybox has no bash applet)
     printf '#!/bin/sh\nexec /bin/sh "$@"\n' >"$work/root/bin/bash"
     chmod 755 "$work/root/bin/bash"
-    cp "$HERE/workload/nvidia-smi" "$work/root/usr/bin/nvidia-smi"
+    cp "$HERE/workload/nvidia-smi" "$HERE/workload/gpu-workload" "$work/root/usr/bin/"
     cp "$HERE/workload/sample" "$work/root/tmp/sample"
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$work/root/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' >"$work/root/etc/group"
     local ctr
     ctr="$("${B[@]}" from --signature-policy "$POLICY" scratch)"
     "${B[@]}" copy "$ctr" "$work/root/" / >/dev/null
-    "${B[@]}" config --env PATH=/usr/bin:/bin --cmd '["sh"]' --annotation "gpudra.dev/recipe=$wanted" "$ctr"
+    "${B[@]}" config --env PATH=/usr/bin:/bin --cmd '["gpu-workload"]' --annotation "gpudra.dev/recipe=$wanted" "$ctr"
     "${B[@]}" commit --quiet --rm "$ctr" "$image" >/dev/null
     rm -rf "$work"
     log "built $image"

@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _quickstart import GPU_TEST1, GPU_TEST2, GPU_TEST3, GPU_TEST4, GPU_TEST5, GPU_TEST_MPS, MIG_REQUESTS
 
 from clusterkit import StartCluster, kubectl
 from gpudra.cluster.up import EmbeddedCluster
+from quickstartkit import GPU_TEST1, GPU_TEST2, GPU_TEST3, GPU_TEST4, GPU_TEST5, GPU_TEST_MPS, MIG_REQUESTS
 
 pytestmark = [
     pytest.mark.e2e,

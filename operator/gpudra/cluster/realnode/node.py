@@ -170,13 +170,12 @@ class RealNode:
         await self.containerd.start()
 
     async def crictl(self, *args: str) -> str:
-        """crictl against the node's containerd, as an operator on the node runs it."""
-        argv = [
-            str(self.runtime.crictl),
-            f"--runtime-endpoint=unix://{SOCKET}",
-            f"--image-endpoint=unix://{SOCKET}",
-        ]
-        return await run(self.sandbox.inside([*argv, *args]))
+        """crictl against the node's containerd, as an operator on the node runs it (its configuration in the
+        node's root: ``crictl --config <root>/crictl.yaml``)."""
+        config = self.dirs.root / "crictl.yaml"
+        if not config.exists():
+            config.write_text(f"runtime-endpoint: unix://{SOCKET}\nimage-endpoint: unix://{SOCKET}\ntimeout: 30\n")
+        return await run(self.sandbox.inside([str(self.runtime.crictl), "--config", str(config), *args]))
 
     async def _registered(self, client: KubeClient, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

@@ -1,0 +1,212 @@
+"""Faults on real nodes, one cluster for the module: a missing image shows as the kubelet reports it; GPU pods keep
+running, untouched, through a containerd restart, a kubelet restart and a ``helm upgrade`` that hands each node
+over to a new agent; the agent's container killed in a wave of prepares loses nothing and hands no device to two
+claims."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from _nodekit import (
+    FAST_CONTROLLER,
+    WORKLOAD,
+    admin,
+    all_running,
+    apply,
+    checkpoint,
+    claim_of,
+    claim_specs,
+    container_ids,
+    helm,
+    pods,
+    real_node,
+)
+
+from clusterkit import eventually, kubectl
+from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.realnode.containerd import NAMESPACE, SOCKET
+from gpudra.cluster.realnode.sandbox import run
+from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from gpudra.kube.resources import DAEMONSETS, RESOURCE_CLAIMS
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+NODES = ("dgx-h100-0", "dgx-h100-1")
+TEMPLATE = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: default}
+spec:
+  spec:
+    devices:
+      requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+"""
+
+
+def gpu_pod(name: str, image: str = WORKLOAD, policy: str = "IfNotPresent") -> str:
+    pull = f", imagePullPolicy: {policy}"
+    return f"""
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, labels: {{app: gpu}}}}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers: [{{name: main, image: "{image}"{pull}, resources: {{claims: [{{name: gpu}}]}}}}]
+  resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]
+"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[EmbeddedCluster]:
+    options = UpOptions(
+        nodes=parse_fleet("dgx-h100:2", {"dgx-h100"}),
+        kubeconfig=tmp_path_factory.mktemp("faults") / "kubeconfig",
+        control_plane="kubernetes",
+        real_nodes=2,
+        controller=FAST_CONTROLLER,
+        hardware_poll_seconds=0.25,
+    )
+    started = EmbeddedCluster(options)
+    try:
+        await started.start()
+        await apply(started, TEMPLATE)
+        yield started
+    finally:
+        await started.stop()
+
+
+async def delete_gpu_pods(cluster: EmbeddedCluster) -> None:
+    """Delete the module's GPU pods; return once they, their claims, CDI specs and checkpoint entries are gone."""
+    await kubectl(cluster, "delete", "pod", "-l", "app=gpu", "--wait=false")
+
+    async def released() -> bool:
+        claims, _ = await admin(cluster).list(RESOURCE_CLAIMS, "default")
+        nodes_clean = all(not checkpoint(cluster, n) and not claim_specs(cluster, n) for n in NODES)
+        return not await pods(cluster, "default") and not claims and nodes_clean
+
+    await eventually(released, timeout=120)
+
+
+async def gpu_pods_running(cluster: EmbeddedCluster, count: int) -> dict[str, dict[str, Any]]:
+    async def running() -> dict[str, dict[str, Any]]:
+        current = await all_running(cluster, ["default"])
+        return current if len(current) == count else {}
+
+    return await eventually(running, timeout=180)
+
+
+async def held_twice(cluster: EmbeddedCluster) -> list[str]:
+    claims, _ = await admin(cluster).list(RESOURCE_CLAIMS, "default")
+    held = Counter(
+        f"{r['pool']}/{r['device']}"
+        for c in claims
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    )
+    return [device for device, count in held.items() if count > 1]
+
+
+async def test_a_missing_image_shows_in_the_pod_as_the_kubelet_reports_it(cluster: EmbeddedCluster) -> None:
+    await apply(cluster, gpu_pod("missing", "localhost/gpudra-missing:1", "Never"))
+
+    async def waiting() -> dict[str, Any] | None:
+        pod = (await pods(cluster, "default")).get("default/missing") or {}
+        (status,) = (pod.get("status") or {}).get("containerStatuses") or [{}]
+        state = (status.get("state") or {}).get("waiting") or {}
+        return state if state.get("reason") not in (None, "ContainerCreating") else None
+
+    state = await eventually(waiting, timeout=90)
+    assert state["reason"] == "ErrImageNeverPull"
+    assert "localhost/gpudra-missing:1" in state["message"]
+    await delete_gpu_pods(cluster)
+
+
+async def test_gpu_pods_keep_running_through_a_containerd_and_a_kubelet_restart(
+    cluster: EmbeddedCluster,
+) -> None:
+    await apply(cluster, gpu_pod("before-a") + gpu_pod("before-b"))
+    before = {key: container_ids(pod) for key, pod in (await gpu_pods_running(cluster, 2)).items()}
+    agents = {key: container_ids(pod) for key, pod in (await pods(cluster, "gpudra")).items()}
+    for name in NODES:
+        await real_node(cluster, name).restart_containerd()
+    for name in NODES:
+        await real_node(cluster, name).restart_kubelet()
+    await apply(cluster, gpu_pod("after-a") + gpu_pod("after-b"))
+    current = await gpu_pods_running(cluster, 4)
+    assert {
+        key: container_ids(current[key]) for key in before
+    } == before  # the same containers, never restarted
+    assert {key: container_ids(pod) for key, pod in (await pods(cluster, "gpudra")).items()} == agents
+    for key in ("default/after-a", "default/after-b"):
+        log = await kubectl(cluster, "logs", key.split("/")[1])
+        assert log.startswith("GPU 0: (UUID: GPU-")
+    assert await held_twice(cluster) == []
+    await delete_gpu_pods(cluster)
+
+
+async def test_the_agent_killed_in_a_wave_of_prepares_loses_nothing(cluster: EmbeddedCluster) -> None:
+    wave = [f"wave-{i}" for i in range(12)]
+    await apply(cluster, "".join(gpu_pod(name) for name in wave))
+
+    async def preparing() -> bool:
+        claims, _ = await admin(cluster).list(RESOURCE_CLAIMS, "default")
+        return any((c.get("status") or {}).get("allocation") for c in claims)
+
+    await eventually(preparing, timeout=60)
+    for name in NODES:
+        (agent,) = (await real_node(cluster, name).crictl("ps", "--name", "agent", "-q")).split()
+        await real_node(cluster, name).crictl("stop", "--timeout", "0", agent)
+    current = await gpu_pods_running(cluster, len(wave))
+    restarts = [
+        ids["agent"][1]
+        for ids in map(container_ids, (await pods(cluster, "gpudra")).values())
+        if "agent" in ids
+    ]
+    assert len(restarts) == 2 and all(r >= 1 for r in restarts)  # each agent was killed, and started again
+    assert await held_twice(cluster) == []
+    for name in NODES:
+        on_node = [p for p in current.values() if p["spec"]["nodeName"] == name]
+        prepared = {(await claim_of(cluster, p, "gpu"))["metadata"]["uid"] for p in on_node}
+        assert set(checkpoint(cluster, name)) == prepared
+        assert len(claim_specs(cluster, name)) == len(prepared)
+    await delete_gpu_pods(cluster)
+
+
+async def test_helm_upgrade_to_a_new_tag_hands_each_node_over_without_draining(
+    cluster: EmbeddedCluster,
+) -> None:
+    assert cluster.real_nodes is not None
+    image = cluster.real_nodes.runtime.images.gpudra
+    upgraded = image.rsplit(":", 1)[0] + ":upgrade"
+    for name in NODES:  # the same image under a new tag, as a release would bring
+        ctr = [str(cluster.real_nodes.runtime.ctr), "--address", SOCKET, "--namespace", NAMESPACE]
+        await run(
+            real_node(cluster, name).sandbox.inside([*ctr, "images", "tag", "--force", image, upgraded])
+        )
+    await apply(cluster, gpu_pod("long-a") + gpu_pod("long-b"))
+    before = {key: container_ids(pod) for key, pod in (await gpu_pods_running(cluster, 2)).items()}
+    old_agents = set(await pods(cluster, "gpudra"))
+    await helm(cluster, "upgrade", "--reuse-values", "--set", "image.tag=upgrade")
+
+    async def rolled() -> bool:
+        ds = await admin(cluster).get(DAEMONSETS, "gpudra-agent", "gpudra")
+        status = ds.get("status") or {}
+        done = status.get("observedGeneration") == ds["metadata"]["generation"] and (
+            status.get("updatedNumberScheduled") == status.get("numberAvailable") == len(NODES)
+        )
+        agents = {k: p for k, p in (await pods(cluster, "gpudra")).items() if "gpudra-agent-" in k}
+        return done and len(agents) == len(NODES) and not set(agents) & old_agents
+
+    await eventually(rolled, timeout=180)
+    agents = [p for k, p in (await pods(cluster, "gpudra")).items() if "gpudra-agent-" in k]
+    assert {c["image"] for p in agents for c in p["spec"]["containers"]} == {upgraded}
+    current = await all_running(cluster, ["default"])
+    assert {key: container_ids(current[key]) for key in before} == before  # not drained, not restarted
+    await apply(cluster, gpu_pod("after-upgrade"))
+    await gpu_pods_running(cluster, 3)  # the new agents prepare
+    await delete_gpu_pods(cluster)  # ... and unprepare what the old ones prepared
+    for name in NODES:
+        assert checkpoint(cluster, name) == {}
