@@ -270,10 +270,14 @@ class EmbeddedCluster:
         real = self.options.real_kubelets > 0 or self.options.real_nodes > 0
         binaries = find_binaries(self.options.kubernetes_version, need_kubelet=real)
         directory = self.options.kubeconfig.parent.absolute()
+        wrap: dict[str, Any] = {}
         if self.options.real_nodes:
+            # a missing piece fails here, before anything starts
             self.real_nodes = RealNodes(
-                directory, self.options.real_nodes
-            )  # fails here if a piece is missing
+                directory, [n.name for n in self.options.nodes[: self.options.real_nodes]]
+            )
+            await self.real_nodes.begin()
+            wrap["wrap"] = self.real_nodes.wrap_control_plane
         self.kubernetes = KubernetesControlPlane(
             directory / "kubernetes",
             binaries,
@@ -281,6 +285,7 @@ class EmbeddedCluster:
             gates_on=self.options.feature_gates_on,
             gates_off=self.options.feature_gates_off,
             advertise_address=node_ip() if self.real_nodes is not None else None,
+            **wrap,
         )
         await self.kubernetes.start()
         admin = self.kubernetes.admin_kubeconfig
@@ -705,6 +710,8 @@ class EmbeddedCluster:
             await self.real_nodes.stop()
         if self.kubernetes is not None:
             await self.kubernetes.stop()
+        if self.real_nodes is not None:
+            await self.real_nodes.release()
         if self.server is not None:
             await self.server.stop()
         if self.server_process is not None:

@@ -13,6 +13,7 @@ import re
 import shutil
 import ssl
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -67,11 +68,14 @@ class KubernetesControlPlane:
         gates_on: tuple[str, ...] = (),
         gates_off: tuple[str, ...] = (),
         advertise_address: str | None = None,
+        wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
     ) -> None:
         """``advertise_address``: the machine's address, where real nodes (in network namespaces of their own)
-        and their pods reach the API server; None: loopback only."""
+        and their pods reach the API server; None: loopback only. ``wrap``: how each binary's command line is
+        started (real nodes put the control plane in their cluster's cgroup)."""
         self.layout = Layout(root)
         self.advertise_address = advertise_address
+        self._wrap = wrap
         self._gates_on = gates_on
         self._gates_off = gates_off
         self.binaries = binaries
@@ -159,7 +163,7 @@ class KubernetesControlPlane:
         )
         self.etcd = ManagedProcess(
             "etcd",
-            etcd_args(self.binaries.etcd, layout, self._etcd_port, free_port()),
+            self._wrap(etcd_args(self.binaries.etcd, layout, self._etcd_port, free_port())),
             layout.logs / "etcd.log",
             f"http://127.0.0.1:{self._etcd_port}/health",
             healthy=lambda status, body: status == 200 and '"health":"true"' in body,
@@ -167,14 +171,16 @@ class KubernetesControlPlane:
         await self.etcd.start()
         self.apiserver = ManagedProcess(
             "kube-apiserver",
-            apiserver_args(
-                self.binaries.kube_apiserver,
-                layout,
-                etcd_port=self._etcd_port,
-                port=self.port,
-                gates=self._gates,
-                runtime_config=_runtime_config(self.binaries.minor),
-                advertise_address=self.advertise_address,
+            self._wrap(
+                apiserver_args(
+                    self.binaries.kube_apiserver,
+                    layout,
+                    etcd_port=self._etcd_port,
+                    port=self.port,
+                    gates=self._gates,
+                    runtime_config=_runtime_config(self.binaries.minor),
+                    advertise_address=self.advertise_address,
+                )
             ),
             layout.logs / "kube-apiserver.log",
             f"{self.url}/readyz",
@@ -184,7 +190,9 @@ class KubernetesControlPlane:
         scheduler_port, manager_port = free_port(), free_port()
         self.scheduler = ManagedProcess(
             "kube-scheduler",
-            scheduler_args(self.binaries.kube_scheduler, layout, port=scheduler_port, gates=self._gates),
+            self._wrap(
+                scheduler_args(self.binaries.kube_scheduler, layout, port=scheduler_port, gates=self._gates)
+            ),
             layout.logs / "kube-scheduler.log",
             f"https://127.0.0.1:{scheduler_port}/healthz",
             ssl_context=False,
@@ -192,12 +200,14 @@ class KubernetesControlPlane:
         controllers = known_controllers(manager_help)
         self.controller_manager = ManagedProcess(
             "kube-controller-manager",
-            controller_manager_args(
-                self.binaries.kube_controller_manager,
-                layout,
-                port=manager_port,
-                gates=self._gates,
-                controllers=tuple(c for c in CONTROLLERS if not controllers or c in controllers),
+            self._wrap(
+                controller_manager_args(
+                    self.binaries.kube_controller_manager,
+                    layout,
+                    port=manager_port,
+                    gates=self._gates,
+                    controllers=tuple(c for c in CONTROLLERS if not controllers or c in controllers),
+                )
             ),
             layout.logs / "kube-controller-manager.log",
             f"https://127.0.0.1:{manager_port}/healthz",

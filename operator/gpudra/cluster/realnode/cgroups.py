@@ -1,7 +1,8 @@
 """A real node's cgroup: everything the node runs (its namespaces' holder, containerd, the kubelet, the shims and
 every container) lives under ``/gpudra/<cluster>/<node>`` in each cgroup hierarchy of the machine, so that the
 node can be ended as a whole, whoever is left (a shim outlives containerd by design; a container outlives its
-shim), and nothing of it stays behind.
+shim), and nothing of it stays behind. The control plane of a cluster with real nodes lives beside them, in
+``/gpudra/<cluster>/control-plane``.
 
 Daemons join ``<node>/system`` (their processes are written into its ``cgroup.procs``); the kubelet is given
 ``<node>`` as its ``cgroupRoot`` and keeps its pods under ``<node>/kubepods``. cgroup v1 (one hierarchy per
@@ -22,6 +23,14 @@ from gpudra.errors import ConfigurationError
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 SYSTEM = "system"
+
+
+CONTROL_PLANE = "control-plane"
+
+
+def joining(procs: Path, argv: list[str]) -> list[str]:
+    """``argv`` started in the cgroup whose ``cgroup.procs`` is ``procs`` (its shell joins, then execs it)."""
+    return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *argv]
 
 
 def cgroup_mounts(mountinfo: str) -> dict[str, Path]:

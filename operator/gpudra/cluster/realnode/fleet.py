@@ -18,7 +18,7 @@ from typing import Any
 from gpudra.cluster.kubernetes.binaries import Binaries
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
 from gpudra.cluster.processes import ProcessFailed
-from gpudra.cluster.realnode.cgroups import NodeCgroup
+from gpudra.cluster.realnode.cgroups import CONTROL_PLANE, NodeCgroup, joining
 from gpudra.cluster.realnode.install import chart_values, find_helm, helm_install, repo_chart, write_values
 from gpudra.cluster.realnode.network import NodeNetwork, free_base
 from gpudra.cluster.realnode.node import RealNode
@@ -55,7 +55,7 @@ def network_lock() -> Iterator[None]:
 class RealNodes:
     """Start, install gpudra on, and end a cluster's real nodes."""
 
-    def __init__(self, directory: Path, count: int) -> None:
+    def __init__(self, directory: Path, names: list[str]) -> None:
         """Everything a real node needs is looked for here, before anything starts: a missing piece is one
         sentence naming it and how to get it."""
         require_commands()
@@ -63,10 +63,36 @@ class RealNodes:
         self.helm = find_helm()
         self.chart = repo_chart()
         self.directory = directory
-        self.count = count
+        self.names = names
         self.cluster = cluster_id(directory)
+        self.control_plane_cgroup = NodeCgroup.on_this_machine(self.cluster, CONTROL_PLANE)
         self.nodes: dict[str, RealNode] = {}
         self._watchdog: asyncio.subprocess.Process | None = None
+
+    def wrap_control_plane(self, argv: list[str]) -> list[str]:
+        """A control-plane binary's command line, started in the cluster's ``control-plane`` cgroup."""
+        return joining(self.control_plane_cgroup.system_procs, argv)
+
+    async def begin(self) -> None:
+        """Before the control plane starts: end what an earlier run here left, make the control plane's cgroup,
+        and start the watchdog that ends the whole cluster if this process dies without ending it."""
+        for member in [*self.names, CONTROL_PLANE]:
+            cgroup = NodeCgroup.on_this_machine(self.cluster, member)
+            left = cgroup.pids()
+            if left:
+                log.warning("ending what an earlier run left", member=member, processes=len(left))
+                await asyncio.to_thread(cgroup.kill)
+        self.control_plane_cgroup.create()
+        self._watchdog = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gpudra.cluster.realnode.watchdog",
+            self.cluster,
+            *self.names,
+            CONTROL_PLANE,
+            stdin=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
 
     async def start(
         self,
@@ -79,16 +105,6 @@ class RealNodes:
     ) -> None:
         """Start every node (``objects``, their Node objects; ``gpus``, each one's simulated GPUs), all at once
         once their namespaces are linked."""
-        self._end_leftovers([o["metadata"]["name"] for o in objects])
-        self._watchdog = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gpudra.cluster.realnode.watchdog",
-            self.cluster,
-            *[o["metadata"]["name"] for o in objects],
-            stdin=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
         with network_lock():
             routes = await run(["ip", "-4", "route", "show", "table", "all"])
             addresses = await run(["ip", "-4", "addr", "show"])
@@ -107,15 +123,6 @@ class RealNodes:
                 node.simulate_gpus(gpus[index])
                 await node.start_namespaces()
         await asyncio.gather(*(node.start(client) for node in self.nodes.values()))
-
-    def _end_leftovers(self, names: list[str]) -> None:
-        """A run in the same directory that died with its watchdog leaves its nodes running: say so and end them."""
-        for name in names:
-            cgroup = NodeCgroup.on_this_machine(self.cluster, name)
-            left = cgroup.pids()
-            if left:
-                log.warning("ending real node left by an earlier run", node=name, processes=len(left))
-                cgroup.kill()
 
     async def install(
         self,
@@ -184,8 +191,12 @@ class RealNodes:
         return "; ".join(states) or "none"
 
     async def stop(self) -> None:
-        """End every node, then let the watchdog go (it finds nothing left)."""
+        """End every node."""
         await asyncio.gather(*(node.stop() for node in self.nodes.values()), return_exceptions=True)
+
+    async def release(self) -> None:
+        """Once the control plane has stopped too: let the watchdog go; it ends whatever is left and removes the
+        cluster's cgroups."""
         if self._watchdog is not None and self._watchdog.stdin is not None:
             self._watchdog.stdin.close()
             await self._watchdog.wait()

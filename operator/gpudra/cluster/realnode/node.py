@@ -174,7 +174,9 @@ class RealNode:
         node's root: ``crictl --config <root>/crictl.yaml``)."""
         config = self.dirs.root / "crictl.yaml"
         if not config.exists():
-            config.write_text(f"runtime-endpoint: unix://{SOCKET}\nimage-endpoint: unix://{SOCKET}\ntimeout: 30\n")
+            config.write_text(
+                f"runtime-endpoint: unix://{SOCKET}\nimage-endpoint: unix://{SOCKET}\ntimeout: 30\n"
+            )
         return await run(self.sandbox.inside([str(self.runtime.crictl), "--config", str(config), *args]))
 
     async def _registered(self, client: KubeClient, timeout: float) -> dict[str, Any]:

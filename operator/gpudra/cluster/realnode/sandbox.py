@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gpudra.cluster.kubernetes.realkubelet import KERNEL_SETTINGS
 from gpudra.cluster.processes import ManagedProcess, ProcessFailed
-from gpudra.cluster.realnode.cgroups import NodeCgroup
+from gpudra.cluster.realnode.cgroups import NodeCgroup, joining
 from gpudra.cluster.realnode.network import NodeNetwork
 from gpudra.errors import ConfigurationError
 
@@ -147,7 +147,7 @@ class NodeSandbox:
 
     def joined(self, argv: list[str]) -> list[str]:
         """``argv`` started in the node's cgroup (``<node>/system``)."""
-        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup.system_procs), *argv]
+        return joining(self.cgroup.system_procs, argv)
 
     def inside(self, argv: list[str]) -> list[str]:
         """``argv`` run in the node's namespaces and cgroup (ManagedProcess argv)."""
