@@ -1,4 +1,5 @@
-"""Faults on real nodes, one cluster for the module: a missing image shows as the kubelet reports it; GPU pods keep
+"""Real nodes under stress, one cluster for the module: a container that claims two GPUs sees exactly those two; a
+missing image shows as the kubelet reports it; GPU pods keep
 running, untouched, through a containerd restart, a kubelet restart and a ``helm upgrade`` that hands each node
 over to a new agent; the agent's container killed in a wave of prepares loses nothing and hands no device to two
 claims."""
@@ -22,8 +23,10 @@ from _nodekit import (
     claim_specs,
     container_ids,
     helm,
+    injected_nodes,
     pods,
     real_node,
+    smi_report,
 )
 
 from clusterkit import eventually, kubectl
@@ -121,6 +124,38 @@ async def test_a_missing_image_shows_in_the_pod_as_the_kubelet_reports_it(cluste
     state = await eventually(waiting, timeout=90)
     assert state["reason"] == "ErrImageNeverPull"
     assert "localhost/gpudra-missing:1" in state["message"]
+    await delete_gpu_pods(cluster)
+
+
+async def test_a_container_that_claims_two_gpus_sees_exactly_those_two(cluster: EmbeddedCluster) -> None:
+    two = f"""
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: two-gpus, namespace: default}}
+spec:
+  spec:
+    devices:
+      requests: [{{name: gpus, exactly: {{deviceClassName: gpu.nvidia.com, count: 2}}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: two, namespace: default, labels: {{app: gpu}}}}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - {{name: main, image: "{WORKLOAD}", imagePullPolicy: IfNotPresent, resources: {{claims: [{{name: gpus}}]}}}}
+  resourceClaims: [{{name: gpus, resourceClaimTemplateName: two-gpus}}]
+"""
+    await apply(cluster, two)
+    pod = (await gpu_pods_running(cluster, 1))["default/two"]
+    uuids, nodes = smi_report(await kubectl(cluster, "logs", "two"))
+    claim = await claim_of(cluster, pod, "gpus")
+    entry = checkpoint(cluster, pod["spec"]["nodeName"])[claim["metadata"]["uid"]]
+    assert len(entry.devices) == 2
+    assert sorted(uuids) == sorted(d.uuid for d in entry.devices)
+    assert set(nodes) == injected_nodes(cluster, pod["spec"]["nodeName"], claim["metadata"]["uid"], None)
+    assert len(nodes) == 2
     await delete_gpu_pods(cluster)
 
 
