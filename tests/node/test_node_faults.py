@@ -1,8 +1,7 @@
 """Real nodes under stress, one cluster for the module: a container that claims two GPUs sees exactly those two; a
-missing image shows as the kubelet reports it; GPU pods keep
-running, untouched, through a containerd restart, a kubelet restart and a ``helm upgrade`` that hands each node
-over to a new agent; the agent's container killed in a wave of prepares loses nothing and hands no device to two
-claims."""
+missing image shows as the kubelet reports it; GPU pods keep running, untouched, through a containerd restart, a
+kubelet restart and a ``helm upgrade`` that hands each node over to a new agent; the agent's container killed in a
+wave of prepares loses nothing and hands no device to two claims."""
 
 from __future__ import annotations
 
