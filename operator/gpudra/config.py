@@ -272,6 +272,11 @@ class ControllerSettings(CommonSettings):
         "ghcr.io/gpudra/gpudra:latest",
         description="image of the per-domain IMEX daemon pods (daemonset mode)",
     )
+    imex_daemon_image_pull_secrets: list[str] = Field(
+        default_factory=list,
+        description="names of the Secrets the IMEX daemon pods pull their image with, as JSON (the chart's "
+        "imagePullSecrets)",
+    )
     imex_daemon_env: dict[str, str] = Field(
         default_factory=dict,
         description="more environment variables of the IMEX daemon pods, as JSON (the chart sets the API "

@@ -88,11 +88,13 @@ def test_daemon_template_and_daemon_set_live_in_the_driver_namespace() -> None:
     assert children.node_label == (f"computedomain.gpudra.dev/{UID_A}", "true")
 
 
-def test_daemon_pods_get_the_extra_environment_after_their_own() -> None:
-    """On a cluster without a service proxy the chart points its pods at the API server; the daemons it runs
-    need the same (GPUDRA_IMEX_DAEMON_ENV)."""
+def test_daemon_pods_get_the_charts_api_server_address_and_pull_secrets() -> None:
+    """On a cluster without a service proxy the chart points its pods at the API server, and from a private
+    registry it pulls with its secrets; the daemons it runs need the same (GPUDRA_IMEX_DAEMON_ENV and
+    GPUDRA_IMEX_DAEMON_IMAGE_PULL_SECRETS)."""
     pods = DaemonPodSettings(
-        env=(("KUBERNETES_SERVICE_HOST", "192.0.2.2"), ("KUBERNETES_SERVICE_PORT", "6443"))
+        env=(("KUBERNETES_SERVICE_HOST", "192.0.2.2"), ("KUBERNETES_SERVICE_PORT", "6443")),
+        image_pull_secrets=("my-registry",),
     )
     children = desired_children(
         domain(), drivers=DriverNames(), driver_namespace="gpudra", daemon_image="gpudra:1.0", mode="daemonset",
@@ -105,6 +107,8 @@ def test_daemon_pods_get_the_extra_environment_after_their_own() -> None:
         {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
     ]
     assert env[0]["name"] == "COMPUTE_DOMAIN_UUID"
+    pod = children.daemon_set["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "my-registry"}]  # the chart's imagePullSecrets, for its image
     default = build(domain()).daemon_set
     assert default is not None
     assert "KUBERNETES_SERVICE_HOST" not in str(default["spec"]["template"]["spec"]["containers"][0]["env"])

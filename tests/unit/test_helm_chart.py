@@ -1,6 +1,7 @@
 """The Helm chart (charts/gpudra) renders, with the real helm (built from its Go module by hack/helm/build.sh), the
-same objects as the kustomize base, whatever manifests/base holds; every object validates; the values change what
-they say and nothing else."""
+same objects as the kustomize base with its defaults; every object validates; each value changes what it says and
+nothing else; values.schema.json and the chart refuse mistakes (tests/fixtures/helm-values), naming the key, and a
+key of NVIDIA's chart with what gpudra uses instead."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpudra"
+FIXTURES = ROOT / "tests" / "fixtures" / "helm-values"
 BUILD = ROOT / "hack" / "helm" / "build.sh"
 NEEDS_KUBECTL = pytest.mark.skipif(
     shutil.which("kubectl") is None, reason="kubectl (kustomize) is not on PATH"
@@ -96,17 +98,19 @@ def test_every_rendered_object_validates() -> None:
 
 
 def test_the_charts_crds_are_the_ones_crds_kustomization_lists() -> None:
+    """Copies, not links (helm warns of links, and a chart is packaged on its own): the same bytes as crds/."""
     listed = yaml.safe_load((ROOT / "crds" / "kustomization.yaml").read_text())["resources"]
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(listed)
     for path in (CHART / "crds").iterdir():
-        assert path.resolve() == (ROOT / "crds" / path.name).resolve()  # a link, never a copy that drifts
+        assert not path.is_symlink()
+        assert path.read_bytes() == (ROOT / "crds" / path.name).read_bytes(), f"cp crds/{path.name} {path}"
 
 
 def test_values_for_image_driver_features_and_resources() -> None:
     objects = render(
         "--set", "image.tag=1.2.3,driverName=gpu.example.com,agent.resources.requests.cpu=2",
-        "--set", "features.dynamicMIG=true,features.health=false,features.computeDomains=false",
-        "--set", "features.webView=false,controller.replicas=1,controller.env.GPUDRA_MIG_PLANNER=apply",
+        "--set", "featureGates.DynamicMIG=true,featureGates.NVMLDeviceHealthCheck=false,computeDomains.enabled=false",
+        "--set", "webView.enabled=false,controller.replicas=1,controller.env.GPUDRA_MIG_PLANNER=apply",
     )  # fmt: skip
     agent, controller = (
         find(objects, "DaemonSet", "gpudra-agent"),
@@ -117,7 +121,9 @@ def test_values_for_image_driver_features_and_resources() -> None:
         assert env(workload)["GPUDRA_DRIVER_NAME"] == "gpu.example.com"
     assert env(agent)["GPUDRA_MIG_POLICY"] == "Dynamic" and env(agent)["GPUDRA_HEALTH_CHECKS"] == "false"
     assert env(agent)["GPUDRA_COMPUTE_DOMAINS"] == "disabled"
-    assert agent["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == 2
+    resources = agent["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["cpu"] == 2
+    assert resources["limits"]["memory"] == "512Mi"  # an override of one key keeps the other defaults
     assert controller["spec"]["replicas"] == 1 and env(controller)["GPUDRA_MIG_PLANNER"] == "apply"
     assert "GPUDRA_WEB_PORT" not in env(controller)
     assert all(p["name"] != "web" for p in controller["spec"]["template"]["spec"]["containers"][0]["ports"])
@@ -131,6 +137,93 @@ def test_values_for_image_driver_features_and_resources() -> None:
     role = find(objects, "ClusterRole", "gpudra-agent")
     assert any("gpu.example.com" in (rule.get("resourceNames") or []) for rule in role["rules"])
     assert ("Namespace", "gpudra") not in names  # created by `helm install --create-namespace`, by default
+
+
+def test_a_toleration_added_keeps_the_agents_own_when_given_whole() -> None:
+    """Lists replace lists in Helm: the default holds the nvidia.com/gpu toleration, so a values file that adds
+    one lists both, as values.yaml shows."""
+    objects = render("-f", str(FIXTURES / "good" / "everything.yaml"))
+    tolerations = find(objects, "DaemonSet", "gpudra-agent")["spec"]["template"]["spec"]["tolerations"]
+    assert {t["key"] for t in tolerations} == {"nvidia.com/gpu", "dedicated"}
+
+
+def test_every_value_reaches_the_objects() -> None:
+    objects = render("-f", str(FIXTURES / "good" / "everything.yaml"))
+    agent, controller = (
+        find(objects, "DaemonSet", "gpudra-agent"),
+        find(objects, "Deployment", "gpudra-controller"),
+    )
+    pod, cpod = agent["spec"]["template"], controller["spec"]["template"]
+    for template in (pod, cpod):
+        spec = template["spec"]
+        assert spec["containers"][0]["image"] == "registry.example.com/gpudra:9.9.9"
+        assert spec["containers"][0]["imagePullPolicy"] == "Always"
+        assert spec["imagePullSecrets"] == [{"name": "registry-creds"}]
+        assert spec["affinity"]["nodeAffinity"]
+        assert spec["priorityClassName"] == "gpu-critical"
+        assert template["metadata"]["annotations"] == {"team": "ml"}
+        assert template["metadata"]["labels"]["cost-center"] == "42"
+    assert env(agent)["GPUDRA_LOG_LEVEL"] == env(controller)["GPUDRA_LOG_LEVEL"] == "DEBUG"
+    assert env(agent)["GPUDRA_LOG_FORMAT"] == "console"
+    assert env(agent)["GPUDRA_PLUGIN_DIR"] == "/data/kubelet/plugins/gpu.nvidia.com"
+    assert env(agent)["GPUDRA_REGISTRY_DIR"] == "/data/kubelet/plugins_registry"
+    assert env(agent)["GPUDRA_CDI_DIR"] == "/etc/cdi"
+    assert env(agent)["GPUDRA_DRIVER_ROOT"] == "/run/nvidia/driver"
+    for gate, variable in (
+        ("MPSSupport", "GPUDRA_MPS_SUPPORT"),
+        ("TimeSlicingSettings", "GPUDRA_TIME_SLICING_SETTINGS"),
+    ):
+        assert env(agent)[variable] == "false", gate
+    for variable in ("GPUDRA_PASSTHROUGH_SUPPORT", "GPUDRA_DEVICE_METADATA", "GPUDRA_LIST_ATTRIBUTES"):
+        assert env(agent)[variable] == "true"
+    mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts == {"plugins": "/data/kubelet/plugins", "plugins-registry": "/data/kubelet/plugins_registry",
+                      "cdi": "/etc/cdi"}  # fmt: skip
+    assert agent["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert controller["spec"]["strategy"] == {"type": "Recreate"}
+    assert env(controller)["GPUDRA_IMEX_DAEMON_MODE"] == "host-managed"
+    assert json.loads(env(controller)["GPUDRA_IMEX_DAEMON_IMAGE_PULL_SECRETS"]) == ["registry-creds"]
+    ports = {p["name"]: p["containerPort"] for p in cpod["spec"]["containers"][0]["ports"]}
+    assert ports == {"metrics": 9500, "web": 8888}
+    web = find(objects, "Service", "gpudra-web")
+    assert web["spec"]["ports"][0]["port"] == 8080
+    monitor = find(objects, "ServiceMonitor", "gpudra")
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "15s"}]
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    account = find(objects, "ServiceAccount", "gpudra-agent")
+    assert account["metadata"]["annotations"] == {"iam.example.com/role": "gpudra"}
+    assert find(objects, "Namespace", "gpudra")["metadata"]["labels"][
+        "pod-security.kubernetes.io/enforce"
+    ] == ("privileged")
+
+
+def test_without_service_accounts_the_chart_creates_none() -> None:
+    objects = render("--set", "serviceAccount.create=false")
+    assert not [o for o in objects if o["kind"] == "ServiceAccount"]
+    assert find(objects, "DaemonSet", "gpudra-agent")["spec"]["template"]["spec"]["serviceAccountName"] == (
+        "gpudra-agent"
+    )
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "bad").glob("*.yaml")), ids=lambda p: p.stem)
+def test_a_wrong_values_file_is_refused_naming_the_key(path: Path) -> None:
+    """Each file's first lines say what the refusal must contain (``# expect: ...``); helm template and helm
+    install read the same schema and templates, so both refuse."""
+    expected = [
+        line.split(":", 1)[1].strip()
+        for line in path.read_text().splitlines()
+        if line.startswith("# expect:")
+    ]
+    assert expected, f"{path.name} says nothing to expect"
+    done = subprocess.run(
+        [helm(), "template", "gpudra", str(CHART), "-f", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0, f"{path.name} was accepted"
+    for text in expected:
+        assert text in done.stderr, f"{path.name}: {text!r} not in:\n{done.stderr}"
 
 
 def test_values_for_simulated_gpus_a_driver_root_and_a_cluster_without_a_service_proxy() -> None:
@@ -183,15 +276,20 @@ def test_another_namespace_reaches_every_reference_to_it() -> None:
         assert "system:serviceaccount:gpudra:" not in conditions and ":gpudra-" in conditions, conditions
 
 
-def test_helm_lint_passes() -> None:
-    done = subprocess.run(
+def test_helm_lint_and_template_print_no_warning() -> None:
+    lint = subprocess.run(
         [helm(), "lint", str(CHART), "--strict"], capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert "[WARNING]" not in lint.stdout and not lint.stderr, lint.stdout + lint.stderr
+    template = subprocess.run(
+        [helm(), "template", "gpudra", str(CHART)], capture_output=True, text=True, timeout=120
+    )
+    assert template.returncode == 0 and not template.stderr, template.stderr
 
 
 def test_the_packaged_chart_stands_alone(tmp_path: Path) -> None:
-    """`helm package` copies what the links point to: the archive renders the same without the repository."""
+    """The archive `helm package` makes renders the same without the repository."""
     done = subprocess.run(
         [helm(), "package", str(CHART), "-d", str(tmp_path)], capture_output=True, text=True
     )

@@ -1,67 +1,78 @@
 {{/*
-Set (or add) one environment variable of a container: dict "container" C "name" N "value" V.
+The image of both components (and of the ComputeDomain IMEX daemons): repository:tag, the chart's appVersion when
+the tag is empty.
 */}}
-{{- define "gpudra.setEnv" -}}
-{{- $env := list -}}
-{{- $found := false -}}
-{{- range .container.env -}}
-{{- if eq .name $.name -}}
-{{- $env = append $env (dict "name" $.name "value" (toString $.value)) -}}
-{{- $found = true -}}
-{{- else -}}
-{{- $env = append $env . -}}
-{{- end -}}
-{{- end -}}
-{{- if not $found -}}
-{{- $env = append $env (dict "name" .name "value" (toString .value)) -}}
-{{- end -}}
-{{- $_ := set .container "env" $env -}}
+{{- define "gpudra.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
 {{/*
-Remove one environment variable (dict "container" C "name" N), or a port (dict "container" C "port" P).
+The labels every object of the chart carries.
 */}}
-{{- define "gpudra.drop" -}}
-{{- if .name -}}
-{{- $env := list -}}
-{{- range .container.env }}{{ if ne .name $.name }}{{ $env = append $env . }}{{ end }}{{ end -}}
-{{- $_ := set .container "env" $env -}}
-{{- else -}}
-{{- $ports := list -}}
-{{- range .container.ports }}{{ if ne .name $.port }}{{ $ports = append $ports . }}{{ end }}{{ end -}}
-{{- $_ := set .container "ports" $ports -}}
-{{- end -}}
+{{- define "gpudra.partOf" -}}
+app.kubernetes.io/part-of: gpudra
 {{- end -}}
 
 {{/*
-What both workloads take from the values: image, resources, scheduling, the API server's address, extra settings
-(dict "pod" P "v" V "root" $).
+env entries from a map (dict "env" MAP): NAME: value, in the map's (sorted) order, every value a string.
 */}}
-{{- define "gpudra.workload" -}}
-{{- $spec := .pod.spec.template.spec -}}
-{{- $c := index $spec.containers 0 -}}
-{{- $image := .root.Values.image -}}
-{{- $_ := set $c "image" (printf "%s:%s" $image.repository $image.tag) -}}
-{{- if $image.pullPolicy }}{{ $_ := set $c "imagePullPolicy" $image.pullPolicy }}{{ end -}}
-{{- if .v.resources }}{{ $_ := set $c "resources" .v.resources }}{{ end -}}
-{{- if .v.nodeSelector }}{{ $_ := set $spec "nodeSelector" .v.nodeSelector }}{{ end -}}
-{{- if .v.tolerations }}{{ $_ := set $spec "tolerations" .v.tolerations }}{{ end -}}
-{{- if ne .root.Values.driverName "gpu.nvidia.com" -}}
-{{- include "gpudra.setEnv" (dict "container" $c "name" "GPUDRA_DRIVER_NAME" "value" .root.Values.driverName) -}}
-{{- end -}}
-{{- with .root.Values.kubernetesServiceHost -}}
-{{- include "gpudra.setEnv" (dict "container" $c "name" "KUBERNETES_SERVICE_HOST" "value" .) -}}
-{{- end -}}
-{{- with .root.Values.kubernetesServicePort -}}
-{{- include "gpudra.setEnv" (dict "container" $c "name" "KUBERNETES_SERVICE_PORT" "value" .) -}}
-{{- end -}}
-{{- range $name, $value := .v.env -}}
-{{- include "gpudra.setEnv" (dict "container" $c "name" $name "value" $value) -}}
-{{- end -}}
+{{- define "gpudra.envFrom" -}}
+{{- range $name, $value := .env }}
+- name: {{ $name }}
+  value: {{ toString $value | quote }}
+{{- end }}
 {{- end -}}
 
 {{/*
-The API server's address for pods, where the values set it (a cluster without a service proxy), as JSON env.
+What both workloads share in their container's env: the API server's address where the values set it, the
+driver name and log settings where they differ from gpudra's defaults.
+*/}}
+{{- define "gpudra.commonEnv" -}}
+{{- with .Values.kubernetesServiceHost }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ toString . | quote }}
+{{- end }}
+{{- with .Values.kubernetesServicePort }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ toString . | quote }}
+{{- end }}
+{{- if ne .Values.driverName "gpu.nvidia.com" }}
+- name: GPUDRA_DRIVER_NAME
+  value: {{ .Values.driverName | quote }}
+{{- end }}
+{{- if ne .Values.logLevel "INFO" }}
+- name: GPUDRA_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The pod-level scheduling and metadata values of one component (dict "v" COMPONENT "root" $).
+*/}}
+{{- define "gpudra.podScheduling" -}}
+{{- with .v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The API server's address for the IMEX daemon pods, as JSON env (empty when the values do not set it).
 */}}
 {{- define "gpudra.apiServerEnv" -}}
 {{- $env := dict -}}

@@ -86,6 +86,8 @@ class DaemonPodSettings:
     """Equal requests and limits: Guaranteed QoS, last to be evicted under node pressure."""
     tolerate_all_taints: bool = True
     """The daemon must run wherever the domain's workload landed, whatever taints let that workload in."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets the daemon pods pull their image with (GPUDRA_IMEX_DAEMON_IMAGE_PULL_SECRETS: the chart's own)."""
     env: tuple[tuple[str, str], ...] = ()
     """More environment variables of the daemon container (``GPUDRA_IMEX_DAEMON_ENV``): on a cluster without a
     service proxy, ``KUBERNETES_SERVICE_HOST`` and ``KUBERNETES_SERVICE_PORT``, as the driver's own pods get them."""
@@ -240,6 +242,8 @@ def daemon_set(
         pod_spec["priorityClassName"] = pods.priority_class
     if pods.service_account:
         pod_spec["serviceAccountName"] = pods.service_account
+    if pods.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in pods.image_pull_secrets]
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

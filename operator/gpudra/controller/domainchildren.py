@@ -47,7 +47,10 @@ async def apply_children(
         driver_namespace=settings.namespace,
         daemon_image=settings.imex_daemon_image,
         mode=settings.imex_daemon_mode,
-        pods=DaemonPodSettings(env=tuple(settings.imex_daemon_env.items())),
+        pods=DaemonPodSettings(
+            image_pull_secrets=tuple(settings.imex_daemon_image_pull_secrets),
+            env=tuple(settings.imex_daemon_env.items()),
+        ),
     )
     applied = []
     for child in children.objects():
