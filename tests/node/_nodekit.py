@@ -14,6 +14,7 @@ import yaml
 from clusterkit import kubectl
 from gpudra.agent.checkpoint import ClaimEntry, decode_checkpoint
 from gpudra.agent.runtime import CHECKPOINT_FILE
+from gpudra.cluster.realnode.containerd import NAMESPACE, SOCKET
 from gpudra.cluster.realnode.install import RELEASE
 from gpudra.cluster.realnode.node import RealNode
 from gpudra.cluster.realnode.sandbox import run
@@ -46,6 +47,21 @@ def admin(cluster: EmbeddedCluster) -> KubeClient:
 def real_node(cluster: EmbeddedCluster, name: str) -> RealNode:
     assert cluster.real_nodes is not None
     return cluster.real_nodes.nodes[name]
+
+
+def real_node_names(cluster: EmbeddedCluster) -> list[str]:
+    assert cluster.real_nodes is not None
+    return sorted(cluster.real_nodes.nodes)
+
+
+async def tag_gpudra_image(cluster: EmbeddedCluster, node: str, tag: str) -> str:
+    """gpudra's image loaded on the node under another tag, as a new release would bring it; the new name."""
+    assert cluster.real_nodes is not None
+    image = cluster.real_nodes.runtime.images.gpudra
+    tagged = f"{image.rsplit(':', 1)[0]}:{tag}"
+    ctr = [str(cluster.real_nodes.runtime.ctr), "--address", SOCKET, "--namespace", NAMESPACE]
+    await run(real_node(cluster, node).sandbox.inside([*ctr, "images", "tag", "--force", image, tagged]))
+    return tagged
 
 
 async def pods(cluster: EmbeddedCluster, namespace: str | None) -> dict[str, dict[str, Any]]:

@@ -26,12 +26,11 @@ from _nodekit import (
     pods,
     real_node,
     smi_report,
+    tag_gpudra_image,
 )
 
 from clusterkit import eventually, kubectl
 from gpudra.cluster.fleet import parse_fleet
-from gpudra.cluster.realnode.containerd import NAMESPACE, SOCKET
-from gpudra.cluster.realnode.sandbox import run
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
 from gpudra.kube.resources import DAEMONSETS, RESOURCE_CLAIMS
 
@@ -212,14 +211,8 @@ async def test_the_agent_killed_in_a_wave_of_prepares_loses_nothing(cluster: Emb
 async def test_helm_upgrade_to_a_new_tag_hands_each_node_over_without_draining(
     cluster: EmbeddedCluster,
 ) -> None:
-    assert cluster.real_nodes is not None
-    image = cluster.real_nodes.runtime.images.gpudra
-    upgraded = image.rsplit(":", 1)[0] + ":upgrade"
-    for name in NODES:  # the same image under a new tag, as a release would bring
-        ctr = [str(cluster.real_nodes.runtime.ctr), "--address", SOCKET, "--namespace", NAMESPACE]
-        await run(
-            real_node(cluster, name).sandbox.inside([*ctr, "images", "tag", "--force", image, upgraded])
-        )
+    for name in NODES:
+        upgraded = await tag_gpudra_image(cluster, name, "upgrade")
     await apply(cluster, gpu_pod("long-a") + gpu_pod("long-b"))
     before = {key: container_ids(pod) for key, pod in (await gpu_pods_running(cluster, 2)).items()}
     old_agents = set(await pods(cluster, "gpudra"))
