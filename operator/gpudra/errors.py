@@ -70,6 +70,12 @@ class KubeConnectionError(KubeError):
     """The API server could not be reached, or the connection broke mid-answer (a restart, a network blip)."""
 
 
+def is_transient(exc: KubeError) -> bool:
+    """An API error that waiting can fix: no connection, too many requests (429, a server still starting), or
+    the server's own failure (5xx)."""
+    return isinstance(exc, KubeConnectionError) or exc.status == 429 or exc.status >= 500
+
+
 class NotFoundError(KubeError):
     """404 from the API server."""
 

@@ -38,7 +38,7 @@ from gpudra.api.dra import Device, ResourceSlice
 from gpudra.config import AgentSettings
 from gpudra.devices.offer import NodeState, OfferSettings, node_offer
 from gpudra.devices.slices import CounterLayout, counter_layout_for
-from gpudra.errors import GpudraError, KubeError, NotFoundError
+from gpudra.errors import GpudraError, KubeError, NotFoundError, is_transient
 from gpudra.hardware.backend import GpuBackend
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
@@ -131,16 +131,29 @@ class NodeAgent:
         self._wake.set()
 
     async def _node_ref(self) -> NodeRef:
+        """This node's Node, waiting for it (a kubelet registers it) and for the API server (an agent may start
+        while it is down or starting), with one log line per attempt, as a DaemonSet pod would be restarted."""
         name = self.settings.node_name
-        delay = 0.1
+        delay, attempt = 0.1, 0
         while True:
+            attempt += 1
             try:
                 node = await self._client.get_as(Node, NODES, name)
                 return NodeRef(name=name, uid=node.metadata.uid or "")
             except NotFoundError:
-                log.warning("node object not found yet; waiting", node=name)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                log.warning("node object not found yet; waiting", node=name, attempt=attempt, retry_in=delay)
+            except KubeError as exc:
+                if not is_transient(exc):
+                    raise
+                log.warning(
+                    "API server not reachable yet; waiting",
+                    node=name,
+                    attempt=attempt,
+                    retry_in=delay,
+                    error=str(exc),
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     async def run(self) -> None:
         node = await self._node_ref()
