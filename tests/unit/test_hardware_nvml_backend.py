@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
 import pynvml
 import pytest
 
+import gpudra.hardware.nvml as nvml_module
 from gpudra.errors import (
     HardwareError,
     HardwareInsufficientResources,
@@ -252,6 +254,28 @@ def test_a_gpu_lost_again_after_coming_back_is_reported_again(dgx_h100: Simulate
         assert (event.kind, event.gpu_index) == (HealthEventKind.GPU_LOST, 4)
         dgx_h100.nvml.restore_gpu(4)
         assert len(backend.read_inventory().gpus) == 8
+
+
+def test_a_lost_gpu_is_logged_once_then_once_a_minute(
+    dgx_h100: SimulatedNode, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inventory is read several times a second: a lost GPU said so at every read (4 lines a second)."""
+    clock = [1000.0]
+    monkeypatch.setattr(nvml_module.time, "monotonic", lambda: clock[0])
+    dgx_h100.nvml.lose_gpu(4)
+    with caplog.at_level(logging.WARNING, logger=nvml_module.__name__):
+        for _ in range(20):
+            dgx_h100.backend.read_inventory()
+            clock[0] += 0.25
+        assert len([r for r in caplog.records if "is lost" in r.getMessage()]) == 1
+        clock[0] += nvml_module.LOST_LOG_SECONDS
+        dgx_h100.backend.read_inventory()
+        assert len([r for r in caplog.records if "is lost" in r.getMessage()]) == 2
+        dgx_h100.nvml.restore_gpu(4)
+        dgx_h100.backend.read_inventory()
+        dgx_h100.nvml.lose_gpu(4)
+        dgx_h100.backend.read_inventory()  # lost again after it came back: said at once
+        assert len([r for r in caplog.records if "is lost" in r.getMessage()]) == 3
 
 
 def test_close_shuts_nvml_down(dgx_h100: SimulatedNode) -> None:

@@ -11,6 +11,7 @@ import ctypes
 import logging
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +40,9 @@ from gpudra.hardware.nvml_vfio import VfioOperations
 from gpudra.hardware.pcibus import PciBus, SysfsPciBus
 
 log = logging.getLogger(__name__)
+LOST_LOG_SECONDS = 60
+"""A GPU lost from the bus is logged when it goes, then once a minute while it stays lost (the inventory is read
+several times a second)."""
 
 # The brand strings go-nvlib prints (and NVIDIA's DRA driver publishes), by NVML_BRAND_* value.
 BRAND_NAMES = {
@@ -171,6 +175,7 @@ class NvmlBackend:
             False  # a GPU left NVML or came back: register the GPUs listed now before the next wait
         )
         self._reported_lost: set[str] = set()  # gpu uuids
+        self._lost_logged: dict[int, float] = {}  # NVML index of a lost GPU -> when its loss was last logged
         self._pending_events: list[HealthEvent] = []
         self.unmonitored_gpus: tuple[int, ...] = ()
 
@@ -264,10 +269,15 @@ class NvmlBackend:
                 gpu = self._read_gpu(index)
                 gpus.append(gpu)
                 self._reported_lost.discard(gpu.uuid)  # back on the bus: a later loss is reported again
+                self._lost_logged.pop(index, None)
             except HardwareGpuLost as exc:
-                log.warning(
-                    "GPU %d of node %s is lost and left out of the inventory: %s", index, self.node_name, exc
-                )
+                now = time.monotonic()
+                if now - self._lost_logged.get(index, -LOST_LOG_SECONDS) >= LOST_LOG_SECONDS:
+                    self._lost_logged[index] = now
+                    log.warning(
+                        "GPU %d of node %s is lost and left out of the inventory (said again every %d s while it "
+                        "stays lost): %s", index, self.node_name, LOST_LOG_SECONDS, exc,
+                    )  # fmt: skip
         return NodeInventory(
             node_name=self.node_name,
             driver_version=driver_version,
