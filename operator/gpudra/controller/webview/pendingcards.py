@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import signal
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -59,6 +60,12 @@ async def _run_in(
     return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
 
+def _ignore_interrupts() -> None:
+    """In the worker: a Ctrl-C reaches the whole foreground process group, and the controller stops the worker
+    itself; without this the worker printed a KeyboardInterrupt traceback at every Ctrl-C of gpudra up."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @dataclass
 class PendingExplainer:
     driver: str
@@ -90,7 +97,9 @@ class PendingExplainer:
         if self._pool is None:
             # A process of its own: explaining is seconds of pure-Python CPU on a large fleet, and in a thread it
             # would hold the GIL against the loop that serves the page and the updates.
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupts
+            )
         task = asyncio.create_task(
             _run_in(self._pool, explain_pending, objects(), pending, self.driver, self.limit)
         )
