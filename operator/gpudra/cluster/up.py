@@ -33,6 +33,7 @@ from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.local import InProcessTransport
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.cluster.controlplane.manager import ControlPlane
+from gpudra.cluster.dirlock import DirectoryLock
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.interpreter import CLUSTER_GC_THRESHOLDS, GC_THRESHOLDS, SWITCH_INTERVAL, SharedSetting
 from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
@@ -323,6 +324,9 @@ class EmbeddedCluster:
                     f"({len(self.options.nodes)})"
                 )
         progress = progress or NoProgress()
+        # Every start has a new API server, which knows none of the claims an earlier run's nodes prepared: their
+        # checkpoints, CDI specs and simulated GPUs would hold devices for claims that no longer exist.
+        shutil.rmtree(self.options.kubeconfig.parent / "nodes", ignore_errors=True)
         GC_THRESHOLDS.hold(CLUSTER_GC_THRESHOLDS)
         self._tuned.append(GC_THRESHOLDS)
         if self.large_fleet:
@@ -725,6 +729,13 @@ class EmbeddedCluster:
 
 async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
     console = Console()
+    lock = DirectoryLock(options.kubeconfig.parent)
+    lock.acquire()  # a second gpudra up in this directory stops here, naming the first
+    if lock.taken_over is not None:
+        console.print(
+            f"Taking over {lock.directory} from a gpudra up that ended without stopping "
+            f"(PID {lock.taken_over.get('pid')}); its nodes' state is discarded."
+        )
     cluster = EmbeddedCluster(options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -735,6 +746,7 @@ async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
         with start_progress(console) as progress:
             await cluster.start(progress)
         assert cluster.client is not None
+        lock.record(url=cluster.url)
         info = Summary(
             kubeconfig=options.kubeconfig,
             api_server=cluster.url,
@@ -755,4 +767,5 @@ async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await cluster.stop()
+        lock.release()
     return 0

@@ -1,0 +1,145 @@
+"""``gpudra up`` stopped and started again as a user does it (#33): the README's walk-through, Ctrl-C, ``make demo``
+again in the same directory, the same pods again; a second ``gpudra up`` in a directory a first one uses; one
+killed with SIGKILL and its directory taken over. Ctrl-C stops it quietly, the web view's explain worker included."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterkit import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH"),
+]
+
+
+class Up:
+    """One ``gpudra up`` as a user runs it in a terminal (a session of its own: a Ctrl-C reaches its group)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.process: asyncio.subprocess.Process | None = None
+        self.output: list[str] = []
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gpudra", "up", "--nodes", "dgx-h100:1", "--web-port", "0",
+            "--kubeconfig", str(self.kubeconfig),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        while not self.output or "Ctrl-C stops it." not in self.output[-1]:
+            line = await asyncio.wait_for(self.process.stdout.readline(), 120)
+            assert line, "gpudra up ended before it was up:\n" + "".join(self.output)
+            self.output.append(line.decode())
+
+    async def interrupt(self) -> tuple[int, str]:
+        """Ctrl-C, as a terminal sends it to the foreground process group; its exit status and all it printed."""
+        assert self.process is not None and self.process.stdout is not None
+        os.killpg(self.process.pid, signal.SIGINT)
+        rest, _ = await asyncio.wait_for(self.process.communicate(), 60)
+        return self.process.returncode or 0, "".join(self.output) + rest.decode()
+
+    async def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        await self.process.wait()
+
+    async def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        process = await asyncio.create_subprocess_exec(
+            "kubectl", *args, env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), 120)
+        assert process.returncode == 0, f"kubectl {' '.join(args)}: {out.decode()}"
+        return out.decode()
+
+
+def explain_worker_started(pid: int) -> bool:
+    """Whether a process of gpudra up's group is the web view's explain worker (a multiprocessing spawn child)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (
+                    os.getpgid(int(entry.name)) == pid
+                    and b"multiprocessing" in (entry / "cmdline").read_bytes()
+                ):
+                    return True
+            except (OSError, ProcessLookupError):
+                continue
+    return False
+
+
+async def walk_through(up: Up) -> None:
+    """The README's walk-through, without its final delete: two GPU pods running, and a claim that waits."""
+    await up.kubectl("create", "namespace", "demo")
+    await up.kubectl("apply", "-f", str(ROOT / "examples" / "nvidia-smi-pods.yaml"))
+    await up.kubectl("apply", "-f", str(ROOT / "examples" / "seeds" / "06-unsatisfiable.yaml"))
+    await up.kubectl("wait", "-n", "demo", "--for=condition=Ready", "pod", "--all", "--timeout=90s")
+
+
+async def test_a_restarted_demo_runs_the_same_pods_again_and_ctrl_c_is_quiet(tmp_path: Path) -> None:
+    first = Up(tmp_path)
+    await first.start()
+    await walk_through(first)
+    assert first.process is not None
+    pid = first.process.pid  # the explain worker starts once the web view sees the waiting claim
+    await eventually(
+        lambda: explain_worker_started(pid), timeout=60, what="the web view's explain worker started"
+    )
+    code, printed = await first.interrupt()
+    assert code == 0, printed
+    assert "Traceback" not in printed and "KeyboardInterrupt" not in printed, printed
+
+    again = Up(tmp_path)  # `make demo` again, in the same directory
+    await again.start()
+    await walk_through(
+        again
+    )  # before: ContainerCreating for good, "device gpu-0 is already prepared for claim"
+    logs = await again.kubectl("logs", "-n", "demo", "-l", "app=smi")
+    assert logs.count("GPU 0:") == 2
+    code, printed = await again.interrupt()
+    assert code == 0 and "Traceback" not in printed, printed
+
+
+async def test_a_second_up_in_the_same_directory_names_the_first_and_a_dead_ones_is_taken_over(
+    tmp_path: Path,
+) -> None:
+    first = Up(tmp_path)
+    await first.start()
+    assert first.process is not None
+    second = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "up", "--nodes", "dgx-h100:1", "--once",
+        "--kubeconfig", str(first.kubeconfig),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(second.communicate(), 60)
+    said = out.decode()
+    assert second.returncode == 2, said
+    assert (
+        f"another gpudra up runs in {tmp_path} (PID {first.process.pid}, API server http://127.0.0.1:" in said
+    )
+    assert "Traceback" not in said
+    await first.kubectl("get", "nodes")  # the first one still serves
+
+    await first.kill()  # it dies without stopping: its lock goes with it
+    third = Up(tmp_path)
+    await third.start()
+    assert f"from a gpudra up that ended without stopping (PID {first.process.pid})" in "".join(third.output)
+    await third.kubectl("get", "nodes")
+    code, printed = await third.interrupt()
+    assert code == 0, printed
