@@ -1,12 +1,19 @@
 """A binary of the control plane as a child process: started with its flags, its output in a log file, ready
 when its health endpoint answers (an HTTP(S) URL, or ``unix://<path>``: a socket that accepts connections) or,
-without one, when its ``ready`` check says so; stopped with SIGTERM (SIGKILL after a grace period), restartable."""
+without one, when its ``ready`` check says so; stopped with SIGTERM (SIGKILL after a grace period), restartable.
+
+It ends with the process that started it, even when that one is killed with SIGKILL and runs no clean-up: it is
+started through ``setpriv --pdeathsig KILL`` (util-linux), which asks the kernel to send it SIGKILL when its parent
+ends; the binary keeps that through its ``exec``. Without setpriv on PATH it is started as it is, and a line says
+that it may outlive a killed ``gpudra up``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -31,6 +38,23 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    found = shutil.which("setpriv")
+    if found is None:
+        log.warning(
+            "setpriv (util-linux) is not on PATH: a child process may outlive gpudra up when it is killed "
+            "with SIGKILL"
+        )
+    return found
+
+
+def ending_with_parent(argv: list[str]) -> list[str]:
+    """``argv``, started so that the kernel kills it (SIGKILL) when the process that started it ends."""
+    setpriv = _setpriv()
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -72,7 +96,7 @@ class ManagedProcess:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as out:
             self.process = await asyncio.create_subprocess_exec(
-                *self.argv,
+                *ending_with_parent(self.argv),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
