@@ -34,10 +34,9 @@ class Up:
     def kubeconfig(self) -> Path:
         return self.directory / "kubeconfig"
 
-    async def start(self) -> None:
+    async def start(self, flags: tuple[str, ...] = ("--nodes", "dgx-h100:1", "--web-port", "0")) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gpudra", "up", "--nodes", "dgx-h100:1", "--web-port", "0",
-            "--kubeconfig", str(self.kubeconfig),
+            sys.executable, "-m", "gpudra", "up", *flags, "--kubeconfig", str(self.kubeconfig),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         assert self.process.stdout is not None
@@ -143,3 +142,26 @@ async def test_a_second_up_in_the_same_directory_names_the_first_and_a_dead_ones
     await third.kubectl("get", "nodes")
     code, printed = await third.interrupt()
     assert code == 0, printed
+
+
+@pytest.mark.parametrize("control_plane", ["embedded", "kubernetes"])
+async def test_the_kubeconfig_appears_once_the_cluster_is_usable_and_the_start_is_quiet(
+    control_plane: str, tmp_path: Path
+) -> None:
+    """A script waits for the kubeconfig, as the README suggests, then finds the nodes and their GPUs; nothing on
+    the way warns of a CRD not served yet (429 "storage is (re)initializing", kopf's "Request attempt")."""
+    up = Up(tmp_path)
+    waiter = asyncio.create_task(up.start(("--control-plane", control_plane, "--nodes", "dgx-h100:2")))
+    try:
+        await eventually(up.kubeconfig.exists, timeout=180, what="the kubeconfig written")
+        nodes = (await up.kubectl("get", "nodes", "-o", "name")).split()
+        slices = (await up.kubectl("get", "resourceslices", "-o", "name")).split()
+        assert len(nodes) == 2 and len(slices) >= 2, (nodes, slices)
+        await waiter
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+    code, printed = await up.interrupt()
+    assert code == 0, printed
+    for noise in ("storage is (re)initializing", "Request attempt", "watch failed", "Traceback"):
+        assert noise not in printed, printed

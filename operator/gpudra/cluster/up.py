@@ -69,6 +69,7 @@ from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.hardware.simulated import empty_mig
 from gpudra.kube.client import KubeClient
+from gpudra.kube.crdready import wait_served
 from gpudra.kube.kubeconfig import read_credentials, write_kubeconfig
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
@@ -221,6 +222,14 @@ class EmbeddedCluster:
         return max(self.options.hardware_poll_seconds, len(self.options.nodes) * FLEET_POLL_PER_NODE)
 
     @property
+    def cluster_kubeconfig(self) -> Path:
+        """The kubeconfig the cluster's own processes use from the start (agent processes, the API server process);
+        the user's (``options.kubeconfig``) is written once the cluster is usable."""
+        if self.kubernetes is not None:
+            return self.kubernetes.admin_kubeconfig
+        return self.options.kubeconfig.parent / "embedded" / "kubeconfig"
+
+    @property
     def url(self) -> str:
         if self.kubernetes is not None:
             return self.kubernetes.url
@@ -230,11 +239,11 @@ class EmbeddedCluster:
         return self.server.url
 
     async def _start_server(self) -> str:
-        self.options.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        self.cluster_kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         if self.options.api_server_process:
             self.server_process = APIServerProcess(
                 port=self.options.port,
-                kubeconfig=self.options.kubeconfig,
+                kubeconfig=self.cluster_kubeconfig,
                 feature_gates=frozenset(self.options.feature_gates_on),
             )
             return await self.server_process.start()
@@ -242,7 +251,7 @@ class EmbeddedCluster:
             port=self.options.port, feature_gates=frozenset(self.options.feature_gates_on)
         )
         url = await self.server.start()
-        self.server.write_kubeconfig(self.options.kubeconfig)
+        self.server.write_kubeconfig(self.cluster_kubeconfig)
         return url
 
     async def _start_embedded(self) -> ControllerConnection:
@@ -290,7 +299,6 @@ class EmbeddedCluster:
         )
         await self.kubernetes.start()
         admin = self.kubernetes.admin_kubeconfig
-        write_kubeconfig(self.options.kubeconfig, read_credentials(admin))
         self.client = await KubeClient.from_environment(admin, field_manager="gpudra-up")
         if self.real_nodes is not None:
             await self.real_nodes.install(
@@ -301,7 +309,11 @@ class EmbeddedCluster:
                 agent_env=self._real_agent_env(),
             )
             return ControllerConnection()
-        await apply_base(admin, repo_manifests())
+        applied = await apply_base(admin, repo_manifests())
+        # the in-process controller starts next: on CRDs not served yet it logged 429s and kopf's retries
+        await wait_served(
+            self.client, [o["metadata"]["name"] for o in applied if o["kind"] == "CustomResourceDefinition"]
+        )
         kubeconfig = await self.kubernetes.service_account_kubeconfig(
             self.client,
             self.options.controller.namespace,
@@ -420,7 +432,9 @@ class EmbeddedCluster:
     async def _wait_ready(
         self, waiters: list[asyncio.Task[Any]], controller_ready: threading.Event | None
     ) -> None:
-        """Until every waiter is done (the first failure is raised), then the seed objects."""
+        """Until every waiter is done (the first failure is raised), then the seed objects; then the user's
+        kubeconfig: a script that waits for it finds the nodes registered, their slices published and the
+        controller ready."""
         assert self.client is not None
         done, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
         for task in pending:
@@ -432,6 +446,7 @@ class EmbeddedCluster:
             raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
         if self.options.seed is not None:
             await self.options.seed(self.client)
+        write_kubeconfig(self.options.kubeconfig, read_credentials(self.cluster_kubeconfig))
 
     async def _start_real_nodes(self, nodes: list[FleetNode]) -> list[Coroutine[Any, Any, Any]]:
         """Start the real nodes, their simulated GPUs ready; what to await for each one's slices (published by
@@ -625,7 +640,7 @@ class EmbeddedCluster:
             registered = node_object(node)
             with_kubelet_endpoint(registered, simulated_pod_ip(node.name), self.kubelet_server.port)
             await self.client.apply_object(NODES, registered)
-            return self.options.kubeconfig, self.client, self.client
+            return self.cluster_kubeconfig, self.client, self.client
         kubelet = await self._own_client(self.kubernetes.node_kubeconfig(node.name), f"kubelet-{node.name}")
         real = self.real_kubelets.get(node.name)
         if real is None:

@@ -22,6 +22,7 @@ from gpudra.cluster.sim.faults import FaultRejected, FaultSpec, inject, parse_fa
 from gpudra.errors import KubeError, NotFoundError
 from gpudra.hardware.simulated import FakeNvml
 from gpudra.kube.client import KubeClient
+from gpudra.kube.crdready import wait_served
 from gpudra.kube.informer import Informer
 from gpudra.kube.resources import CRDS, Resource
 from gpudra.telemetry import get_logger
@@ -92,7 +93,8 @@ class GpuFaultWatcher:
         self.informer = Informer(client, GPU_FAULTS, self._on_fault, parse=GpuFault.model_validate)
 
     async def install(self) -> None:
-        await self._client.apply_object(CRDS, gpu_fault_crd())
+        crd = await self._client.apply_object(CRDS, gpu_fault_crd())
+        await wait_served(self._client, [crd["metadata"]["name"]])
 
     async def run(self) -> None:
         await self.informer.run()
