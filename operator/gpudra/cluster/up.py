@@ -749,7 +749,8 @@ async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
     if lock.taken_over is not None:
         console.print(
             f"Taking over {lock.directory} from a gpudra up that ended without stopping "
-            f"(PID {lock.taken_over.get('pid')}); its nodes' state is discarded."
+            f"(PID {lock.taken_over.get('pid')}); its nodes' state is discarded.",
+            soft_wrap=True,
         )
     cluster = EmbeddedCluster(options)
     stop = asyncio.Event()

@@ -5,10 +5,11 @@ the cluster keeps changing: that is the costly part on a large fleet."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,16 +55,17 @@ def explain_pending(
     return cards
 
 
-async def _run_in(
-    pool: ProcessPoolExecutor, fn: Callable[..., dict[str, PendingCard]], *args: Any
-) -> dict[str, PendingCard]:
-    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
-
-
-def _ignore_interrupts() -> None:
-    """In the worker: a Ctrl-C reaches the whole foreground process group, and the controller stops the worker
-    itself; without this the worker printed a KeyboardInterrupt traceback at every Ctrl-C of gpudra up."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+@contextlib.contextmanager
+def _interrupts_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile: a process started here keeps it blocked through its exec, from its
+    first instruction. A Ctrl-C reaches the whole foreground process group and the controller stops the worker
+    itself; the worker printed a KeyboardInterrupt traceback at every Ctrl-C of gpudra up (and an initializer
+    that ignores SIGINT comes too late: the signal can land while the worker still imports)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @dataclass
@@ -77,7 +79,7 @@ class PendingExplainer:
     """The inputs changed since the last explanation started."""
     cards: dict[str, PendingCard] = field(default_factory=dict)
     """claim uid -> its card, from the last explanation that ended."""
-    _task: asyncio.Task[dict[str, PendingCard]] | None = None
+    _task: asyncio.Future[dict[str, PendingCard]] | None = None
     _pool: ProcessPoolExecutor | None = None
     _next: float = 0.0
 
@@ -97,15 +99,13 @@ class PendingExplainer:
         if self._pool is None:
             # A process of its own: explaining is seconds of pure-Python CPU on a large fleet, and in a thread it
             # would hold the GIL against the loop that serves the page and the updates.
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupts
-            )
-        task = asyncio.create_task(
-            _run_in(self._pool, explain_pending, objects(), pending, self.driver, self.limit)
-        )
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        with _interrupts_blocked():  # the worker, started by the first submit, inherits the blocked SIGINT
+            submitted = self._pool.submit(explain_pending, objects(), pending, self.driver, self.limit)
+        task: asyncio.Future[dict[str, PendingCard]] = asyncio.wrap_future(submitted)
         self._task = task
 
-        def done(t: asyncio.Task[dict[str, PendingCard]]) -> None:
+        def done(t: asyncio.Future[dict[str, PendingCard]]) -> None:
             self._task = None
             self._next = time.monotonic() + max(self.interval, 2 * (time.monotonic() - now))
             if not t.cancelled() and t.exception() is None:
