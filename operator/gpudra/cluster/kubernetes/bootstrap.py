@@ -25,12 +25,14 @@ CONTROLLER_SERVICE_ACCOUNT = "gpudra-controller"
 
 
 def repo_manifests() -> Path:
-    """manifests/base of the checkout gpudra runs from."""
-    base = Path(gpudra.__file__).resolve().parents[2] / "manifests" / "base"
+    """The kustomize base (manifests/base, and the CRDs it names), shipped inside the package as
+    ``gpudra/deploy``: in a checkout a link to the repository's, in a wheel a copy, so a pip-installed gpudra
+    runs ``--control-plane kubernetes`` too."""
+    base = Path(gpudra.__file__).resolve().parent / "deploy" / "manifests" / "base"
     if not (base / "kustomization.yaml").is_file():
         raise ConfigurationError(
-            f"--control-plane kubernetes applies the project's manifests, and {base} has none: "
-            "run gpudra up from a checkout of the repository"
+            f"--control-plane kubernetes applies gpudra's manifests, and {base} has none: this installation of "
+            "gpudra is incomplete (reinstall it)"
         )
     return base
 
