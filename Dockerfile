@@ -16,6 +16,9 @@ RUN python -m venv /opt/gpudra \
     && /opt/gpudra/bin/pip install --no-compile -r requirements.txt
 COPY README.md ./
 COPY operator ./operator
+# gpudra/deploy links to these (the manifests a pip-installed gpudra up applies)
+COPY manifests/base ./manifests/base
+COPY crds ./crds
 RUN /opt/gpudra/bin/pip install --no-compile --no-deps . \
     && /opt/gpudra/bin/python -m compileall -q /opt/gpudra/lib
 
