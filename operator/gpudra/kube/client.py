@@ -11,6 +11,7 @@ lets the caller choose the exact patch content type.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -22,7 +23,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpudra.api.base import WireModel
-from gpudra.errors import ConflictError, InvalidInputError, KubeConnectionError, KubeError, NotFoundError
+from gpudra.errors import (
+    ConfigurationError,
+    ConflictError,
+    InvalidInputError,
+    KubeConnectionError,
+    KubeError,
+    NotFoundError,
+)
 from gpudra.kube.resources import Resource
 from gpudra.kube.transport import WATCH_READ_BUFFER, Call, HTTPTransport, Reply, Transport
 
@@ -126,9 +134,16 @@ class KubeClient:
                 return cls(HTTPTransport(k8s_client.ApiClient(configuration)), field_manager=field_manager)
             except k8s_config.ConfigException:
                 pass
-        await k8s_config.load_kube_config(
-            config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
-        )
+        try:
+            await k8s_config.load_kube_config(
+                config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
+            )
+        except (k8s_config.ConfigException, OSError) as exc:
+            source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise ConfigurationError(
+                f"no usable kubeconfig at {source} ({exc}): set KUBECONFIG or --kubeconfig to a cluster's, e.g. "
+                "the one gpudra up prints"
+            ) from exc
         return cls(HTTPTransport(k8s_client.ApiClient(configuration)), field_manager=field_manager)
 
     async def close(self) -> None:
