@@ -5,10 +5,12 @@ killed with SIGKILL and its directory taken over. Ctrl-C stops it quietly, the w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,22 @@ class Up:
         return out.decode()
 
 
+@pytest.fixture
+def ups(tmp_path: Path) -> Iterator[Callable[[], Up]]:
+    """``ups()`` makes an Up in the test's directory; any still running when the test ends is killed."""
+    made: list[Up] = []
+
+    def make() -> Up:
+        made.append(Up(tmp_path))
+        return made[-1]
+
+    yield make
+    for up in made:
+        if up.process is not None and up.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(up.process.pid, signal.SIGKILL)
+
+
 def explain_worker_started(pid: int) -> bool:
     """Whether a process of gpudra up's group is the web view's explain worker (a multiprocessing spawn child)."""
     for entry in Path("/proc").iterdir():
@@ -91,8 +109,8 @@ async def walk_through(up: Up) -> None:
     await up.kubectl("wait", "-n", "demo", "--for=condition=Ready", "pod", "--all", "--timeout=90s")
 
 
-async def test_a_restarted_demo_runs_the_same_pods_again_and_ctrl_c_is_quiet(tmp_path: Path) -> None:
-    first = Up(tmp_path)
+async def test_a_restarted_demo_runs_the_same_pods_again_and_ctrl_c_is_quiet(ups: Callable[[], Up]) -> None:
+    first = ups()
     await first.start()
     await walk_through(first)
     assert first.process is not None
@@ -104,7 +122,7 @@ async def test_a_restarted_demo_runs_the_same_pods_again_and_ctrl_c_is_quiet(tmp
     assert code == 0, printed
     assert "Traceback" not in printed and "KeyboardInterrupt" not in printed, printed
 
-    again = Up(tmp_path)  # `make demo` again, in the same directory
+    again = ups()  # `make demo` again, in the same directory
     await again.start()
     await walk_through(
         again
@@ -116,9 +134,9 @@ async def test_a_restarted_demo_runs_the_same_pods_again_and_ctrl_c_is_quiet(tmp
 
 
 async def test_a_second_up_in_the_same_directory_names_the_first_and_a_dead_ones_is_taken_over(
-    tmp_path: Path,
+    ups: Callable[[], Up], tmp_path: Path
 ) -> None:
-    first = Up(tmp_path)
+    first = ups()
     await first.start()
     assert first.process is not None
     second = await asyncio.create_subprocess_exec(
@@ -136,7 +154,7 @@ async def test_a_second_up_in_the_same_directory_names_the_first_and_a_dead_ones
     await first.kubectl("get", "nodes")  # the first one still serves
 
     await first.kill()  # it dies without stopping: its lock goes with it
-    third = Up(tmp_path)
+    third = ups()
     await third.start()
     assert f"from a gpudra up that ended without stopping (PID {first.process.pid})" in "".join(third.output)
     await third.kubectl("get", "nodes")
@@ -146,11 +164,11 @@ async def test_a_second_up_in_the_same_directory_names_the_first_and_a_dead_ones
 
 @pytest.mark.parametrize("control_plane", ["embedded", "kubernetes"])
 async def test_the_kubeconfig_appears_once_the_cluster_is_usable_and_the_start_is_quiet(
-    control_plane: str, tmp_path: Path
+    control_plane: str, ups: Callable[[], Up]
 ) -> None:
     """A script waits for the kubeconfig, as the README suggests, then finds the nodes and their GPUs; nothing on
     the way warns of a CRD not served yet (429 "storage is (re)initializing", kopf's "Request attempt")."""
-    up = Up(tmp_path)
+    up = ups()
     waiter = asyncio.create_task(up.start(("--control-plane", control_plane, "--nodes", "dgx-h100:2")))
     try:
         await eventually(up.kubeconfig.exists, timeout=180, what="the kubeconfig written")
