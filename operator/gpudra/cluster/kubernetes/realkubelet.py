@@ -50,6 +50,21 @@ KERNEL_SETTINGS = (
 other write to /proc/sys fails in its namespace, so a version that sets more stops with a message naming it."""
 
 
+async def registered_node(client: KubeClient, name: str, log_file: Path, *, timeout: float) -> dict[str, Any]:
+    """The Node ``name`` once its kubelet has registered it; ProcessFailed naming the kubelet's log after
+    ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await client.get(NODES, name)
+        except NotFoundError:
+            if time.monotonic() > deadline:
+                raise ProcessFailed(
+                    f"the kubelet of {name} did not register its Node within {timeout:.0f}s; see {log_file}"
+                ) from None
+        await asyncio.sleep(0.2)
+
+
 def registration_labels(node: dict[str, Any]) -> dict[str, str]:
     """The labels of a simulated Node a kubelet may register itself: the kubelet sets ``kubernetes.io/hostname``,
     ``os`` and ``arch`` on its own and refuses other ``kubernetes.io`` and ``k8s.io`` labels in --node-labels."""
@@ -217,17 +232,7 @@ class RealKubelet:
     async def start_and_register(self, client: KubeClient, *, timeout: float = 60.0) -> dict[str, Any]:
         """Start, then wait until the kubelet has registered its Node (read through ``client``); the Node."""
         await self.start(timeout=timeout)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return await client.get(NODES, self.name)
-            except NotFoundError:
-                if time.monotonic() > deadline:
-                    raise ProcessFailed(
-                        f"the kubelet of {self.name} did not register its Node within {timeout:.0f}s; "
-                        f"see {self.kubelet.log_file}"
-                    ) from None
-            await asyncio.sleep(0.2)
+        return await registered_node(client, self.name, self.kubelet.log_file, timeout=timeout)
 
     def plugin_settings(self, settings: AgentSettings) -> dict[str, Path]:
         """AgentSettings fields that put the node's kubelet plugins where this kubelet looks for them."""

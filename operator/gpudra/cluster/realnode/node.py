@@ -5,7 +5,6 @@ file and device nodes live in the node's directories (``/run/gpudra/simulated``,
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -15,19 +14,17 @@ from gpudra.agent.atomic_files import write_atomically
 from gpudra.cluster.kubernetes.binaries import Binaries
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
 from gpudra.cluster.kubernetes.flags import KubeletPaths, kubelet_args, kubelet_config
-from gpudra.cluster.kubernetes.realkubelet import registration_labels, registration_taints
-from gpudra.cluster.processes import ManagedProcess, ProcessFailed
+from gpudra.cluster.kubernetes.realkubelet import registered_node, registration_labels, registration_taints
+from gpudra.cluster.processes import ManagedProcess
 from gpudra.cluster.realnode.cgroups import NodeCgroup
 from gpudra.cluster.realnode.containerd import SOCKET, containerd_config, import_images
 from gpudra.cluster.realnode.devices import create_device_nodes, simulated_device_paths
 from gpudra.cluster.realnode.network import NodeNetwork, cni_config
 from gpudra.cluster.realnode.runtime import NodeRuntime
 from gpudra.cluster.realnode.sandbox import NodeDirs, NodeSandbox, run
-from gpudra.errors import NotFoundError
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import NODES
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -148,7 +145,7 @@ class RealNode:
         await import_images(self.sandbox, self.runtime, list(self.runtime.images.archives.values()))
         self.paths.config.write_text(json.dumps(self._config, indent=2))
         await self.start_kubelet(timeout=timeout)
-        registered = await self._registered(client, timeout)
+        registered = await registered_node(client, self.name, self.kubelet.log_file, timeout=timeout)
         log.info(
             "real node up", node=self.name, ip=self.network.node_address, seconds=time.monotonic() - started
         )
@@ -178,19 +175,6 @@ class RealNode:
                 f"runtime-endpoint: unix://{SOCKET}\nimage-endpoint: unix://{SOCKET}\ntimeout: 30\n"
             )
         return await run(self.sandbox.inside([str(self.runtime.crictl), "--config", str(config), *args]))
-
-    async def _registered(self, client: KubeClient, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return await client.get(NODES, self.name)
-            except NotFoundError:
-                if time.monotonic() > deadline:
-                    raise ProcessFailed(
-                        f"the kubelet of {self.name} did not register its Node within {timeout:.0f}s; "
-                        f"see {self.kubelet.log_file}"
-                    ) from None
-            await asyncio.sleep(0.2)
 
     async def stop(self) -> None:
         """End the node: every process in its cgroup (the kubelet, containerd, the shims, every container)."""
