@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gpudra.api.dra import Device
 from gpudra.cli import main
 from gpudra.devices.build import build_devices
 from gpudra.hardware.catalog import MIB, Catalog, GpuModel, load_catalog
@@ -195,3 +196,24 @@ def test_hardware_record_command_writes_a_recording(
     assert {d["name"] for d in data["devices"]} >= {"gpu-0", "gpu-3"}
     assert main(["hardware", "record", "--simulated-profile", "no-such-node"]) == 2
     assert "unknown node profile 'no-such-node'" in capsys.readouterr().err
+
+
+def _attribute_keys(devices: list[dict[str, Any]]) -> set[str]:
+    return {key for device in devices for value in device["attributes"].values() for key in value}
+
+
+def test_hardware_record_writes_attribute_values_by_their_api_names(tmp_path: Path) -> None:
+    out = tmp_path / "h100.json"
+    assert main(["hardware", "record", "--simulated-profile", "dgx-h100", "--output", str(out)]) == 0
+    keys = _attribute_keys(json.loads(out.read_text())["devices"])
+    assert {"int", "string", "version"} <= keys
+    assert not keys & {"int_", "bool_"}
+
+
+def test_recorded_devices_read_the_same_in_either_spelling(recording: dict[str, Any]) -> None:
+    devices = [Device.model_validate(d) for d in recording["devices"]]
+    api = [d.to_wire() for d in devices]
+    field_names = [d.model_dump(mode="json", exclude_none=True) for d in devices]
+    assert "int_" in _attribute_keys(field_names)  # the spelling of recordings written before
+    assert [Device.model_validate(d) for d in api] == devices
+    assert [Device.model_validate(d) for d in field_names] == devices

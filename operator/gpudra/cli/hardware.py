@@ -38,9 +38,8 @@ async def hardware_command(args: argparse.Namespace) -> int:
     }
     if "error" not in recording["inventory"]:
         inventory = NodeInventory.model_validate(recording["inventory"])
-        recording["devices"] = [
-            d.model_dump(mode="json", exclude_none=True) for d in build_devices(inventory)
-        ]
+        # as the API spells them ({"int": 0}); recordings written before said {"int_": 0} and still read
+        recording["devices"] = [d.to_wire() for d in build_devices(inventory)]
     text = json.dumps(recording, indent=2, sort_keys=True) + "\n"
     if args.output is None:
         sys.stdout.write(text)
