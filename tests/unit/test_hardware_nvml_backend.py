@@ -21,7 +21,8 @@ from gpudra.errors import (
 from gpudra.hardware.backend import GpuBackend, HealthEventKind
 from gpudra.hardware.catalog import load_catalog
 from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend, normalize_pci_bus_id, sysfs_pcie_root
+from gpudra.hardware.nvml import NvmlBackend, sysfs_pcie_root
+from gpudra.hardware.nvml_gpu import normalize_pci_bus_id
 from gpudra.hardware.profiles import NODE_PROFILES, ProfileEntry, profile_names, resolve_entry
 from gpudra.hardware.simulated import SimulatedNode, simulated_backend
 from gpudra.hardware.simulated import nvml_types as t

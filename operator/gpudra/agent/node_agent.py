@@ -50,6 +50,11 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 
+GPU_READING_INCOMPLETE = "GpuReadingIncomplete"
+"""Event reason: an NVML call on a GPU failed or answered what cannot be published; the GPU is published without it."""
+GPU_NOT_PUBLISHED = "GpuNotPublished"
+"""Event reason: an NVML call without whose answer a GPU cannot be published failed on it; its other GPUs are."""
+
 ClaimedInstances = Callable[[], Mapping[str, Iterable[tuple[str, int]]]]
 """GPU UUID -> (profile, placement start) of the MIG instances prepared (or being prepared) for claims."""
 
@@ -212,6 +217,7 @@ class NodeAgent:
                 self._metrics.hardware_reads.labels(node, "ok").inc()
                 if self.health.hardware_read(inventory, read_at):
                     dirty = True
+                await self._report_problems(inventory)
                 for listener in self.inventory_listeners:
                     listener(inventory)
             except GpudraError as exc:
@@ -227,6 +233,19 @@ class NodeAgent:
             if not dirty:
                 await self.health.report()
             await self._sleep()
+
+    async def _report_problems(self, inventory: NodeInventory) -> None:
+        """What NVML could not say about a GPU: logged when it changes, a Warning Event on the Node (repeated
+        at most once a minute while it lasts). The GPU is published without it, or left out; the others are
+        published all the same."""
+        previous = self.inventory.problems if self.inventory is not None else ()
+        for problem in inventory.problems:
+            if problem not in previous:
+                log.warning(
+                    "a GPU reading is incomplete", node=self.settings.node_name, problem=problem.message
+                )
+            reason = GPU_READING_INCOMPLETE if problem.published else GPU_NOT_PUBLISHED
+            await self._warn(reason, problem.message)
 
     async def _warn(self, reason: str, message: str) -> None:
         """A Warning Event on this Node."""

@@ -87,10 +87,17 @@ def _count(value: int) -> DeviceCapacity:
 def _shared_attributes(gpu: GpuInfo, inventory: NodeInventory) -> dict[str, DeviceAttribute]:
     """What a full GPU and each of its MIG devices carry: the model, versions and place on the board."""
     attrs = {
-        "productName": _string(gpu.product_name),
-        "brand": _string(gpu.brand),
-        "architecture": _string(gpu.architecture),
-        "cudaComputeCapability": _version(gpu.cuda_compute_capability),
+        name: _string(value)
+        for name, value in (
+            ("productName", gpu.product_name),
+            ("brand", gpu.brand),
+            ("architecture", gpu.architecture),
+        )
+        if value is not None  # NVML did not say, or said what cannot be published: left out
+    }
+    if gpu.cuda_compute_capability is not None:
+        attrs["cudaComputeCapability"] = _version(gpu.cuda_compute_capability)
+    attrs |= {
         "driverVersion": _version(inventory.driver_version),
         "cudaDriverVersion": _version(inventory.cuda_driver_version),
         PCI_BUS_ID: _string(gpu.pci_bus_id),
@@ -115,7 +122,7 @@ def gpu_device(gpu: GpuInfo, inventory: NodeInventory, *, extensions: bool = Tru
     return Device(
         name=gpu_device_name(gpu.minor),
         attributes=attrs,
-        capacity={"memory": _count(gpu.memory_bytes)},
+        capacity={} if gpu.memory_bytes is None else {"memory": _count(gpu.memory_bytes)},
     )
 
 

@@ -75,7 +75,7 @@ def gpu_counters(gpu: GpuInfo, profiles: Sequence[MigProfileInfo]) -> dict[str, 
     largest = _largest(profiles)
     values = {name: int(getattr(largest, field)) for name, field in ENGINE_COUNTERS}
     values["multiprocessors"] = max(values["multiprocessors"], gpu.multiprocessors)
-    values[MEMORY] = max(largest.memory_bytes, gpu.memory_bytes)
+    values[MEMORY] = max(largest.memory_bytes, gpu.memory_bytes or 0)
     for index in range(memory_slice_count(profiles)):
         values[memory_slice_counter(index)] = 1
     return values

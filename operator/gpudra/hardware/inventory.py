@@ -54,16 +54,17 @@ class GpuInfo(FrozenModel):
     index: int
     minor: int
     uuid: str
-    product_name: str  # "NVIDIA H100 80GB HBM3"
-    brand: str  # "Nvidia", "Tesla", ...
-    architecture: str  # "Hopper", "Ampere", "Blackwell", "Ada Lovelace"
-    cuda_compute_capability: str  # "9.0"
+    # None where NVML did not say, or said something gpudra cannot publish (see NodeInventory.problems)
+    product_name: str | None  # "NVIDIA H100 80GB HBM3"
+    brand: str | None  # "Nvidia", "Tesla", ...
+    architecture: str | None  # "Hopper", "Ampere", "Blackwell", "Ada Lovelace"
+    cuda_compute_capability: str | None  # "9.0"
     pci_bus_id: str  # "0000:1a:00.0" (lower case, 4-digit domain)
     pci_device_id: int  # 0x233010DE
     pcie_root: str | None = None  # "pci0000:10" when resolvable
     numa_node: int | None = None
     addressing_mode: str | None = None  # "HMM" | "ATS" | "None" when supported
-    memory_bytes: int
+    memory_bytes: int | None  # None: NVML does not report it (GB10's unified memory) or failed to
     multiprocessors: int  # 0: nvmlDeviceGetAttributes answers for MIG devices only, not for a whole GPU
     mig_capable: bool
     mig_enabled: bool  # current mode
@@ -76,6 +77,23 @@ class GpuInfo(FrozenModel):
     fabric: FabricInfo | None = None
 
 
+class GpuProblem(FrozenModel):
+    """An NVML call on one GPU that failed or answered what gpudra cannot publish. ``published``: the GPU is in
+    the inventory without that detail; otherwise it is left out (its other GPUs are not)."""
+
+    gpu_index: int
+    gpu_uuid: str | None  # None when the UUID itself could not be read
+    call: str  # "nvmlDeviceGetArchitecture"
+    detail: str  # "answered 99, an architecture gpudra does not know; published without it"
+    published: bool
+
+    @property
+    def message(self) -> str:
+        gpu = f"GPU {self.gpu_index}" + (f" ({self.gpu_uuid})" if self.gpu_uuid else "")
+        outcome = "published without what it did not say" if self.published else "not published"
+        return f"{gpu}: {self.call} {self.detail}; {outcome}"
+
+
 class NodeInventory(FrozenModel):
     """Everything the agent publishes about one node."""
 
@@ -83,6 +101,7 @@ class NodeInventory(FrozenModel):
     driver_version: str  # "550.54.15"
     cuda_driver_version: str  # "12.4"
     gpus: tuple[GpuInfo, ...] = ()
+    problems: tuple[GpuProblem, ...] = ()  # what could not be read, GPU by GPU and call by call
 
 
 class PciGpu(FrozenModel):

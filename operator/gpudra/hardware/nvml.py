@@ -7,12 +7,10 @@ from the NVML error, with a message that says what was attempted on which GPU.""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,8 @@ from gpudra.hardware.backend import (
     MigModeResult,
     MigProfileInfo,
 )
-from gpudra.hardware.inventory import FabricInfo, GpuInfo, MigDeviceInfo, NodeInventory, PciGpu
+from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory, PciGpu
+from gpudra.hardware.nvml_gpu import GpuReader
 from gpudra.hardware.nvml_mig import MigOperations
 from gpudra.hardware.nvml_vfio import VfioOperations
 from gpudra.hardware.pcibus import PciBus, SysfsPciBus
@@ -43,41 +42,6 @@ log = logging.getLogger(__name__)
 LOST_LOG_SECONDS = 60
 """A GPU lost from the bus is logged when it goes, then once a minute while it stays lost (the inventory is read
 several times a second)."""
-
-# The brand strings go-nvlib prints (and NVIDIA's DRA driver publishes), by NVML_BRAND_* value.
-BRAND_NAMES = {
-    0: "Unknown",
-    1: "Quadro",
-    2: "Tesla",
-    3: "NVS",
-    4: "Grid",
-    5: "GeForce",
-    6: "Titan",
-    7: "NvidiaVApps",
-    8: "NvidiaVPC",
-    9: "NvidiaVCS",
-    10: "NvidiaVWS",
-    11: "NvidiaCloudGaming",
-    12: "QuadroRTX",
-    13: "NvidiaRTX",
-    14: "Nvidia",
-    15: "GeForceRTX",
-    16: "TitanRTX",
-}
-# NVML_DEVICE_ARCH_* -> the architecture name NVIDIA's DRA driver publishes.
-ARCHITECTURE_NAMES = {
-    2: "Kepler",
-    3: "Maxwell",
-    4: "Pascal",
-    5: "Volta",
-    6: "Turing",
-    7: "Ampere",
-    8: "Ada Lovelace",
-    9: "Hopper",
-    10: "Blackwell",
-    13: "Rubin",
-}
-ADDRESSING_MODES = {0: "None", 1: "HMM", 2: "ATS"}
 
 _ERROR_CLASSES: dict[str, type[HardwareError]] = {
     "NVML_ERROR_NOT_SUPPORTED": HardwareNotSupported,
@@ -113,12 +77,6 @@ _HEALTH_EVENT_MASK_NAMES = ("nvmlEventTypeXidCriticalError", "nvmlEventTypeDoubl
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def normalize_pci_bus_id(bus_id: str) -> str:
-    """NVML's "00000000:1A:00.0" as Kubernetes' resource.kubernetes.io/pciBusID wants it: "0000:1a:00.0"."""
-    domain, bus, device_function = _text(bus_id).strip().split(":")
-    return f"{int(domain, 16):04x}:{bus.lower()}:{device_function.lower()}"
 
 
 def sysfs_pcie_root(pci_bus_id: str, sysfs: Path = Path("/sys")) -> str | None:
@@ -263,13 +221,11 @@ class NvmlBackend:
             driver_version = _text(nvml.nvmlSystemGetDriverVersion())
             cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
             count = int(nvml.nvmlDeviceGetCount())
-        gpus = []
+        gpus, problems = [], []
         for index in range(count):
+            reader = GpuReader(self, self._mig, self._pcie_root_of, index)
             try:
-                gpu = self._read_gpu(index)
-                gpus.append(gpu)
-                self._reported_lost.discard(gpu.uuid)  # back on the bus: a later loss is reported again
-                self._lost_logged.pop(index, None)
+                gpu = reader.read()
             except HardwareGpuLost as exc:
                 now = time.monotonic()
                 if now - self._lost_logged.get(index, -LOST_LOG_SECONDS) >= LOST_LOG_SECONDS:
@@ -278,11 +234,18 @@ class NvmlBackend:
                         "GPU %d of node %s is lost and left out of the inventory (said again every %d s while it "
                         "stays lost): %s", index, self.node_name, LOST_LOG_SECONDS, exc,
                     )  # fmt: skip
+                continue
+            problems.extend(reader.problems)
+            if gpu is not None:
+                gpus.append(gpu)
+                self._reported_lost.discard(gpu.uuid)  # back on the bus: a later loss is reported again
+                self._lost_logged.pop(index, None)
         return NodeInventory(
             node_name=self.node_name,
             driver_version=driver_version,
             cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
             gpus=self._with_nvlink_peers(gpus),
+            problems=tuple(problems),
         )
 
     def _with_nvlink_peers(self, gpus: list[GpuInfo]) -> tuple[GpuInfo, ...]:
@@ -319,77 +282,6 @@ class NvmlBackend:
                     peers.append(other.uuid)
             result.append(gpu.model_copy(update={"nvlink_peers": tuple(sorted(peers))}))
         return tuple(result)
-
-    def _read_gpu(self, index: int) -> GpuInfo:
-        nvml = self.nvml
-        handle = self.handle(index)
-        with self.errors("read the GPU", index):
-            gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            brand = int(nvml.nvmlDeviceGetBrand(handle))
-            architecture = int(nvml.nvmlDeviceGetArchitecture(handle))
-            major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            total_bytes = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-            pci = nvml.nvmlDeviceGetPciInfo(handle)
-            minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
-            numa = self.optional("nvmlDeviceGetNumaNodeId", handle, lenient=True)
-            addressing = self.optional("nvmlDeviceGetAddressingMode", handle, lenient=True)
-            attributes = self.optional("nvmlDeviceGetAttributes", handle, lenient=True)
-            mig_mode = self.optional("nvmlDeviceGetMigMode", handle)
-            nvlinks = self._nvlink_count(handle)
-            fabric = self._fabric(handle)
-            product_name = _text(nvml.nvmlDeviceGetName(handle))
-        bus_id = normalize_pci_bus_id(pci.busId)
-        mig_enabled = bool(mig_mode and mig_mode[0])
-        mig_devices = (
-            self._mig.read_devices(handle, index, gpu_uuid, minor, total_bytes) if mig_enabled else ()
-        )
-        return GpuInfo(
-            index=index,
-            minor=minor,
-            uuid=gpu_uuid,
-            product_name=product_name,
-            brand=BRAND_NAMES.get(brand, f"Unknown({brand})"),
-            architecture=ARCHITECTURE_NAMES.get(architecture, "Unknown"),
-            cuda_compute_capability=f"{major}.{minor_cc}",
-            pci_bus_id=bus_id,
-            pci_device_id=int(pci.pciDeviceId),
-            pcie_root=self._pcie_root_of(bus_id),
-            numa_node=int(numa) if numa is not None and int(numa) >= 0 else None,
-            addressing_mode=ADDRESSING_MODES.get(int(addressing)) if addressing is not None else None,
-            memory_bytes=total_bytes,
-            multiprocessors=int(attributes.multiprocessorCount) if attributes is not None else 0,
-            mig_capable=mig_mode is not None,
-            mig_enabled=mig_enabled,
-            mig_pending=bool(mig_mode and mig_mode[1]),
-            mig_devices=mig_devices,
-            nvlink_count=nvlinks,
-            fabric=fabric,
-        )
-
-    def _nvlink_count(self, handle: Any) -> int:
-        field = getattr(self._nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", None)
-        values = (
-            self.optional("nvmlDeviceGetFieldValues", handle, [field], lenient=True)
-            if field is not None
-            else None
-        )
-        if not values or int(values[0].nvmlReturn) != 0:
-            return 0
-        return int(values[0].value.uiVal)
-
-    def _fabric(self, handle: Any) -> FabricInfo | None:
-        struct = getattr(self._nvml, "c_nvmlGpuFabricInfoV_t", None)
-        if struct is None or not hasattr(self._nvml, "nvmlDeviceGetGpuFabricInfoV"):
-            return None
-        info = struct()
-        if self.optional("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info), lenient=True) is None:
-            return None
-        return FabricInfo(
-            cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),
-            clique_id=int(info.cliqueId),
-            state=int(info.state),
-            status=int(info.status),
-        )
 
     # -- MIG -------------------------------------------------------------------------------------------------
 

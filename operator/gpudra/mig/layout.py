@@ -121,7 +121,8 @@ def model_for(model_id: str, catalog: Catalog | None = None) -> GpuModel:
 def model_of_gpu(gpu: GpuInfo, catalog: Catalog | None = None) -> GpuModel | None:
     """The catalog model of a GPU read from the hardware: by PCI device id, then by product name."""
     cat = catalog or load_catalog()
-    return cat.by_pci_device_id(gpu.pci_device_id) or cat.by_product_name(gpu.product_name)
+    by_name = cat.by_product_name(gpu.product_name) if gpu.product_name is not None else None
+    return cat.by_pci_device_id(gpu.pci_device_id) or by_name
 
 
 def state_of_gpu(gpu: GpuInfo, model_id: str) -> GpuMigState:

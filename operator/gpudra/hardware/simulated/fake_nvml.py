@@ -8,7 +8,9 @@ on it as on a real GPU. The MIG rules live in :mod:`gpu_state`, event sets in :m
 Test hooks (not NVML calls): :meth:`inject_xid`, :meth:`inject_ecc`, :meth:`lose_gpu` / :meth:`restore_gpu`,
 :meth:`reset_gpu`,
 :meth:`lose_fabric` / :meth:`restore_fabric` (a GB200 tray leaving its NVLink fabric),
-:meth:`set_processes`, :meth:`require_reset_for_mig_change`, :meth:`gpu`, :meth:`gpu_count`, :meth:`fabric_state`,
+:meth:`set_processes`, :meth:`require_reset_for_mig_change`,
+:meth:`inject_call` / :meth:`clear_injections` (any NVML call raises an error or answers a value of the test's
+choice, for one GPU or all), :meth:`gpu`, :meth:`gpu_count`, :meth:`fabric_state`,
 :meth:`set_time_slice` (the
 ``nvidia-smi compute-policy`` stand-in); and :meth:`pcie_root_of`, the stand-in for the sysfs lookup the backend
 does on a real machine.

@@ -31,6 +31,10 @@ def locked(method: Callable[P, R]) -> Callable[P, R]:
         assert isinstance(self, FakeNvmlBase)
         with self._lock:
             self._check_initialized(method.__name__)
+            injected = self._injected(method.__name__, args[1:])
+            if injected is not None:
+                answer: R = injected.answer()
+                return answer
             try:
                 return method(*args, **kwargs)
             finally:
@@ -76,6 +80,30 @@ def fill_array(array: Any, count_ref: Any, items: Sequence[Any]) -> None:
     count.value = len(items)
 
 
+_RETURNS_NOTHING = object()
+
+
+@dataclass
+class CallInjection:
+    """A test's stand-in answer to one NVML call: raise ``error``, or return ``returns`` instead of asking the
+    simulated GPU (which then does not change). ``gpu`` (a position on the PCI bus) limits it to calls about
+    that GPU (a device, GPU-instance or compute-instance handle of it, or its NVML index); ``times`` to that
+    many calls (None: until cleared)."""
+
+    call: str
+    gpu: int | None = None
+    error: type[t.NVMLError] | None = None
+    returns: Any = _RETURNS_NOTHING
+    times: int | None = None
+
+    def answer(self) -> Any:
+        if self.times is not None:
+            self.times -= 1
+        if self.error is not None:
+            raise self.error(f"{self.call} failed (injected by a test)")
+        return self.returns
+
+
 @dataclass(frozen=True)
 class _SavedState:
     gpus: list[SimulatedGpu]
@@ -112,6 +140,49 @@ class FakeNvmlBase:
         self._handles: dict[tuple[str, int, int], Any] = {}
         self._state_file: Path | None = None
         self._saved = b""
+        self._injections: list[CallInjection] = []
+
+    # -- injected answers (test hooks) -----------------------------------------------------------------------
+
+    def inject_call(
+        self,
+        call: str,
+        *,
+        gpu: int | None = None,
+        error: type[t.NVMLError] | None = None,
+        returns: Any = _RETURNS_NOTHING,
+        times: int | None = None,
+    ) -> None:
+        """From now on ``call`` (its pynvml name, e.g. "nvmlDeviceGetArchitecture") answers as a
+        :class:`CallInjection` says; the latest injection for a call wins."""
+        if (error is None) == (returns is _RETURNS_NOTHING):
+            raise ValueError("inject exactly one of error and returns")
+        with self._lock:
+            self._injections.insert(0, CallInjection(call, gpu, error, returns, times))
+
+    def clear_injections(self) -> None:
+        with self._lock:
+            self._injections.clear()
+
+    def _injected(self, call: str, args: Sequence[Any]) -> CallInjection | None:
+        if not self._injections:
+            return None
+        gpu = self._gpu_of_call(call, args)
+        for injection in self._injections:
+            if injection.call == call and injection.gpu in (None, gpu) and injection.times != 0:
+                return injection
+        return None
+
+    def _gpu_of_call(self, call: str, args: Sequence[Any]) -> int | None:
+        """The PCI-bus position of the GPU a call is about, when its first argument says."""
+        if not args:
+            return None
+        first = args[0]
+        if call == "nvmlDeviceGetHandleByIndex" and isinstance(first, int):
+            return self._gpus[first].index if 0 <= first < len(self._gpus) else None
+        contents = getattr(first, "contents", None)
+        gpu = getattr(contents, "gpu", None)
+        return gpu if isinstance(gpu, int) else None
 
     # -- the hardware's memory across agent restarts ---------------------------------------------------------
 
