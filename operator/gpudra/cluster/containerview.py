@@ -85,7 +85,7 @@ def nvidia_smi_list(inventory: NodeInventory, device_nodes: Iterable[str]) -> li
     lines = []
     visible = [g for g in sorted(inventory.gpus, key=lambda g: g.index) if f"/dev/nvidia{g.minor}" in paths]
     for index, gpu in enumerate(visible):
-        lines.append(f"GPU {index}: {gpu.product_name} (UUID: {gpu.uuid})")
+        lines.append(f"GPU {index}: {gpu.product_name or 'NVIDIA GPU'} (UUID: {gpu.uuid})")
         if not gpu.mig_enabled:
             continue
         usable = [
