@@ -115,3 +115,43 @@ async def test_a_reboot_that_gave_the_gpu_back_binds_it_again(node: Node) -> Non
     node.fake.pci_bus.set_driver(node.backend.pci_gpus()[2].pci_bus_id, "nvidia")  # the reboot
     await node.restart()
     assert driver_of(node, 2) == "vfio-pci"
+
+
+async def test_a_bind_that_fails_after_the_unbind_gives_the_gpu_back_at_once(node: Node) -> None:
+    """The GPU leaves the nvidia driver, then vfio-pci refuses it (NVIDIA's driver left such GPUs with no driver):
+    the prepare fails, the GPU is back on nvidia and in NVML, no claim is recorded, and the retry binds it."""
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("vm", {"gpu": VFIO})
+    node.fake.fail_bind(2, "vfio-pci")
+    assert "cannot bind" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert driver_of(node, 2) == "nvidia"
+    assert len(node.backend.read_inventory().gpus) == 8
+    assert node.preparer.store.get(ref.uid) is None and node.spec_of(ref) is None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert driver_of(node, 2) == "vfio-pci"
+
+
+async def test_a_gpu_left_with_no_driver_is_given_back_by_the_next_prepare_or_a_restart(node: Node) -> None:
+    """vfio-pci refuses the GPU and so, at once, does the nvidia driver: the GPU has no driver (offered neither to
+    containers nor for passthrough) and the claim stays recorded; the kubelet's retry first finishes that
+    rollback, as does a restart."""
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("vm", {"gpu": VFIO})
+    node.fake.fail_bind(2, "vfio-pci")
+    node.fake.fail_bind(2, "nvidia", times=2)  # the prepare's own give-back, and its rollback's
+    assert "to nvidia" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert driver_of(node, 2) is None and len(node.backend.read_inventory().gpus) == 7
+    assert node.preparer.store.claims()[ref.uid].state == "PrepareStarted"
+
+    report = await node.restart()
+    assert ref.uid in report.rolled_back
+    assert driver_of(node, 2) == "nvidia" and len(node.backend.read_inventory().gpus) == 8
+    assert node.preparer.store.get(ref.uid) is None
+
+    node.fake.fail_bind(2, "vfio-pci")
+    node.fake.fail_bind(2, "nvidia", times=2)
+    assert "to nvidia" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""  # the retry gives it back, then binds
+    assert driver_of(node, 2) == "vfio-pci"

@@ -199,6 +199,14 @@ class ClaimPreparer:
         claim: ResourceClaim | None = None
         results: list[DeviceRequestAllocationResult] = []
         try:
+            if entry is not None:
+                # an earlier prepare's rollback (or an unprepare) failed halfway: a GPU may still be off its
+                # driver or hold an instance. Finish that first, so this prepare starts from the GPU's state
+                # before the claim; when it still cannot be undone, the entry stays for the next try.
+                log.warning(
+                    "finishing the rollback of an earlier prepare first", uid=ref.uid, state=entry.state
+                )
+                await to_the_end(self.undo(ref.uid, entry))
             claim = model = await self._get_claim(ref)
             results = select_results(model, ref, driver=self.driver, node=self.node)
             planner = self._planner

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpudra.errors import HardwareInUse, HardwareInvalidArgument, HardwareNotFound
+from gpudra.errors import HardwareError, HardwareInUse, HardwareInvalidArgument, HardwareNotFound
 from gpudra.hardware.catalog import load_catalog
 from gpudra.hardware.inventory import NodeInventory, PciGpu
 from gpudra.hardware.nvml_mig import NvmlCalls
@@ -79,12 +79,32 @@ class VfioOperations:
                 f"not {NVIDIA_DRIVER}; gpudra moves only GPUs it can give back"
             )
         self._check_idle(pci_bus_id)
-        self._bus.set_driver(pci_bus_id, VFIO_DRIVER)
+        try:
+            self._bus.set_driver(pci_bus_id, VFIO_DRIVER)
+        except HardwareError as exc:
+            self._back_to_nvidia(pci_bus_id, exc)
+            raise
         return self._find(pci_bus_id)
 
+    def _back_to_nvidia(self, pci_bus_id: str, cause: HardwareError) -> None:
+        """A bind to vfio-pci failed, perhaps after the unbind from nvidia worked (NVIDIA's driver left GPUs with
+        no driver this way): give the GPU back at once. When that fails too, say so: the GPU has no driver (so
+        it is offered neither to containers nor for passthrough) until the claim's rollback gives it back."""
+        if self._find(pci_bus_id).driver == NVIDIA_DRIVER:
+            return
+        try:
+            self._bus.set_driver(pci_bus_id, NVIDIA_DRIVER)
+        except HardwareError as exc:
+            raise HardwareError(
+                f"GPU {pci_bus_id} of node {self._calls.node_name} could not be bound to {VFIO_DRIVER} ({cause}) "
+                f"nor given back to {NVIDIA_DRIVER} ({exc}); it has no driver until the claim's rollback gives "
+                "it back"
+            ) from cause
+
     def unbind(self, pci_bus_id: str) -> PciGpu:
+        """Back to the nvidia driver from vfio-pci, or from no driver (a bind that failed halfway)."""
         gpu = self._find(pci_bus_id)
-        if gpu.driver != VFIO_DRIVER:
+        if gpu.driver not in (VFIO_DRIVER, None):
             return gpu
         self._bus.set_driver(pci_bus_id, NVIDIA_DRIVER)
         return self._find(pci_bus_id)

@@ -141,6 +141,7 @@ class FakeNvmlBase:
         self._state_file: Path | None = None
         self._saved = b""
         self._injections: list[CallInjection] = []
+        self._bind_failures: dict[tuple[int, str], int] = {}  # (GPU position, driver) -> failures left
 
     # -- injected answers (test hooks) -----------------------------------------------------------------------
 
@@ -163,6 +164,21 @@ class FakeNvmlBase:
     def clear_injections(self) -> None:
         with self._lock:
             self._injections.clear()
+            self._bind_failures.clear()
+
+    def fail_bind(self, gpu: int, driver: str, *, times: int = 1) -> None:
+        """The next ``times`` moves of the GPU (a position on the PCI bus) to ``driver`` unbind it from its
+        driver and then fail to bind it: the GPU is left with no driver, as a failed sysfs bind leaves it."""
+        with self._lock:
+            self._bind_failures[(gpu, driver)] = times
+
+    def bind_fails(self, gpu: int, driver: str) -> bool:
+        """Whether this move fails (one of the injected failures is used up)."""
+        with self._lock:
+            left = self._bind_failures.get((gpu, driver), 0)
+            if left > 0:
+                self._bind_failures[(gpu, driver)] = left - 1
+            return left > 0
 
     def _injected(self, call: str, args: Sequence[Any]) -> CallInjection | None:
         if not self._injections:

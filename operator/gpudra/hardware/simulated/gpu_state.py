@@ -58,10 +58,9 @@ class SimGpuInstance:
 class SimulatedGpu:
     """One GPU. Not thread-safe by itself: the FakeNvml that owns it holds the lock."""
 
-    driver = (
-        NVIDIA_DRIVER  # the kernel driver holding it ("vfio-pci" for passthrough); a class default so that
-    )
+    # the kernel driver holding it ("vfio-pci" for passthrough, None after a failed bind); a class default so that
     # states saved before passthrough existed load too
+    driver: str | None = NVIDIA_DRIVER
     nvlink_island: int | None = None  # GPUs of one island reach each other over NVLink; None: no NVLink peer
 
     def __init__(

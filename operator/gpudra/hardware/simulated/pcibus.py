@@ -50,6 +50,11 @@ class SimulatedPciBus:
                 raise HardwareError(f"no PCI device {pci_bus_id} on the simulated node")
             if gpu.driver == driver:
                 return
+            if nvml.bind_fails(gpu.index, driver):
+                gpu.driver = None  # the unbind from the old driver worked, the bind did not
+                nvml._gpus = nvml._on_nvidia()
+                nvml._persist()
+                raise HardwareError(f"cannot bind PCI device {pci_bus_id} to {driver}: injected by a test")
             gpu.driver = driver
             if driver == NVIDIA_DRIVER:
                 gpu.compute_mode = 0
