@@ -4,15 +4,18 @@ checkpoints; a reboot that wiped the CDI directory."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import shutil
 
 import pytest
 from _prepare_kit import NODE, Crash, Node, crash_and_restart, gpu_config
 
+import gpudra.agent.cdi as cdi_module
 from gpudra.agent.claimpreparer import no_hook
 from gpudra.agent.recovery import recover
 from gpudra.errors import HardwareError
+from gpudra.hardware.simulated import nvml_types as t
 from gpudra.kube.resources import EVENTS
 from gpudra.testing import HeldCall
 
@@ -311,3 +314,83 @@ async def test_a_prepare_cancelled_while_nvml_creates_its_instance_rolls_back_af
     monkeypatch.undo()
     assert (await preparer.prepare([ref]))[ref.uid].error == ""
     assert node.instances(gpu) == [("1g.10gb", 3)]
+
+
+# -- failures NVML (or the disk) answers, injected in the simulated NVML: each prepare or unprepare that fails leaves
+# the GPU as it was before the claim, or records what is left so that the next call or a restart finishes it.
+
+
+async def test_a_compute_instance_that_fails_leaves_no_gpu_instance(node: Node) -> None:
+    gpu = node.make_dynamic(1)
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("ci-fails", {"mig": DYNAMIC_DEVICE})
+    node.fake.inject_call(
+        "nvmlGpuInstanceCreateComputeInstance", error=t.NVMLError_InsufficientResources, times=1
+    )
+    assert "compute instance" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert node.backend.gpu_instances(gpu) == ()
+    assert node.preparer.store.get(ref.uid) is None and node.spec_of(ref) is None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert node.instances(gpu) == [("1g.10gb", 3)]
+
+
+@pytest.mark.parametrize("finished_by", ["next prepare", "restart"])
+async def test_a_gpu_instance_that_cannot_be_destroyed_after_its_compute_instance_failed_is_destroyed_later(
+    node: Node, finished_by: str
+) -> None:
+    """The compute instance fails and the GPU instance, busy, cannot be destroyed (by the create's own cleanup,
+    nor by the claim's rollback): the claim stays recorded with it, the GPU holds a GPU instance no MIG device
+    shows; the kubelet's next prepare, or a restart, destroys it first."""
+    gpu = node.make_dynamic(1)
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("gi-stuck", {"mig": DYNAMIC_DEVICE})
+    node.fake.inject_call("nvmlGpuInstanceCreateComputeInstance", error=t.NVMLError_Unknown, times=1)
+    node.fake.inject_call("nvmlGpuInstanceDestroy", error=t.NVMLError_InUse, times=2)
+    assert "In use" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert [(g.profile, g.compute_instances) for g in node.backend.gpu_instances(gpu)] == [("1g.10gb", 0)]
+    assert node.preparer.store.claims()[ref.uid].state == "PrepareStarted"
+
+    if finished_by == "restart":
+        report = await node.restart()
+        assert ref.uid in report.rolled_back
+        assert node.backend.gpu_instances(gpu) == ()
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert [(g.profile, g.compute_instances) for g in node.backend.gpu_instances(gpu)] == [("1g.10gb", 1)]
+
+
+async def test_a_cdi_spec_that_cannot_be_written_rolls_the_instance_back(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instance is created, then the disk refuses the CDI spec: the prepare fails with the disk's error, the
+    instance is destroyed and nothing is recorded."""
+    gpu = node.make_dynamic(1)
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("disk-full", {"mig": DYNAMIC_DEVICE})
+
+    def disk_full(path: object, data: bytes, **_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cdi_module, "write_atomically", disk_full)
+    assert "No space left on device" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert node.backend.gpu_instances(gpu) == ()
+    assert node.preparer.store.get(ref.uid) is None
+    monkeypatch.undo()
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert node.instances(gpu) == [("1g.10gb", 3)]
+
+
+async def test_an_unprepare_whose_gpu_instance_is_in_use_is_finished_by_the_next_one(node: Node) -> None:
+    gpu = node.make_dynamic(1)
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("busy-at-unprepare", {"mig": DYNAMIC_DEVICE})
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    node.fake.inject_call("nvmlGpuInstanceDestroy", error=t.NVMLError_InUse, times=1)
+    assert "In use" in (await node.kubelet.unprepare([ref]))[ref.uid].error
+    assert node.preparer.store.claims()[ref.uid].state == "UnprepareStarted"
+    assert node.spec_of(ref) is None  # the containers can no longer get it
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert node.backend.gpu_instances(gpu) == () and node.preparer.store.get(ref.uid) is None

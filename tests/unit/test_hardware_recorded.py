@@ -17,7 +17,7 @@ from gpudra.api.dra import Device
 from gpudra.cli import main
 from gpudra.devices.build import build_devices
 from gpudra.hardware.catalog import MIB, Catalog, GpuModel, load_catalog
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.inventory import MigDeviceInfo, NodeInventory
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.hardware.profiles import FabricKind, GpuSlot, NodeProfile
 from gpudra.hardware.recording import ReadOnlyNvml, ReadOnlyViolation, record
@@ -217,3 +217,50 @@ def test_recorded_devices_read_the_same_in_either_spelling(recording: dict[str, 
     assert "int_" in _attribute_keys(field_names)  # the spelling of recordings written before
     assert [Device.model_validate(d) for d in api] == devices
     assert [Device.model_validate(d) for d in field_names] == devices
+
+
+def _full_gpu_instance(nvml: FakeNvml, gpu: int) -> tuple[MigDeviceInfo, dict[str, Any]]:
+    """On an emptied MIG GPU, the instance of the profile spanning all compute slices (7g), created as claims
+    create theirs; with the recorder's view of that GPU instance."""
+    backend = NvmlBackend("node-0", nvml)
+    backend.set_mig_mode(gpu, True)
+    for instance in backend.gpu_instances(gpu):
+        backend.destroy_mig_device(gpu, instance.gi_id)
+    largest = max(backend.mig_profiles(gpu), key=lambda p: p.slice_count)
+    created = backend.create_mig_device(gpu, largest.profile, largest.placements[0])
+    recorded = record(NvmlBackend("node-0", ReadOnlyNvml(nvml)))["gpus"][gpu]
+    (gi,) = [g for g in recorded["gpu_instances"] if g.get("id") == created.gi_id]
+    return created, gi
+
+
+def test_the_a100_7g_40gb_gets_the_compute_instance_that_exists() -> None:
+    """NVIDIA's driver asked for compute-instance profile 8 on an A100 7g.40gb (7 compute slices in 8 memory
+    slices) and NVML said NOT_SUPPORTED (their #1480). gpudra picks the compute instance whose slice count is the
+    GPU instance's: 7c.7g.40gb, the largest of the five the GPU instance lists."""
+    created, gi = _full_gpu_instance(FakeNvml.from_profile("dgx-a100", node_name="node-0"), 0)
+    assert (created.profile, created.placement_size) == ("7g.40gb", 8)
+    ci_profiles = [p["info"] for p in gi["compute_instance_profiles"] if "info" in p]
+    assert sorted(p["sliceCount"] for p in ci_profiles) == [1, 2, 3, 4, 7]
+    (ci,) = gi["compute_instances"]
+    assert next(p for p in ci_profiles if p["id"] == ci["profile_id"])["sliceCount"] == 7
+    assert created.multiprocessors == 98
+
+
+def test_the_recorded_7g_profiles_have_7_compute_slices_in_8_memory_slices(recording: dict[str, Any]) -> None:
+    """What misled NVIDIA's driver, in the readings of real GPUs: the 7g GPU instance's sliceCount (compute
+    slices, what the compute instance must match) is 7 while its placements span 8 memory slices; the simulation
+    of the recorded model then creates the compute instance of 7 slices."""
+    for gpu in recording["gpus"]:
+        (seven,) = [
+            p
+            for p in gpu["gpu_instance_profiles"]
+            if p.get("constant_name") == "NVML_GPU_INSTANCE_PROFILE_7_SLICE"
+        ]
+        assert seven["info"]["sliceCount"] == 7
+        assert [(p["start"], p["size"]) for p in seven["placements"]] == [(0, 8)]
+    created, gi = _full_gpu_instance(_replica(recording), 0)
+    (ci,) = gi["compute_instances"]
+    ci_profile = next(
+        p["info"] for p in gi["compute_instance_profiles"] if p.get("info", {}).get("id") == ci["profile_id"]
+    )
+    assert (created.placement_size, ci_profile["sliceCount"]) == (8, 7)
