@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from _prepare_kit import DRIVER, Node, crash_and_restart
 
+from gpudra.hardware.simulated import nvml_types as t
+
 VFIO = "gpu-vfio-2"
 
 
@@ -155,3 +157,14 @@ async def test_a_gpu_left_with_no_driver_is_given_back_by_the_next_prepare_or_a_
     assert "to nvidia" in (await node.kubelet.prepare([ref]))[ref.uid].error
     assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""  # the retry gives it back, then binds
     assert driver_of(node, 2) == "vfio-pci"
+
+
+async def test_a_gpu_nvml_cannot_read_is_not_passed_through(node: Node) -> None:
+    """Whether the GPU holds MIG instances or runs processes cannot be known while NVML cannot read it: it stays
+    on nvidia."""
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    node.fake.inject_call("nvmlDeviceGetMigMode", gpu=2, error=t.NVMLError_Unknown)
+    ref = await node.claim("vm", {"gpu": VFIO})
+    assert "cannot be checked" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert driver_of(node, 2) == "nvidia" and node.preparer.store.get(ref.uid) is None

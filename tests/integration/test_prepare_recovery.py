@@ -394,3 +394,20 @@ async def test_an_unprepare_whose_gpu_instance_is_in_use_is_finished_by_the_next
     assert node.spec_of(ref) is None  # the containers can no longer get it
     assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
     assert node.backend.gpu_instances(gpu) == () and node.preparer.store.get(ref.uid) is None
+
+
+async def test_an_unprepare_while_nvml_cannot_read_the_gpu_keeps_the_claim_until_it_can(node: Node) -> None:
+    """A GPU NVML cannot read is left out of the inventory, but it is not gone: its claim's instance is not
+    forgotten (it would hold its memory slices for good); the next unprepare destroys it."""
+    gpu = node.make_dynamic(1)
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("unreadable", {"mig": DYNAMIC_DEVICE})
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    node.fake.inject_call("nvmlDeviceGetUUID", gpu=gpu, error=t.NVMLError_Unknown)
+    assert "NVML cannot read a GPU" in (await node.kubelet.unprepare([ref]))[ref.uid].error
+    assert ref.uid in node.preparer.store.claims()
+    node.fake.clear_injections()
+    assert [(g.profile, g.compute_instances) for g in node.backend.gpu_instances(gpu)] == [("1g.10gb", 1)]
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert node.backend.gpu_instances(gpu) == () and node.preparer.store.get(ref.uid) is None

@@ -54,6 +54,12 @@ class VfioOperations:
         """HardwareInUse when the GPU runs compute processes or holds MIG instances."""
         inventory = self._read_inventory()
         gpu = next((g for g in inventory.gpus if g.pci_bus_id == pci_bus_id), None)
+        unreadable = [problem for problem in inventory.problems if not problem.published]
+        if gpu is None and unreadable:  # perhaps this one: whether it is idle cannot be known
+            raise HardwareError(
+                f"GPU {pci_bus_id} of node {self._calls.node_name} cannot be checked for MIG instances and "
+                f"processes: {unreadable[0].message}"
+            )
         if gpu is None:
             return  # the nvidia driver holds it but NVML does not list it (lost): nothing to ask
         where = f"GPU {gpu.uuid} ({pci_bus_id}) of node {self._calls.node_name}"

@@ -61,9 +61,16 @@ class MigInstances:
         process never created (or had destroyed already) is no MIG device, but still holds its memory slices. A
         GPU gone from the node took its instances with it. Raises HardwareError when an instance cannot be
         destroyed (the claim's entry stays, a retry repeats this)."""
-        gpus = {gpu.uuid: gpu for gpu in self._backend.read_inventory().gpus}
+        inventory = self._backend.read_inventory()
+        gpus = {gpu.uuid: gpu for gpu in inventory.gpus}
+        unreadable = [problem for problem in inventory.problems if not problem.published]
         for record in records:
             gpu = gpus.get(record.parent_uuid)
+            if gpu is None and unreadable:  # not gone: NVML could not read it (and might not say which it is)
+                raise HardwareError(
+                    f"cannot destroy the MIG instance {record.profile} at {record.placement_start} of GPU "
+                    f"{record.parent_uuid}: NVML cannot read a GPU now ({unreadable[0].message})"
+                )
             if gpu is None:
                 log.warning("GPU of a MIG instance is gone", uid=uid, gpu=record.parent_uuid)
                 continue
