@@ -87,7 +87,9 @@ class LeanProgressStorage(kopf.MultiProgressStorage):
         super().__init__([self._status, self._annotations])
         self._marked = f"{prefix}/"
 
-    def store(self, *, key: kopf.HandlerId, record: kopf.ProgressRecord, body: kopf.Body, patch: kopf.Patch) -> None:
+    def store(
+        self, *, key: kopf.HandlerId, record: kopf.ProgressRecord, body: kopf.Body, patch: kopf.Patch
+    ) -> None:
         self._status.store(key=key, record=record, body=body, patch=patch)
         self._annotations.purge(key=key, body=body, patch=patch)
 
