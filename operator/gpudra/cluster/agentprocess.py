@@ -24,12 +24,22 @@ def settings_environment(settings: AgentSettings) -> dict[str, str]:
 
 
 class AgentProcess:
-    def __init__(self, settings: AgentSettings, log_file: Path) -> None:
+    """``faults``: the fault inbox the process serves for ``gpudra sim fault`` (:mod:`gpudra.cluster.sim.inbox`);
+    its own, so that during a rolling update faults reach the instance that holds the node."""
+
+    def __init__(self, settings: AgentSettings, log_file: Path, *, faults: Path | None = None) -> None:
         port = free_port()
         self.settings = settings.model_copy(update={"metrics_host": "127.0.0.1", "metrics_port": port})
+        self.faults = faults
         self._process = ManagedProcess(
             f"gpudra agent {settings.node_name}",
-            [sys.executable, "-m", "gpudra", "agent"],
+            [
+                sys.executable,
+                "-m",
+                "gpudra",
+                "agent",
+                *(("--simulated-faults", str(faults)) if faults else ()),
+            ],
             log_file,
             f"http://127.0.0.1:{port}/readyz",
             env=settings_environment(self.settings),
