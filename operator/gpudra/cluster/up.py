@@ -474,6 +474,10 @@ class EmbeddedCluster:
             self.kubernetes,
             gpus,
         )
+        for node in nodes:  # the chart's agent serves <simulated.stateDir>/faults
+            self.fault_inboxes[node.name] = FaultInbox(
+                self.real_nodes.nodes[node.name].state_file.parent / "faults"
+            )
         driver = self._agent_settings(nodes[0].profile).driver_name
         return [
             self.real_nodes.wait_published(self.client, n.name, driver, timeout=self.options.ready_timeout)
