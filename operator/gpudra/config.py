@@ -205,6 +205,17 @@ class AgentSettings(CommonSettings):
         gt=0,
         description="how often the active agent looks whether a newer instance asks for the node (docs/upgrade.md)",
     )
+    orphan_sweep_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="how often prepared claims are checked against the API server: a claim gone (by UID) for "
+        "orphan_grace_seconds is unprepared, as the kubelet had not (docs/troubleshooting.md)",
+    )
+    orphan_grace_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="how long a prepared claim's ResourceClaim must stay gone before the agent unprepares it",
+    )
 
     @property
     def plugin_path(self) -> Path:

@@ -2,7 +2,7 @@
 simulated GPU has the effects real hardware has through the real agent: the device is tainted on its slice, the
 claim prepared on it turns Healthy=False, the Node gets a GpuHealth Event, and after the quiet period it all
 recovers. A lost GPU leaves the slice and comes back; a GB200 tray that leaves its NVLink fabric loses its clique
-label and gets it back."""
+label and gets it back. All of it with the agents in gpudra up's process and in processes of their own."""
 
 from __future__ import annotations
 
@@ -85,10 +85,15 @@ async def running_claim(cluster: EmbeddedCluster) -> tuple[str, str]:
     return result["pool"], result["device"]
 
 
-@pytest.fixture
-async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
+@pytest.fixture(params=["agents in gpudra up", "agent processes"])
+async def cluster(request: pytest.FixtureRequest, start_cluster: StartCluster) -> EmbeddedCluster:
+    """Both ways agents run: in ``gpudra up``'s process, where faults reach their simulated GPUs directly, and in
+    processes of their own (``--agent-processes``), where they go through each process's fault inbox."""
     return await start_cluster(
-        "dgx-h100:1,gb200-nvl72:1", hardware_poll_seconds=0.1, agent_settings={"health_recovery_seconds": 2.0}
+        "dgx-h100:1,gb200-nvl72:1",
+        hardware_poll_seconds=0.1,
+        agent_settings={"health_recovery_seconds": 2.0},
+        agent_processes=request.param == "agent processes",
     )
 
 

@@ -13,11 +13,13 @@ NS = "default"
 DRIVER_NS = "gpudra"
 
 
-def domain(name: str, *, mode: str = "Single", num_nodes: int = 0) -> dict[str, Any]:
+def domain(
+    name: str, *, mode: str = "Single", num_nodes: int = 0, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": NS, **({"annotations": annotations} if annotations else {})},
         "spec": {
             "numNodes": num_nodes,
             "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}, "allocationMode": mode},

@@ -193,3 +193,36 @@ async def test_deletion_cleans_up_everything_while_a_pod_is_stuck(cluster: Embed
         "gpudra_computedomain_cleanups_total", {"result": "complete"}
     )
     await client.patch(PODS, "gone-0", {"metadata": {"finalizers": None}}, NS)
+
+
+async def test_a_domain_with_200_kb_of_annotations_is_handled_and_deleted(cluster: EmbeddedCluster) -> None:
+    """The API server caps an object's annotations at 256 KiB together: the controller's records of what it handled
+    are kept in the domain's status, so a domain whose own annotations are legal but large is still reconciled,
+    and its delete completes."""
+    client = client_of(cluster)
+    notes = {"example.com/notes": "x" * 200_000}
+    uid = await create_domain(client, "annotated", annotations=notes)
+
+    async def handled() -> dict[str, Any] | None:
+        body = await client.get(COMPUTE_DOMAINS, "annotated", NS)
+        records = (body.get("status") or {}).get("kopf") or {}
+        return body if records.get("last-handled-configuration") else None
+
+    body = await eventually(handled, timeout=30)
+    assert set(body["metadata"]["annotations"]) == set(notes)  # nothing of the controller's own
+    await client.get(RESOURCE_CLAIM_TEMPLATES, "annotated-channel", NS)  # the create handler's work
+
+    await client.delete(COMPUTE_DOMAINS, "annotated", NS)
+
+    async def domain_gone() -> bool:
+        try:
+            await client.get(COMPUTE_DOMAINS, "annotated", NS)
+        except NotFoundError:
+            return True
+        return False
+
+    await eventually(domain_gone, timeout=30)
+    leftovers, _ = await client.list(
+        RESOURCE_CLAIM_TEMPLATES, label_selector=f"resource.nvidia.com/computeDomain={uid}"
+    )
+    assert leftovers == []

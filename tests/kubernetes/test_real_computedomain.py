@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from _realkit import StartKubernetes, admin, phase, pods
 
 from clusterkit import eventually, kubectl
-from gpudra.kube.resources import COMPUTE_DOMAINS, NODES
+from gpudra.errors import NotFoundError
+from gpudra.kube.resources import COMPUTE_DOMAINS, NODES, RESOURCE_CLAIM_TEMPLATES
 
 DOMAIN = """
 apiVersion: resource.nvidia.com/v1beta1
@@ -113,3 +115,36 @@ async def test_a_clique_pod_affinity_keeps_the_workers_in_one_nvlink_rack(
     node = await eventually(placed, timeout=90)
     assert node == "gb200-nvl72-18", "the only other tray of the anchor's NVLink rack"
     assert await clique_of(node) == await clique_of(rack_one)
+
+
+async def test_a_domain_with_200_kb_of_annotations_is_handled_and_deleted(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    """kube-apiserver caps an object's annotations at 256 KiB together: a domain with 200 KB of its own is still
+    reconciled (the controller keeps its records in the domain's status) and its delete completes."""
+    cluster = await start_kubernetes("gb200-nvl72:1")
+    client = admin(cluster)
+    domain = yaml.safe_load(DOMAIN)
+    domain["metadata"]["annotations"] = {"example.com/notes": "x" * 200_000}
+    await client.create(COMPUTE_DOMAINS, domain, "default")
+
+    async def handled() -> dict[str, Any] | None:
+        body = await client.get(COMPUTE_DOMAINS, "train", "default")
+        return (
+            body if ((body.get("status") or {}).get("kopf") or {}).get("last-handled-configuration") else None
+        )
+
+    body = await eventually(handled, timeout=60)
+    assert list(body["metadata"]["annotations"]) == ["example.com/notes"]
+    await client.get(RESOURCE_CLAIM_TEMPLATES, "train-channel", "default")  # the create handler's work
+
+    await client.delete(COMPUTE_DOMAINS, "train", "default")
+
+    async def gone() -> bool:
+        try:
+            await client.get(COMPUTE_DOMAINS, "train", "default")
+        except NotFoundError:
+            return True
+        return False
+
+    await eventually(gone, timeout=60)

@@ -4,6 +4,8 @@ claim ends allocated or pending with a reason, and no device is held twice."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 from _realkit import StartKubernetes, claims, events_of, held_devices, phase, pods, results
 
@@ -103,3 +105,29 @@ async def test_apiserver_killed_in_the_middle_of_200_claims(start_kubernetes: St
         return True
 
     await eventually(explained, timeout=60)
+
+
+async def test_control_plane_processes_that_die_are_started_again(start_kubernetes: StartKubernetes) -> None:
+    """kube-apiserver, kube-scheduler and kube-controller-manager killed from outside (as the OOM killer would) are
+    started again, as the kubelet restarts static pods: a pod created afterwards gets its claim, a node, and runs."""
+    cluster = await start_kubernetes("l4x4:1")
+    plane = cluster.kubernetes
+    assert plane is not None
+    processes = [plane.apiserver, plane.scheduler, plane.controller_manager]
+    before = []
+    for managed in processes:
+        assert managed is not None and managed.process is not None
+        before.append(managed.process.pid)
+        os.kill(managed.process.pid, signal.SIGKILL)
+
+    def all_back() -> bool:
+        return all(m is not None and m.restarts >= 1 and m.running for m in processes)
+
+    await eventually(all_back, timeout=180, what="the control plane started again")
+    assert [m.process.pid for m in processes if m is not None and m.process is not None] != before
+    await apply_until_accepted(cluster, TEMPLATE + "---" + pod(0))
+
+    async def running() -> bool:
+        return phase((await pods(cluster)).get("worker-000") or {}) == "Running"
+
+    await eventually(running, timeout=120, what="a pod scheduled and running after the restarts")

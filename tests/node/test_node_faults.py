@@ -1,10 +1,13 @@
 """Real nodes under stress, one cluster for the module: a container that claims two GPUs sees exactly those two; a
 missing image shows as the kubelet reports it; GPU pods keep running, untouched, through a containerd restart, a
 kubelet restart and a ``helm upgrade`` that hands each node over to a new agent; the agent's container killed in a
-wave of prepares loses nothing and hands no device to two claims."""
+wave of prepares loses nothing and hands no device to two claims; ``gpudra sim fault`` reaches the agent's pod."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -32,7 +35,7 @@ from _nodekit import (
 from clusterkit import eventually, kubectl
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
-from gpudra.kube.resources import DAEMONSETS, RESOURCE_CLAIMS
+from gpudra.kube.resources import DAEMONSETS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 NODES = ("dgx-h100-0", "dgx-h100-1")
@@ -237,3 +240,30 @@ async def test_helm_upgrade_to_a_new_tag_hands_each_node_over_without_draining(
     await delete_gpu_pods(cluster)  # ... and unprepare what the old ones prepared
     for name in NODES:
         assert checkpoint(cluster, name) == {}
+
+
+async def test_gpudra_sim_fault_reaches_the_agent_in_its_pod(cluster: EmbeddedCluster) -> None:
+    """The simulated GPUs of a real node live in its agent's container: a fault reaches them through the chart's
+    fault inbox, and the agent there taints the device as it would for real hardware. (Last: the taint stays for
+    the recovery period.)"""
+    env = {**os.environ, "KUBECONFIG": str(cluster.options.kubeconfig)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "sim", "fault", "dgx-h100-1", "gpu-7", "xid", "79",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0 and "XID 79" in out.decode(), out.decode()
+
+    async def tainted() -> list[dict[str, Any]]:
+        slices, _ = await admin(cluster).list(RESOURCE_SLICES)
+        return [
+            taint
+            for s in slices
+            if s["spec"].get("nodeName") == "dgx-h100-1"
+            for d in s["spec"].get("devices") or []
+            if d["name"] == "gpu-7"
+            for taint in d.get("taints") or []
+        ]
+
+    (taint,) = await eventually(tainted, timeout=60)
+    assert (taint["key"], taint["value"]) == ("gpu.nvidia.com/xid", "79")

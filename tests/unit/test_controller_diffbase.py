@@ -4,7 +4,7 @@ kinds without change handlers); progress records cleared as kopf clears them."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -122,3 +122,53 @@ def test_the_tracked_kinds_are_those_of_the_controllers_change_handlers() -> Non
         assert kinds <= CHANGE_HANDLED_KINDS, (
             f"{handler.id} handles changes of {kinds - CHANGE_HANDLED_KINDS}"
         )
+
+
+DOMAIN = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+          "metadata": {"name": "d", "annotations": {"example.com/notes": "x"}}, "spec": {"numNodes": 0}}  # fmt: skip
+
+
+def test_the_last_handled_spec_is_written_to_status_and_an_older_annotation_removed() -> None:
+    """An object handled by an older controller keeps kopf's record in an annotation: it is read, and the next
+    write moves it to status and removes the annotation (annotations are capped at 256 KiB together)."""
+    legacy = kopf.AnnotationsDiffBaseStorage()
+    storage = LeanDiffBaseStorage(tracked_kinds=CHANGE_HANDLED_KINDS)
+    older = kopf.Patch()
+    legacy.store(
+        body=kopf.Body(DOMAIN), patch=older, essence=cast(kopf.BodyEssence, {"spec": {"numNodes": 1}})
+    )
+    body = json.loads(json.dumps(DOMAIN))
+    body["metadata"]["annotations"].update(older["metadata"]["annotations"])
+
+    assert storage.fetch(body=kopf.Body(body)) == {"spec": {"numNodes": 1}}
+    assert storage.build(body=kopf.Body(body)) == storage.build(
+        body=kopf.Body(DOMAIN)
+    )  # not part of the essence
+
+    patch = kopf.Patch()
+    storage.store(
+        body=kopf.Body(body), patch=patch, essence=cast(kopf.BodyEssence, {"spec": {"numNodes": 2}})
+    )
+    annotations = patch["metadata"]["annotations"]
+    assert annotations and all(value is None for value in annotations.values())
+    assert set(annotations) <= set(body["metadata"]["annotations"]) - {"example.com/notes"}
+    stored = dict(body, status={"kopf": patch["status"]["kopf"]})
+    stored["metadata"] = DOMAIN["metadata"]
+    assert storage.fetch(body=kopf.Body(stored)) == {"spec": {"numNodes": 2}}
+
+
+def test_progress_is_written_to_status_and_an_older_annotation_removed() -> None:
+    legacy = kopf.AnnotationsProgressStorage()
+    storage = LeanProgressStorage()
+    key = kopf.HandlerId("ensure_children")
+    older = kopf.Patch()
+    legacy.store(key=key, record={"retries": 3}, body=kopf.Body(DOMAIN), patch=older)
+    body = json.loads(json.dumps(DOMAIN))
+    body["metadata"]["annotations"].update(older["metadata"]["annotations"])
+    assert storage.fetch(key=key, body=kopf.Body(body)) == {"retries": 3}
+
+    patch = kopf.Patch()
+    storage.store(key=key, record={"retries": 4}, body=kopf.Body(body), patch=patch)
+    storage.touch(body=kopf.Body(body), patch=patch, value="now")
+    assert patch["status"]["kopf"] == {"progress": {"ensure_children": {"retries": 4}}, "dummy": "now"}
+    assert all(value is None for value in patch["metadata"]["annotations"].values())

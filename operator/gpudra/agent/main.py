@@ -16,25 +16,32 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 
 
-def make_backend(settings: AgentSettings) -> GpuBackend:
+def simulated_nvml(settings: AgentSettings) -> FakeNvml:
+    """The simulated node's GPUs: as its state file keeps them, or new from its profile (then kept there)."""
+    state = settings.simulated_state
+    if state is not None and state.exists():
+        return FakeNvml.load(state)
+    fake = FakeNvml.from_profile(
+        settings.simulated_profile,
+        node_name=settings.node_name,
+        fleet_index=settings.simulated_fleet_index,
+    )
+    if state is not None:
+        fake.persist_to(state)
+    return fake
+
+
+def make_backend(settings: AgentSettings, nvml: FakeNvml | None = None) -> GpuBackend:
+    """NVML, or with the simulated backend ``nvml`` (default: :func:`simulated_nvml`)."""
     if settings.backend == "simulated":
-        state = settings.simulated_state
-        if state is not None and state.exists():
-            return NvmlBackend(settings.node_name, nvml=FakeNvml.load(state))
-        fake = FakeNvml.from_profile(
-            settings.simulated_profile,
-            node_name=settings.node_name,
-            fleet_index=settings.simulated_fleet_index,
-        )
-        if state is not None:
-            fake.persist_to(state)
-        return NvmlBackend(settings.node_name, nvml=fake)
+        return NvmlBackend(settings.node_name, nvml=nvml if nvml is not None else simulated_nvml(settings))
     return NvmlBackend(settings.node_name)
 
 
-async def run_agent(settings: AgentSettings) -> None:
+async def run_agent(settings: AgentSettings, backend: GpuBackend | None = None) -> None:
     metrics = Metrics()
-    backend = make_backend(settings)
+    if backend is None:
+        backend = make_backend(settings)
     client = await KubeClient.from_environment(
         settings.kubeconfig, field_manager=f"gpudra-agent-{settings.node_name}"
     )

@@ -29,6 +29,7 @@ from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.miglayout.loop import MigSync
 from gpudra.agent.node_agent import NodeAgent
+from gpudra.agent.orphans import OrphanSweeper
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
 from gpudra.api.nvidia import SharingFeatures
@@ -65,6 +66,7 @@ class AgentRuntime:
         self.recovery: RecoveryReport | None = None
         self.preparer: ClaimPreparer | None = None
         self.plugin: KubeletPlugin | None = None
+        self.orphans: OrphanSweeper | None = None
         self.compute_domains: ComputeDomainDriver | None = None
         self.role = ActiveRole(settings.state_path, settings.instance_id, poll=settings.handover_poll_seconds)
         if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
@@ -149,6 +151,14 @@ class AgentRuntime:
         )
         self.agent.health.listener = self._report_health
         self._health_refreshed = False
+        self.orphans = OrphanSweeper(
+            self.preparer,
+            client,
+            self._warn_node,
+            grace=settings.orphan_grace_seconds,
+            interval=settings.orphan_sweep_seconds,
+            metrics=metrics,
+        )
 
     def _claimed_instances(self) -> dict[str, list[tuple[str, int]]]:
         """Dynamic MIG instances recorded for claims (also those about to be created): the slices keep
@@ -178,6 +188,12 @@ class AgentRuntime:
             self._health_refreshed = True
 
     async def _report_checkpoint_problem(self, problem: CheckpointError) -> None:
+        message = (
+            f"prepared-claims checkpoint {problem.path or ''} cannot be trusted; started empty: {problem}"
+        )
+        await self._warn_node("CheckpointUnreadable", message)
+
+    async def _warn_node(self, reason: str, message: str) -> None:
         name = self.settings.node_name
         try:
             node = await self._client.get(NODES, name)
@@ -185,10 +201,7 @@ class AgentRuntime:
             node = {"metadata": {"name": name}}
         node.setdefault("apiVersion", "v1")
         node.setdefault("kind", "Node")
-        message = (
-            f"prepared-claims checkpoint {problem.path or ''} cannot be trusted; started empty: {problem}"
-        )
-        await self._events.post(node, "Warning", "CheckpointUnreadable", message)
+        await self._events.post(node, "Warning", reason, message)
 
     @property
     def handed_over(self) -> bool:
@@ -242,7 +255,10 @@ class AgentRuntime:
         """What only the active instance does."""
         await self._recover()
         self.role.open()
-        mig = asyncio.create_task(self.mig.run(), name=f"mig-{self.settings.node_name}")
+        node = self.settings.node_name
+        helpers = [asyncio.create_task(self.mig.run(), name=f"mig-{node}")]
+        if self.orphans is not None:
+            helpers.append(asyncio.create_task(self.orphans.run(), name=f"orphans-{node}"))
         try:
             if self.compute_domains is None:
                 await self.agent.run()
@@ -251,5 +267,6 @@ class AgentRuntime:
                     group.create_task(self.agent.run())
                     group.create_task(self.compute_domains.run())
         finally:
-            mig.cancel()
-            await asyncio.gather(mig, return_exceptions=True)
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)

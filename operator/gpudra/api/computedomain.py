@@ -107,6 +107,11 @@ class ComputeDomainStatus(WireModel):
         "NodesReady, CliqueConsistent. Absent when another controller writes the status.",
         json_schema_extra=_list_map("type"),
     )
+    kopf: dict[str, Any] | None = Field(
+        default=None,
+        description="gpudra addition: the controller's own records (the spec it last handled, its handlers' "
+        "progress). Kept here rather than in annotations, which the API server caps at 256 KiB together.",
+    )
 
 
 class ComputeDomain(CustomResource):

@@ -138,6 +138,8 @@ def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agent.add_argument("--simulated-profile", default=None, help="env GPUDRA_SIMULATED_PROFILE")
     agent.add_argument("--kubeconfig", type=Path, default=None, help="env GPUDRA_KUBECONFIG")
     agent.add_argument("--metrics-port", type=int, default=None, help="env GPUDRA_METRICS_PORT (0: off)")
+    # gpudra up --agent-processes: the directory gpudra sim fault drops this node's faults into (simulation only)
+    agent.add_argument("--simulated-faults", type=Path, default=None, help=argparse.SUPPRESS)
 
 
 def _add_imex_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

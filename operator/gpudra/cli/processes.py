@@ -13,6 +13,7 @@ import signal
 from typing import Any
 
 from gpudra.config import AgentSettings, ControllerSettings, ImexDaemonSettings, load_settings
+from gpudra.errors import ConfigurationError
 
 
 async def until_signal(main: Any) -> None:
@@ -26,7 +27,7 @@ async def until_signal(main: Any) -> None:
 
 
 async def agent_command(args: argparse.Namespace) -> int:
-    from gpudra.agent.main import run_agent
+    from gpudra.agent.main import make_backend, run_agent, simulated_nvml
 
     settings = load_settings(
         AgentSettings,
@@ -39,7 +40,19 @@ async def agent_command(args: argparse.Namespace) -> int:
         log_format=args.log_format,
         log_level=args.log_level,
     )
-    await until_signal(run_agent(settings))
+    if args.simulated_faults is None:
+        await until_signal(run_agent(settings))
+        return 0
+    # gpudra up --agent-processes: faults for the simulated GPUs of this process (simulation only)
+    from gpudra.cluster.sim.inbox import FaultInbox
+
+    if settings.backend != "simulated":
+        raise ConfigurationError("--simulated-faults needs the simulated backend (GPUDRA_BACKEND=simulated)")
+    nvml = simulated_nvml(settings)
+    inbox = FaultInbox(args.simulated_faults)
+    await until_signal(
+        inbox.serving(settings.node_name, nvml, run_agent(settings, make_backend(settings, nvml)))
+    )
     return 0
 
 

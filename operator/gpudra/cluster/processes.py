@@ -2,6 +2,10 @@
 when its health endpoint answers (an HTTP(S) URL, or ``unix://<path>``: a socket that accepts connections) or,
 without one, when its ``ready`` check says so; stopped with SIGTERM (SIGKILL after a grace period), restartable.
 
+With ``restart``, a process that exits on its own (a crash, the OOM killer, a ``kill`` from outside) is started
+again, as a kubelet restarts a DaemonSet pod or a static pod: after 1 s, then twice as long after each exit that
+follows within a minute of the last start, up to 30 s; a line in the log says so each time. ``stop`` ends that.
+
 It ends with the process that started it, even when that one is killed with SIGKILL and runs no clean-up: it is
 started through ``setpriv --pdeathsig KILL`` (util-linux), which asks the kernel to send it SIGKILL when its parent
 ends; the binary keeps that through its ``exec``. Without setpriv on PATH it is started as it is, and a line says
@@ -27,6 +31,10 @@ from gpudra.errors import GpudraError
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+RESTART_DELAY = 1.0
+RESTART_DELAY_MAX = 30.0
+RESTART_STABLE_SECONDS = 60.0
+"""A process that stayed up this long before it exited is restarted after RESTART_DELAY again."""
 
 
 class ProcessFailed(GpudraError):
@@ -77,8 +85,12 @@ class ManagedProcess:
         healthy: Callable[[int, str], bool] = lambda status, _body: status == 200,
         env: dict[str, str] | None = None,
         ready: Callable[[], bool] | None = None,
+        restart: bool = False,
     ) -> None:
         self.name = name
+        self._restart = restart
+        self._supervisor: asyncio.Task[None] | None = None
+        self.restarts = 0
         self._ready = ready
         self.argv = argv
         self.log_file = log_file
@@ -93,6 +105,38 @@ class ManagedProcess:
         return self.process is not None and self.process.returncode is None
 
     async def start(self, *, timeout: float = 60.0) -> None:
+        await self._spawn()
+        await self.wait_healthy(timeout)
+        if self._restart and self._supervisor is None:
+            self._supervisor = asyncio.create_task(self._supervise(timeout), name=f"supervise {self.name}")
+
+    async def _supervise(self, timeout: float) -> None:
+        """Start the process again whenever it exits on its own (``stop`` cancels this first)."""
+        delay = RESTART_DELAY
+        while True:
+            process = self.process
+            if process is None:
+                return
+            started = time.monotonic()
+            code = await process.wait()
+            if time.monotonic() - started >= RESTART_STABLE_SECONDS:
+                delay = RESTART_DELAY
+            log.warning("process exited; starting it again", name=self.name, code=code, delay_seconds=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESTART_DELAY_MAX)
+            try:
+                await self._spawn()
+                await self.wait_healthy(timeout)
+            except (ProcessFailed, OSError) as exc:
+                log.warning("process did not come back; trying again", name=self.name, error=str(exc))
+                if self.process is not None and self.process.returncode is None:  # up, but never healthy
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.process.pid, signal.SIGKILL)
+                continue
+            self.restarts += 1
+            log.info("process started again", name=self.name, pid=self.process.pid if self.process else None)
+
+    async def _spawn(self) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as out:
             self.process = await asyncio.create_subprocess_exec(
@@ -104,7 +148,6 @@ class ManagedProcess:
                 env=None if self._env is None else {**os.environ, **self._env},
             )
         log.debug("control plane process started", name=self.name, pid=self.process.pid)
-        await self.wait_healthy(timeout)
 
     async def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -148,6 +191,10 @@ class ManagedProcess:
             return False, repr(exc)
 
     async def stop(self, *, grace: float = 10.0, kill: bool = False) -> None:
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.cancel()
+            await asyncio.gather(supervisor, return_exceptions=True)
         process, self.process = self.process, None
         if process is None or process.returncode is not None:
             return

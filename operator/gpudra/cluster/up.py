@@ -50,6 +50,7 @@ from gpudra.cluster.kubernetes.realkubelet import RealKubelet, node_ip
 from gpudra.cluster.realnode.fleet import RealNodes
 from gpudra.cluster.realnode.install import settings_env
 from gpudra.cluster.sim.controls import SimulatorControls
+from gpudra.cluster.sim.inbox import FaultInbox
 from gpudra.cluster.startup import (
     STAGE_API_SERVER,
     STAGE_CONTROLLER,
@@ -196,6 +197,8 @@ class EmbeddedCluster:
     agent_clients: dict[str, KubeClient] = field(default_factory=dict)
     """Each node's agent's client (Kubernetes: its node-bound ServiceAccount identity)."""
     agent_processes: dict[str, AgentProcess] = field(default_factory=dict)
+    fault_inboxes: dict[str, FaultInbox] = field(default_factory=dict)
+    """Each agent process's fault inbox (gpudra sim fault reaches its simulated GPUs through it)."""
     _clients: list[KubeClient] = field(default_factory=list)
     sim_controls: SimulatorControls | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -374,7 +377,9 @@ class EmbeddedCluster:
             published = await self.add_node(node)
             progress.advance(STAGE_NODES)
             waiters.append(_counted(published, progress, STAGE_SLICES))
-        self.sim_controls = SimulatorControls(self.client, self.simulated, self.options.kubeconfig.parent)
+        self.sim_controls = SimulatorControls(
+            self.client, self.simulated, self.options.kubeconfig.parent, self.fault_inboxes
+        )
         await self.sim_controls.start()
         self._spawn(self.sim_controls.run(), "simulator faults")
         progress.begin(STAGE_CONTROLLER, 1 if self.kubernetes is not None else 2)
@@ -469,6 +474,10 @@ class EmbeddedCluster:
             self.kubernetes,
             gpus,
         )
+        for node in nodes:  # the chart's agent serves <simulated.stateDir>/faults
+            self.fault_inboxes[node.name] = FaultInbox(
+                self.real_nodes.nodes[node.name].state_file.parent / "faults"
+            )
         driver = self._agent_settings(nodes[0].profile).driver_name
         return [
             self.real_nodes.wait_published(self.client, n.name, driver, timeout=self.options.ready_timeout)
@@ -529,17 +538,16 @@ class EmbeddedCluster:
         if self.options.agent_processes:
             state = root / "simulated-gpus.state"
             fake.persist_to(state)
+            instance = pod_uid()
             process = AgentProcess(
                 settings.model_copy(
-                    update={
-                        "simulated_state": state,
-                        "kubeconfig": agent_kubeconfig,
-                        "instance_id": pod_uid(),
-                    }
+                    update={"simulated_state": state, "kubeconfig": agent_kubeconfig, "instance_id": instance}
                 ),
                 root / "agent.log",
+                faults=root / "faults" / instance,
             )
             self.agent_processes[node.name] = process
+            self.fault_inboxes[node.name] = FaultInbox(root / "faults" / instance)
             await process.start()  # ready: its /readyz answers once its slices are published
             published: Coroutine[Any, Any, Any] = asyncio.sleep(0)
         else:
@@ -579,11 +587,15 @@ class EmbeddedCluster:
         maxUnavailable: 0``: a new instance (a new pod UID) starts beside the old one and takes the node over; once
         it is ready the old one gets SIGTERM. Returns the new process."""
         old = self.agent_processes[node]
+        instance = pod_uid()
+        faults = self.node_dirs[node] / "faults" / instance
         new = AgentProcess(
-            old.settings.model_copy(update={"instance_id": pod_uid()}),
+            old.settings.model_copy(update={"instance_id": instance}),
             self.node_dirs[node] / f"agent-{old.starts + 1}.log",
+            faults=faults,
         )
         await new.start()
+        self.fault_inboxes[node] = FaultInbox(faults)
         await old.stop()
         self.agent_processes[node] = new
         return new

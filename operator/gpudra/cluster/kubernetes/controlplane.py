@@ -167,6 +167,7 @@ class KubernetesControlPlane:
             layout.logs / "etcd.log",
             f"http://127.0.0.1:{self._etcd_port}/health",
             healthy=lambda status, body: status == 200 and '"health":"true"' in body,
+            restart=True,
         )
         await self.etcd.start()
         self.apiserver = ManagedProcess(
@@ -185,6 +186,7 @@ class KubernetesControlPlane:
             layout.logs / "kube-apiserver.log",
             f"{self.url}/readyz",
             ssl_context=self._ssl(admin.cert, admin.key),
+            restart=True,
         )
         await self.apiserver.start(timeout=120)
         scheduler_port, manager_port = free_port(), free_port()
@@ -196,6 +198,7 @@ class KubernetesControlPlane:
             layout.logs / "kube-scheduler.log",
             f"https://127.0.0.1:{scheduler_port}/healthz",
             ssl_context=False,
+            restart=True,
         )
         controllers = known_controllers(manager_help)
         self.controller_manager = ManagedProcess(
@@ -212,6 +215,7 @@ class KubernetesControlPlane:
             layout.logs / "kube-controller-manager.log",
             f"https://127.0.0.1:{manager_port}/healthz",
             ssl_context=False,
+            restart=True,
         )
         await asyncio.gather(self.scheduler.start(), self.controller_manager.start())
         log.info(

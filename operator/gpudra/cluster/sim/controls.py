@@ -6,18 +6,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpudra.cluster.sim.delivery import FaultDelivery
 from gpudra.cluster.sim.endpoint import SimulatorEndpoint
 from gpudra.cluster.sim.gpufault import GpuFaultWatcher
+from gpudra.cluster.sim.inbox import FaultInbox
 from gpudra.hardware.simulated import FakeNvml
 from gpudra.kube.client import KubeClient
 
 
 class SimulatorControls:
-    """``fleet`` is the live mapping of node name -> simulated NVML (nodes added later are found too)."""
+    """``fleet``: node name -> simulated NVML of the agents in this process; ``inboxes``: node name -> the fault
+    inbox of an agent in a process of its own. Both live mappings (nodes added later are found too)."""
 
-    def __init__(self, client: KubeClient, fleet: Mapping[str, FakeNvml], directory: Path) -> None:
-        self.endpoint = SimulatorEndpoint(fleet, directory)
-        self.faults = GpuFaultWatcher(client, fleet)
+    def __init__(
+        self,
+        client: KubeClient,
+        fleet: Mapping[str, FakeNvml],
+        directory: Path,
+        inboxes: Mapping[str, FaultInbox] | None = None,
+    ) -> None:
+        delivery = FaultDelivery(fleet, {} if inboxes is None else inboxes)
+        self.endpoint = SimulatorEndpoint(delivery, directory)
+        self.faults = GpuFaultWatcher(client, delivery)
 
     async def start(self) -> None:
         await self.faults.install()

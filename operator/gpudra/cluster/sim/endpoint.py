@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from gpudra.cluster.sim.faults import FaultRejected, inject, parse_fault
-from gpudra.hardware.simulated import FakeNvml
+from gpudra.cluster.sim.delivery import FaultDelivery
+from gpudra.cluster.sim.faults import FaultRejected
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -28,8 +27,8 @@ FAULTS_PATH = "/v1/faults"
 
 
 class SimulatorEndpoint:
-    def __init__(self, fleet: Mapping[str, FakeNvml], directory: Path) -> None:
-        self._fleet = fleet
+    def __init__(self, delivery: FaultDelivery, directory: Path) -> None:
+        self._delivery = delivery
         self.file = directory / ENDPOINT_FILE
         self._token = secrets.token_urlsafe(24)
         self._runner: web.AppRunner | None = None
@@ -63,7 +62,7 @@ class SimulatorEndpoint:
         except ValueError:
             return _reply(400, "Rejected", "the body must be a JSON object")
         try:
-            outcome = inject(self._fleet, parse_fault(body))
+            outcome = await self._delivery.deliver(body)
         except FaultRejected as exc:
             return _reply(400, "Rejected", str(exc))
         log.info("simulated fault", message=outcome.message, heard=outcome.heard)

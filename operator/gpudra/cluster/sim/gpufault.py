@@ -1,7 +1,7 @@
 """GpuFault (sim.gpudra.dev/v1alpha1, cluster-scoped): a fault on a simulated node, from kubectl.
 
 ``kubectl apply -f fault.yaml`` with a GpuFault makes the fault happen once on the named node's simulated GPUs
-(the same :func:`~gpudra.cluster.sim.faults.inject` as ``gpudra sim fault``); its status says what happened.
+(delivered as ``gpudra sim fault`` delivers, :mod:`gpudra.cluster.sim.delivery`); its status says what happened.
 Changing the spec (a new generation) makes it happen again; deleting the object undoes nothing, since a fault is
 an event, not a state (fault Recover brings a lost GPU or fabric back). Served only by the embedded cluster: the
 CRD is not among the driver's CRDs.
@@ -9,7 +9,6 @@ CRD is not among the driver's CRDs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field
@@ -18,9 +17,9 @@ from gpudra.api.base import WireModel
 from gpudra.api.crd import CrdInfo, CustomResource, PrinterColumn
 from gpudra.api.crdgen import crd_for
 from gpudra.api.timestamps import rfc3339
-from gpudra.cluster.sim.faults import FaultRejected, FaultSpec, inject, parse_fault
+from gpudra.cluster.sim.delivery import FaultDelivery
+from gpudra.cluster.sim.faults import FaultRejected, FaultSpec
 from gpudra.errors import KubeError, NotFoundError
-from gpudra.hardware.simulated import FakeNvml
 from gpudra.kube.client import KubeClient
 from gpudra.kube.crdready import wait_served
 from gpudra.kube.informer import Informer
@@ -87,9 +86,9 @@ def gpu_fault_crd() -> dict[str, Any]:
 class GpuFaultWatcher:
     """Makes each new GpuFault (or new generation of one) happen and writes its status."""
 
-    def __init__(self, client: KubeClient, fleet: Mapping[str, FakeNvml]) -> None:
+    def __init__(self, client: KubeClient, delivery: FaultDelivery) -> None:
         self._client = client
-        self._fleet = fleet
+        self._delivery = delivery
         self.informer = Informer(client, GPU_FAULTS, self._on_fault, parse=GpuFault.model_validate)
 
     async def install(self) -> None:
@@ -106,7 +105,7 @@ class GpuFaultWatcher:
         generation = meta.get("generation")
         if (body.get("status") or {}).get("observedGeneration") == generation:
             return
-        status = self._outcome(body.get("spec"))
+        status = await self._outcome(body.get("spec"))
         status.observed_generation = generation
         log.info("simulated fault", fault=meta.get("name"), phase=status.phase, message=status.message)
         try:
@@ -118,10 +117,10 @@ class GpuFaultWatcher:
         except KubeError as exc:
             log.warning("could not write a GpuFault's status", fault=meta.get("name"), error=str(exc))
 
-    def _outcome(self, spec: object) -> GpuFaultStatus:
+    async def _outcome(self, spec: object) -> GpuFaultStatus:
         now = rfc3339()
         try:
-            outcome = inject(self._fleet, parse_fault(spec))
+            outcome = await self._delivery.deliver(spec)
         except FaultRejected as exc:
             return GpuFaultStatus(phase="Rejected", message=str(exc))
         phase: FaultPhase = "Injected" if outcome.heard else "NotHeard"
