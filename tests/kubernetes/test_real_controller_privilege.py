@@ -124,7 +124,7 @@ FORGED = [
     (host_root, "may not mount volumes (hostPath, Secrets)"),
     (host_pid, "may not use the host's network, PID or IPC namespace"),
     (agent_account, "must run as ServiceAccount gpudra-imex-daemon, not gpudra-agent"),
-    (init_container, "may not have init or ephemeral containers"),
+    (init_container, "may not have init containers"),
     (secret_env, "may not read Secrets or ConfigMaps into its environment"),
     (another_claim, f"may claim only its domain's daemon template computedomain-daemon-{UID}"),
 ]
