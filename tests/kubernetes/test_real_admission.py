@@ -1,10 +1,11 @@
 """RBAC and admission enforced for real: each agent holds the gpudra-agent ServiceAccount's token bound to its
-node, and the base's ValidatingAdmissionPolicy keeps it to its own node's ResourceSlices."""
+node, and the base's ValidatingAdmissionPolicy keeps it to its own node's ResourceSlices and its own node's pool."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from _realkit import StartKubernetes, admin
 
 from clusterkit import eventually
@@ -12,7 +13,7 @@ from gpudra.errors import KubeError
 from gpudra.kube.resources import RESOURCE_SLICES
 
 
-def a_slice(name: str, node: str) -> dict[str, Any]:
+def a_slice(name: str, node: str, pool: str | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -20,7 +21,7 @@ def a_slice(name: str, node: str) -> dict[str, Any]:
         "spec": {
             "driver": "gpu.nvidia.com",
             "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
             "devices": [{"name": "gpu-99", "attributes": {"type": {"string": "gpu"}}}],
         },
     }
@@ -43,6 +44,14 @@ async def test_an_agent_may_write_only_its_own_nodes_slices(start_kubernetes: St
     assert error.status == 422
     assert "gpudra-agent-own-node-slices" in str(error)
     assert "the gpudra agent on node l4x4-0 may not write ResourceSlices of node l4x4-1" in str(error)
+    # its own node's name with another node's pool, at a higher generation: the scheduler would take it for node
+    # B's pool and hand out B's devices to pods on A
+    forged = a_slice("forged-pool", "l4x4-0", pool="l4x4-1")
+    forged["spec"]["pool"]["generation"] = 1000
+    with pytest.raises(KubeError) as caught:
+        await agent_a.create(RESOURCE_SLICES, forged)
+    assert caught.value.status == 422
+    assert "may publish only its own node's pool l4x4-0, not pool l4x4-1" in str(caught.value)
     created = await agent_a.create(RESOURCE_SLICES, a_slice("own", "l4x4-0"))
     assert created["spec"]["nodeName"] == "l4x4-0"
     await agent_a.delete(RESOURCE_SLICES, "own")

@@ -10,8 +10,9 @@ import yaml
 from _realkit import StartKubernetes, admin, phase, pods
 
 from clusterkit import eventually, kubectl
+from gpudra.computedomain.names import NODE_LABEL_PREFIX, OBJECT_LABEL
 from gpudra.errors import NotFoundError
-from gpudra.kube.resources import COMPUTE_DOMAINS, NODES, RESOURCE_CLAIM_TEMPLATES
+from gpudra.kube.resources import COMPUTE_DOMAINS, DAEMONSETS, NODES, RESOURCE_CLAIM_TEMPLATES
 
 DOMAIN = """
 apiVersion: resource.nvidia.com/v1beta1
@@ -81,6 +82,18 @@ async def test_four_workers_spread_by_anti_affinity_form_a_four_node_domain(
 
     current = await eventually(all_running, timeout=60)
     assert len({p["spec"]["nodeName"] for p in current.values()}) == 4
+
+    # deleted: the controller, as bound by the admission policies, removes what it made (templates, DaemonSet,
+    # node labels) before it releases its finalizer
+    await kubectl(cluster, "delete", "computedomain", "train", "--wait=true", "--timeout=60s")
+    daemon_sets, _ = await admin(cluster).list(DAEMONSETS, "gpudra")
+    templates, _ = await admin(cluster).list(RESOURCE_CLAIM_TEMPLATES, label_selector=f"{OBJECT_LABEL}")
+    labelled = [
+        n["metadata"]["name"]
+        for n in (await admin(cluster).list(NODES))[0]
+        if any(k.startswith(NODE_LABEL_PREFIX) for k in n["metadata"].get("labels") or {})
+    ]
+    assert (daemon_sets, templates, labelled) == ([], [], [])
 
 
 async def test_a_clique_pod_affinity_keeps_the_workers_in_one_nvlink_rack(

@@ -2,25 +2,23 @@
 the ValidatingAdmissionPolicies of manifests/base keep a node's credentials to that node. Each forbidden write is
 tried with the credentials of node A's agent (or node B's IMEX daemon pod) against node B's objects and against
 another namespace, and must be refused with its reason; the writes the product makes still succeed.
-(ResourceSlices: test_real_admission.py.)"""
+(ResourceSlices: test_real_admission.py; the controller: test_real_controller_privilege.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
-import pytest
+from _privkit import DRIVER_NS, forbidden_in, own_client, refused
 from _realkit import StartKubernetes, admin
 
 from clusterkit import eventually
 from gpudra.agent.computedomain.registration import CliqueRegistration
 from gpudra.cluster.up import EmbeddedCluster
-from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
+    COMPUTE_DOMAINS,
     CONFIGMAPS,
-    DAEMONSETS,
     NODES,
     PODS,
     RESOURCE_CLAIMS,
@@ -28,31 +26,7 @@ from gpudra.kube.resources import (
 )
 
 A, B = "l4x4-0", "l4x4-1"
-DRIVER_NS = "gpudra"
 GRANULAR_STATUS_GATE = "DRAResourceClaimGranularStatusAuthorization"
-
-
-async def refused(write: Awaitable[Any], status: int, *reason: str) -> None:
-    with pytest.raises(KubeError) as caught:
-        await write
-    assert caught.value.status == status, str(caught.value)
-    for part in reason:
-        assert part in str(caught.value), str(caught.value)
-
-
-def forbidden_in(namespace: str, verb: str, resource: str) -> tuple[str, ...]:
-    return (f'cannot {verb} resource "{resource}"', f'in the namespace "{namespace}"')
-
-
-async def own_client(cluster: EmbeddedCluster, kubeconfig: Any, name: str) -> KubeClient:
-    client = await KubeClient.from_environment(kubeconfig, field_manager=name)
-    cluster._clients.append(client)  # closed with the cluster
-    return client
-
-
-async def controller_client(cluster: EmbeddedCluster) -> KubeClient:
-    assert cluster.kubernetes is not None
-    return await own_client(cluster, cluster.kubernetes.layout.kubeconfig("gpudra-controller"), "controller")
 
 
 async def imex_daemon_client(cluster: EmbeddedCluster, node: str) -> KubeClient:
@@ -152,6 +126,21 @@ def a_clique(name: str, namespace: str, *nodes: str, status: str = "NotReady") -
     }
 
 
+DANGLING_OWNER = {
+    "metadata": {
+        "ownerReferences": [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": "gone",
+                "uid": "0d1f3a94-4c5e-4e57-9a2b-6f1f2d3c4b5a",
+            }
+        ]
+    }
+}
+HOLD = {"metadata": {"finalizers": ["example.com/hold"]}}
+
+
 def entry_of(client: KubeClient, node: str) -> CliqueRegistration:
     """Node ``node``'s entry in clique object u1.c.1, written as the IMEX daemon (or, host-managed, the agent)
     writes it: joined by server-side apply, then JSON patches."""
@@ -185,6 +174,15 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
         "gpudra-own-clique-entry",
         f"the IMEX daemon of node {A} may change only its own node's entry in ComputeDomainClique gpudra/u1.c.1",
     )
+    # a clique created with an owner reference: the garbage collector would delete it when the owner is gone
+    owned = a_clique("u1.c.1", DRIVER_NS, A)
+    owned["metadata"] |= DANGLING_OWNER["metadata"]
+    await refused(
+        agent_a.create(COMPUTE_DOMAIN_CLIQUES, owned, DRIVER_NS),
+        422,
+        f"the IMEX daemon of node {A} may not set owner references or finalizers on ComputeDomainClique "
+        "gpudra/u1.c.1",
+    )
     # own entries: allowed, for the agent (host-managed: it creates the object by apply, then appends its entry)
     # and for the daemon pod (its pod-bound token)
     assert await entry_of(agent_a, A).report("NotReady") == 0
@@ -208,6 +206,23 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
             422,
             f"the IMEX daemon of node {B} may change only its own node's entry",
         )
+    # the object is every node's: a dangling owner reference (the garbage collector deletes it, every node's entry
+    # with it) or a finalizer (it never goes) is refused to the agent and to the daemon pods alike
+    for client, node in ((agent_a, A), (daemon_b, B)):
+        for forged_meta in (DANGLING_OWNER, HOLD):
+            await refused(
+                client.patch(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", forged_meta, DRIVER_NS),
+                422,
+                "gpudra-own-clique-entry",
+                f"the IMEX daemon of node {node} may not set owner references or finalizers on "
+                "ComputeDomainClique gpudra/u1.c.1",
+            )
+    # nor ComputeDomains (users' objects), which it only reads through its claims' configs
+    await refused(
+        agent_a.patch(COMPUTE_DOMAINS, "d", HOLD, "default"),
+        403,
+        *forbidden_in("default", "patch", "computedomains"),
+    )
     relabel = {"metadata": {"labels": {"resource.nvidia.com/computeDomain": "u2"}}}
     await refused(
         daemon_b.patch(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", relabel, DRIVER_NS),
@@ -259,42 +274,22 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
     )
     created = await agent_a.create(CONFIGMAPS, lease, DRIVER_NS)
     await agent_a.replace(CONFIGMAPS, {**created, "data": {"u1": '{"first": 1}'}})
-
-
-async def test_the_controller_runs_daemon_sets_only_in_the_driver_namespace(
-    start_kubernetes: StartKubernetes,
-) -> None:
-    cluster = await start_kubernetes("l4x4:1")
-    controller = await controller_client(cluster)
-    daemon_set = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "anywhere"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "x"}},
-            "template": {
-                "metadata": {"labels": {"app": "x"}},
-                "spec": {
-                    "containers": [{"name": "x", "image": "x", "securityContext": {"privileged": True}}]
-                },
-            },
-        },
-    }
+    # a lease is shared by its clique's nodes: no owner references, no finalizers
+    current = await agent_a.get(CONFIGMAPS, "imex-channels.c.1", DRIVER_NS)
+    for forged_meta in (DANGLING_OWNER, HOLD):
+        forged = {**current, "metadata": {**current["metadata"], **forged_meta["metadata"]}}
+        await refused(
+            agent_a.replace(CONFIGMAPS, forged),
+            422,
+            "gpudra-agent-lease-configmaps",
+            "may not set owner references or finalizers on ConfigMap gpudra/imex-channels.c.1",
+        )
+    held = {**lease, "metadata": {"name": "imex-channels.c.2", **HOLD["metadata"]}}
     await refused(
-        controller.patch(DAEMONSETS, "anywhere", daemon_set, "default", patch_type="apply", force=True),
-        403,
-        *forbidden_in("default", "patch", "daemonsets"),
+        agent_a.create(CONFIGMAPS, held, DRIVER_NS),
+        422,
+        "may not set owner references or finalizers on ConfigMap gpudra/imex-channels.c.2",
     )
-    await refused(controller.list(PODS, "default"), 403, *forbidden_in("default", "list", "pods"))
-    await refused(
-        controller.list(COMPUTE_DOMAIN_CLIQUES),
-        403,
-        'cannot list resource "computedomaincliques"',
-        "cluster scope",
-    )
-    # in the driver's namespace it may (the ComputeDomain tests run the domains' DaemonSets for real)
-    items, _ = await controller.list(DAEMONSETS, DRIVER_NS)
-    assert items == []
 
 
 def allocated_on(node: str, device: str) -> dict[str, Any]:

@@ -249,6 +249,24 @@ def test_node_policy_allows_the_agent_exactly_the_node_keys_it_writes() -> None:
     )  # the controller's, not the agent's
 
 
+def test_controller_node_policy_allows_exactly_the_node_keys_the_controller_writes() -> None:
+    """controller-node-admission.yaml lists the keys the controller writes on Nodes (controller/miglayouts.py,
+    controller/domainchildren.py): the desired MIG state annotation, the MIG config state label, a domain's label
+    (removed only); not the agent's keys."""
+    from gpudra.agent.nodemark import PUBLISHED_LABEL
+    from gpudra.computedomain.names import NODE_LABEL_PREFIX
+    from gpudra.mig.desired import CONFIG_STATE_LABEL, DESIRED_ANNOTATION, STATE_ANNOTATION
+
+    variables = {
+        v["name"]: v["expression"] for v in _policy("controller-node-admission.yaml")["spec"]["variables"]
+    }
+    labels = variables["foreignLabels"]
+    assert set(re.findall(r'k in \["([^"]+)"\]', labels)) == {CONFIG_STATE_LABEL}
+    assert f'k.startsWith("{NODE_LABEL_PREFIX}") && !(k in variables.newLabels)' in labels  # removal only
+    assert set(re.findall(r'"([^"]+)"', variables["foreignAnnotations"])) == {DESIRED_ANNOTATION}
+    assert PUBLISHED_LABEL not in labels and STATE_ANNOTATION not in variables["foreignAnnotations"]
+
+
 def test_every_policy_binds_to_the_service_accounts_of_the_base() -> None:
     for path in sorted((ROOT / "manifests" / "base").glob("*-admission.yaml")):
         docs = list(yaml.safe_load_all(path.read_text()))
