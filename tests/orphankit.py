@@ -23,7 +23,10 @@ async def node_warnings(client: Any, reason: str) -> list[str]:
     ]
 
 
-async def a_claim_gone_while_prepared_is_unprepared(cluster: EmbeddedCluster, node: str) -> None:
+async def a_claim_gone_while_prepared_is_unprepared(
+    cluster: EmbeddedCluster, node: str, *, agent_down: bool = False
+) -> None:
+    """``agent_down``: the claim goes while the node's agent process is down, and the agent starts afterwards."""
     client = cluster.client
     assert client is not None
     await kubectl(cluster, "apply", "-f", "-", stdin=gpu_pod("keep") + "---" + gpu_pod("gone"))
@@ -32,9 +35,14 @@ async def a_claim_gone_while_prepared_is_unprepared(cluster: EmbeddedCluster, no
     assert set(checkpoint(cluster, node)) == set(uids.values())
     gone_device = checkpoint(cluster, node)[uids["gone"]].devices[0].device_name
 
+    agent = cluster.agent_processes[node] if agent_down else None
+    if agent is not None:
+        await agent.kill()
     # forced out while prepared: its delete protection lifted by hand, as a force-delete does
     await client.patch(RESOURCE_CLAIMS, "gone", {"metadata": {"finalizers": None}}, "default")
     await client.delete(RESOURCE_CLAIMS, "gone", "default")
+    if agent is not None:
+        await agent.start()
 
     await eventually(
         lambda: uids["gone"] not in checkpoint(cluster, node), timeout=30, what="the orphan unprepared"
