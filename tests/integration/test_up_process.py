@@ -89,7 +89,7 @@ async def test_first_run_shows_progress_then_one_summary_and_logs_to_a_file(tmp_
     assert sorted(s.split(" (")[0].removeprefix("[gpudra up] ").split(" http")[0] for s in stages) == [
         "API server", "controller ready 2/2", "nodes registered 2/2", "slices published 2/2"
     ]  # fmt: skip
-    assert f"export KUBECONFIG={(tmp_path / 'demo' / 'kc').resolve()}" in lines[up:]
+    assert f"  export KUBECONFIG={(tmp_path / 'demo' / 'kc').resolve()}" in lines[up:]
     row = next(line for line in lines[up:] if line.startswith("dgx-a100-0"))
     assert "8x NVIDIA A100-SXM4-40GB" in row  # without a terminal, whole values on the node's row
     assert "Try next" in out and "[info" not in out
