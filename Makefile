@@ -28,14 +28,16 @@ $(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json
 	cd $(BROWSER_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Quiet (one line, then pip's warnings and errors only), so that `make demo`'s first screen is gpudra up's table.
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	@echo "Installing gpudra and its dependencies into $(VENV) (the first time takes a minute or two)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/gpudra up $(ARGS)
+	@$(VENV)/bin/gpudra up $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check operator tests bench

@@ -214,3 +214,8 @@ async def test_gpudra_sim_fault_reaches_the_running_cluster(cluster: EmbeddedClu
     await eventually(unhealthy, 30.0, interval=0.1)
     code, out = await gpudra_sim(cluster, node, "gpu-12", "xid", "79")
     assert code == 2 and "has no GPU gpu-12" in out, out
+    code, out = await gpudra_sim(cluster, node, "all", "recover")
+    assert code == 0 and out.startswith(f"Nothing to recover on {node}: "), out  # nothing was "Injected"
+    assert (await gpudra_sim(cluster, node, "gpu-5", "gpu-lost"))[0] == 0
+    code, out = await gpudra_sim(cluster, node, "all", "recover")
+    assert code == 0 and out.startswith(f"Recovered on {node}: GPU 5 (GPU-") and "answers again" in out, out

@@ -1,6 +1,7 @@
-"""The CLI's commands that read a cluster, without one: no kubeconfig, a kubeconfig of a cluster that is down, a
-claim that does not exist. Each says what is wrong in a line and exits 2, never a traceback (#39: a new user without
-KUBECONFIG got 36 lines ending in "ConfigException: Invalid kube-config file")."""
+"""The CLI's commands that read a cluster, without one: no kubeconfig, a kubeconfig of a cluster that is down; and
+every command given a name that does not exist (a claim, a namespace, a node, a device, a profile, a file). Each
+says what is wrong in a line or two and exits 2, never a traceback (#39: a new user without KUBECONFIG got 36 lines
+ending in "ConfigException: Invalid kube-config file")."""
 
 from __future__ import annotations
 
@@ -33,8 +34,10 @@ def test_no_kubeconfig_is_a_sentence(args: list[str], tmp_path: Path) -> None:
     assert code == 2, out
     assert "Traceback" not in out
     assert (
-        f"no usable kubeconfig at {tmp_path / 'missing'}" in out and "set KUBECONFIG or --kubeconfig" in out
+        f"no usable kubeconfig at {tmp_path / 'missing'} (no such file)" in out
+        and "set KUBECONFIG or --kubeconfig" in out
     )
+    assert len(out.splitlines()) == 1, out  # not kubernetes_asyncio's own warning first
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
@@ -47,9 +50,30 @@ def test_a_cluster_that_is_down_is_a_sentence(args: list[str], tmp_path: Path) -
     assert "Traceback" not in out and "connection failed" in out
 
 
-async def test_a_claim_that_does_not_exist_is_a_sentence(start_cluster: StartCluster, tmp_path: Path) -> None:
+WRONG_NAMES = [
+    (["explain", "claim", "nope", "-n", "default"], "no ResourceClaim 'nope' in namespace 'default'"),
+    (["explain", "claim", "nope", "-n", "nowhere"], "kubectl get resourceclaims -n nowhere"),
+    (["explain", "--file", "/nowhere/claim.yaml"], "cannot read /nowhere/claim.yaml"),
+    (
+        ["sim", "fault", "dgx-h100-9", "gpu-0", "xid", "79"],
+        "no simulated node 'dgx-h100-9' (nodes: dgx-h100-0)",
+    ),
+    (["sim", "fault", "dgx-h100-0", "gpu-9", "recover"], "dgx-h100-0 has no GPU gpu-9"),
+    (["hardware", "record", "--simulated-profile", "dgx-h999"], "unknown node profile 'dgx-h999'"),
+    (["up", "--once", "--nodes", "dgx-h999:1"], "unknown node profile 'dgx-h999'"),
+    (["up", "--once", "--fleet", "/nowhere/fleet.yaml"], "cannot read the fleet file /nowhere/fleet.yaml"),
+    (
+        ["up", "--once", "--from-cluster", "/nowhere/kubeconfig"],
+        "no usable kubeconfig at /nowhere/kubeconfig",
+    ),
+]
+
+
+async def test_a_wrong_name_is_a_sentence_or_two(start_cluster: StartCluster, tmp_path: Path) -> None:
     cluster = await start_cluster("dgx-h100:1")
-    code, out = await asyncio.to_thread(
-        gpudra, ["explain", "claim", "nope", "-n", "default"], cluster.options.kubeconfig, tmp_path
-    )
-    assert code == 2 and "Traceback" not in out and "nope" in out, out
+    for args, said in WRONG_NAMES:
+        if args[0] == "up":
+            args = [*args, "--kubeconfig", str(tmp_path / "other" / "kubeconfig")]
+        code, out = await asyncio.to_thread(gpudra, args, cluster.options.kubeconfig, tmp_path)
+        assert code == 2 and "Traceback" not in out and said in out, (args, out)
+        assert len(out.splitlines()) <= 2, (args, out)

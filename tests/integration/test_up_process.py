@@ -89,7 +89,7 @@ async def test_first_run_shows_progress_then_one_summary_and_logs_to_a_file(tmp_
     assert sorted(s.split(" (")[0].removeprefix("[gpudra up] ").split(" http")[0] for s in stages) == [
         "API server", "controller ready 2/2", "nodes registered 2/2", "slices published 2/2"
     ]  # fmt: skip
-    assert f"export KUBECONFIG={(tmp_path / 'demo' / 'kc').resolve()}" in lines[up:]
+    assert f"  export KUBECONFIG={(tmp_path / 'demo' / 'kc').resolve()}" in lines[up:]
     row = next(line for line in lines[up:] if line.startswith("dgx-a100-0"))
     assert "8x NVIDIA A100-SXM4-40GB" in row  # without a terminal, whole values on the node's row
     assert "Try next" in out and "[info" not in out
@@ -104,3 +104,40 @@ async def test_verbose_brings_the_log_to_the_console(tmp_path: Path) -> None:
     _, err = await run_once(tmp_path, "-v")
     assert "kubelet plugin gpu.nvidia.com serving" in err
     assert "Handler '" not in err
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_make_demo_prints_nothing_of_its_own_before_gpudra_up(tmp_path: Path) -> None:
+    """`make demo` with gpudra installed: its first line is gpudra up's (make echoes none of its commands)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    shim = venv / "bin" / "gpudra"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m gpudra "$@"\n')
+    shim.chmod(0o755)
+    (venv / ".installed-stamp").touch()  # newer than pyproject.toml: nothing to install
+    proc = await asyncio.create_subprocess_exec(
+        "make", "--no-print-directory", "-C", str(ROOT), "demo", f"VENV={venv}",
+        f"ARGS=--once --nodes l4x4:1 --web-port -1 --metrics-port -1 --kubeconfig {tmp_path / 'demo' / 'kc'}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, out.decode()[-3000:]
+    assert out.decode().startswith("[gpudra up] "), out.decode()[:500]
+
+
+@pytest.mark.slow
+async def test_the_default_fleets_table_is_on_the_first_screen(tmp_path: Path) -> None:
+    """`make demo`'s first screen (#39): gpudra up's own output holds the whole fleet table within its first 20
+    lines (the Makefile's install adds one line before it)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "up", "--once", "--kubeconfig", str(tmp_path / "demo" / "kc"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, out.decode()[-3000:]
+    first = out.decode().splitlines()[:19]
+    header = next(i for i, line in enumerate(first) if line.split()[:2] == ["NODE", "GPUS"])
+    rows = [line.split()[0] for line in first[header + 1 :] if line.strip() and not line.startswith(" ")]
+    assert rows[:4] == ["dgx-a100-0", "dgx-h100-0", "dgx-h100-1", "l4x4-0"], "\n".join(first)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from gpudra.agent.healthwatch import HealthWatch
+from gpudra.agent.healthwatch import HealthWatch, event_subject
 from gpudra.agent.kubeletplugin.messages import HealthStatus
 from gpudra.config import AgentSettings
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.errors import KubeError
+from gpudra.hardware.backend import HealthEvent, HealthEventKind
 from gpudra.hardware.simulated import simulated_backend
 from gpudra.testing import eventually
 
@@ -49,7 +50,11 @@ async def test_an_xid_is_published_reported_and_warned_about() -> None:
         await eventually(lambda: bool(warnings))
     finally:
         watch.stop()
-    assert woken and warnings[0][0] == "GpuHealth" and "XID 79" in warnings[0][1]
+    assert woken and warnings[0][0] == "GpuHealth"
+    gpu3 = next(gpu for gpu in inventory.gpus if gpu.index == 3)
+    assert (
+        warnings[0][1] == f"gpu-3 ({gpu3.uuid}): XID 79; taint effect NoSchedule"
+    )  # as claims name it, and NVML
     assert set(watch.problems()) == {"gpu-3"}
     assert watch.changed(now=0.0)
     assert not watch.changed(now=0.0)  # once per change
@@ -64,3 +69,16 @@ async def test_an_xid_is_published_reported_and_warned_about() -> None:
     health = {d.device_name: d for d in await asyncio.wait_for(next_report, timeout=10)}
     assert health["gpu-3"].health is HealthStatus.UNHEALTHY and "79" in health["gpu-3"].message
     assert health["gpu-0"].health is HealthStatus.HEALTHY
+
+
+def test_an_event_names_its_device_as_claims_do_and_its_uuid_as_nvml_does() -> None:
+    inventory = simulated_backend("dgx-a100", NODE).backend.read_inventory()  # all-balanced MIG
+    gpu1 = next(gpu for gpu in inventory.gpus if gpu.index == 1)
+    mig = next(m for m in gpu1.mig_devices if m.profile == "2g.10gb")
+    on_mig = HealthEvent(kind=HealthEventKind.XID, gpu_index=1, gpu_uuid=gpu1.uuid, xid=94, gi_id=mig.gi_id)
+    expected = f"gpu-1-mig-2g10gb-14-{mig.placement_start} ({gpu1.uuid} MIG GI {mig.gi_id})"
+    assert event_subject(on_mig, inventory) == expected
+    lost = HealthEvent(kind=HealthEventKind.GPU_LOST, gpu_index=7, gpu_uuid="GPU-gone")
+    assert event_subject(lost, inventory) == "GPU GPU-gone"  # no longer read: its UUID is all there is
+    unnamed = HealthEvent(kind=HealthEventKind.XID, gpu_index=None, gpu_uuid=None, xid=79)
+    assert event_subject(unnamed, inventory) == "a GPU NVML did not name"

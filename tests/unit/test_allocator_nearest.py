@@ -250,3 +250,18 @@ def test_the_explanation_is_json_for_the_web_view() -> None:
         "kind": "NVIDIA H100 80GB HBM3",
         "miss": "matches",
     }
+
+
+def test_a_device_in_use_and_tainted_is_not_counted_as_freed_when_its_claim_ends() -> None:
+    """Ending the claim that holds it would leave its taint (#39: a claim pinned to a tainted GPU in use)."""
+    taint = DeviceTaint(key="gpu.nvidia.com/xid", value="79", effect="NoSchedule")
+    slices = [slice_("n1", [gpu("gpu-0", taints=[taint]), gpu("gpu-1")])]
+    said = explained(slices, [claim("c", req(count=2))], in_use={"n1": ["gpu-0"]})
+    assert said.headline == (
+        "needs 2 NVIDIA H100 80GB HBM3 on one node; n1 has 2 but gpu-0 is in use and tainted "
+        "gpu.nvidia.com/xid=79:NoSchedule, which the request does not tolerate"
+    )
+    assert [(line.node, line.now, line.later) for line in said.nodes] == [("n1", 1, 1)]
+    assert [c.miss for c in said.closest if c.device == "gpu-0"] == [
+        "in use; tainted gpu.nvidia.com/xid=79:NoSchedule"
+    ]

@@ -5,6 +5,7 @@ need. The commands against a cluster are tested in tests/integration/test_explai
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import sys
 import pytest
 
 from gpudra.cli import PLUGIN_USAGE, kubectl_plugin
+from gpudra.cli.parser import build_parser
 
 
 def _gpudra(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -39,7 +41,7 @@ def _gpudra(*argv: str) -> subprocess.CompletedProcess[str]:
             ["up", "--with-claims"],
             "gpudra up: --with-claims copies a real cluster's claims: give --from-cluster KUBECONFIG",
         ),
-        (["explain"], "gpudra explain: explain: give either `claim NAME` or `--file claim.yaml`"),
+        (["explain"], "gpudra explain: give either `claim NAME` or `--file claim.yaml`"),
     ],
 )
 def test_bad_command_line_is_one_line_and_status_2(argv: list[str], message: str) -> None:
@@ -81,3 +83,21 @@ def test_starting_the_command_imports_no_heavy_part() -> None:
         f"gpudra.{p}" for p in ("cluster", "controller", "agent", "kube", "allocator", "planning", "hardware")
     ]
     assert [m for m in sorted(loaded) if any(m == h or m.startswith(h + ".") for h in heavy)] == []
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """A parser and every subcommand's parser under it."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _parsers(sub)
+    return found
+
+
+def test_no_help_text_shows_restructuredtext_markup() -> None:
+    """`--help` is read in a terminal: `code` in single backticks, as the rest of the help, never ``this``."""
+    helps = {p.prog: p.format_help() for p in _parsers(build_parser())}
+    assert len(helps) > 8
+    marked = [prog for prog, text in helps.items() if "``" in text]
+    assert not marked, marked

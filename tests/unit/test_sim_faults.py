@@ -48,7 +48,8 @@ def test_lost_gpu_then_recover(fleet: dict[str, FakeNvml]) -> None:
     assert fleet["a100"].gpu(2).lost
     with pytest.raises(FaultRejected, match="lost already"):
         inject(fleet, parse_fault(fault("a100", "gpu-2", "Xid", 79)))
-    assert "GPU 2 answers again" in inject(fleet, parse_fault(fault("a100", "all", "Recover"))).message
+    recovered = inject(fleet, parse_fault(fault("a100", "all", "Recover"))).message
+    assert recovered == f"recovered on a100: GPU 2 ({fleet['a100'].gpu(2).uuid}) answers again"
     assert not fleet["a100"].gpu(2).lost
     assert "nothing to recover" in inject(fleet, parse_fault(fault("a100", "all", "Recover"))).message
 

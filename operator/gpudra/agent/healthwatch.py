@@ -20,6 +20,7 @@ from gpudra.agent.health import DeviceProblem, HealthState
 from gpudra.agent.kubeletplugin.messages import DeviceHealth, HealthStatus
 from gpudra.api.dra import Device
 from gpudra.config import AgentSettings
+from gpudra.devices.names import gpu_device_name, mig_device_name
 from gpudra.errors import GpudraError
 from gpudra.hardware.backend import GpuBackend, HealthEvent
 from gpudra.hardware.inventory import NodeInventory
@@ -154,10 +155,32 @@ class HealthWatch:
 
     async def _on_event(self, event: HealthEvent) -> None:
         taint = self.state.record(event, time.time())
-        what = f"GPU {event.gpu_uuid}" + (f" MIG GI {event.gi_id}" if event.gi_id is not None else "")
+        what = event_subject(event, self._inventory)
         detail = f"XID {event.xid}" if event.xid is not None else event.kind.value
         effect = taint.effect if taint is not None else "removed from the slices"
         log.warning("GPU health event", node=self._node, device=what, health=detail, effect=effect)
         self._changed = True
         self._wake()
         await self._warn("GpuHealth", f"{what}: {detail}; taint effect {effect}")
+
+
+def event_subject(event: HealthEvent, inventory: NodeInventory | None) -> str:
+    """What a health event is about, by the device name a claim or ResourceSlice uses and by UUID, as nvidia-smi
+    and the driver's logs name it: ``gpu-3 (GPU-…)``, ``gpu-0-mig-1g5gb-19-0 (GPU-… MIG GI 9)``."""
+    if event.gpu_uuid is None:
+        return "a GPU NVML did not name"
+    gi = f" MIG GI {event.gi_id}" if event.gi_id is not None else ""
+    gpu = (
+        next((g for g in inventory.gpus if g.uuid == event.gpu_uuid), None) if inventory is not None else None
+    )
+    if gpu is None:
+        return f"GPU {event.gpu_uuid}{gi}"
+    name = gpu_device_name(gpu.minor)
+    mig = (
+        next((m for m in gpu.mig_devices if m.gi_id == event.gi_id), None)
+        if event.gi_id is not None
+        else None
+    )
+    if mig is not None:
+        name = mig_device_name(mig.parent_minor, mig.profile, mig.gi_profile_id, mig.placement_start)
+    return f"{name} ({event.gpu_uuid}{gi})"

@@ -269,21 +269,25 @@ def _blocked(spec: RequestSpec, entry: DeviceEntry, b: str | None, snapshot: Clu
     kind = kind_of(entry)
     if b is None:
         return DeviceMiss(entry.id, kind, MATCHES)
-    if b == IN_USE:
-        return DeviceMiss(entry.id, kind, b, blocked_by=(entry.id,))
+    if b == IN_USE:  # its taints too: freeing it would not be enough
+        return DeviceMiss(entry.id, kind, b, taints=_untolerated(spec, entry), blocked_by=(entry.id,))
     if b == TAINTED:
-        taints = tuple(
-            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-            for t in entry.taints
-            if not tolerated(t, spec.tolerations)
-        )
-        return DeviceMiss(entry.id, kind, b, taints=taints)
+        return DeviceMiss(entry.id, kind, b, taints=_untolerated(spec, entry))
     if b == COUNTERS:
         sharers = _sharing_counters(entry, snapshot)
         kinds = [kind_of(e) for e in sharers]
         return DeviceMiss(entry.id, kind, b, blocked_by=tuple(e.id for e in sharers),
                           blocker_kind=common_kind(kinds).generic() if kinds else None)  # fmt: skip
     return DeviceMiss(entry.id, kind, b, blocked_by=(entry.id,) if snapshot.shares(entry.id) else ())
+
+
+def _untolerated(spec: RequestSpec, entry: DeviceEntry) -> tuple[str, ...]:
+    """The device's taints the request does not tolerate, as ``key=value:Effect``."""
+    return tuple(
+        f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+        for t in entry.taints
+        if not tolerated(t, spec.tolerations)
+    )
 
 
 def _sharing_counters(entry: DeviceEntry, snapshot: ClusterSnapshot) -> list[DeviceEntry]:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudra.allocator.engine import Allocator
-from gpudra.allocator.explain import MATCHES, SELECTOR, Failure, NodesFailure, RequestDiagnosis
+from gpudra.allocator.explain import MATCHES, SELECTOR, DeviceMiss, Failure, NodesFailure, RequestDiagnosis
 from gpudra.allocator.pools import DeviceEntry, DeviceId, NodeInfo
 from gpudra.allocator.requests import (
     CAPACITY,
@@ -88,7 +88,7 @@ def claims_to_end(diagnosis: RequestDiagnosis, devices: int, holders: Mapping[De
     """The fewest claims whose end frees ``devices`` of the request's blocked devices (greedy, biggest first)."""
     held: Counter[str] = Counter()
     for c in diagnosis.candidates:
-        if c.miss in FREEABLE:
+        if _freeable(c):
             for who in {holders.get(b, str(b)) for b in c.blocked_by} or {str(c.device)}:
                 held[who] += 1
     freed = ended = 0
@@ -116,11 +116,16 @@ def nearness(node: str, d: RequestDiagnosis, holders: Mapping[DeviceId, str]) ->
             return Nearness(node, d, (CLOSE, min(near), -near.count(min(near))), need)
         return Nearness(node, d, (FAR, 0, 0), need)
     now = min(need, sum(1 for c in matching if c.miss == MATCHES))
-    later = min(need, sum(1 for c in matching if c.miss == MATCHES or c.miss in FREEABLE))
+    later = min(need, sum(1 for c in matching if c.miss == MATCHES or _freeable(c)))
     if later >= need and now < need:
         return Nearness(node, d, (WAITS, need - now, claims_to_end(d, need - now, holders)), need, now, later)
     order = _SHORT_ORDER["Tainted"] if any(c.miss == TAINTED for c in matching) else 1
     return Nearness(node, d, (SHORT, need - later, order), need, now, later)
+
+
+def _freeable(c: DeviceMiss) -> bool:
+    """Usable once the claims holding it end: held, and not also tainted against the request."""
+    return c.miss in FREEABLE and not c.taints
 
 
 def _failure_key(failure: Failure) -> Key:

@@ -250,7 +250,7 @@ class _Words:
                 subject, one = f"{b} ", False
             by = "" if shared else held.get(miss, "")
             if miss == IN_USE:
-                parts.append(f"{subject}{'is' if one else 'are'} in use{by}")
+                parts.append(f"{subject}{'is' if one else 'are'} in use{by}" + _also_tainted(group))
             elif miss == COUNTERS:
                 kind = common_kind([c.blocker_kind for c in group if c.blocker_kind is not None])
                 parts.append(f"{subject}{'overlaps' if one else 'overlap'} {kind.noun(2)} in use{by}")
@@ -433,7 +433,7 @@ class _Words:
         if c.miss == MATCHES:
             return "matches"
         if c.miss == IN_USE:
-            return "in use" + by
+            return "in use" + by + (f"; tainted {', '.join(c.taints)}" if c.taints else "")
         if c.miss == COUNTERS:
             return "overlaps devices in use" + by
         if c.miss == CAPACITY:
@@ -442,6 +442,18 @@ class _Words:
             return "tainted " + ", ".join(c.taints)
         more = f" and {len(c.failed) - 1} more selectors" if len(c.failed) > 1 else ""
         return f"fails '{c.failed[0]}'{more}"
+
+
+def _also_tainted(in_use: list[DeviceMiss]) -> str:
+    """The taints of devices in use: freeing them would not be enough."""
+    tainted = [c for c in in_use if c.taints]
+    if not tainted:
+        return ""
+    taints = listed(sorted({t for c in tainted for t in c.taints}))
+    if len(tainted) == len(in_use):
+        return f" and tainted {taints}, which the request does not tolerate"
+    which = tainted[0].device.device if len(tainted) == 1 else str(len(tainted))
+    return f" ({which} also tainted {taints}, which the request does not tolerate)"
 
 
 def _matching(n: Nearness) -> int:

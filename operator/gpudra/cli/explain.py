@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpudra.errors import ConfigurationError
+from gpudra.errors import ConfigurationError, NotFoundError
 
 if TYPE_CHECKING:
     from gpudra.api.dra import ResourceClaim
@@ -29,7 +29,7 @@ async def explain_command(args: argparse.Namespace) -> int:
     from gpudra.reports import allocation_table, mig_plan_report, outcome_report, print_fitted
 
     if (args.file is None) == (args.name is None):
-        raise ConfigurationError("explain: give either `claim NAME` or `--file claim.yaml`")
+        raise ConfigurationError("give either `claim NAME` or `--file claim.yaml`")
     client = await KubeClient.from_environment(args.kubeconfig, field_manager="gpudra-explain")
     console = Console()
     try:
@@ -37,7 +37,13 @@ async def explain_command(args: argparse.Namespace) -> int:
             claim = _read_claim_file(args.file, args.namespace)
             skip = None
         else:
-            claim = await client.get_as(ResourceClaim, RESOURCE_CLAIMS, args.name, args.namespace)
+            try:
+                claim = await client.get_as(ResourceClaim, RESOURCE_CLAIMS, args.name, args.namespace)
+            except NotFoundError as exc:
+                raise ConfigurationError(
+                    f"no ResourceClaim {args.name!r} in namespace {args.namespace!r}: "
+                    f"`kubectl get resourceclaims -n {args.namespace}` lists its claims (-n picks another)"
+                ) from exc
             if claim.allocation is not None:
                 title = f"claim {args.namespace}/{args.name} is allocated"
                 print_fitted(console, allocation_table(title, claim.allocation))
@@ -72,15 +78,15 @@ def _read_claim_file(path: Path, namespace: str) -> ResourceClaim:
     try:
         body = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"explain: cannot read {path}: {exc}") from exc
+        raise ConfigurationError(f"cannot read {path}: {exc}") from exc
     if not isinstance(body, dict) or body.get("kind") != "ResourceClaim":
-        raise ConfigurationError(f"explain: {path} must hold one ResourceClaim")
+        raise ConfigurationError(f"{path} must hold one ResourceClaim")
     body.setdefault("metadata", {}).setdefault("namespace", namespace)
     body["metadata"].setdefault("name", path.stem)
     try:
         return ResourceClaim.model_validate(body)
     except ValidationError as exc:
-        raise ConfigurationError(f"explain: {path} is not a valid ResourceClaim: {exc}") from exc
+        raise ConfigurationError(f"{path} is not a valid ResourceClaim: {exc}") from exc
 
 
 def _shipped(driver_name: str) -> set[tuple[str, str]]:

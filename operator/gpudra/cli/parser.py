@@ -9,8 +9,8 @@ from pathlib import Path
 from gpudra import __version__
 from gpudra.cli.sim import SIM_FAULTS
 
-DESCRIPTION = """The ``gpudra`` command: ``up`` (embedded cluster), ``agent`` (node agent), ``controller``, ``explain``,
-``status``, ``hardware record``, ``sim fault`` (a fault on a simulated node of a running ``up``)."""
+DESCRIPTION = """The gpudra command: `up` (embedded cluster), `agent` (node agent), `controller`, `explain`, `status`,
+`hardware record`, `sim fault` (a fault on a simulated node of a running `up`)."""  # plain text: --help shows it
 
 
 def build_parser(prog: str = "gpudra") -> argparse.ArgumentParser:

@@ -38,5 +38,10 @@ async def sim_command(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"sim fault: {args.fault} takes no value ({args.value!r} given)")
     kubeconfig = args.kubeconfig or Path(os.environ.get("KUBECONFIG") or "gpudra-demo/kubeconfig")
     phase, message = await send_fault(kubeconfig, fault)
-    print(f"{phase}: {message}", file=sys.stdout if phase == "Injected" else sys.stderr)
+    if (
+        phase == "Injected" and args.fault == "recover"
+    ):  # nothing was injected: what came back, or that nothing did
+        print(message[:1].upper() + message[1:])
+    else:
+        print(f"{phase}: {message}", file=sys.stdout if phase == "Injected" else sys.stderr)
     return {"Injected": 0, "NotHeard": 1}.get(phase, 2)

@@ -2,7 +2,8 @@
 
 While it starts: one line per stage (API server, nodes registered, slices published, controller ready) with its
 progress, drawn by rich's live progress display on a terminal and written as plain lines otherwise (CI logs,
-pipes). Once up: one summary, the KUBECONFIG line, the fleet table, the web view's URL and three commands to try.
+pipes). Once up: one summary, the fleet table first, the URLs, then the commands to try next (``trynext.py``), which
+run as printed in a new terminal too.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-import yaml
 from rich.console import Console, Group, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.text import Text
 
 from gpudra.planning.summaries import FleetRow
-from gpudra.reports import fleet_table
+from gpudra.reports import fleet_table, print_fitted
 
 STAGE_API_SERVER = "API server"
 STAGE_NODES = "nodes registered"
@@ -112,14 +112,13 @@ def start_progress(console: Console) -> Iterator[StartProgress]:
 class Summary:
     """What the summary shows once the cluster is up."""
 
-    kubeconfig: Path
     api_server: str
     rows: list[FleetRow]
     web_url: str = ""
     metrics_url: str = ""
     log_file: Path | None = None
     seconds: float = 0.0
-    example: Path | None = None  # a claim manifest to suggest applying, if it is there (a clone's examples/)
+    tries: tuple[str, ...] = ()  # the commands to try next, each as typed (trynext.py)
 
 
 def _count(n: int, noun: str) -> str:
@@ -138,38 +137,20 @@ def summary(info: Summary) -> RenderableType:
     links += [("logs", str(info.log_file))] if info.log_file else []
     width = max(len(name) for name, _ in links) + 2
     lines = [Text(f"  {name + ':':<{width}}{value}", no_wrap=True) for name, value in links]
-    if info.example is not None and info.example.is_file():
-        tries = [
-            "kubectl get resourceslices",
-            f"kubectl apply -f {info.example}"
-            + ("   # then watch it in the web view" if info.web_url else ""),
-            f"gpudra explain claim {claim_name(info.example) or info.example.stem}",
-        ]
-    else:
-        tries = ["kubectl get resourceslices", "kubectl get deviceclasses", "gpudra status -o wide"]
     return Group(
         Text(head, style="bold green"),
-        Text(""),
-        Text(f"export KUBECONFIG={info.kubeconfig.resolve()}", style="bold", no_wrap=True),
         Text(""),
         fleet_table(info.rows, title=None),
         Text(""),
         *lines,
-        Text(""),
-        Text("Try next (in a shell with KUBECONFIG set):"),
-        *(Text(f"  {command}", no_wrap=True) for command in tries),
     )
 
 
-def claim_name(manifest: Path) -> str | None:
-    """The metadata.name of the first ResourceClaim in a manifest (None when there is none or it cannot be
-    read)."""
-    try:
-        docs = list(yaml.safe_load_all(manifest.read_text(encoding="utf-8")))
-    except (OSError, yaml.YAMLError):
-        return None
-    for doc in docs:
-        if isinstance(doc, dict) and doc.get("kind") == "ResourceClaim":
-            name = (doc.get("metadata") or {}).get("name")
-            return str(name) if name else None
-    return None
+def print_summary(console: Console, info: Summary) -> None:
+    """The summary, then the commands to try next: those are never folded by rich (soft wrap), so a narrow
+    terminal wraps them itself and a copied line stays one command."""
+    print_fitted(console, summary(info))
+    if info.tries:
+        console.print("\nTry next, in this terminal or a new one:", markup=False, highlight=False)
+    for command in info.tries:
+        console.print(f"  {command}", soft_wrap=True, markup=False, highlight=False)

@@ -59,9 +59,10 @@ from gpudra.cluster.startup import (
     NoProgress,
     StartProgress,
     Summary,
+    print_summary,
     start_progress,
-    summary,
 )
+from gpudra.cluster.trynext import current_shell, try_next
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.kopfapp import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -74,7 +75,7 @@ from gpudra.kube.crdready import wait_served
 from gpudra.kube.kubeconfig import read_credentials, write_kubeconfig
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
-from gpudra.reports import list_fleet, print_fitted
+from gpudra.reports import list_fleet
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -776,16 +777,15 @@ async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
         assert cluster.client is not None
         lock.record(url=cluster.url)
         info = Summary(
-            kubeconfig=options.kubeconfig,
             api_server=cluster.url,
             rows=await list_fleet(cluster.client),
             metrics_url=cluster.metrics_url,
             web_url=cluster.web_url,
             log_file=log_file,
             seconds=time.monotonic() - started,
-            example=Path("examples/claim-h100.yaml"),
+            tries=tuple(try_next(options.kubeconfig, current_shell())),
         )
-        print_fitted(console, summary(info))
+        print_summary(console, info)
         if not options.once:
             console.print("Ctrl-C stops it.")
         sys.stdout.flush()

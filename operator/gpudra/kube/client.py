@@ -134,16 +134,16 @@ class KubeClient:
                 return cls(HTTPTransport(k8s_client.ApiClient(configuration)), field_manager=field_manager)
             except k8s_config.ConfigException:
                 pass
+        source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        advice = "set KUBECONFIG or --kubeconfig to a cluster's, e.g. the one gpudra up prints"
+        if not _any_file(str(source)):  # said before kubernetes_asyncio logs a warning of its own
+            raise ConfigurationError(f"no usable kubeconfig at {source} (no such file): {advice}")
         try:
             await k8s_config.load_kube_config(
                 config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
             )
         except (k8s_config.ConfigException, OSError) as exc:
-            source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-            raise ConfigurationError(
-                f"no usable kubeconfig at {source} ({exc}): set KUBECONFIG or --kubeconfig to a cluster's, e.g. "
-                "the one gpudra up prints"
-            ) from exc
+            raise ConfigurationError(f"no usable kubeconfig at {source} ({exc}): {advice}") from exc
         return cls(HTTPTransport(k8s_client.ApiClient(configuration)), field_manager=field_manager)
 
     async def close(self) -> None:
@@ -355,3 +355,8 @@ class KubeClient:
                     yield kind, obj
             except _TRANSPORT_ERRORS as exc:
                 raise _lost(exc, f"watch {res.plural}") from exc
+
+
+def _any_file(paths: str) -> bool:
+    """Whether any path of a KUBECONFIG-style list (``a:b``, ``~`` expanded) is a file."""
+    return any(Path(p).expanduser().is_file() for p in paths.split(os.pathsep) if p)

@@ -208,17 +208,17 @@ def _recover(nvml: FakeNvml, targets: list[Target], node: str) -> FaultOutcome:
         gpu = nvml.gpu(target.gpu)
         if gpu.lost:
             nvml.restore_gpu(target.gpu)
-            changes.append(f"GPU {target.gpu} answers again")
+            changes.append(f"{target.describe(nvml)} answers again")
         if nvml.fabric_state(target.gpu) == t.NVML_GPU_FABRIC_STATE_NOT_STARTED:
             nvml.restore_fabric(target.gpu)
-            changes.append(f"GPU {target.gpu} is back in its NVLink fabric")
+            changes.append(f"{target.describe(nvml)} is back in its NVLink fabric")
     if not changes:
         return FaultOutcome(
             f"nothing to recover on {node}: no GPU named is lost or out of its fabric; XID and ECC taints "
             "clear by themselves once the device has been quiet for the agent's recovery period "
             "(GPUDRA_HEALTH_RECOVERY_SECONDS)"
         )
-    return FaultOutcome(f"{node}: " + "; ".join(changes))
+    return FaultOutcome(f"recovered on {node}: " + "; ".join(changes))
 
 
 def _listing(nvml: FakeNvml, targets: list[Target]) -> str:
