@@ -15,6 +15,7 @@ from typing import Any
 
 import kopf
 
+from gpudra.api.core import Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.config import ControllerSettings
 from gpudra.controller.bodies import parse_body
@@ -24,6 +25,7 @@ from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
 from gpudra.controller.kopflifecycle import Insights, close_stranded_streams, raise_once_discovered
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
+from gpudra.controller.pendingpods import PendingPods
 from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
 from gpudra.errors import GpudraError
@@ -53,6 +55,7 @@ def build_registry(
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
     pending = PendingClaims(client, metrics, driver=settings.driver_name, mig_planner=settings.mig_planner)
+    pods = PendingPods(client, pending)
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
     domains = register_compute_domains(registry, settings, metrics, client)
@@ -77,7 +80,7 @@ def build_registry(
         # Not a kopf timer: timers put a finalizer on every claim, and a controller must never block the deletion
         # of objects it does not own. One loop over the unallocated claims the claim handler keeps instead.
         explainer = asyncio.get_running_loop().create_task(
-            _explain_loop(pending, settings, kwargs["device_classes"])
+            _explain_loop(pending, pods, settings, kwargs["device_classes"])
         )
         explainers.append(explainer)
         explainers.append(asyncio.get_running_loop().create_task(attribution.refresh_loop()))
@@ -103,10 +106,19 @@ def build_registry(
         with _logged("claim usage", uid):
             attribution.claim_changed(uid, claim)
             pending.claim_changed(uid, claim)
+            pods.claim_changed(uid, claim)
         with _logged("claim's ComputeDomains", uid):
             domains.claim_changed(claim, uid)
         with _logged("claim config checks", uid):
             await claim_checks(type, body, kwargs)
+
+    # Pods waiting for the scheduler get their claims' explanations (and pods asking for extended resources that a
+    # DeviceClass maps, the explanation of the claim kube-scheduler would make).
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    def pod_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
+        bound = bool((body.get("spec") or {}).get("nodeName"))  # most pod events: parsed only while unbound
+        with _logged("pod explanations", uid):
+            pods.pod_changed(uid, None if type == "DELETED" or bound else parse_body(Pod, body))
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -161,10 +173,12 @@ def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
 
 async def _explain_loop(
     pending: PendingClaims,
+    pods: PendingPods,
     settings: ControllerSettings,
     device_classes: kopf.Index[str, DeviceClass],
 ) -> None:
-    """Every interval, explain each claim unallocated for longer than the grace period."""
+    """Every interval, explain each claim unallocated for longer than the grace period, and tell the pods that
+    have waited as long on them."""
     while True:
         await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
         classes = {name: next(iter(store)) for name, store in device_classes.items()}
@@ -175,7 +189,7 @@ async def _explain_loop(
             if age_seconds(claim.metadata, now) >= settings.pending_grace_seconds
         ]
         try:
-            await pending.check_all(due, classes)
+            await pods.check_all(due, classes, grace_seconds=settings.pending_grace_seconds)
         except GpudraError as exc:  # the API server restarting, say: explain again next round
             log.warning("explaining pending claims failed; will retry", error=str(exc))
         except Exception:  # a bug must not end the explanations for good
