@@ -15,7 +15,6 @@ from typing import Any
 
 import kopf
 
-from gpudra.api.core import Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.config import ControllerSettings
 from gpudra.controller.bodies import parse_body
@@ -83,6 +82,7 @@ def build_registry(
             _explain_loop(pending, pods, settings, kwargs["device_classes"])
         )
         explainers.append(explainer)
+        explainers.append(asyncio.get_running_loop().create_task(pods.informer.run()))
         explainers.append(asyncio.get_running_loop().create_task(attribution.refresh_loop()))
         explainers.append(asyncio.get_running_loop().create_task(mig_layouts.run()))
 
@@ -111,14 +111,6 @@ def build_registry(
             domains.claim_changed(claim, uid)
         with _logged("claim config checks", uid):
             await claim_checks(type, body, kwargs)
-
-    # Pods waiting for the scheduler get their claims' explanations (and pods asking for extended resources that a
-    # DeviceClass maps, the explanation of the claim kube-scheduler would make).
-    @kopf.on.event("", "v1", "pods", registry=registry)
-    def pod_event(type: str, body: kopf.Body, uid: str, **_: Any) -> None:
-        bound = bool((body.get("spec") or {}).get("nodeName"))  # most pod events: parsed only while unbound
-        with _logged("pod explanations", uid):
-            pods.pod_changed(uid, None if type == "DELETED" or bound else parse_body(Pod, body))
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

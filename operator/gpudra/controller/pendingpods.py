@@ -3,19 +3,24 @@ with that claim's explanation (the same reason code and text as the claim's Even
 pod`` says why on a real cluster too, where kube-scheduler says only "cannot allocate all claims". A pod asking for
 an extended resource that a DeviceClass maps, with no claim yet (kube-scheduler makes it only once a node fits), is
 explained as the claim kube-scheduler would make (``gpudra.planning.podclaims``). Events are deduplicated with a
-count (``gpudra.kube.events``) and a new one is posted when the explanation changes."""
+count (``gpudra.kube.events``) and a new one is posted when the explanation changes. Only pods not bound to a node
+are watched (a field selector): the controller never sees the rest."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from gpudra.api.core import Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
+from gpudra.controller.bodies import parse_body
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
+from gpudra.kube.informer import Informer
+from gpudra.kube.resources import PODS
 from gpudra.planning.podclaims import (
     EXTENDED_CLAIM_ANNOTATION,
     POD_CLAIM_NAME_ANNOTATION,
@@ -26,6 +31,8 @@ from gpudra.planning.podclaims import (
 )
 
 _KEPT_ANNOTATIONS = (EXTENDED_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION)
+UNBOUND = "spec.nodeName="
+"""The field selector of the pods watched: those not bound to a node (a pod that gets bound leaves the watch)."""
 
 
 def implicit_uid(pod_uid: str) -> str:
@@ -41,6 +48,12 @@ class PendingPods:
         """The pods that wait for the scheduler and may wait on claims, by uid."""
         self._owner: dict[str, str] = {}  # claim uid -> uid of the pod that controls it
         self._owned: dict[str, dict[str, ObjectMeta]] = {}  # pod uid -> claim uid -> the claim's metadata
+        self.informer = Informer(client, PODS, self._pod_event, field_selector=UNBOUND)
+        """Run it (``informer.run()``) to keep ``waiting``."""
+
+    async def _pod_event(self, kind: str, body: dict[str, Any]) -> None:
+        uid = str((body.get("metadata") or {}).get("uid") or "")
+        self.pod_changed(uid, None if kind == "DELETED" else parse_body(Pod, body))
 
     def pod_changed(self, uid: str, pod: Pod | None) -> None:
         """A pod changed (None: deleted, bound to a node, or it does not parse)."""
