@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
+
 from clusterkit import eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import EVENTS, PODS
@@ -162,3 +164,18 @@ async def check_mig_1g_12gb_pod_is_explained(cluster: EmbeddedCluster) -> dict[s
     )
     assert " ".join(said["message"].split()) in described
     return said
+
+
+async def check_web_view_shows_the_mig_1g_12gb_claim(cluster: EmbeddedCluster) -> None:
+    """The web view (`web_port=0`) lists the pod's extended-resource claim among the pending ones, explained."""
+    assert cluster.web_url
+    url = cluster.web_url
+
+    async def card() -> str:
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            page = await response.text()
+        start = page.find(f'data-frag="pending/{MIG_1G_12GB_NAMESPACE}/mig-1g12gb-pod-extended-resources')
+        return page[start : page.find("</div>", start)] if start >= 0 and "NoMatchingDevice" in page else ""
+
+    found = await eventually(card, timeout=60, interval=0.5, what="the web view's card of the pod's claim")
+    assert 'data-reason="NoMatchingDevice"' in found and "mig-1g-12gb.gpu.nvidia.com" in found, found

@@ -10,7 +10,11 @@ import pytest
 
 from clusterkit import StartCluster
 from gpudra.config import ControllerSettings
-from podexplainkit import check_mig_1g_12gb_pod_is_explained, check_waiting_pod_is_explained
+from podexplainkit import (
+    check_mig_1g_12gb_pod_is_explained,
+    check_waiting_pod_is_explained,
+    check_web_view_shows_the_mig_1g_12gb_claim,
+)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -24,4 +28,6 @@ async def test_a_waiting_pod_carries_its_claims_explanation(start_cluster: Start
 
 
 async def test_nvidias_mig_1g_12gb_spec_is_explained_on_the_pod(start_cluster: StartCluster) -> None:
-    await check_mig_1g_12gb_pod_is_explained(await start_cluster("dgx-h100:1", controller=FAST))
+    cluster = await start_cluster("dgx-h100:1", controller=FAST, web_port=0)
+    await check_mig_1g_12gb_pod_is_explained(cluster)
+    await check_web_view_shows_the_mig_1g_12gb_claim(cluster)

@@ -11,6 +11,7 @@ from podexplainkit import (
     MIG_1G_12GB_NAMESPACE,
     check_mig_1g_12gb_pod_is_explained,
     check_waiting_pod_is_explained,
+    check_web_view_shows_the_mig_1g_12gb_claim,
 )
 
 
@@ -24,8 +25,8 @@ async def test_a_waiting_pod_carries_its_claims_explanation(start_kubernetes: St
 async def test_nvidias_mig_1g_12gb_spec_is_explained_though_it_has_no_claim(
     start_kubernetes: StartKubernetes,
 ) -> None:
-    cluster = await start_kubernetes("dgx-h100:1")
+    cluster = await start_kubernetes("dgx-h100:1", web_port=0)
     await check_mig_1g_12gb_pod_is_explained(cluster)
-    assert (
-        await claims(cluster, MIG_1G_12GB_NAMESPACE) == {}
-    )  # explained as the claim kube-scheduler would make
+    # explained as the claim kube-scheduler would make: there is none
+    assert await claims(cluster, MIG_1G_12GB_NAMESPACE) == {}
+    await check_web_view_shows_the_mig_1g_12gb_claim(cluster)

@@ -10,7 +10,12 @@ import pytest
 
 from gpudra.api.core import Pod
 from gpudra.api.meta import ObjectMeta
-from gpudra.planning.podclaims import extended_resource_classes, may_wait_on_claims, pod_claims
+from gpudra.planning.podclaims import (
+    extended_resource_classes,
+    implicit_claims,
+    may_wait_on_claims,
+    pod_claims,
+)
 
 MAPPING = extended_resource_classes(
     [("gpu.nvidia.com", "nvidia.com/gpu"), ("mig-1g-12gb.gpu.nvidia.com", "nvidia.com/mig-1g.12gb"),
@@ -171,3 +176,20 @@ def test_the_claim_kube_scheduler_would_make(
 )  # fmt: skip
 def test_which_pods_may_wait_on_claims(case: str, the_pod: Pod, waits: bool) -> None:
     assert may_wait_on_claims(the_pod) is waits, case
+
+
+def test_only_waiting_pods_without_their_claim_get_an_implicit_one() -> None:
+    waiting = pod([limits({"nvidia.com/gpu": 1})])
+    served = Pod.model_validate(
+        {**waiting.to_wire(), "metadata": {"name": "served", "namespace": "ml", "uid": "u2"}}
+    )
+    bound = Pod.model_validate(
+        {**waiting.to_wire(), "metadata": {"name": "bound", "namespace": "ml", "uid": "u3"}}
+    )
+    bound.spec.node_name = "dgx-h100-0"
+    made = owned("served-extended-resources-x", EXTENDED, owner="u2")
+    (claim,) = implicit_claims([waiting, served, bound], [made], MAPPING)
+    assert (claim.metadata.namespaced_name, claim.metadata.uid) == (
+        "ml/trainer-extended-resources",
+        "implicit:pod-uid",
+    )

@@ -26,6 +26,7 @@ from gpudra.planning.podclaims import (
     POD_CLAIM_NAME_ANNOTATION,
     PodClaim,
     extended_resource_classes,
+    implicit_uid,
     may_wait_on_claims,
     pod_claims,
 )
@@ -33,11 +34,6 @@ from gpudra.planning.podclaims import (
 _KEPT_ANNOTATIONS = (EXTENDED_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION)
 UNBOUND = "spec.nodeName="
 """The field selector of the pods watched: those not bound to a node (a pod that gets bound leaves the watch)."""
-
-
-def implicit_uid(pod_uid: str) -> str:
-    """The uid the explanations know the claim kube-scheduler would make for a pod's extended resources by."""
-    return f"implicit:{pod_uid}"
 
 
 class PendingPods:
@@ -102,8 +98,7 @@ class PendingPods:
             if made is None:
                 self._pending.forget(implicit_uid(uid))
             else:
-                meta = made.metadata.model_copy(update={"uid": implicit_uid(uid)})
-                implicit.append(made.model_copy(update={"metadata": meta}))
+                implicit.append(made)
         await self._pending.check_all(claims, classes, implicit)
         by_name = {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()}
         for uid, wanted in waits.items():

@@ -103,12 +103,19 @@ def extended_claim_spec(requests: Iterable[ExtendedRequest]) -> ResourceClaimSpe
     )
 
 
+def implicit_uid(pod_uid: str) -> str:
+    """The uid of the claim kube-scheduler would make for a pod's extended resources (no real claim has it)."""
+    return f"implicit:{pod_uid}"
+
+
 def implicit_claim(pod: Pod, requests: Iterable[ExtendedRequest]) -> ResourceClaim:
     """The claim kube-scheduler would make for the pod's extended resources, named as its generated name starts
-    (``<pod>-extended-resources``: no real claim has that name, the server appends a suffix)."""
+    (``<pod>-extended-resources``: no real claim has that name, the server appends a suffix), with the uid
+    :func:`implicit_uid` gives."""
     meta = ObjectMeta(
         name=f"{(pod.metadata.name or '')[:40]}-extended-resources",
         namespace=pod.metadata.namespace or "default",
+        uid=implicit_uid(pod.metadata.uid or ""),
         creation_timestamp=pod.metadata.creation_timestamp,
         annotations={EXTENDED_CLAIM_ANNOTATION: "true"},
     )
@@ -178,6 +185,30 @@ def pod_claims(pod: Pod, owned: Iterable[ObjectMeta], extended: Mapping[str, str
 def _recorded_extended(pod: Pod) -> str | None:
     status = pod.status.extended_resource_claim_status if pod.status is not None else None
     return status.resource_claim_name if status is not None else None
+
+
+def owned_by_pods(claims: Iterable[ObjectMeta]) -> dict[str, list[ObjectMeta]]:
+    """pod uid -> the metadata of the claims that pod controls."""
+    owned: dict[str, list[ObjectMeta]] = {}
+    for meta in claims:
+        for owner in meta.owner_references or []:
+            if owner.controller and owner.kind == "Pod":
+                owned.setdefault(owner.uid, []).append(meta)
+    return owned
+
+
+def implicit_claims(
+    pods: Iterable[Pod], claims: Iterable[ObjectMeta], extended: Mapping[str, str]
+) -> list[ResourceClaim]:
+    """The claims kube-scheduler would make for the extended resources of the pods that wait and have no such
+    claim yet (``claims``: the metadata of the claims that exist)."""
+    owned = owned_by_pods(claims)
+    out = []
+    for pod in pods:
+        if may_wait_on_claims(pod):
+            wanted = pod_claims(pod, owned.get(pod.metadata.uid or "", []), extended)
+            out += [c.implicit for c in wanted if c.implicit is not None]
+    return out
 
 
 def may_wait_on_claims(pod: Pod) -> bool:
