@@ -66,13 +66,9 @@ class PendingPods:
             owned.pop(uid, None)
             if not owned:
                 self._owned.pop(previous, None)
-        meta = claim.metadata if claim is not None else None
-        owner = (
-            next((o for o in (meta.owner_references or []) if o.controller and o.kind == "Pod"), None)
-            if meta is not None
-            else None
-        )
-        if meta is None or owner is None:
+        meta = claim.metadata if claim is not None else ObjectMeta()
+        owner = next((o for o in meta.owner_references or [] if o.controller and o.kind == "Pod"), None)
+        if owner is None:
             return
         annotations = {k: v for k, v in (meta.annotations or {}).items() if k in _KEPT_ANNOTATIONS}
         slim = ObjectMeta(
