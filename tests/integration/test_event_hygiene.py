@@ -30,3 +30,22 @@ async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: obj
         assert sorted(e["reason"] for e in events) == ["DevicesInUse", "NoMatchingDevice"]
     finally:
         await client.close()
+
+
+async def test_a_repeat_after_the_window_counts_on_the_same_event(apiserver: object) -> None:
+    """As client-go's correlator does: one Event whose count and lastTimestamp grow, a new one once it expired."""
+    client = KubeClient.for_url(apiserver.url)  # type: ignore[attr-defined]
+    try:
+        claim = await client.create(RESOURCE_CLAIMS, {**CLAIM, "metadata": {**CLAIM["metadata"]}}, "default")
+        recorder = EventRecorder(client, "test", window_seconds=0, series=True)
+        for _ in range(3):
+            assert await recorder.post(claim, "Warning", "DevicesInUse", "all 8 H100s in use") is True
+        (event,) = (await client.list(EVENTS, "default", field_selector="involvedObject.name=pending"))[0]
+        assert event["count"] == 3 and event["lastTimestamp"] >= event["firstTimestamp"]
+
+        await client.delete(EVENTS, event["metadata"]["name"], "default")  # expired (the API server's TTL)
+        assert await recorder.post(claim, "Warning", "DevicesInUse", "all 8 H100s in use") is True
+        (again,) = (await client.list(EVENTS, "default", field_selector="involvedObject.name=pending"))[0]
+        assert again["metadata"]["name"] != event["metadata"]["name"] and again["count"] == 1
+    finally:
+        await client.close()

@@ -66,7 +66,15 @@ async def test_the_controller_runs_daemon_sets_only_in_the_driver_namespace(
         403,
         *forbidden_in("default", "patch", "daemonsets"),
     )
-    await refused(controller.list(PODS, "default"), 403, *forbidden_in("default", "list", "pods"))
+    # it reads pods everywhere (a waiting pod gets its claims' explanation) but cannot start one
+    await controller.list(PODS, "default")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x"},
+        "spec": {"containers": [{"name": "x"}]},
+    }
+    await refused(controller.create(PODS, pod, "default"), 403, *forbidden_in("default", "create", "pods"))
     await refused(
         controller.list(COMPUTE_DOMAIN_CLIQUES),
         403,

@@ -1,13 +1,17 @@
-"""The controller's record of unallocated claims, kept from each claim change (what the explanations look at)."""
+"""The controller's record of unallocated claims, kept from each claim change (what the explanations look at), and
+of the pods waiting on claims."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
-from gpudra.controller.pending import PendingClaims
+from gpudra.controller.pending import PendingClaims, Said
+from gpudra.controller.pendingpods import PendingPods
 from gpudra.kube.client import KubeClient
 from gpudra.metrics import Metrics
+from gpudra.planning.podclaims import implicit_uid
 
 
 def _claim(uid: str, *, allocated: bool) -> ResourceClaim:
@@ -62,3 +66,19 @@ def test_a_claim_that_stops_parsing_is_dropped_and_its_reason_forgotten() -> Non
     pending.claim_changed("a", None)
     assert pending.unallocated == {} and pending.reasons == {}
     assert _waits(metrics) == 0.0
+
+
+def test_a_pods_implicit_claim_is_forgotten_once_the_pod_is_bound() -> None:
+    metrics = Metrics()
+    pending = _pending(metrics)
+    pods = PendingPods(KubeClient.__new__(KubeClient), pending)
+    body: dict[str, Any] = {
+        "metadata": {"name": "legacy", "namespace": "default", "uid": "p1"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 9}}}]},
+    }
+    pods.pod_changed("p1", Pod.model_validate(body))
+    assert list(pods.waiting) == ["p1"]
+    pending.reasons[implicit_uid("p1")] = "InsufficientDevices"  # explained while it waited
+    pending.said[implicit_uid("p1")] = Said("InsufficientDevices", "needs 9 GPUs on one node")
+    pods.pod_changed("p1", None)  # bound (it left the watch of unbound pods)
+    assert pods.waiting == {} and pending.said == {} and pending.reasons == {}

@@ -31,14 +31,16 @@ THIRD_PARTY_CRDS = {
 # grant exactly these, and where: "cluster" (a ClusterRole bound cluster-wide: cluster-scoped kinds, and kinds that
 # live in users' namespaces) or "driver" (a Role in the driver's namespace: what lives there). Controller: kopf
 # watches (list+watch) slices, classes, claims and claim templates, lists namespaces and nodes to explain claims,
-# posts Events, and uses kopf peering and CRD discovery (its web view watches namespaces too); for MigLayouts it
-# watches them and Nodes, patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted
-# files, in whichever namespace a MigLayout names); the MIG planner creates, merge-patches and deletes its own
-# MigLayouts; ComputeDomains in users' namespaces, their channel templates there, and in the driver's namespace
-# their daemon DaemonSets, daemon pods and cliques. Agent: reads, watches (by name) and labels its Node, lists and
-# writes its own slices, reads claims it prepares and writes their status, posts Events; its compute-domain driver
-# reads ComputeDomainCliques and (host-managed) writes its daemon entry and channel-lease ConfigMaps, in the
-# driver's namespace. IMEX daemon: reads and writes its domain's ComputeDomainClique, in the driver's namespace.
+# watches pods (a waiting pod gets its claims' explanation), posts Events (and patches their count), and uses kopf
+# peering and CRD discovery (its web view watches namespaces too); for MigLayouts it watches them and Nodes,
+# patches Nodes (desired MIG state) and MigLayout status, reads ConfigMaps (mig-parted files, in whichever
+# namespace a MigLayout names); the MIG planner creates, merge-patches and deletes its own MigLayouts;
+# ComputeDomains in users' namespaces, their channel templates there, and in the driver's namespace their daemon
+# DaemonSets and cliques (the daemon pods are read through the cluster-wide pods rule). Agent: reads, watches (by
+# name) and labels its Node, lists and writes its own slices, reads claims it prepares and writes their status,
+# posts Events; its compute-domain driver reads ComputeDomainCliques and (host-managed) writes its daemon entry and
+# channel-lease ConfigMaps, in the driver's namespace. IMEX daemon: reads and writes its domain's
+# ComputeDomainClique, in the driver's namespace.
 Grant = tuple[str, str, str, str]
 
 
@@ -52,6 +54,8 @@ USED: dict[str, set[Grant]] = {
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices", "deviceclasses")
           for v in ("list", "watch")},
         ("", "nodes", "list"), ("", "namespaces", "list"), ("", "events", "create"),
+        # a waiting pod gets its claims' explanation; a repeated Event's count is patched
+        ("", "pods", "list"), ("", "pods", "watch"), ("", "events", "patch"),
         # the web view: informers over what it shows (the rest is watched above already)
         ("", "namespaces", "watch"),
         # ComputeDomains: watch domains and nodes; write status; apply and delete channel templates
@@ -68,7 +72,6 @@ USED: dict[str, set[Grant]] = {
     ) | _at(
         "driver",
         *{("apps", "daemonsets", v) for v in ("list", "create", "patch", "delete")},
-        ("", "pods", "list"), ("", "pods", "watch"),
         *{("resource.nvidia.com", "computedomaincliques", v) for v in ("list", "watch", "delete")},
     ),
     "gpudra-agent": _at(

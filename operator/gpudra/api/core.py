@@ -75,9 +75,17 @@ class ContainerStatus(WireModel):
     restart_count: int = 0
 
 
+class PodExtendedResourceClaimStatus(WireModel):
+    """pod.status.extendedResourceClaimStatus: the claim kube-scheduler made for the pod's extended resources."""
+
+    resource_claim_name: str
+    request_mappings: list[dict[str, Any]] | None = None
+
+
 class PodStatus(WireModel):
     phase: str | None = None
     resource_claim_statuses: list[PodResourceClaimStatus] | None = None
+    extended_resource_claim_status: PodExtendedResourceClaimStatus | None = None
     conditions: list[dict[str, Any]] | None = None
     container_statuses: list[ContainerStatus] | None = None
 

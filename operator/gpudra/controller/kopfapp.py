@@ -24,6 +24,7 @@ from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
 from gpudra.controller.kopflifecycle import Insights, close_stranded_streams, raise_once_discovered
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
+from gpudra.controller.pendingpods import PendingPods
 from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
 from gpudra.errors import GpudraError
@@ -53,6 +54,7 @@ def build_registry(
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
     pending = PendingClaims(client, metrics, driver=settings.driver_name, mig_planner=settings.mig_planner)
+    pods = PendingPods(client, pending)
     attribution = Attribution(metrics)
     explainers: list[asyncio.Task[None]] = []
     domains = register_compute_domains(registry, settings, metrics, client)
@@ -77,9 +79,10 @@ def build_registry(
         # Not a kopf timer: timers put a finalizer on every claim, and a controller must never block the deletion
         # of objects it does not own. One loop over the unallocated claims the claim handler keeps instead.
         explainer = asyncio.get_running_loop().create_task(
-            _explain_loop(pending, settings, kwargs["device_classes"])
+            _explain_loop(pending, pods, settings, kwargs["device_classes"])
         )
         explainers.append(explainer)
+        explainers.append(asyncio.get_running_loop().create_task(pods.informer.run()))
         explainers.append(asyncio.get_running_loop().create_task(attribution.refresh_loop()))
         explainers.append(asyncio.get_running_loop().create_task(mig_layouts.run()))
 
@@ -103,6 +106,7 @@ def build_registry(
         with _logged("claim usage", uid):
             attribution.claim_changed(uid, claim)
             pending.claim_changed(uid, claim)
+            pods.claim_changed(uid, claim)
         with _logged("claim's ComputeDomains", uid):
             domains.claim_changed(claim, uid)
         with _logged("claim config checks", uid):
@@ -161,10 +165,12 @@ def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
 
 async def _explain_loop(
     pending: PendingClaims,
+    pods: PendingPods,
     settings: ControllerSettings,
     device_classes: kopf.Index[str, DeviceClass],
 ) -> None:
-    """Every interval, explain each claim unallocated for longer than the grace period."""
+    """Every interval, explain each claim unallocated for longer than the grace period, and tell the pods that
+    have waited as long on them."""
     while True:
         await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
         classes = {name: next(iter(store)) for name, store in device_classes.items()}
@@ -175,7 +181,7 @@ async def _explain_loop(
             if age_seconds(claim.metadata, now) >= settings.pending_grace_seconds
         ]
         try:
-            await pending.check_all(due, classes)
+            await pods.check_all(due, classes, grace_seconds=settings.pending_grace_seconds)
         except GpudraError as exc:  # the API server restarting, say: explain again next round
             log.warning("explaining pending claims failed; will retry", error=str(exc))
         except Exception:  # a bug must not end the explanations for good

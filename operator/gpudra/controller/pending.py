@@ -2,12 +2,16 @@
 an Event saying why (the allocator's explanation), deduplicated so one pending claim cannot flood the API, and the
 pending claims are counted by reason code in metrics. For pending MIG claims the Event also says which MIG
 repartition of idle GPUs would satisfy them (the planner, ``gpudra.mig.demand``), and with the apply policy the
-controller writes that repartition as a planner MigLayout (``gpudra.controller.migplanner``)."""
+controller writes that repartition as a planner MigLayout (``gpudra.controller.migplanner``). The claims kube-scheduler
+would make for pods' extended resources (``gpudra.planning.podclaims``) are explained alongside, without an Event of
+their own (no such object exists): ``gpudra.controller.pendingpods`` posts what is said of a pod's claims on the
+pod."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from gpudra.allocator.explain import Failure, NodesFailure
 from gpudra.allocator.requests import claim_key
@@ -29,6 +33,14 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 
 EVENT_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class Said:
+    """What the claim's Event says: the reason code and the message."""
+
+    reason: str
+    text: str
 
 
 def uses_driver(claim: ResourceClaim, classes: Mapping[str, DeviceClass], driver: str) -> bool:
@@ -69,8 +81,9 @@ class PendingClaims:
         self._ttl = view_ttl
         self._planner = mig_planner
         self._view: tuple[float, ClusterView] | None = None
-        self._events = EventRecorder(client, "gpudra-controller")
+        self._events = EventRecorder(client, "gpudra-controller", series=True)
         self.reasons: dict[str, str] = {}  # claim uid -> reason code while pending
+        self.said: dict[str, Said] = {}  # claim uid -> its latest explanation while it cannot fit
         self.unallocated: dict[str, ResourceClaim] = {}
         """The claims without an allocation, by uid, as of their latest change (``claim_changed``)."""
 
@@ -81,17 +94,22 @@ class PendingClaims:
         return self._view[1]
 
     async def check_all(
-        self, claims: list[ResourceClaim], classes: Mapping[str, DeviceClass]
-    ) -> dict[str, str]:
-        """Explain the pending claims together (the MIG planner serves them jointly, oldest first); return
-        the Event message per claim uid that does not fit now."""
+        self,
+        claims: list[ResourceClaim],
+        classes: Mapping[str, DeviceClass],
+        implicit: Sequence[ResourceClaim] = (),
+    ) -> dict[str, Said]:
+        """Explain the pending claims together (the MIG planner serves them jointly, oldest first), with the
+        ``implicit`` claims kube-scheduler would make for pods' extended resources (each with a uid of its own);
+        return what is said of each claim that does not fit now, by uid."""
         ours: list[ResourceClaim] = []
         for claim in claims:
             if claim.allocation is not None or not uses_driver(claim, classes, self._driver):
                 self.forget(_uid(claim))
             else:
                 ours.append(claim)
-        if not ours and self._planner != "apply":
+        imagined = [c for c in implicit if uses_driver(c, classes, self._driver)]
+        if not ours and not imagined and self._planner != "apply":
             return {}
         view = await self._cluster()
         if self._planner == "apply":
@@ -101,7 +119,7 @@ class PendingClaims:
                 log.warning("checking planner MigLayouts failed", error=str(exc))
         # The claim index can lag behind the listed view: a claim allocated there is not pending.
         unallocated = {c.metadata.uid for c in view.pending}
-        ours = [c for c in ours if c.metadata.uid in unallocated]
+        ours = [c for c in ours if c.metadata.uid in unallocated] + imagined
         failed: list[tuple[ResourceClaim, Failure | NodesFailure]] = []
         for claim in ours:
             outcome = explain(view, claim)
@@ -116,20 +134,21 @@ class PendingClaims:
                 plan, notes = await self._suggest(view, ours)
             except GpudraError as exc:  # the explanations still go out
                 log.warning("the MIG planner failed", error=str(exc))
-        messages: dict[str, str] = {}
+        said: dict[str, Said] = {}
+        no_object = {id(c) for c in imagined}
         for claim, outcome in failed:
             uid = _uid(claim)
             note = notes.get(plan.placed.get(claim_key(claim), "")) if plan is not None else None
-            said = explanation(view, claim, outcome, plan, note or "")
-            reason = said.reason
+            explained = explanation(view, claim, outcome, plan, note or "")
+            reason = explained.reason
             if self.reasons.get(uid) != reason:
                 self._metrics.allocation_failures.labels(reason).inc()
             self.reasons[uid] = reason
-            text = said.text(EVENT_LIMIT)
-            messages[uid] = f"pending for {age_seconds(claim.metadata, time.time()):.0f}s: {text}"
-            await self._events.post(claim, "Warning", reason, text)
+            said[uid] = self.said[uid] = Said(reason, explained.text(EVENT_LIMIT))
+            if id(claim) not in no_object:
+                await self._events.post(claim, "Warning", reason, said[uid].text)
         self._refresh_gauge()
-        return messages
+        return said
 
     async def _suggest(
         self, view: ClusterView, claims: list[ResourceClaim]
@@ -161,6 +180,7 @@ class PendingClaims:
         self.forget(uid)
 
     def forget(self, uid: str) -> None:
+        self.said.pop(uid, None)
         if self.reasons.pop(uid, None) is not None:
             self._refresh_gauge()
 

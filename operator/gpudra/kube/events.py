@@ -1,5 +1,8 @@
-"""Posting core/v1 Events about objects, deduplicated: the same reason and message on the same object within the
-window only bumps a counter in memory, so a pending claim cannot flood the API (kubernetes#137617)."""
+"""Posting core/v1 Events about objects, deduplicated as client-go's event correlator does: the same reason and
+message on the same object is one Event whose ``count`` grows. Within the window a repeat only bumps a counter in
+memory, so a pending claim cannot flood the API (kubernetes#137617). A repeat after the window is a new Event, or,
+for a recorder made with ``series=True`` (it needs ``events patch``), writes the count and ``lastTimestamp`` into
+the Event posted before (a new one when that has expired meanwhile)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from typing import Any, Literal
 
 from gpudra.api.meta import KubeObject
 from gpudra.api.timestamps import rfc3339
-from gpudra.errors import KubeError
+from gpudra.errors import KubeError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS
 from gpudra.telemetry import get_logger
@@ -33,36 +36,47 @@ def _wire(involved: dict[str, Any] | KubeObject) -> dict[str, Any]:
 
 
 class EventRecorder:
-    def __init__(self, client: KubeClient, component: str, *, window_seconds: float = 600.0) -> None:
+    def __init__(
+        self, client: KubeClient, component: str, *, window_seconds: float = 600.0, series: bool = False
+    ) -> None:
         self._client = client
         self._component = component
         self._window = window_seconds
+        self._series = series
         self._last: dict[tuple[str, str, str], float] = {}
+        self._posted: dict[
+            tuple[str, str, str], tuple[str, str, int]
+        ] = {}  # key -> event name, namespace, count
         self.suppressed = 0
 
     async def post(
         self, about: dict[str, Any] | KubeObject, type_: EventType, reason: str, message: str
     ) -> bool:
-        """Post unless the same event on the same object was posted within the window; True when posted."""
+        """Post unless the same event on the same object was posted within the window; True when written."""
         involved = _wire(about)
         meta = involved.get("metadata", {})
         key = (str(meta.get("uid", "")), reason, message)
         now = time.monotonic()
+        name, namespace, count = self._posted.get(key, ("", "", 0))
         if now - self._last.get(key, -1e18) < self._window:
             self.suppressed += 1
+            self._posted[key] = (name, namespace, count + 1)
             return False
         self._last[key] = now
         if len(self._last) > 10_000:
             cutoff = now - self._window
             self._last = {k: t for k, t in self._last.items() if t >= cutoff}
+            self._posted = {k: v for k, v in self._posted.items() if k in self._last}
+        if name and self._series:
+            repeated = await self._repeat(key, name, namespace, count + 1)
+            if repeated is not None:
+                return repeated
         namespace = meta.get("namespace") or "default"
+        name = f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:12]}"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {
-                "name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:12]}",
-                "namespace": namespace,
-            },
+            "metadata": {"name": name, "namespace": namespace},
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion", ""),
                 "kind": involved.get("kind", ""),
@@ -85,4 +99,18 @@ class EventRecorder:
         except KubeError as exc:
             log.warning("posting an event failed", reason=reason, error=str(exc))
             return False
+        self._posted[key] = (name, namespace, 1)
+        return True
+
+    async def _repeat(self, key: tuple[str, str, str], name: str, namespace: str, count: int) -> bool | None:
+        """Write a repeat into the Event posted before (True when written); None when that Event is gone
+        (expired: a new one is posted)."""
+        try:
+            await self._client.patch(EVENTS, name, {"count": count, "lastTimestamp": _now()}, namespace)
+        except NotFoundError:
+            return None
+        except KubeError as exc:
+            log.warning("updating an event failed", reason=key[1], error=str(exc))
+            return False
+        self._posted[key] = (name, namespace, count)
         return True

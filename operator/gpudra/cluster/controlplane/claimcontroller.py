@@ -13,19 +13,19 @@ from typing import Any
 from gpudra.api.core import Pod, PodResourceClaim
 from gpudra.api.dra import ResourceClaimTemplate
 from gpudra.api.meta import ObjectMeta
-from gpudra.cluster.controlplane.claims import claim_from_template, is_generated_for, pod_claim_names
-from gpudra.cluster.controlplane.extended import (
-    EXTENDED_CLAIM_ANNOTATION,
-    ExtendedRequest,
-    class_for_resource,
-    extended_claim,
-    extended_requests,
-    extended_status,
-)
+from gpudra.cluster.controlplane.claims import claim_from_template
+from gpudra.cluster.controlplane.extended import class_for_resource, extended_claim, extended_status
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
+from gpudra.planning.podclaims import (
+    EXTENDED_CLAIM_ANNOTATION,
+    ExtendedRequest,
+    extended_requests,
+    is_generated_for,
+    pod_claim_names,
+)
 
 
 class ClaimController:

@@ -1,5 +1,5 @@
-"""Pure: ResourceClaims generated from a pod's ResourceClaimTemplates, named and owned as Kubernetes does, and which
-claims a pod uses."""
+"""Pure: ResourceClaims generated from a pod's ResourceClaimTemplates, named and owned as Kubernetes does (which
+claims a pod uses: ``gpudra.planning.podclaims``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from typing import Any
 
 from gpudra.api.core import Pod, PodResourceClaim
 from gpudra.api.dra import ResourceClaimTemplate
-from gpudra.api.meta import ObjectMeta
+from gpudra.planning.podclaims import POD_CLAIM_NAME_ANNOTATION
 
-POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _MAX_GENERATE_BASE = 57  # 63 minus the hyphen and the 5 random characters the server appends
 
 
@@ -56,27 +55,3 @@ def claim_from_template(
         "metadata": metadata,
         "spec": template.spec.spec.to_wire(),
     }
-
-
-def is_generated_for(claim: ObjectMeta, pod: Pod, pod_claim_name: str) -> bool:
-    """Whether the claim (its metadata) was made for the pod's claim ``pod_claim_name``: annotated with that name
-    and controlled by the pod."""
-    return (claim.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION) == pod_claim_name and any(
-        o.uid == pod.metadata.uid and o.controller for o in claim.owner_references or []
-    )
-
-
-def pod_claim_names(pod: Pod) -> dict[str, str | None]:
-    """pod claim name -> ResourceClaim name (None while a templated claim has not been created yet)."""
-    statuses = (
-        {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])}
-        if pod.status
-        else {}
-    )
-    result: dict[str, str | None] = {}
-    for pod_claim in pod.spec.resource_claims or []:
-        if pod_claim.resource_claim_name:
-            result[pod_claim.name] = pod_claim.resource_claim_name
-        else:
-            result[pod_claim.name] = statuses.get(pod_claim.name)
-    return result

@@ -24,12 +24,12 @@ from gpudra.allocator.taintrules import Eviction, claim_eviction
 from gpudra.api.core import Pod
 from gpudra.api.dra import DeviceTaint, DeviceTaintRule, ResourceClaim
 from gpudra.api.timestamps import rfc3339
-from gpudra.cluster.controlplane.claims import pod_claim_names
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.errors import ConflictError, GpudraError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import PODS
+from gpudra.planning.podclaims import pod_claim_names
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

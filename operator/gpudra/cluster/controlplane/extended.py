@@ -1,59 +1,28 @@
-"""Pure: extended resources backed by DRA (KEP-5004, Kubernetes 1.34+ with DRAExtendedResource). A container that
-asks for ``nvidia.com/gpu: 2`` (or ``deviceclass.resource.kubernetes.io/<class>: 1``) gets devices of the
-DeviceClass whose ``extendedResourceName`` names that resource, through one special claim per pod that the scheduler
-creates: a request per container and resource, owned by the pod and annotated as the extended-resource claim."""
+"""Extended resources backed by DRA (KEP-5004, Kubernetes 1.34+ with DRAExtendedResource): the one claim per pod
+that kube-scheduler creates for a container asking for ``nvidia.com/gpu: 2`` (or
+``deviceclass.resource.kubernetes.io/<class>: 1``), owned by the pod and annotated as the extended-resource claim,
+and the pod status that records it. Which requests and classes: ``gpudra.planning.podclaims``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from gpudra.api.core import Pod
 from gpudra.cluster.controlplane.claims import pod_owner
-
-EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
-IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
-
-
-@dataclass(frozen=True)
-class ExtendedRequest:
-    container: str
-    resource: str
-    device_class: str
-    count: int
-    request: str  # the request name in the claim: container-<i>-request-<j>
+from gpudra.planning.podclaims import (
+    EXTENDED_CLAIM_ANNOTATION,
+    ExtendedRequest,
+    extended_claim_spec,
+    extended_resource_classes,
+)
 
 
-def class_for_resource(classes: list[dict[str, Any]]) -> dict[str, str]:
-    """extended resource name -> DeviceClass name (explicit extendedResourceName and the implicit per-class name)."""
-    mapping: dict[str, str] = {}
-    for body in classes:
-        name = body["metadata"]["name"]
-        mapping[IMPLICIT_PREFIX + name] = name
-        explicit = (body.get("spec") or {}).get("extendedResourceName")
-        if explicit:
-            mapping[explicit] = name
-    return mapping
-
-
-def extended_requests(pod: Pod, mapping: dict[str, str]) -> list[ExtendedRequest]:
-    """The container requests that DRA must serve, in container order (limits win over requests, as for GPUs)."""
-    out: list[ExtendedRequest] = []
-    for i, container in enumerate(pod.spec.containers):
-        resources = container.resources
-        wanted = {
-            **((resources.requests if resources else None) or {}),
-            **((resources.limits if resources else None) or {}),
-        }
-        for j, resource in enumerate(sorted(r for r in wanted if r in mapping)):
-            count = int(str(wanted[resource]))
-            if count > 0:
-                out.append(
-                    ExtendedRequest(
-                        container.name, resource, mapping[resource], count, f"container-{i}-request-{j}"
-                    )
-                )
-    return out
+def class_for_resource(classes: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """extended resource name -> DeviceClass name, from DeviceClass bodies."""
+    return extended_resource_classes(
+        (body["metadata"]["name"], (body.get("spec") or {}).get("extendedResourceName")) for body in classes
+    )
 
 
 def extended_claim(pod: Pod, requests: list[ExtendedRequest]) -> dict[str, Any]:
@@ -66,21 +35,7 @@ def extended_claim(pod: Pod, requests: list[ExtendedRequest]) -> dict[str, Any]:
             "annotations": {EXTENDED_CLAIM_ANNOTATION: "true"},
             "ownerReferences": [pod_owner(pod)],
         },
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": r.request,
-                        "exactly": {
-                            "deviceClassName": r.device_class,
-                            "allocationMode": "ExactCount",
-                            "count": r.count,
-                        },
-                    }
-                    for r in requests
-                ]
-            }
-        },
+        "spec": extended_claim_spec(requests).to_wire(),
     }
 
 

@@ -1,6 +1,8 @@
 """The web view's live state: what it watches (``watched``), its fragments drawn again when the objects they are
 drawn from change, the versions sent to subscribers (``updates``), and the pending claims' explanations, worked out
-in a worker process (``pendingcards``).
+in a worker process (``pendingcards``). The pending claims include the claims kube-scheduler would make for waiting
+pods' extended resources (``gpudra.planning.podclaims``): on a real cluster such a pod has no claim until a node
+fits.
 
 Each fragment (a node, a pending claim, a namespace of claims, a ComputeDomain, a MigLayout) is drawn again only
 when the objects it is drawn from change (their resourceVersions are its signature), so a change on one node of a
@@ -17,8 +19,8 @@ from functools import partial
 from typing import Any
 
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
-from gpudra.api.core import Node
-from gpudra.api.dra import ResourceClaim, ResourceSlice
+from gpudra.api.core import Node, Pod
+from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.api.meta import KubeObject
 from gpudra.api.miglayout import MigLayout
 from gpudra.controller.webview import html
@@ -28,6 +30,7 @@ from gpudra.controller.webview.watched import Watched
 from gpudra.hardware.catalog import Catalog, load_catalog
 from gpudra.kube.client import KubeClient
 from gpudra.planning.fleetview import NodeCard, node_card
+from gpudra.planning.podclaims import extended_resource_classes, implicit_claims
 from gpudra.planning.summaries import allocated_devices
 from gpudra.planning.workloads import ClaimRow, PendingCard, claims_by_namespace, domain_card, layout_card
 
@@ -74,6 +77,8 @@ class FleetView:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _cache: dict[str, _Cached] = field(default_factory=dict)
+    _imagined: list[ResourceClaim] = field(default_factory=list)
+    """The claims kube-scheduler would make, as of the last build."""
 
     def __post_init__(self) -> None:
         self.watched = Watched(self.client, self.namespace, self._changed)
@@ -82,7 +87,7 @@ class FleetView:
         )
 
     def _changed(self, name: str) -> None:
-        if name in EXPLAINED_FROM:
+        if name in EXPLAINED_FROM or name == "pods":
             self.explainer.stale = True
         self._wake.set()
 
@@ -138,9 +143,18 @@ class FleetView:
             cards.append(self._cached(f"node/{name}", signature, draw).card)
         return cards
 
+    def _implicit(self, claims: list[ResourceClaim]) -> list[ResourceClaim]:
+        """The claims kube-scheduler would make for waiting pods' extended resources."""
+        classes = self.watched.parsed("classes", DeviceClass)
+        mapping = extended_resource_classes(
+            (c.metadata.name or "", c.spec.extended_resource_name) for c in classes
+        )
+        return implicit_claims(self.watched.parsed("pods", Pod), (c.metadata for c in claims), mapping)
+
     def _build(self) -> Sections:
         claims = self.watched.parsed("claims", ResourceClaim)
-        pending = [c for c in claims if c.allocation is None]
+        self._imagined = self._implicit(claims)
+        pending = [c for c in claims if c.allocation is None] + self._imagined
         sections: Sections = {}
         node_cards = self._node_fragments()
         sections["nodes"] = {f"node/{c.name}": self._cache[f"node/{c.name}"].html for c in node_cards}
@@ -204,7 +218,7 @@ class FleetView:
         if self.explainer.stale:  # after the fleet is out: on a large fleet this is seconds of CPU
             pending = [
                 c for c in self.watched.wire("claims") if not (c.get("status") or {}).get("allocation")
-            ]
+            ] + [c.to_wire() for c in self._imagined]
             self.explainer.explain_if_due(
                 lambda: {name: self.watched.wire(name) for name in EXPLAINED_FROM}, pending
             )

@@ -10,7 +10,7 @@ from typing import Any, TypeVar, cast
 
 from gpudra.api.base import WireModel
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
-from gpudra.api.core import Namespace, Node
+from gpudra.api.core import Namespace, Node, Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.api.miglayout import MigLayout
 from gpudra.controller.miglayouts import MIGLAYOUTS
@@ -23,6 +23,7 @@ from gpudra.kube.resources import (
     DEVICE_CLASSES,
     NAMESPACES,
     NODES,
+    PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Resource,
@@ -43,8 +44,12 @@ WATCHED: dict[str, tuple[Resource, Parse]] = {
     "domains": (COMPUTE_DOMAINS, ComputeDomain.model_validate),
     "cliques": (COMPUTE_DOMAIN_CLIQUES, ComputeDomainClique.model_validate),
     "layouts": (MIGLAYOUTS, MigLayout.model_validate),
+    "pods": (PODS, Pod.model_validate),
 }
 """What the view watches, each with the model an object must parse as (one that does not is left out, as absent)."""
+SELECTED = {"pods": "spec.nodeName="}
+"""Field selectors of the kinds watched in part: pods not bound to a node (a pod asking for an extended resource
+that has no claim yet is shown as the claim kube-scheduler would make)."""
 OPTIONAL = frozenset({"domains", "cliques", "layouts"})
 """Custom resources a cluster may not serve (CRDs not installed): their sections stay empty meanwhile."""
 IN_DRIVER_NAMESPACE = frozenset({"cliques"})
@@ -77,7 +82,12 @@ class Watched:
         for name, (resource, parse) in WATCHED.items():
             namespace = self.namespace if name in IN_DRIVER_NAMESPACE else None
             self._informers[name] = Informer(
-                self.client, resource, self._handler(name), namespace=namespace, parse=parse
+                self.client,
+                resource,
+                self._handler(name),
+                namespace=namespace,
+                field_selector=SELECTED.get(name),
+                parse=parse,
             )
         return [
             asyncio.create_task(self._when_served(n) if n in OPTIONAL else i.run(), name=f"webview {n}")

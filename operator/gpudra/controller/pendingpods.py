@@ -1,0 +1,113 @@
+"""The controller's word on waiting pods: a pod that waits on a claim the controller explains gets a Warning Event
+with that claim's explanation (the same reason code and text as the claim's Event), so that ``kubectl describe
+pod`` says why on a real cluster too, where kube-scheduler says only "cannot allocate all claims". A pod asking for
+an extended resource that a DeviceClass maps, with no claim yet (kube-scheduler makes it only once a node fits), is
+explained as the claim kube-scheduler would make (``gpudra.planning.podclaims``). Events are deduplicated with a
+count (``gpudra.kube.events``) and a new one is posted when the explanation changes. Only pods not bound to a node
+are watched (a field selector): the controller never sees the rest."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from gpudra.api.core import Pod
+from gpudra.api.dra import DeviceClass, ResourceClaim
+from gpudra.api.meta import ObjectMeta
+from gpudra.controller.bodies import parse_body
+from gpudra.controller.pending import PendingClaims, age_seconds
+from gpudra.kube.client import KubeClient
+from gpudra.kube.events import EventRecorder
+from gpudra.kube.informer import Informer
+from gpudra.kube.resources import PODS
+from gpudra.planning.podclaims import (
+    EXTENDED_CLAIM_ANNOTATION,
+    POD_CLAIM_NAME_ANNOTATION,
+    PodClaim,
+    extended_resource_classes,
+    implicit_uid,
+    may_wait_on_claims,
+    pod_claims,
+)
+
+_KEPT_ANNOTATIONS = (EXTENDED_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION)
+UNBOUND = "spec.nodeName="
+"""The field selector of the pods watched: those not bound to a node (a pod that gets bound leaves the watch)."""
+
+
+class PendingPods:
+    def __init__(self, client: KubeClient, pending: PendingClaims) -> None:
+        self._pending = pending
+        self._events = EventRecorder(client, "gpudra-controller", series=True)
+        self.waiting: dict[str, Pod] = {}
+        """The pods that wait for the scheduler and may wait on claims, by uid."""
+        self._owner: dict[str, str] = {}  # claim uid -> uid of the pod that controls it
+        self._owned: dict[str, dict[str, ObjectMeta]] = {}  # pod uid -> claim uid -> the claim's metadata
+        self.informer = Informer(client, PODS, self._pod_event, field_selector=UNBOUND)
+        """Run it (``informer.run()``) to keep ``waiting``."""
+
+    async def _pod_event(self, kind: str, body: dict[str, Any]) -> None:
+        uid = str((body.get("metadata") or {}).get("uid") or "")
+        self.pod_changed(uid, None if kind == "DELETED" else parse_body(Pod, body))
+
+    def pod_changed(self, uid: str, pod: Pod | None) -> None:
+        """A pod changed (None: deleted, bound to a node, or it does not parse)."""
+        if pod is not None and may_wait_on_claims(pod):
+            self.waiting[uid] = pod
+        elif self.waiting.pop(uid, None) is not None:
+            self._pending.forget(implicit_uid(uid))
+
+    def claim_changed(self, uid: str, claim: ResourceClaim | None) -> None:
+        """A claim changed (None: deleted): keep which pod controls it (what made it for the pod)."""
+        previous = self._owner.pop(uid, None)
+        if previous is not None:
+            owned = self._owned.get(previous, {})
+            owned.pop(uid, None)
+            if not owned:
+                self._owned.pop(previous, None)
+        meta = claim.metadata if claim is not None else ObjectMeta()
+        owner = next((o for o in meta.owner_references or [] if o.controller and o.kind == "Pod"), None)
+        if owner is None:
+            return
+        annotations = {k: v for k, v in (meta.annotations or {}).items() if k in _KEPT_ANNOTATIONS}
+        slim = ObjectMeta(
+            name=meta.name, namespace=meta.namespace, annotations=annotations, owner_references=[owner]
+        )
+        self._owner[uid] = owner.uid
+        self._owned.setdefault(owner.uid, {})[uid] = slim
+
+    async def check_all(
+        self, claims: list[ResourceClaim], classes: Mapping[str, DeviceClass], *, grace_seconds: float
+    ) -> None:
+        """Explain the due claims (``PendingClaims.check_all``) with the claims kube-scheduler would make for the
+        pods waiting longer than the grace period, then tell each such pod what is said of its claims."""
+        now = time.time()
+        extended = extended_resource_classes((n, c.spec.extended_resource_name) for n, c in classes.items())
+        waits: dict[str, list[PodClaim]] = {}
+        for uid, pod in list(self.waiting.items()):
+            if age_seconds(pod.metadata, now) >= grace_seconds:
+                waits[uid] = pod_claims(pod, self._owned.get(uid, {}).values(), extended)
+        implicit: list[ResourceClaim] = []
+        for uid, wanted in waits.items():
+            made = next((c.implicit for c in wanted if c.implicit is not None), None)
+            if made is None:
+                self._pending.forget(implicit_uid(uid))
+            else:
+                implicit.append(made)
+        await self._pending.check_all(claims, classes, implicit)
+        by_name = {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()}
+        for uid, wanted in waits.items():
+            waiting = self.waiting.get(uid)
+            if waiting is None:
+                continue
+            namespace = waiting.metadata.namespace or "default"
+            for claim in wanted:
+                if claim.implicit is not None:
+                    said = self._pending.said.get(implicit_uid(uid))
+                elif claim.name is not None:
+                    said = self._pending.said.get(by_name.get(f"{namespace}/{claim.name}", ""))
+                else:
+                    said = None
+                if said is not None:
+                    await self._events.post(waiting, "Warning", said.reason, said.text)

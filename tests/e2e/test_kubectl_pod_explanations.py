@@ -1,0 +1,33 @@
+"""On the embedded cluster, `kubectl describe pod` says why a pod waits, in gpudra's words: the controller posts
+its claims' explanations on the pod (tests/kubernetes/test_real_pod_explanations.py checks the same on the real
+control plane)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from clusterkit import StartCluster
+from gpudra.config import ControllerSettings
+from podexplainkit import (
+    check_mig_1g_12gb_pod_is_explained,
+    check_waiting_pod_is_explained,
+    check_web_view_shows_the_mig_1g_12gb_claim,
+)
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH"),
+]
+FAST = ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.5)
+
+
+async def test_a_waiting_pod_carries_its_claims_explanation(start_cluster: StartCluster) -> None:
+    await check_waiting_pod_is_explained(await start_cluster("dgx-h100:1", controller=FAST))
+
+
+async def test_nvidias_mig_1g_12gb_spec_is_explained_on_the_pod(start_cluster: StartCluster) -> None:
+    cluster = await start_cluster("dgx-h100:1", controller=FAST, web_port=0)
+    await check_mig_1g_12gb_pod_is_explained(cluster)
+    await check_web_view_shows_the_mig_1g_12gb_claim(cluster)

@@ -1,0 +1,32 @@
+"""On kube-apiserver and kube-scheduler 1.37.2, `kubectl describe pod` says why a pod waits in gpudra's words, not
+only kube-scheduler's "cannot allocate all claims": the controller posts the explanation of the pod's claim on the
+pod, and for a pod asking for an extended resource (which kube-scheduler gives a claim only once a node fits) the
+explanation of the claim kube-scheduler would make."""
+
+from __future__ import annotations
+
+from _realkit import StartKubernetes, claims, events_of
+
+from podexplainkit import (
+    MIG_1G_12GB_NAMESPACE,
+    check_mig_1g_12gb_pod_is_explained,
+    check_waiting_pod_is_explained,
+    check_web_view_shows_the_mig_1g_12gb_claim,
+)
+
+
+async def test_a_waiting_pod_carries_its_claims_explanation(start_kubernetes: StartKubernetes) -> None:
+    cluster = await start_kubernetes("dgx-h100:1")
+    await check_waiting_pod_is_explained(cluster)
+    # kube-scheduler's own word is there too
+    assert any(e["reason"] == "FailedScheduling" for e in await events_of(cluster, "eight"))
+
+
+async def test_nvidias_mig_1g_12gb_spec_is_explained_though_it_has_no_claim(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    cluster = await start_kubernetes("dgx-h100:1", web_port=0)
+    await check_mig_1g_12gb_pod_is_explained(cluster)
+    # explained as the claim kube-scheduler would make: there is none
+    assert await claims(cluster, MIG_1G_12GB_NAMESPACE) == {}
+    await check_web_view_shows_the_mig_1g_12gb_claim(cluster)

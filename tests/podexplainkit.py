@@ -1,0 +1,181 @@
+"""What the pod-explanation tests share on both control planes: NVIDIA's `extended-resources/mig-1g-12gb` demo spec
+(demo/specs/extended-resources in kubernetes-sigs/dra-driver-nvidia-gpu), restated with the same namespace, class,
+selector, extended resource name and pod; a pod whose claim template asks for more GPUs than a node has; and the
+Events gpudra's controller posts on an object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from clusterkit import eventually, kubectl
+from gpudra.cluster.up import EmbeddedCluster
+from gpudra.kube.resources import EVENTS, PODS
+
+MIG_1G_12GB_NAMESPACE = "extended-resource-mig-1g12gb"
+_MIG_1G_12GB_SELECTOR = (
+    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
+    " && device.attributes['gpu.nvidia.com'].profile == '1g.12gb'"
+)
+MIG_1G_12GB = f"""
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {MIG_1G_12GB_NAMESPACE}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: mig-1g-12gb.gpu.nvidia.com
+spec:
+  selectors:
+  - cel:
+      expression: "{_MIG_1G_12GB_SELECTOR}"
+  extendedResourceName: nvidia.com/mig-1g.12gb
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  namespace: {MIG_1G_12GB_NAMESPACE}
+  name: mig-1g12gb-pod
+spec:
+  restartPolicy: Never
+  containers:
+  - name: cuda-container
+    image: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0
+    command: ["sh", "-c", "nvidia-smi; sleep 3600"]
+    resources:
+      limits:
+        nvidia.com/mig-1g.12gb: 1
+  tolerations:
+  - key: nvidia.com/gpu
+    operator: Exists
+    effect: NoSchedule
+"""
+
+
+def gpus_pod(name: str, count: int, namespace: str = "default") -> str:
+    """A claim template for ``count`` whole GPUs and a pod that uses it."""
+    return f"""
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: {name}-gpus, namespace: {namespace}}}
+spec:
+  spec:
+    devices:
+      requests: [{{name: gpus, exactly: {{deviceClassName: gpu.nvidia.com, count: {count}}}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  containers: [{{name: main, image: cuda, resources: {{claims: [{{name: gpus}}]}}}}]
+  resourceClaims: [{{name: gpus, resourceClaimTemplateName: {name}-gpus}}]
+"""
+
+
+async def controller_events(
+    cluster: EmbeddedCluster, kind: str, name: str, namespace: str = "default"
+) -> list[dict[str, Any]]:
+    """The Events gpudra's controller posted on the object, oldest first."""
+    assert cluster.client is not None
+    items, _ = await cluster.client.list(
+        EVENTS, namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={kind}"
+    )
+    ours = [e for e in items if (e.get("source") or {}).get("component") == "gpudra-controller"]
+    return sorted(ours, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
+
+
+async def explanations(
+    cluster: EmbeddedCluster, pod: str, count: int, namespace: str = "default"
+) -> list[Any]:
+    """Once the pod carries ``count`` Events from gpudra's controller: those Events."""
+
+    async def posted() -> list[dict[str, Any]]:
+        found = await controller_events(cluster, "Pod", pod, namespace)
+        return found if len(found) >= count else []
+
+    return await eventually(posted, timeout=60, what=f"{count} explanation(s) on pod {namespace}/{pod}")
+
+
+async def bound(cluster: EmbeddedCluster, pod: str, namespace: str = "default") -> None:
+    assert cluster.client is not None
+    client = cluster.client
+
+    async def on_a_node() -> bool:
+        return bool((await client.get(PODS, pod, namespace))["spec"].get("nodeName"))
+
+    await eventually(on_a_node, timeout=60, what=f"pod {namespace}/{pod} bound")
+
+
+async def claim_of(cluster: EmbeddedCluster, pod: str, namespace: str = "default") -> str:
+    """The name of the claim made for the pod from its template."""
+    assert cluster.client is not None
+    client = cluster.client
+
+    async def recorded() -> str:
+        status = (await client.get(PODS, pod, namespace)).get("status") or {}
+        return next((s["resourceClaimName"] for s in status.get("resourceClaimStatuses") or []), "")
+
+    return await eventually(recorded, timeout=60, what=f"pod {namespace}/{pod}'s claim")
+
+
+async def check_waiting_pod_is_explained(cluster: EmbeddedCluster) -> None:
+    """dgx-h100:1. A pod waiting for 8 GPUs while another holds one carries its claim's explanation (the same reason
+    and text as the claim's Event, naming the claim it waits for), visible in `kubectl describe pod`; when the
+    explanation changes (a second holder) a new Event says so, and neither is repeated."""
+    await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("one", 1))
+    await bound(cluster, "one")
+    one = await claim_of(cluster, "one")
+    await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("eight", 8))
+    (first,) = await explanations(cluster, "eight", 1)
+    assert first["type"] == "Warning" and first["reason"] == "DevicesInUse", first
+    head = "needs 8 NVIDIA H100 80GB HBM3 on one node; dgx-h100-0 has 8 but gpu-"
+    assert first["message"].startswith(head), first["message"]
+    assert f" is in use by default/{one}" in first["message"], first["message"]
+    on_claim = await controller_events(cluster, "ResourceClaim", await claim_of(cluster, "eight"))
+    assert [(e["reason"], e["message"]) for e in on_claim] == [(first["reason"], first["message"])]
+    described = " ".join((await kubectl(cluster, "describe", "pod", "eight")).split())
+    assert " ".join(first["message"].split()) in described
+
+    await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("two", 1))
+    await bound(cluster, "two")
+    two = await claim_of(cluster, "two")
+    old, new = await explanations(cluster, "eight", 2)
+    assert old["metadata"]["name"] == first["metadata"]["name"]
+    assert new["reason"] == "DevicesInUse" and f"default/{two}" in new["message"], new["message"]
+    assert [e.get("count") for e in (old, new)] == [1, 1]  # each posted once
+
+
+async def check_mig_1g_12gb_pod_is_explained(cluster: EmbeddedCluster) -> dict[str, Any]:
+    """dgx-h100:1. NVIDIA's `extended-resources/mig-1g-12gb` on a fleet without a 1g.12gb MIG device: the pod carries
+    gpudra's explanation of the claim for its `nvidia.com/mig-1g.12gb: 1`, visible in `kubectl describe pod`.
+    Returns the Event."""
+    await kubectl(cluster, "apply", "-f", "-", stdin=MIG_1G_12GB)
+    (said,) = await explanations(cluster, "mig-1g12gb-pod", 1, MIG_1G_12GB_NAMESPACE)
+    assert said["type"] == "Warning" and said["reason"] == "NoMatchingDevice", said
+    assert said["message"].startswith(
+        "no device matches request container-0-request-0: class mig-1g-12gb.gpu.nvidia.com"
+    ), said["message"]
+    assert "leaves out all 8 devices of dgx-h100-0 (NVIDIA H100 80GB HBM3)" in said["message"]
+    described = " ".join(
+        (await kubectl(cluster, "describe", "pod", "mig-1g12gb-pod", "-n", MIG_1G_12GB_NAMESPACE)).split()
+    )
+    assert " ".join(said["message"].split()) in described
+    return said
+
+
+async def check_web_view_shows_the_mig_1g_12gb_claim(cluster: EmbeddedCluster) -> None:
+    """The web view (`web_port=0`) lists the pod's extended-resource claim among the pending ones, explained."""
+    assert cluster.web_url
+    url = cluster.web_url
+
+    async def card() -> str:
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            page = await response.text()
+        start = page.find(f'data-frag="pending/{MIG_1G_12GB_NAMESPACE}/mig-1g12gb-pod-extended-resources')
+        return page[start : page.find("</div>", start)] if start >= 0 and "NoMatchingDevice" in page else ""
+
+    found = await eventually(card, timeout=60, interval=0.5, what="the web view's card of the pod's claim")
+    assert 'data-reason="NoMatchingDevice"' in found and "mig-1g-12gb.gpu.nvidia.com" in found, found
