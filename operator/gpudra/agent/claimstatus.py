@@ -28,10 +28,6 @@ Problems = Callable[[], Mapping[str, DeviceProblem]]
 HealthView = frozenset[tuple[str, str]]
 
 
-def _now() -> str:
-    return rfc3339()
-
-
 def _view(devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]) -> HealthView:
     """(device, reason) of a claim's unhealthy devices: what the last report said."""
     return frozenset(
@@ -90,7 +86,7 @@ class ClaimStatus:
             entries = [
                 device_status(
                     self.driver, r.pool, r.device, ready=False, reason=error.reason, message=str(error),
-                    now=_now(), share_id=r.share_id,
+                    now=rfc3339(), share_id=r.share_id,
                 )
                 for r in results
             ]  # fmt: skip
@@ -128,7 +124,7 @@ class ClaimStatus:
         return [
             device_status(
                 self.driver, d.pool_name, d.device_name, ready=True, reason="Prepared",
-                message=f"prepared on node {self.node}", now=_now(), share_id=d.share_id,
+                message=f"prepared on node {self.node}", now=rfc3339(), share_id=d.share_id,
                 data={"uuid": d.uuid, "type": d.device_type, "cdiDeviceIDs": list(d.cdi_device_ids)},
                 health=problems.get(d.device_name, "Healthy") if watched else None,
             )

@@ -58,10 +58,6 @@ PodClient = Callable[[KubeClient, dict[str, Any]], Awaitable[KubeClient]]
 """The client a pod's container uses (its ServiceAccount's identity), from the kubelet's client and the pod."""
 
 
-def _now() -> str:
-    return rfc3339()
-
-
 def pod_claim_names(pod: dict[str, Any]) -> list[str]:
     """The ResourceClaim names a pod uses; PrepareError while a template's claim is not created yet."""
     statuses = {
@@ -279,7 +275,7 @@ class StandInKubelet:
         meta = pod["metadata"]
         try:
             latest = await self._client.get(PODS, meta["name"], meta["namespace"])
-            status = PodStatusWriter(latest, node_ip=self.node_ip, now=_now()).waiting()
+            status = PodStatusWriter(latest, node_ip=self.node_ip, now=rfc3339()).waiting()
             await self._write_status(latest, status)
         except NotFoundError:
             return False
@@ -302,7 +298,7 @@ class StandInKubelet:
         else:
             ip = pod_ip(self.node_ip, self._pods_started)
             self._pods_started += 1
-        now = _now()
+        now = rfc3339()
         if self._logs is not None:
             logs = await self._container_logs(latest, devices)
             self._logs.started(meta["namespace"], meta["name"], meta["uid"], logs, now)

@@ -38,10 +38,6 @@ URGENT = frozenset({"FabricLost", "CliqueChanged", "NodeGone", "NodeHeld"})
 RETRY_SECONDS = 1.0
 
 
-def _now() -> str:
-    return rfc3339()
-
-
 def _age_seconds(domain: ComputeDomain) -> float | None:
     created = domain.metadata.creation_timestamp
     if not created:
@@ -134,7 +130,7 @@ class DomainStatusWriter:
         domain = self.view.domains.get(uid)
         if domain is None or uid in self.deleting or domain.metadata.deletion_timestamp:
             return
-        computed = self.view.status_of(uid, _now())
+        computed = self.view.status_of(uid, rfc3339())
         if computed is None:
             return
         stored = domain.status

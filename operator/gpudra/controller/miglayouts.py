@@ -49,10 +49,6 @@ CONFIG_FILE_TTL = 5.0
 MIGLAYOUTS = Resource("gpudra.dev", "v1alpha1", "miglayouts", "MigLayout", namespaced=False)
 
 
-def _now() -> str:
-    return rfc3339()
-
-
 class MigLayoutReconciler:
     def __init__(self, client: KubeClient, settings: ControllerSettings) -> None:
         self._client = client
@@ -218,7 +214,7 @@ class MigLayoutReconciler:
         if body is None:
             return
         previous = body.get("status") or {}
-        status = layout_status(layout, outcomes, previous, _now())
+        status = layout_status(layout, outcomes, previous, rfc3339())
         if status == previous:
             return
         try:

@@ -21,10 +21,6 @@ log = get_logger(__name__)
 EventType = Literal["Normal", "Warning"]
 
 
-def _now() -> str:
-    return rfc3339()
-
-
 def _wire(involved: dict[str, Any] | KubeObject) -> dict[str, Any]:
     if isinstance(involved, dict):
         return involved
@@ -90,8 +86,8 @@ class EventRecorder:
             "type": type_,
             "source": {"component": self._component},
             "reportingComponent": self._component,
-            "firstTimestamp": _now(),
-            "lastTimestamp": _now(),
+            "firstTimestamp": rfc3339(),
+            "lastTimestamp": rfc3339(),
             "count": 1,
         }
         try:
@@ -106,7 +102,7 @@ class EventRecorder:
         """Write a repeat into the Event posted before (True when written); None when that Event is gone
         (expired: a new one is posted)."""
         try:
-            await self._client.patch(EVENTS, name, {"count": count, "lastTimestamp": _now()}, namespace)
+            await self._client.patch(EVENTS, name, {"count": count, "lastTimestamp": rfc3339()}, namespace)
         except NotFoundError:
             return None
         except KubeError as exc:
