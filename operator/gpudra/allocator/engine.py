@@ -44,6 +44,7 @@ from gpudra.allocator.requests import (
     build_claim,
     claim_key,
     evaluate,
+    fails_on,
     passes_all,
     select,
 )
@@ -291,7 +292,11 @@ class Allocator:
         if isinstance(outcome, Allocation):
             # The pending positions before the one taken were tried in vain; it and those after it remain.
             at = self._index_of(order, outcome.node)
-            error = self._error_after(order, at, prepared) if len(order) <= KUBE_FILTERS_ALL_BELOW else None
+            error = (
+                self._error_after(order, at, prepared, facts)
+                if len(order) <= KUBE_FILTERS_ALL_BELOW
+                else None
+            )
             if error is not None:
                 return error
             index = max(start, at)
@@ -307,18 +312,46 @@ class Allocator:
             self._remember(shape, order, len(order), outcome)
         return outcome
 
-    def _error_after(self, order: Sequence[NodeInfo], at: int, claims: list[ClaimSpec]) -> Failure | None:
+    def _error_after(
+        self, order: Sequence[NodeInfo], at: int, claims: list[ClaimSpec], facts: _ShapeFacts
+    ) -> Failure | None:
         """The first error Kubernetes' allocator meets on a node after ``at`` (kube-scheduler filters every node
-        of a small cluster, and aborts on an error wherever it comes from). Only nodes where a selector may fail
-        at runtime are searched."""
-        memo: dict[frozenset[Schema], bool] = {}
+        of a small cluster, and aborts on an error wherever it comes from). Only nodes where a selector fails
+        on a device, or with an ``All`` request, are searched."""
+        groups = [c.groups for c in claims]
+        known = facts.failing
+        if (
+            known is None
+            or known[0] != self.snapshot.version
+            or known[1] is not order
+            or len(known[2]) != len(groups)
+            or any(g is not h for g, h in zip(known[2], groups, strict=True))
+        ):
+            memo: dict[frozenset[Schema], bool] = {}
+            names = frozenset(
+                n.name
+                for n in order
+                if not self._never_fails(n.name, claims, memo) and self._may_abort(n, claims)
+            )
+            known = facts.failing = (self.snapshot.version, order, groups, names)
+        if not known[3]:
+            return None
         for node in order[at + 1 :]:
-            if self._never_fails(node.name, claims, memo):
+            if node.name not in known[3]:
                 continue
             outcome = self._on_node(node, claims, explain=False)
             if isinstance(outcome, Failure) and outcome.aborts:
                 return outcome
         return None
+
+    def _may_abort(self, node: NodeInfo, claims: list[ClaimSpec]) -> bool:
+        """Whether a selector of the claims fails on a device of the node (in use or not), or an ``All`` request
+        may meet a problem there: the selection alone tells, without a search."""
+        specs = [s for c in claims for g in c.groups for s in g]
+        if any(s.all_mode for s in specs):
+            return True
+        pools = self.snapshot.node_pools(node)
+        return any(fails_on(s, pools, self.snapshot, self.device_view) for s in specs)
 
     def _remember(
         self,
@@ -557,6 +590,9 @@ class _ShapeFacts:
     """The snapshot version at which every request matched some device of the cluster, and the claims'
     prepared requests then: the answer holds while the slices (the version) and the requests (the same
     objects, so the same classes) stay."""
+    failing: tuple[int, Sequence[NodeInfo], list[list[list[RequestSpec]]], frozenset[str]] | None = None
+    """The nodes of an order where a selector of the claims fails on some device (or an ``All`` request may
+    meet a problem), as of a snapshot version and the claims' prepared requests (see ``matched``)."""
 
 
 @dataclass(slots=True)
