@@ -112,11 +112,11 @@ async def test_explain_pod_says_each_claim_in_80_columns_and_exits_1_when_one_ca
     code, out = await explain(cluster, "pod", "trainer")
     assert code == 1, out
     lines = out.splitlines()
-    assert max(len(line) for line in lines) <= 80, out
+    assert max(len(line) for line in lines) <= 80 and all(line == line.rstrip() for line in lines), out
     nine = await made_claim(cluster, "trainer")
     assert lines[0] == f"claim default/{nine} does not fit (InsufficientDevices)"
     header = next(i for i, line in enumerate(lines) if line.startswith("NODE"))
-    assert " ".join(line.strip() for line in lines[1:header]) == (
+    assert " ".join(lines[1:header]) == (
         "needs 9 NVIDIA H100 80GB HBM3 on one node; the most on any node is 8 (dgx-h100-0, 3 of them in use). "
         "dgx-h100-1 has 7, 1 more tainted"
     ), out

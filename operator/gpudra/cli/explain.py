@@ -123,10 +123,12 @@ def _print(answers: list[Answer], args: argparse.Namespace) -> None:
         return
     console = Console()
     console.width = min(console.width, WIDTH) if console.is_terminal else WIDTH
-    for i, answer in enumerate(answers):
-        if i:
-            console.print()
-        console.print(short_report(answer))
+    with console.capture() as captured:
+        for i, answer in enumerate(answers):
+            if i:
+                console.print()
+            console.print(short_report(answer))
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def _read_claim_file(path: Path, namespace: str) -> ResourceClaim:
