@@ -79,7 +79,7 @@ def short_report(answer: Answer) -> RenderableType:
     e = answer.explanation
     assert e is not None
     parts.append(Text(f"claim {answer.claim} does not fit ({e.reason})", style="bold red"))
-    parts.append(Text(e.text(4096)))
+    parts.append(Text(e.text()))
     if e.nodes:
         parts.append(_nearest(e))
     return Group(*parts)
