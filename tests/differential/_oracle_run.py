@@ -1,7 +1,8 @@
-"""Both allocators on one scenario, reduced to what must agree: allocated or not, and per claim the devices in
-result order with their request, adminAccess, share (with its consumed capacity), tolerations and binding
-conditions, and the node selector; when not allocated, whether a selector failed at runtime (an error that
-aborts the pod's scheduling attempt in kube-scheduler, InvalidSelector in gpudra).
+"""Both allocators on one scenario, reduced to what must agree: the outcome class (allocated, unschedulable on the
+node, or an error that aborts the pod's scheduling attempt in kube-scheduler), per claim the devices in result
+order with their request, adminAccess, share (with its consumed capacity), tolerations and binding conditions, and
+the node selector; for an error, Kubernetes' message (gpudra's ``Failure.aborts``) up to the CEL library's own
+text of a runtime error, which two CEL implementations word differently.
 
 The oracle is hack/oracle (Kubernetes' k8s.io/dynamic-resource-allocation/structured allocator): one process
 answers scenarios as JSON lines, built by ``hack/oracle/build.sh`` (``make oracle``) into a cache outside the
@@ -92,17 +93,26 @@ Device = tuple[str, str, str, str, bool, bool, tuple[tuple[str, Fraction], ...],
 """request, driver, pool, device, adminAccess, shared, consumed capacity, tolerations, binding conditions."""
 
 
+OUTCOMES = ("allocated", "unschedulable", "error")
+_CEL_RUNTIME = "CEL runtime error: "
+
+
 @dataclass(frozen=True)
 class Verdict:
-    allocated: bool
+    outcome: str
+    """One of OUTCOMES."""
     claims: tuple[tuple[tuple[Device, ...], str], ...] = ()
-    selector_error: bool = False
-    """Not allocated because a CEL selector failed at runtime on a device the search reached."""
+    error: str = ""
+    """For "error": the allocator's error, cut after "CEL runtime error: " (the CEL library's own text)."""
     detail: str = ""
+
+    @property
+    def allocated(self) -> bool:
+        return self.outcome == "allocated"
 
     def __str__(self) -> str:
         if not self.allocated:
-            return f"not allocated ({self.detail})"
+            return f"{self.outcome} ({self.detail})"
         return "\n".join(
             f"  claim {i}: "
             + ", ".join(f"{d[0]}:{d[2]}/{d[3]}" + ("#share" if d[5] else "") for d in devices)
@@ -147,7 +157,12 @@ def _verdict(allocations: list[dict[str, Any]]) -> Verdict:
         )
         for a in allocations
     )
-    return Verdict(True, claims)
+    return Verdict("allocated", claims)
+
+
+def _error(message: str) -> str:
+    at = message.find(_CEL_RUNTIME)
+    return message if at < 0 else message[: at + len(_CEL_RUNTIME)]
 
 
 def kubernetes(oracle: Oracle, scenario: dict[str, Any]) -> Verdict:
@@ -160,8 +175,8 @@ def kubernetes(oracle: Oracle, scenario: dict[str, Any]) -> Verdict:
     if answer["outcome"] == "allocated":
         return _verdict(answer["allocations"])
     message = answer.get("message", "")
-    cel = answer["outcome"] == "error" and "CEL runtime error" in message
-    return Verdict(False, selector_error=cel, detail=f"{answer['outcome']}: {message}"[:400])
+    error = _error(message) if answer["outcome"] == "error" else ""
+    return Verdict(answer["outcome"], error=error, detail=f"{answer['outcome']}: {message}"[:400])
 
 
 def gpudra(scenario: dict[str, Any]) -> Verdict:
@@ -175,16 +190,16 @@ def gpudra(scenario: dict[str, Any]) -> Verdict:
     outcome = allocator.allocate(NodeInfo(node["name"], node.get("labels") or {}), claims)
     if isinstance(outcome, Allocation):
         return _verdict([{**c.result.to_wire()} for c in outcome.claims])
-    cel = outcome.reason == "InvalidSelector"
-    return Verdict(False, selector_error=cel, detail=f"{outcome.reason}: {outcome.message}"[:400])
+    if outcome.aborts:
+        return Verdict("error", error=_error(outcome.aborts), detail=f"error: {outcome.aborts}"[:400])
+    return Verdict("unschedulable", detail=f"{outcome.reason}: {outcome.message}"[:400])
 
 
 def tally(kube: Verdict, scenario: dict[str, Any]) -> None:
     TALLY.scenarios += 1
     TALLY.with_lists += bool(scenario.get("listTypeAttributes"))
     TALLY.allocated += kube.allocated
-    kind = "allocated" if kube.allocated else kube.detail.split(":", 1)[0]
-    TALLY.outcomes[kind] = TALLY.outcomes.get(kind, 0) + 1
+    TALLY.outcomes[kube.outcome] = TALLY.outcomes.get(kube.outcome, 0) + 1
 
 
 def one_line(scenario: dict[str, Any]) -> str:

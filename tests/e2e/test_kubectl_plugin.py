@@ -1,4 +1,4 @@
-"""kubectl as users expect it: `kubectl gpudra explain claim NAME` and `kubectl gpudra status` through kubectl's
+"""kubectl as users expect it: `kubectl gpudra explain pod|claim NAME` and `kubectl gpudra status` through kubectl's
 plugin mechanism (the kubectl-gpudra entry point on PATH), with the real kubectl against the embedded cluster
 (tests/kubernetes/test_real_kubectl.py: `kubectl explain` of the CRDs and the plugin on the real kube-apiserver)."""
 
@@ -31,6 +31,13 @@ spec:
     requests:
     - {name: gpus, exactly: {deviceClassName: gpu.nvidia.com, count: 9}}
 """
+TRAINER = """apiVersion: v1
+kind: Pod
+metadata: {name: trainer, namespace: default}
+spec:
+  containers: [{name: main, image: cuda, resources: {claims: [{name: gpus}]}}]
+  resourceClaims: [{name: gpus, resourceClaimName: nine}]
+"""
 
 
 @pytest.fixture
@@ -54,7 +61,7 @@ async def test_kubectl_finds_the_plugin_and_runs_status(cluster: EmbeddedCluster
     assert "dgx-a100-0" in table and "8x NVIDIA H100 80GB HBM3" in table
     data = json.loads(await kubectl(cluster, "gpudra", "status", "-o", "json"))
     assert {n["node"] for n in data["nodes"]} == {"dgx-a100-0", "dgx-h100-0"}
-    assert "kubectl gpudra explain claim NAME" in await kubectl(cluster, "gpudra")
+    assert "kubectl gpudra explain pod NAME | claim NAME" in await kubectl(cluster, "gpudra")
     assert "unknown command 'up'" in await kubectl(cluster, "gpudra", "up", code=2)
 
 
@@ -62,7 +69,11 @@ async def test_kubectl_gpudra_explains_a_pending_claim(cluster: EmbeddedCluster,
     manifest = tmp_path / "nine.yaml"
     manifest.write_text(NINE_GPUS)
     await kubectl(cluster, "apply", "-f", str(manifest))
-    said = await kubectl(cluster, "gpudra", "explain", "claim", "nine", "-n", "default")
+    said = await kubectl(cluster, "gpudra", "explain", "claim", "nine", "-n", "default", code=1)
     assert "does not fit" in said and "dgx-h100-0" in said and "9" in said
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(TRAINER)
+    await kubectl(cluster, "apply", "-f", str(pod))
+    assert await kubectl(cluster, "gpudra", "explain", "pod", "trainer", code=1) == said
     missing = await kubectl(cluster, "gpudra", "explain", "claim", "absent", code=2)
     assert missing.startswith("kubectl gpudra explain: ") and "absent" in missing

@@ -40,7 +40,7 @@ async def test_file_that_fits_names_the_node_and_device_without_creating_it(
 ) -> None:
     code, out = await gpudra(cluster, "--file", str(ROOT / "examples" / "claim-h100.yaml"))
     assert code == 0, out
-    assert "fits: node dgx-h100-0" in out and "gpu-0" in out
+    assert "fits now on node dgx-h100-0: gpu-0" in out
     assert cluster.client is not None
     claims, _ = await cluster.client.list(RESOURCE_CLAIMS)
     assert claims == []
@@ -52,8 +52,8 @@ async def test_file_that_cannot_fit_says_why(cluster: EmbeddedCluster, tmp_path:
         "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: nine}\nspec:\n  devices:\n"
         "    requests:\n    - name: gpus\n      exactly: {deviceClassName: gpu.nvidia.com, count: 9}\n"
     )
-    code, out = await gpudra(cluster, "--file", str(manifest))
-    assert code == 0, out
+    code, out = await gpudra(cluster, "--file", str(manifest), "-o", "wide")
+    assert code == 1, out
     assert (
         "does not fit (InsufficientDevices): needs 9 GPUs on one node; the most on any node is 8 (dgx-h100-0)"
         in out
@@ -99,8 +99,8 @@ async def test_the_event_the_scheduler_and_explain_lead_with_the_same_nearest_mi
     assert explained[0]["message"].startswith(NINE_FIRST + ". ")
     scheduled = await eventually(lambda: events("trainer", "gpudra-scheduler"), timeout=30)
     assert scheduled[0]["message"] == explained[0]["message"]
-    code, out = await gpudra(cluster, "claim", "nine")
-    assert code == 0, out
+    code, out = await gpudra(cluster, "claim", "nine", "-o", "wide")
+    assert code == 1, out
     said = next(line for line in out.splitlines() if line.startswith("does not fit"))
     assert said == f"does not fit ({explained[0]['reason']}): {NINE_FIRST}"
     for sentence in explained[0]["message"].split(". ")[1:]:
@@ -116,14 +116,14 @@ async def test_bad_cel_is_reported_with_position(cluster: EmbeddedCluster, tmp_p
         '            expression: \'device.capacity["gpu.nvidia.com"].memory >= quantity("40Gi")\'\n'
     )
     code, out = await gpudra(cluster, "--file", str(manifest))
-    assert code == 0, out
+    assert code == 1, out
     assert "InvalidSelector" in out and "compareTo" in out
 
 
 async def test_missing_arguments_are_a_clear_error(cluster: EmbeddedCluster) -> None:
     code, out = await gpudra(cluster)
     assert code == 2
-    assert "give either `claim NAME` or `--file claim.yaml`" in out
+    assert "give either `claim NAME`, `pod NAME` or `--file claim.yaml`" in out
 
 
 async def test_status_shows_the_fleet_with_allocated_devices(

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celgrammar import device, selector
-from gpudra.allocator import Allocation, NodesFailure, celfacts
+from gpudra.allocator import Allocation, Failure, NodesFailure, celfacts
 from gpudra.allocator.cel import CelCompileError, CelRuntimeError, compile_selector
 from gpudra.allocator.index import DeviceIndex
 from gpudra.allocator.pools import make_entry
@@ -36,17 +36,17 @@ def test_a_model_no_node_has_is_answered_without_evaluating_a_device() -> None:
     assert isinstance(allocator.find_node([claim("d", req("gpu", "gpu.nvidia.com", H100))]), Allocation)
 
 
-def test_a_device_on_which_the_selector_fails_still_fails_the_node() -> None:
-    """One device lacks productName: Kubernetes' search reaches it and stops with an error on its node; the
-    index cannot rule that out, so the node is searched as before."""
+def test_a_device_on_which_the_selector_fails_still_aborts_the_attempt() -> None:
+    """One device lacks productName: Kubernetes' search reaches it and stops with an error that aborts the pod's
+    scheduling attempt; the index cannot rule that out, so the node is searched as before."""
     broken = slice_("n3", [gpu("gpu-0"), gpu("gpu-1")])
     assert broken.spec.devices is not None
     del broken.spec.devices[1].attributes["productName"]  # type: ignore[union-attr]
     allocator = make_allocator([*(gpus(f"n{i}", 2) for i in range(3)), broken], real_cel=True)
     outcome = allocator.find_node([claim("c", req("gpu", "gpu.nvidia.com", B300))])
-    assert isinstance(outcome, NodesFailure)
-    assert outcome.by_reason == {"NoMatchingDevice": 3, "InvalidSelector": 1}
-    assert [f.node for f in outcome.failures if f.reason == "InvalidSelector"] == ["n3"]
+    assert isinstance(outcome, Failure)
+    assert (outcome.node, outcome.reason) == ("n3", "InvalidSelector")
+    assert outcome.aborts.startswith("claim default/c: selector #0 on device gpu.nvidia.com/n3/gpu-1: ")
 
 
 def test_nodes_without_enough_devices_sharing_a_value_are_skipped_before_any_search() -> None:
@@ -111,6 +111,7 @@ def test_the_cluster_bounds_follow_the_slices() -> None:
 
 
 def test_nodes_are_visited_one_by_one_when_a_selector_could_fail_on_some_device() -> None:
+    """Until the node whose device fails the selector: Kubernetes' error there aborts the attempt."""
     odd = slice_("n29", [gpu(f"gpu-{i}", flavour=1 if i else "x") for i in range(8)])
     allocator = make_allocator([*(gpus(f"n{i:02d}", 8, flavour=1) for i in range(29)), odd], real_cel=True,
                                detail_nodes=2)  # fmt: skip
@@ -119,8 +120,8 @@ def test_nodes_are_visited_one_by_one_when_a_selector_could_fail_on_some_device(
         "nine", req("gpu", "gpu.nvidia.com", 'device.attributes["gpu.nvidia.com"].flavour > 0', count=9)
     )
     outcome = allocator.find_node([nine])
-    assert isinstance(outcome, NodesFailure)
-    assert outcome.by_reason.get("InvalidSelector") == 1
+    assert isinstance(outcome, Failure)
+    assert (outcome.node, outcome.reason) == ("n29", "InvalidSelector") and outcome.aborts
     assert len(asked) == 30
 
 
@@ -134,8 +135,8 @@ def test_a_node_where_a_selector_could_fail_is_searched_even_when_it_cannot_hold
         constraints=[match("gpu.nvidia.com/uuid")],
     )
     outcome = allocator.find_node([four])
-    assert isinstance(outcome, NodesFailure)
-    assert outcome.by_reason.get("InvalidSelector") == 1  # gpu-0 of n29: "x" > 0 has no overload
+    assert isinstance(outcome, Failure)  # gpu-0 of n29: "x" > 0 has no overload
+    assert (outcome.node, outcome.reason) == ("n29", "InvalidSelector") and outcome.aborts
 
 
 def test_too_few_free_devices_is_not_the_answer_when_a_free_one_fails_the_selector() -> None:
@@ -147,8 +148,8 @@ def test_too_few_free_devices_is_not_the_answer_when_a_free_one_fails_the_select
         "c", req("gpu", "gpu.nvidia.com", 'device.attributes["gpu.nvidia.com"].flavour > 0', count=5)
     )
     outcome = allocator.find_node([pick])
-    assert isinstance(outcome, NodesFailure)
-    assert outcome.by_reason == {"InvalidSelector": 1}
+    assert isinstance(outcome, Failure)
+    assert (outcome.node, outcome.reason) == ("n1", "InvalidSelector") and outcome.aborts
     healthy = make_allocator([gpus("n1", 4, flavour=1)], real_cel=True).find_node([pick])
     assert isinstance(healthy, NodesFailure)
     assert healthy.by_reason == {"InsufficientDevices": 1}
@@ -258,3 +259,17 @@ def test_the_index_decides_the_common_selectors() -> None:
         tree = compile_selector(expression).tree
         assert tree is not None
         assert celfacts.outcomes(tree, group) == answers, expression
+
+
+def test_an_error_on_a_node_after_the_first_fit_aborts_the_attempt_in_a_small_cluster() -> None:
+    """kube-scheduler filters every node of a cluster under 100 nodes: an error on a node after the one that
+    fits still aborts the attempt; in a larger cluster the first fit is taken."""
+    odd = slice_("nz", [gpu(f"gpu-{i}", flavour=1 if i else "x") for i in range(2)])
+    pick = claim("c", req("gpu", "gpu.nvidia.com", 'device.attributes["gpu.nvidia.com"].flavour > 0'))
+    small = make_allocator([gpus("n00", 2, flavour=1), odd], real_cel=True)
+    outcome = small.find_node([pick])
+    assert isinstance(outcome, Failure)
+    assert (outcome.node, outcome.reason) == ("nz", "InvalidSelector") and outcome.aborts
+    large = make_allocator([*(gpus(f"n{i:03d}", 2, flavour=1) for i in range(100)), odd], real_cel=True)
+    found = large.find_node([pick])
+    assert isinstance(found, Allocation) and found.node == "n000"

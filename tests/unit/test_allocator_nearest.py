@@ -100,12 +100,11 @@ def test_waiting_nodes_rank_by_devices_to_free_then_claims_to_end() -> None:
 
 
 def test_closest_devices_follow_the_node_ranking_least_missing_first() -> None:
+    """Only devices that miss something, each saying what (n2's free gpu-0 and gpu-2 are no news)."""
     slices = [gpus("n1", 2, L4), gpus("n2", 3)]
     said = explained(slices, [claim("c", req("gpu", "gpu.nvidia.com", H100, count=3))], {"n2": ["gpu-1"]},
                      {DeviceId("gpu.nvidia.com", "n2", "gpu-1"): "ml/train"})  # fmt: skip
     assert [(c.node, c.device, c.miss) for c in said.closest] == [
-        ("n2", "gpu-0", "matches"),
-        ("n2", "gpu-2", "matches"),
         ("n2", "gpu-1", "in use by ml/train"),
         ("n1", "gpu-0", f"fails '{H100}'"),
         ("n1", "gpu-1", f"fails '{H100}'"),
@@ -245,10 +244,10 @@ def test_the_explanation_is_json_for_the_web_view() -> None:
     assert data["nodes"][0] == {"node": "n1", "tier": SHORT, "reason": "InsufficientDevices", "need": 2, "now": 1,
                                 "later": 1, "words": "has 1 of 2"}  # fmt: skip
     assert data["closest"][0] == {
-        "node": "n1",
+        "node": "n2",
         "device": "gpu-0",
-        "kind": "NVIDIA H100 80GB HBM3",
-        "miss": "matches",
+        "kind": "NVIDIA L4",
+        "miss": f"fails '{H100}'",
     }
 
 
@@ -264,4 +263,31 @@ def test_a_device_in_use_and_tainted_is_not_counted_as_freed_when_its_claim_ends
     assert [(line.node, line.now, line.later) for line in said.nodes] == [("n1", 1, 1)]
     assert [c.miss for c in said.closest if c.device == "gpu-0"] == [
         "in use; tainted gpu.nvidia.com/xid=79:NoSchedule"
+    ]
+
+
+XID = DeviceTaint(key="gpu.nvidia.com/xid", value="79", effect="NoSchedule")
+
+
+def test_the_counts_hold_together_after_a_fault_and_while_claims_are_held() -> None:
+    """Nine GPUs on one node of two 8-GPU nodes. After an XID taints 3 GPUs of dgx-h100-0 the sentence said "the
+    most on any node is 8 (dgx-h100-1). dgx-h100-0 has 8" while that node's row said NOW 5: a node's count is
+    what it could give (its WHEN FREED), and the devices it does not count, or cannot give now, are said."""
+    nine = [claim("nine", req("gpu", "gpu.nvidia.com", count=9))]
+    faulty = slice_("dgx-h100-0", [gpu(f"gpu-{i}", taints=[XID] if i < 3 else None) for i in range(8)])
+    after_fault = explained([faulty, gpus("dgx-h100-1", 8)], nine)
+    assert after_fault.text() == (
+        "needs 9 NVIDIA H100 80GB HBM3 on one node; the most on any node is 8 (dgx-h100-1). dgx-h100-0 has 5, "
+        "3 more tainted"
+    )
+    rows = {n.node: (n.now, n.later, n.words) for n in after_fault.nodes}
+    assert rows == {"dgx-h100-1": (8, 8, "has 8 of 9"), "dgx-h100-0": (5, 5, "has 5 of 9, 3 more tainted")}
+
+    held = explained([gpus("dgx-h100-0", 8), gpus("dgx-h100-1", 8)], nine, {"dgx-h100-0": ["gpu-0", "gpu-1"]})
+    assert held.text() == (
+        "needs 9 NVIDIA H100 80GB HBM3 on one node; the most on any node is 8 (dgx-h100-1, dgx-h100-0)"
+    )
+    assert [(n.node, n.now, n.later, n.words) for n in held.nodes] == [
+        ("dgx-h100-1", 8, 8, "has 8 of 9"),
+        ("dgx-h100-0", 6, 8, "has 8 of 9, 2 of them in use"),
     ]

@@ -41,7 +41,7 @@ def _gpudra(*argv: str) -> subprocess.CompletedProcess[str]:
             ["up", "--with-claims"],
             "gpudra up: --with-claims copies a real cluster's claims: give --from-cluster KUBECONFIG",
         ),
-        (["explain"], "gpudra explain: give either `claim NAME` or `--file claim.yaml`"),
+        (["explain"], "gpudra explain: give either `claim NAME`, `pod NAME` or `--file claim.yaml`"),
     ],
 )
 def test_bad_command_line_is_one_line_and_status_2(argv: list[str], message: str) -> None:

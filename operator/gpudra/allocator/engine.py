@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
-from gpudra.allocator import celfacts
+from gpudra.allocator import celfacts, kubeerrors
 from gpudra.allocator.celast import Node
 from gpudra.allocator.celview import Schema
 from gpudra.allocator.constraints import Constraint, build_constraints
@@ -30,7 +30,7 @@ from gpudra.allocator.explain import (
     diagnose,
     selector_failure,
 )
-from gpudra.allocator.kubeorder import AllocationAborted, KubeOrderSearch, needs_kube_order
+from gpudra.allocator.kubeorder import AllocationAborted, KubeOrderSearch, SelectorFailed, needs_kube_order
 from gpudra.allocator.pools import NodeInfo, PoolKey
 from gpudra.allocator.requests import (
     ADMIN_ACCESS_LABEL,
@@ -44,6 +44,7 @@ from gpudra.allocator.requests import (
     build_claim,
     claim_key,
     evaluate,
+    fails_on,
     passes_all,
     select,
 )
@@ -53,6 +54,8 @@ from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.errors import InvalidInputError
 
+KUBE_FILTERS_ALL_BELOW = 100
+"""kube-scheduler's minFeasibleNodesToFind: in a cluster of at most this many nodes it filters every node."""
 DEFAULT_BUDGET = 200_000
 """Search steps per node before giving up with SearchLimit (Kubernetes bounds Filter by a 10 s timeout)."""
 
@@ -194,10 +197,12 @@ class Allocator:
                 "request, tighter selectors) or split it",
                 steps=search.steps,
             )
-        except SelectorRuntimeError as err:
-            return selector_failure(node.name, err, claims, pools)
+        except SelectorFailed as err:
+            return selector_failure(node.name, err.error, claims, pools, err.spec)
         except AllocationAborted as err:
-            return Failure(node=node.name, reason=err.reason, message=str(err), steps=search.steps)
+            return Failure(
+                node=node.name, reason=err.reason, message=str(err), steps=search.steps, aborts=err.kube
+            )
         if found:
             results = build_results(node.name, claims, search.picks, search.chosen, self.share_id)
             return Allocation(node=node.name, claims=results, steps=search.steps)
@@ -255,7 +260,8 @@ class Allocator:
     ) -> Allocation | NodesFailure | Failure:
         """Try nodes in order (``nodes`` as given, else every node with node-local slices by name) and return
         the first allocation. Nodes with too few free devices are skipped without a search. A Failure (not per
-        node) comes back for problems no node can fix (missing class, bad selector, adminAccess denied)."""
+        node) comes back for problems no node can fix (missing class, bad selector, adminAccess denied), and for
+        an error of Kubernetes' allocator on a node (``Failure.aborts``: kube-scheduler aborts the attempt)."""
         texts = [_shape_text(c) for c in claims]
         prepared = self._prepare(claims, texts)
         if isinstance(prepared, Failure):
@@ -286,9 +292,18 @@ class Allocator:
         if isinstance(outcome, Allocation):
             # The pending positions before the one taken were tried in vain; it and those after it remain.
             at = self._index_of(order, outcome.node)
+            error = (
+                self._error_after(order, at, prepared, facts)
+                if len(order) <= KUBE_FILTERS_ALL_BELOW
+                else None
+            )
+            if error is not None:
+                return error
             index = max(start, at)
             self._remember(shape, order, index, None, tuple(p for p in first if at <= p < index))
             return outcome
+        if isinstance(outcome, Failure):
+            return outcome  # Kubernetes' allocator errs: the attempt is aborted
         if start or first:
             outcome = self._scan(
                 order, prepared, nowhere, minimum, shared, 0
@@ -296,6 +311,47 @@ class Allocator:
         if nowhere is None and isinstance(outcome, NodesFailure):
             self._remember(shape, order, len(order), outcome)
         return outcome
+
+    def _error_after(
+        self, order: Sequence[NodeInfo], at: int, claims: list[ClaimSpec], facts: _ShapeFacts
+    ) -> Failure | None:
+        """The first error Kubernetes' allocator meets on a node after ``at`` (kube-scheduler filters every node
+        of a small cluster, and aborts on an error wherever it comes from). Only nodes where a selector fails
+        on a device, or with an ``All`` request, are searched."""
+        groups = [c.groups for c in claims]
+        known = facts.failing
+        if (
+            known is None
+            or known[0] != self.snapshot.version
+            or known[1] is not order
+            or len(known[2]) != len(groups)
+            or any(g is not h for g, h in zip(known[2], groups, strict=True))
+        ):
+            memo: dict[frozenset[Schema], bool] = {}
+            names = frozenset(
+                n.name
+                for n in order
+                if not self._never_fails(n.name, claims, memo) and self._may_abort(n, claims)
+            )
+            known = facts.failing = (self.snapshot.version, order, groups, names)
+        if not known[3]:
+            return None
+        for node in order[at + 1 :]:
+            if node.name not in known[3]:
+                continue
+            outcome = self._on_node(node, claims, explain=False)
+            if isinstance(outcome, Failure) and outcome.aborts:
+                return outcome
+        return None
+
+    def _may_abort(self, node: NodeInfo, claims: list[ClaimSpec]) -> bool:
+        """Whether a selector of the claims fails on a device of the node (in use or not), or an ``All`` request
+        may meet a problem there: the selection alone tells, without a search."""
+        specs = [s for c in claims for g in c.groups for s in g]
+        if any(s.all_mode for s in specs):
+            return True
+        pools = self.snapshot.node_pools(node)
+        return any(fails_on(s, pools, self.snapshot, self.device_view) for s in specs)
 
     def _remember(
         self,
@@ -356,9 +412,10 @@ class Allocator:
         shared: list[list[tuple[str, int]]],
         start: int,
         first: Sequence[int] = (),
-    ) -> Allocation | NodesFailure:
+    ) -> Allocation | NodesFailure | Failure:
         """First fit over the nodes at positions ``first``, then from ``start`` on (``minimum`` and ``shared``:
-        ``_min_devices`` and ``_shared_values`` of the claims)."""
+        ``_min_devices`` and ``_shared_values`` of the claims); a node's error that aborts the attempt in
+        Kubernetes ends the scan with it."""
         failures: list[Failure] = []
         counts: dict[str, int] = {}
         detailed = 0
@@ -396,7 +453,7 @@ class Allocator:
                     failures.append(Failure(node=node.name, reason=reason, message=message))
                 continue
             outcome = self._on_node(node, prepared, explain=detailed < self.detail_nodes)
-            if isinstance(outcome, Allocation):
+            if isinstance(outcome, Allocation) or outcome.aborts:
                 return outcome
             if outcome.reason:
                 detailed += 1
@@ -533,6 +590,9 @@ class _ShapeFacts:
     """The snapshot version at which every request matched some device of the cluster, and the claims'
     prepared requests then: the answer holds while the slices (the version) and the requests (the same
     objects, so the same classes) stay."""
+    failing: tuple[int, Sequence[NodeInfo], list[list[list[RequestSpec]]], frozenset[str]] | None = None
+    """The nodes of an order where a selector of the claims fails on some device (or an ``All`` request may
+    meet a problem), as of a snapshot version and the claims' prepared requests (see ``matched``)."""
 
 
 @dataclass(slots=True)
@@ -571,13 +631,15 @@ def _all_mode_problem(
             failing.setdefault(PoolKey(entry.id.driver, entry.id.pool), err)
         for key, why in _kube_pool_order(pools):
             if why is None and key in failing:
-                return selector_failure(node.name, failing[key], claims, pools)
+                return selector_failure(node.name, failing[key], claims, pools, spec)
+            claim = claims[spec.claim_index].key
             if why == "":
                 return Failure(
                     node=node.name,
                     reason="PoolIncomplete",
                     message=f"request {spec.full} asks for all devices, but pool {key} is being updated",
                     pools_incomplete=[str(k) for k in pools.incomplete],
+                    aborts=kubeerrors.all_mode_pool(claim, spec, str(key), invalid=False),
                 )
             if why:
                 return Failure(
@@ -585,6 +647,7 @@ def _all_mode_problem(
                     reason="PoolInvalid",
                     message=f"request {spec.full} asks for all devices, but pool {key} is invalid: {why}",
                     pools_invalid=[f"{k}: {w}" for k, w in pools.invalid],
+                    aborts=kubeerrors.all_mode_pool(claim, spec, str(key), invalid=True),
                 )
     return None
 

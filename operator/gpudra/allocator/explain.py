@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpudra.allocator import kubeerrors
 from gpudra.allocator.constraints import Constraint
 from gpudra.allocator.pools import AttrValue, DeviceEntry, DeviceId, PoolKey, members
 from gpudra.allocator.requests import (
@@ -164,6 +165,9 @@ class Failure:
     pools_invalid: list[str] = field(default_factory=list)
     message: str = ""
     steps: int = 0
+    aborts: str = ""
+    """Kubernetes' allocator's error in its own words when it answers with an error here rather than with the
+    node's unschedulability (kube-scheduler then aborts the pod's scheduling attempt, see ``kubeerrors``)."""
 
     @property
     def ok(self) -> bool:
@@ -419,11 +423,16 @@ def _shortfall(spec: RequestSpec, c: Constraint, claim: ClaimSpec | None) -> Con
 
 
 def selector_failure(
-    node: str, err: SelectorRuntimeError, claims: Sequence[ClaimSpec], pools: NodePools
+    node: str,
+    err: SelectorRuntimeError,
+    claims: Sequence[ClaimSpec],
+    pools: NodePools,
+    failed: RequestSpec | None = None,
 ) -> Failure:
     """An InvalidSelector failure for a selector's runtime error on a device of ``node``: which request (or
-    class) the selector belongs to, the device, the error, and a hint (the attribute another domain has)."""
-    spec = next(
+    class) the selector belongs to (``failed``, else the first with that expression), the device, the error, and
+    a hint (the attribute another domain has)."""
+    spec = failed or next(
         (
             s
             for c in claims
@@ -449,8 +458,9 @@ def selector_failure(
     if spec is not None:
         own = any(x.expression == err.expression for x in spec.request_selectors)
         d.selectors = [SelectorStat("request" if own else f"class {spec.class_name}", err.expression, 1)]
+    kube = kubeerrors.cel_runtime(d.claim, spec, err.expression, err.device, text)
     return Failure(node=node, reason="InvalidSelector", requests=[d], message=str(err),
-                   pools_incomplete=[str(k) for k in pools.incomplete])  # fmt: skip
+                   pools_incomplete=[str(k) for k in pools.incomplete], aborts=kube)  # fmt: skip
 
 
 def _other_domain(text: str, device: str, pools: NodePools) -> str:

@@ -17,9 +17,10 @@ stop. The engine uses it only for claims with one of the two cases above; both s
 
 from __future__ import annotations
 
+from gpudra.allocator import kubeerrors
 from gpudra.allocator.constraints import Constraint
 from gpudra.allocator.pools import DeviceEntry
-from gpudra.allocator.requests import ClaimSpec, RequestSpec, all_tolerated, blocker
+from gpudra.allocator.requests import ClaimSpec, RequestSpec, SelectorRuntimeError, all_tolerated, blocker
 from gpudra.allocator.search import BudgetExceeded, Search
 from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
 
@@ -27,9 +28,20 @@ from gpudra.allocator.snapshot import ClusterSnapshot, NodePools
 class AllocationAborted(Exception):
     """Kubernetes stops the whole allocation here with an error; ``reason`` is an explain reason code."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, kube: str) -> None:
         super().__init__(message)
         self.reason = reason
+        self.kube = kube
+        """Kubernetes' own words for the error (``kubeerrors``)."""
+
+
+class SelectorFailed(Exception):
+    """The search reached a device on which a selector of ``spec`` fails at runtime: Kubernetes stops there."""
+
+    def __init__(self, error: SelectorRuntimeError, spec: RequestSpec) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.spec = spec
 
 
 def needs_kube_order(claims: list[ClaimSpec], constraints: list[list[Constraint]]) -> bool:
@@ -93,7 +105,7 @@ class KubeOrderSearch(Search):
                 continue
             error = spec.failing.get(entry)
             if error is not None:
-                raise error
+                raise SelectorFailed(error, spec)
             if id(entry) not in matches or blocker(spec, entry, self.snapshot, self.views) is not None:
                 continue
             if self._descend(ci, ri, spec, k, entry, idx + 1):
@@ -120,6 +132,7 @@ class KubeOrderSearch(Search):
                 "ConstraintConflict",
                 f"request {spec.full} asks for all matching devices, but device {entry.id} breaks a constraint "
                 "of the claim",
+                kubeerrors.all_mode_constraint(self.claims[ci].key, spec, str(entry.id)),
             )
         if not self._capacity_fits(spec, entry):
             self._unconstrain(ci, spec, entry)

@@ -147,10 +147,11 @@ def limiting(node: str, failure: Failure, holders: Mapping[DeviceId, str]) -> Ne
 
 
 def rank(failures: Sequence[Failure], holders: Mapping[DeviceId, str] | None = None) -> list[NodeMiss]:
-    """Every node's failure, nearest first (ties keep the given order)."""
+    """Every node's failure, nearest first: within a place, the node that could give more now first (other ties
+    keep the given order)."""
     held = holders or {}
     misses = [NodeMiss(limiting(f.node, f, held), f) for f in failures if f.node is not None]
-    return sorted(misses, key=lambda m: m.nearness.key)
+    return sorted(misses, key=lambda m: (m.nearness.key, -m.nearness.now))
 
 
 def by_request(ranked: Sequence[NodeMiss], request: str, holders: Mapping[DeviceId, str]) -> list[Nearness]:

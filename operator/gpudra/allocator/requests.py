@@ -323,10 +323,7 @@ def select(
     spec: RequestSpec, node_pools: NodePools, snapshot: ClusterSnapshot, device_view: DeviceView
 ) -> None:
     """Fill ``selected`` / ``usable`` / ``failing`` / ``need`` / ``impossible`` of a spec for one node."""
-    key = (spec.selection_key, device_view)
-    chosen = node_pools.selections.get(key)
-    if chosen is None:
-        chosen = node_pools.selections[key] = _selection(spec, node_pools, snapshot, device_view)
+    chosen = _selected(spec, node_pools, snapshot, device_view)
     selected = chosen.selected
     spec.selected = selected
     spec.failing = chosen.failing
@@ -348,6 +345,23 @@ def select(
     else:
         spec.need = spec.count
         spec.impossible = len(spec.usable) < spec.count
+
+
+def fails_on(
+    spec: RequestSpec, node_pools: NodePools, snapshot: ClusterSnapshot, device_view: DeviceView
+) -> bool:
+    """Whether a selector of the request fails at runtime on a device of the node (in use or not)."""
+    return bool(_selected(spec, node_pools, snapshot, device_view).failing)
+
+
+def _selected(
+    spec: RequestSpec, node_pools: NodePools, snapshot: ClusterSnapshot, device_view: DeviceView
+) -> Selection:
+    key = (spec.selection_key, device_view)
+    chosen = node_pools.selections.get(key)
+    if chosen is None:
+        chosen = node_pools.selections[key] = _selection(spec, node_pools, snapshot, device_view)
+    return chosen
 
 
 def passes_all(spec: RequestSpec, schema: Schema, index: DeviceIndex) -> bool:

@@ -149,8 +149,8 @@ class _Words:
                 self.mentioned.update(o.node for o in tied)
             noun = self.noun(d.request)
             return (
-                f"needs {n.need} {noun.noun(n.need)} on one node; the most on any node is {_matching(n)} "
-                f"({listed([o.node for o in tied])})"
+                f"needs {n.need} {noun.noun(n.need)} on one node; the most on any node is {n.later} "
+                f"({listed([o.node for o in tied])}{_short_note(n)})"
             )
         if n.tier == CLOSE:
             close = [o for o in ranking if o.tier == CLOSE]
@@ -324,7 +324,7 @@ class _Words:
 
     def _others(self, ranking: list[Nearness]) -> list[str]:
         out: list[str] = []
-        short: dict[int, list[str]] = defaultdict(list)
+        short: dict[tuple[int, str], list[str]] = defaultdict(list)
         broken: list[str] = []
         for n in ranking:
             d = n.diagnosis
@@ -338,9 +338,9 @@ class _Words:
                 if len(out) < 3:
                     out.append(self._blocked(n, headline=False))
             elif n.tier == SHORT and d.reason != "ConstraintConflict":
-                short[_matching(n)].append(n.node)
+                short[(n.later, _short_note(n))].append(n.node)
             elif n.tier == SHORT and d.shortfall is not None:
-                short[d.shortfall.best].append(n.node)
+                short[(d.shortfall.best, "")].append(n.node)
             else:
                 continue
             self.mentioned.add(n.node)
@@ -348,8 +348,8 @@ class _Words:
             out.append(
                 f"the same error on {counted(len(broken), 'more node', 'more nodes')} ({listed(broken)})"
             )
-        for count, nodes in sorted(short.items(), key=lambda kv: -kv[0])[:3]:
-            out.append(f"{listed(nodes)} {'has' if len(nodes) == 1 else 'have'} {count}")
+        for (count, note), nodes in sorted(short.items(), key=lambda kv: -kv[0][0])[:3]:
+            out.append(f"{listed(nodes)} {'has' if len(nodes) == 1 else 'have'} {count}{note}")
         return out
 
     def _far(self, ranking: list[Nearness]) -> list[str]:
@@ -403,7 +403,7 @@ class _Words:
                 f"the most sharing one {d.shortfall.attribute} is {d.shortfall.best} of {d.shortfall.need}"
             )
         elif n.tier == SHORT:
-            words = f"has {_matching(n)} of {n.need}"
+            words = f"has {n.later} of {n.need}{_short_note(n)}"
         elif n.tier == CLOSE:
             words = "no match; closest fail " + ", ".join(
                 f"'{e}'" for e in sorted({c.failed[0] for c in d.candidates if c.miss == SELECTOR})[:2]
@@ -415,7 +415,8 @@ class _Words:
         return NodeLine(m.node, n.tier, m.reason, n.need, n.now, n.later, words)
 
     def closest(self) -> tuple[ClosestDevice, ...]:
-        """Devices of the limiting request, node by node in ranking order, the least missing first."""
+        """Devices of the limiting request that miss something, node by node in ranking order, the least
+        missing first (a device that matches and is free is no news)."""
         d0 = self.ranked[0].nearness.diagnosis
         out: list[ClosestDevice] = []
         for m in self.ranked:
@@ -423,6 +424,8 @@ class _Words:
             if d is None:
                 continue
             for c in sorted(d.candidates, key=_severity):
+                if c.miss == MATCHES:
+                    continue
                 out.append(ClosestDevice(m.node, c.device.device, c.kind.noun(1), self._miss(c)))
                 if len(out) >= CLOSEST_DEVICES:
                     return tuple(out)
@@ -430,8 +433,6 @@ class _Words:
 
     def _miss(self, c: DeviceMiss) -> str:
         by = self._by([c])
-        if c.miss == MATCHES:
-            return "matches"
         if c.miss == IN_USE:
             return "in use" + by + (f"; tainted {', '.join(c.taints)}" if c.taints else "")
         if c.miss == COUNTERS:
@@ -462,11 +463,25 @@ def _matching(n: Nearness) -> int:
 
 
 def _measure(n: Nearness) -> int:
-    """What nodes tie on in a sentence: the most sharing one value, or the matching devices."""
+    """What nodes tie on in a sentence: the most sharing one value, or the devices the node could give once
+    claims end (its WHEN FREED count)."""
     d = n.diagnosis
     if d is not None and d.reason == "ConstraintConflict" and d.shortfall is not None:
         return d.shortfall.best
-    return _matching(n)
+    return n.later
+
+
+def _short_note(n: Nearness) -> str:
+    """For a node that gives too few: how many of the devices it counts are in use now (its NOW count is the
+    rest), and the matching devices it does not count because their taints are not tolerated."""
+    d = n.diagnosis
+    if d is None:
+        return ""
+    held = n.later - n.now
+    tainted = sum(1 for c in d.candidates if c.miss == TAINTED)
+    parts = [f"{held} of them in use"] if held else []
+    parts += [f"{tainted} more tainted"] if tainted else []
+    return f", {' and '.join(parts)}" if parts else ""
 
 
 def _severity(c: DeviceMiss) -> int:

@@ -35,10 +35,10 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
 }
 
 PLUGIN_COMMANDS = ("explain", "status")
-PLUGIN_USAGE = """usage: kubectl gpudra explain claim NAME [-n NAMESPACE] | --file claim.yaml
+PLUGIN_USAGE = """usage: kubectl gpudra explain pod NAME | claim NAME | --file claim.yaml [-n NAMESPACE] [-o wide|json]
        kubectl gpudra status [-o wide|json|yaml]
 
-gpudra as a kubectl plugin: why a claim is pending (or whether a claim would fit, and where), and the fleet's
+gpudra as a kubectl plugin: why a pod's claims are pending (or whether a claim would fit, and where), and the fleet's
 GPUs, MIG devices, allocated and unhealthy devices. The cluster is kubectl's: $KUBECONFIG or --kubeconfig.
 `kubectl gpudra explain --help` and `kubectl gpudra status --help` list every option.
 """
@@ -46,7 +46,7 @@ GPUs, MIG devices, allocated and unhealthy devices. The cluster is kubectl's: $K
 
 def kubectl_plugin(argv: list[str] | None = None) -> int:
     """``kubectl-gpudra``: kubectl runs the first ``kubectl-gpudra`` on PATH with the words after ``gpudra``,
-    so ``kubectl gpudra explain claim NAME`` is ``gpudra explain claim NAME``. Only the commands that read a
+    so ``kubectl gpudra explain pod NAME`` is ``gpudra explain pod NAME``. Only the commands that read a
     cluster are offered; the processes (agent, controller, up) are not a kubectl user's."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):

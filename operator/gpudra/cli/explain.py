@@ -1,71 +1,160 @@
-"""``gpudra explain``: why a claim is pending, or whether a claim from a manifest would fit, and where; with the MIG
-planner's section when repartitioning a GPU would serve it. Nothing is written to the cluster."""
+"""``gpudra explain``: why a claim is pending, or whether a claim from a manifest would fit, and where; ``explain
+pod NAME`` does so for every claim of a pod. The default output fits 80 columns (the sentence and the nearest
+nodes), ``-o wide`` prints everything, ``-o json`` the same as data (``explainoutput``). Exit status 0: every claim
+fits now (or is allocated); 1: one cannot fit; 2: bad input. Nothing is written to the cluster."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from gpudra.errors import ConfigurationError, NotFoundError
 
+T = TypeVar("T", bound="WireModel")
+
 if TYPE_CHECKING:
+    from gpudra.api.base import WireModel
     from gpudra.api.dra import ResourceClaim
+    from gpudra.cli.explainoutput import Answer
+    from gpudra.controller.explaining import ClusterView
+    from gpudra.kube.client import KubeClient
+    from gpudra.kube.resources import Resource
 
 # The imports inside the functions are deferred: the client, the allocator and the explanations take a second or
 # more to import, and `gpudra --help` or another command should not wait for them.
 
 
 async def explain_command(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from gpudra.allocator.requests import claim_key
-    from gpudra.allocator.result import Allocation
-    from gpudra.api.dra import ResourceClaim
-    from gpudra.controller.explaining import explain, explanation, load_view
+    from gpudra.cli.explainoutput import exit_status
     from gpudra.kube.client import KubeClient
-    from gpudra.kube.resources import RESOURCE_CLAIMS
-    from gpudra.planning.migdemand import plan_pending
-    from gpudra.reports import allocation_table, mig_plan_report, outcome_report, print_fitted
 
-    if (args.file is None) == (args.name is None):
-        raise ConfigurationError("give either `claim NAME` or `--file claim.yaml`")
+    if args.kind == "pod" and (args.name is None or args.file is not None):
+        raise ConfigurationError("give `pod NAME` (without --file)")
+    if args.kind != "pod" and (args.file is None) == (args.name is None):
+        raise ConfigurationError("give either `claim NAME`, `pod NAME` or `--file claim.yaml`")
     client = await KubeClient.from_environment(args.kubeconfig, field_manager="gpudra-explain")
-    console = Console()
     try:
-        if args.file is not None:
-            claim = _read_claim_file(args.file, args.namespace)
-            skip = None
-        else:
-            try:
-                claim = await client.get_as(ResourceClaim, RESOURCE_CLAIMS, args.name, args.namespace)
-            except NotFoundError as exc:
-                raise ConfigurationError(
-                    f"no ResourceClaim {args.name!r} in namespace {args.namespace!r}: "
-                    f"`kubectl get resourceclaims -n {args.namespace}` lists its claims (-n picks another)"
-                ) from exc
-            if claim.allocation is not None:
-                title = f"claim {args.namespace}/{args.name} is allocated"
-                print_fitted(console, allocation_table(title, claim.allocation))
-                return 0
-            skip = claim.metadata.uid
-        view = await load_view(client, skip_claim_uid=skip)
-        outcome = explain(view, claim)
-        if isinstance(outcome, Allocation):
-            print_fitted(console, outcome_report(outcome))
-            return 0
-        # the planner serves the pending claims together, as the controller does
-        waiting = [*(c for c in view.pending if c.metadata.uid != skip), claim]
-        plan = plan_pending(view.allocator, waiting, args.driver_name)
-        print_fitted(
-            console, outcome_report(explanation(view, claim, outcome, plan), _shipped(args.driver_name))
-        )
-        section = mig_plan_report(plan, claim_key(claim))
-        if section is not None:
-            print_fitted(console, section)
+        answers = await _answers(client, args)
     finally:
         await client.close()
-    return 0
+    _print(answers, args)
+    return exit_status(answers)
+
+
+async def _answers(client: KubeClient, args: argparse.Namespace) -> list[Answer]:
+    from gpudra.api.dra import ResourceClaim
+    from gpudra.controller.explaining import load_view
+    from gpudra.kube.resources import RESOURCE_CLAIMS
+
+    if args.file is not None:
+        return [
+            _answer(await load_view(client), _read_claim_file(args.file, args.namespace), args.driver_name)
+        ]
+    if args.kind == "pod":
+        return await _pod_answers(client, args)
+    claim = await _get(client, ResourceClaim, RESOURCE_CLAIMS, args.name, args.namespace)
+    return [_answer(await load_view(client), claim, args.driver_name)]
+
+
+async def _get(client: KubeClient, model: type[T], resource: Resource, name: str, namespace: str) -> T:
+    """The object, or a sentence naming what is missing and how to list what there is."""
+    try:
+        return await client.get_as(model, resource, name, namespace)
+    except NotFoundError as exc:
+        raise ConfigurationError(
+            f"no {resource.kind} {name!r} in namespace {namespace!r}: `kubectl get {resource.plural} -n "
+            f"{namespace}` lists them (-n picks another)"
+        ) from exc
+
+
+async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Answer]:
+    """Every claim of the pod: those that exist as they stand, a template's claim not made yet as it would be, and
+    the claim kube-scheduler would make for the pod's extended resources while it has not made one."""
+    from gpudra.api.core import Pod
+    from gpudra.api.dra import ResourceClaim, ResourceClaimTemplate
+    from gpudra.api.meta import ObjectMeta
+    from gpudra.controller.explaining import load_view
+    from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+    from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
+
+    pod = await _get(client, Pod, PODS, args.name, args.namespace)
+    existing, _ = await client.list(RESOURCE_CLAIMS, args.namespace)
+    classes, _ = await client.list(DEVICE_CLASSES)
+    mapping = extended_resource_classes(
+        (c["metadata"]["name"], (c.get("spec") or {}).get("extendedResourceName")) for c in classes
+    )
+    entries = pod_claims(pod, (ObjectMeta.model_validate(c["metadata"]) for c in existing), mapping)
+    if not entries:
+        raise ConfigurationError(f"pod {args.namespace}/{args.name} has no resource claims")
+    templates = {c.name: c.resource_claim_template_name for c in pod.spec.resource_claims or []}
+    view = await load_view(client)
+    answers: list[Answer] = []
+    for entry in entries:
+        note = ""
+        if entry.implicit is not None:
+            claim = entry.implicit
+            note = f"not created yet; explained as the claim kube-scheduler would make for {entry.pod_claim}"
+        elif entry.name is not None:
+            claim = await _get(client, ResourceClaim, RESOURCE_CLAIMS, entry.name, args.namespace)
+        else:
+            template_name = templates.get(entry.pod_claim) or ""
+            template = await _get(
+                client, ResourceClaimTemplate, RESOURCE_CLAIM_TEMPLATES, template_name, args.namespace
+            )
+            claim = claim_from_template(pod, entry.pod_claim, template)
+            note = f"not created yet; explained as the claim template {template_name} makes"
+        answers.append(_answer(view, claim, args.driver_name, note))
+    return answers
+
+
+def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str = "") -> Answer:
+    """Allocated, would fit now, or why not (with the MIG planner's answer, planned for the pending claims
+    together, as the controller does)."""
+    from gpudra.allocator.requests import claim_key
+    from gpudra.allocator.result import Allocation
+    from gpudra.cli.explainoutput import ALLOCATED, FITS, PENDING, Answer
+    from gpudra.controller.explaining import explain, explanation
+    from gpudra.planning.migdemand import plan_pending
+
+    key = claim_key(claim)
+    if claim.allocation is not None:
+        return Answer(key, ALLOCATED, allocation=claim.allocation, note=note)
+    outcome = explain(view, claim)
+    if isinstance(outcome, Allocation):
+        return Answer(key, FITS, fitted=outcome, note=note)
+    uid = claim.metadata.uid
+    waiting = [*(c for c in view.pending if uid is None or c.metadata.uid != uid), claim]
+    plan = plan_pending(view.allocator, waiting, driver_name)
+    return Answer(key, PENDING, explanation=explanation(view, claim, outcome, plan), plan=plan, note=note)
+
+
+def _print(answers: list[Answer], args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from gpudra.cli.explainoutput import WIDTH, answer_data, short_report, wide_report
+    from gpudra.reports import print_fitted
+
+    if args.output == "json":
+        data = [answer_data(a) for a in answers]
+        body = {"pod": f"{args.namespace}/{args.name}", "claims": data} if args.kind == "pod" else data[0]
+        sys.stdout.write(json.dumps(body, indent=2) + "\n")
+        return
+    if args.output == "wide":
+        console, shipped = Console(), _shipped(args.driver_name)
+        for answer in answers:
+            print_fitted(console, wide_report(answer, shipped))
+        return
+    console = Console()
+    console.width = min(console.width, WIDTH) if console.is_terminal else WIDTH
+    with console.capture() as captured:
+        for i, answer in enumerate(answers):
+            if i:
+                console.print()
+            console.print(short_report(answer))
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def _read_claim_file(path: Path, namespace: str) -> ResourceClaim:

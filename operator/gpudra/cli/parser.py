@@ -160,8 +160,10 @@ def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     explain = sub.add_parser(
         "explain", help="why a claim is pending, or whether a claim would fit, and where"
     )
-    explain.add_argument("kind", nargs="?", choices=["claim"], help="what to explain (a ResourceClaim)")
-    explain.add_argument("name", nargs="?", help="the claim's name")
+    explain.add_argument(
+        "kind", nargs="?", choices=["claim", "pod"], help="a ResourceClaim, or every claim of a pod"
+    )
+    explain.add_argument("name", nargs="?", help="the claim's or the pod's name")
     explain.add_argument("-n", "--namespace", default="default")
     explain.add_argument(
         "-f", "--file", type=Path, default=None, help="a ResourceClaim manifest; nothing is created"
@@ -170,6 +172,15 @@ def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--kubeconfig", type=Path, default=None, help="default: $KUBECONFIG or ~/.kube/config"
     )
     explain.add_argument("--driver-name", default="gpu.nvidia.com", help="for the MIG planner section")
+    explain.add_argument(
+        "-o",
+        "--output",
+        choices=["wide", "json"],
+        default=None,
+        help="default: the sentence and the nearest nodes, in 80 columns; wide: every node, the numbers per "
+        "request, the closest devices, the selectors and the MIG planner's section; json: the same as data. "
+        "Exit status 0: fits now (or allocated); 1: cannot fit; 2: bad input",
+    )
 
 
 def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

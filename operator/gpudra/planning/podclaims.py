@@ -14,7 +14,14 @@ from fractions import Fraction
 from typing import Literal
 
 from gpudra.api.core import Pod
-from gpudra.api.dra import DeviceClaim, DeviceRequest, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec
+from gpudra.api.dra import (
+    DeviceClaim,
+    DeviceRequest,
+    ExactDeviceRequest,
+    ResourceClaim,
+    ResourceClaimSpec,
+    ResourceClaimTemplate,
+)
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.quantity import parse_quantity
 from gpudra.errors import InvalidInputError
@@ -230,3 +237,18 @@ def may_wait_on_claims(pod: Pod) -> bool:
         if any("/" in name for name in names):
             return True
     return False
+
+
+def claim_from_template(pod: Pod, pod_claim: str, template: ResourceClaimTemplate) -> ResourceClaim:
+    """The claim kube-controller-manager would make from ``template`` for the pod's entry ``pod_claim`` (named as
+    it names them, ``<pod>-<entry>-``, with its random suffix left out)."""
+    meta = template.spec.metadata
+    return ResourceClaim(
+        metadata=ObjectMeta(
+            name=f"{pod.metadata.name}-{pod_claim}",
+            namespace=pod.metadata.namespace or "default",
+            labels=(meta.labels if meta else None),
+            annotations=(meta.annotations if meta else None),
+        ),
+        spec=template.spec.spec,
+    )

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpudra.allocator.engine import Allocator
 from gpudra.allocator.explain import Failure, NodesFailure
+from gpudra.allocator.kubeerrors import FILTER_PREFIX
 from gpudra.allocator.nearest import examine
 from gpudra.allocator.pools import NodeInfo
 from gpudra.allocator.result import Allocation
@@ -33,6 +34,8 @@ from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+NOTE_LIMIT = 1024
+"""An Event's longest note; kube-scheduler cuts a longer FailedScheduling message to it, ending " ..."."""
 
 PodKey = tuple[str, str]  # (namespace, name)
 Write = tuple[
@@ -139,8 +142,11 @@ class Scheduler:
         nodes: list[NodeInfo],
         outcome: Failure | NodesFailure,
     ) -> str:
-        """FailedScheduling's message: the nearest miss first, as the controller's Event words it. The allocator
-        answers again with the same failure object while nothing was freed nor republished: worded once."""
+        """FailedScheduling's message: an error of Kubernetes' allocator as kube-scheduler words it (the attempt
+        is aborted), else the nearest miss first, as the controller's Event words it. The allocator answers again
+        with the same failure object while nothing was freed nor republished: worded once."""
+        if isinstance(outcome, Failure) and outcome.aborts:
+            return _note(FILTER_PREFIX + outcome.aborts)
         remembered = self._explained.get(id(outcome))
         if remembered is not None and remembered[0] is outcome:
             return remembered[1]
@@ -219,3 +225,8 @@ class Scheduler:
             except ConflictError:
                 claim = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
         raise ConflictError(f"resourceclaim {meta['namespace']}/{meta['name']}: too many write conflicts")
+
+
+def _note(message: str) -> str:
+    """kube-scheduler's truncateMessage."""
+    return message if len(message) <= NOTE_LIMIT else message[: NOTE_LIMIT - 4] + " ..."

@@ -1,0 +1,193 @@
+"""What ``gpudra explain`` prints for each claim: by default the sentence and a short table of the nearest nodes,
+within 80 columns; ``-o wide`` everything (``gpudra.reports``: per-request numbers, closest devices, selectors,
+the MIG planner's section); ``-o json`` the same as data. Exit status: 0 when every claim fits now (or is
+allocated), 1 when one cannot fit."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpudra.allocator.explain import Failure, NodesFailure, SelectorStat
+from gpudra.allocator.explanation import Explanation
+from gpudra.allocator.result import Allocation
+from gpudra.api.dra import AllocationResult
+from gpudra.mig.demand import DemandPlan
+from gpudra.reports import allocation_table, mig_plan_report, outcome_report
+
+WIDTH = 80
+NEAREST = 5
+"""Rows of the default output's node table."""
+ALLOCATED, FITS, PENDING = "allocated", "fits", "pending"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One claim explained: allocated already, would fit now (``fitted``), or not (``explanation``)."""
+
+    claim: str
+    """namespace/name."""
+    state: str
+    allocation: AllocationResult | None = None
+    fitted: Allocation | None = None
+    explanation: Explanation | None = None
+    plan: DemandPlan | None = None
+    note: str = ""
+    """Said before the answer (e.g. a template's claim that does not exist yet)."""
+
+    @property
+    def fits(self) -> bool:
+        return self.state != PENDING
+
+    def _result(self) -> AllocationResult | None:
+        return self.fitted.claims[0].result if self.fitted is not None else self.allocation
+
+    def devices(self) -> list[dict[str, str]]:
+        result = self._result()
+        return [
+            {"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}
+            for r in (result.results if result is not None else ())
+        ]
+
+    def node(self) -> str | None:
+        result = self._result()
+        return result.node if result is not None else None
+
+
+def exit_status(answers: list[Answer]) -> int:
+    return 0 if all(a.fits for a in answers) else 1
+
+
+# ---------------------------------------------------------------- default: within 80 columns
+
+
+def short_report(answer: Answer) -> RenderableType:
+    parts: list[RenderableType] = []
+    if answer.note:
+        parts.append(Text(f"claim {answer.claim}: {answer.note}"))
+    if answer.state != PENDING:
+        where = f" on node {answer.node()}" if answer.node() else ""
+        style = "green" if answer.state == FITS else ""
+        verb = "fits now" if answer.state == FITS else "is allocated"
+        parts.append(Text(f"claim {answer.claim} {verb}{where}: {_devices(answer)}", style=style))
+        return Group(*parts)
+    e = answer.explanation
+    assert e is not None
+    parts.append(Text(f"claim {answer.claim} does not fit ({e.reason})", style="bold red"))
+    parts.append(Text(e.text()))
+    if e.nodes:
+        parts.append(_nearest(e))
+    return Group(*parts)
+
+
+def _devices(answer: Answer) -> str:
+    names = [d["device"] for d in answer.devices()]
+    return ", ".join(names) if names else "no devices"
+
+
+def _nearest(e: Explanation) -> Table:
+    out = Table(header_style="bold", box=None, pad_edge=False)
+    out.add_column("NODE", overflow="fold", max_width=24)
+    for column in ("NEED", "NOW", "WHEN FREED"):
+        out.add_column(column, justify="right", no_wrap=True)
+    out.add_column("WHY", overflow="fold", ratio=1)
+    for n in e.nodes[:NEAREST]:
+        out.add_row(n.node, str(n.need), str(n.now), str(n.later), n.words)
+    more = len(e.nodes) - NEAREST
+    if more > 0:
+        out.caption = f"{more} more node{'s' if more > 1 else ''}: -o wide"
+        out.caption_justify = "left"
+    return out
+
+
+# ---------------------------------------------------------------- -o wide: everything
+
+
+def wide_report(answer: Answer, shipped: Collection[tuple[str, str]]) -> RenderableType:
+    parts: list[RenderableType] = [Text(f"claim {answer.claim}: {answer.note}")] if answer.note else []
+    if answer.allocation is not None:
+        parts.append(allocation_table(f"claim {answer.claim} is allocated", answer.allocation))
+    elif answer.fitted is not None:
+        parts.append(outcome_report(answer.fitted))
+    elif answer.explanation is not None:
+        parts.append(outcome_report(answer.explanation, shipped))
+        section = mig_plan_report(answer.plan, answer.claim) if answer.plan is not None else None
+        if section is not None:
+            parts.append(section)
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------- -o json
+
+
+def answer_data(answer: Answer) -> dict[str, Any]:
+    """Everything ``-o wide`` prints, as data."""
+    data: dict[str, Any] = {"claim": answer.claim, "state": answer.state, "fits": answer.fits}
+    if answer.note:
+        data["note"] = answer.note
+    if answer.state != PENDING:
+        return {**data, "node": answer.node(), "devices": answer.devices()}
+    e = answer.explanation
+    assert e is not None
+    failures = e.outcome.failures if isinstance(e.outcome, NodesFailure) else [e.outcome]
+    data.update(e.as_dict())
+    data["text"] = e.text()
+    data["requests"] = [_request_data(f) for f in failures]
+    data["mig"] = _mig_data(answer.plan, answer.claim) if answer.plan is not None else None
+    return data
+
+
+def _request_data(failure: Failure) -> dict[str, Any]:
+    return {
+        "node": failure.node,
+        "reason": failure.reason,
+        "message": failure.message,
+        "requests": [
+            {
+                "claim": d.claim,
+                "request": d.request,
+                "reason": d.reason,
+                "message": d.message,
+                "need": d.needed,
+                "devices": d.devices,
+                "classKept": d.class_kept,
+                "requestKept": d.request_kept,
+                "free": d.free,
+                "inUse": d.in_use,
+                "tainted": d.tainted,
+                "selectors": [_selector_data(s) for s in d.selectors],
+            }
+            for d in failure.requests
+        ],
+    }
+
+
+def _selector_data(stat: SelectorStat) -> dict[str, Any]:
+    return {"source": stat.source, "expression": stat.expression, "eliminated": stat.eliminated}
+
+
+def _mig_data(plan: DemandPlan, claim: str) -> dict[str, Any] | None:
+    gpus = plan.gpus_for(claim)
+    reason = plan.reason_for(claim)
+    if not gpus and reason is None:
+        return None
+    return {
+        "impossible": reason,
+        "gpus": [
+            {
+                "node": g.node,
+                "gpu": g.gpu_index,
+                "model": g.model_id,
+                "now": str(g.current),
+                "suggested": str(g.layout),
+                "steps": g.describe(),
+                "serves": list(g.claims),
+            }
+            for g in gpus
+        ],
+    }

@@ -1,0 +1,113 @@
+"""An allocator error aborts the pod's scheduling attempt, run the same on the embedded cluster
+(tests/integration/test_scheduling_errors.py) and on the real control plane
+(tests/kubernetes/test_real_scheduling_errors.py): the issue's two-node repro. fx-1 has d0 {numa 0} and d1 without
+numa; fx-2 has e0 and e1 {numa 0}. A claim for 2 devices with ``numa == 0`` fits fx-2, but kube-scheduler filters
+every node and meets the CEL runtime error on fx-1's d1: the pod stays Pending, its Event carries the error. With
+the nodes' devices swapped, the node that fits comes first (the stand-in's first fit would stop there)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterkit import eventually, kubectl
+from gpudra.cluster.fleet import FleetNode
+from gpudra.cluster.up import EmbeddedCluster
+from gpudra.kube.resources import EVENTS, PODS
+
+DRIVER = "fx.example.com"
+FLEET = [FleetNode("fx-1", "l4x4", 0), FleetNode("fx-2", "l4x4", 1)]
+
+
+def message(bad: str) -> str:
+    """kube-scheduler 1.37's FailedScheduling text for the repro (the real control plane's, word for word)."""
+    return (
+        'running "DynamicResources" filter plugin: claim default/numa-pair: selector #0 on device '
+        f"fx.example.com/{bad}/d1: CEL runtime error: no such key: numa. consider using CEL optional chaining (.? "
+        "followed by orValue()) or guarding the check with has() for optional fields"
+    )
+
+
+def _slice(node: str, devices: dict[str, dict[str, Any]]) -> str:
+    listed = ", ".join(f"{{name: {name}, attributes: {attributes}}}" for name, attributes in devices.items())
+    return f"""
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {node}-fx}}
+spec:
+  driver: {DRIVER}
+  nodeName: {node}
+  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
+  devices: [{listed}]
+"""
+
+
+NUMA0 = {"numa": {"int": 0}}
+
+
+def manifests(bad: str) -> str:
+    good = "fx-2" if bad == "fx-1" else "fx-1"
+    return "\n---\n".join(
+        [
+            f"""
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: {DRIVER}}}
+spec:
+  selectors: [{{cel: {{expression: 'device.driver == "{DRIVER}"'}}}}]
+""",
+            _slice(bad, {"d0": NUMA0, "d1": {}}),
+            _slice(good, {"e0": NUMA0, "e1": NUMA0}),
+        ]
+    )
+
+
+POD = f"""
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: numa-pair, namespace: default}}
+spec:
+  devices:
+    requests:
+    - name: pair
+      exactly:
+        deviceClassName: {DRIVER}
+        count: 2
+        selectors: [{{cel: {{expression: 'device.attributes["{DRIVER}"].numa == 0'}}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: numa-pair, namespace: default}}
+spec:
+  containers: [{{name: main, image: cuda, resources: {{claims: [{{name: pair}}]}}}}]
+  resourceClaims: [{{name: pair, resourceClaimName: numa-pair}}]
+"""
+
+
+async def failed_scheduling(cluster: EmbeddedCluster) -> list[str]:
+    """The messages of the pod's FailedScheduling Events."""
+    assert cluster.client is not None
+    events, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=numa-pair")
+    return [
+        str(e.get("message") or e.get("note") or "")
+        for e in events
+        if e.get("reason") == "FailedScheduling" and (e.get("involvedObject") or {}).get("kind") == "Pod"
+    ]
+
+
+async def stays_pending_with_the_error(cluster: EmbeddedCluster, bad: str = "fx-1") -> None:
+    """Apply the repro (the device without numa on node ``bad``); the pod's FailedScheduling Event carries
+    kube-scheduler's error and the pod is not bound (the other node would fit it)."""
+    await kubectl(cluster, "apply", "-f", "-", stdin=manifests(bad))
+    await kubectl(cluster, "apply", "-f", "-", stdin=POD)
+
+    async def told() -> bool:
+        return message(bad) in await failed_scheduling(cluster)
+
+    try:
+        await eventually(told, timeout=30)
+    except AssertionError:
+        raise AssertionError(f"FailedScheduling messages: {await failed_scheduling(cluster)}") from None
+    assert cluster.client is not None
+    pod = await cluster.client.get(PODS, "numa-pair", "default")
+    assert not (pod.get("spec") or {}).get("nodeName"), pod["spec"]
+    assert (pod.get("status") or {}).get("phase") == "Pending"
