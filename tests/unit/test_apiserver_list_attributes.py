@@ -13,6 +13,7 @@ from gpudra.cluster.apiserver.registry import Registry
 from gpudra.cluster.apiserver.status import APIStatusError
 from gpudra.cluster.apiserver.validation import Admission
 from gpudra.cluster.apiserver.validation.admission import Admitter
+from gpudra.cluster.apiserver.versions import KubeVersion
 
 GATE = frozenset({"DRAListTypeAttributes"})
 
@@ -34,7 +35,7 @@ def slice_(attributes: dict[str, Any], devices: int = 1) -> dict[str, Any]:
 def admit(obj: dict[str, Any], gates: frozenset[str], old: dict[str, Any] | None = None) -> dict[str, Any]:
     rt = Registry().get("resource.k8s.io", "v1", "resourceslices")
     assert rt is not None
-    return Admitter(37, gates).admit(rt, obj, old, Admission())
+    return Admitter(KubeVersion(37, gates)).admit(rt, obj, old, Admission())
 
 
 def refusal(obj: dict[str, Any], gates: frozenset[str]) -> list[str]:
@@ -116,7 +117,7 @@ def write(
 ) -> dict[str, Any]:
     rt = Registry().get("resource.k8s.io", "v1", plural)
     assert rt is not None
-    return Admitter(37, gates).admit(rt, obj, old, Admission())
+    return Admitter(KubeVersion(37, gates)).admit(rt, obj, old, Admission())
 
 
 def refused(

@@ -15,13 +15,13 @@ from typing import Any
 from . import status as st
 from .catalog import Catalog
 from .crds import crd_status, now_rfc3339, validate_crd
-from .discovery import SERVER_VERSION
 from .owners import ObjectRef, OwnerIndex
 from .patches import apply_merge, clone, json_patch, merge_patch, strip_strategic_directives
 from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, ResourceType, StoreKey
 from .selectorsyntax import FieldSelector, LabelSelector
 from .store import Clock, Entry, Store
 from .validation import Admission, Admitter
+from .versions import KubeVersion
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
@@ -37,10 +37,12 @@ APPLY = "application/apply-patch+yaml"
 class Database:
     """All stores, the clock, and the write paths every HTTP verb goes through."""
 
-    def __init__(self, feature_gates: frozenset[str] = frozenset()) -> None:
-        self.admitter = Admitter(int(SERVER_VERSION["minor"]), feature_gates)
+    def __init__(self, version: KubeVersion | None = None) -> None:
+        """``version``: the Kubernetes version emulated (default: the newest)."""
+        self.version = version or KubeVersion()
+        self.admitter = Admitter(self.version)
         self.clock = Clock()
-        self.catalog = Catalog(self.clock, dropped=self._dropped)
+        self.catalog = Catalog(self.clock, dropped=self._dropped, version=self.version)
         self.owners = OwnerIndex()
         # Hooks of the garbage collector: ``notify(uid)`` after an object with that uid is gone, a deletion
         # started, or a dependent of a missing owner was written (uid "" just wakes it); ``orphan(owner)``
