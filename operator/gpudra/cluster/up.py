@@ -62,6 +62,7 @@ from gpudra.cluster.startup import (
     start_progress,
     summary,
 )
+from gpudra.computedomain.children import DaemonPodSettings
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.kopfapp import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -72,7 +73,14 @@ from gpudra.hardware.simulated import empty_mig
 from gpudra.kube.client import KubeClient
 from gpudra.kube.crdready import wait_served
 from gpudra.kube.kubeconfig import read_credentials, write_kubeconfig
-from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES, device_taint_rules
+from gpudra.kube.resources import (
+    CRDS,
+    DEVICE_CLASSES,
+    NAMESPACES,
+    NODES,
+    SERVICE_ACCOUNTS,
+    device_taint_rules,
+)
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
 from gpudra.reports import list_fleet, print_fitted
 from gpudra.telemetry import get_logger
@@ -277,6 +285,15 @@ class EmbeddedCluster:
             "metadata": {"name": self.options.controller.namespace},
         }
         await self.client.apply_object(NAMESPACES, namespace)
+        # the ServiceAccount of the ComputeDomain daemon pods, as manifests/base installs it: the API server's
+        # ServiceAccount admission refuses pods whose account does not exist
+        account = DaemonPodSettings().service_account or "default"
+        imex = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": self.options.controller.namespace},
+        }
+        await self.client.apply_object(SERVICE_ACCOUNTS, imex)
         return ControllerConnection(server_url=url)
 
     async def _start_kubernetes(self) -> ControllerConnection:

@@ -110,6 +110,7 @@ apps/v1 daemonsets DaemonSet ns ds all status -
 apps/v1 replicasets ReplicaSet ns rs all status -
 batch/v1 jobs Job ns - all status -
 coordination.k8s.io/v1 leases Lease ns - - - -
+scheduling.k8s.io/v1 priorityclasses PriorityClass cl pc - - -
 events.k8s.io/v1 events Event ns ev - - -
 resource.k8s.io/v1 deviceclasses DeviceClass cl - - - -
 resource.k8s.io/v1 resourceclaims ResourceClaim ns - - status -

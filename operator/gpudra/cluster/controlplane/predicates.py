@@ -323,8 +323,9 @@ _UNSUPPORTED = (
         "preferred pod anti-affinity",
     ),
     ("spec.topologySpreadConstraints", "topology spread constraints"),
-    ("spec.preemptionPolicy", "preemption"),
 )
+"""Not preemptionPolicy: the API server's Priority admission sets it on every pod (PreemptLowerPriority); the
+stand-in never preempts, which a pod of a class other than the system ones is told (``unsupported``)."""
 
 
 def _at(obj: Obj, path: str) -> Any:

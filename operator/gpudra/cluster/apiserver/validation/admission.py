@@ -21,6 +21,7 @@ from . import claimstatus, core, customresources, objectmeta, resourceclaims, re
 from .decoding import DecodeError, decode, strict_message
 from .fielderrors import FieldError, invalid, undecodable
 from .gotypes import GoType, Schemas, schemas_for
+from .poddefaults import default_pod
 from .wording import reword
 
 MODES = ("Strict", "Warn", "Ignore")
@@ -105,6 +106,12 @@ _VALIDATORS: dict[tuple[str, str], Validator] = {
 
 
 def _defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
+    if (rt.group, rt.plural) == ("", "pods"):
+        default_pod(obj)
+    elif rt.plural in ("deployments", "daemonsets", "replicasets", "jobs") and not rt.is_custom:
+        template = (obj.get("spec") or {}).get("template")
+        if isinstance(template, dict):
+            default_pod(template)
     if rt.group != "resource.k8s.io":
         return
     spec = obj.get("spec") or {}
