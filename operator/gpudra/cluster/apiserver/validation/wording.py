@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..versions import KubeVersion
-from .fielderrors import DUPLICATE, INVALID, FieldError, Literal
+from .fielderrors import DUPLICATE, INVALID, REQUIRED, FieldError, Literal
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 _WHOLE_ITEM = re.compile(r"(\.requests|\.firstAvailable|\.sharedCounters)\[\d+\]\.name$")
@@ -46,6 +46,13 @@ def _declarative(error: FieldError, obj: dict[str, Any]) -> FieldError:
         return replace(error, field=item, value=_go_json(_at(obj, item)))
     if error.kind == DUPLICATE and _BY_KEY.search(error.field):
         return replace(error, field=error.field.removesuffix(".name"))
+    if error.kind == REQUIRED and error.detail == "exactly one value must be specified":
+        return replace(
+            error,
+            kind=INVALID,
+            value="",
+            detail="must specify one of: " + ", ".join(f"`{k}`" for k in _LIST_VALUES),
+        )
     if error.kind != INVALID:
         return error
     if error.detail == "exactly one value must be specified" and _ATTRIBUTE_KEY.search(error.field):
