@@ -17,7 +17,7 @@ from .catalog import Catalog
 from .crds import crd_status, now_rfc3339, validate_crd
 from .owners import ObjectRef, OwnerIndex
 from .patches import apply_merge, clone, json_patch, merge_patch, strip_strategic_directives
-from .podadmission import admit_pod
+from .podadmission import SYSTEM_PRIORITY_CLASSES, admit_pod
 from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, ResourceType, StoreKey
 from .selectorsyntax import FieldSelector, LabelSelector
 from .store import Clock, Entry, Store
@@ -31,7 +31,6 @@ NAMESPACES: StoreKey = ("", "namespaces")
 SERVICE_ACCOUNTS: StoreKey = ("", "serviceaccounts")
 PODS: StoreKey = ("", "pods")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
-SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
 _SYSTEM_CLASS_DESCRIPTION = "Used for system critical pods that must not be moved from their current node."
 CRDS: StoreKey = (CRD_GROUP, CRD_PLURAL)
 

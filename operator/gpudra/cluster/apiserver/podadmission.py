@@ -23,6 +23,9 @@ Lookup = Callable[[str, str], dict[str, Any] | None]
 """(namespace, name) -> the stored ServiceAccount or None."""
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_VOLUME_PREFIX = "kube-api-access-"
+SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
+"""The PriorityClasses every cluster has from the start, with their values."""
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
 _TOLERATED_SECONDS = 300
 _NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -34,7 +37,7 @@ def _forbidden(pod: dict[str, Any], why: str) -> APIStatusError:
 
 
 def _token_volume() -> dict[str, Any]:
-    name = "kube-api-access-" + "".join(random.choices(_SUFFIX, k=5))
+    name = TOKEN_VOLUME_PREFIX + "".join(random.choices(_SUFFIX, k=5))
     return {
         "name": name,
         "projected": {

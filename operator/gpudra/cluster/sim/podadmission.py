@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-SYSTEM_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
-TOKEN_VOLUME_PREFIX = "kube-api-access-"
+from gpudra.cluster.apiserver.podadmission import SYSTEM_PRIORITY_CLASSES, TOKEN_VOLUME_PREFIX
 
 
 def service_accounts(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
