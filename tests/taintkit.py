@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from clusterkit import eventually, kubectl
+from gpudra.cluster.apiserver.versions import KubeVersion, parse_minor
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
 
@@ -14,18 +15,13 @@ MAINTENANCE = "example.com/maintenance"
 
 
 def rule_api_version(cluster: EmbeddedCluster) -> str:
-    """DeviceTaintRule is resource.k8s.io/v1 from 1.37; the embedded server (1.34) and a 1.34 or 1.35 kube-apiserver
-    serve v1alpha3, 1.36 v1beta2."""
-    if cluster.kubernetes is None:
-        return "resource.k8s.io/v1alpha3"
-    minor = cluster.kubernetes.binaries.minor
-    return (
-        "resource.k8s.io/v1"
-        if minor >= 37
-        else "resource.k8s.io/v1beta2"
-        if minor == 36
-        else ("resource.k8s.io/v1alpha3")
-    )
+    """DeviceTaintRule is resource.k8s.io/v1 from 1.37, v1beta2 in 1.36, v1alpha3 before, on either control plane
+    (the embedded one emulates 1.37 unless asked for another version)."""
+    if cluster.kubernetes is not None:
+        minor = cluster.kubernetes.binaries.minor
+    else:
+        minor = parse_minor(cluster.options.kubernetes_version)
+    return "resource.k8s.io/" + KubeVersion(minor).taint_rule_version
 
 
 def one_gpu_pod(name: str, *, tolerate: bool = False) -> str:

@@ -1,4 +1,5 @@
-"""The bad-input corpus: its manifests and what a real kube-apiserver answered to each (``real.yaml``)."""
+"""The bad-input corpus: its manifests and what a real kube-apiserver answered to each, by minor version
+(``real-v1.<minor>.yaml``: v1.34.4 and v1.37.2)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import yaml
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-REAL: dict[str, Any] = yaml.safe_load((HERE / "real.yaml").read_text())
+RECORDS: dict[int, dict[str, Any]] = {
+    int(path.stem.rsplit(".", 1)[1]): yaml.safe_load(path.read_text()) for path in HERE.glob("real-v1.*.yaml")
+}
+REAL: dict[str, Any] = RECORDS[max(RECORDS)]
+"""The newest record: what the embedded server, emulating that version by default, must answer."""
 REFUSED = sorted(name for name, record in REAL["records"].items() if record["exit"])
 ACCEPTED = sorted(name for name, record in REAL["records"].items() if not record["exit"])
 CEL_WORDING = {"claim-selector-undeclared"}

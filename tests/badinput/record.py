@@ -6,8 +6,8 @@ real-control-plane tier of the same minor version as the embedded server's ``/ve
     KUBECONFIG=... python tests/badinput/record.py
 
 For each ``*.yaml`` here it runs ``kubectl apply -f`` (kubectl's default: ``fieldValidation=Strict``) and
-writes what kubectl printed and its exit code to ``real.yaml``, with the server's ``/version``. An object
-the real server accepts is deleted again. ``test_corpus.py`` compares the embedded server's answers with
+writes what kubectl printed and its exit code to ``real-v1.<minor>.yaml``, with the server's ``/version``. An object
+the real server accepts is deleted again. ``test_refused.py`` compares the embedded server's answers with
 these records.
 """
 
@@ -29,7 +29,7 @@ def main() -> int:
     )
     records: dict[str, dict[str, object]] = {}
     for path in sorted(HERE.glob("*.yaml")):
-        if path.name in ("real.yaml", "expected.yaml"):
+        if path.name.startswith("real-") or path.name == "expected.yaml":
             continue
         done = subprocess.run(["kubectl", "apply", "-f", str(path)], capture_output=True, text=True)
         output = (done.stdout + done.stderr).replace(str(path), path.name).strip()
@@ -38,7 +38,9 @@ def main() -> int:
             subprocess.run(["kubectl", "delete", "-f", str(path), "--wait=false"], capture_output=True)
         print(path.stem, done.returncode, output[:160], file=sys.stderr)
     document = {"server": version["gitVersion"], "records": records}
-    (HERE / "real.yaml").write_text(yaml.safe_dump(document, sort_keys=True, width=200, allow_unicode=True))
+    (HERE / f"real-v{version['major']}.{version['minor']}.yaml").write_text(
+        yaml.safe_dump(document, sort_keys=True, width=200, allow_unicode=True)
+    )
     return 0
 
 

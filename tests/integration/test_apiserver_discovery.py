@@ -93,10 +93,10 @@ async def test_core_and_group_discovery(http: aiohttp.ClientSession) -> None:
 
 
 async def test_version_and_health(kube_api: ApiClient, http: aiohttp.ClientSession) -> None:
-    """/version reports a 1.34 server; /healthz, /readyz and /livez answer ok."""
+    """/version reports a 1.37 server (the default emulated version); /healthz, /readyz and /livez answer ok."""
     info = await VersionApi(kube_api).get_code()
-    assert (info.major, info.minor) == ("1", "34")
-    assert info.git_version.startswith("v1.34")
+    assert (info.major, info.minor) == ("1", "37")
+    assert info.git_version.startswith("v1.37")
     for path in ("/healthz", "/readyz", "/livez"):
         async with http.get(path) as rsp:
             assert await rsp.text() == "ok"

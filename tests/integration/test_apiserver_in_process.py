@@ -4,6 +4,7 @@ must get the same answers, errors and watch events as over HTTP, and a watch mus
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -31,12 +32,15 @@ def _pod(name: str, **labels: str) -> dict[str, Any]:
 
 
 def _stable(body: Any, suffix: str) -> Any:
-    """``body`` without what differs between two runs of the same requests (uids, versions, times, the name)."""
+    """``body`` without what differs between two runs of the same requests (uids, versions, times, the name, the
+    token volume's random suffix)."""
     if isinstance(body, dict):
         return {k: _stable(v, suffix) for k, v in body.items() if k not in _VOLATILE}
     if isinstance(body, list):
         return [_stable(v, suffix) for v in body]
-    return body.replace(suffix, "*") if isinstance(body, str) else body
+    if not isinstance(body, str):
+        return body
+    return re.sub(r"^kube-api-access-\w{5}$", "kube-api-access-*", body.replace(suffix, "*"))
 
 
 async def _outcome(call: Awaitable[Any], suffix: str) -> Outcome:

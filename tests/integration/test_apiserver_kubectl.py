@@ -212,7 +212,9 @@ GENERATORS = [
     ("service", "nodeport", "np", "--tcp=80:8080", "--node-port=30080"),
     ("service", "loadbalancer", "lb", "--tcp=443:8443"),
     ("service", "externalname", "ext", "--external-name=example.com"),
+    ("priorityclass", "high", "--value=1000"),
 ]
+_CLUSTER_SCOPED = ("namespace", "priorityclass")
 _SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
 
 
@@ -231,12 +233,13 @@ def _comparable(obj: Any) -> Any:
 
 async def test_every_kubectl_create_generator_for_a_served_kind(kubectl: Kubectl) -> None:
     """kubectl create sends protobuf: each generator of a kind the server serves creates the object, and
-    `kubectl get -o yaml` reads back what the same generator writes as JSON with --dry-run=client."""
+    `kubectl get -o yaml` reads back what the same generator writes as JSON with --dry-run=server (the server's
+    defaults included)."""
     for generator in GENERATORS:
-        namespaced = [] if generator[0] == "namespace" else ["-n", "team"]
+        namespaced = [] if generator[0] in _CLUSTER_SCOPED else ["-n", "team"]
         cut = generator.index("--") if "--" in generator else len(generator)
         args, command = list(generator[:cut]), list(generator[cut:])  # flags go before `-- command`
-        rc, out, err = await kubectl("create", *args, *namespaced, "--dry-run=client", "-o", "json", *command)
+        rc, out, err = await kubectl("create", *args, *namespaced, "--dry-run=server", "-o", "json", *command)
         assert rc == 0, err
         expected = json.loads(out)
         rc, out, err = await kubectl("create", *args, *namespaced, *command)
@@ -255,7 +258,6 @@ async def test_every_kubectl_create_generator_for_a_served_kind(kubectl: Kubectl
 
 UNSERVED = [
     ("cronjob", "nightly", "--image=busybox", "--schedule=0 0 * * *"),
-    ("priorityclass", "high", "--value=1000"),
     ("quota", "limits", "--hard=pods=2"),
     ("role", "reader", "--verb=get", "--resource=pods"),
     ("rolebinding", "readers", "--role=reader", "--user=u"),

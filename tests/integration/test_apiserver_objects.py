@@ -219,7 +219,7 @@ async def test_strategic_merge_patch_is_a_merge_without_directives(http: aiohttp
     headers = {"Content-Type": "application/strategic-merge-patch+json"}
     async with http.patch("/api/v1/namespaces/default/pods/p", json=patch, headers=headers) as rsp:
         obj = await rsp.json()
-    assert obj["spec"]["containers"] == [{"name": "b", "image": "y"}]
+    assert [(c["name"], c["image"]) for c in obj["spec"]["containers"]] == [("b", "y")]
     assert obj["metadata"]["labels"] == {"k": "v"}
 
 

@@ -110,10 +110,27 @@ def on_gpu(uuid: str) -> str:
 
 
 async def test_slices_carry_the_counter_set_and_every_placement(cluster: EmbeddedCluster) -> None:
+    """The embedded API server is Kubernetes 1.37: the counter sets go in a slice of their own (the 1.35+ layout,
+    which it accepts as kube-apiserver does), the devices in slices of at most 64 that name them."""
     slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
-    counter_sets = sorted(c["name"] for s in slices for c in s["spec"].get("sharedCounters") or [])
-    assert counter_sets == [f"gpu-{i}-counter-set" for i in range(8)]
-    # the embedded API server reports 1.34: counters travel with their devices, one slice per GPU
+    (counters,) = [s for s in slices if s["spec"].get("sharedCounters")]
+    assert "devices" not in counters["spec"]
+    assert sorted(c["name"] for c in counters["spec"]["sharedCounters"]) == [
+        f"gpu-{i}-counter-set" for i in range(8)
+    ]
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    assert len(devices) == 8 * 26
+    assert all(len(s["spec"].get("devices") or []) <= 64 for s in slices)
+    for device in devices:
+        (uses,) = device["consumesCounters"]
+        assert uses["counterSet"] == f"{device['name'].split('-mig-')[0]}-counter-set"
+
+
+async def test_on_1_34_counters_travel_with_their_devices(start_cluster: StartCluster) -> None:
+    """Asked to emulate 1.34, the embedded API server has the 1.34 rules: one slice per GPU, with its counter set."""
+    cluster = await start_cluster("dgx-h100:1", dynamic_mig=True, kubernetes_version="1.34")
+    slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    assert len(slices) == 8
     for s in slices:
         (counter_set,) = s["spec"]["sharedCounters"]
         minor = counter_set["name"].split("-")[1]

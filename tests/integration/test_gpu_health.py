@@ -72,8 +72,23 @@ async def health_event(cluster: EmbeddedCluster, node: str, text: str) -> dict[s
 
 
 async def test_ignored_xid_is_visible_but_does_not_repel(cluster: EmbeddedCluster) -> None:
-    """The embedded API server is Kubernetes 1.34, which does not know the taint effect None: the ignored XID is
-    told on the Node and left out of the slice (which 1.34 would refuse whole), so nothing repels the GPU."""
+    """The embedded API server is Kubernetes 1.37, which knows the taint effect None (1.35+): the ignored XID is a
+    taint with effect None on the GPU, which nothing is repelled by."""
+    await inject(cluster.simulated["dgx-h100-0"], 0, 13)
+    event = await eventually(lambda: health_event(cluster, "dgx-h100-0", "XID 13"))
+    assert event["message"].endswith("taint effect None")
+
+    async def published() -> list[dict[str, Any]] | None:
+        return (await devices(cluster, "dgx-h100-0"))["gpu-0"].get("taints")
+
+    (taint,) = await eventually(published)
+    assert (taint["key"], taint["value"], taint["effect"]) == ("gpu.nvidia.com/xid", "13", "None")
+
+
+async def test_on_1_34_an_ignored_xid_is_told_on_the_node_only(start_cluster: StartCluster) -> None:
+    """Kubernetes 1.34 does not know the taint effect None: the ignored XID is told on the Node and left out of the
+    slice (which 1.34 would refuse whole), so nothing repels the GPU."""
+    cluster = await start_cluster("dgx-h100:1", hardware_poll_seconds=0.1, kubernetes_version="1.34")
     await inject(cluster.simulated["dgx-h100-0"], 0, 13)
     event = await eventually(lambda: health_event(cluster, "dgx-h100-0", "XID 13"))
     assert event["message"].endswith("taint effect None")
@@ -222,7 +237,7 @@ async def test_ignored_xid_leaves_the_prepared_claim_healthy(cluster: EmbeddedCl
     await inject(cluster.simulated[node], index, 13)
     await eventually(
         lambda: health_event(cluster, node, "XID 13")
-    )  # recorded by the agent (no taint on 1.34)
+    )  # recorded by the agent (a taint with effect None, which repels nothing)
     preparer = cluster.runtimes[node].preparer
     assert preparer is not None
     await preparer.report_health()  # whatever the agent reports next, it is this

@@ -85,7 +85,8 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument(
         "--kubernetes-version",
         default=None,
-        help="with --control-plane kubernetes: the built version to run (default: $K8S_VERSION, else 1.37.2)",
+        help="with --control-plane kubernetes: the built version to run (default: $K8S_VERSION, else 1.37.2); "
+        "embedded: the version its API server emulates, 1.34 to 1.37 (default 1.37)",
     )
     up.add_argument(
         "--real-kubelet",

@@ -3,7 +3,10 @@
 on (resourcehealth.py holds what is written).
 
 A stream is opened for a driver the first time a pod's claims are prepared with it, and opened again (with backoff)
-whenever it ends; while it is down, the driver's devices read Unknown. A pod's status is written again when a report
+whenever it ends; while it is down, the driver's devices read Unknown. As the 1.37 kubelet, only a plugin that
+advertises DRAResourceHealth at registration is asked for a stream (gpudra's agent advertises it only with its
+health checks on); one that does not is left alone until a plugin of the driver registers anew (a 1.36 kubelet
+polls it every 5 s, kubernetes#141855). A pod's status is written again when a report
 changes the health of one of its devices, and, for devices whose reports stopped, once their timeout has passed
 (checked every ``tick`` seconds, as the kubelet's periodic pod sync would notice it); never when nothing changed.
 """
@@ -16,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpudra.agent.kubeletplugin import KubeletClient
+from gpudra.agent.kubeletplugin.messages import HEALTH_SERVICES
 from gpudra.errors import GpudraError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import PODS
@@ -91,11 +96,20 @@ class ResourceHealthMonitor:
             await asyncio.sleep(self._tick)
             await self._refresh_pods(None)
 
+    async def _advertising(self, driver: str) -> KubeletClient:
+        """The driver's plugin to call, once one advertises a health service (a new registration is looked for
+        every ``tick``, in the registry directory only: the plugin itself is not called)."""
+        while True:
+            plugin = await self._plugins.client(driver)
+            if plugin.info is not None and set(HEALTH_SERVICES) & set(plugin.info.supported_versions):
+                return plugin
+            await asyncio.sleep(self._tick)
+
     async def _stream(self, driver: str) -> None:
         delay = 0.1
         while True:
             try:
-                plugin = await self._plugins.client(driver)
+                plugin = await self._advertising(driver)
                 async for devices in plugin.watch_health():
                     delay = 0.1
                     await self._refresh_pods(self.cache.update(driver, devices, self._clock()))

@@ -32,6 +32,7 @@ from gpudra.cluster.agentprocess import AgentProcess
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.local import InProcessTransport
 from gpudra.cluster.apiserver.process import APIServerProcess
+from gpudra.cluster.apiserver.versions import KubeVersion, parse_minor
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.dirlock import DirectoryLock
 from gpudra.cluster.fleet import FleetNode, node_object
@@ -63,6 +64,7 @@ from gpudra.cluster.startup import (
     start_progress,
 )
 from gpudra.cluster.trynext import current_shell, try_next
+from gpudra.computedomain.children import DaemonPodSettings
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.kopfapp import run_controller
 from gpudra.devices.classes import load_device_classes
@@ -73,7 +75,14 @@ from gpudra.hardware.simulated import empty_mig
 from gpudra.kube.client import KubeClient
 from gpudra.kube.crdready import wait_served
 from gpudra.kube.kubeconfig import read_credentials, write_kubeconfig
-from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES
+from gpudra.kube.resources import (
+    CRDS,
+    DEVICE_CLASSES,
+    NAMESPACES,
+    NODES,
+    SERVICE_ACCOUNTS,
+    device_taint_rules,
+)
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
 from gpudra.reports import list_fleet
 from gpudra.telemetry import get_logger
@@ -144,7 +153,8 @@ class UpOptions:
     control_plane: Literal["embedded", "kubernetes"] = "embedded"
     """embedded: the project's API server and stand-ins; kubernetes: the real control plane (``make kubernetes``)."""
     kubernetes_version: str | None = None
-    """With ``control_plane="kubernetes"``: which built version (default: K8S_VERSION, else the newest built)."""
+    """The Kubernetes version: with ``control_plane="kubernetes"`` which built version runs (default: K8S_VERSION,
+    else 1.37.2); embedded, which minor the API server emulates (1.34 to 1.37, default 1.37; the patch is ignored)."""
     feature_gates_on: tuple[str, ...] = ()
     """Alpha gates turned on (``DRAListTypeAttributes``), in the embedded API server or on every component of the
     real control plane; off by default, as in kube-apiserver."""
@@ -249,10 +259,13 @@ class EmbeddedCluster:
                 port=self.options.port,
                 kubeconfig=self.cluster_kubeconfig,
                 feature_gates=frozenset(self.options.feature_gates_on),
+                minor=parse_minor(self.options.kubernetes_version),
             )
             return await self.server_process.start()
         self.server = EmbeddedAPIServer(
-            port=self.options.port, feature_gates=frozenset(self.options.feature_gates_on)
+            port=self.options.port,
+            feature_gates=frozenset(self.options.feature_gates_on),
+            minor=parse_minor(self.options.kubernetes_version),
         )
         url = await self.server.start()
         self.server.write_kubeconfig(self.cluster_kubeconfig)
@@ -276,6 +289,15 @@ class EmbeddedCluster:
             "metadata": {"name": self.options.controller.namespace},
         }
         await self.client.apply_object(NAMESPACES, namespace)
+        # the ServiceAccount of the ComputeDomain daemon pods, as manifests/base installs it: the API server's
+        # ServiceAccount admission refuses pods whose account does not exist
+        account = DaemonPodSettings().service_account or "default"
+        imex = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": self.options.controller.namespace},
+        }
+        await self.client.apply_object(SERVICE_ACCOUNTS, imex)
         return ControllerConnection(server_url=url)
 
     async def _start_kubernetes(self) -> ControllerConnection:
@@ -385,7 +407,8 @@ class EmbeddedCluster:
         self._spawn(self.sim_controls.run(), "simulator faults")
         progress.begin(STAGE_CONTROLLER, 1 if self.kubernetes is not None else 2)
         if self.kubernetes is None:
-            self.control_plane = ControlPlane(self.client)
+            emulated = KubeVersion(parse_minor(self.options.kubernetes_version))
+            self.control_plane = ControlPlane(self.client, device_taint_rules(emulated.taint_rule_version))
             self._spawn(self.control_plane.run(), "control plane")
         if self.real_nodes is not None:
             # the controller is the chart's Deployment, on a real node

@@ -32,6 +32,8 @@ class Resource:
 
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
@@ -43,14 +45,14 @@ RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceC
 RESOURCE_CLAIM_TEMPLATES = Resource(
     "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True
 )
-DEVICE_TAINT_RULES = Resource(
-    "resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", namespaced=False
-)
-DEVICE_TAINT_RULES_V1ALPHA3 = Resource(
-    "resource.k8s.io", "v1alpha3", "devicetaintrules", "DeviceTaintRule", namespaced=False
-)
-"""DeviceTaintRule is resource.k8s.io/v1 from Kubernetes 1.37; v1alpha3 (off by default) up to 1.35, v1beta2 in 1.36.
-The embedded API server, a 1.34, serves v1alpha3."""
+
+
+def device_taint_rules(version: str = "v1") -> Resource:
+    """DeviceTaintRule at ``version``: resource.k8s.io/v1 from Kubernetes 1.37; v1alpha3 (off by default) up to 1.35,
+    v1beta2 (off by default) in 1.36. The fields gpudra reads are the same in each."""
+    return Resource("resource.k8s.io", version, "devicetaintrules", "DeviceTaintRule", namespaced=False)
+
+
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
 JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)

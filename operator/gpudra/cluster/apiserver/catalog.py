@@ -8,14 +8,17 @@ from typing import Any
 
 from .registry import Registry, ResourceType, StoreKey, crd_resource_types
 from .store import Clock, Store
+from .versions import KubeVersion
 
 
 class Catalog:
     """``dropped(key, store)`` is called when a store goes with the last type served from it (its watchers are
     closed already; its objects are gone with it)."""
 
-    def __init__(self, clock: Clock, dropped: Callable[[StoreKey, Store], None]) -> None:
-        self.registry = Registry()
+    def __init__(
+        self, clock: Clock, dropped: Callable[[StoreKey, Store], None], version: KubeVersion
+    ) -> None:
+        self.registry = Registry(version)
         self.stores: dict[StoreKey, Store] = {}
         self._clock = clock
         self._dropped = dropped

@@ -15,17 +15,23 @@ from typing import Any
 from . import status as st
 from .catalog import Catalog
 from .crds import crd_status, now_rfc3339, validate_crd
-from .discovery import SERVER_VERSION
 from .owners import ObjectRef, OwnerIndex
 from .patches import apply_merge, clone, json_patch, merge_patch, strip_strategic_directives
+from .podadmission import SYSTEM_PRIORITY_CLASSES, admit_pod
 from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, ResourceType, StoreKey
 from .selectorsyntax import FieldSelector, LabelSelector
 from .store import Clock, Entry, Store
 from .validation import Admission, Admitter
+from .validation.poddefaults import qos_class
+from .versions import KubeVersion
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 NAMESPACES: StoreKey = ("", "namespaces")
+SERVICE_ACCOUNTS: StoreKey = ("", "serviceaccounts")
+PODS: StoreKey = ("", "pods")
+PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
+_SYSTEM_CLASS_DESCRIPTION = "Used for system critical pods that must not be moved from their current node."
 CRDS: StoreKey = (CRD_GROUP, CRD_PLURAL)
 
 MERGE = "application/merge-patch+json"
@@ -37,10 +43,12 @@ APPLY = "application/apply-patch+yaml"
 class Database:
     """All stores, the clock, and the write paths every HTTP verb goes through."""
 
-    def __init__(self, feature_gates: frozenset[str] = frozenset()) -> None:
-        self.admitter = Admitter(int(SERVER_VERSION["minor"]), feature_gates)
+    def __init__(self, version: KubeVersion | None = None) -> None:
+        """``version``: the Kubernetes version emulated (default: the newest)."""
+        self.version = version or KubeVersion()
+        self.admitter = Admitter(self.version)
         self.clock = Clock()
-        self.catalog = Catalog(self.clock, dropped=self._dropped)
+        self.catalog = Catalog(self.clock, dropped=self._dropped, version=self.version)
         self.owners = OwnerIndex()
         # Hooks of the garbage collector: ``notify(uid)`` after an object with that uid is gone, a deletion
         # started, or a dependent of a missing owner was written (uid "" just wakes it); ``orphan(owner)``
@@ -51,6 +59,9 @@ class Database:
         self.foreground: set[str] = set()  # owner uids waiting for their dependents (foregroundDeletion)
         for ns in BUILTIN_NAMESPACES:
             self.create(self.registry.get("", "v1", "namespaces"), "", {"metadata": {"name": ns}})  # type: ignore[arg-type]
+        for name, value in SYSTEM_PRIORITY_CLASSES.items():
+            body = {"metadata": {"name": name}, "value": value, "description": _SYSTEM_CLASS_DESCRIPTION}
+            self.create(self.registry.get(*PRIORITY_CLASSES), "", body)  # type: ignore[arg-type]
 
     # ----------------------------------------------------------------- lookups
     @property
@@ -162,21 +173,40 @@ class Database:
             obj.pop("status", None)
         self._prepare_create(rt, obj)
         obj = self.admitter.admit(rt, obj, None, admission or Admission())
+        if rt.storage_key == PODS:
+            obj["status"]["qosClass"] = qos_class(obj.get("spec") or {})
         if store.get(namespace if rt.namespaced else "", name) is not None:
             raise st.already_exists(rt.plural, rt.group, name)
         if dry_run:
             return Entry(obj)
-        return self._commit(rt, obj, None)
+        entry = self._commit(rt, obj, None)
+        if rt.storage_key == NAMESPACES:
+            # what kube-controller-manager's serviceaccount controller does for every namespace
+            accounts = self.registry.get("", "v1", "serviceaccounts")
+            assert accounts is not None
+            self.create(accounts, name, {"metadata": {"name": "default"}})
+        return entry
 
     def _prepare_create(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         if rt.storage_key == NAMESPACES:
             obj["status"] = {"phase": "Active"}
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
-        elif rt.storage_key == ("", "pods"):
+        elif rt.storage_key == PODS:
             obj["status"] = {"phase": "Pending"}
+            admit_pod(
+                obj, obj["metadata"].get("namespace") or "", self._service_account, self._priority_classes()
+            )
         elif rt.storage_key == CRDS:
             validate_crd(self.registry, obj)
             obj["status"] = crd_status(obj)
+
+    def _service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
+        entry = self.stores[SERVICE_ACCOUNTS].get(namespace, name)
+        return None if entry is None else entry.obj
+
+    def _priority_classes(self) -> dict[str, dict[str, Any]]:
+        store = self.stores[PRIORITY_CLASSES[0], PRIORITY_CLASSES[2]]
+        return {entry.obj["metadata"]["name"]: entry.obj for entry in store.objects.values()}
 
     # ----------------------------------------------------------------- update
     def update(
@@ -212,7 +242,9 @@ class Database:
         *,
         dry_run: bool = False,
         admission: Admission | None = None,
+        bump_generation: bool = True,
     ) -> Entry:
+        """``bump_generation``: False for a binding, which sets spec.nodeName without a new generation."""
         old = current.obj
         old_meta = old["metadata"]
         if subresource == "status":
@@ -256,7 +288,7 @@ class Database:
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if not meta.get("finalizers"):
             meta.pop("finalizers", None)
-        if self._spec(rt, new) != self._spec(rt, old):
+        if bump_generation and self._spec(rt, new) != self._spec(rt, old):
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
         if new == old or dry_run:
             return current if new == old else Entry(new)
@@ -437,7 +469,7 @@ class Database:
             raise st.conflict(rt.plural, rt.group, name, f"pod {name} is already assigned to node {bound!r}")
         new = clone(current.obj)
         new.setdefault("spec", {})["nodeName"] = node
-        self._replace(rt, current, new, "")
+        self._replace(rt, current, new, "", bump_generation=False)
 
     def _dropped(self, key: StoreKey, store: Store) -> None:
         """A CRD's store went: its objects are gone for the collector too."""

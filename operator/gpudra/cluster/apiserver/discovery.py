@@ -14,18 +14,7 @@ from typing import Any
 
 from .openapi import component_schemas
 from .registry import Registry, ResourceType
-
-SERVER_VERSION = {
-    "major": "1",
-    "minor": "34",
-    "gitVersion": "v1.34.0-gpudra",
-    "gitCommit": "0000000000000000000000000000000000000000",
-    "gitTreeState": "clean",
-    "buildDate": "2025-08-27T00:00:00Z",
-    "goVersion": "go1.24.0",
-    "compiler": "gc",
-    "platform": "linux/amd64",
-}
+from .versions import KubeVersion
 
 _SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
@@ -147,25 +136,28 @@ _PARAMS = [
 ]
 
 
-_DOCUMENTS: dict[tuple[str, str, str], dict[str, Any]] = {}
-"""Documents built, by group, version and hash: kubectl fetches one on every apply, the schemas are large."""
+_DOCUMENTS: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+"""Documents built, by group, version, hash and emulated minor: kubectl fetches one on every apply, the schemas are
+large."""
 
 
-def openapi_document(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
+def openapi_document(
+    registry: Registry, group: str, version: str, kube: KubeVersion
+) -> dict[str, Any] | None:
     """A group-version document: one PATCH operation per resource, tagged with its kind, declaring the
     query parameters kubectl probes for, and the schemas ``kubectl explain`` reads."""
     if (group == "" and version != "v1") or (group and not registry.has_group_version(group, version)):
         return None
-    key = (group, version, _hash(registry, group, version))
+    key = (group, version, _hash(registry, group, version), kube.minor)
     found = _DOCUMENTS.get(key)
     if found is None:
         if len(_DOCUMENTS) > 256:
             _DOCUMENTS.clear()
-        found = _DOCUMENTS[key] = _document(registry, group, version)
+        found = _DOCUMENTS[key] = _document(registry, group, version, kube)
     return found
 
 
-def _document(registry: Registry, group: str, version: str) -> dict[str, Any]:
+def _document(registry: Registry, group: str, version: str, kube: KubeVersion) -> dict[str, Any]:
     prefix = f"/apis/{group}/{version}" if group else "/api/v1"
     paths: dict[str, Any] = {}
     for rt in registry.in_group_version(group, version):
@@ -184,7 +176,7 @@ def _document(registry: Registry, group: str, version: str) -> dict[str, Any]:
         }
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": SERVER_VERSION["gitVersion"]},
+        "info": {"title": "Kubernetes", "version": kube.git_version},
         "paths": paths,
-        "components": {"schemas": component_schemas(registry, group, version, int(SERVER_VERSION["minor"]))},
+        "components": {"schemas": component_schemas(registry, group, version, kube.minor)},
     }

@@ -19,12 +19,13 @@ from pathlib import Path
 import aiohttp
 
 from .server import CONFLICTS_PATH, EmbeddedAPIServer
+from .versions import DEFAULT_MINOR
 
 STOP = "stop"
 
 
-async def _serve(port: int, kubeconfig: Path, gates: frozenset[str], conn: Connection) -> None:
-    server = EmbeddedAPIServer(port=port, feature_gates=gates)
+async def _serve(port: int, kubeconfig: Path, gates: frozenset[str], minor: int, conn: Connection) -> None:
+    server = EmbeddedAPIServer(port=port, feature_gates=gates, minor=minor)
     url = await server.start()
     try:
         server.write_kubeconfig(kubeconfig)
@@ -36,17 +37,23 @@ async def _serve(port: int, kubeconfig: Path, gates: frozenset[str], conn: Conne
         await server.stop()
 
 
-def _main(port: int, kubeconfig: Path, gates: frozenset[str], conn: Connection) -> None:
-    asyncio.run(_serve(port, kubeconfig, gates, conn))
+def _main(port: int, kubeconfig: Path, gates: frozenset[str], minor: int, conn: Connection) -> None:
+    asyncio.run(_serve(port, kubeconfig, gates, minor, conn))
 
 
 class APIServerProcess:
     """Start with :meth:`start`; the server writes the kubeconfig before it answers with its URL."""
 
     def __init__(
-        self, *, port: int = 0, kubeconfig: Path, feature_gates: frozenset[str] = frozenset()
+        self,
+        *,
+        port: int = 0,
+        kubeconfig: Path,
+        feature_gates: frozenset[str] = frozenset(),
+        minor: int = DEFAULT_MINOR,
     ) -> None:
         self._port = port
+        self._minor = minor
         self._kubeconfig = kubeconfig
         self._gates = feature_gates
         self._conn: Connection | None = None
@@ -58,7 +65,7 @@ class APIServerProcess:
         parent, child = context.Pipe()
         self._process = context.Process(
             target=_main,
-            args=(self._port, self._kubeconfig, self._gates, child),
+            args=(self._port, self._kubeconfig, self._gates, self._minor, child),
             name="gpudra-apiserver",
             daemon=True,
         )

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .versions import KubeVersion
+
 StoreKey = tuple[str, str]  # (group, plural): the versions of one resource share a store
 CRD_GROUP = "apiextensions.k8s.io"
 CRD_PLURAL = "customresourcedefinitions"
@@ -92,10 +94,9 @@ def _builtin(spec: str) -> ResourceType:
     )
 
 
-# group/version plural Kind scope(ns|cl) shortNames categories subresources indexedFields ('-' = none)
-_BUILTINS = [
-    _builtin(s)
-    for s in """
+# group/version plural Kind scope(ns|cl) shortNames categories subresources indexedFields ('-' = none);
+# {taint_rules}: the version DeviceTaintRule is served at (KubeVersion.taint_rule_version)
+_BUILTINS = """
 core/v1 namespaces Namespace cl ns - status -
 core/v1 nodes Node cl no - status -
 core/v1 pods Pod ns po all status,binding,log,exec,attach,portforward spec.nodeName
@@ -109,15 +110,15 @@ apps/v1 daemonsets DaemonSet ns ds all status -
 apps/v1 replicasets ReplicaSet ns rs all status -
 batch/v1 jobs Job ns - all status -
 coordination.k8s.io/v1 leases Lease ns - - - -
+scheduling.k8s.io/v1 priorityclasses PriorityClass cl pc - - -
 events.k8s.io/v1 events Event ns ev - - -
 resource.k8s.io/v1 deviceclasses DeviceClass cl - - - -
 resource.k8s.io/v1 resourceclaims ResourceClaim ns - - status -
 resource.k8s.io/v1 resourceclaimtemplates ResourceClaimTemplate ns - - - -
 resource.k8s.io/v1 resourceslices ResourceSlice cl - - - spec.nodeName,spec.driver,spec.pool.name
-resource.k8s.io/v1alpha3 devicetaintrules DeviceTaintRule cl - - status -
+resource.k8s.io/{taint_rules} devicetaintrules DeviceTaintRule cl - - status -
 apiextensions.k8s.io/v1 customresourcedefinitions CustomResourceDefinition cl crd,crds - status -
-""".strip().splitlines()
-]
+"""
 
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -125,12 +126,15 @@ BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 class Registry:
     """Served resource types by group, version and plural; knows the group order for discovery."""
 
-    def __init__(self) -> None:
+    def __init__(self, version: KubeVersion | None = None) -> None:
+        """``version``: the emulated Kubernetes version (default: the newest), which decides what is served."""
         self._types: dict[tuple[str, str, str], ResourceType] = {}
         self._groups: dict[str, list[str]] = {}  # group -> versions, in registration order
         self.revision = 0  # bumped on every change, hashes the OpenAPI documents
-        for rt in _BUILTINS:
-            self.add(rt)
+        for line in (
+            _BUILTINS.format(taint_rules=(version or KubeVersion()).taint_rule_version).strip().splitlines()
+        ):
+            self.add(_builtin(line))
 
     def add(self, rt: ResourceType) -> None:
         self._types[(rt.group, rt.version, rt.plural)] = rt

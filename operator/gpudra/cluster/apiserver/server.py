@@ -32,6 +32,7 @@ from .status import APIStatusError, bad_request
 from .store import Entry, encode
 from .tables import table
 from .validation import MODES, Admission
+from .versions import DEFAULT_MINOR, KubeVersion
 from .watching import ResponseSink, WatchRequest, object_bytes
 
 _JSON = "application/json"
@@ -73,12 +74,18 @@ class EmbeddedAPIServer:
     """An in-process Kubernetes API server for tests, benchmarks and ``gpudra up``."""
 
     def __init__(
-        self, *, host: str = "127.0.0.1", port: int = 0, feature_gates: frozenset[str] = frozenset()
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        feature_gates: frozenset[str] = frozenset(),
+        minor: int = DEFAULT_MINOR,
     ) -> None:
-        """``feature_gates``: the alpha Kubernetes gates to turn on (``DRAListTypeAttributes``)."""
+        """``minor``: the Kubernetes 1.x version emulated (versions.py); ``feature_gates``: the gates off by default
+        to turn on (``DRAListTypeAttributes``)."""
         self._host, self._port = host, port
         self._url = ""
-        self.database = Database(feature_gates)
+        self.database = Database(KubeVersion(minor, feature_gates))
         self._pod_logs = PodLogProxy(self.database)
         self._collector: GarbageCollector | None = None
         self._runner: web.AppRunner | None = None
@@ -200,7 +207,7 @@ class EmbeddedAPIServer:
         if path == CONFLICTS_PATH:
             return _response(dict(self.conflicts_by_resource))
         if path in ("/version", "/version/"):
-            return _response(discovery.SERVER_VERSION)
+            return _response(self.database.version.document())
         if path == "/openapi/v3":
             return _response(discovery.openapi_index(self.database.registry))
         if path.startswith("/openapi/v3/"):
@@ -210,7 +217,11 @@ class EmbeddedAPIServer:
                 if key[0] == "api" and len(key) == 2
                 else ((key[1], key[2]) if key[0] == "apis" and len(key) == 3 else ("", ""))
             )
-            document = discovery.openapi_document(self.database.registry, group, version) if version else None
+            document = (
+                discovery.openapi_document(self.database.registry, group, version, self.database.version)
+                if version
+                else None
+            )
             if document is not None:
                 return _response(document)
         raise APIStatusError(404, "NotFound", "the server could not find the requested resource")

@@ -28,6 +28,7 @@ from gpudra.cluster.controlplane.workloads import Workloads
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
+from gpudra.kube.resources import Resource
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -37,10 +38,15 @@ CLAIM_WORKERS = 8
 
 
 class ControlPlane:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, taint_rules: Resource | None = None) -> None:
+        """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1)."""
         self.client = client  # what every part reads and writes through
         self.state = ClusterState(
-            client, on_pod=self._on_pod, on_claim=self._on_claim, on_template=self._on_template
+            client,
+            on_pod=self._on_pod,
+            on_claim=self._on_claim,
+            on_template=self._on_template,
+            taint_rules=taint_rules,
         )
         self._changed_seen = 0
         self._queue: asyncio.PriorityQueue[tuple[int, int, PodKey]] = asyncio.PriorityQueue()

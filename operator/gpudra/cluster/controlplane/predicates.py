@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.quantity import parse_quantity
+from gpudra.cluster.apiserver.podadmission import SYSTEM_PRIORITY_CLASSES
 from gpudra.errors import InvalidInputError
 
 Obj = Mapping[str, Any]
@@ -298,7 +299,6 @@ def inter_pod_affinity(pod: Obj, node: Obj, view: AffinityView) -> str | None:
 
 
 # ---- priority, messages and what is not implemented ------------------------------------------------------
-SYSTEM_PRIORITIES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
 
 
 def pod_priority(pod: dict[str, Any]) -> int:
@@ -306,7 +306,7 @@ def pod_priority(pod: dict[str, Any]) -> int:
     spec = pod.get("spec") or {}
     if isinstance(spec.get("priority"), int):
         return int(spec["priority"])
-    return SYSTEM_PRIORITIES.get(str(spec.get("priorityClassName", "")), 0)
+    return SYSTEM_PRIORITY_CLASSES.get(str(spec.get("priorityClassName", "")), 0)
 
 
 def unschedulable_message(total: int, reasons: Counter[str]) -> str:
@@ -323,8 +323,9 @@ _UNSUPPORTED = (
         "preferred pod anti-affinity",
     ),
     ("spec.topologySpreadConstraints", "topology spread constraints"),
-    ("spec.preemptionPolicy", "preemption"),
 )
+"""Not preemptionPolicy: the API server's Priority admission sets it on every pod (PreemptLowerPriority); the
+stand-in never preempts, which a pod of a class other than the system ones is told (``unsupported``)."""
 
 
 def _at(obj: Obj, path: str) -> Any:

@@ -23,9 +23,9 @@ from gpudra.allocator.wording import explain_outcome
 from gpudra.api.core import Pod
 from gpudra.api.dra import AllocationResult, ResourceClaim, ResourceClaimConsumerReference
 from gpudra.api.timestamps import rfc3339
+from gpudra.cluster.apiserver.podadmission import SYSTEM_PRIORITY_CLASSES
 from gpudra.cluster.controlplane.extended import class_for_resource
 from gpudra.cluster.controlplane.filtering import NodeFilter
-from gpudra.cluster.controlplane.predicates import SYSTEM_PRIORITIES
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.errors import ConflictError, GpudraError
 from gpudra.kube.client import KubeClient
@@ -87,7 +87,7 @@ class Scheduler:
             self._deferred.add(key)
             return
         typed = [ResourceClaim.model_validate(c) for c in claims]
-        await self._filter.tell_unsupported(body, SYSTEM_PRIORITIES)
+        await self._filter.tell_unsupported(body, SYSTEM_PRIORITY_CLASSES)
         nodes = self._state.node_infos()
         for model in typed:
             node = model.allocation.node if model.allocation is not None else None

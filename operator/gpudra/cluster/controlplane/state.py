@@ -28,7 +28,6 @@ from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Handler, Informer
 from gpudra.kube.resources import (
     DEVICE_CLASSES,
-    DEVICE_TAINT_RULES_V1ALPHA3,
     NAMESPACES,
     NODES,
     PODS,
@@ -36,6 +35,7 @@ from gpudra.kube.resources import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Resource,
+    device_taint_rules,
 )
 from gpudra.telemetry import get_logger
 
@@ -61,7 +61,9 @@ class ClusterState:
         on_pod: Handler | None = None,
         on_claim: Handler | None = None,
         on_template: Handler | None = None,
+        taint_rules: Resource | None = None,
     ) -> None:
+        """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1, Kubernetes 1.37+)."""
         self._on_claim_hook = on_claim
         self.snapshot = ClusterSnapshot()
         self.allocations: dict[str, AllocationResult] = {}  # claim uid -> allocation the snapshot holds
@@ -92,7 +94,7 @@ class ClusterState:
         self.pods = Informer(client, PODS, self._pod_event, parse=Pod.model_validate, events=events)
         self.taint_rules = Informer(
             client,
-            DEVICE_TAINT_RULES_V1ALPHA3,
+            taint_rules or device_taint_rules(),
             self._on_taint_rule,
             parse=DeviceTaintRule.model_validate,
             events=events,

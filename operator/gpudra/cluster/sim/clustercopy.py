@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudra.cluster.sim.fleetfile import FleetNode
+from gpudra.cluster.sim.podadmission import admissible, priority_classes, service_accounts
 from gpudra.cluster.sim.readonly import ReadOnlyKube
 from gpudra.cluster.sim.slicecopy import machine_of_devices
 from gpudra.errors import ConfigurationError, NotFoundError
@@ -27,8 +28,10 @@ from gpudra.kube.resources import (
     NAMESPACES,
     NODES,
     PODS,
+    PRIORITY_CLASSES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
 )
 from gpudra.reports import PROFILE_LABEL
 
@@ -184,8 +187,9 @@ def seeder(copy: ClusterCopy) -> Callable[[KubeClient], Awaitable[None]]:
 
 
 async def seed(client: KubeClient, copy: ClusterCopy) -> None:
-    """Create the copied objects in the running copy: DeviceClasses, namespaces, claims, pods; then the allocations
-    of allocated claims, reserved for the copied pods (pods bound to a node wait for it, as on a real node)."""
+    """Create the copied objects in the running copy: DeviceClasses, namespaces, the ServiceAccounts and
+    PriorityClasses the pods name, claims, pods; then the allocations of allocated claims, reserved for the copied
+    pods (pods bound to a node wait for it, as on a real node)."""
     for device_class in copy.device_classes:
         await client.apply_object(DEVICE_CLASSES, device_class)
     namespaces = sorted({o["metadata"].get("namespace", "default") for o in [*copy.claims, *copy.pods]})
@@ -193,18 +197,22 @@ async def seed(client: KubeClient, copy: ClusterCopy) -> None:
         await client.apply_object(
             NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         )
+    for account in service_accounts(copy.pods):
+        await client.apply_object(SERVICE_ACCOUNTS, account)
+    for priority_class in priority_classes(copy.pods):
+        await client.apply_object(PRIORITY_CLASSES, priority_class)
     for claim in copy.claims:
         await client.create(RESOURCE_CLAIMS, _bare(claim), claim["metadata"].get("namespace"))
     bound = [p for p in copy.pods if p["spec"].get("nodeName")]
     created = {}
     for pod in bound:
-        body = await client.create(PODS, pod, pod["metadata"].get("namespace"))
+        body = await client.create(PODS, admissible(pod), pod["metadata"].get("namespace"))
         created[(body["metadata"]["namespace"], body["metadata"]["name"])] = body
     for claim in copy.claims:
         await _reserve(client, claim, created)
     for pod in copy.pods:
         if not pod["spec"].get("nodeName"):
-            await client.create(PODS, pod, pod["metadata"].get("namespace"))
+            await client.create(PODS, admissible(pod), pod["metadata"].get("namespace"))
 
 
 async def _reserve(

@@ -36,9 +36,11 @@ SERVED = [
         "apps/v1",
         "batch/v1",
         "coordination/v1",
+        "scheduling/v1",
         "events/v1",
         "resource/v1",
         "resource/v1alpha3",
+        "resource/v1beta2",
     )
 ]
 """The packages of the built-in kinds the embedded API server serves (registry.py), plus meta/v1 for Status,

@@ -16,15 +16,18 @@ from gpudra.api.timestamps import rfc3339
 
 from ..defaults import apply_defaults
 from ..registry import CRD_PLURAL, ResourceType
+from ..versions import KubeVersion
 from . import claimstatus, core, customresources, objectmeta, resourceclaims, resourceslices
 from .decoding import DecodeError, decode, strict_message
 from .fielderrors import FieldError, invalid, undecodable
 from .gotypes import GoType, Schemas, schemas_for
+from .poddefaults import default_pod
+from .wording import reword
 
 MODES = ("Strict", "Warn", "Ignore")
 _TYPE_META = ("apiVersion", "kind", "metadata")
-Validator = Callable[[dict[str, Any], dict[str, Any] | None, frozenset[str]], list[FieldError]]
-"""Validates a write: the object, the stored one (None on create) and the feature gates the server has on."""
+Validator = Callable[[dict[str, Any], dict[str, Any] | None, KubeVersion], list[FieldError]]
+"""Validates a write: the object, the stored one (None on create) and the version emulated (its rules, its gates)."""
 LIST_ATTRIBUTES = "DRAListTypeAttributes"
 
 
@@ -46,8 +49,8 @@ class Admission:
 # ---- built-in kinds ----------------------------------------------------------------------------------------
 # A claim's and a template's spec is immutable: on update kube-apiserver checks only that, so their selectors are
 # stored expressions there (``includes()`` compiles with DRAListTypeAttributes off).
-def _claim(obj: dict[str, Any], old: dict[str, Any] | None, gates: frozenset[str]) -> list[FieldError]:
-    includes = old is not None or LIST_ATTRIBUTES in gates
+def _claim(obj: dict[str, Any], old: dict[str, Any] | None, kube: KubeVersion) -> list[FieldError]:
+    includes = old is not None or LIST_ATTRIBUTES in kube.gates_on
     errors = resourceclaims.claim_spec(obj.get("spec") or {}, "spec", includes)
     if old is not None:
         errors = resourceclaims.immutable("spec", obj.get("spec"), old.get("spec")) + errors
@@ -55,9 +58,9 @@ def _claim(obj: dict[str, Any], old: dict[str, Any] | None, gates: frozenset[str
     return errors
 
 
-def _template(obj: dict[str, Any], old: dict[str, Any] | None, gates: frozenset[str]) -> list[FieldError]:
+def _template(obj: dict[str, Any], old: dict[str, Any] | None, kube: KubeVersion) -> list[FieldError]:
     spec = obj.get("spec") or {}
-    includes = old is not None or LIST_ATTRIBUTES in gates
+    includes = old is not None or LIST_ATTRIBUTES in kube.gates_on
     errors = objectmeta.template_labels(spec.get("metadata") or {}, "spec.metadata")
     errors += resourceclaims.claim_spec(spec.get("spec") or {}, "spec.spec", includes)
     if old is not None:
@@ -65,17 +68,17 @@ def _template(obj: dict[str, Any], old: dict[str, Any] | None, gates: frozenset[
     return errors
 
 
-def _device_class(obj: dict[str, Any], old: dict[str, Any] | None, gates: frozenset[str]) -> list[FieldError]:
+def _device_class(obj: dict[str, Any], old: dict[str, Any] | None, kube: KubeVersion) -> list[FieldError]:
     """A DeviceClass's selectors are stored expressions on an update that leaves all of them as they were (in the
     same order; none and an empty list are the same), as kube-apiserver's validateDeviceClassSpec decides."""
     spec = obj.get("spec") or {}
     unchanged = old is not None and (spec.get("selectors") or []) == (
         (old.get("spec") or {}).get("selectors") or []
     )
-    return resourceclaims.class_spec(spec, unchanged or LIST_ATTRIBUTES in gates)
+    return resourceclaims.class_spec(spec, unchanged or LIST_ATTRIBUTES in kube.gates_on)
 
 
-def _pod_template(obj: dict[str, Any], old: dict[str, Any] | None, _: frozenset[str]) -> list[FieldError]:
+def _pod_template(obj: dict[str, Any], old: dict[str, Any] | None, _: KubeVersion) -> list[FieldError]:
     return core.pod_template((obj.get("spec") or {}).get("template") or {}, "spec.template")
 
 
@@ -83,11 +86,11 @@ _VALIDATORS: dict[tuple[str, str], Validator] = {
     ("resource.k8s.io", "resourceclaims"): _claim,
     ("resource.k8s.io", "resourceclaimtemplates"): _template,
     ("resource.k8s.io", "deviceclasses"): _device_class,
-    ("resource.k8s.io", "resourceslices"): lambda obj, old, _: resourceslices.slice_spec(
-        obj.get("spec") or {}, None if old is None else old.get("spec") or {}
+    ("resource.k8s.io", "resourceslices"): lambda obj, old, kube: resourceslices.slice_spec(
+        obj.get("spec") or {}, None if old is None else old.get("spec") or {}, kube
     ),
-    ("resource.k8s.io", "devicetaintrules"): lambda obj, old, _: resourceslices.taint_rule(
-        obj.get("spec") or {}
+    ("resource.k8s.io", "devicetaintrules"): lambda obj, old, kube: resourceslices.taint_rule(
+        obj.get("spec") or {}, kube
     ),
     ("", "pods"): lambda obj, old, _: (
         core.pod_spec(obj.get("spec") or {}, "spec") + ([] if old is None else core.pod_status(obj))
@@ -103,6 +106,12 @@ _VALIDATORS: dict[tuple[str, str], Validator] = {
 
 
 def _defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
+    if (rt.group, rt.plural) == ("", "pods"):
+        default_pod(obj)
+    elif rt.plural in ("deployments", "daemonsets", "replicasets", "jobs") and not rt.is_custom:
+        template = (obj.get("spec") or {}).get("template")
+        if isinstance(template, dict):
+            default_pod(template)
     if rt.group != "resource.k8s.io":
         return
     spec = obj.get("spec") or {}
@@ -128,11 +137,11 @@ def _taint_times(taints: list[Any]) -> None:
 class Admitter:
     """Decodes, defaults and validates writes for one server (the OpenAPI definitions of its version)."""
 
-    def __init__(self, minor: int, feature_gates: frozenset[str] = frozenset()) -> None:
-        self._schemas: Schemas = schemas_for(minor)
-        self.feature_gates = feature_gates
-        """Alpha Kubernetes feature gates this server has on (``DRAListTypeAttributes``); off by default, as in
-        kube-apiserver."""
+    def __init__(self, version: KubeVersion) -> None:
+        self._schemas: Schemas = schemas_for(version.minor)
+        self.version = version
+        """The Kubernetes version emulated: its rules, and the gates off by default it has on
+        (``DRAListTypeAttributes``)."""
         self._custom_meta = GoType(
             "struct", "unstructured", "", _fields={"metadata": self._schemas.object_meta}
         )
@@ -161,7 +170,7 @@ class Admitter:
             else:
                 obj = self._decode(rt, obj, kind, admission)
         _defaults(rt, obj)
-        lists_off = LIST_ATTRIBUTES not in self.feature_gates
+        lists_off = LIST_ATTRIBUTES not in self.version.gates_on
         if lists_off and rt.group == "resource.k8s.io" and rt.plural == "resourceslices":
             resourceslices.drop_list_attributes(
                 obj.get("spec") or {}, None if old is None else old.get("spec")
@@ -171,7 +180,9 @@ class Admitter:
         )
         validator = _VALIDATORS.get((rt.group, rt.plural))
         if validator is not None:
-            errors += validator(obj, old, self.feature_gates)
+            errors += validator(obj, old, self.version)
+        if rt.group == "resource.k8s.io":
+            errors = reword(errors, obj, self.version)
         if rt.plural == CRD_PLURAL:
             for i, version in enumerate((obj.get("spec") or {}).get("versions") or ()):
                 schema = (version.get("schema") or {}).get("openAPIV3Schema")
@@ -217,7 +228,7 @@ class Admitter:
         }
         apply_defaults(value, schema)
         errors = objectmeta.validate(meta, namespaced=rt.namespaced, rule=objectmeta.name_rule(rt.plural))
-        errors += customresources.check(value, old, schema)
+        errors += customresources.check(value, old, schema, rule_values=self.version.rule_values)
         if errors:
             raise invalid(rt.kind, rt.group, str(meta.get("name") or ""), errors)
         return value

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import celrules
 from .fielderrors import (
+    OMITTED,
     FieldError,
     Literal,
     invalid_value,
@@ -191,7 +192,7 @@ def has_rules(schema: Any) -> bool:
     return any(has_rules(s) for s in subs)
 
 
-def _rule_errors(value: Any, old: Any, schema: dict[str, Any], path: str) -> Errors:
+def _rule_errors(value: Any, old: Any, schema: dict[str, Any], path: str, with_value: bool) -> Errors:
     errors: Errors = []
     for rule in schema.get("x-kubernetes-validations") or ():
         text = str(rule.get("rule") or "")
@@ -210,15 +211,15 @@ def _rule_errors(value: Any, old: Any, schema: dict[str, Any], path: str) -> Err
         here = path + str(rule.get("fieldPath") or "")
         message = outcome if isinstance(outcome, str) else str(rule.get("message") or f"failed rule: {text}")
         kind = str(rule.get("reason") or "FieldValueInvalid")
-        errors.append(
-            FieldError(kind, here, type_name(value) if kind != "FieldValueRequired" else "", message)
-        )
+        shown = (type_name(value) if with_value else OMITTED) if kind != "FieldValueRequired" else ""
+        errors.append(FieldError(kind, here, shown, message))
     return errors
 
 
-def rules(value: Any, old: Any, schema: dict[str, Any], path: str = "") -> Errors:
-    """Errors of every ``x-kubernetes-validations`` rule that applies to ``value`` (``old``: on update)."""
-    errors = _rule_errors(value, old, schema, path) if value is not None else []
+def rules(value: Any, old: Any, schema: dict[str, Any], path: str = "", with_value: bool = True) -> Errors:
+    """Errors of every ``x-kubernetes-validations`` rule that applies to ``value`` (``old``: on update;
+    ``with_value``: each error shows the value's type, as before 1.37)."""
+    errors = _rule_errors(value, old, schema, path, with_value) if value is not None else []
     if isinstance(value, dict):
         properties = celrules.part(schema, "properties")
         extra = schema.get("additionalProperties")
@@ -226,7 +227,7 @@ def rules(value: Any, old: Any, schema: dict[str, Any], path: str = "") -> Error
             sub = properties.get(name, extra)
             if isinstance(sub, dict) and not (name == "metadata" and not path):
                 before = old.get(name) if isinstance(old, dict) else None
-                errors += rules(item, before, sub, _join(path, name))
+                errors += rules(item, before, sub, _join(path, name), with_value)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         keys = (
             schema.get("x-kubernetes-list-map-keys")
@@ -235,7 +236,7 @@ def rules(value: Any, old: Any, schema: dict[str, Any], path: str = "") -> Error
         )
         paired = _Pairing(old, keys)
         for i, item in enumerate(value):
-            errors += rules(item, paired.old_of(item), schema["items"], f"{path}[{i}]")
+            errors += rules(item, paired.old_of(item), schema["items"], f"{path}[{i}]", with_value)
     return errors
 
 
@@ -265,14 +266,17 @@ class _Pairing:
             return next((o for o in self.old if self._key(o) == wanted), None)
 
 
-def check(obj: dict[str, Any], old: dict[str, Any] | None, schema: dict[str, Any]) -> Errors:
-    """Schema errors, then the CEL rules' (or the "not checked" cause after a blocking error)."""
+def check(
+    obj: dict[str, Any], old: dict[str, Any] | None, schema: dict[str, Any], *, rule_values: bool = True
+) -> Errors:
+    """Schema errors, then the CEL rules' (or the "not checked" cause after a blocking error); ``rule_values``:
+    a rule's error shows the value's type (``Invalid value: "object": ...``), as kube-apiserver did before 1.37."""
     errors = validate(obj, schema)
     if not has_rules(schema):
         return errors
     if any(e.kind in BLOCKING for e in errors):
         return [*errors, invalid_value("<nil>", Literal("null"), NOT_CHECKED)]
-    return errors + rules(obj, old, schema)
+    return errors + rules(obj, old, schema, with_value=rule_values)
 
 
 def rule_compile_errors(schema: Any, path: str) -> Errors:

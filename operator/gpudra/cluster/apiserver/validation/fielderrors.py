@@ -46,6 +46,10 @@ class Literal(str):
     """A bad value printed as it is (Kubernetes prints some values as Go structs, e.g. ``{"IntValue":0}``)."""
 
 
+OMITTED = Literal("")
+"""A bad value kube-apiserver leaves out (``field.OmitValueType``): ``Invalid value: <detail>``."""
+
+
 def go_quote(text: str) -> str:
     """Go's ``%q`` of a string, for the characters Kubernetes objects carry."""
     out = ['"']
@@ -88,7 +92,8 @@ class FieldError:
 
     def body(self) -> str:
         words = _WORDS[self.kind]
-        text = words if self.kind in _VALUELESS else f"{words}: {render_value(self.value)}"
+        omitted = self.kind in _VALUELESS or self.value is OMITTED
+        text = words if omitted else f"{words}: {render_value(self.value)}"
         return f"{text}: {self.detail}" if self.detail else text
 
     def __str__(self) -> str:

@@ -1,8 +1,10 @@
 """resource.k8s.io/v1 ResourceSlice validation as kube-apiserver does it: exactly one of nodeName, nodeSelector,
 allNodes and perDeviceNodeSelection; a pool with a name and a positive slice count; at most 128 devices with
 unique DNS-label names; at most 32 attributes and capacities per device, each attribute with exactly one value (a
-string or version of at most 64 bytes, a version in semver form) under a qualified name; counters that exist in
-the slice's shared counter sets; device taints with a known effect."""
+string or version of at most 64 bytes, a version in semver form) under a qualified name; device taints with a
+known effect. Shared counters by version (KubeVersion.counters_apart): in 1.34 a device consumes counters of its
+own slice's counter sets; from 1.35 a slice holds devices or counter sets, never both, and a device names a
+counter set of any slice of its pool (which the API server cannot check)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import functools
 import re
 from typing import Any
 
+from ..versions import KubeVersion
 from . import names
 from .core import node_selector
-from .fielderrors import Literal, forbidden, invalid_value, not_supported, required, too_long
+from .fielderrors import Literal, forbidden, invalid_value, not_supported, required, too_long, too_many
 from .resourceclaims import Errors, listed, qualified, unique
 
 DEVICES_MAX = 128
@@ -21,10 +24,12 @@ VALUE_MAX = 64
 SHARED_COUNTERS_MAX = 32
 COUNTERS_PER_DEVICE_MAX = 32
 DEVICE_COUNTERS_PER_SLICE_MAX = 1024
-TAINTS_MAX = 4
 BINDING_CONDITIONS_MAX = 4
 POOL_NAME_MAX = 253
-_EFFECTS = ("NoExecute", "NoSchedule")
+COUNTER_SETS_MAX = 8  # 1.35+: per slice
+COUNTERS_PER_SET_MAX = 32  # 1.35+
+CONSUMPTIONS_PER_DEVICE_MAX = 2  # 1.35+
+DEVICES_WITH_ADVANCED_MAX = 64  # 1.35+: taints or consumesCounters (and list attributes, 1.36+)
 _NUMERIC = r"(0|[1-9]\d*)"
 _PRE = r"(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
 _BUILD = r"[0-9a-zA-Z-]+"
@@ -201,7 +206,7 @@ def _capacity(value: Any, path: str, multi: bool) -> Errors:
     return []
 
 
-def _taint(taint: dict[str, Any], path: str) -> Errors:
+def _taint(taint: dict[str, Any], path: str, kube: KubeVersion) -> Errors:
     errors = names.label_name(f"{path}.key", str(taint.get("key") or ""))
     value = str(taint.get("value") or "")
     if value:
@@ -209,17 +214,17 @@ def _taint(taint: dict[str, Any], path: str) -> Errors:
     effect = taint.get("effect") or ""
     if not effect:
         errors.append(required(f"{path}.effect"))
-    elif effect not in _EFFECTS:
-        errors.append(not_supported(f"{path}.effect", effect, _EFFECTS))
+    elif effect not in kube.taint_effects:
+        errors.append(not_supported(f"{path}.effect", effect, kube.taint_effects))
     return errors
 
 
-def taint_rule(spec: dict[str, Any]) -> Errors:
+def taint_rule(spec: dict[str, Any], kube: KubeVersion) -> Errors:
     """A DeviceTaintRule's spec: its one taint is validated as a device's."""
     taint = spec.get("taint")
     if not isinstance(taint, dict) or not taint:
         return [required("spec.taint")]
-    return _taint(taint, "spec.taint")
+    return _taint(taint, "spec.taint", kube)
 
 
 def _counters(counters: Any, path: str) -> Errors:
@@ -229,7 +234,11 @@ def _counters(counters: Any, path: str) -> Errors:
     return errors
 
 
-def _device(device: dict[str, Any], path: str, sets: dict[str, set[str]], per_device: bool) -> Errors:
+def _device(
+    device: dict[str, Any], path: str, sets: dict[str, set[str]] | None, per_device: bool, kube: KubeVersion
+) -> Errors:
+    """``sets``: the slice's counter sets, which the device's consumesCounters must name (1.34); None from 1.35,
+    where they may be in another slice of the pool."""
     name = str(device.get("name") or "")
     errors = names.each(f"{path}.name", name, names.dns1123_label(name))
     attributes, capacity = device.get("attributes") or {}, device.get("capacity") or {}
@@ -259,9 +268,13 @@ def _device(device: dict[str, Any], path: str, sets: dict[str, set[str]], per_de
             continue
         here = f"{path}.capacity[{_key(key)}]"
         errors += qualified(key, here) + _capacity(value, here, multi)
-    errors += listed(device.get("taints"), TAINTS_MAX, f"{path}.taints", _taint)
+    errors += listed(
+        device.get("taints"), kube.device_taints_max, f"{path}.taints", lambda t, p: _taint(t, p, kube)
+    )
     consumes = device.get("consumesCounters") or []
     errors += unique(consumes, f"{path}.consumesCounters", lambda c: c.get("counterSet", ""), "counterSet")
+    if sets is None and len(consumes) > CONSUMPTIONS_PER_DEVICE_MAX:
+        errors.append(too_many(f"{path}.consumesCounters", len(consumes), CONSUMPTIONS_PER_DEVICE_MAX))
     total = 0
     for i, use in enumerate(consumes):
         here = f"{path}.consumesCounters[{i}]"
@@ -270,6 +283,10 @@ def _device(device: dict[str, Any], path: str, sets: dict[str, set[str]], per_de
         if not use.get("counterSet"):
             errors.append(required(f"{here}.counterSet"))
         errors += [required(f"{here}.counters")] if not counters else _counters(counters, f"{here}.counters")
+        if sets is None:
+            if len(counters) > COUNTERS_PER_SET_MAX:
+                errors.append(too_many(f"{here}.counters", len(counters), COUNTERS_PER_SET_MAX))
+            continue
         known = sets.get(str(use.get("counterSet") or ""))
         if known is None:
             errors.append(
@@ -289,7 +306,7 @@ def _device(device: dict[str, Any], path: str, sets: dict[str, set[str]], per_de
                         "must reference a counter defined in the ResourceSlice sharedCounters",
                     )
                 )
-    if total > COUNTERS_PER_DEVICE_MAX:
+    if sets is not None and total > COUNTERS_PER_DEVICE_MAX:
         errors.append(
             invalid_value(
                 path, total, f"the total number of counters must not exceed {COUNTERS_PER_DEVICE_MAX}"
@@ -364,7 +381,7 @@ def _counter_set(item: dict[str, Any], path: str) -> Errors:
     )
 
 
-def slice_spec(spec: dict[str, Any], old: dict[str, Any] | None) -> Errors:
+def slice_spec(spec: dict[str, Any], old: dict[str, Any] | None, kube: KubeVersion) -> Errors:
     errors = names.driver_name("spec.driver", str(spec.get("driver") or ""))
     pool = spec.get("pool") or {}
     errors += pool_name(str(pool.get("name") or ""), "spec.pool.name")
@@ -389,11 +406,13 @@ def slice_spec(spec: dict[str, Any], old: dict[str, Any] | None) -> Errors:
             if new_value != old_value:
                 errors.append(invalid_value(path, new_value or "", "field is immutable"))
     errors += _where(spec)
+    if kube.counters_apart:
+        return errors + _devices_and_counters_apart(spec, kube)
     sets = {str(s.get("name") or ""): set(s.get("counters") or {}) for s in spec.get("sharedCounters") or ()}
     per_device = spec.get("perDeviceNodeSelection") is True
     devices = spec.get("devices")
     most = DEVICES_WITH_LISTS_MAX if _has_lists(spec) else DEVICES_MAX
-    errors += listed(devices, most, "spec.devices", lambda d, p: _device(d, p, sets, per_device))
+    errors += listed(devices, most, "spec.devices", lambda d, p: _device(d, p, sets, per_device, kube))
     errors += unique(devices, "spec.devices", lambda d: d.get("name", ""), "name")
     consumed = sum(
         len(c.get("counters") or {}) for d in devices or () for c in d.get("consumesCounters") or ()
@@ -417,6 +436,34 @@ def slice_spec(spec: dict[str, Any], old: dict[str, Any] | None) -> Errors:
         )
     errors += listed(shared, -1, "spec.sharedCounters", _counter_set)
     return errors + unique(shared, "spec.sharedCounters", lambda s: s.get("name", ""), "name")
+
+
+def _advanced(device: Any) -> bool:
+    return isinstance(device, dict) and bool(device.get("taints") or device.get("consumesCounters"))
+
+
+def _devices_and_counters_apart(spec: dict[str, Any], kube: KubeVersion) -> Errors:
+    """1.35+: devices or counter sets; at most 64 devices where one has taints, consumesCounters (or, 1.36+, list
+    attributes), at most 8 counter sets of at most 32 counters each."""
+    errors: Errors = []
+    devices, shared = spec.get("devices"), spec.get("sharedCounters")
+    if devices is not None and shared is not None:
+        errors.append(invalid_value("spec", "", "only one of `sharedCounters` or `devices` is allowed"))
+    per_device = spec.get("perDeviceNodeSelection") is True
+    advanced = _has_lists(spec) or any(_advanced(d) for d in devices or ())
+    most = DEVICES_WITH_ADVANCED_MAX if advanced else DEVICES_MAX
+    errors += listed(devices, most, "spec.devices", lambda d, p: _device(d, p, None, per_device, kube))
+    errors += unique(devices, "spec.devices", lambda d: d.get("name", ""), "name")
+
+    def counter_set(item: dict[str, Any], path: str) -> Errors:
+        found = _counter_set(item, path)
+        counters = item.get("counters") or {}
+        if len(counters) > COUNTERS_PER_SET_MAX:
+            found.append(too_many(f"{path}.counters", len(counters), COUNTERS_PER_SET_MAX))
+        return found
+
+    errors += listed(shared, COUNTER_SETS_MAX, "spec.sharedCounters", counter_set)
+    return errors + unique(shared or [], "spec.sharedCounters", lambda s: s.get("name", ""), "name")
 
 
 def _where(spec: dict[str, Any]) -> Errors:
