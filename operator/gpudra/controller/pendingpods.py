@@ -44,7 +44,9 @@ class PendingPods:
         """The pods that wait for the scheduler and may wait on claims, by uid."""
         self._owner: dict[str, str] = {}  # claim uid -> uid of the pod that controls it
         self._owned: dict[str, dict[str, ObjectMeta]] = {}  # pod uid -> claim uid -> the claim's metadata
-        self.informer = Informer(client, PODS, self._pod_event, field_selector=UNBOUND)
+        self.informer = Informer(
+            client, PODS, self._pod_event, field_selector=UNBOUND, parse=Pod.model_validate
+        )
         """Run it (``informer.run()``) to keep ``waiting``."""
 
     async def _pod_event(self, kind: str, body: dict[str, Any]) -> None:
