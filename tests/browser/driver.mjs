@@ -6,6 +6,7 @@
 //   {"op": "eval", "expression": E}             -> {"ok": true, "value": ...}
 //   {"op": "screenshot", "path": P, "selector": S?, "width": W?, "height": H?}
 //   {"op": "navigations"}                       -> {"ok": true, "value": N}   (main-frame loads since open's)
+//   {"op": "viewport", "width": W, "height": H} -> {"ok": true}   (the window's size from now on)
 //   {"op": "close"}
 // Errors answer {"ok": false, "error": "..."}. The browser is chromium at $CHROMIUM (default /usr/bin/chromium)
 // with an empty profile; no browser is downloaded.
@@ -31,6 +32,17 @@ async function open(url, width, height) {
       headless: true,
       args: FLAGS,
       viewport: { width: width || 1400, height: height || 900 },
+    });
+    // Every EventSource the page opens is kept in window.__eventSources, so a test can make one fail as a broken
+    // connection does (dispatchEvent(new Event("error"))) and come back ("open").
+    await context.addInitScript(() => {
+      const Original = window.EventSource;
+      window.__eventSources = [];
+      window.EventSource = function (...args) {
+        const source = new Original(...args);
+        window.__eventSources.push(source);
+        return source;
+      };
     });
     page = context.pages()[0] || (await context.newPage());
     page.on("framenavigated", (frame) => { if (frame === page.mainFrame()) navigations += 1; });
@@ -64,6 +76,9 @@ async function run(command) {
     }
     case "navigations":
       return { value: navigations };
+    case "viewport":
+      await page.setViewportSize({ width: command.width, height: command.height || 900 });
+      return {};
     case "close":
       return {};
     default:

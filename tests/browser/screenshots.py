@@ -2,7 +2,8 @@
 
 Starts an embedded cluster with the web view, applies the repository's examples (two pods on H100s, a MIG
 workload on the A100, a claim no node can satisfy, a MigLayout, a ComputeDomain job on two GB200 trays), waits
-until the page shows each of them, and has chromium take the pictures."""
+until the page shows each of them, and has chromium take the pictures: the whole page, a few parts of it, and the
+first screen at 390, 768 and 1440 px."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from gpudra.kube.resources import (  # noqa: E402
 )
 
 FLEET = "dgx-a100:1,dgx-h100:2,l4x4:1,gb200-nvl72:2"
+SCREENS = (390, 768, 1440)
 EXAMPLES = [
     "examples/seeds/01-template-two-pods.yaml",
     "examples/seeds/03-two-containers-one-claim.yaml",
@@ -91,6 +93,9 @@ async def take(out: Path) -> None:
                                selector='[data-frag="node/dgx-h100-1"]')  # fmt: skip
             await browser.send("screenshot", path=str(out / "webview-pending.png"),
                                selector='[data-frag="pending/default/b300-please"]')  # fmt: skip
+            for width in SCREENS:  # the first screen on a phone, a tablet and a desktop
+                await browser.evaluate("window.scrollTo(0, 0)")
+                await browser.send("screenshot", path=str(out / f"webview-{width}.png"), width=width, height=900)
         finally:
             await browser.send("close")
             await process.wait()

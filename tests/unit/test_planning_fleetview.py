@@ -11,7 +11,7 @@ from gpudra.api.dra import ResourceSlice
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.hardware.catalog import load_catalog
-from gpudra.planning.fleetview import MigSlot, NodeCard, node_card
+from gpudra.planning.fleetview import GpuCard, MigSlot, NodeCard, node_card
 
 CATALOG = load_catalog()
 
@@ -87,3 +87,11 @@ def test_node_readiness_taints_and_other_drivers_devices(ready: bool) -> None:
     out = node_card(node.name, Node.model_validate(body), _parsed([*slices, channels]), {}, CATALOG)
     assert out.ready is ready and out.taints == ("maintenance:NoSchedule",)
     assert out.other_devices == 2 and len(out.gpus) == 4
+
+
+def test_a_held_gpu_that_turns_unhealthy_is_still_held() -> None:
+    """The web view draws it apart from a free faulted GPU, and counts it among the held ones."""
+    held = GpuCard("gpu-0", 0, "H100", 0, "GPU-0", holder="ns/train-gpu-x7k2p", unhealthy=True)
+    free = GpuCard("gpu-1", 1, "H100", 0, "GPU-1", unhealthy=True)
+    assert (held.state, held.held) == ("unhealthy", "allocated")
+    assert (free.state, free.held) == ("unhealthy", "free")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gpudra.api.core import Node
-from gpudra.api.dra import DeviceTaint, ResourceClaim, ResourceSlice
+from gpudra.api.dra import DeviceTaint, ResourceClaim, ResourceClaimConsumerReference, ResourceSlice
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
-from gpudra.planning.summaries import fleet_rows, slice_device_counts
+from gpudra.planning.summaries import device_users, fleet_rows, slice_device_counts
 
 
 def fleet(spec: str, *, dynamic_mig: bool = False) -> tuple[list[Node], list[ResourceSlice]]:
@@ -76,3 +76,18 @@ def test_the_fleet_gauges_count_a_slices_devices_by_type() -> None:
     assert sum(counts.values()) == len(slices[0].spec.devices or [])
     assert counts["gpu"] + counts["mig"] == sum(counts.values())
     assert slice_device_counts(slices[0], "compute-domain.nvidia.com") == ("", {})
+
+
+def test_a_device_is_named_by_the_pods_its_claim_is_reserved_for_or_else_by_the_claim() -> None:
+    reserved = claim("train-gpu-x7k2p", ("dgx-h100-0", "gpu-0"))
+    assert reserved.status is not None
+    reserved.status.reserved_for = [
+        ResourceClaimConsumerReference(resource="pods", name="train", uid="u1"),
+        ResourceClaimConsumerReference(resource="pods", name="train-2", uid="u2"),
+    ]
+    alone = claim("spare", ("dgx-h100-0", "gpu-1"))
+    other = claim("theirs", ("dgx-h100-0", "gpu-2"), driver="other.example.com")
+    assert device_users([reserved, alone, other], "gpu.nvidia.com") == {
+        ("dgx-h100-0", "gpu-0"): "train, train-2",
+        ("dgx-h100-0", "gpu-1"): "spare",
+    }

@@ -57,7 +57,9 @@ def test_long_pending_tables_fold_after_the_nearest_nodes() -> None:
     text = pending_fragment(PendingCard("ns", "c", "InsufficientDevices", "needs 9", (), lines))
     assert text.count("<tr>") == 40 + 2 and "<summary>24 more nodes</summary>" in text
     first = text.index("<td>n0</td>")
-    assert first < text.index("<td>n15</td>") < text.index("<summary>") < text.index("<td>n16</td>")
+    more = text.index("<summary>24 more nodes</summary>")
+    assert first < text.index("<td>n15</td>") < more < text.index("<td>n16</td>")
+    assert text.index("<summary><b>ns/c</b>") < first  # the whole card folds to its line
 
 
 def test_page_holds_every_section_in_order_and_the_version() -> None:

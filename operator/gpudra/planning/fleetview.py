@@ -44,6 +44,7 @@ class MigSlot:
     size: int
     compute: int
     holder: str | None = None
+    user: str | None = None  # the holder's short name: its pods, or the claim's name
     unhealthy: bool = False
 
 
@@ -67,21 +68,25 @@ class GpuCard:
     memory_bytes: int
     uuid: str
     holder: str | None = None  # the claim holding the whole GPU
+    user: str | None = None  # its short name: the pods it is reserved for, or the claim's name
     taints: tuple[str, ...] = ()  # "key=value:Effect" of the GPU's devices
     unhealthy: bool = False  # a taint that repels claims
     mig: MigGeometry | None = None
 
     @property
-    def state(self) -> str:
-        """unhealthy, allocated (whole or every slice held), partial (some MIG instance held) or free."""
-        if self.unhealthy:
-            return "unhealthy"
+    def held(self) -> str:
+        """allocated (whole or every slice held), partial (some MIG instance held) or free, whatever its health."""
         if self.holder is not None:
             return "allocated"
         if self.mig is not None and any(i.holder for i in self.mig.instances):
             full = self.mig.free_memory_slices == 0 and all(i.holder for i in self.mig.instances)
             return "allocated" if full else "partial"
         return "free"
+
+    @property
+    def state(self) -> str:
+        """unhealthy, or else :attr:`held`."""
+        return "unhealthy" if self.unhealthy else self.held
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,9 @@ class _GpuParts:
     migs: list[Device] | None = None
 
 
-def gpu_cards(devices: Sequence[Device], pool: str, holders: Holders, catalog: Catalog) -> list[GpuCard]:
+def gpu_cards(
+    devices: Sequence[Device], pool: str, holders: Holders, catalog: Catalog, users: Holders | None = None
+) -> list[GpuCard]:
     """The GPUs of one node's devices (one driver's pool), by minor."""
     parts: dict[int, _GpuParts] = defaultdict(_GpuParts)
     for device in devices:
@@ -150,11 +157,15 @@ def gpu_cards(devices: Sequence[Device], pool: str, holders: Holders, catalog: C
         elif kind == "mig":
             parts[minor].migs = [*(parts[minor].migs or []), device]
     return [
-        _gpu_card(minor, p, pool, holders, catalog) for minor, p in sorted(parts.items()) if p.full or p.migs
+        _gpu_card(minor, p, pool, holders, catalog, users or {})
+        for minor, p in sorted(parts.items())
+        if p.full or p.migs
     ]
 
 
-def _gpu_card(minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog: Catalog) -> GpuCard:
+def _gpu_card(
+    minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog: Catalog, users: Holders
+) -> GpuCard:
     migs = parts.migs or []
     sample = parts.full or migs[0]
     model = sample.attribute_text("productName")
@@ -184,6 +195,7 @@ def _gpu_card(minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog
                     size=len(occupied) or 1,
                     compute=_compute_slices(profile, spec),
                     holder=holder,
+                    user=users.get((pool, device_name)),
                     unhealthy=device.repels_claims,
                 )
             )
@@ -200,6 +212,7 @@ def _gpu_card(minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog
         memory_bytes=memory,
         uuid=sample.attribute_text("parentUUID") or sample.attribute_text("uuid"),
         holder=holders.get((pool, name)) if parts.full else None,
+        user=users.get((pool, name)) if parts.full else None,
         taints=tuple(sorted({taint_text(t) for t in taints})),
         unhealthy=any(t.effect != "None" for t in taints),
         mig=geometry,
@@ -213,8 +226,10 @@ def node_card(
     holders: Holders,
     catalog: Catalog,
     driver: str = "gpu.nvidia.com",
+    users: Holders | None = None,
 ) -> NodeCard:
-    """One node's card: its Node (None when only slices name it) and every slice published for it."""
+    """One node's card: its Node (None when only slices name it) and every slice published for it; ``users``:
+    the holders' short names (:func:`~gpudra.planning.summaries.device_users`)."""
     ours: list[Device] = []
     others = 0
     pool = name
@@ -232,6 +247,6 @@ def node_card(
         ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
         unschedulable=bool(node.spec.unschedulable),
         taints=tuple(taint_text(t) for t in node.spec.taints or []),
-        gpus=tuple(gpu_cards(ours, pool, holders, catalog)),
+        gpus=tuple(gpu_cards(ours, pool, holders, catalog, users)),
         other_devices=others,
     )

@@ -35,6 +35,23 @@ def allocated_devices(claims: Iterable[ResourceClaim], driver: str) -> dict[tupl
     return held
 
 
+def device_users(claims: Iterable[ResourceClaim], driver: str) -> dict[tuple[str, str], str]:
+    """(pool, device) -> the short name people know the holder by: the pods the claim is reserved for (a claim
+    made from a template is named after its pod plus a suffix), or the claim's own name while no pod reserves it."""
+    users: dict[tuple[str, str], str] = {}
+    for claim in claims:
+        allocation = claim.allocation
+        if allocation is None:
+            continue
+        reserved = (claim.status.reserved_for if claim.status is not None else None) or []
+        pods = [r.name for r in reserved if r.resource == "pods"]
+        label = ", ".join(pods) if pods else claim.metadata.name or ""
+        for result in allocation.results:
+            if result.driver == driver:
+                users[(result.pool, result.device)] = label
+    return users
+
+
 @dataclass(frozen=True)
 class FleetRow:
     """What ``gpudra status`` says about one node."""

@@ -36,9 +36,18 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 LEGEND = (
     '<div class="legend"><span><i class="l-free"></i>GPU free</span><span><i class="l-held"></i>allocated</span>'
     '<span><i class="l-idle"></i>MIG instance, free</span><span><i class="l-slot"></i>slice not carved</span>'
-    '<span><i class="l-bad"></i>unhealthy</span><span>MIG GPUs to scale: memory slices above, compute slices '
-    "below; hover for placement and holder</span></div>"
+    '<span><i class="l-bad"></i>unhealthy</span><span><i class="l-bad-held"></i>unhealthy and allocated</span>'
+    "<span>MIG GPUs to scale: memory slices above, compute slices below; the pods holding GPUs are named under "
+    "them, hover for placement</span></div>"
 )
+
+ICON = (
+    "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
+    "%3Crect width='16' height='16' rx='3' fill='%231d232b'/%3E%3Crect x='3' y='3' width='4' height='4' "
+    "fill='%233b6fd8'/%3E%3Crect x='9' y='3' width='4' height='4' fill='%23b9d3b0'/%3E%3Crect x='3' y='9' "
+    "width='4' height='4' fill='%23b9d3b0'/%3E%3Crect x='9' y='9' width='4' height='4' fill='%233b6fd8'/%3E%3C/svg%3E"
+)
+"""The page's icon, inline: a browser asks for /favicon.ico otherwise, and gets a 404."""
 
 
 def _e(value: object) -> str:
@@ -57,9 +66,19 @@ def _frag(kind: str, key: str, css: str, body: str, **data: str) -> str:
 # ---------------------------------------------------------------- nodes and GPUs
 
 
+def _held_by(holder: str, user: str | None) -> str:
+    """``held by ns/claim``, with the pods it is reserved for when they are not in the claim's name already."""
+    return f"held by {holder}" + (f" (pod {user})" if user and user != holder.rpartition("/")[2] else "")
+
+
+def _short(holder: str | None, user: str | None) -> str:
+    """How a holder is named on the page: its pods, or the claim's name without its namespace."""
+    return user or (holder or "").rpartition("/")[2]
+
+
 def _slot_title(slot: MigSlot) -> str:
     last_memory, last_compute = slot.start + slot.size - 1, slot.start + slot.compute - 1
-    holder = f"held by {slot.holder}" if slot.holder else "free"
+    holder = _held_by(slot.holder, slot.user) if slot.holder else "free"
     unhealthy = ", unhealthy" if slot.unhealthy else ""
     return f"{slot.device}: memory {slot.start}-{last_memory}, compute {slot.start}-{last_compute}, {holder}{unhealthy}"
 
@@ -74,7 +93,9 @@ def _mig(gpu: GpuCard, mig: MigGeometry) -> str:
         state = "bad" if slot.unhealthy else "held" if slot.holder else "idle"
         compute_part, _, memory_part = slot.profile.partition(".")
         label = _e(slot.profile) if slot.size > 1 else f"{_e(compute_part)}<br>{_e(memory_part)}"
-        holder = f"<small>{_e(slot.holder)}</small>" if slot.holder and slot.size > 1 else ""
+        holder = (
+            f"<small>{_e(_short(slot.holder, slot.user))}</small>" if slot.holder and slot.size > 1 else ""
+        )
         held_by = f' data-holder="{_e(slot.holder)}"' if slot.holder else ""
         compute = max(1, min(slot.compute, mig.compute_slices - slot.start))
         blocks.append(
@@ -97,20 +118,46 @@ def _gpu(gpu: GpuCard) -> str:
     if gpu.mig is not None and gpu.holder is None:
         return _mig(gpu, gpu.mig)
     parts = [gpu.name, gpu.model, _gib(gpu.memory_bytes)]
-    parts.append(f"held by {gpu.holder}" if gpu.holder else gpu.state)
+    parts.append(_held_by(gpu.holder, gpu.user) if gpu.holder else gpu.state)
     parts += [f"taint {t}" for t in gpu.taints]
+    held = (
+        " held" if gpu.holder and gpu.unhealthy else ""
+    )  # unhealthy and allocated: drawn apart from a free one
     return (
-        f'<span class="gpu {gpu.state}" data-gpu="{_e(gpu.name)}" title="{_e(" · ".join(parts))}">'
+        f'<span class="gpu {gpu.state}{held}" data-gpu="{_e(gpu.name)}" title="{_e(" · ".join(parts))}">'
         f"{gpu.minor}</span>"
     )
+
+
+def _users(gpus: Sequence[GpuCard]) -> str:
+    """Who holds the node's whole GPUs, readable without hovering: ``0 1 train · 3 infer-abc``."""
+    minors: dict[str, list[int]] = {}
+    for gpu in gpus:
+        if gpu.holder:
+            minors.setdefault(_short(gpu.holder, gpu.user), []).append(gpu.minor)
+    if not minors:
+        return ""
+    items = (
+        f"<span><b>{' '.join(str(m) for m in found)}</b> {_e(user)}</span>" for user, found in minors.items()
+    )
+    return f'<div class="users">{"".join(items)}</div>'
+
+
+def _tally(gpus: Sequence[GpuCard]) -> list[tuple[int, str]]:
+    """The counts a page shows, as its tiles draw them: free (and healthy), partly held, held (unhealthy ones
+    too: they are drawn held), unhealthy (held or not)."""
+    return [
+        (sum(1 for g in gpus if g.state == "free"), "free"),
+        (sum(1 for g in gpus if g.held == "partial"), "partly held"),
+        (sum(1 for g in gpus if g.held == "allocated"), "held"),
+        (sum(1 for g in gpus if g.unhealthy), "unhealthy"),
+    ]
 
 
 def node_fragment(card: NodeCard) -> str:
     models = sorted({g.model for g in card.gpus if g.model})
     counts = [f"{len(card.gpus)} GPU{'s' if len(card.gpus) != 1 else ''}"]
-    counts += [
-        f"{n} {state}" for state in ("free", "partial", "allocated", "unhealthy") if (n := card.count(state))
-    ]
+    counts += [f"{n} {label}" for n, label in _tally(card.gpus) if n]
     badges = "" if card.ready else '<span class="badge bad">NotReady</span>'
     badges += '<span class="badge warn">cordoned</span>' if card.unschedulable else ""
     badges += "".join(f'<span class="badge warn taint">{_e(t)}</span>' for t in card.taints)
@@ -118,25 +165,30 @@ def node_fragment(card: NodeCard) -> str:
     body = (
         f'<div class="nh"><b>{_e(card.name)}</b> <span class="muted">{_e(card.profile)}</span>{badges}</div>'
         f'<div class="nm">{_e(", ".join(models) or "no GPUs published")} · {", ".join(counts)}{other}</div>'
-        f'<div class="gpus">{"".join(_gpu(g) for g in card.gpus)}</div>'
+        f'<div class="gpus">{"".join(_gpu(g) for g in card.gpus)}</div>{_users(card.gpus)}'
     )
     wide = " wide" if any(g.mig is not None for g in card.gpus) else ""
     return _frag("node", card.name, "node" + wide, body, node=card.name)
 
 
+def _counted(n: int, one: str, many: str) -> tuple[int, str]:
+    return n, one if n == 1 else many
+
+
 def summary_fragment(nodes: Sequence[NodeCard], pending: int, claims: int) -> str:
     gpus = [g for n in nodes for g in n.gpus]
-    states = {s: sum(1 for g in gpus if g.state == s) for s in ("free", "partial", "allocated", "unhealthy")}
     instances = sum(len(g.mig.instances) for g in gpus if g.mig is not None)
     items = [
-        (len(nodes), "nodes"),
-        (len(gpus), "GPUs"),
-        *((n, f"GPUs {s}") for s, n in states.items()),
-        (instances, "MIG instances"),
-        (claims, "claims"),
+        _counted(len(nodes), "node", "nodes"),
+        _counted(len(gpus), "GPU", "GPUs"),
+        *_tally(gpus),
+        _counted(instances, "MIG instance", "MIG instances"),
+        _counted(claims, "claim", "claims"),
         (pending, "pending"),
     ]
-    body = "".join(f'<span class="stat"><b>{n}</b> {_e(label)}</span>' for n, label in items)
+    body = "".join(
+        f'<span class="stat" data-stat="{_e(label)}"><b>{n}</b> {_e(label)}</span>' for n, label in items
+    )
     return _frag("summary", "fleet", "stats", body)
 
 
@@ -175,8 +227,8 @@ def _claim_rows(row: ClaimRow) -> str:
 def namespace_fragment(namespace: str, rows: Sequence[ClaimRow]) -> str:
     body = (
         f'<h3>{_e(namespace)} <span class="muted">{len(rows)} claim{"s" if len(rows) != 1 else ""}</span></h3>'
-        "<table><tr><th>CLAIM</th><th>STATE</th><th>PODS</th><th>REQUEST</th><th>DEVICE</th><th>READY</th>"
-        f"<th>HEALTHY</th></tr>{''.join(_claim_rows(r) for r in rows)}</table>"
+        '<div class="scroll"><table><tr><th>CLAIM</th><th>STATE</th><th>PODS</th><th>REQUEST</th><th>DEVICE</th>'
+        f"<th>READY</th><th>HEALTHY</th></tr>{''.join(_claim_rows(r) for r in rows)}</table></div>"
     )
     return _frag("ns", namespace, "card", body, namespace=namespace)
 
@@ -189,20 +241,23 @@ def _node_line(line: NodeLine) -> str:
 
 
 def pending_fragment(card: PendingCard) -> str:
-    """A pending claim as ``gpudra explain`` tells it: the Event's sentences, the nodes nearest first (the first
-    rows; the rest fold away), the closest devices."""
+    """A pending claim as ``gpudra explain`` tells it, folded to its line (name, reason, the Event's first
+    sentence): unfolded, the other sentences, the nodes nearest first (the first rows; the rest fold away), the
+    closest devices."""
     key = f"{card.namespace}/{card.name}"
     reason = f' <span class="reason">{_e(card.reason)}</span>' if card.reason else ""
-    parts = [f"<h3>{_e(key)}{reason}</h3>", f'<p class="headline">{_e(card.headline)}</p>']
+    parts = [f'<summary><b>{_e(key)}</b>{reason} <span class="headline">{_e(card.headline)}</span></summary>']
     parts += [f'<p class="sentence">{_e(sentence)}</p>' for sentence in card.sentences]
     if card.nodes:
         head = "<tr><th>NODE</th><th>REASON</th><th>NEED</th><th>NOW</th><th>WHEN FREED</th><th>WHY</th></tr>"
         shown, rest = card.nodes[:WHY_ROWS_SHOWN], card.nodes[WHY_ROWS_SHOWN:]
-        parts.append(f'<table class="why">{head}{"".join(_node_line(n) for n in shown)}</table>')
+        rows = "".join(_node_line(n) for n in shown)
+        parts.append(f'<div class="scroll"><table class="why">{head}{rows}</table></div>')
         if rest:
             parts.append(
                 f"<details><summary>{len(rest)} more nodes</summary>"
-                f'<table class="why">{head}{"".join(_node_line(n) for n in rest)}</table></details>'
+                f'<div class="scroll"><table class="why">{head}{"".join(_node_line(n) for n in rest)}</table></div>'
+                "</details>"
             )
     if card.closest:
         items = [f"<li>{_e(c.node)}/{_e(c.device)} ({_e(c.kind)}): {_e(c.miss)}</li>" for c in card.closest]
@@ -213,7 +268,8 @@ def pending_fragment(card: PendingCard) -> str:
             more = "".join(items[CLOSEST_SHOWN:])
             summary = f"<summary>{len(items) - CLOSEST_SHOWN} more</summary>"
             parts.append(f'<details>{summary}<ul class="closest">{more}</ul></details>')
-    return _frag("pending", key, "card pending", "".join(parts), claim=key, reason=card.reason)
+    body = f"<details>{''.join(parts)}</details>"  # folded: one line per claim above the fleet
+    return _frag("pending", key, "card pending", body, claim=key, reason=card.reason)
 
 
 # ---------------------------------------------------------------- ComputeDomains and MigLayouts
@@ -251,8 +307,8 @@ def domain_fragment(card: DomainCard) -> str:
         f' <span class="muted">{len(card.nodes)} nodes{wanted}</span></h3>'
         f"{_problems(card.problems)}"
         + (
-            "<table><tr><th>NODE</th><th>CLIQUE</th><th>INDEX</th><th>STATUS</th><th>WHY NOT READY</th></tr>"
-            f"{rows}</table>"
+            '<div class="scroll"><table><tr><th>NODE</th><th>CLIQUE</th><th>INDEX</th><th>STATUS</th>'
+            f"<th>WHY NOT READY</th></tr>{rows}</table></div>"
             if rows
             else '<p class="muted">no nodes yet: nodes join as the workload\'s pods land on them</p>'
         )
@@ -272,8 +328,8 @@ def layout_fragment(card: LayoutCard) -> str:
     body = (
         f'<h3>{_e(card.name)} <span class="muted">{_e(card.policy)} · {_e(card.source)} · applied '
         f"{_e(card.applied)}{' · ' + _e(states) if states else ''}</span></h3>{problems}"
-        "<table><tr><th>NODE</th><th>STATE</th><th>MESSAGE</th><th>BLOCKED BY</th></tr>"
-        f"{rows}</table>"
+        '<div class="scroll"><table><tr><th>NODE</th><th>STATE</th><th>MESSAGE</th><th>BLOCKED BY</th></tr>'
+        f"{rows}</table></div>"
     )
     return _frag("layout", card.name, "card", body, layout=card.name)
 
@@ -305,6 +361,7 @@ def page(sections: Mapping[str, Mapping[str, str]], version: int, title: str = "
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="icon" href="{ICON}">'
         f"<style>{STYLE}</style></head>"
         f'<body data-version="{version}"><header><h1>gpudra</h1><nav>{nav}</nav>'
         '<span id="live" class="live" title="updates arrive as the cluster changes">connecting</span></header>'

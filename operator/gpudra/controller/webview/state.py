@@ -31,7 +31,7 @@ from gpudra.hardware.catalog import Catalog, load_catalog
 from gpudra.kube.client import KubeClient
 from gpudra.planning.fleetview import NodeCard, node_card
 from gpudra.planning.podclaims import extended_resource_classes, implicit_claims
-from gpudra.planning.summaries import allocated_devices
+from gpudra.planning.summaries import allocated_devices, device_users
 from gpudra.planning.workloads import ClaimRow, PendingCard, claims_by_namespace, domain_card, layout_card
 
 
@@ -120,10 +120,12 @@ class FleetView:
         slices: dict[str, list[ResourceSlice]] = defaultdict(list)
         for s in self.watched.parsed("slices", ResourceSlice):
             slices[s.spec.node_name or s.spec.pool.name].append(s)
-        held = allocated_devices(self.watched.parsed("claims", ResourceClaim), self.driver)
+        claims = self.watched.parsed("claims", ResourceClaim)
+        held = allocated_devices(claims, self.driver)
+        users = device_users(claims, self.driver)
         by_pool: dict[str, list[tuple[tuple[str, str], str]]] = defaultdict(list)
-        for item in held.items():
-            by_pool[item[0][0]].append(item)
+        for key, holder in held.items():
+            by_pool[key[0]].append((key, f"{holder} {users.get(key, '')}"))
         cards = []
         for name in sorted(set(nodes) | set(slices) - {""}):
             node = nodes.get(name)
@@ -137,7 +139,7 @@ class FleetView:
             def draw(
                 node: Node | None = node, mine: list[ResourceSlice] = mine, name: str = name
             ) -> tuple[str, Any]:
-                card = node_card(name, node, mine, held, self.catalog, self.driver)
+                card = node_card(name, node, mine, held, self.catalog, self.driver, users)
                 return html.node_fragment(card), card
 
             cards.append(self._cached(f"node/{name}", signature, draw).card)

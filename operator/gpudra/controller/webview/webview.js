@@ -42,6 +42,9 @@
   };
   const events = new EventSource("events?since=" + document.body.dataset.version);
   events.onmessage = (message) => apply(JSON.parse(message.data));
-  events.onopen = () => { live.textContent = "live"; live.className = "live on"; };
-  events.onerror = () => { live.textContent = "reconnecting"; live.className = "live off"; };
+  // While it reconnects, what the page shows may be out of date: it is greyed out until the stream is back.
+  events.onopen = () => { live.textContent = "live"; live.className = "live on"; document.body.classList.remove("stale"); };
+  events.onerror = () => {
+    live.textContent = "reconnecting"; live.className = "live off"; document.body.classList.add("stale");
+  };
 })();
