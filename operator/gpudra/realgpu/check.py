@@ -25,12 +25,12 @@ from gpudra.agent.kubeletplugin.messages import HEALTH_SERVICES
 from gpudra.allocator import Allocation, Allocator, ClusterSnapshot
 from gpudra.api.dra import ResourceClaim, ResourceSlice
 from gpudra.api.timestamps import rfc3339
+from gpudra.cluster.realnode.devices import simulated_device_paths
 from gpudra.devices.classes import load_device_classes
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.realgpu.findings import (
-    CONTROL_NODE_NAMES,
     attribute,
     compare_slices,
     gpu_line,
@@ -171,13 +171,13 @@ class Check:
         return "pass", {"pid": pid, "log": str(self.rig.agent_log), "driver_root": str(self.rig.driver_root)}
 
     def _stand_in_device_nodes(self) -> None:
-        """With simulated GPUs: empty files where the driver's device nodes would be, one per recorded GPU's minor
-        and the control nodes, under the agent's driver root (a directory of the check's own)."""
-        dev = self.rig.driver_root / "dev"
-        dev.mkdir(parents=True, exist_ok=True)
-        names = [*CONTROL_NODE_NAMES, *(f"nvidia{g['minor']}" for g in recorded_gpus(self.recording))]
-        for name in names:
-            (dev / name).touch()
+        """With simulated GPUs: empty files where the driver's device nodes would be (the control nodes, each
+        recorded GPU's, its MIG devices' nvidia-caps) under the agent's driver root, a directory of the check's."""
+        minors = [int(g["minor"]) for g in recorded_gpus(self.recording)]
+        for path in simulated_device_paths(minors):
+            stand_in = self.rig.driver_root / path.lstrip("/")
+            stand_in.parent.mkdir(parents=True, exist_ok=True)
+            stand_in.touch()
 
     # -- with the agent ----------------------------------------------------------------------------------------
 
@@ -197,17 +197,18 @@ class Check:
         return ("fail", {**detail, "problems": problems}) if problems else ("pass", detail)
 
     async def allocate(self) -> Outcome:
-        """A claim for one GPU (class gpu.nvidia.com), allocated by gpudra's allocator on the published slices and
-        written into its status as a scheduler does, reserved for a pod that stands for the workload."""
+        """A claim for one whole GPU (class gpu.nvidia.com; a MIG device, class mig.nvidia.com, where only MIG
+        devices are published), allocated by gpudra's allocator on the published slices and written into its status
+        as a scheduler does, reserved for a pod that stands for the workload."""
         client = self._client()
+        types = {attribute(d, "type") for d in self.published}
+        device_class = "gpu.nvidia.com" if "gpu" in types or "mig" not in types else "mig.nvidia.com"
         body = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {"name": CLAIM_NAME, "namespace": NAMESPACE},
             "spec": {
-                "devices": {
-                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": self.options.driver_name}}]
-                }
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}
             },
         }
         created = await client.create(RESOURCE_CLAIMS, body, NAMESPACE)
@@ -228,7 +229,12 @@ class Check:
         self.claim = ClaimRef(namespace=NAMESPACE, uid=written["metadata"]["uid"], name=CLAIM_NAME)
         results = written["status"]["allocation"]["devices"]["results"]
         self.allocated = next(d for d in self.published if d.get("name") == results[0]["device"])
-        return "pass", {"claim": f"{NAMESPACE}/{CLAIM_NAME}", "uid": self.claim.uid, "results": results}
+        return "pass", {
+            "claim": f"{NAMESPACE}/{CLAIM_NAME}",
+            "uid": self.claim.uid,
+            "device_class": device_class,
+            "results": results,
+        }
 
     async def prepare(self) -> Outcome:
         """NodePrepareResources as the kubelet calls it: found by its registration socket, GetInfo, a version

@@ -8,9 +8,6 @@ from typing import Any
 
 Body = dict[str, Any]
 
-CONTROL_NODE_NAMES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
-"""The driver's control device nodes under <driver root>/dev that every claim's spec names."""
-
 
 def recorded_gpus(recording: Mapping[str, Any]) -> list[Body]:
     """The recording's GPUs as gpudra read them (its inventory); empty when NVML could not be read at all."""
@@ -69,10 +66,11 @@ def compare_slices(
     devices: Sequence[Mapping[str, Any]], recording: Mapping[str, Any]
 ) -> tuple[list[str], Body]:
     """Problems (empty: none) and a summary of the published devices against what the recording says gpudra
-    would publish from the same GPUs: every recorded device and every recorded GPU's UUID must be published."""
+    would publish from the same GPUs: every recorded device must be published, and every recorded GPU as a
+    device of its own or as the parent of its MIG devices."""
     published = {str(d.get("name")) for d in devices}
     expected = {str(d.get("name")) for d in recording.get("devices") or []}
-    uuids = {attribute(d, "uuid") for d in devices}
+    uuids = {attribute(d, "uuid") for d in devices} | {attribute(d, "parentUUID") for d in devices}
     problems = []
     if not devices:
         problems.append("the node's slices publish no device")
