@@ -60,6 +60,15 @@ def node_body(name: str) -> dict[str, Any]:
     }
 
 
+def process_environment(settings: AgentSettings) -> dict[str, str]:
+    """A ``GPUDRA_*`` variable for every setting, the defaults too: the process inherits the caller's environment,
+    and a variable there must not change what these settings say."""
+    return {
+        f"GPUDRA_{name.upper()}": value if isinstance(value, str) else json.dumps(value)
+        for name, value in settings.model_dump(mode="json", exclude_none=True).items()
+    }
+
+
 class Rig:
     """Start with :meth:`start_cluster`, then :meth:`start_agent`; :meth:`close` undoes whatever was started."""
 
@@ -138,16 +147,12 @@ class Rig:
         slices are published). Its pid."""
         port = free_port()
         settings = self.settings(port)
-        env = {
-            f"GPUDRA_{name.upper()}": value if isinstance(value, str) else json.dumps(value)
-            for name, value in settings.model_dump(mode="json", exclude_none=True).items()
-        }
         self.agent = ManagedProcess(
             f"gpudra agent {self.options.node_name}",
             [sys.executable, "-m", "gpudra", "agent"],
             self.agent_log,
             f"http://127.0.0.1:{port}/readyz",
-            env=env,
+            env=process_environment(settings),
         )
         await self.agent.start(timeout=timeout)
         process = self.agent.process
