@@ -90,3 +90,25 @@ async def test_allowed_with_mig_on_it_prepares_a_mig_device(tmp_path: Path) -> N
     assert allocated["device_class"] == "mig.nvidia.com"
     nodes = step(summary, "cdi-device-nodes")["device_nodes"]
     assert any("/dev/nvidia-caps/nvidia-cap" in path for path in nodes)
+
+
+async def test_device_nodes_missing_on_the_host_fail_their_step_and_the_agent_still_stops(
+    tmp_path: Path,
+) -> None:
+    empty_root = tmp_path / "driver-root"
+    empty_root.mkdir()
+    code, summary = await run_check(
+        tmp_path / "out",
+        "--simulated-profile",
+        "l4x4",
+        "--driver-root",
+        str(empty_root),
+        "--health-seconds",
+        "1",
+    )
+
+    assert code == 1
+    assert summary["failed"] == ["cdi-device-nodes"]
+    cdi = step(summary, "cdi-device-nodes")
+    assert cdi["device_nodes"][f"{empty_root}/dev/nvidiactl"] == "missing"
+    assert statuses(summary)["unprepare"] == statuses(summary)["agent-stop"] == "pass"
