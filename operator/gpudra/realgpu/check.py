@@ -127,7 +127,14 @@ class Check:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        _, err = await asyncio.wait_for(process.communicate(), RECORD_TIMEOUT_SECONDS)
+        try:
+            _, err = await asyncio.wait_for(process.communicate(), RECORD_TIMEOUT_SECONDS)
+        except TimeoutError:  # an NVML call that hangs: nothing of the check may outlive it
+            process.kill()
+            await process.wait()
+            raise TimeoutError(
+                f"gpudra hardware record did not finish in {RECORD_TIMEOUT_SECONDS:.0f} s"
+            ) from None
         if process.returncode != 0:
             return "fail", {"exit_code": process.returncode, "stderr": err.decode(errors="replace")[-2000:]}
         self.recording = json.loads(path.read_text())
