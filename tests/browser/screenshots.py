@@ -95,7 +95,9 @@ async def take(out: Path) -> None:
                                selector='[data-frag="pending/default/b300-please"]')  # fmt: skip
             for width in SCREENS:  # the first screen on a phone, a tablet and a desktop
                 await browser.evaluate("window.scrollTo(0, 0)")
-                await browser.send("screenshot", path=str(out / f"webview-{width}.png"), width=width, height=900)
+                await browser.send(
+                    "screenshot", path=str(out / f"webview-{width}.png"), width=width, height=900
+                )
         finally:
             await browser.send("close")
             await process.wait()
