@@ -1,6 +1,7 @@
 """The "Try next" lines ``gpudra up`` prints (#39), run as a user types them into a new terminal: one bash that
 starts in another directory, without KUBECONFIG and without gpudra's virtual environment on PATH, against the
-running ``gpudra up``. Every line exits 0 and prints what its comment promises."""
+running ``gpudra up``. Every line exits 0 (``gpudra explain`` of the pod that cannot fit exits 1, as it says) and
+prints what its comment promises."""
 
 from __future__ import annotations
 
@@ -81,7 +82,9 @@ async def test_every_printed_line_runs_as_typed_in_a_new_terminal(printed: list[
     home.mkdir()
     ran = await run_in_one_shell(printed, home)
     for line, status, output in ran:
-        assert status == 0, f"{line!r} exited {status}:\n{output}"
+        # gpudra explain's status says whether the claim fits (1: it cannot), so a script can ask it (#32)
+        expected = 1 if " explain pod too-big" in line else 0
+        assert status == expected, f"{line!r} exited {status}:\n{output}"
     said = {line.split("#")[0].strip(): output for line, _, output in ran}
     assert "pod/gpu-pod created" in said["kubectl apply -f examples/gpu-pod.yaml"]
     assert "pod/gpu-pod condition met" in said["kubectl wait --for=condition=Ready pod/gpu-pod --timeout=60s"]
@@ -89,7 +92,5 @@ async def test_every_printed_line_runs_as_typed_in_a_new_terminal(printed: list[
         r"^GPU 0: NVIDIA .+ \(UUID: GPU-[0-9a-f-]+\)$", said["kubectl logs gpu-pod"], re.MULTILINE
     )
     assert "pod/too-big created" in said["kubectl apply -f examples/gpu-pod-too-big.yaml"]
-    explained = next(
-        output for command, output in said.items() if command.endswith("explain claim sixteen-gpus")
-    )
+    explained = next(output for command, output in said.items() if command.endswith("explain pod too-big"))
     assert "does not fit" in explained and "needs 16 GPUs on one node" in explained

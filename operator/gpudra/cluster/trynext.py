@@ -78,7 +78,7 @@ def try_next(kubeconfig: Path, shell: Shell) -> list[str]:
             ("kubectl wait --for=condition=Ready pod/gpu-pod --timeout=60s", ""),
             ("kubectl logs gpu-pod", "the GPU it got, as nvidia-smi -L shows it"),
             (f"kubectl apply -f {EXAMPLE_TOO_BIG}", "a pod whose claim wants 16 GPUs"),
-            (f"{shell.gpudra} explain claim sixteen-gpus", "why it cannot fit"),
+            (f"{shell.gpudra} explain pod too-big", "why it cannot fit (exit status 1: it cannot)"),
         ]
     else:
         pairs += [
