@@ -16,8 +16,8 @@ from gpudra.api.timestamps import rfc3339
 
 from ..defaults import apply_defaults
 from ..registry import CRD_PLURAL, ResourceType
-from . import claimstatus, core, customresources, objectmeta, resourceclaims, resourceslices
-from .decoding import DecodeError, decode, strict_message
+from . import claimstatus, configdata, core, customresources, objectmeta, resourceclaims, resourceslices
+from .decoding import DecodeError, decode, document_order, strict_message
 from .fielderrors import FieldError, invalid, undecodable
 from .gotypes import GoType, Schemas, schemas_for
 
@@ -34,13 +34,21 @@ class Admission:
 
     mode: str = "Warn"
     warnings: list[str] = field(default_factory=list)
+    duplicates: list[tuple[str, str]] = field(default_factory=list)
+    """Duplicate keys Go's strict decoding found in the body: (field path or '', as it words them)."""
 
-    def unknown_fields(self, kind: str, version: str, unknown: list[str]) -> None:
-        if not unknown or self.mode == "Ignore":
+    def unknown_fields(self, kind: str, version: str, unknown: list[str], body: Any = None) -> None:
+        """Refuse (Strict) or warn of (Warn) the unknown fields and duplicate keys, in the order of ``body``."""
+        if (not unknown and not self.duplicates) or self.mode == "Ignore":
             return
+        found = [(path, f'unknown field "{path}"') for path in unknown] + self.duplicates
+        self.duplicates = []
+        if unknown and len(found) > len(unknown):
+            order = document_order(body)
+            found.sort(key=lambda item: order.get(item[0], len(order)))
         if self.mode == "Strict":
-            raise undecodable(kind, version, strict_message(unknown))
-        self.warnings.extend(f'unknown field "{path}"' for path in unknown)
+            raise undecodable(kind, version, strict_message([text for _, text in found]))
+        self.warnings.extend(text for _, text in found)
 
 
 # ---- built-in kinds ----------------------------------------------------------------------------------------
@@ -95,6 +103,8 @@ _VALIDATORS: dict[tuple[str, str], Validator] = {
     ("", "nodes"): lambda obj, old, _: core.taints(
         (obj.get("spec") or {}).get("taints") or [], "spec.taints"
     ),
+    ("", "configmaps"): configdata.config_map,
+    ("", "secrets"): configdata.secret,
     ("apps", "deployments"): _pod_template,
     ("apps", "daemonsets"): _pod_template,
     ("apps", "replicasets"): _pod_template,
@@ -191,7 +201,7 @@ class Admitter:
             raise undecodable(rt.kind, rt.version, error.message) from error
         if decoded.type_error:
             raise undecodable(rt.kind, rt.version, decoded.type_error)
-        admission.unknown_fields(rt.kind, rt.version, decoded.unknown)
+        admission.unknown_fields(rt.kind, rt.version, decoded.unknown, obj)
         value: dict[str, Any] = decoded.value
         value.setdefault("metadata", {})
         return value
@@ -208,7 +218,7 @@ class Admitter:
         unknown: list[str] = []
         body = {k: v for k, v in obj.items() if k not in _TYPE_META}
         pruned = customresources.prune(body, schema, "", unknown)
-        admission.unknown_fields(rt.kind, rt.version, unknown)
+        admission.unknown_fields(rt.kind, rt.version, unknown, obj)
         value: dict[str, Any] = {
             "apiVersion": obj["apiVersion"],
             "kind": obj["kind"],
