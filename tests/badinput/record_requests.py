@@ -1,10 +1,10 @@
-"""Record what kube-apiserver answers to every request of ``_requests.py`` into ``requests.yaml`` (not a test).
+"""Record what kube-apiserver answers to every request of tests/requestkit.py into ``requests.yaml`` (not a test).
 
 Starts its own control plane from the binaries ``make kubernetes`` built (etcd and kube-apiserver of the
 default version, on loopback), installs the project's CRDs, sends every case as the admin, and writes the
 answers with the server's ``/version``::
 
-    PYTHONPATH=operator python tests/badinput/record_requests.py
+    PYTHONPATH=operator:tests python tests/badinput/record_requests.py
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from _requests import CASES, RECORDS, real_session, send
 
 from gpudra.cluster.kubernetes.binaries import find_binaries
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
+from requestkit import CASES, RECORDS, real_session, send
 
 
 async def main() -> int:

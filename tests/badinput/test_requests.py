@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from _requests import CASES, SETUP, Case, install_crds, recorded, send
 
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.bodies import DEPTH_LIMIT
+from requestkit import CASES, SETUP, Case, install_crds, recorded, send
 
 RECORDED = recorded()
 DIFFERENT = {

@@ -1,6 +1,7 @@
 """Hostile requests, below the level of a manifest: what a body's bytes, its media type, its size or a query can
-do to an API server. ``requests.yaml`` holds what kube-apiserver answered to each (recorded by
-``record_requests.py``); ``test_requests.py`` sends each to the embedded server and compares.
+do to an API server. ``tests/badinput/requests.yaml`` holds what kube-apiserver answered to each (recorded by
+``tests/badinput/record_requests.py``); tests/badinput/test_requests.py sends each to the embedded server and
+tests/kubernetes/test_real_requests.py to kube-apiserver, and both compare with the recording.
 
 A case's body is built when it is sent (some are megabytes). Cases that create an object name it uniquely, so the
 order they run in does not matter; ``SETUP`` is created first (the target of the PATCH cases).
@@ -24,8 +25,8 @@ import yaml
 
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
 
-HERE = Path(__file__).parent
-RECORDS = HERE / "requests.yaml"
+ROOT = Path(__file__).parent.parent
+RECORDS = ROOT / "tests" / "badinput" / "requests.yaml"
 JSON = "application/json"
 MIB = 1024 * 1024
 NS = "/api/v1/namespaces/default"
@@ -449,7 +450,7 @@ async def send(http: aiohttp.ClientSession, case: Case) -> dict[str, Any]:
 
 async def install_crds(http: aiohttp.ClientSession) -> None:
     """The project's CRDs, and the target of the PATCH cases."""
-    for path in sorted((HERE.parent.parent / "crds").glob("*.yaml")):
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
             if document and document.get("kind") == "CustomResourceDefinition":
                 async with http.post(
