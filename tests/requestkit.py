@@ -321,6 +321,20 @@ CASES = [
     ),
     Case("domain-api-version-other-group", "POST", DOMAINS, lambda: domain("apps/v1", "ComputeDomain", "k7")),
     Case("domain-kind-unknown", "POST", DOMAINS, lambda: domain("resource.nvidia.com/v1beta1", "Foo", "k8")),
+    Case(
+        "namespace-api-version-bool",
+        "POST",
+        "/api/v1/namespaces",
+        lambda: b'{"apiVersion": true, "kind": "Namespace", "metadata": {"name": "t1"}}',
+    ),
+    Case(
+        "domain-kind-array",
+        "POST",
+        DOMAINS,
+        lambda: b'{"apiVersion": "resource.nvidia.com/v1beta1", "kind": [], "metadata": {"name": "t2"}}',
+    ),
+    Case("body-an-array", "POST", "/api/v1/namespaces", lambda: b"[1,2]"),
+    Case("body-a-string", "POST", CLAIMS, lambda: b'"x"'),
     # -- duplicate keys
     Case(
         "duplicate-key-strict",

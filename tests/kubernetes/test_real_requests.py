@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from requestkit import CASES, real_session, recorded, send
 
 from gpudra.cluster.kubernetes.binaries import find_binaries
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
+from requestkit import CASES, real_session, recorded, send
 
 
 @pytest.mark.timeout(300)

@@ -7,6 +7,7 @@ Pure functions over bytes; server.py calls them. Where Python cannot follow Go (
 
 from __future__ import annotations
 
+import contextlib
 import json
 import operator
 import re
@@ -69,14 +70,37 @@ def parse(raw: bytes, ctype: str, kind: str, *, duplicates: bool) -> Body:
     deep = raw.count(b"[") + raw.count(b"{") > GO_MAX_DEPTH
     if deep and ctype in PATCH_TYPES[:3] and json_depth(raw) > GO_MAX_DEPTH:
         raise bad_request("invalid JSON patch")
+    body: Body | None = None
     if "yaml" not in ctype:
-        return parse_json(raw, kind, duplicates=duplicates)
-    if raw.lstrip().startswith(b"{"):
-        try:
-            return parse_json(raw, kind, duplicates=duplicates)
-        except NotJSON:
-            pass
-    return parse_yaml(raw, kind)
+        body = parse_json(raw, kind, duplicates=duplicates)
+    elif raw.lstrip().startswith(b"{"):
+        with contextlib.suppress(NotJSON):
+            body = parse_json(raw, kind, duplicates=duplicates)
+    if body is None:
+        body = parse_yaml(raw, kind)
+    if ctype not in PATCH_TYPES:
+        _check_type_fields(body.value, raw, kind)
+    return body
+
+
+_GO_JSON_TYPES = {bool: "bool", int: "number", float: "number", str: "string", list: "array", dict: "object"}
+_TYPE_META_STRUCT = (
+    'struct { APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }'
+)
+
+
+def _check_type_fields(value: Any, raw: bytes, kind: str) -> None:
+    """An object whose apiVersion and kind are strings (or absent): kube-apiserver reads those two first."""
+    if not isinstance(value, dict):
+        go_type = _GO_JSON_TYPES.get(type(value), "null")
+        why = f"json: cannot unmarshal {go_type} into Go value of type {_TYPE_META_STRUCT}"
+        raise _unrecognized(kind, raw, f"couldn't get version/kind; json parse error: {why}")
+    for name in ("apiVersion", "kind"):
+        field_value = value.get(name)
+        if field_value is not None and not isinstance(field_value, str):
+            go_type = _GO_JSON_TYPES.get(type(field_value), "object")
+            why = f"json: cannot unmarshal {go_type} into Go struct field .{name} of type string"
+            raise _unrecognized(kind, raw, f"couldn't get version/kind; json parse error: {why}")
 
 
 def media_type(header: str | None) -> str:
@@ -290,7 +314,11 @@ class _CountingLoader(yaml.SafeLoader):
             self.aliases += aliases
 
 
-def _yaml_duplicates(node: Node, found: list[str]) -> None:
+def _yaml_duplicates(node: Node, found: list[str], seen_nodes: set[int]) -> None:
+    """go-yaml's words for each duplicate key, each node once (an aliased node is one node)."""
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key, member in node.value:
@@ -298,10 +326,10 @@ def _yaml_duplicates(node: Node, found: list[str]) -> None:
             if name in seen:
                 found.append(f'line {key.start_mark.line + 1}: key "{name}" already set in map')
             seen.add(name)
-            _yaml_duplicates(member, found)
+            _yaml_duplicates(member, found, seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _yaml_duplicates(item, found)
+            _yaml_duplicates(item, found, seen_nodes)
 
 
 def _line_past(raw: bytes, limit: int) -> int:
@@ -323,7 +351,10 @@ def parse_yaml(raw: bytes, kind: str) -> Body:
         if depth > DEPTH_LIMIT:
             line = _line_past(raw, GO_MAX_DEPTH)
             raise _too_deep(kind, raw, depth, f"yaml: line {line}: exceeded max depth of {GO_MAX_DEPTH}")
-    loader = _CountingLoader(raw)
+    try:
+        loader = _CountingLoader(raw)
+    except yaml.YAMLError as exc:  # the reader refuses a control character at once
+        raise bad_request(f"the request body is not valid YAML: {exc}") from exc
     try:
         node = loader.get_single_node()
         if _excessive_aliasing(loader.decodes, loader.aliases):
@@ -341,6 +372,8 @@ def parse_yaml(raw: bytes, kind: str) -> Body:
         loader.dispose()
     duplicates: list[str] = []
     if node is not None:
-        _yaml_duplicates(node, duplicates)
+        _yaml_duplicates(node, duplicates, set())
     found = [("", "yaml: unmarshal errors:\n  " + "\n  ".join(duplicates))] if duplicates else []
+    if loader.aliases:  # an alias is a copy, not the same object: a write to one must not change the other
+        value = json.loads(json.dumps(value))
     return Body(value, found)
