@@ -335,6 +335,13 @@ CASES = [
     ),
     Case("body-an-array", "POST", "/api/v1/namespaces", lambda: b"[1,2]"),
     Case("body-a-string", "POST", CLAIMS, lambda: b'"x"'),
+    Case(
+        "unknown-fields-odd-names-warn",
+        "POST",
+        NS + "/configmaps",
+        lambda: config_map("w1", ',"\\u001f":[],"a\\tb":1,"\\u00e9":1,"x\\"y":1'),
+        query="fieldValidation=Warn",
+    ),
     # -- duplicate keys
     Case(
         "duplicate-key-strict",

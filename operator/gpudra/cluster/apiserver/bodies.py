@@ -20,6 +20,7 @@ from yaml.events import AliasEvent
 from yaml.nodes import Node
 
 from .status import APIStatusError, bad_request
+from .validation.fielderrors import go_quote
 
 MAX_BODY = 3 * 1024 * 1024
 """kube-apiserver's limit on a request body (``--max-request-bytes``' default): 413 above it."""
@@ -250,7 +251,7 @@ def parse_json(raw: bytes, kind: str, *, duplicates: bool = True) -> Body:
         _duplicate_paths(json.loads(text, object_pairs_hook=_Pairs), "", paths)
     if _SURROGATE_ESCAPE.search(raw):
         value = _fix_surrogates(value)
-    return Body(value, [(path, f'duplicate field "{path}"') for path in paths])
+    return Body(value, [(path, f"duplicate field {go_quote(path)}") for path in paths])
 
 
 # ---- YAML ------------------------------------------------------------------------------------------------------

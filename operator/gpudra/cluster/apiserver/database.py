@@ -161,7 +161,11 @@ class Database:
         if rt.has_status and not rt.keep_status_on_create:
             obj.pop("status", None)
         self._prepare_create(rt, obj)
-        obj = self.admitter.admit(rt, obj, None, admission or Admission())
+        admission = admission or Admission()
+        if rt.namespaced:
+            space = self.stores[NAMESPACES].get("", namespace)
+            admission.namespace_labels = dict((space.obj["metadata"].get("labels") or {}) if space else {})
+        obj = self.admitter.admit(rt, obj, None, admission)
         if store.get(namespace if rt.namespaced else "", name) is not None:
             raise st.already_exists(rt.plural, rt.group, name)
         if dry_run:

@@ -18,7 +18,7 @@ from ..defaults import apply_defaults
 from ..registry import CRD_PLURAL, ResourceType
 from . import claimstatus, configdata, core, customresources, objectmeta, resourceclaims, resourceslices
 from .decoding import DecodeError, decode, document_order, strict_message
-from .fielderrors import FieldError, invalid, undecodable
+from .fielderrors import FieldError, go_quote, invalid, undecodable
 from .gotypes import GoType, Schemas, schemas_for
 
 MODES = ("Strict", "Warn", "Ignore")
@@ -34,6 +34,8 @@ class Admission:
 
     mode: str = "Warn"
     warnings: list[str] = field(default_factory=list)
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+    """The labels of the namespace a namespaced object is created in (the admin-access check reads them)."""
     duplicates: list[tuple[str, str]] = field(default_factory=list)
     """Duplicate keys Go's strict decoding found in the body: (field path or '', as it words them)."""
 
@@ -41,7 +43,7 @@ class Admission:
         """Refuse (Strict) or warn of (Warn) the unknown fields and duplicate keys, in the order of ``body``."""
         if (not unknown and not self.duplicates) or self.mode == "Ignore":
             return
-        found = [(path, f'unknown field "{path}"') for path in unknown] + self.duplicates
+        found = [(path, f"unknown field {go_quote(path)}") for path in unknown] + self.duplicates
         self.duplicates = []
         if unknown and len(found) > len(unknown):
             order = document_order(body)
@@ -87,6 +89,10 @@ def _pod_template(obj: dict[str, Any], old: dict[str, Any] | None, _: frozenset[
     return core.pod_template((obj.get("spec") or {}).get("template") or {}, "spec.template")
 
 
+_CLAIM_SPEC: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "resourceclaims": lambda obj: obj.get("spec") or {},
+    "resourceclaimtemplates": lambda obj: (obj.get("spec") or {}).get("spec") or {},
+}
 _VALIDATORS: dict[tuple[str, str], Validator] = {
     ("resource.k8s.io", "resourceclaims"): _claim,
     ("resource.k8s.io", "resourceclaimtemplates"): _template,
@@ -182,6 +188,9 @@ class Admitter:
         validator = _VALIDATORS.get((rt.group, rt.plural))
         if validator is not None:
             errors += validator(obj, old, self.feature_gates)
+        if old is None and rt.group == "resource.k8s.io" and rt.plural in _CLAIM_SPEC:
+            spec = _CLAIM_SPEC[rt.plural](obj)
+            errors += resourceclaims.admin_access(spec.get("devices"), admission.namespace_labels)
         if rt.plural == CRD_PLURAL:
             for i, version in enumerate((obj.get("spec") or {}).get("versions") or ()):
                 schema = (version.get("schema") or {}).get("openAPIV3Schema")
