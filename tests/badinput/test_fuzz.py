@@ -42,7 +42,7 @@ MEDIA_TYPES = [
     "text/plain",
     "application/json; charset=utf-8",
     "",
-    "\x7f/;;",
+    "application/x-what; q=\"1\"",
 ]
 METHODS = ["POST", "PUT", "PATCH", "GET", "DELETE"]
 

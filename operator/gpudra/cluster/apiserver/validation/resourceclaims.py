@@ -16,7 +16,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator.cel import MAX_EXPRESSION_LENGTH, CelCompileError, check_new_selector
+from gpudra.allocator.cel import (
+    MAX_EXPRESSION_LENGTH,
+    CelCompileError,
+    CelResultTypeError,
+    check_new_selector,
+)
 
 from . import names
 from .fielderrors import (
@@ -92,7 +97,9 @@ def default_claim_spec(spec: dict[str, Any]) -> None:
 
 # ---- selectors ---------------------------------------------------------------------------------------------
 def compile_failure(expression: str, error: CelCompileError) -> str:
-    """kube-apiserver's words for a selector that does not compile."""
+    """kube-apiserver's words for a selector that does not compile, or gives another type than bool."""
+    if isinstance(error, CelResultTypeError):
+        return f"must evaluate to bool or the unknown type, not {error.result_type}"
     if not error.line:
         return f"compilation failed: {error}"
     text = expression.split("\n")[error.line - 1]
