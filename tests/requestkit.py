@@ -162,6 +162,28 @@ CASES = [
         lambda: yaml_config_map("u3", 'data:\n  a: "x\\udcffy"\n'),
         ctype="application/yaml",
     ),
+    # -- YAML read as Go reads it (go-yaml, then JSON), and what JSON cannot hold
+    *(
+        Case(
+            f"yaml-{name}",
+            "POST",
+            NS + "/configmaps",
+            lambda name=name, rest=rest: yaml_config_map(name, rest),
+            ctype="application/yaml",
+            query="fieldValidation=Strict",
+        )
+        for name, rest in (
+            ("timestamp", "data: {a: 2020-01-01}\n"),
+            ("binary", "data: {a: !!binary aGVsbG8=}\n"),
+            ("set", "x: !!set {a, b}\n"),
+            ("exponent", "data: {a: 1e3}\n"),
+            ("infinity", "data: {a: .inf}\n"),
+            ("null-key", "x: {null: 1}\n"),
+            ("key-types", "data: {1: a, 1.5: b, true: c}\n"),
+        )
+    ),
+    Case("json-nan", "POST", NS + "/configmaps", lambda: config_map("nan", ',"x":NaN')),
+    Case("json-minus-infinity", "POST", NS + "/configmaps", lambda: config_map("inf", ',"x":-Infinity')),
     # -- sizes
     Case(
         "body-over-3mib",

@@ -42,9 +42,33 @@ MEDIA_TYPES = [
     "text/plain",
     "application/json; charset=utf-8",
     "",
-    "application/x-what; q=\"1\"",
+    'application/x-what; q="1"',
 ]
 METHODS = ["POST", "PUT", "PATCH", "GET", "DELETE"]
+YAML_SCALARS = [
+    "2020-01-01",
+    "2001-12-14t21:59:43.10-05:00",
+    "!!binary aGVsbG8=",
+    "!!set {a, b}",
+    "!!omap [a: 1]",
+    "!!pairs [a: 1]",
+    "!!python/object:os.system ls",
+    "1e3",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "0o17",
+    "0x1F",
+    "1_000",
+    "~",
+    "{null: 1}",
+    "{1: a, true: b, 1.5: c, 1.0: d}",
+    "{[a]: b}",
+    "&x [1, *x]",
+    "{<<: {a: 1}, b: 2}",
+    '"\\udcff"',
+    '"\\x00"',
+]
 
 
 class Payload(bytes):
@@ -214,6 +238,12 @@ def raw_bodies(draw: st.DrawFn, server: Server, kind: str) -> bytes | None:
         )
         return (yaml.safe_dump(base) + text).encode()
     body = draw(mutated(base))
+    if shape == "yaml-scalar":
+        key = draw(st.sampled_from(["x", "data", "spec", "metadata"]))
+        value = draw(st.sampled_from(YAML_SCALARS))
+        line = f"{key}: {{k: {value}}}\n" if draw(st.booleans()) else f"{key}: {value}\n"
+        kept = {k: v for k, v in body.items() if k != key} if isinstance(body, dict) else {}
+        return (yaml.safe_dump(kept) + line).encode()
     if shape == "mutated-yaml":
         return yaml.safe_dump(body).encode()
     return json.dumps(body).encode()

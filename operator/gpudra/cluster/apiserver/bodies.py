@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import operator
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
@@ -225,8 +227,9 @@ def _fix_surrogates(value: Any) -> Any:
 
 
 def parse_json(raw: bytes, kind: str, *, duplicates: bool = True) -> Body:
-    """A JSON body; invalid UTF-8 and lone surrogates read as U+FFFD, too deep refused, and (``duplicates``: the
-    request's field validation reports them; finding them doubles the parse time) duplicate keys found."""
+    """A JSON body; invalid UTF-8 and lone surrogates read as U+FFFD, too deep refused, NaN and Infinity (Python
+    reads them, JSON and Go do not) refused, and (``duplicates``: the request's field validation reports them;
+    finding them doubles the parse time) duplicate keys found."""
     if raw.count(b"[") + raw.count(b"{") > DEPTH_LIMIT:
         depth = json_depth(raw)
         if depth > DEPTH_LIMIT:
@@ -242,8 +245,16 @@ def parse_json(raw: bytes, kind: str, *, duplicates: bool = True) -> Body:
         duplicated = duplicated or len(obj) != len(pairs)
         return obj
 
+    def constant(name: str) -> float:
+        where = "in numeric literal" if name.startswith("-") else "looking for beginning of value"
+        why = (
+            f"couldn't get version/kind; json parse error: invalid character '{name.lstrip('-')[0]}' {where}"
+        )
+        raise _unrecognized(kind, raw, why)
+
     try:
-        value = json.loads(text, object_pairs_hook=members) if duplicates else json.loads(text)
+        hook = members if duplicates else None
+        value = json.loads(text, object_pairs_hook=hook, parse_constant=constant)
     except ValueError as exc:
         raise NotJSON(f"the request body is not valid JSON: {exc}") from exc
     paths: list[str] = []
@@ -270,10 +281,29 @@ def _excessive_aliasing(decodes: int, aliases: int) -> bool:
     return aliases > 100 and decodes > 1000 and aliases / decodes > allowed_alias_ratio(decodes)
 
 
-class _CountingLoader(yaml.SafeLoader):
-    """A SafeLoader that counts what go-yaml counts, as if every alias were expanded: the nodes decoded and those
-    decoded inside an alias; and the nesting depth, while it composes (the composed graph shares aliased nodes:
-    nothing is expanded here)."""
+class _GoWords(yaml.YAMLError):
+    """A YAML document kube-apiserver cannot turn into JSON, in its words (``json: unsupported value: +Inf``)."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(words)
+        self.words = words
+
+
+def _go_float(value: float) -> str:
+    """A float as Go's strconv.FormatFloat(f, 'g', -1, 64) writes it, for the usual values."""
+    return str(int(value)) if value.is_integer() and abs(value) < 1e21 else repr(value)
+
+
+_GO_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+"""go-yaml's float (YAML 1.1 wants a dot: ``1e3`` would be a string)."""
+
+
+class _GoLoader(yaml.SafeLoader):
+    """A SafeLoader that reads as sigs.k8s.io/yaml (go-yaml, then JSON) does: timestamps stay strings, ``!!binary``
+    is its decoded text, a ``!!set`` is a map of nulls, ``1e3`` is a float, map keys are strings (a null key, an
+    infinite or NaN number cannot become JSON: refused in Go's words). It also counts what go-yaml counts, as if
+    every alias were expanded, the nodes decoded and those decoded inside an alias; and the nesting depth, while it
+    composes (the composed graph shares aliased nodes: nothing is expanded here)."""
 
     def __init__(self, stream: bytes) -> None:
         super().__init__(stream)
@@ -314,6 +344,53 @@ class _CountingLoader(yaml.SafeLoader):
             self.decodes += decodes
             self.aliases += aliases
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Keys as JSON has them, strings (``true`` and ``1`` are two keys, not one Python key)."""
+        self.flatten_mapping(node)
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            value = self.construct_object(value_node, deep=deep)
+            if key is None:
+                raise _GoWords(f"unsupported map key of type: %!s(<nil>), key: <nil>, value: {value}")
+            if isinstance(key, list | dict):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a map key must be a scalar", key_node.start_mark
+                )
+            if isinstance(key, bool):
+                out["true" if key else "false"] = value
+            elif isinstance(key, float):
+                out[_go_float(key)] = value
+            else:
+                out[str(key)] = value
+        return out
+
+    def construct_go_float(self, node: yaml.ScalarNode) -> float:
+        value: float = self.construct_yaml_float(node)
+        if math.isinf(value) or math.isnan(value):
+            raise _GoWords(
+                f"json: unsupported value: {'NaN' if math.isnan(value) else ('+Inf' if value > 0 else '-Inf')}"
+            )
+        return value
+
+    def construct_text(self, node: yaml.ScalarNode) -> str:
+        return str(self.construct_scalar(node))
+
+    def construct_binary_text(self, node: yaml.ScalarNode) -> str:
+        return bytes(self.construct_yaml_binary(node)).decode("utf-8", errors="replace")
+
+    def construct_set_of_nulls(self, node: yaml.MappingNode) -> Iterator[dict[str, Any]]:
+        data: dict[str, Any] = {}
+        yield data
+        data.update({key: None for key in self.construct_mapping(node)})
+
+
+_GoLoader.add_constructor("tag:yaml.org,2002:timestamp", _GoLoader.construct_text)
+_GoLoader.add_constructor("tag:yaml.org,2002:binary", _GoLoader.construct_binary_text)
+_GoLoader.add_constructor("tag:yaml.org,2002:set", _GoLoader.construct_set_of_nulls)
+_GoLoader.add_constructor("tag:yaml.org,2002:float", _GoLoader.construct_go_float)
+_GoLoader.add_implicit_resolver("tag:yaml.org,2002:float", _GO_FLOAT, list("-+.0123456789"))
+
 
 def _yaml_duplicates(node: Node, found: list[str], seen_nodes: set[int]) -> None:
     """go-yaml's words for each duplicate key, each node once (an aliased node is one node)."""
@@ -353,7 +430,7 @@ def parse_yaml(raw: bytes, kind: str) -> Body:
             line = _line_past(raw, GO_MAX_DEPTH)
             raise _too_deep(kind, raw, depth, f"yaml: line {line}: exceeded max depth of {GO_MAX_DEPTH}")
     try:
-        loader = _CountingLoader(raw)
+        loader = _GoLoader(raw)
     except yaml.YAMLError as exc:  # the reader refuses a control character at once
         raise bad_request(f"the request body is not valid YAML: {exc}") from exc
     try:
@@ -362,6 +439,8 @@ def parse_yaml(raw: bytes, kind: str) -> Body:
             raise _unrecognized(kind, raw, "yaml: document contains excessive aliasing")
         value = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
+        if isinstance(exc, _GoWords):
+            raise _unrecognized(kind, raw, exc.words) from exc
         if loader.too_deep_at:  # in block style
             why = f"yaml: line {loader.too_deep_at}: exceeded max depth of {GO_MAX_DEPTH}"
             raise _too_deep(kind, raw, DEPTH_LIMIT + 1, why) from exc
