@@ -258,7 +258,8 @@ class EmbeddedAPIServer:
             except ValueError as exc:
                 raise bad_request(f"the request body is not valid protobuf: {exc}") from exc
         duplicates = admission is not None and admission.mode != "Ignore"
-        body = bodies.parse(raw, ctype, target.rt.kind, duplicates=duplicates)
+        trusted = isinstance(request, LocalRequest)
+        body = bodies.parse(raw, ctype, target.rt.kind, duplicates=duplicates, trusted=trusted)
         if admission is not None:
             admission.duplicates.extend(body.duplicates)
         return body.value
