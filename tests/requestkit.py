@@ -437,6 +437,20 @@ CASES = [
             (DOMAINS, "spec.numNodes"),
         )
     ),
+    *(
+        Case(f"list-{name}", "GET", CLAIMS, query=query)
+        for name, query in (
+            ("limit-not-a-number", "limit=abc"),
+            ("limit-a-fraction", "limit=1.5"),
+            ("limit-out-of-range", "limit=99999999999999999999"),
+            ("timeout-not-a-number", "timeoutSeconds=abc"),
+            ("watch-timeout-not-a-number", "watch=1&timeoutSeconds=abc"),
+            ("resource-version-not-a-number", "resourceVersion=abc"),
+            ("resource-version-negative", "resourceVersion=-1"),
+            ("field-selector-unescaped-equals", "fieldSelector=metadata.name%3D%3D%3D"),
+            ("field-selector-escaped-equals", "fieldSelector=metadata.name%3Da%5C%3Db"),
+        )
+    ),
     Case("field-selector-watch-unknown", "GET", CLAIMS, query="watch=true&fieldSelector=spec.foo%3Dx"),
     Case("field-selector-deletecollection-unknown", "DELETE", CLAIMS, query="fieldSelector=spec.foo%3Dx"),
 ]

@@ -23,6 +23,7 @@ from .database import APPLY, Database
 from .fieldlabels import check_field_selector
 from .kubeproto import wire
 from .kubeproto.convert import ConversionError
+from .listoptions import check_list_options
 from .local import LocalRequest
 from .patches import FAILED_TEST_MESSAGE
 from .podlogs import PodLogProxy, no_containers
@@ -308,7 +309,9 @@ class EmbeddedAPIServer:
                 return self._object(request, target, db.get(rt, target.ns, target.name))
             labels, fields = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))
             check_field_selector(rt, fields)
-            if target.watch_path or query.get("watch", "") in _TRUE:
+            watching = target.watch_path or query.get("watch", "") in _TRUE
+            check_list_options(query, watching=watching)
+            if watching:
                 mode = _table_mode(request)
                 protobuf = (
                     mode is None
