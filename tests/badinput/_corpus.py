@@ -34,8 +34,9 @@ PLURALS = {
     "ResourceSlice": "resourceslices",
     "ComputeDomain": "computedomains",
     "MigLayout": "miglayouts",
+    "ComputeDomainClique": "computedomaincliques",
 }
-NAMESPACED = {"ResourceClaim", "ResourceClaimTemplate", "ComputeDomain"}
+NAMESPACED = {"ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "ComputeDomainClique"}
 
 
 def manifest(name: str) -> dict[str, Any]:

@@ -78,6 +78,20 @@ class CelCompileError(CelError):
     """Syntax error, type error, unknown function or overload, non-v1 form, expression too long."""
 
 
+class CelResultTypeError(CelCompileError):
+    """A selector that compiles but gives another type than bool (``result_type``: its name, ``string``)."""
+
+    def __init__(self, result_type: str, *, expression: str) -> None:
+        super().__init__(
+            f"a selector must evaluate to bool, this one gives {result_type}",
+            expression=expression,
+            line=1,
+            column=1,
+            hint='compare the value, e.g. device.attributes["gpu.nvidia.com"].type == "gpu"',
+        )
+        self.result_type = result_type
+
+
 class CelRuntimeError(CelError):
     """Evaluation failed on a device: no such key, overflow, a non-bool result, the evaluation budget."""
 
@@ -484,13 +498,7 @@ def compile_selector(expression: str) -> CompiledSelector:
         raise _compile_error(expression, error) from error
     result_type = checked.return_type()
     if not (result_type == _cel.Type.BOOL or result_type == _cel.Type.DYN):
-        raise CelCompileError(
-            f"a selector must evaluate to bool, this one gives {result_type.name().lower()}",
-            expression=expression,
-            line=1,
-            column=1,
-            hint='compare the value, e.g. device.attributes["gpu.nvidia.com"].type == "gpu"',
-        )
+        raise CelResultTypeError(result_type.name().lower(), expression=expression)
     serialized = checked.serialize()
     try:
         program = runtime_env.deserialize(serialized)

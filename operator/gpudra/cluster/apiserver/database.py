@@ -172,7 +172,11 @@ class Database:
         if rt.has_status and not rt.keep_status_on_create:
             obj.pop("status", None)
         self._prepare_create(rt, obj)
-        obj = self.admitter.admit(rt, obj, None, admission or Admission())
+        admission = admission or Admission()
+        if rt.namespaced:
+            space = self.stores[NAMESPACES].get("", namespace)
+            admission.namespace_labels = dict((space.obj["metadata"].get("labels") or {}) if space else {})
+        obj = self.admitter.admit(rt, obj, None, admission)
         if rt.storage_key == PODS:
             obj["status"]["qosClass"] = qos_class(obj.get("spec") or {})
         if store.get(namespace if rt.namespaced else "", name) is not None:

@@ -23,6 +23,11 @@ _LABEL_RE = re.compile(
 )
 
 
+_UNESCAPED_EQUALS = re.compile(r"(?<!\\)=")
+r"""An ``=`` in a field selector's value must be escaped (``\=``), as ``\,`` and ``\\`` are."""
+_ESCAPED = re.compile(r"\\(.)")
+
+
 @dataclass(frozen=True, slots=True)
 class LabelRequirement:
     key: str
@@ -131,7 +136,9 @@ class FieldSelector:
                     path, _, value = part.partition(op)
                     if not path.strip():
                         raise bad_request(f"invalid selector: {text!r}; no field in {part!r}")
-                    reqs.append((path.strip(), equal, value.strip()))
+                    if _UNESCAPED_EQUALS.search(value):
+                        raise bad_request("invalid field selector: unescaped character in value: 61")
+                    reqs.append((path.strip(), equal, _ESCAPED.sub(r"\1", value.strip())))
                     break
             else:
                 raise bad_request(f"invalid selector: {text!r}; can't understand {part!r}")

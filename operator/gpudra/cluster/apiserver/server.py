@@ -7,7 +7,6 @@ send it); responses are protobuf when the client prefers it and the kind has a p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -18,11 +17,13 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import discovery
+from . import bodies, discovery
 from .collector import GarbageCollector
 from .database import APPLY, Database
+from .fieldlabels import check_field_selector
 from .kubeproto import wire
 from .kubeproto.convert import ConversionError
+from .listoptions import check_list_options
 from .local import LocalRequest
 from .patches import FAILED_TEST_MESSAGE
 from .podlogs import PodLogProxy, no_containers
@@ -31,6 +32,7 @@ from .selectorsyntax import parse_selectors
 from .status import APIStatusError, bad_request
 from .store import Entry, encode
 from .tables import table
+from .typemeta import check_type_meta
 from .validation import MODES, Admission
 from .versions import DEFAULT_MINOR, KubeVersion
 from .watching import ResponseSink, WatchRequest, object_bytes
@@ -114,7 +116,7 @@ class EmbeddedAPIServer:
         """Bind (port 0 picks a free port) and serve; returns the base URL."""
         self._collector = GarbageCollector(self.database)
         self._collector.start()
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=bodies.MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -241,9 +243,23 @@ class EmbeddedAPIServer:
             raise APIStatusError(404, "NotFound", "the server could not find the requested resource")
         return _response(document)
 
-    async def _body(self, request: Request, target: Target, *, optional: bool = False) -> Any:
-        ctype = request.headers.get("Content-Type", _JSON).split(";")[0].strip().lower()
-        raw = await request.read()
+    async def _body(
+        self,
+        request: Request,
+        target: Target,
+        *,
+        optional: bool = False,
+        admission: Admission | None = None,
+    ) -> Any:
+        """The request's body, read as kube-apiserver reads it (bodies.py); what a strict decoding refuses in it
+        (duplicate keys) goes to ``admission``."""
+        ctype = bodies.media_type(request.headers.get("Content-Type"))
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise bodies.too_large() from exc
+        if len(raw) > bodies.MAX_BODY:
+            raise bodies.too_large()
         if not raw.strip():
             if optional:
                 return {}
@@ -253,28 +269,12 @@ class EmbeddedAPIServer:
                 return wire.decode(raw)
             except ValueError as exc:
                 raise bad_request(f"the request body is not valid protobuf: {exc}") from exc
-        if "protobuf" in ctype:
-            accepted = "application/json, application/yaml" + (
-                "" if target.rt.is_custom else ", application/vnd.kubernetes.protobuf"
-            )
-            raise APIStatusError(
-                415,
-                "UnsupportedMediaType",
-                "the body of the request was in an unknown format - accepted media types include: "
-                + accepted,
-            )
-        if "yaml" in ctype and raw.lstrip().startswith(b"{"):
-            # clients send a server-side apply's YAML as JSON: JSON's parser reads it ten times faster
-            with contextlib.suppress(ValueError):
-                return json.loads(raw)
-        try:
-            if "yaml" in ctype:
-                return yaml.safe_load(raw)
-            return json.loads(raw)
-        except (ValueError, yaml.YAMLError) as exc:
-            raise bad_request(
-                f"the request body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {exc}"
-            ) from exc
+        duplicates = admission is not None and admission.mode != "Ignore"
+        trusted = isinstance(request, LocalRequest)
+        body = bodies.parse(raw, ctype, target.rt.kind, duplicates=duplicates, trusted=trusted)
+        if admission is not None:
+            admission.duplicates.extend(body.duplicates)
+        return body.value
 
     def _object(self, request: Request, target: Target, entry: Entry, status: int = 200) -> web.Response:
         mode = _table_mode(request)
@@ -311,11 +311,18 @@ class EmbeddedAPIServer:
         if target.subresource in ("exec", "attach", "portforward"):
             db.get(rt, target.ns, target.name)  # a pod that does not exist is a 404 first
             raise no_containers()
+        if method in ("POST", "PUT", "PATCH"):
+            bodies.check_media_type(
+                method, bodies.media_type(request.headers.get("Content-Type")), rt.is_custom
+            )
         if method == "GET":
             if target.name:
                 return self._object(request, target, db.get(rt, target.ns, target.name))
             labels, fields = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))
-            if target.watch_path or query.get("watch", "") in _TRUE:
+            check_field_selector(rt, fields)
+            watching = target.watch_path or query.get("watch", "") in _TRUE
+            check_list_options(query, watching=watching)
+            if watching:
                 mode = _table_mode(request)
                 protobuf = (
                     mode is None
@@ -341,7 +348,8 @@ class EmbeddedAPIServer:
             if target.name or (rt.namespaced and target.namespace is None):
                 raise APIStatusError(405, "MethodNotAllowed", f"POST is not allowed on {request.path}")
             admission = self._admission(query)
-            body = await self._body(request, target)
+            body = await self._body(request, target, admission=admission)
+            check_type_meta(db.registry, rt, body)
             entry = db.create(rt, target.ns, body, dry_run=dry_run, admission=admission)
             return self._warned(self._object(request, target, entry, 201), admission)
         if not target.name:
@@ -349,7 +357,9 @@ class EmbeddedAPIServer:
                 return await self._delete_collection(request, target, dry_run)
             raise APIStatusError(405, "MethodNotAllowed", f"{method} is not allowed on {request.path}")
         if method == "PUT":
-            body, admission = await self._body(request, target), self._admission(query)
+            admission = self._admission(query)
+            body = await self._body(request, target, admission=admission)
+            check_type_meta(db.registry, rt, body)
             entry = db.update(
                 rt,
                 target.ns,
@@ -436,6 +446,7 @@ class EmbeddedAPIServer:
         db, rt = self.database, target.rt
         query = request.query
         labels, fields = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))
+        check_field_selector(rt, fields)
         options = self._delete_options(query, await self._body(request, target, optional=True))
         options.pop("preconditions", None)
         deleted = []

@@ -17,9 +17,9 @@ from gpudra.api.timestamps import rfc3339
 from ..defaults import apply_defaults
 from ..registry import CRD_PLURAL, ResourceType
 from ..versions import KubeVersion
-from . import claimstatus, core, customresources, objectmeta, resourceclaims, resourceslices
-from .decoding import DecodeError, decode, strict_message
-from .fielderrors import FieldError, invalid, undecodable
+from . import claimstatus, configdata, core, customresources, objectmeta, resourceclaims, resourceslices
+from .decoding import DecodeError, decode, document_order, strict_message
+from .fielderrors import FieldError, go_quote, invalid, undecodable
 from .gotypes import GoType, Schemas, schemas_for
 from .poddefaults import default_pod
 from .wording import reword
@@ -37,13 +37,23 @@ class Admission:
 
     mode: str = "Warn"
     warnings: list[str] = field(default_factory=list)
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+    """The labels of the namespace a namespaced object is created in (the admin-access check reads them)."""
+    duplicates: list[tuple[str, str]] = field(default_factory=list)
+    """Duplicate keys Go's strict decoding found in the body: (field path or '', as it words them)."""
 
-    def unknown_fields(self, kind: str, version: str, unknown: list[str]) -> None:
-        if not unknown or self.mode == "Ignore":
+    def unknown_fields(self, kind: str, version: str, unknown: list[str], body: Any = None) -> None:
+        """Refuse (Strict) or warn of (Warn) the unknown fields and duplicate keys, in the order of ``body``."""
+        if (not unknown and not self.duplicates) or self.mode == "Ignore":
             return
+        found = [(path, f"unknown field {go_quote(path)}") for path in unknown] + self.duplicates
+        self.duplicates = []
+        if unknown and len(found) > len(unknown):
+            order = document_order(body)
+            found.sort(key=lambda item: order.get(item[0], len(order)))
         if self.mode == "Strict":
-            raise undecodable(kind, version, strict_message(unknown))
-        self.warnings.extend(f'unknown field "{path}"' for path in unknown)
+            raise undecodable(kind, version, strict_message([text for _, text in found]))
+        self.warnings.extend(text for _, text in found)
 
 
 # ---- built-in kinds ----------------------------------------------------------------------------------------
@@ -82,6 +92,10 @@ def _pod_template(obj: dict[str, Any], old: dict[str, Any] | None, _: KubeVersio
     return core.pod_template((obj.get("spec") or {}).get("template") or {}, "spec.template")
 
 
+_CLAIM_SPEC: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "resourceclaims": lambda obj: obj.get("spec") or {},
+    "resourceclaimtemplates": lambda obj: (obj.get("spec") or {}).get("spec") or {},
+}
 _VALIDATORS: dict[tuple[str, str], Validator] = {
     ("resource.k8s.io", "resourceclaims"): _claim,
     ("resource.k8s.io", "resourceclaimtemplates"): _template,
@@ -98,6 +112,8 @@ _VALIDATORS: dict[tuple[str, str], Validator] = {
     ("", "nodes"): lambda obj, old, _: core.taints(
         (obj.get("spec") or {}).get("taints") or [], "spec.taints"
     ),
+    ("", "configmaps"): configdata.config_map,
+    ("", "secrets"): configdata.secret,
     ("apps", "deployments"): _pod_template,
     ("apps", "daemonsets"): _pod_template,
     ("apps", "replicasets"): _pod_template,
@@ -181,6 +197,9 @@ class Admitter:
         validator = _VALIDATORS.get((rt.group, rt.plural))
         if validator is not None:
             errors += validator(obj, old, self.version)
+        if old is None and rt.group == "resource.k8s.io" and rt.plural in _CLAIM_SPEC:
+            spec = _CLAIM_SPEC[rt.plural](obj)
+            errors += resourceclaims.admin_access(spec.get("devices"), admission.namespace_labels)
         if rt.group == "resource.k8s.io":
             errors = reword(errors, obj, self.version)
         if rt.plural == CRD_PLURAL:
@@ -202,7 +221,7 @@ class Admitter:
             raise undecodable(rt.kind, rt.version, error.message) from error
         if decoded.type_error:
             raise undecodable(rt.kind, rt.version, decoded.type_error)
-        admission.unknown_fields(rt.kind, rt.version, decoded.unknown)
+        admission.unknown_fields(rt.kind, rt.version, decoded.unknown, obj)
         value: dict[str, Any] = decoded.value
         value.setdefault("metadata", {})
         return value
@@ -219,7 +238,7 @@ class Admitter:
         unknown: list[str] = []
         body = {k: v for k, v in obj.items() if k not in _TYPE_META}
         pruned = customresources.prune(body, schema, "", unknown)
-        admission.unknown_fields(rt.kind, rt.version, unknown)
+        admission.unknown_fields(rt.kind, rt.version, unknown, obj)
         value: dict[str, Any] = {
             "apiVersion": obj["apiVersion"],
             "kind": obj["kind"],

@@ -19,6 +19,7 @@ from .fielderrors import (
     OMITTED,
     FieldError,
     Literal,
+    duplicate,
     invalid_value,
     not_supported,
     required,
@@ -178,6 +179,45 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> Errors:
     return errors
 
 
+def _unique_items(value: list[Any], schema: dict[str, Any], path: str) -> Errors:
+    """A ``map`` list's items are unique by their ``x-kubernetes-list-map-keys``, a ``set`` list's by value: each
+    later duplicate is a ``Duplicate value`` (of its keys, for a map), as apiextensions-apiserver reports it."""
+    kind = schema.get("x-kubernetes-list-type")
+    keys = [str(k) for k in schema.get("x-kubernetes-list-map-keys") or ()]
+    errors: Errors = []
+    seen: list[Any] = []
+    for i, item in enumerate(value):
+        if kind == "map" and isinstance(item, dict):
+            identity: Any = {k: item[k] for k in keys if k in item}
+        elif kind == "set":
+            identity = item
+        else:
+            continue
+        if identity in seen:
+            errors.append(duplicate(f"{path}[{i}]", identity))
+        else:
+            seen.append(identity)
+    return errors
+
+
+def list_sets_and_maps(value: Any, schema: dict[str, Any], path: str = "") -> Errors:
+    """Duplicates in every ``x-kubernetes-list-type: map`` or ``set`` list of ``value``."""
+    errors: Errors = []
+    if isinstance(value, list):
+        errors += _unique_items(value, schema, path)
+        items = celrules.part(schema, "items")
+        for i, item in enumerate(value):
+            errors += list_sets_and_maps(item, items, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        properties = celrules.part(schema, "properties")
+        extra = schema.get("additionalProperties")
+        for name, item in value.items():
+            sub = properties.get(name) if name in properties else (extra if isinstance(extra, dict) else None)
+            if sub is not None and not (name == "metadata" and not path):
+                errors += list_sets_and_maps(item, sub, _join(path, name))
+    return errors
+
+
 # ---- CEL rules ---------------------------------------------------------------------------------------------
 def has_rules(schema: Any) -> bool:
     if not isinstance(schema, dict):
@@ -269,9 +309,10 @@ class _Pairing:
 def check(
     obj: dict[str, Any], old: dict[str, Any] | None, schema: dict[str, Any], *, rule_values: bool = True
 ) -> Errors:
-    """Schema errors, then the CEL rules' (or the "not checked" cause after a blocking error); ``rule_values``:
-    a rule's error shows the value's type (``Invalid value: "object": ...``), as kube-apiserver did before 1.37."""
-    errors = validate(obj, schema)
+    """Schema errors and duplicates in list-maps and list-sets, then the CEL rules' (or the "not checked" cause
+    after a blocking error), in apiextensions-apiserver's order; ``rule_values``: a rule's error shows the value's
+    type (``Invalid value: "object": ...``), as kube-apiserver did before 1.37."""
+    errors = validate(obj, schema) + list_sets_and_maps(obj, schema)
     if not has_rules(schema):
         return errors
     if any(e.kind in BLOCKING for e in errors):

@@ -14,7 +14,7 @@ when something is wrong, so decoding a ResourceSlice of 128 devices stays cheap.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,5 +261,23 @@ def decode(body: dict[str, Any], kind: GoType) -> Decoded:
     return Decoded(value, walk.unknown, walk.type_error)
 
 
-def strict_message(unknown: list[str]) -> str:
-    return "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown)
+def strict_message(found: Sequence[str]) -> str:
+    """Go's strict decoding error: each unknown field (``unknown field "x"``) or duplicate key, in order."""
+    return "strict decoding error: " + ", ".join(found)
+
+
+def document_order(body: Any) -> dict[str, int]:
+    """Every field path of ``body`` (``spec.devices.requests[0].name``) by its place in the document."""
+    order: dict[str, int] = {}
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, value = stack.pop()
+        order.setdefault(path, len(order))
+        if isinstance(value, dict):
+            members = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            members = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend(reversed(members))
+    return order

@@ -16,7 +16,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator.cel import MAX_EXPRESSION_LENGTH, CelCompileError, check_new_selector
+from gpudra.allocator.cel import (
+    MAX_EXPRESSION_LENGTH,
+    CelCompileError,
+    CelResultTypeError,
+    check_new_selector,
+)
 
 from . import names
 from .fielderrors import (
@@ -92,7 +97,9 @@ def default_claim_spec(spec: dict[str, Any]) -> None:
 
 # ---- selectors ---------------------------------------------------------------------------------------------
 def compile_failure(expression: str, error: CelCompileError) -> str:
-    """kube-apiserver's words for a selector that does not compile."""
+    """kube-apiserver's words for a selector that does not compile, or gives another type than bool."""
+    if isinstance(error, CelResultTypeError):
+        return f"must evaluate to bool or the unknown type, not {error.result_type}"
     if not error.line:
         return f"compilation failed: {error}"
     text = expression.split("\n")[error.line - 1]
@@ -334,3 +341,22 @@ def forbid_new_reservations(path: str) -> FieldError:
     return forbidden(
         path, "new entries may not be added while `deallocationRequested` or `deletionTimestamp` are set"
     )
+
+
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+
+def admin_access(devices: Any, labels: dict[str, str]) -> Errors:
+    """A request with ``adminAccess: true`` needs the label ``resource.kubernetes.io/admin-access: "true"`` on its
+    namespace (kube-apiserver checks it when a claim or a template is created; the field path lacks ``exactly``,
+    and a template's lacks its outer ``spec``, as kube-apiserver words it)."""
+    if labels.get(ADMIN_ACCESS_LABEL) == "true" or not isinstance(devices, dict):
+        return []
+    return [
+        forbidden(
+            f"spec.devices.requests[{i}].adminAccess",
+            f"admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label on the containing namespace",
+        )
+        for i, request in enumerate(devices.get("requests") or [])
+        if isinstance(request, dict) and ((request.get("exactly") or {}).get("adminAccess") is True)
+    ]

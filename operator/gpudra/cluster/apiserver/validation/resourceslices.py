@@ -220,11 +220,22 @@ def _taint(taint: dict[str, Any], path: str, kube: KubeVersion) -> Errors:
 
 
 def taint_rule(spec: dict[str, Any], kube: KubeVersion) -> Errors:
-    """A DeviceTaintRule's spec: its one taint is validated as a device's."""
+    """A DeviceTaintRule's spec: the names its selector matches (a driver name, a pool name, a device name), then
+    its one taint, validated as a device's."""
+    selector = spec.get("deviceSelector")
+    selector = selector if isinstance(selector, dict) else {}
+    errors: Errors = []
+    driver, pool, device = (str(selector.get(k) or "") for k in ("driver", "pool", "device"))
+    if driver:
+        errors += names.driver_name("spec.deviceSelector.driver", driver)
+    if pool:
+        errors += pool_name(pool, "spec.deviceSelector.pool")
+    if device:
+        errors += names.each("spec.deviceSelector.device", device, names.dns1123_label(device))
     taint = spec.get("taint")
     if not isinstance(taint, dict) or not taint:
-        return [required("spec.taint")]
-    return _taint(taint, "spec.taint", kube)
+        return [*errors, required("spec.taint")]
+    return errors + _taint(taint, "spec.taint", kube)
 
 
 def _counters(counters: Any, path: str) -> Errors:
