@@ -53,6 +53,7 @@ DEVICE_TAINT_RULES_V1ALPHA3 = Resource(
 The embedded API server, a 1.34, serves v1alpha3."""
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
+REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet", namespaced=True)
 JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)
 COMPUTE_DOMAINS = Resource(
     "resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", namespaced=True
