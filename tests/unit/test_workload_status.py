@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.cluster.apiserver.workloadtable import job_cells, selector_text
+from gpudra.cluster.controlplane import jobstatus, rollout
 from gpudra.cluster.controlplane.jobstatus import job_plan
 from gpudra.cluster.controlplane.rollout import deployment_status, max_unavailable, replicaset_status
 
@@ -69,7 +70,11 @@ def test_the_completions_column_names_parallel_work_queues() -> None:
 
 
 def deployment(replicas: int, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": "d", "generation": 2}, "spec": {"replicas": replicas}, "status": status or {}}
+    return {
+        "metadata": {"name": "d", "generation": 2},
+        "spec": {"replicas": replicas},
+        "status": status or {},
+    }
 
 
 def replicaset(name: str, replicas: int, ready: int) -> dict[str, Any]:
@@ -106,3 +111,15 @@ def test_max_unavailable_rounds_down_and_is_one_when_nothing_may_surge() -> None
     surge_none = deployment(2)
     surge_none["spec"]["strategy"] = {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}
     assert max_unavailable(surge_none) == 1
+
+
+def test_fields_the_stand_ins_ignore_are_named() -> None:
+    assert jobstatus.unmodelled({"spec": {"completionMode": "Indexed", "suspend": True}}) == [
+        "spec.completionMode=Indexed",
+        "spec.suspend",
+    ]
+    assert jobstatus.unmodelled(job(1)) == []
+    assert rollout.unmodelled({"spec": {"paused": True, "minReadySeconds": 5}}) == [
+        "spec.paused",
+        "spec.minReadySeconds",
+    ]

@@ -80,6 +80,17 @@ def job_plan(job: dict[str, Any], pods: list[dict[str, Any]], now: str) -> JobPl
     return JobPlan(create, status)
 
 
+def unmodelled(job: dict[str, Any]) -> list[str]:
+    """The Job's fields the stand-in does not act on (it runs the Job as a NonIndexed one without them)."""
+    spec = job.get("spec") or {}
+    found = [f"spec.{k}" for k in ("podFailurePolicy", "activeDeadlineSeconds", "successPolicy") if k in spec]
+    if spec.get("completionMode") == "Indexed":
+        found.append("spec.completionMode=Indexed")
+    if spec.get("suspend"):
+        found.append("spec.suspend")
+    return found
+
+
 def job_pod_labels(job: dict[str, Any]) -> dict[str, str]:
     """The labels the job controller gives each pod, over the template's."""
     meta = job["metadata"]

@@ -127,6 +127,13 @@ def max_unavailable(deployment: dict[str, Any]) -> int:
     return min(found, replicas)
 
 
+def unmodelled(deployment: dict[str, Any]) -> list[str]:
+    """The Deployment's fields the stand-in does not act on."""
+    spec = deployment.get("spec") or {}
+    found = ["spec.paused"] if spec.get("paused") else []
+    return found + (["spec.minReadySeconds"] if spec.get("minReadySeconds") else [])
+
+
 def revision_of(replicaset: dict[str, Any]) -> int:
     text = str((replicaset["metadata"].get("annotations") or {}).get(REVISION, "0"))
     return int(text) if text.isdigit() else 0

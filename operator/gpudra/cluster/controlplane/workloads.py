@@ -27,6 +27,7 @@ from gpudra.kube.informer import Informer
 from gpudra.kube.resources import DEPLOYMENTS, JOBS, PODS, REPLICASETS, Resource
 from gpudra.telemetry import get_logger
 
+from . import jobstatus, rollout
 from .jobstatus import job_plan, job_pod_labels
 from .rollout import (
     HASH_LABEL,
@@ -87,6 +88,7 @@ class Workloads:
                 ("Job", "job-controller"),
             )
         }
+        self._unmodelled = EventRecorder(client, "gpudra-workload-controllers")
         self._dirty: dict[Key, None] = {}
         self._wake = asyncio.Event()
 
@@ -125,6 +127,16 @@ class Workloads:
     async def reconcile(self, body: dict[str, Any]) -> None:
         """Bring one Deployment, ReplicaSet or Job (``body``, as the informer has it) to what it wants."""
         reconcile = {"Deployment": self._deployment, "ReplicaSet": self._replicaset, "Job": self._job}
+        unmodelled = {"Deployment": rollout.unmodelled, "Job": jobstatus.unmodelled}.get(body["kind"])
+        fields = unmodelled(body) if unmodelled is not None else []
+        if fields:
+            await self._unmodelled.post(
+                body,
+                "Warning",
+                "NotModelled",
+                f"the embedded cluster's {body['kind'].lower()} controller ignores {', '.join(fields)} "
+                "(see docs/embedded-cluster.md)",
+            )
         await reconcile[body["kind"]](body)
 
     async def run(self) -> None:
