@@ -92,6 +92,16 @@ async def deployment_scales(cluster: EmbeddedCluster, tmp_path: Path) -> None:
     assert scale["spec"] == {"replicas": 3}
     assert scale["status"] == {"replicas": 3, "selector": "app=web"}
 
+    await kubectl(cluster, "scale", "deploy/web", "--replicas=0")
+    await kubectl(cluster, "rollout", "status", "deploy/web", "--timeout=90s", timeout=120)
+
+    async def scaled_down() -> list[list[str]]:
+        deploy = _table(await kubectl(cluster, "get", "deploy", "web"))[1]
+        rs = _table(await kubectl(cluster, "get", "rs", "-l", "app=web"))[1]
+        return [deploy[:4], rs[1:4]] if rs[1:3] == ["0", "0"] else []
+
+    assert await eventually(scaled_down, timeout=60) == [["web", "0/0", "0", "0"], ["0", "0", "0"]]
+
     refused = await kubectl(cluster, "scale", "deploy/web", "--replicas=-1", check=False)
     assert "--replicas=COUNT" in refused or "must be greater than or equal to 0" in refused
 

@@ -164,10 +164,16 @@ class Workloads:
         return [p for (ns, _), p in self._pods.cache.items() if ns == namespace and controller_uid(p) == uid]
 
     async def _write_status(self, resource: Resource, body: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write ``status`` over the object's (a field it no longer has, a count now 0, is removed)."""
         if _changed(body, status):
             meta = body["metadata"]
+            gone = {key: None for key in body.get("status") or {} if key not in status}
             await self._client.patch(
-                resource, meta["name"], {"status": status}, meta["namespace"], subresource="status"
+                resource,
+                meta["name"],
+                {"status": {**gone, **status}},
+                meta["namespace"],
+                subresource="status",
             )
 
     async def _create_pods(self, owner: dict[str, Any], count: int, labels: dict[str, str] | None) -> None:
