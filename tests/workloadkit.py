@@ -139,7 +139,7 @@ async def a_run_pod_whose_command_exits_completes(cluster: EmbeddedCluster) -> N
 
     text = await eventually(described, timeout=60, what="Scheduled, Pulled, Created and Started events")
     assert "Successfully assigned default/hi to " in text
-    assert "Started container hi" in text
+    assert "Container started" in text and 'Container image "busybox" already present on machine' in text
 
 
 async def nodes_have_wide_columns(cluster: EmbeddedCluster) -> None:

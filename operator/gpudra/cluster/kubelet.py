@@ -329,16 +329,15 @@ class StandInKubelet:
     async def _post_started(self, pod: dict[str, Any]) -> None:
         """Pulled, Created and Started of each container, init containers first, as a kubelet posts them."""
         spec = pod.get("spec") or {}
-        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-            name, image = container.get("name", ""), container.get("image", "")
-            await self._events.post(
-                pod,
-                "Normal",
-                "Pulled",
-                f'Container image "{image}" already present on machine and can be accessed by the pod',
-            )
-            await self._events.post(pod, "Normal", "Created", f"Created container: {name}")
-            await self._events.post(pod, "Normal", "Started", f"Started container {name}")
+        for field in ("initContainers", "containers"):
+            for container in spec.get(field) or []:
+                path = f"spec.{field}{{{container.get('name', '')}}}"
+                present = f'Container image "{container.get("image", "")}" already present on machine'
+                await self._events.post(
+                    pod, "Normal", "Pulled", f"{present} and can be accessed by the pod", field_path=path
+                )
+                await self._events.post(pod, "Normal", "Created", "Container created", field_path=path)
+                await self._events.post(pod, "Normal", "Started", "Container started", field_path=path)
 
     async def _set_finished(
         self, pod: dict[str, Any], ip: str, started_at: str, lifetimes: list[Lifetime]
