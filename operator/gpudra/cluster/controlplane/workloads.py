@@ -45,6 +45,7 @@ from .rollout import (
 
 log = get_logger(__name__)
 Key = tuple[str, str, str]  # (kind, namespace, name)
+RETRY_SECONDS = 1.0
 
 
 def pod_for(owner: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -156,7 +157,10 @@ class Workloads:
                     await self.reconcile(body)
                 except GpudraError as exc:
                     log.warning("workload sync failed; will retry", kind=kind, name=name, error=str(exc))
-                    asyncio.get_running_loop().call_later(1.0, self._mark, key)
+                    asyncio.get_running_loop().call_later(RETRY_SECONDS, self._mark, key)
+                except Exception:  # a bug must not stop every workload; said, and tried again later
+                    log.exception("workload sync failed; will retry", kind=kind, name=name)
+                    asyncio.get_running_loop().call_later(RETRY_SECONDS, self._mark, key)
 
     # ------------------------------------------------------------------ helpers
     def _owned_pods(self, owner: dict[str, Any]) -> list[dict[str, Any]]:
