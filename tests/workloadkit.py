@@ -130,7 +130,7 @@ async def a_run_pod_whose_command_exits_completes(cluster: EmbeddedCluster) -> N
         timeout=120,
     )
     _, row = _table(await kubectl(cluster, "get", "pod", "hi"))
-    assert row[:3] == ["hi", "0/1", "Completed"]
+    assert row[:3] == ["hi", "0/1", "Completed"], row
 
     async def described() -> str:
         text = await kubectl(cluster, "describe", "pod", "hi")

@@ -147,6 +147,7 @@ class StandInKubelet:
         self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()
         self._terminating: set[str] = set()  # pod uids being torn down
+        self._finished: set[str] = set()  # uids of pods whose containers ended (until the pod goes)
         self.node_ip = simulated_pod_ip(node)
         self._pods_started = 0
 
@@ -175,6 +176,8 @@ class StandInKubelet:
         meta = pod.get("metadata", {})
         uid = meta.get("uid", "")
         if kind == "DELETED" or meta.get("deletionTimestamp"):
+            if kind == "DELETED":
+                self._finished.discard(uid)
             task = self._tasks.pop(uid, None)
             if task is not None:
                 task.cancel()
@@ -183,8 +186,13 @@ class StandInKubelet:
                 self._spawn(self._terminate(pod, finish=kind != "DELETED"))
             return
         phase = (pod.get("status") or {}).get("phase")
-        if uid in self._prepared or uid in self._tasks or phase in ("Succeeded", "Failed"):
-            return
+        if (
+            uid in self._prepared
+            or uid in self._tasks
+            or uid in self._finished
+            or phase in ("Succeeded", "Failed")
+        ):
+            return  # started, or ended (an event written before it ended may still arrive)
         self._tasks[uid] = asyncio.create_task(self._start_pod(pod), name=f"kubelet {self.node} pod {uid}")
 
     def _spawn(self, coro: Any) -> None:
@@ -348,6 +356,7 @@ class StandInKubelet:
         latest = await self._client.get(PODS, meta["name"], meta["namespace"])
         writer = PodStatusWriter(latest, node_ip=self.node_ip, now=_now())
         await self._write_status(latest, writer.finished(ip, started_at, lifetimes))
+        self._finished.add(meta["uid"])
         if self._logs is not None:
             self._logs.stopped(meta["uid"], keep=True)
         self._terminating.add(meta["uid"])
