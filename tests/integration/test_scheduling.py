@@ -266,7 +266,7 @@ async def test_job_and_deployment_pods_get_their_own_claims(cluster: EmbeddedClu
     by_owner: dict[str, list[str]] = {}
     for p in pods:
         by_owner.setdefault(p["metadata"]["ownerReferences"][0]["kind"], []).append(p["spec"]["nodeName"])
-    assert by_owner == {"Job": ["dgx-a100-80gb-0"], "Deployment": ["dgx-a100-0", "dgx-a100-0"]}
+    assert by_owner == {"Job": ["dgx-a100-80gb-0"], "ReplicaSet": ["dgx-a100-0", "dgx-a100-0"]}
     devices = []
     for p in pods:
         claim = await claim_of(

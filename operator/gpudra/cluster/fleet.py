@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
 from gpudra.cluster.sim.fleetfile import FleetNode, fleet_of_groups
@@ -10,6 +11,9 @@ from gpudra.errors import ConfigurationError
 from gpudra.reports import PROFILE_LABEL
 
 DEFAULT_FLEET = "dgx-h100:2,dgx-a100:1,l4x4:1"
+SIMULATED_OS_IMAGE = "gpudra simulated node"
+SIMULATED_RUNTIME = "gpudra://simulated"
+"""The container runtime a simulated node reports: none runs containers (``kubectl get nodes -o wide``)."""
 
 __all__ = ["DEFAULT_FLEET", "FleetNode", "node_object", "parse_fleet"]
 
@@ -72,6 +76,9 @@ def node_object(node: FleetNode, *, kubelet_version: str = "v1.34.0-gpudra") -> 
                 "kubeletVersion": kubelet_version,
                 "architecture": "amd64",
                 "operatingSystem": "linux",
+                "osImage": SIMULATED_OS_IMAGE,
+                "kernelVersion": platform.release(),  # the host's: the node's agent runs on it
+                "containerRuntimeVersion": SIMULATED_RUNTIME,
             },
         },
     }

@@ -9,10 +9,14 @@ retried with backoff; meanwhile the pod is Pending with its containers waiting (
 kubelet shows it. The statuses it writes are those of a 1.37 kubelet (see podstatus.py). When a pod goes away,
 its claims that no other pod on the node still uses are unprepared (retried until they succeed).
 
-Containers do not run, with one exception: a ComputeDomain's IMEX daemon pod (labelled as the controller's
-DaemonSet labels it) runs as a simulated daemon coroutine, the same registration code as ``gpudra
-imex-daemon``, with the env a container would get: the pod's own env plus what the CDI specs of its prepared
-claims add (CLIQUE_ID), read from the node's CDI directory as a container runtime would.
+Containers do not run. A pod whose containers' commands are known to end (containerlife.py: ``echo hi``, ``sh -c
+'sleep 5; exit 0'``...) and that would not be restarted (restartPolicy Never, or OnFailure when they succeed) ends
+as a kubelet ends it: after the sum of its sleeps it is Succeeded (``Completed``) or Failed (``Error``), and its
+claims are unprepared. Like a kubelet, it posts Pulled, Created and Started Events for each container it starts (no
+image is pulled: the message says the image is present). One exception runs: a ComputeDomain's IMEX daemon pod
+(labelled as the controller's DaemonSet labels it) runs as a simulated daemon coroutine, the same registration code
+as ``gpudra imex-daemon``, with the env a container would get: the pod's own env plus what the CDI specs of its
+prepared claims add (CLIQUE_ID), read from the node's CDI directory as a container runtime would.
 
 What each container would log is written into the shared :class:`PodLogBook` when the pod starts (see
 containerview.py: its CDI devices, device nodes, env and mounts, and ``nvidia-smi -L`` as the simulated NVML
@@ -45,6 +49,7 @@ from gpudra.kube.informer import Informer
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra.telemetry import get_logger
 
+from .containerlife import Lifetime, pod_lifetime
 from .containerview import container_log, container_view, runs_nvidia_smi
 from .kubelethealth import ResourceHealthMonitor
 from .kubeletserver import PodLogBook
@@ -138,6 +143,7 @@ class StandInKubelet:
         self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()
         self._terminating: set[str] = set()  # pod uids being torn down
+        self._finished: set[str] = set()  # uids of pods whose containers ended (until the pod goes)
         self.node_ip = simulated_pod_ip(node)
         self._pods_started = 0
 
@@ -166,6 +172,8 @@ class StandInKubelet:
         meta = pod.get("metadata", {})
         uid = meta.get("uid", "")
         if kind == "DELETED" or meta.get("deletionTimestamp"):
+            if kind == "DELETED":
+                self._finished.discard(uid)
             task = self._tasks.pop(uid, None)
             if task is not None:
                 task.cancel()
@@ -174,8 +182,13 @@ class StandInKubelet:
                 self._spawn(self._terminate(pod, finish=kind != "DELETED"))
             return
         phase = (pod.get("status") or {}).get("phase")
-        if uid in self._prepared or uid in self._tasks or phase in ("Succeeded", "Failed"):
-            return
+        if (
+            uid in self._prepared
+            or uid in self._tasks
+            or uid in self._finished
+            or phase in ("Succeeded", "Failed")
+        ):
+            return  # started, or ended (an event written before it ended may still arrive)
         self._tasks[uid] = asyncio.create_task(self._start_pod(pod), name=f"kubelet {self.node} pod {uid}")
 
     def _spawn(self, coro: Any) -> None:
@@ -239,8 +252,8 @@ class StandInKubelet:
                     )
                     if is_imex_daemon(pod):
                         await self._start_daemon(pod, [i for ids in devices.values() for i in ids])
-                    await self._set_running(pod, devices, prepared)
-                    return
+                    ip, started_at = await self._set_running(pod, devices, prepared)
+                    break
                 except NotFoundError as exc:
                     if "pods/" in str(exc):
                         return  # the pod is gone
@@ -251,6 +264,13 @@ class StandInKubelet:
                     waiting_written = await self._set_waiting(pod)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._max_backoff)
+            lifetimes = pod_lifetime(pod)
+            if lifetimes is not None:
+                await asyncio.sleep(max(life.seconds for life in lifetimes))
+                await self._set_finished(pod, ip, started_at, lifetimes)
+        except GpudraError as exc:  # the pod went while its containers ran, or the server did not answer
+            log.info("writing the status of a pod whose containers ended failed", pod=pod["metadata"]["name"],
+                     error=str(exc))  # fmt: skip
         finally:
             self._tasks.pop(uid, None)
 
@@ -290,7 +310,8 @@ class StandInKubelet:
 
     async def _set_running(
         self, pod: dict[str, Any], devices: dict[str, list[str]], prepared: dict[str, list[ClaimDevice]]
-    ) -> None:
+    ) -> tuple[str, str]:
+        """Write the running pod's status and post its containers' Events; (pod IP, start time)."""
         meta = pod["metadata"]
         latest = await self._client.get(PODS, meta["name"], meta["namespace"])
         if (latest.get("spec") or {}).get("hostNetwork"):
@@ -305,7 +326,37 @@ class StandInKubelet:
         health = self.health.status(latest, prepared)
         writer = PodStatusWriter(latest, node_ip=self.node_ip, now=now)
         await self._write_status(latest, writer.running(ip, health))
+        self._spawn(self._post_started(latest))
         await self.health.started(latest, prepared, health)
+        return ip, now
+
+    async def _post_started(self, pod: dict[str, Any]) -> None:
+        """Pulled, Created and Started of each container, init containers first, as a kubelet posts them."""
+        spec = pod.get("spec") or {}
+        for field in ("initContainers", "containers"):
+            for container in spec.get(field) or []:
+                path = f"spec.{field}{{{container.get('name', '')}}}"
+                present = f'Container image "{container.get("image", "")}" already present on machine'
+                await self._events.post(
+                    pod, "Normal", "Pulled", f"{present} and can be accessed by the pod", field_path=path
+                )
+                await self._events.post(pod, "Normal", "Created", "Container created", field_path=path)
+                await self._events.post(pod, "Normal", "Started", "Container started", field_path=path)
+
+    async def _set_finished(
+        self, pod: dict[str, Any], ip: str, started_at: str, lifetimes: list[Lifetime]
+    ) -> None:
+        """The pod's containers ended: its terminal status, then its claims unprepared (what the containers
+        logged stays readable)."""
+        meta = pod["metadata"]
+        latest = await self._client.get(PODS, meta["name"], meta["namespace"])
+        writer = PodStatusWriter(latest, node_ip=self.node_ip, now=rfc3339())
+        await self._write_status(latest, writer.finished(ip, started_at, lifetimes))
+        self._finished.add(meta["uid"])
+        if self._logs is not None:
+            self._logs.stopped(meta["uid"], keep=True)
+        self._terminating.add(meta["uid"])
+        self._spawn(self._terminate(latest, finish=False, keep_logs=True))
 
     async def _container_logs(
         self, pod: dict[str, Any], devices: dict[str, list[str]]
@@ -350,16 +401,16 @@ class StandInKubelet:
             with contextlib.suppress(Exception):
                 await task
 
-    async def _terminate(self, pod: dict[str, Any], *, finish: bool) -> None:
+    async def _terminate(self, pod: dict[str, Any], *, finish: bool, keep_logs: bool = False) -> None:
         """A pod being deleted: stop it and unprepare its claims, then (``finish``: it still exists, graceful
         deletion waits for its node) delete it for good, as the real kubelet does once its containers are gone
-        and its resources reclaimed."""
+        and its resources reclaimed. ``keep_logs``: its containers ended, the pod stays (logs readable)."""
         meta = pod["metadata"]
         delay = 0.1
         try:
             while True:
                 try:
-                    await self._release(meta["uid"])
+                    await self._release(meta["uid"], keep_logs=keep_logs)
                     if finish:
                         with contextlib.suppress(NotFoundError, ConflictError):
                             await self._client.delete(
@@ -380,13 +431,13 @@ class StandInKubelet:
         finally:
             self._terminating.discard(meta["uid"])
 
-    async def _release(self, pod_uid: str) -> None:
+    async def _release(self, pod_uid: str, *, keep_logs: bool = False) -> None:
         """Stop its containers, then unprepare the pod's claims that no other pod on this node still uses;
         retry until done."""
         await self._stop_daemon(pod_uid)
         self.health.stopped(pod_uid)
         if self._logs is not None:
-            self._logs.stopped(pod_uid)
+            self._logs.stopped(pod_uid, keep=keep_logs)
         claims = self._prepared.pop(pod_uid, [])
         in_use = {r.uid for prepared in self._prepared.values() for _, r in prepared}
         pending: dict[str, list[ClaimRef]] = {}

@@ -51,11 +51,14 @@ class PodLogBook:
     ) -> None:
         self._pods[(namespace, name)] = PodLogs(uid, containers=logs, started_at=started_at)
 
-    def stopped(self, uid: str) -> None:
+    def stopped(self, uid: str, *, keep: bool = False) -> None:
+        """The pod's containers stopped: followers end; ``keep``: what they logged stays readable (a pod whose
+        containers ended is still there), else it goes with the pod."""
         for key, pod in list(self._pods.items()):
             if pod.uid == uid:
                 pod.stopped.set()
-                del self._pods[key]
+                if not keep:
+                    del self._pods[key]
 
     def get(self, namespace: str, name: str) -> PodLogs | None:
         return self._pods.get((namespace, name))

@@ -1,11 +1,12 @@
 """A pod's status as a kubelet (Kubernetes 1.37) writes it, for the stand-in kubelet: pure functions, no I/O.
 
-Two moments are modelled: the pod cannot start yet (its claims failed to prepare: Pending, every container
-waiting with reason ContainerCreating, or PodInitializing when it has init containers, the pod not ready), and the
-pod runs (Running, regular init containers terminated with Completed, sidecars and containers running, ready and
-started, the five kubelet conditions True). Images are resolved as a container runtime reports them
-(``ubuntu:22.04`` -> ``docker.io/library/ubuntu:22.04``); image and container ids are simulated digests.
-"""
+Three moments are modelled: the pod cannot start yet (its claims failed to prepare: Pending, every container waiting
+with reason ContainerCreating, or PodInitializing when it has init containers, the pod not ready), and the pod runs
+(Running, regular init containers terminated with Completed, sidecars and containers running, ready and started, the
+five kubelet conditions True), and its containers ended (Succeeded, or Failed when one exited non-zero; each
+container terminated with Completed or Error, the pod no longer ready). Images are resolved as a container runtime
+reports them (``ubuntu:22.04`` -> ``docker.io/library/ubuntu:22.04``); image and container ids are simulated
+digests."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from .containerlife import Lifetime
 from .resourcehealth import with_resources_status
 
 KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
@@ -174,4 +176,39 @@ class PodStatusWriter:
             ]
         statuses = [self._container(c, started, ready=True) for c in self.containers]
         status["containerStatuses"] = with_resources_status(statuses, resources or {})
+        return status
+
+    def finished(self, ip: str, started_at: str, lifetimes: list[Lifetime]) -> dict[str, Any]:
+        """Every container ended (``lifetimes``: how each did, in order; they ran from ``started_at``):
+        Succeeded, or Failed when one exited non-zero, as a kubelet writes it once the sandbox is gone."""
+        failed = any(life.exit_code for life in lifetimes)
+        phase, reason = ("Failed", "PodFailed") if failed else ("Succeeded", "PodCompleted")
+        status = self._base(phase)
+        status["podIP"] = ip
+        status["podIPs"] = [{"ip": ip}]
+        owned = [
+            self._condition("PodReadyToStartContainers", "False"),
+            self._condition(
+                "Initialized", "True", "PodCompleted" if self.init_containers and not failed else ""
+            ),
+            self._condition("Ready", "False", reason),
+            self._condition("ContainersReady", "False", reason),
+        ]
+        status["conditions"] = self._conditions(owned)
+        uid = str(self.pod["metadata"].get("uid", ""))
+        if self.init_containers:
+            status["initContainerStatuses"] = [
+                self._container(c, self._completed(uid, c), ready=False) for c in self.init_containers
+            ]
+        statuses = []
+        for container, life in zip(self.containers, lifetimes, strict=True):
+            ended = {
+                "containerID": container_id(uid, str(container.get("name", ""))),
+                "exitCode": life.exit_code,
+                "reason": "Error" if life.exit_code else "Completed",
+                "startedAt": started_at,
+                "finishedAt": self.now,
+            }
+            statuses.append(self._container(container, {"terminated": ended}, ready=False))
+        status["containerStatuses"] = statuses
         return status

@@ -7,7 +7,6 @@ the Event posted before (a new one when that has expired meanwhile)."""
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any, Literal
 
 from gpudra.api.meta import KubeObject
@@ -19,6 +18,17 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 EventType = Literal["Normal", "Warning"]
+
+
+_last_suffix = 0
+
+
+def _suffix() -> str:
+    """client-go's Event name suffix, the time in hex nanoseconds (strictly increasing here), so that a list in name
+    order (kubectl describe's order among Events of the same second) is the order they were posted in."""
+    global _last_suffix
+    _last_suffix = max(time.time_ns(), _last_suffix + 1)
+    return f"{_last_suffix:x}"
 
 
 def _wire(involved: dict[str, Any] | KubeObject) -> dict[str, Any]:
@@ -46,12 +56,19 @@ class EventRecorder:
         self.suppressed = 0
 
     async def post(
-        self, about: dict[str, Any] | KubeObject, type_: EventType, reason: str, message: str
+        self,
+        about: dict[str, Any] | KubeObject,
+        type_: EventType,
+        reason: str,
+        message: str,
+        *,
+        field_path: str = "",
     ) -> bool:
-        """Post unless the same event on the same object was posted within the window; True when written."""
+        """Post unless the same event on the same object was posted within the window; True when written.
+        ``field_path``: the part of the object it is about (``spec.containers{ctr}``; kubectl describe shows it)."""
         involved = _wire(about)
         meta = involved.get("metadata", {})
-        key = (str(meta.get("uid", "")), reason, message)
+        key = (str(meta.get("uid", "")), reason, f"{field_path}: {message}" if field_path else message)
         now = time.monotonic()
         name, namespace, count = self._posted.get(key, ("", "", 0))
         if now - self._last.get(key, -1e18) < self._window:
@@ -68,7 +85,7 @@ class EventRecorder:
             if repeated is not None:
                 return repeated
         namespace = meta.get("namespace") or "default"
-        name = f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:12]}"
+        name = f"{meta.get('name', 'object')}.{_suffix()}"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -80,6 +97,7 @@ class EventRecorder:
                 "namespace": meta.get("namespace"),
                 "uid": meta.get("uid", ""),
                 "resourceVersion": meta.get("resourceVersion"),
+                **({"fieldPath": field_path} if field_path else {}),
             },
             "reason": reason,
             "message": message[:1024],

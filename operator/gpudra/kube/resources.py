@@ -55,6 +55,7 @@ def device_taint_rules(version: str = "v1") -> Resource:
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
+REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet", namespaced=True)
 JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)
 COMPUTE_DOMAINS = Resource(
     "resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", namespaced=True

@@ -105,9 +105,9 @@ core/v1 configmaps ConfigMap ns cm - - -
 core/v1 secrets Secret ns - - - -
 core/v1 serviceaccounts ServiceAccount ns sa - - -
 core/v1 services Service ns svc all status -
-apps/v1 deployments Deployment ns deploy all status -
+apps/v1 deployments Deployment ns deploy all status,scale -
 apps/v1 daemonsets DaemonSet ns ds all status -
-apps/v1 replicasets ReplicaSet ns rs all status -
+apps/v1 replicasets ReplicaSet ns rs all status,scale -
 batch/v1 jobs Job ns - all status -
 coordination.k8s.io/v1 leases Lease ns - - - -
 scheduling.k8s.io/v1 priorityclasses PriorityClass cl pc - - -

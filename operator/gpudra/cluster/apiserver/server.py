@@ -28,6 +28,7 @@ from .local import LocalRequest
 from .patches import FAILED_TEST_MESSAGE
 from .podlogs import PodLogProxy, no_containers
 from .routing import Discovery, Target, parse
+from .scale import scale_of, write_scale
 from .selectorsyntax import parse_selectors
 from .status import APIStatusError, bad_request
 from .store import Entry, encode
@@ -315,6 +316,8 @@ class EmbeddedAPIServer:
             bodies.check_media_type(
                 method, bodies.media_type(request.headers.get("Content-Type")), rt.is_custom
             )
+        if target.subresource == "scale":
+            return await self._scale(request, target, dry_run)
         if method == "GET":
             if target.name:
                 return self._object(request, target, db.get(rt, target.ns, target.name))
@@ -408,6 +411,21 @@ class EmbeddedAPIServer:
                 },
             )
         raise APIStatusError(405, "MethodNotAllowed", f"{method} is not allowed on {request.path}")
+
+    async def _scale(self, request: Request, target: Target, dry_run: bool) -> web.Response:
+        """GET, PUT or PATCH of a Deployment's or ReplicaSet's Scale."""
+        db, rt, method = self.database, target.rt, request.method
+        if method == "GET":
+            return _response(scale_of(db.get(rt, target.ns, target.name)))
+        if method not in ("PUT", "PATCH"):
+            raise APIStatusError(405, "MethodNotAllowed", f"{method} is not allowed on {request.path}")
+        patch_type = (
+            request.headers.get("Content-Type", "").split(";")[0].strip().lower() if method == "PATCH" else ""
+        )
+        body = await self._body(request, target)
+        return _response(
+            write_scale(db, rt, target.ns, target.name, body, patch_type=patch_type, dry_run=dry_run)
+        )
 
     @staticmethod
     def _delete_options(query: Any, body: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from gpudra.api.timestamps import parse_rfc3339
 
 from .podtable import pod_cells
 from .registry import PrinterColumn, ResourceType
+from .workloadtable import deployment_cells, job_cells, node_wide_cells, replicaset_cells
 
 Row = list[Any]
 Column = tuple[str, str, str, int]  # name, type, format, priority
@@ -132,6 +133,30 @@ def _path(*keys: str) -> Callable[[dict[str, Any]], Any]:
 
 Cell = Callable[[dict[str, Any]], Any]
 
+
+def _cell(cells: Callable[[dict[str, Any], str], list[Any]], index: int) -> Cell:
+    return lambda obj: cells(obj, _created(obj))[index]
+
+
+def _workload_columns(
+    cells: Callable[[dict[str, Any], str], list[Any]], columns: list[tuple[str, str]]
+) -> list[tuple[Column, Cell]]:
+    """A workload's columns (name, type) as kube-apiserver declares them, then AGE and the wide three."""
+    declared = [*columns, ("Age", "string")]
+    wide = [("Containers", "string"), ("Images", "string"), ("Selector", "string")]
+    return [((name, kind, "", 0), _cell(cells, i)) for i, (name, kind) in enumerate(declared)] + [
+        ((name, kind, "", 1), _cell(cells, len(declared) + i)) for i, (name, kind) in enumerate(wide)
+    ]
+
+
+def _job_cells(obj: dict[str, Any], created: str) -> list[Any]:
+    return job_cells(obj, created, human_duration)
+
+
+def _node_wide(index: int) -> Cell:
+    return lambda obj: node_wide_cells(obj)[index]
+
+
 _BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
     ("resource.k8s.io", "resourceclaims"): [(("State", "string", "", 0), _claim_state), (_AGE, _created)],
     ("resource.k8s.io", "resourceslices"): [
@@ -145,7 +170,22 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
         (("Roles", "string", "", 0), _node_roles),
         (_AGE, _created),
         (("Version", "string", "", 0), _path("status", "nodeInfo", "kubeletVersion")),
+        *(
+            ((name, "string", "", 1), _node_wide(i))
+            for i, name in enumerate(
+                ("Internal-IP", "External-IP", "OS-Image", "Kernel-Version", "Container-Runtime")
+            )
+        ),
     ],
+    ("apps", "deployments"): _workload_columns(
+        deployment_cells, [("Ready", "string"), ("Up-to-date", "string"), ("Available", "string")]
+    ),
+    ("apps", "replicasets"): _workload_columns(
+        replicaset_cells, [("Desired", "integer"), ("Current", "integer"), ("Ready", "integer")]
+    ),
+    ("batch", "jobs"): _workload_columns(
+        _job_cells, [("Status", "string"), ("Completions", "string"), ("Duration", "string")]
+    ),
     ("", "pods"): [
         (("Ready", "string", "", 0), _pod_cell(0)),
         (("Status", "string", "", 0), _pod_cell(1)),

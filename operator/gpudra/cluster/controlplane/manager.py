@@ -106,6 +106,7 @@ class ControlPlane:
 
     async def _on_pod(self, kind: str, body: dict[str, Any]) -> None:
         self.filter.pod_event(kind, body, self.scheduler.dra_resources())
+        self.workloads.pod_changed(body)
         meta = body["metadata"]
         if kind == "DELETED":
             self.scheduler.forget(meta["uid"])
@@ -146,12 +147,13 @@ class ControlPlane:
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.state.informers))
             # workloads start once the pod cache is complete, so they never create a pod twice
-            workloads = [self.workloads.deployments, self.workloads.jobs, *self.daemonsets.informers]
+            workloads = [*self.workloads.informers, *self.daemonsets.informers]
             tasks += [asyncio.create_task(i.run(), name=f"informer {i.resource.plural}") for i in workloads]
             await asyncio.gather(*(i.synced.wait() for i in workloads))
             self.synced.set()
             retry = asyncio.create_task(self._periodic_retry())
             tasks += [retry, asyncio.create_task(self.eviction.run(), name="device taint eviction")]
+            tasks.append(asyncio.create_task(self.workloads.run(), name="workload controllers"))
             while True:
                 _, _, key = await self._queue.get()
                 self._queued.discard(key)

@@ -200,6 +200,9 @@ class Scheduler:
         log.info(
             "pod bound", pod="/".join(key), node=node_name, claims=[c["metadata"]["name"] for c, _ in writes]
         )
+        await self._events.post(
+            pod, "Normal", "Scheduled", f"Successfully assigned {key[0]}/{key[1]} to {node_name}"
+        )
 
     async def _reserve(self, claim: dict[str, Any], pod: Pod, allocation: dict[str, Any] | None) -> None:
         """Write allocation (when new) and add the pod to reservedFor, retrying on conflicts with a fresh read."""
