@@ -9,7 +9,16 @@ import importlib
 import sys
 
 BENCHMARKS = [
-    "apiserver", "cel", "allocator", "mig", "computedomain", "fleet", "agent", "prepare", "kubernetes", "webview"
+    "apiserver",
+    "cel",
+    "allocator",
+    "mig",
+    "computedomain",
+    "fleet",
+    "agent",
+    "prepare",
+    "kubernetes",
+    "webview",
 ]
 
 

@@ -118,19 +118,21 @@ async def measure(prepares: int) -> None:
         "GPUDRA_COMPUTE_DOMAIN_PLUGIN_DIR": str(root / "cd"),
         "GPUDRA_LOG_LEVEL": "warning",
     }
-    process: subprocess.Popen[bytes] | None = None
+    process: asyncio.subprocess.Process | None = None
     try:
         await make_node(client, NODE)
         _, resource_version = await client.list(RESOURCE_SLICES)
         started = time.monotonic()
         with (root / "agent.log").open("wb") as log:
-            process = subprocess.Popen([sys.executable, "-c", LAUNCH], env=env, stdout=log, stderr=log)
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", LAUNCH, env=env, stdout=log, stderr=log
+            )
         first_s = await _first_slice(client, started, resource_version)
         await _prepares(client, root / "registry", prepares)
         rss, peak = _rss_mib(process.pid)
         count = len((await client.list(RESOURCE_SLICES))[0])
         process.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(process.wait, 30)
+        await asyncio.wait_for(process.wait(), 30)
         process = None
         modules = json.loads(modules_file.read_text())
         loaded = sorted({m.split(".")[0] if m.startswith("k") else m for m in modules if _forbidden(m)})
@@ -147,9 +149,9 @@ async def measure(prepares: int) -> None:
             f"{', '.join(loaded) or 'none'} | goal none: {'MET' if not loaded else 'NOT MET'}"
         )
     finally:
-        if process is not None:
+        if process is not None and process.returncode is None:
             process.kill()
-            process.wait()
+            await process.wait()
         await client.close()
         await server.stop()
         shutil.rmtree(root, ignore_errors=True)

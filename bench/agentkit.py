@@ -3,6 +3,7 @@ through the status subresource), and latency percentiles."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gpudra.agent.kubeletplugin import ClaimRef
@@ -59,5 +60,5 @@ async def allocated_claim(
 def percentile(samples: list[float], fraction: float) -> float:
     """The nearest-rank percentile (p99 of 100 samples is the 99th smallest)."""
     ordered = sorted(samples)
-    rank = max(1, -(-int(round(fraction * 1000)) * len(ordered) // 1000))
-    return ordered[min(rank, len(ordered)) - 1]
+    rank = min(max(1, math.ceil(fraction * len(ordered) - 1e-9)), len(ordered))
+    return ordered[rank - 1]
