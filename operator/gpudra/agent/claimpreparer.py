@@ -49,7 +49,6 @@ from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, VfioBindingReco
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.devicemetadata import with_device_metadata
-from gpudra.agent.freshinventory import FreshInventory
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.migdynamic.decisions import InstanceCreation, plan_instances
 from gpudra.agent.preparemetrics import PrepareMetrics
@@ -150,7 +149,6 @@ class ClaimPreparer:
     ) -> None:
         self._client = client
         self._backend = backend
-        self._inventory = FreshInventory(lambda: self._backend.read_inventory())
         self.store = store
         self.status = status
         self.reservations = reservations
@@ -234,7 +232,7 @@ class ClaimPreparer:
         """The GPU driver's plan; dynamic MIG instances the results name are recorded and created first."""
         options = self._options
         dynamic = frozenset(self._dynamic_gpus())
-        inventory = await self._inventory.read()
+        inventory = await self.effects.inventory.read()
         creations = await asyncio.to_thread(
             plan_instances, results, inventory, dynamic, self.effects.instances.profiles_of
         )
@@ -324,7 +322,7 @@ class ClaimPreparer:
         self.hook("instances_created")
         await self.store.transition(uid, "PrepareStarted", mig_instances_created=created)
         self.hook("instances_recorded")
-        return await self._inventory.read()
+        return await self.effects.inventory.read()
 
     # -- unprepare -------------------------------------------------------------------------------------------
 
