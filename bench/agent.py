@@ -1,6 +1,6 @@
 """The agent as a GPU node runs it: ``gpudra agent --backend nvml`` in a process of its own, its NVML binding a
 stand-in for a DGX H100's (bench/nvmlstub/pynvml.py: nvidia-ml-py's constants and structures, the driver calls
-answered in Python), against an embedded API server in this process.
+answered in Python), against the embedded API server in a process of its own.
 
 Measured: seconds from starting the process to its first ResourceSlice (and to all of them), its resident memory
 after it published the node and served 100 prepares (and unprepares) of whole GPUs over its kubelet plugin socket,
@@ -31,9 +31,8 @@ from pathlib import Path
 from bench import goals
 from bench.agentkit import allocated_claim, make_node
 from gpudra.agent.kubeletplugin import KubeletClient
-from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.kube.client import KubeClient
-from gpudra.kube.kubeconfig import Credentials, write_kubeconfig
 from gpudra.kube.resources import RESOURCE_SLICES
 
 NODE = "gpu-node-1"
@@ -101,9 +100,10 @@ async def _prepares(client: KubeClient, registry: Path, count: int) -> None:
 async def measure(prepares: int) -> None:
     interpreter_s = _interpreter_start_s()
     root = Path(tempfile.mkdtemp(prefix="gb-agent-"))  # short: unix socket paths
-    server = EmbeddedAPIServer()
+    kubeconfig = root / "kubeconfig"
+    server = APIServerProcess(kubeconfig=kubeconfig)  # as kube-apiserver, a process of its own
     await server.start()
-    client = KubeClient.for_url(server.url, field_manager="bench")
+    client = await KubeClient.from_environment(kubeconfig, field_manager="bench")
     modules_file = root / "modules.json"
     env = {
         **os.environ,
@@ -111,7 +111,7 @@ async def measure(prepares: int) -> None:
         "BENCH_MODULES": str(modules_file),
         "GPUDRA_NODE_NAME": NODE,
         "GPUDRA_BACKEND": "nvml",
-        "GPUDRA_KUBECONFIG": str(write_kubeconfig(root / "kubeconfig", Credentials(server=server.url))),
+        "GPUDRA_KUBECONFIG": str(kubeconfig),
         "GPUDRA_PLUGIN_DIR": str(root / "plugin"),
         "GPUDRA_REGISTRY_DIR": str(root / "registry"),
         "GPUDRA_CDI_DIR": str(root / "cdi"),

@@ -1,12 +1,14 @@
 """NodePrepareResources and NodeUnprepareResources latency as the kubelet sees it: ``gpudra agent`` in a process of
-its own on one simulated dgx-h100, an embedded API server and the kubelet's side (gpudra's KubeletClient, one call
-per claim as the kubelet makes one per pod) in this process, over the agent's plugin socket.
+its own on one simulated dgx-h100, the embedded API server in another, and the kubelet's side (gpudra's
+KubeletClient, one call per claim as the kubelet makes one per pod) in this process, over the agent's plugin
+socket.
 
 Each kind of device runs on the node set up for it: whole GPUs, whole GPUs with an MPS or a time-slicing config
 (MIG off); static MIG (every GPU with seven 1g.10gb instances); dynamic MIG (MIG on, no instances, the agent's
 policy Dynamic: prepare creates the instance in the simulated NVML, unprepare destroys it). A round puts one claim
 on every device of the kind in flight at once, up to 64 (a dgx-h100 has 8 GPUs, 56 1g.10gb placements), then
-unprepares them all at once; rounds repeat until each kind has enough samples for its p99. The baseline, in the
+unprepares them all at once; rounds repeat until each kind has enough samples for its p99. A line "1 in flight"
+follows each kind: 32 calls made one after the other, the latency without a queue. The baseline, in the
 same run and at the same concurrency, is a NodePrepareResources call with no claims: the gRPC round trip and
 the agent's dispatch, which every prepare pays.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -35,15 +38,15 @@ from bench import goals
 from bench.agentkit import allocated_claim, make_node, percentile
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient
 from gpudra.cluster.agentprocess import AgentProcess
-from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.config import AgentSettings
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.kube.client import KubeClient
-from gpudra.kube.kubeconfig import Credentials, write_kubeconfig
 
 NODE = "dgx-1"
 IN_FLIGHT = 64
+SEQUENTIAL = 32  # calls of each kind made one at a time, beside the goal's lines: the latency without a queue
 MIG_1G = [f"mig-1g10gb-19-{start}" for start in range(7)]  # 1g.10gb: GI profile id 19, placements 0..6
 
 
@@ -110,8 +113,20 @@ async def rounds(
     return prepares, unprepares
 
 
+async def one_at_a_time(
+    kubelet: KubeletClient, refs: list[ClaimRef], count: int
+) -> tuple[list[float], list[float]]:
+    """Without a queue: each claim prepared and unprepared before the next call (``count`` of each)."""
+    prepares: list[float] = []
+    unprepares: list[float] = []
+    for ref in (refs * count)[:count]:
+        prepares.append(await timed(kubelet.prepare([ref])))
+        unprepares.append(await timed(kubelet.unprepare([ref])))
+    return prepares, unprepares
+
+
 async def run_layout(
-    client: KubeClient, server_url: str, root: Path, layout: str, samples: int
+    client: KubeClient, kubeconfig: Path, root: Path, layout: str, samples: int
 ) -> list[tuple[Kind, int, list[float], list[float]]]:
     """Start an agent on a node of ``layout``, measure the baseline and each kind of that layout, stop it."""
     directory = root / layout
@@ -123,7 +138,7 @@ async def run_layout(
         simulated_profile="dgx-h100",
         simulated_state=directory / "gpus.state",
         mig_policy="Dynamic" if layout == "dynamic-mig" else "Static",
-        kubeconfig=write_kubeconfig(directory / "kubeconfig", Credentials(server=server_url)),
+        kubeconfig=kubeconfig,
         plugin_dir=directory / "p",
         registry_dir=directory / "r",
         cdi_dir=directory / "cdi",
@@ -155,6 +170,8 @@ async def run_layout(
 
             prepared, unprepared = await rounds(kubelet, make, samples)
             results.append((kind, len(devices), prepared, unprepared))
+            alone = await one_at_a_time(kubelet, await make(-1), min(samples, SEQUENTIAL))
+            results.append((dataclasses.replace(kind, goal_ms=0), 1, *alone))
     finally:
         await kubelet.close()
         await agent.stop()
@@ -163,14 +180,15 @@ async def run_layout(
 
 async def measure(samples: int, layouts: tuple[str, ...]) -> None:
     root = Path(tempfile.mkdtemp(prefix="gb-prep-"))  # short: unix socket paths
-    server = EmbeddedAPIServer()
+    kubeconfig = root / "kubeconfig"
+    server = APIServerProcess(kubeconfig=kubeconfig)  # as kube-apiserver, a process of its own
     await server.start()
-    client = KubeClient.for_url(server.url, field_manager="bench")
+    client = await KubeClient.from_environment(kubeconfig, field_manager="bench")
     try:
         await make_node(client, NODE)
         for layout in layouts:
             for kind, in_flight, prepared, unprepared in await run_layout(
-                client, server.url, root, layout, samples
+                client, kubeconfig, root, layout, samples
             ):
                 report(kind, in_flight, prepared, unprepared)
     finally:
