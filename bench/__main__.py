@@ -8,7 +8,18 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["apiserver", "cel", "allocator", "mig", "computedomain", "fleet", "kubernetes", "webview"]
+BENCHMARKS = [
+    "apiserver",
+    "cel",
+    "allocator",
+    "mig",
+    "computedomain",
+    "fleet",
+    "agent",
+    "prepare",
+    "kubernetes",
+    "webview",
+]
 
 
 def main(argv: list[str]) -> int:

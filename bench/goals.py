@@ -15,3 +15,8 @@ def at_least(measured: float, goal: float, unit: str) -> str:
 def below(measured: float, goal: float, unit: str) -> str:
     """``goal < 50 ms: NOT MET``."""
     return f"goal < {goal:,.0f} {unit}: {'MET' if measured < goal else 'NOT MET'}"
+
+
+def at_most(measured: float, goal: float, unit: str) -> str:
+    """``goal <= 60 MiB: MET``."""
+    return f"goal <= {goal:,.6g} {unit}: {'MET' if measured <= goal else 'NOT MET'}"

@@ -24,6 +24,7 @@ from typing import ParamSpec, TypeVar
 from gpudra.agent.cdi import ClaimSpecDir, validate_claim_uid
 from gpudra.agent.checkpoint import ClaimEntry, MigInstanceRecord, VfioBindingRecord
 from gpudra.agent.devicemetadata import remove_claim_files, write_files
+from gpudra.agent.freshinventory import FreshInventory
 from gpudra.agent.migdynamic.decisions import InstanceCreation
 from gpudra.agent.migdynamic.instances import MigInstances
 from gpudra.agent.prepareplan import ClaimPlan, sharing_actions
@@ -70,6 +71,8 @@ class ClaimEffects:
         self.data_dir = data_dir
         self.claim_dirs = claim_dirs
         self.instances = MigInstances(backend)
+        self.inventory = FreshInventory(lambda: self._backend.read_inventory())
+        """Readings of the GPUs shared by the prepares and unprepares that run at once."""
         self._hardware_changed = hardware_changed
 
     # -- sharing ---------------------------------------------------------------------------------------------
@@ -128,7 +131,8 @@ class ClaimEffects:
         return await _change(self.instances.create, uid, creations)
 
     async def destroy_instances(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
-        await _change(self.instances.destroy, uid, records)
+        inventory = await self.inventory.read()
+        await _change(self.instances.destroy, uid, records, inventory)
 
     async def destroy_bare_instances(self) -> int:
         """See :meth:`MigInstances.destroy_bare`."""

@@ -232,7 +232,7 @@ class ClaimPreparer:
         """The GPU driver's plan; dynamic MIG instances the results name are recorded and created first."""
         options = self._options
         dynamic = frozenset(self._dynamic_gpus())
-        inventory = await asyncio.to_thread(self._backend.read_inventory)
+        inventory = await self.effects.inventory.read()
         creations = await asyncio.to_thread(
             plan_instances, results, inventory, dynamic, self.effects.instances.profiles_of
         )
@@ -322,7 +322,7 @@ class ClaimPreparer:
         self.hook("instances_created")
         await self.store.transition(uid, "PrepareStarted", mig_instances_created=created)
         self.hook("instances_recorded")
-        return await asyncio.to_thread(self._backend.read_inventory)
+        return await self.effects.inventory.read()
 
     # -- unprepare -------------------------------------------------------------------------------------------
 

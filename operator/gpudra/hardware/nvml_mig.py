@@ -13,7 +13,7 @@ import ctypes
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from gpudra.errors import HardwareError, HardwareInvalidArgument
+from gpudra.errors import HardwareError, HardwareInvalidArgument, HardwareNotFound
 from gpudra.hardware.backend import GpuInstanceInfo, MigModeResult, MigProfileInfo
 from gpudra.hardware.catalog import MIB, PROFILE_SUFFIX_BY_CONSTANT, mig_profile_name
 from gpudra.hardware.inventory import MigDeviceInfo
@@ -126,16 +126,25 @@ class MigOperations:
                     continue
                 with self._calls.errors(f"get MIG device {slot}", gpu_index):
                     raise
-            with self._calls.errors(f"read MIG device {slot}", gpu_index):
-                mig_uuid = nvml.nvmlDeviceGetUUID(mig)
-                gi_id = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
-                ci_id = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
-                gi = nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
-                gi_info = nvml.nvmlGpuInstanceGetInfo(gi)
-                ci_info = nvml.nvmlComputeInstanceGetInfo(
-                    nvml.nvmlGpuInstanceGetComputeInstanceById(gi, ci_id)
-                )
-                attributes = nvml.nvmlDeviceGetAttributes(mig)
+            mig_uuid = None
+            try:
+                with self._calls.errors(f"read MIG device {slot}", gpu_index):
+                    mig_uuid = nvml.nvmlDeviceGetUUID(mig)
+                    gi_id = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+                    ci_id = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
+                    gi = nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+                    gi_info = nvml.nvmlGpuInstanceGetInfo(gi)
+                    ci_info = nvml.nvmlComputeInstanceGetInfo(
+                        nvml.nvmlGpuInstanceGetComputeInstanceById(gi, ci_id)
+                    )
+                    attributes = nvml.nvmlDeviceGetAttributes(mig)
+            except (
+                HardwareNotFound,
+                HardwareInvalidArgument,
+            ):  # what NVML answers about a destroyed instance
+                if mig_uuid is None or self._gone(handle, max_count, mig_uuid):
+                    continue  # destroyed while it was read (another claim's unprepare): it is gone
+                raise
             profile = by_id.get(int(gi_info.profileId))
             if profile is None:
                 raise HardwareError(
@@ -165,6 +174,20 @@ class MigOperations:
                 )
             )
         return tuple(sorted(devices, key=lambda d: (d.placement_start, d.gi_id, d.ci_id)))
+
+    def _gone(self, handle: Any, max_count: int, mig_uuid: Any) -> bool:
+        """Whether no MIG device of the GPU has this UUID any more. NVML's calls are atomic one by one only: a
+        compute instance destroyed between two of them makes the next call about it answer NOT_FOUND, and a call on
+        the handle of a destroyed GPU instance INVALID_ARGUMENT."""
+        nvml = self._calls.nvml
+        for slot in range(max_count):
+            try:
+                if nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)) == mig_uuid:
+                    return False
+            except nvml.NVMLError as exc:
+                if self._calls.error_code(exc) != "NVML_ERROR_NOT_FOUND":
+                    return False
+        return True
 
     def profiles(self, gpu_index: int) -> tuple[MigProfileInfo, ...]:
         handle = self._calls.handle(gpu_index)

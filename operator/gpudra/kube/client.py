@@ -17,9 +17,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpudra.api.base import WireModel
@@ -31,7 +28,9 @@ from gpudra.errors import (
     KubeError,
     NotFoundError,
 )
+from gpudra.kube.kubeconfig import Credentials, in_cluster_credentials, read_credentials
 from gpudra.kube.resources import Resource
+from gpudra.kube.session import SessionTransport
 from gpudra.kube.transport import WATCH_READ_BUFFER, Call, HTTPTransport, Reply, Transport
 
 M = TypeVar("M", bound=WireModel)
@@ -117,6 +116,8 @@ class KubeClient:
         """A client of a server without credentials. Every open watch holds one of ``max_connections`` (None: no
         limit) for as long as it runs: a client shared by many watchers must not cap them, or the next request
         waits for a free connection forever."""
+        from kubernetes_asyncio import client as k8s_client
+
         configuration = k8s_client.Configuration(host=url)
         configuration.connection_pool_maxsize = max_connections  # type: ignore[assignment]  # None is documented
         transport = HTTPTransport.without_environment(k8s_client.ApiClient(configuration))
@@ -126,18 +127,26 @@ class KubeClient:
     async def from_environment(
         cls, kubeconfig: Path | None = None, *, field_manager: str = "gpudra"
     ) -> KubeClient:
-        """In-cluster service account when running in a pod, else the given (or default) kubeconfig."""
-        configuration = k8s_client.Configuration()
+        """In-cluster service account when running in a pod, else the given (or default) kubeconfig.
+
+        Plain credentials (a service account, a kubeconfig user with a token or a client certificate) go through
+        :class:`SessionTransport`; a kubeconfig that needs more (plugins, several files) through
+        kubernetes_asyncio's loader."""
         if kubeconfig is None:
-            try:
-                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                return cls(HTTPTransport(k8s_client.ApiClient(configuration)), field_manager=field_manager)
-            except k8s_config.ConfigException:
-                pass
-        source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            in_cluster = in_cluster_credentials()
+            if in_cluster is not None:
+                return cls(SessionTransport(in_cluster), field_manager=field_manager)
+        source = str(kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
         advice = "set KUBECONFIG or --kubeconfig to a cluster's, e.g. the one gpudra up prints"
-        if not _any_file(str(source)):  # said before kubernetes_asyncio logs a warning of its own
+        if not _any_file(source):  # said before kubernetes_asyncio logs a warning of its own
             raise ConfigurationError(f"no usable kubeconfig at {source} (no such file): {advice}")
+        plain = _plain_credentials(source)
+        if plain is not None:
+            return cls(SessionTransport(plain), field_manager=field_manager)
+        from kubernetes_asyncio import client as k8s_client
+        from kubernetes_asyncio import config as k8s_config
+
+        configuration = k8s_client.Configuration()
         try:
             await k8s_config.load_kube_config(
                 config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
@@ -168,8 +177,6 @@ class KubeClient:
                 return response
             async with response:
                 answer = await response.read()
-        except ApiException as exc:  # kubernetes_asyncio could not even send the request
-            raise _map_error(exc.status or 0, str(exc.reason or ""), exc.body, what) from exc
         except _TRANSPORT_ERRORS as exc:
             raise _lost(exc, what) from exc
         raise _map_error(response.status, response.reason, answer, what)
@@ -355,6 +362,15 @@ class KubeClient:
                     yield kind, obj
             except _TRANSPORT_ERRORS as exc:
                 raise _lost(exc, f"watch {res.plural}") from exc
+
+
+def _plain_credentials(source: str) -> Credentials | None:
+    """The credentials of one kubeconfig file that carries nothing but them; None for a list of files or a
+    kubeconfig that needs kubernetes_asyncio's loader."""
+    if os.pathsep in source:
+        return None
+    credentials = read_credentials(Path(source).expanduser())
+    return None if credentials.unsupported else credentials
 
 
 def _any_file(paths: str) -> bool:

@@ -32,6 +32,25 @@ class Credentials:
     private_key_path: Path | None = None
     private_key_data: bytes | None = None
     namespace: str | None = None
+    token_path: Path | None = None
+    """Where ``token`` was read from, to read it again when it rotates (a service account's, ``tokenFile``)."""
+    unsupported: tuple[str, ...] = ()
+    """kubeconfig fields these credentials do not carry (``exec``, ``auth-provider``, ...): a client of them needs
+    kubernetes_asyncio's loader."""
+
+
+_CARRIED_USER_FIELDS = frozenset(
+    {"token", "tokenFile", "client-certificate", "client-certificate-data", "client-key", "client-key-data"}
+)
+_CARRIED_CLUSTER_FIELDS = frozenset(
+    {
+        "server",
+        "certificate-authority",
+        "certificate-authority-data",
+        "insecure-skip-tls-verify",
+        "extensions",
+    }
+)
 
 
 def _named(entries: list[dict[str, Any]] | None, name: str, what: str, source: Path) -> dict[str, Any]:
@@ -74,6 +93,7 @@ def in_cluster_credentials(
         server=f"https://{host}:{port}",
         ca_path=ca if ca.is_file() else None,
         token=token_file.read_text().strip(),
+        token_path=token_file,
         namespace=namespace.read_text().strip() if namespace.is_file() else None,
     )
 
@@ -94,8 +114,14 @@ def read_credentials(path: Path) -> Credentials:
         raise ConfigurationError(f"{path}: cluster {context.get('cluster')!r} has no server")
     base = path.parent
     token = user.get("token")
+    token_path = None
     if token is None and user.get("tokenFile"):
-        token = (_path(user["tokenFile"], base) or Path()).read_text().strip()
+        token_path = _path(user["tokenFile"], base)
+        token = (token_path or Path()).read_text().strip()
+    unsupported = sorted(
+        {f"users.{k}" for k in user if k not in _CARRIED_USER_FIELDS}
+        | {f"clusters.{k}" for k in cluster if k not in _CARRIED_CLUSTER_FIELDS}
+    )
     return Credentials(
         server=str(cluster["server"]),
         ca_path=_path(cluster.get("certificate-authority"), base),
@@ -107,6 +133,8 @@ def read_credentials(path: Path) -> Credentials:
         private_key_path=_path(user.get("client-key"), base),
         private_key_data=_data(user.get("client-key-data")),
         namespace=context.get("namespace"),
+        token_path=token_path,
+        unsupported=tuple(unsupported),
     )
 
 

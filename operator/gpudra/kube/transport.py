@@ -1,5 +1,6 @@
 """How KubeClient's requests reach an API server: the ``Transport`` protocol, and the HTTP one over
-kubernetes_asyncio's connection pool (credentials, TLS, kubeconfig) that every real deployment uses.
+kubernetes_asyncio's connection pool (credentials, TLS, kubeconfig) for what :mod:`gpudra.kube.session` does not
+cover (kubeconfig plugins, the embedded cluster's loopback URL).
 
 A transport answers a request with a ``Reply``: its status, and its body either read whole or, for a watch, as
 chunks while they arrive. The embedded cluster has a second transport (``gpudra.cluster.apiserver.local``) that
@@ -11,10 +12,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
+
+if (
+    TYPE_CHECKING
+):  # imported where a transport is built: importing it loads every generated model (session.py)
+    from kubernetes_asyncio import client as k8s_client
 
 WATCH_READ_BUFFER = 2 * 1024 * 1024
 """Bytes one watch event may take (kubernetes_asyncio's own setting: etcd admits objects up to 1.5 MiB)."""
@@ -72,7 +77,7 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-class _HTTPReply:
+class HTTPReply:
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
 
@@ -90,13 +95,36 @@ class _HTTPReply:
     def chunks(self) -> AsyncIterator[bytes]:
         return self._response.content.iter_any()
 
-    async def __aenter__(self) -> _HTTPReply:
+    async def __aenter__(self) -> HTTPReply:
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._response.release()
+
+
+@dataclass(frozen=True)
+class _Unsent:
+    """kubernetes_asyncio's refusal to send a request, as an answer with its status (0), reason and body."""
+
+    status: int
+    reason: str
+    body: bytes
+
+    async def read(self) -> bytes:
+        return self.body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield self.body
+
+    async def __aenter__(self) -> _Unsent:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
 
 
 class HTTPTransport:
@@ -120,18 +148,23 @@ class HTTPTransport:
         return cls(api)
 
     async def request(self, call: Call) -> Reply:
-        # Without _preload_content kubernetes_asyncio hands back error responses instead of raising.
-        response = await self._api.call_api(
-            call.path,
-            call.method,
-            query_params=call.query,
-            header_params=call.headers,
-            body=call.body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=call.timeout,
-        )
-        return _HTTPReply(response)
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            # Without _preload_content kubernetes_asyncio hands back error responses instead of raising.
+            response = await self._api.call_api(
+                call.path,
+                call.method,
+                query_params=call.query,
+                header_params=call.headers,
+                body=call.body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=call.timeout,
+            )
+        except ApiException as exc:  # kubernetes_asyncio could not even send the request
+            return _Unsent(int(exc.status or 0), str(exc.reason or ""), str(exc.body or "").encode())
+        return HTTPReply(response)
 
     async def close(self) -> None:
         await self._api.close()

@@ -10,7 +10,7 @@ from gpudra.agent.checkpoint import MigInstanceRecord
 from gpudra.agent.migdynamic.decisions import InstanceCreation
 from gpudra.errors import HardwareError
 from gpudra.hardware.backend import GpuBackend, GpuInstanceInfo, MigProfileInfo
-from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo
+from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -55,13 +55,13 @@ class MigInstances:
             )
         return created
 
-    def destroy(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
+    def destroy(self, uid: str, records: Sequence[MigInstanceRecord], inventory: NodeInventory) -> None:
         """Destroy the recorded instances that still exist, found by GPU and placement (a record written
         before the creation has no ids yet), among the GPU instances: one whose compute instance a killed
         process never created (or had destroyed already) is no MIG device, but still holds its memory slices. A
-        GPU gone from the node took its instances with it. Raises HardwareError when an instance cannot be
-        destroyed (the claim's entry stays, a retry repeats this)."""
-        inventory = self._backend.read_inventory()
+        GPU gone from the node took its instances with it. ``inventory``: a reading of the GPUs taken after the
+        unprepare began (which GPUs exist, under which NVML index). Raises HardwareError when an instance
+        cannot be destroyed (the claim's entry stays, a retry repeats this)."""
         gpus = {gpu.uuid: gpu for gpu in inventory.gpus}
         unreadable = [problem for problem in inventory.problems if not problem.published]
         for record in records:

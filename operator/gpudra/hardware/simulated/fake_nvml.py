@@ -136,11 +136,13 @@ class FakeNvml(MigCalls):
         with self._lock:
             self._all[gpu_index].lost = True
             self._events.gpu_lost(gpu_index)
+            self._persist()
 
     def restore_gpu(self, gpu_index: int) -> None:
         """A lost GPU answers again (a reset or a reboot put it back on the bus), in the state it was lost in."""
         with self._lock:
             self._all[gpu_index].lost = False
+            self._persist()
 
     def lose_fabric(self, gpu_index: int | None = None) -> None:
         """The GPU (every GPU when None) drops out of its NVLink fabric: fabric info then reports state
@@ -152,6 +154,7 @@ class FakeNvml(MigCalls):
                     gpu.fabric = dataclasses.replace(
                         gpu.fabric, state=t.NVML_GPU_FABRIC_STATE_NOT_STARTED, status=t.NVML_ERROR_UNKNOWN
                     )
+            self._persist()
 
     def restore_fabric(self, gpu_index: int | None = None) -> None:
         """Fabric registration completed again (state COMPLETED, status SUCCESS)."""
@@ -161,20 +164,24 @@ class FakeNvml(MigCalls):
                     gpu.fabric = dataclasses.replace(
                         gpu.fabric, state=t.NVML_GPU_FABRIC_STATE_COMPLETED, status=t.NVML_SUCCESS
                     )
+            self._persist()
 
     def reset_gpu(self, gpu_index: int) -> None:
         """nvidia-smi -r: the pending MIG mode takes effect (raises NVMLError_InUse while processes run)."""
         with self._lock:
             self._all[gpu_index].reset()
+            self._persist()
 
     def set_processes(self, gpu_index: int, count: int) -> None:
         """Pretend ``count`` processes use the GPU (MIG mode changes then wait for a reset)."""
         with self._lock:
             self._all[gpu_index].processes = count
+            self._persist()
 
     def require_reset_for_mig_change(self, gpu_index: int, required: bool = True) -> None:
         with self._lock:
             self._all[gpu_index].reset_required_for_mig_change = required
+            self._persist()
 
     @locked
     def set_time_slice(self, gpu_uuid: str, interval: int) -> None:

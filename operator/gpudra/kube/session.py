@@ -1,0 +1,98 @@
+"""The HTTP transport of a client with plain credentials (a pod's service account, or a kubeconfig user with a
+token or a client certificate): one aiohttp session, as kubernetes_asyncio's would be, without importing
+kubernetes_asyncio.
+
+Importing kubernetes_asyncio loads every generated API and model class of Kubernetes (about 1,600 modules,
+40 MB of a process's memory, 0.8 s of start-up) although KubeClient uses none of them. The agent runs on every GPU
+node, so it talks to the API server through this transport; kubeconfigs that need kubernetes_asyncio's loaders
+(exec and auth-provider plugins, basic auth, a proxy, several files) still go through it
+(:class:`gpudra.kube.transport.HTTPTransport`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import aiohttp
+
+from gpudra.kube.kubeconfig import Credentials
+from gpudra.kube.transport import WATCH_READ_BUFFER, Call, HTTPReply, Reply
+
+TOKEN_REREAD_SECONDS = 60.0
+"""How long a token read from a file is used before the file is read again (client-go's period): the kubelet
+rotates a pod's service-account token."""
+
+
+def ssl_context(credentials: Credentials) -> ssl.SSLContext:
+    """What kubernetes_asyncio's REST client builds: the CA (file or inline), the client certificate, and no
+    verification when the kubeconfig says ``insecure-skip-tls-verify``."""
+    context = ssl.create_default_context(
+        cafile=str(credentials.ca_path) if credentials.ca_path else None,
+        cadata=credentials.ca_data.decode() if credentials.ca_data else None,
+    )
+    certificate, key = credentials.certificate_path, credentials.private_key_path
+    with tempfile.TemporaryDirectory(prefix="gpudra-tls-") as directory:
+        # ssl loads a certificate chain from files only: inline data is written to a private directory for it
+        if credentials.certificate_data is not None:
+            certificate = Path(directory) / "client.crt"
+            certificate.write_bytes(credentials.certificate_data)
+        if credentials.private_key_data is not None:
+            key = Path(directory) / "client.key"
+            key.write_bytes(credentials.private_key_data)
+        if certificate is not None:
+            context.load_cert_chain(str(certificate), keyfile=str(key) if key else None)
+    if credentials.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class SessionTransport:
+    """Requests to ``credentials.server`` with its token and TLS settings, over one connection pool of at most
+    ``max_connections`` (every open watch holds one)."""
+
+    def __init__(self, credentials: Credentials, *, max_connections: int = 100) -> None:
+        self._credentials = credentials
+        self._server = credentials.server.rstrip("/")
+        tls = ssl_context(credentials) if self._server.startswith("https:") else None
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=max_connections, ssl=tls if tls is not None else True),
+            trust_env=True,  # HTTPS_PROXY / NO_PROXY, as kubernetes_asyncio's session
+            read_bufsize=WATCH_READ_BUFFER,
+        )
+        self._token = credentials.token
+        self._token_read = time.monotonic()
+
+    def _authorization(self) -> str | None:
+        path = self._credentials.token_path
+        if path is not None and time.monotonic() - self._token_read >= TOKEN_REREAD_SECONDS:
+            with contextlib.suppress(OSError):  # keep the last token: the next period reads the file again
+                self._token = path.read_text().strip()
+            self._token_read = time.monotonic()
+        return f"Bearer {self._token}" if self._token else None
+
+    async def request(self, call: Call) -> Reply:
+        headers = dict(call.headers)
+        authorization = self._authorization()
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        url = self._server + call.path
+        if call.query:
+            url += "?" + urlencode(call.query)
+        response = await self._session.request(
+            call.method,
+            url,
+            headers=headers,
+            data=None if call.body is None else json.dumps(call.body),
+            timeout=aiohttp.ClientTimeout(total=call.timeout),
+        )
+        return HTTPReply(response)
+
+    async def close(self) -> None:
+        await self._session.close()

@@ -1,0 +1,48 @@
+"""The agent runs on every GPU node: what ``gpudra agent --backend nvml`` imports is what each node pays for in
+memory and start-up. It must not load the simulator, kopf, the embedded cluster, or kubernetes_asyncio's generated
+models (about 40 MB; the agent's client does not use them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+FORBIDDEN = (
+    "gpudra.hardware.simulated",
+    "gpudra.hardware.fake_nvml",
+    "gpudra.hardware.profiles",
+    "gpudra.cluster",
+    "gpudra.controller",
+    "kopf",
+    "kubernetes_asyncio",
+)
+
+# What `gpudra agent` imports before it runs: the command line, the agent command's own imports, and the NVML
+# backend with its binding.
+AGENT_IMPORTS = """
+import json, sys
+import gpudra.cli
+from gpudra.agent.main import make_backend, run_agent
+from gpudra.hardware.nvml import load_binding
+load_binding()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_real_backend_agent_imports_nothing_of_the_simulator_kopf_the_cluster_or_generated_models() -> (
+    None
+):
+    done = subprocess.run(
+        [sys.executable, "-c", AGENT_IMPORTS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=True,
+    )
+    modules = json.loads(done.stdout)
+    loaded = sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+    assert loaded == []
+    assert "gpudra.agent.runtime" in modules and "pynvml" in modules  # the check saw the agent
