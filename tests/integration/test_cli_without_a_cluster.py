@@ -54,6 +54,11 @@ WRONG_NAMES = [
     (["explain", "claim", "nope", "-n", "default"], "no ResourceClaim 'nope' in namespace 'default'"),
     (["explain", "claim", "nope", "-n", "nowhere"], "kubectl get resourceclaims -n nowhere"),
     (["explain", "--file", "/nowhere/claim.yaml"], "cannot read /nowhere/claim.yaml"),
+    (["explain", "pod", "nope", "-n", "default"], "no Pod 'nope' in namespace 'default'"),
+    (
+        ["status", "--driver-name", "gpu.nvidai.com"],
+        "no ResourceSlice is published by driver 'gpu.nvidai.com'",
+    ),
     (
         ["sim", "fault", "dgx-h100-9", "gpu-0", "xid", "79"],
         "no simulated node 'dgx-h100-9' (nodes: dgx-h100-0)",
@@ -71,7 +76,13 @@ WRONG_NAMES = [
 
 async def test_a_wrong_name_is_a_sentence_or_two(start_cluster: StartCluster, tmp_path: Path) -> None:
     cluster = await start_cluster("dgx-h100:1")
-    for args, said in WRONG_NAMES:
+    invalid = tmp_path / "invalid-claim.yaml"  # a manifest that is a ResourceClaim in name only
+    invalid.write_text("kind: ResourceClaim\nspec: {devices: {requests: [{name: 7}, {exactly: 3}]}}\n")
+    wrong_names = [
+        *WRONG_NAMES,
+        (["explain", "--file", str(invalid)], "is not a valid ResourceClaim: spec.devices"),
+    ]
+    for args, said in wrong_names:
         if args[0] == "up":
             args = [*args, "--kubeconfig", str(tmp_path / "other" / "kubeconfig")]
         code, out = await asyncio.to_thread(gpudra, args, cluster.options.kubeconfig, tmp_path)

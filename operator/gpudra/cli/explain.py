@@ -175,7 +175,13 @@ def _read_claim_file(path: Path, namespace: str) -> ResourceClaim:
     try:
         return ResourceClaim.model_validate(body)
     except ValidationError as exc:
-        raise ConfigurationError(f"{path} is not a valid ResourceClaim: {exc}") from exc
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigurationError(
+            f"{path} is not a valid ResourceClaim: {where}: {first['msg']}{more}; "
+            f"`kubectl apply --dry-run=server -f {path}` shows what the API server says"
+        ) from exc
 
 
 def _shipped(driver_name: str) -> set[tuple[str, str]]:

@@ -6,6 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+from gpudra.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from gpudra.kube.client import KubeClient
 
 
 async def status_command(args: argparse.Namespace) -> int:
@@ -19,6 +25,8 @@ async def status_command(args: argparse.Namespace) -> int:
     client = await KubeClient.from_environment(args.kubeconfig, field_manager="gpudra-status")
     try:
         rows = await list_fleet(client, args.driver_name)
+        if not any(row.devices for row in rows):
+            await _check_driver(client, args.driver_name)
     finally:
         await client.close()
     data = {"nodes": [row.to_data() for row in rows]}
@@ -29,3 +37,16 @@ async def status_command(args: argparse.Namespace) -> int:
     else:
         print_fitted(Console(), fleet_table(rows, wide=args.output == "wide"))
     return 0
+
+
+async def _check_driver(client: KubeClient, driver: str) -> None:
+    """A driver name no slice carries while others publish is a typo: say which drivers there are."""
+    from gpudra.kube.resources import RESOURCE_SLICES
+
+    slices, _ = await client.list(RESOURCE_SLICES)
+    drivers = sorted({str((s.get("spec") or {}).get("driver") or "") for s in slices} - {""})
+    if drivers:
+        raise ConfigurationError(
+            f"no ResourceSlice is published by driver {driver!r}; these drivers publish: {', '.join(drivers)} "
+            "(--driver-name picks one)"
+        )
