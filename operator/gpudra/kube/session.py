@@ -36,9 +36,23 @@ def ssl_context(credentials: Credentials) -> ssl.SSLContext:
         cafile=str(credentials.ca_path) if credentials.ca_path else None,
         cadata=credentials.ca_data.decode() if credentials.ca_data else None,
     )
-    certificate, key = credentials.certificate_path, credentials.private_key_path
+    if credentials.certificate_data is not None or credentials.private_key_data is not None:
+        _load_inline_chain(context, credentials)
+    elif credentials.certificate_path is not None:
+        key = credentials.private_key_path
+        context.load_cert_chain(str(credentials.certificate_path), keyfile=str(key) if key else None)
+    if credentials.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _load_inline_chain(context: ssl.SSLContext, credentials: Credentials) -> None:
+    """ssl loads a certificate chain from files only: inline data is written to a private directory for it. Only
+    a kubeconfig with inline client certificates gets here; a pod's in-cluster credentials (a token and a CA file)
+    never do, so an agent on a read-only root filesystem with no /tmp needs no temporary directory."""
     with tempfile.TemporaryDirectory(prefix="gpudra-tls-") as directory:
-        # ssl loads a certificate chain from files only: inline data is written to a private directory for it
+        certificate, key = credentials.certificate_path, credentials.private_key_path
         if credentials.certificate_data is not None:
             certificate = Path(directory) / "client.crt"
             certificate.write_bytes(credentials.certificate_data)
@@ -47,10 +61,6 @@ def ssl_context(credentials: Credentials) -> ssl.SSLContext:
             key.write_bytes(credentials.private_key_data)
         if certificate is not None:
             context.load_cert_chain(str(certificate), keyfile=str(key) if key else None)
-    if credentials.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 class SessionTransport:
