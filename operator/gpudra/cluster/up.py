@@ -68,7 +68,7 @@ from gpudra.computedomain.children import DaemonPodSettings
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.kopfapp import run_controller
 from gpudra.devices.classes import load_device_classes
-from gpudra.errors import ConfigurationError
+from gpudra.errors import ConfigurationError, GpudraError
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend
 from gpudra.hardware.simulated import empty_mig
@@ -88,6 +88,13 @@ from gpudra.reports import list_fleet
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+
+
+class ClusterNotReady(GpudraError):
+    """The cluster's nodes, slices or controller did not come up in time: one sentence saying which, not a
+    traceback."""
+
+
 FLEET_POLL_PER_NODE = 0.025
 LARGE_FLEET = 100
 """From this many simulated nodes on, the interpreter switches threads every ``LARGE_FLEET_SWITCH_INTERVAL``."""
@@ -472,7 +479,22 @@ class EmbeddedCluster:
             if not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
         if pending or (controller_ready is not None and not controller_ready.is_set()):
-            raise TimeoutError(f"the embedded cluster was not ready after {self.options.ready_timeout:.0f}s")
+            waiting = (
+                f"{len(pending)} of {len(waiters)} node steps (serving, slices published) not done"
+                if pending
+                else ""
+            )
+            if controller_ready is not None and not controller_ready.is_set():
+                waiting = ", ".join(w for w in (waiting, "the controller not ready") if w)
+            raise ClusterNotReady(
+                f"the cluster was not ready after {self.options.ready_timeout:.0f}s ({waiting}); "
+                f"{self.options.kubeconfig.parent / 'gpudra.log'} says why"
+                + (
+                    " (and, on real nodes, `kubectl -n gpudra logs ds/gpudra-agent`)"
+                    if self.real_nodes
+                    else ""
+                )
+            )
         if self.options.seed is not None:
             await self.options.seed(self.client)
         write_kubeconfig(self.options.kubeconfig, read_credentials(self.cluster_kubeconfig))
