@@ -9,7 +9,6 @@ order they run in does not matter; ``SETUP`` is created first (the target of the
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
@@ -24,6 +23,7 @@ import aiohttp
 import yaml
 
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
+from gpudra.testing import eventually
 
 ROOT = Path(__file__).parent.parent
 RECORDS = ROOT / "tests" / "badinput" / "requests.yaml"
@@ -529,11 +529,12 @@ async def real_session(
     connector = aiohttp.TCPConnector(ssl=context)
     async with aiohttp.ClientSession(base_url=control_plane.url, connector=connector) as http:
         await install_crds(http)
-        for _ in range(300):  # a CRD is served a moment after it is created
+
+        async def served() -> bool:  # a CRD is served a moment after it is created
             async with http.get(DOMAINS) as rsp:
-                if rsp.status == 200:
-                    break
-            await asyncio.sleep(0.1)
+                return rsp.status == 200
+
+        await eventually(served, timeout=30, what="the CRDs served")
         async with http.get("/version") as rsp:
             version = str((await rsp.json())["gitVersion"])
         yield http, version

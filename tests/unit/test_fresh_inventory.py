@@ -8,6 +8,7 @@ import threading
 from gpudra.agent.freshinventory import FreshInventory
 from gpudra.errors import HardwareError
 from gpudra.hardware.inventory import NodeInventory
+from gpudra.testing import eventually
 
 
 class SlowNode:
@@ -36,8 +37,15 @@ async def test_callers_during_a_reading_share_the_next_one_which_starts_after_th
     first = asyncio.create_task(inventory.read())
     # reading 1 runs: what changed before the next callers asked may be missing from it
     await asyncio.wait_for(node.first_started.wait(), 10)
-    later = [asyncio.create_task(inventory.read()) for _ in range(55)]
-    await asyncio.sleep(0)  # each of them asks (runs to its first wait)
+    asked = 0
+
+    async def ask() -> NodeInventory:
+        nonlocal asked
+        asked += 1  # in the same step, read() joins the next reading before it first waits
+        return await inventory.read()
+
+    later = [asyncio.create_task(ask()) for _ in range(55)]
+    await eventually(lambda: asked == 55, timeout=10, what="every later caller asked")
     node.release.set()
     answers = await asyncio.gather(first, *later)
     assert [a.driver_version for a in answers] == ["1"] + ["2"] * 55
