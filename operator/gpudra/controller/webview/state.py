@@ -123,9 +123,9 @@ class FleetView:
         claims = self.watched.parsed("claims", ResourceClaim)
         held = allocated_devices(claims, self.driver)
         users = device_users(claims, self.driver)
-        by_pool: dict[str, list[tuple[tuple[str, str], str]]] = defaultdict(list)
+        by_pool: dict[str, list[tuple[tuple[str, str], str, str]]] = defaultdict(list)  # what a card draws
         for key, holder in held.items():
-            by_pool[key[0]].append((key, f"{holder} {users.get(key, '')}"))
+            by_pool[key[0]].append((key, holder, users.get(key, "")))
         cards = []
         for name in sorted(set(nodes) | set(slices) - {""}):
             node = nodes.get(name)
