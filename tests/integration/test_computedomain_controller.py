@@ -90,7 +90,8 @@ async def test_the_examples_form_a_domain_over_four_trays(cluster: EmbeddedClust
     assert (
         "gpudra.dev/controller" in (await client.get(COMPUTE_DOMAINS, "train", NS))["metadata"]["finalizers"]
     )
-    assert await has_event(client, "train", "DomainReady", "all 4 nodes ready")
+    # the Event follows the status write that the wait above saw: wait for it too
+    await eventually(lambda: has_event(client, "train", "DomainReady", "all 4 nodes ready"))
     sample = cluster.metrics.registry.get_sample_value
     assert sample("gpudra_computedomains", {"status": "Ready"}) == 1.0
     assert sample("gpudra_computedomain_ready_seconds_count") == 1.0
