@@ -43,6 +43,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check operator tests bench
 	$(VENV)/bin/ruff format --check operator tests bench
 	$(VENV)/bin/mypy
+	MYPY=$(VENV)/bin/mypy hack/mypy-tests
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint Dockerfile
 

@@ -148,7 +148,7 @@ async def run_layout(
     agent = AgentProcess(settings, directory / "agent.log")
     await agent.start(timeout=120)
     kubelet = KubeletClient(directory / "r" / "gpu.nvidia.com-reg.sock")
-    results = []
+    results: list[tuple[Kind, int, list[float], list[float]]] = []
     try:
         await kubelet.register()
         baseline: list[float] = []

@@ -12,6 +12,7 @@ import pytest
 
 from gpudra.cluster.fleet import FleetNode, parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
+from gpudra.kube.client import KubeClient
 from gpudra.testing import eventually as eventually  # the kit's, re-exported for the tests
 
 StartCluster = Callable[..., Awaitable[EmbeddedCluster]]
@@ -38,6 +39,12 @@ async def start_cluster(tmp_path: Path) -> AsyncIterator[StartCluster]:
     finally:
         for cluster in started:
             await cluster.stop()
+
+
+def client_of(cluster: EmbeddedCluster) -> KubeClient:
+    """The started cluster's API client."""
+    assert cluster.client is not None
+    return cluster.client
 
 
 async def kubectl(

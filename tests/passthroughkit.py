@@ -65,4 +65,5 @@ async def claim_and_pod(client: KubeClient, name: str, device_class: str, bus: s
 
 
 async def running(client: KubeClient, name: str) -> bool:
-    return (await client.get(PODS, name, NS)).get("status", {}).get("phase") == "Running"
+    pod = await client.get(PODS, name, NS)
+    return bool(pod.get("status", {}).get("phase") == "Running")

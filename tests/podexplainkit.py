@@ -89,7 +89,7 @@ async def controller_events(
 
 async def explanations(
     cluster: EmbeddedCluster, pod: str, count: int, namespace: str = "default"
-) -> list[Any]:
+) -> list[dict[str, Any]]:
     """Once the pod carries ``count`` Events from gpudra's controller: those Events."""
 
     async def posted() -> list[dict[str, Any]]:

@@ -82,7 +82,7 @@ def normalised(pod: dict[str, Any]) -> dict[str, Any]:
     makes up, the spec without the node, the token volume's random suffix as ``*``, and the QoS class."""
     meta = {k: v for k, v in pod["metadata"].items() if k not in _SERVER_SET}
     spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
-    return _names(
+    named: dict[str, Any] = _names(
         {
             "apiVersion": pod["apiVersion"],
             "kind": pod["kind"],
@@ -91,6 +91,7 @@ def normalised(pod: dict[str, Any]) -> dict[str, Any]:
             "status": {"qosClass": (pod.get("status") or {}).get("qosClass")},
         }
     )
+    return named
 
 
 def recorded() -> dict[str, dict[str, Any]]:

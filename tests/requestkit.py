@@ -10,6 +10,7 @@ order they run in does not matter; ``SETUP`` is created first (the target of the
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import re
@@ -168,7 +169,7 @@ CASES = [
             f"yaml-{name}",
             "POST",
             NS + "/configmaps",
-            lambda name=name, rest=rest: yaml_config_map(name, rest),
+            functools.partial(yaml_config_map, name, rest),
             ctype="application/yaml",
             query="fieldValidation=Strict",
         )
@@ -486,11 +487,11 @@ async def send(http: aiohttp.ClientSession, case: Case) -> dict[str, Any]:
     """Send one case; its answer as ``answer`` reports it (a watch: its first line)."""
     headers = {"Content-Type": case.ctype} if case.ctype else {}
     skip = () if case.ctype else ("Content-Type",)
-    body = case.body()
+    sent = case.body()
     async with http.request(
         case.method,
         case.url,
-        data=io.BytesIO(body) if body else None,
+        data=io.BytesIO(sent) if sent else None,
         headers=headers,
         skip_auto_headers=skip,
     ) as rsp:

@@ -155,6 +155,7 @@ async def a_prepare_in_flight_at_the_handover_happens_once(cluster: EmbeddedClus
         release.wait(30)
         return create(handle, profile_id, placement)
 
+    # the ignore below: a slow call injected into this one fake NVML
     fake.nvmlDeviceCreateGpuInstanceWithPlacement = slow_create  # type: ignore[method-assign]
     await kubectl(cluster, "apply", "-f", "-", stdin=MIG_POD)
     uid = (await claim_uids(cluster, ["small"]))["small"]

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from clusterkit import StartCluster, described_fields, first_words, kubectl
+from gpudra.api.crd import CustomResource
 from gpudra.api.crdgen import CRD_MODELS, openapi_schema
 from gpudra.cluster.sim.gpufault import GpuFault
 from gpudra.cluster.up import EmbeddedCluster
@@ -25,7 +26,8 @@ async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
 
 
 async def test_every_field_of_the_crds_is_described(cluster: EmbeddedCluster) -> None:
-    for model in (*CRD_MODELS, GpuFault):
+    models: tuple[type[CustomResource], ...] = (*CRD_MODELS, GpuFault)
+    for model in models:
         plural = model.crd.plural
         described = [
             (p, d) for p, d in described_fields(openapi_schema(model)) if p not in ("apiVersion", "kind")

@@ -155,7 +155,7 @@ async def _unhealthy_reason(cluster: EmbeddedCluster, device: str) -> str | None
 
 
 async def _is_healthy(cluster: EmbeddedCluster, device: str) -> bool:
-    return (await healthy(cluster, "train", device))["status"] == "True"
+    return str((await healthy(cluster, "train", device))["status"]) == "True"
 
 
 async def test_tray_leaving_its_nvlink_fabric_loses_its_clique_until_it_recovers(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import AgentSettings
@@ -168,9 +168,9 @@ async def test_node_says_its_slices_are_published(cluster: EmbeddedCluster) -> N
     backend.destroy_mig_device(2, backend.read_inventory().gpus[2].mig_devices[0].gi_id)
 
     async def annotated() -> bool:
-        body = await cluster.client.get(NODES, "dgx-a100-0")  # type: ignore[union-attr]
+        body = await client_of(cluster).get(NODES, "dgx-a100-0")
         (current,) = await node_slices(cluster, "dgx-a100-0")
         want = str(current["spec"]["pool"]["generation"])
-        return body["metadata"]["annotations"]["gpudra.dev/resourceslices-generation"] == want != "1"
+        return str(body["metadata"]["annotations"]["gpudra.dev/resourceslices-generation"]) == want != "1"
 
     await eventually(annotated)

@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.database import PODS
+from gpudra.testing import eventually
 
 pytestmark = [
     pytest.mark.e2e,
@@ -67,7 +69,7 @@ spec:
 
 
 @pytest.fixture
-async def kubectl(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Kubectl]:
+async def kubectl(apiserver: EmbeddedAPIServer, tmp_path: Path) -> Kubectl:
     config = tmp_path / "kubeconfig"
     apiserver.write_kubeconfig(config)
     env = {**os.environ, "KUBECONFIG": str(config), "HOME": str(tmp_path)}
@@ -182,12 +184,15 @@ async def test_get_resourceslices_yaml(kubectl: Kubectl, apiserver: EmbeddedAPIS
     ]
 
 
-async def test_get_pods_watch_receives_event(kubectl: Kubectl, tmp_path: Path) -> None:
-    """kubectl get pods -w prints a pod created while it watches."""
+async def test_get_pods_watch_receives_event(
+    kubectl: Kubectl, apiserver: EmbeddedAPIServer, tmp_path: Path
+) -> None:
+    """kubectl get pods --watch-only prints a pod created while it watches (and only such a pod)."""
     pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: watched}\nspec: {containers: [{name: a, image: x}]}\n"
     (tmp_path / "pod.yaml").write_text(pod)
-    watcher = asyncio.create_task(kubectl("get", "pods", "-w", "--request-timeout=4s", wait=30))
-    await asyncio.sleep(1.5)
+    watcher = asyncio.ensure_future(kubectl("get", "pods", "--watch-only", "--request-timeout=4s", wait=30))
+    pods = apiserver.database.stores[PODS]
+    await eventually(lambda: bool(pods.watchers), what="kubectl's watch of pods")
     rc, _, err = await kubectl("apply", "-f", str(tmp_path / "pod.yaml"))
     assert rc == 0, err
     _, out, _ = await watcher

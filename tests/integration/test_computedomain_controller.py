@@ -21,7 +21,7 @@ from _domain_kit import (
     wait_status,
 )
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.names import daemon_set_name, daemon_template_name, node_label_key
@@ -46,11 +46,6 @@ FAST = ControllerSettings(computedomain_event_grace_seconds=0.5, computedomain_r
 @pytest.fixture
 async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
     return await start_cluster("gb200-nvl72:4", controller=FAST, hardware_poll_seconds=0.05)
-
-
-def client_of(cluster: EmbeddedCluster) -> KubeClient:
-    assert cluster.client is not None
-    return cluster.client
 
 
 async def node_labels(client: KubeClient, node: str) -> dict[str, str]:

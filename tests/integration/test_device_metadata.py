@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 
 
@@ -32,7 +32,7 @@ async def test_a_prepared_claim_mounts_its_device_metadata_until_unprepared(
     await cluster.client.create(PODS, pod, "default")
 
     async def running() -> bool:
-        body = await cluster.client.get(PODS, "train", "default")  # type: ignore[union-attr]
+        body = await client_of(cluster).get(PODS, "train", "default")
         return (body.get("status") or {}).get("phase") == "Running"
 
     await eventually(running)

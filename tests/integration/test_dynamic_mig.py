@@ -4,6 +4,7 @@ and explained, and the whole GPU never allocated beside one of its MIG devices."
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
 from gpudra.controller.miglayouts import MIGLAYOUTS
@@ -43,11 +44,6 @@ async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
         hardware_poll_seconds=0.1,
         controller=ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.2),
     )
-
-
-def client_of(cluster: EmbeddedCluster) -> KubeClient:
-    assert cluster.client is not None
-    return cluster.client
 
 
 def inventory(cluster: EmbeddedCluster) -> NodeInventory:
@@ -177,6 +173,7 @@ async def test_a_pod_deleted_while_its_instance_is_being_created_leaves_nothing_
     assert preparer is not None
     instances = preparer.effects.instances
     create = HeldCall(instances.create)
+    # the ignore below: a fault injected into this one instance manager
     instances.create = create  # type: ignore[method-assign]
     client = client_of(cluster)
     await run_pod_with_claim(
@@ -215,7 +212,7 @@ async def test_seven_1g_fill_one_h100_and_the_eighth_pends_with_counters_as_the_
     for i in range(8):
         await run_pod_with_claim(client, f"small-{i}", "mig.nvidia.com", only_1g)
     for i in range(7):
-        await eventually(lambda i=i: running(client, f"small-{i}"))
+        await eventually(functools.partial(running, client, f"small-{i}"))
     assert len(gpu0(cluster).mig_devices) == 7
 
     # every 1g.10gb placement of the GPU is allocated: the eighth waits for one of them

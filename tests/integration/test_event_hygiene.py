@@ -3,11 +3,14 @@ object is posted at most once per window, whatever the retry rate; a changed exp
 
 from __future__ import annotations
 
+from typing import Any
+
+from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import EVENTS, RESOURCE_CLAIMS
 
-CLAIM = {
+CLAIM: dict[str, Any] = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "ResourceClaim",
     "metadata": {"name": "pending", "namespace": "default"},
@@ -15,8 +18,8 @@ CLAIM = {
 }
 
 
-async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: object) -> None:
-    client = KubeClient.for_url(apiserver.url)  # type: ignore[attr-defined]
+async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: EmbeddedAPIServer) -> None:
+    client = KubeClient.for_url(apiserver.url)
     try:
         claim = await client.create(RESOURCE_CLAIMS, CLAIM, "default")
         recorder = EventRecorder(client, "test", window_seconds=3600)
@@ -32,9 +35,9 @@ async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: obj
         await client.close()
 
 
-async def test_a_repeat_after_the_window_counts_on_the_same_event(apiserver: object) -> None:
+async def test_a_repeat_after_the_window_counts_on_the_same_event(apiserver: EmbeddedAPIServer) -> None:
     """As client-go's correlator does: one Event whose count and lastTimestamp grow, a new one once it expired."""
-    client = KubeClient.for_url(apiserver.url)  # type: ignore[attr-defined]
+    client = KubeClient.for_url(apiserver.url)
     try:
         claim = await client.create(RESOURCE_CLAIMS, {**CLAIM, "metadata": {**CLAIM["metadata"]}}, "default")
         recorder = EventRecorder(client, "test", window_seconds=0, series=True)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, EVENTS, PODS, RESOURCE_CLAIMS
@@ -124,8 +124,8 @@ async def test_shared_gpu_resource_puts_several_pods_on_one_time_sliced_gpu(
     assert per_gpu == {"gpu-0": 2, "gpu-1": 2, "gpu-2": 2, "gpu-3": 2}
 
     async def all_running() -> bool:  # the agent prepares one GPU for two claims
-        pods, _ = await cluster.client.list(PODS, "default")  # type: ignore[union-attr]
-        return sum((p.get("status") or {}).get("phase") == "Running" for p in pods) == 8
+        pods, _ = await client_of(cluster).list(PODS, "default")
+        return sum(bool((p.get("status") or {}).get("phase") == "Running") for p in pods) == 8
 
     await eventually(all_running)
     # a ninth tenant does not fit: every share is taken

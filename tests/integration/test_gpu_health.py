@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.agent.kubeletplugin.messages import HealthStatus
 from gpudra.cluster.up import EmbeddedCluster
@@ -156,7 +156,7 @@ async def test_scheduler_no_longer_picks_a_tainted_gpu(cluster: EmbeddedCluster)
     await cluster.client.create(PODS, pod, "default")
 
     async def allocated() -> list[dict[str, Any]]:
-        body = await cluster.client.get(RESOURCE_CLAIMS, "one-gpu", "default")  # type: ignore[union-attr]
+        body = await client_of(cluster).get(RESOURCE_CLAIMS, "one-gpu", "default")
         return list(
             ((body.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
         )
@@ -182,7 +182,7 @@ async def running_claim(cluster: EmbeddedCluster, name: str) -> tuple[str, str, 
     await cluster.client.create(PODS, pod, "default")
 
     async def running() -> bool:
-        body = await cluster.client.get(PODS, f"{name}-pod", "default")  # type: ignore[union-attr]
+        body = await client_of(cluster).get(PODS, f"{name}-pod", "default")
         return (body.get("status") or {}).get("phase") == "Running"
 
     await eventually(running)
@@ -226,7 +226,7 @@ async def test_xid_marks_the_prepared_claim_unhealthy_until_the_device_recovers(
     await event_on(cluster, "train", "DeviceUnhealthy", "XID 79")
 
     async def recovered() -> bool:
-        return (await healthy_condition(cluster, "train", device))["status"] == "True"
+        return str((await healthy_condition(cluster, "train", device))["status"]) == "True"
 
     await eventually(recovered)
     await event_on(cluster, "train", "DeviceRecovered")
@@ -321,7 +321,7 @@ async def test_an_xid_shows_in_the_pods_allocated_resources_status(start_cluster
     await cluster.client.create(PODS, pod, "default")
 
     async def reported(wanted: str) -> dict[str, Any] | None:
-        body = await cluster.client.get(PODS, "infer", "default")  # type: ignore[union-attr]
+        body = await client_of(cluster).get(PODS, "infer", "default")
         (status,) = (body.get("status") or {}).get("containerStatuses") or [{}]
         entries = status.get("allocatedResourcesStatus") or []
         resources = [r for e in entries for r in e["resources"]]

@@ -154,6 +154,7 @@ async def test_a_bad_object_is_left_out_told_once_and_the_rest_goes_on(
     async def handler(kind: str, body: dict[str, Any]) -> None:
         seen.append((kind, body["metadata"]["name"]))
 
+    # the ignore below: a fake client with the calls the informer makes
     informer = Informer(client, resource, handler, parse=parse, events=EventRecorder(client, "test"))  # type: ignore[arg-type]
     with capture_logs() as logs:
         task = asyncio.create_task(informer.run())
@@ -181,6 +182,7 @@ async def test_an_object_that_turns_bad_leaves_the_handler_as_deleted_and_comes_
     async def handler(kind: str, body: dict[str, Any]) -> None:
         seen.append(kind)
 
+    # the ignore below: a fake client with the calls the informer makes
     informer = Informer(client, RESOURCE_SLICES, handler, parse=ResourceSlice.model_validate)  # type: ignore[arg-type]
     await informer._relist()
     client.items = [obj("ResourceSlice", "s", "2", spec={"driver": 5, "nodeName": "n1", "pool": POOL})]

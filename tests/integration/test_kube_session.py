@@ -4,7 +4,7 @@ kubernetes_asyncio's loader instead of going out without credentials."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,7 @@ async def server() -> AsyncIterator[tuple[str, list[str | None]]]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
+    # the ignore below: aiohttp's started site has a server; its type says it may not
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
         yield f"http://127.0.0.1:{port}", seen
@@ -54,7 +55,7 @@ async def test_a_rotated_token_is_sent_once_read_again(
     assert seen == ["Bearer t0", "Bearer t1"]
 
 
-def kubeconfig(tmp_path: Path, url: str, user: dict[str, object]) -> Path:
+def kubeconfig(tmp_path: Path, url: str, user: Mapping[str, object]) -> Path:
     path = tmp_path / "kubeconfig"
     path.write_text(
         f"""apiVersion: v1

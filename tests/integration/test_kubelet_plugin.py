@@ -108,6 +108,7 @@ def make_plugin(short_dir: Path, handler: FakeHandler, **kwargs: object) -> Kube
         handler,
         plugin_dir=short_dir / "plugins" / DRIVER,
         registry_dir=short_dir / "registry",
+        # the ignore below: the plugin's keyword options, passed through as each test names them
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -170,6 +171,7 @@ async def test_kubelet_that_knows_only_v1beta1_picks_it(plugin: KubeletPlugin, h
 async def test_prepare_and_unprepare_round_trip(
     kubelet: KubeletClient, handler: FakeHandler, api_version: str
 ) -> None:
+    # the ignore below: api_version: one of the client's literal versions, parametrized as a str
     results = await kubelet.prepare([claim("ok-1"), claim("ok-2")], api_version=api_version)  # type: ignore[arg-type]
     assert set(results) == {"ok-1", "ok-2"}
     first, second = results["ok-1"].devices
@@ -179,6 +181,7 @@ async def test_prepare_and_unprepare_round_trip(
     assert second.share_id == "4b1c0e2a"
     assert handler.prepare_calls == [["ok-1", "ok-2"]]
 
+    # the ignore below: api_version: one of the client's literal versions, parametrized as a str
     unprepared = await kubelet.unprepare([claim("ok-1"), claim("ok-2")], api_version=api_version)  # type: ignore[arg-type]
     assert unprepared == {"ok-1": UnprepareResult(), "ok-2": UnprepareResult()}
 
@@ -279,6 +282,7 @@ async def test_results_for_claims_not_asked_for_are_left_out(short_dir: Path, ha
     async def chatty(claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         return {"stranger": PrepareResult()} | {c.uid: PrepareResult() for c in claims}
 
+    # the ignore below: a fault injected into this one handler
     handler.prepare = chatty  # type: ignore[method-assign]
     async with make_plugin(short_dir, handler) as plugin, KubeletClient(plugin.registration_socket) as client:
         await client.register()
@@ -378,9 +382,11 @@ async def test_health_stream_is_not_advertised_without_a_source(kubelet: Kubelet
 
 async def test_unusable_handler_result_becomes_an_error_entry(short_dir: Path, handler: FakeHandler) -> None:
     async def sloppy(claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        # the ignore below: a wrong type on purpose: the plugin must refuse what a buggy handler returns
         device = PreparedDevice(pool_name=7, device_name="gpu-0")  # type: ignore[arg-type]
         return {c.uid: PrepareResult(devices=[device]) for c in claims}
 
+    # the ignore below: a fault injected into this one handler
     handler.prepare = sloppy  # type: ignore[method-assign]
     plugin = make_plugin(short_dir, handler)
     async with plugin, KubeletClient(plugin.registration_socket) as client:

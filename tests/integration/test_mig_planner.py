@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings, MigPlannerPolicy
 from gpudra.controller.miglayouts import MIGLAYOUTS
@@ -50,7 +50,7 @@ async def balanced_and_busy(cluster: EmbeddedCluster) -> None:
             backend.create_mig_device(gpu, placement.profile, placement.start)
 
     async def published() -> bool:
-        slices, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")  # type: ignore[union-attr]
+        slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
         return sum(len(s["spec"].get("devices") or []) for s in slices) == 32
 
     await eventually(published)
@@ -143,7 +143,7 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
 
     async def written() -> dict[str, Any] | None:
-        layouts, _ = await cluster.client.list(MIGLAYOUTS)  # type: ignore[union-attr]
+        layouts, _ = await client_of(cluster).list(MIGLAYOUTS)
         return next((b for b in layouts if b["metadata"]["name"] == f"gpudra-planner-{NODE}"), None)
 
     layout = await eventually(written, timeout=30)
@@ -159,7 +159,7 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     await cluster.client.create(MIGLAYOUTS, user_layout())  # the user's layout wins: the planner's goes
 
     async def stepped_aside() -> bool:
-        layouts, _ = await cluster.client.list(MIGLAYOUTS)  # type: ignore[union-attr]
+        layouts, _ = await client_of(cluster).list(MIGLAYOUTS)
         return [b["metadata"]["name"] for b in layouts] == ["team-layout"]
 
     await eventually(stepped_aside, timeout=30)
@@ -203,9 +203,10 @@ async def test_planner_off_leaves_events_as_they_were(start_cluster: StartCluste
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
 
     async def explained() -> list[dict[str, Any]]:
+        assert cluster.client is not None
         events, _ = await cluster.client.list(
             EVENTS, "default", field_selector="involvedObject.name=wants-3g"
-        )  # type: ignore[union-attr]
+        )
         return [e for e in events if e["source"]["component"] == "gpudra-controller"]
 
     events = await eventually(explained, timeout=30)

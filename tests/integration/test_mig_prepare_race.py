@@ -61,9 +61,11 @@ async def test_a_prepare_that_read_the_gpus_before_a_repartition_is_retried(node
         reservations.release_devices(HOLDER)  # the applier changed the GPUs after this prepare read them
         return inventory
 
+    # the ignore below: a race injected into this one backend
     node.backend.read_inventory = read_during_a_repartition  # type: ignore[method-assign]
     refused = await prepare(node, "racing", "gpu-6")
     assert "repartitioned while preparing" in refused.error
+    # the ignore below: the race taken out again
     node.backend.read_inventory = read  # type: ignore[method-assign]
     assert node.kubelet is not None
     ref = await node.claim("retried", {"gpu": "gpu-6"})

@@ -4,14 +4,20 @@ call."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.hardware.simulated import nvml_types as t
 from gpudra.kube.resources import EVENTS, RESOURCE_SLICES
 from gpudra.testing import watch_until
 
 NODE = "dgx-h100-0"
+
+
+def said(reason: str, text: str, event: dict[str, Any]) -> bool:
+    """An Event with this reason whose message holds this text."""
+    return bool(event["reason"] == reason and text in event["message"])
 
 
 async def test_one_gpu_failing_leaves_the_others_published_with_a_warning(
@@ -24,7 +30,7 @@ async def test_one_gpu_failing_leaves_the_others_published_with_a_warning(
     fake.inject_call("nvmlDeviceGetArchitecture", gpu=2, returns=99)
 
     async def published() -> dict[str, dict[str, Any]] | None:
-        slices, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")  # type: ignore[union-attr]
+        slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
         devices = {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
         return devices if "gpu-5" not in devices and len(devices) == 7 else None
 
@@ -39,7 +45,7 @@ async def test_one_gpu_failing_leaves_the_others_published_with_a_warning(
         event = await watch_until(
             cluster.client,
             EVENTS,
-            lambda e, reason=reason, text=text: e["reason"] == reason and text in e["message"],
+            functools.partial(said, reason, text),
             namespace="default",
             field_selector=f"involvedObject.name={NODE}",
         )

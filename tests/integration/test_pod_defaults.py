@@ -6,6 +6,7 @@ live one in tests/kubernetes/test_real_pod_defaults.py)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ async def test_pods_are_stored_as_kube_apiserver_stores_them(start_cluster: Star
         await client.create(PODS, pod, "default")
     for pod in sample_pods():
         name = pod["metadata"]["name"]
-        stored = await eventually(lambda name=name: bound(client, name))
+        stored = await eventually(functools.partial(bound, client, name))
         assert stored["metadata"]["generation"] == 1  # binding sets spec.nodeName without a new generation
         got = normalised(stored)
         for part in ("metadata", "spec", "status"):
@@ -47,7 +48,7 @@ async def test_admission_refuses_what_kube_apiserver_refuses(start_cluster: Star
     client = cluster.client
     assert client is not None
     base = sample_pods()[2]
-    cases = {
+    cases: dict[str, tuple[dict[str, Any], str]] = {
         "no-account": (
             {"serviceAccountName": "nope"},
             'error looking up service account default/nope: serviceaccount "nope" not found',

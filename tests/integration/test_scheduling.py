@@ -5,16 +5,16 @@ cannot be satisfied. The manifests are the ones in examples/seeds/ (the e2e test
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import ConflictError
-from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
     DEPLOYMENTS,
     EVENTS,
@@ -40,11 +40,6 @@ FLEET = "dgx-h100:1,dgx-a100:1,dgx-a100-80gb:1"
 @pytest.fixture
 async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
     return await start_cluster(FLEET)
-
-
-def client_of(cluster: EmbeddedCluster) -> KubeClient:
-    assert cluster.client is not None
-    return cluster.client
 
 
 async def apply_file(cluster: EmbeddedCluster, name: str) -> None:
@@ -164,7 +159,7 @@ async def test_pods_created_together_around_one_claim_share_one_allocation(clust
     names = [f"sharer-{i}" for i in range(6)]
     pods = [{**docs[1], "metadata": {"name": n, "namespace": "default"}} for n in names]
     await asyncio.gather(*(client.create(PODS, p, "default") for p in pods))
-    nodes = {await eventually(lambda n=n: bound(cluster, n)) for n in names}
+    nodes = {await eventually(functools.partial(bound, cluster, n)) for n in names}
     claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
     watching.cancel()
     assert len(nodes) == 1 and nodes == {devices_of(claim)[0][1]}
@@ -203,7 +198,7 @@ async def test_first_available_falls_back_when_h100s_are_taken(cluster: Embedded
         }  # fmt: skip
         await client.create(PODS, body, "default")
     for i in range(8):
-        await eventually(lambda i=i: bound(cluster, f"filler-{i}"))
+        await eventually(functools.partial(bound, cluster, f"filler-{i}"))
     await apply_file(cluster, "05-first-available.yaml")
     assert await eventually(lambda: bound(cluster, "flexible-trainer")) == "dgx-a100-80gb-0"
     claim = await claim_of(cluster, "flexible-trainer", "gpu")
@@ -295,6 +290,7 @@ async def test_a_conflict_while_releasing_a_pod_is_retried(cluster: EmbeddedClus
             raise ConflictError("the object has been modified", status=409)
         return await real_replace(res, body, **kwargs)
 
+    # the ignore below: a fault injected into this one writer
     writer.replace = replace_with_one_conflict  # type: ignore[method-assign]
     try:
         await client.delete(PODS, "qwen-inference", "default")
@@ -305,5 +301,6 @@ async def test_a_conflict_while_releasing_a_pod_is_retried(cluster: EmbeddedClus
 
         await eventually(one_reservation)
     finally:
+        # the ignore below: the fault taken out again
         writer.replace = real_replace  # type: ignore[method-assign]
     assert conflicts == ["shared-inference-gpu"]

@@ -10,18 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import COMPUTE_DOMAINS, EVENTS, JOBS, NODES, PODS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scheduling"
-
-
-def client_of(cluster: EmbeddedCluster) -> KubeClient:
-    assert cluster.client is not None
-    return cluster.client
 
 
 def pod(name: str, **spec: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.sim.clustercopy import read_cluster, seed
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
@@ -64,13 +64,9 @@ async def gpudra(*args: str) -> tuple[int, str]:
     return proc.returncode, out.decode()
 
 
-def client_of(cluster: EmbeddedCluster) -> KubeClient:
-    assert cluster.client is not None
-    return cluster.client
-
-
 async def phase(client: KubeClient, name: str) -> str | None:
-    return (await client.get(PODS, name, "default")).get("status", {}).get("phase")
+    phase: str | None = (await client.get(PODS, name, "default")).get("status", {}).get("phase")
+    return phase
 
 
 async def allocation(client: KubeClient, name: str) -> list[dict[str, Any]]:
@@ -138,7 +134,7 @@ async def test_the_copy_only_reads_and_has_the_same_fleet(
     assert [n.name for n in copy.nodes] == ["dgx-a100-0", "l4x4-0"]
     copied = await start_cluster(copy.nodes, seed=lambda client: seed(client, copy))
 
-    async def devices(cluster: EmbeddedCluster) -> dict[str, Any]:
+    async def devices(cluster: EmbeddedCluster) -> dict[tuple[str, str], Any]:
         slices, _ = await client_of(cluster).list(RESOURCE_SLICES)
         return {(s["spec"]["nodeName"], d["name"]): d for s in slices for d in s["spec"].get("devices") or []}
 

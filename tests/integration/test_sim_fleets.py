@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, client_of, eventually
 from gpudra.api.dra import Device
 from gpudra.cluster.sim.fleetfile import load_fleet
 from gpudra.cluster.up import EmbeddedCluster
@@ -24,7 +24,7 @@ async def published(cluster: EmbeddedCluster, node: str) -> list[Device]:
     assert cluster.client is not None
 
     async def devices() -> list[dict[str, Any]]:
-        slices, _ = await cluster.client.list(  # type: ignore[union-attr]
+        slices, _ = await client_of(cluster).list(
             RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver=gpu.nvidia.com"
         )
         return [d for s in slices for d in s["spec"].get("devices") or []]

@@ -5,6 +5,7 @@ still what kube-apiserver stores."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from _realkit import StartKubernetes
@@ -28,7 +29,7 @@ async def _create_bound(client: KubeClient) -> dict[str, dict[str, Any]]:
 
     stored = {}
     for pod in sample_pods():
-        await eventually(lambda pod=pod: create(pod), timeout=60)
+        await eventually(functools.partial(create, pod), timeout=60)
     for pod in sample_pods():
         name = pod["metadata"]["name"]
 

@@ -277,9 +277,9 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
     # a lease is shared by its clique's nodes: no owner references, no finalizers
     current = await agent_a.get(CONFIGMAPS, "imex-channels.c.1", DRIVER_NS)
     for forged_meta in (DANGLING_OWNER, HOLD):
-        forged = {**current, "metadata": {**current["metadata"], **forged_meta["metadata"]}}
+        forged_lease = {**current, "metadata": {**current["metadata"], **forged_meta["metadata"]}}
         await refused(
-            agent_a.replace(CONFIGMAPS, forged),
+            agent_a.replace(CONFIGMAPS, forged_lease),
             422,
             "gpudra-agent-lease-configmaps",
             "may not set owner references or finalizers on ConfigMap gpudra/imex-channels.c.1",

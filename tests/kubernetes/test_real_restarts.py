@@ -37,6 +37,7 @@ spec:
 async def apply_until_accepted(cluster: object, manifest: str) -> None:
     """kubectl apply, again while the API server is down (apply is idempotent, as a user's retry is)."""
     while True:
+        # the ignore below: the real cluster, typed as object by this helper's callers
         out = await kubectl(cluster, "apply", "-f", "-", stdin=manifest, check=False)  # type: ignore[arg-type]
         if "error" not in out.lower() and "refused" not in out.lower():
             return

@@ -154,7 +154,7 @@ spec:
     claim = await claim_of(cluster, pod, "gpus")
     entry = checkpoint(cluster, pod["spec"]["nodeName"])[claim["metadata"]["uid"]]
     assert len(entry.devices) == 2
-    assert sorted(uuids) == sorted(d.uuid for d in entry.devices)
+    assert sorted(uuids) == sorted(str(d.uuid) for d in entry.devices)
     assert set(nodes) == injected_nodes(cluster, pod["spec"]["nodeName"], claim["metadata"]["uid"], None)
     assert len(nodes) == 2
     await delete_gpu_pods(cluster)

@@ -59,7 +59,7 @@ async def test_sigkill_leaves_no_process_and_no_link_behind(tmp_path: Path) -> N
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     assert process.stdout is not None
-    seen = []
+    seen: list[str] = []
     try:
         while not seen or "Ctrl-C stops it." not in seen[-1]:
             line = await asyncio.wait_for(process.stdout.readline(), 180)

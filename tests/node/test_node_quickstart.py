@@ -55,7 +55,7 @@ async def test_the_quickstart_runs_in_real_containers_with_the_gpus_gpudra_prepa
             expected_nodes: set[str] = set()
             for ref in container["resources"]["claims"]:
                 uid = (await claim_of(cluster, pod, ref["name"]))["metadata"]["uid"]
-                expected_uuids |= {device.uuid for device in checkpoint(cluster, node)[uid].devices}
+                expected_uuids |= {str(device.uuid) for device in checkpoint(cluster, node)[uid].devices}
                 requests = {ref["request"]} if ref.get("request") else None
                 expected_nodes |= injected_nodes(cluster, node, uid, requests)
             assert nodes and set(nodes) == expected_nodes, (key, container["name"], log)

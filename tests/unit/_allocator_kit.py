@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.allocator import Allocator, ClusterSnapshot
+from gpudra.allocator import Allocation, Allocator, ClusterSnapshot
 from gpudra.api.dra import (
     CapacityRequirements,
     CELDeviceSelector,
@@ -30,6 +30,7 @@ from gpudra.api.dra import (
     DeviceConstraint,
     DeviceCounterConsumption,
     DeviceRequest,
+    DeviceRequestAllocationResult,
     DeviceSelector,
     DeviceSubRequest,
     DeviceTaint,
@@ -113,11 +114,12 @@ def fake_compile(expression: str) -> FakeSelector:
         kind, domain, name, op, lit = m.groups()
         if kind == "capacity":
             want = parse_quantity(lit.strip())
-            preds.append(
-                lambda v, d=domain, n=name, w=want: (
-                    (c := _lookup(v, "capacity", d, n)) is not None and parse_quantity(c.value) >= w
-                )
-            )
+
+            def at_least(v: Any, d: str = domain, n: str = name, w: Any = want) -> bool:
+                c = _lookup(v, "capacity", d, n)
+                return c is not None and bool(parse_quantity(c.value) >= w)
+
+            preds.append(at_least)
             continue
         expected = _literal(lit)
 
@@ -283,7 +285,7 @@ def req(
             device_class_name=cls,
             selectors=sel(*selectors) or None,
             count=count,
-            allocation_mode=mode,  # type: ignore[arg-type]
+            allocation_mode=mode,
             admin_access=admin,
             tolerations=tolerations,
             capacity=CapacityRequirements(requests=capacity) if capacity else None,
@@ -299,7 +301,7 @@ def sub(
         device_class_name=cls,
         selectors=sel(*selectors) or None,
         count=count,
-        allocation_mode=mode,  # type: ignore[arg-type]
+        allocation_mode=mode,
     )
 
 
@@ -361,3 +363,10 @@ class Case:
     allocated: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     real_cel: bool = False
+
+
+def picked(outcome: Allocation, claim_index: int = 0) -> list[DeviceRequestAllocationResult]:
+    """The devices the allocation gave one of its claims."""
+    devices = outcome.claims[claim_index].result.devices
+    assert devices is not None, "the allocation has no devices"
+    return list(devices.results or [])

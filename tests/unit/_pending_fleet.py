@@ -51,7 +51,7 @@ def fleet_slices(scenario: dict[str, Any]) -> list[dict[str, Any]]:
                 node_name=node, driver=DRIVER, devices=devices, generation=1, counter_sets=counter_sets
             )
             for j, spec in enumerate(specs):
-                body = ResourceSlice(metadata={"name": f"{node}-{j}"}, spec=spec).to_wire()  # type: ignore[arg-type]
+                body = ResourceSlice(metadata={"name": f"{node}-{j}"}, spec=spec).to_wire()
                 if node in (scenario.get("incomplete") or ()):
                     body["spec"]["pool"]["resourceSliceCount"] += 1
                 slices.append(body)

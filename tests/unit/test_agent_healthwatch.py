@@ -60,7 +60,7 @@ async def test_an_xid_is_published_reported_and_warned_about() -> None:
     assert not watch.changed(now=0.0)  # once per change
 
     watch.published(inventory, devices)
-    next_report = asyncio.create_task(anext(stream))
+    next_report = asyncio.ensure_future(anext(stream))
     await watch.report()  # the listener fails: reported again next time
     await watch.report()
     assert reported == 2

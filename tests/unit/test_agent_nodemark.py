@@ -37,8 +37,10 @@ def marks(client: PatchClient) -> list[tuple[str, str]]:
 
 async def test_the_node_is_marked_on_change_only_and_a_failed_mark_is_retried() -> None:
     client = PatchClient()
-    mark = NodeMark(client, "n1")  # type: ignore[arg-type]  # the patch is all it uses
-    assert not mark.written
+    # the ignore below: a fake client; the patch is all it uses
+    mark = NodeMark(client, "n1")  # type: ignore[arg-type]
+    written_before = mark.written
+    assert not written_before
     assert not await mark.mark(published=True, generation=1)
     assert not await mark.mark(published=True, generation=1)
     client.failing = True

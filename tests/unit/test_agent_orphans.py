@@ -3,14 +3,16 @@ API outage does (nothing)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from gpudra.agent.checkpoint import ClaimEntry, DeviceRecord
+from gpudra.agent.claimpreparer import ClaimPreparer
 from gpudra.agent.kubeletplugin.messages import ClaimRef, UnprepareResult
 from gpudra.agent.orphans import OrphanSweeper, overdue
 from gpudra.errors import KubeConnectionError, NotFoundError
+from gpudra.kube.client import KubeClient
 
 
 @pytest.mark.parametrize(
@@ -81,12 +83,12 @@ async def test_an_outage_is_no_deletion_and_a_replaced_claim_is() -> None:
 
     now = [0.0]
     sweeper = OrphanSweeper(
-        preparer,
-        client,
+        cast(ClaimPreparer, preparer),  # the fakes have what the sweeper uses
+        cast(KubeClient, client),
         warn,
         grace=1.0,
         interval=1.0,
-        clock=lambda: now[0],  # type: ignore[arg-type]
+        clock=lambda: now[0],
     )
     client.down = True
     assert await sweeper.sweep() == []

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from _allocator_kit import CLASSES, claim, gpu, gpus, req, slice_
+from _allocator_kit import CLASSES, claim, gpu, gpus, picked, req, slice_
 
 from gpudra.allocator import Allocation, Allocator, ClusterSnapshot, Failure, render_text
+from gpudra.api.dra import ResourceSlice
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
 
 
-def allocator(*slices):  # type: ignore[no-untyped-def]
+def allocator(*slices: ResourceSlice) -> Allocator:
     return Allocator(ClusterSnapshot(list(slices)), CLASSES, share_id=lambda: "s")
 
 
@@ -18,7 +19,7 @@ def test_real_cel_selects_by_attribute_and_capacity() -> None:
     memory = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("64Gi")) >= 0'
     outcome = a.allocate("n1", [claim("c", req("gpu", "gpu.nvidia.com", H100, memory))])
     assert isinstance(outcome, Allocation)
-    assert outcome.claims[0].result.devices.results[0].device == "gpu-1"  # type: ignore[index,union-attr]
+    assert picked(outcome)[0].device == "gpu-1"
 
 
 def test_real_cel_version_attribute() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from random import Random
 from typing import Any
 
-from _allocator_kit import DRIVER, claim, gpu, gpus, make_allocator, match, req, slice_
+from _allocator_kit import DRIVER, claim, gpu, gpus, make_allocator, match, picked, req, slice_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,8 +40,8 @@ def test_a_device_on_which_the_selector_fails_still_aborts_the_attempt() -> None
     """One device lacks productName: Kubernetes' search reaches it and stops with an error that aborts the pod's
     scheduling attempt; the index cannot rule that out, so the node is searched as before."""
     broken = slice_("n3", [gpu("gpu-0"), gpu("gpu-1")])
-    assert broken.spec.devices is not None
-    del broken.spec.devices[1].attributes["productName"]  # type: ignore[union-attr]
+    assert broken.spec.devices is not None and broken.spec.devices[1].attributes is not None
+    del broken.spec.devices[1].attributes["productName"]
     allocator = make_allocator([*(gpus(f"n{i}", 2) for i in range(3)), broken], real_cel=True)
     outcome = allocator.find_node([claim("c", req("gpu", "gpu.nvidia.com", B300))])
     assert isinstance(outcome, Failure)
@@ -173,7 +173,7 @@ def test_a_node_whose_devices_all_pass_takes_them_without_evaluating_one() -> No
     allocator = make_allocator([gpus(f"n{i}", 4) for i in range(3)], real_cel=True)
     found = allocator.find_node([claim("c", req("gpu", "gpu.nvidia.com", H100, count=2))])
     assert isinstance(found, Allocation)
-    assert [r.device for r in found.claims[0].result.devices.results or []] == ["gpu-0", "gpu-1"]
+    assert [r.device for r in picked(found)] == ["gpu-0", "gpu-1"]
     assert evaluated(allocator) == 0
     # One B300 in the fleet: now the index cannot promise H100 for every device of the group, so they are looked at.
     allocator.snapshot.add_slice(gpus("n3", 1, product="NVIDIA B300"))
@@ -197,7 +197,7 @@ def test_an_older_generation_seen_from_a_node_is_evaluated_device_by_device() ->
     assert not isinstance(outcome, Allocation)
     taken = allocator.allocate("n1", [claim("d", req("gpu", "gpu.nvidia.com"))])
     assert isinstance(taken, Allocation)
-    assert [r.device for r in taken.claims[0].result.devices.results or []] == ["gpu-0"]
+    assert [r.device for r in picked(taken)] == ["gpu-0"]
 
 
 def _entries(r: Random, n: int) -> list[Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _allocator_kit import claim, distinct, gpu, make_allocator, match, req, slice_
+from _allocator_kit import claim, distinct, gpu, make_allocator, match, picked, req, slice_
 
 from gpudra.allocator import Allocation, Failure
 
@@ -22,7 +22,7 @@ def allocate(peers: dict[str, Any], *requests: Any, constraint: Any) -> list[str
     if isinstance(outcome, Failure):
         return outcome.reason
     assert isinstance(outcome, Allocation)
-    return [f"{r.request}:{r.device}" for r in outcome.claims[0].result.devices.results]
+    return [f"{r.request}:{r.device}" for r in picked(outcome)]
 
 
 @pytest.mark.parametrize(

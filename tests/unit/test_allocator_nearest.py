@@ -20,7 +20,15 @@ from _allocator_kit import (
     slice_,
 )
 
-from gpudra.allocator import Allocator, DeviceId, Explanation, NodeInfo, NodesFailure, explain_outcome
+from gpudra.allocator import (
+    Allocation,
+    Allocator,
+    DeviceId,
+    Explanation,
+    NodeInfo,
+    NodesFailure,
+    explain_outcome,
+)
 from gpudra.allocator.explanation import Repartition
 from gpudra.allocator.nearest import CLOSE, FAR, SHORT, WAITS, examine, rank
 from gpudra.api.dra import DeviceTaint, ResourceClaim, ResourceSlice
@@ -144,6 +152,7 @@ def test_distinct_attribute_shortfall() -> None:
 def test_a_runtime_error_in_a_class_selector_names_the_class() -> None:
     allocator = make_allocator([gpus("n1", 1)], [*CLASSES, device_class("broken", "boom")])
     outcome = allocator.allocate("n1", [claim("c", req("gpu", "broken"))])
+    assert not isinstance(outcome, Allocation)
     said = explain_outcome(outcome)
     assert said.headline.startswith("the selector of class broken fails on n1/gpu-0: ")
     assert said.reason == "InvalidSelector"
@@ -180,10 +189,12 @@ def test_claims_holding_devices_in_use_and_overlapping_ones_are_named_once() -> 
 def test_class_not_found_lists_the_classes_or_says_there_are_none() -> None:
     allocator = make_allocator([gpus("n1", 1)], [])
     outcome = allocator.find_node([claim("c", req("gpu", "gpu.nvidia.com"))])
+    assert not isinstance(outcome, Allocation)
     assert explain_outcome(outcome).headline == (
         "request gpu names DeviceClass gpu.nvidia.com, which does not exist; the cluster has no DeviceClass"
     )
     outcome = make_allocator([gpus("n1", 1)]).find_node([claim("c", req("gpu", "gpu"))])
+    assert not isinstance(outcome, Allocation)
     words = explain_outcome(outcome, classes=["gpu.nvidia.com", "mig.nvidia.com"]).headline
     assert (
         words

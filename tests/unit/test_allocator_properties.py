@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _allocator_kit import claim, distinct, gpu, make_allocator, match, req, slice_
+from _allocator_kit import claim, distinct, gpu, make_allocator, match, picked, req, slice_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,7 +88,7 @@ def run(devices: list[Dev], requests: list[tuple[str, int, int | None]], cons: l
         slice_(
             "n1",
             [
-                gpu(name, group=group, **({} if model is None else {"model": model}))
+                gpu(name, group=group) if model is None else gpu(name, group=group, model=model)
                 for name, model, group in devices
             ],
         )
@@ -124,7 +124,7 @@ def test_same_answer_as_kubernetes_naive_search(problem: Any) -> None:
         assert outcome.reason == "InvalidSelector", outcome
     else:
         assert isinstance(outcome, Allocation), outcome
-        results = outcome.claims[0].result.devices.results or []  # type: ignore[union-attr]
+        results = picked(outcome)
         got = [f"{r.request}:{r.device}" for r in results]
         assert got == expected
         assert len({r.device for r in results}) == len(results)  # never a device twice

@@ -602,7 +602,9 @@ def test_result_matches_kubernetes_status_shape() -> None:
     """Kubernetes writes results, FromClass configs (requests emptied when they cover every request),
     FromClaim
     configs, and a nodeSelector pinning node-local devices to the node."""
-    classes = [device_class("gpu.nvidia.com", CLASSES[0].spec.selectors[0].cel.expression, {"sharing": "x"})]  # type: ignore[index,union-attr]
+    (selector,) = CLASSES[0].spec.selectors or []
+    assert selector.cel is not None
+    classes = [device_class("gpu.nvidia.com", selector.cel.expression, {"sharing": "x"})]
     allocator = make_allocator([gpus("n1", 2)], classes)
     c = claim(
         "c",
@@ -672,7 +674,7 @@ def test_shares_commit_and_counters_charged_once() -> None:
     cs = [counter_set("gpu-0-counter-set", memory_slices=8)]
     consumes = [
         DeviceCounterConsumption(counter_set="gpu-0-counter-set", counters={"memory-slices": {"value": "8"}})
-    ]  # type: ignore[dict-item]
+    ]
     allocator = make_allocator(
         [slice_("n1", [gpu("gpu-0", multi=True, capacity=cap, consumes=consumes)], counters=cs)]
     )

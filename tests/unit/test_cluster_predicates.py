@@ -210,7 +210,7 @@ def test_the_failure_message_is_kube_schedulers() -> None:
 
 
 def test_what_is_not_implemented_is_named_by_its_field() -> None:
-    spec = {
+    spec: dict[str, Any] = {
         "topologySpreadConstraints": [{"maxSkew": 1}],
         "affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}},
         "priorityClassName": "high",

@@ -124,7 +124,7 @@ def test_changes_are_reported_and_a_closed_stream_makes_its_devices_unknown() ->
 
 
 def test_container_statuses_get_the_entries_and_lose_stale_ones() -> None:
-    statuses = [
+    statuses: list[dict[str, Any]] = [
         {"name": "main", "ready": True, "allocatedResourcesStatus": [{"name": "claim:old"}]},
         {"name": "x"},
     ]

@@ -198,6 +198,7 @@ def test_unknown_mode_and_missing_image_are_clear_errors() -> None:
             drivers=DriverNames(),
             driver_namespace="x",
             daemon_image="i",
+            # the ignore below: not a mode, on purpose: it must be refused
             mode="sidecar",  # type: ignore[arg-type]
         )
     with pytest.raises(InvalidInputError, match="image"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -22,6 +23,7 @@ from gpudra.computedomain.index import (
     check_node_admits,
     release_departed,
 )
+from gpudra.computedomain.names import DaemonMode
 from gpudra.errors import CliqueFullError, ComputeDomainError, ComputeDomainPlacementError, InvalidInputError
 
 CLIQUE = "5d1c9f62-0000-4000-8000-000000000001.7"
@@ -173,7 +175,7 @@ def test_the_deal_follows_the_joining_order_and_refuses_those_beyond_the_free_in
     clique = join(empty_clique(), *nodes)
     for node in ("late-a", "late-b", "late-c"):
         clique = appended(clique, node)
-    assert own_entry_patch(clique, report("late-b"))[0] == 17  # type: ignore[index]
+    assert own_entry_patch(clique, report("late-b")) == (17, ANY)
     with pytest.raises(
         CliqueFullError, match=r"16 daemon indices are taken .* the other 2 go to late-a, late-b, which"
     ):
@@ -183,9 +185,11 @@ def test_the_deal_follows_the_joining_order_and_refuses_those_beyond_the_free_in
 def test_an_unchanged_entry_needs_no_write_and_a_refresh_touches_only_its_own_entry() -> None:
     clique = join(empty_clique(), "n0", "n1")
     assert own_entry_patch(clique, report("n1")) == (1, [])
-    index, patch = own_entry_patch(  # type: ignore[misc]
+    refreshed = own_entry_patch(
         clique, report("n1", status="NotReady").model_copy(update={"ip_address": "10.9.9.9"})
     )
+    assert refreshed is not None
+    index, patch = refreshed
     assert [op["op"] for op in patch] == ["test", "replace"] and patch[1]["path"] == "/daemons/1"
     (entry,) = [d for d in patched(clique, patch).daemons or [] if d.node_name == "n1"]
     assert (index, entry.index, entry.status, entry.ip_address) == (1, 1, "NotReady", "10.9.9.9")
@@ -217,12 +221,12 @@ def test_report_from_another_clique_is_rejected() -> None:
         ("host-managed", [B, C], False),  # one shared daemon, domains split by channel
     ],
 )
-def test_node_admission(mode: str, on_node: list[DomainRef], fails: bool) -> None:
+def test_node_admission(mode: DaemonMode, on_node: list[DomainRef], fails: bool) -> None:
     if not fails:
-        check_node_admits("node-1", A, on_node, mode)  # type: ignore[arg-type]
+        check_node_admits("node-1", A, on_node, mode)
         return
     with pytest.raises(ComputeDomainPlacementError) as caught:
-        check_node_admits("node-1", A, on_node, mode)  # type: ignore[arg-type]
+        check_node_admits("node-1", A, on_node, mode)
     message = str(caught.value)
     assert "node-1" in message and "team/a" in message and "team/b" in message and "host-managed" in message
     assert caught.value.retryable
@@ -240,9 +244,12 @@ def test_node_admission(mode: str, on_node: list[DomainRef], fails: bool) -> Non
     ],
 )
 def test_channel_leases(
-    mode: str, joining: DomainRef, leases: dict[str, tuple[DomainRef, ChannelLease]], expected: ChannelLease
+    mode: DaemonMode,
+    joining: DomainRef,
+    leases: dict[str, tuple[DomainRef, ChannelLease]],
+    expected: ChannelLease,
 ) -> None:
-    assert assign_channels(joining, leases, mode, clique_id=CLIQUE) == expected  # type: ignore[arg-type]
+    assert assign_channels(joining, leases, mode, clique_id=CLIQUE) == expected
 
 
 @pytest.mark.parametrize(

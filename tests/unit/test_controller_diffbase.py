@@ -53,8 +53,8 @@ LAST = json.dumps({"spec": {"replicas": 1}})
     ],
 )  # fmt: skip
 def test_the_essence_is_the_one_kopf_computes(body: dict[str, Any], extra: list[str] | None) -> None:
-    wanted = kopf.AnnotationsDiffBaseStorage().build(body=kopf.Body(body), extra_fields=extra)
-    got = LeanDiffBaseStorage().build(body=kopf.Body(body), extra_fields=extra)
+    wanted = kopf.AnnotationsDiffBaseStorage().build(body=as_body(body), extra_fields=extra)
+    got = LeanDiffBaseStorage().build(body=as_body(body), extra_fields=extra)
     assert got == wanted
 
 
@@ -97,9 +97,9 @@ def test_a_kind_without_change_handlers_gets_an_empty_essence_and_a_tracked_one_
     domain = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "metadata": {"name": "d"},
               "spec": {"numNodes": 0}}  # fmt: skip
     storage = LeanDiffBaseStorage(tracked_kinds=CHANGE_HANDLED_KINDS)
-    assert storage.build(body=kopf.Body(claim)) == {}
-    assert storage.build(body=kopf.Body(domain)) == kopf.AnnotationsDiffBaseStorage().build(
-        body=kopf.Body(domain)
+    assert storage.build(body=as_body(claim)) == {}
+    assert storage.build(body=as_body(domain)) == kopf.AnnotationsDiffBaseStorage().build(
+        body=as_body(domain)
     )
 
 
@@ -134,27 +134,21 @@ def test_the_last_handled_spec_is_written_to_status_and_an_older_annotation_remo
     legacy = kopf.AnnotationsDiffBaseStorage()
     storage = LeanDiffBaseStorage(tracked_kinds=CHANGE_HANDLED_KINDS)
     older = kopf.Patch()
-    legacy.store(
-        body=kopf.Body(DOMAIN), patch=older, essence=cast(kopf.BodyEssence, {"spec": {"numNodes": 1}})
-    )
+    legacy.store(body=as_body(DOMAIN), patch=older, essence=cast(kopf.BodyEssence, {"spec": {"numNodes": 1}}))
     body = json.loads(json.dumps(DOMAIN))
     body["metadata"]["annotations"].update(older["metadata"]["annotations"])
 
-    assert storage.fetch(body=kopf.Body(body)) == {"spec": {"numNodes": 1}}
-    assert storage.build(body=kopf.Body(body)) == storage.build(
-        body=kopf.Body(DOMAIN)
-    )  # not part of the essence
+    assert storage.fetch(body=as_body(body)) == {"spec": {"numNodes": 1}}
+    assert storage.build(body=as_body(body)) == storage.build(body=as_body(DOMAIN))  # not part of the essence
 
     patch = kopf.Patch()
-    storage.store(
-        body=kopf.Body(body), patch=patch, essence=cast(kopf.BodyEssence, {"spec": {"numNodes": 2}})
-    )
+    storage.store(body=as_body(body), patch=patch, essence=cast(kopf.BodyEssence, {"spec": {"numNodes": 2}}))
     annotations = patch["metadata"]["annotations"]
     assert annotations and all(value is None for value in annotations.values())
     assert set(annotations) <= set(body["metadata"]["annotations"]) - {"example.com/notes"}
     stored = dict(body, status={"kopf": patch["status"]["kopf"]})
     stored["metadata"] = DOMAIN["metadata"]
-    assert storage.fetch(body=kopf.Body(stored)) == {"spec": {"numNodes": 2}}
+    assert storage.fetch(body=as_body(stored)) == {"spec": {"numNodes": 2}}
 
 
 def test_progress_is_written_to_status_and_an_older_annotation_removed() -> None:
@@ -162,13 +156,18 @@ def test_progress_is_written_to_status_and_an_older_annotation_removed() -> None
     storage = LeanProgressStorage()
     key = kopf.HandlerId("ensure_children")
     older = kopf.Patch()
-    legacy.store(key=key, record={"retries": 3}, body=kopf.Body(DOMAIN), patch=older)
+    legacy.store(key=key, record={"retries": 3}, body=as_body(DOMAIN), patch=older)
     body = json.loads(json.dumps(DOMAIN))
     body["metadata"]["annotations"].update(older["metadata"]["annotations"])
-    assert storage.fetch(key=key, body=kopf.Body(body)) == {"retries": 3}
+    assert storage.fetch(key=key, body=as_body(body)) == {"retries": 3}
 
     patch = kopf.Patch()
-    storage.store(key=key, record={"retries": 4}, body=kopf.Body(body), patch=patch)
-    storage.touch(body=kopf.Body(body), patch=patch, value="now")
+    storage.store(key=key, record={"retries": 4}, body=as_body(body), patch=patch)
+    storage.touch(body=as_body(body), patch=patch, value="now")
     assert patch["status"]["kopf"] == {"progress": {"ensure_children": {"retries": 4}}, "dummy": "now"}
     assert all(value is None for value in patch["metadata"]["annotations"].values())
+
+
+def as_body(raw: dict[str, Any]) -> kopf.Body:
+    """kopf's view of an object, as kopf hands it to a handler."""
+    return kopf.Body(cast(kopf.RawBody, raw))

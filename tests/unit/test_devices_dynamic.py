@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from functools import cache
 
 import pytest
-from _allocator_kit import claim, make_allocator, req
+from _allocator_kit import claim, make_allocator, picked, req
 from _dynamic_kit import NODE, node
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.allocator import Allocation, Failure
-from gpudra.api.dra import Device, ResourceSlice
+from gpudra.api.dra import Device, DeviceRequest, ResourceSlice
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.quantity import parse_quantity
 from gpudra.devices.dynamic import build_node_devices, gpu_counters, placement_counters
@@ -167,7 +167,7 @@ def slices(layout: CounterLayout) -> list[ResourceSlice]:
     return [ResourceSlice(metadata=ObjectMeta(name=f"{NODE}-{i}"), spec=s) for i, s in enumerate(specs)]
 
 
-def profile_request(name: str, profile: str, count: int = 1) -> object:
+def profile_request(name: str, profile: str, count: int = 1) -> DeviceRequest:
     return req(
         name, "mig.nvidia.com", f'device.attributes["gpu.nvidia.com"].profile == "{profile}"', count=count
     )
@@ -260,7 +260,7 @@ def test_claims_one_by_one_always_leave_a_valid_layout_on_each_gpu(profiles: lis
     assert model is not None
     by_gpu: dict[str, list[Allocation]] = {}
     for outcome in done:
-        (result,) = outcome.claims[0].result.devices.results or []  # type: ignore[union-attr]
+        (result,) = picked(outcome)
         by_gpu.setdefault(result.device.split("-mig-")[0], []).append(outcome)
     for outcomes in by_gpu.values():
         assert layout_problems(model, allocated_layout(outcomes)) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 import pynvml
@@ -262,7 +263,7 @@ def test_a_lost_gpu_is_logged_once_then_once_a_minute(
 ) -> None:
     """The inventory is read several times a second: a lost GPU said so at every read (4 lines a second)."""
     clock = [1000.0]
-    monkeypatch.setattr(nvml_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     dgx_h100.nvml.lose_gpu(4)
     with caplog.at_level(logging.WARNING, logger=nvml_module.__name__):
         for _ in range(20):
@@ -303,6 +304,7 @@ def test_real_pynvml_without_a_driver_reports_a_hardware_error() -> None:
 
 def test_pci_bus_id_is_normalized_for_kubernetes() -> None:
     assert normalize_pci_bus_id("00000000:1A:00.0") == "0000:1a:00.0"
+    # the ignore below: bytes, as older NVML bindings return the bus id
     assert normalize_pci_bus_id(b"00000008:01:00.0") == "0008:01:00.0"  # type: ignore[arg-type]
 
 

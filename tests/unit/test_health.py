@@ -68,7 +68,7 @@ def test_taints_with_effect_none_are_left_out_for_a_server_that_does_not_know_th
 
     def effects(informational: bool) -> tuple[list[str], list[str]]:
         by_name = {
-            d.name: [t.effect for t in d.taints or ()]
+            d.name: [str(t.effect) for t in d.taints or ()]
             for d in with_taints(devices, taints, informational=informational)
         }
         return by_name["gpu-0"], by_name["gpu-1"]

@@ -9,7 +9,8 @@ import aiohttp
 import pytest
 
 from gpudra.errors import KubeConnectionError
-from gpudra.kube.client import WATCH_READ_BUFFER, _lines
+from gpudra.kube.client import _lines
+from gpudra.kube.transport import WATCH_READ_BUFFER
 
 
 async def _split(chunks: list[bytes]) -> list[bytes]:

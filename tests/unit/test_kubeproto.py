@@ -41,7 +41,7 @@ _SPECIAL = {
 }
 
 
-def _reachable(roots: list[Descriptor]) -> dict[str, Descriptor]:
+def _reachable(roots: list[Any]) -> dict[str, Descriptor]:
     seen: dict[str, Descriptor] = {}
     pending = list(roots)
     while pending:
@@ -219,16 +219,16 @@ def test_json_objects_survive_the_protobuf_form(obj: dict[str, Any]) -> None:
 
 
 def test_inlined_structs_and_special_types_take_their_go_json_form() -> None:
-    pod = from_json(_pb("v1", "Pod"), ROUND_TRIPS[0])
+    pod: Any = from_json(_pb("v1", "Pod"), ROUND_TRIPS[0])  # generated messages: their fields are not typed
     volume = pod.spec.volumes[0]
     assert volume.volumeSource.emptyDir.sizeLimit.string == "1Gi"  # inlined VolumeSource
     secret_ref = pod.spec.containers[0].env[1].valueFrom.secretKeyRef
     assert secret_ref.localObjectReference.name == "s"  # inlined LocalObjectReference
     assert pod.spec.containers[0].readinessProbe.handler.httpGet.port.strVal == "http"
-    claim = from_json(_pb("resource.k8s.io/v1", "ResourceClaim"), ROUND_TRIPS[3])
+    claim: Any = from_json(_pb("resource.k8s.io/v1", "ResourceClaim"), ROUND_TRIPS[3])
     raw = claim.spec.devices.config[0].deviceConfiguration.opaque.parameters.raw
     assert raw == b'{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig"}'
-    event = from_json(_pb("events.k8s.io/v1", "Event"), ROUND_TRIPS[4])
+    event: Any = from_json(_pb("events.k8s.io/v1", "Event"), ROUND_TRIPS[4])
     assert event.eventTime.nanos == 123456000
 
 

@@ -10,7 +10,7 @@ import math
 from fractions import Fraction
 
 import pytest
-from _allocator_kit import claim, device_class, make_allocator, req, slice_
+from _allocator_kit import claim, device_class, make_allocator, picked, req, slice_
 from _dynamic_kit import node
 
 from gpudra.allocator import Allocation
@@ -88,7 +88,7 @@ def test_shared_gpu_memory_charge_matches_what_the_scheduler_consumes(
     capacity = {"memory": requested} if requested is not None else None
     outcome = allocator.allocate("n", [claim("c", req("gpu", "shared.gpu.nvidia.com", capacity=capacity))])
     assert isinstance(outcome, Allocation), outcome
-    (result,) = outcome.claims[0].result.devices.results or []  # type: ignore[union-attr]
+    (result,) = picked(outcome)
     consumed = {k: parse_quantity(v) for k, v in (result.consumed_capacity or {}).items()}
     assert consumed == {"memory": Fraction(charged_mi * MI), SHARES_CAPACITY: Fraction(1)}
 

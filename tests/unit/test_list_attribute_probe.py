@@ -55,6 +55,7 @@ async def test_the_agent_checks_once_then_again_after_a_refused_write() -> None:
     async def warn(reason: str, message: str) -> None:
         warnings.append((reason, message))
 
+    # the ignore below: a fake client with the calls the probe makes
     lists = ListAttributes(client, enabled=True, driver="d", node_name="n1", warn=warn)  # type: ignore[arg-type]
     await lists.check_if_needed()
     await lists.check_if_needed()
@@ -74,6 +75,7 @@ async def test_with_the_setting_off_nothing_is_asked() -> None:
     async def warn(reason: str, message: str) -> None:
         raise AssertionError("no warning expected")
 
+    # the ignore below: a fake client with the calls the probe makes
     lists = ListAttributes(client, enabled=False, driver="d", node_name="n1", warn=warn)  # type: ignore[arg-type]
     await lists.check_if_needed()
     assert not publishing(lists) and client.probes == 0

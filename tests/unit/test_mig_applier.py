@@ -267,7 +267,7 @@ def test_an_invalid_layout_is_reported_and_the_hardware_untouched(
 def test_dynamic_policy_enables_mig_and_hands_the_gpus_to_the_agent(tmp_path: Path) -> None:
     fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
     backend = NvmlBackend(NODE, nvml=fake)
-    marked: list[frozenset[str]] = []
+    marked: list[frozenset[str] | None] = []
     a = MigApplier(
         backend, PlanJournal(tmp_path / "p.json", node=NODE), node=NODE, mark_dynamic=marked.append
     )
@@ -346,7 +346,7 @@ def test_a_layout_names_gpus_by_minor_while_an_earlier_gpu_is_on_vfio(tmp_path: 
     assert layouts(backend.read_inventory())[2] == place_counts(H100, {"3g.40gb": 2})  # NVML index 2: minor 3
     assert after[3].uuid == before[3].uuid and after[3].mig_enabled
     assert [m for m, g in after.items() if g.mig_enabled] == [3], "no other GPU touched"
-    marked: list[frozenset[str]] = []
+    marked: list[frozenset[str] | None] = []
     dynamic = MigApplier(
         backend, PlanJournal(tmp_path / "d.json", node=NODE), node=NODE, mark_dynamic=marked.append
     )

@@ -34,8 +34,7 @@ def slices() -> list[dict[str, Any]]:
     inventory = simulated_backend("dgx-a100", NODE).backend.read_inventory()
     specs = build_slice_specs(node_name=NODE, driver=DRIVER, devices=build_devices(inventory), generation=1)
     return [
-        ResourceSlice(metadata={"name": f"{NODE}-{i}"}, spec=spec).to_wire()  # type: ignore[arg-type]
-        for i, spec in enumerate(specs)
+        ResourceSlice(metadata={"name": f"{NODE}-{i}"}, spec=spec).to_wire() for i, spec in enumerate(specs)
     ]
 
 

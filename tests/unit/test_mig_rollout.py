@@ -58,8 +58,8 @@ def test_a_layout_invalid_on_a_nodes_gpus_is_not_handed_to_it() -> None:
 
 
 def test_the_mig_config_label_names_a_config_and_a_layout_takes_precedence() -> None:
-    labelled = node("n1", **{CONFIG_LABEL: "all-balanced"})
-    out = plan_rollout([], [labelled, node("n2", **{CONFIG_LABEL: "nope"})], {
+    labelled = node("n1", H100_GPUS, **{CONFIG_LABEL: "all-balanced"})
+    out = plan_rollout([], [labelled, node("n2", H100_GPUS, **{CONFIG_LABEL: "nope"})], {
         "all-balanced": (BALANCED, ""), "nope": ((), "no mig-parted config named 'nope'")})  # fmt: skip
     assert DesiredState.from_json(out.desired["n1"] or "").source == "Label"
     assert out.failed_labels == {"n2": f"{CONFIG_LABEL}=nope: no mig-parted config named 'nope'"}

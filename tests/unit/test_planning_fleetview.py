@@ -43,7 +43,9 @@ def test_static_mig_gpu_is_drawn_to_scale_with_each_instance_placed() -> None:
 
 def test_holders_of_mig_instances_and_whole_gpus() -> None:
     a100 = card("dgx-a100", held={"gpu-0-mig-3g20gb-9-4": "team-a/infer"})
-    (held,) = [s for s in a100.gpus[0].mig.instances if s.holder]  # type: ignore[union-attr]
+    mig = a100.gpus[0].mig
+    assert mig is not None
+    (held,) = [s for s in mig.instances if s.holder]
     assert held == MigSlot("gpu-0-mig-3g20gb-9-4", "3g.20gb", 4, 4, 3, holder="team-a/infer")
     assert a100.gpus[0].state == "partial" and a100.gpus[1].state == "free"
     h100 = card("dgx-h100", held={"gpu-3": "default/train"})

@@ -126,7 +126,7 @@ def _requests(the_pod: Pod) -> list[tuple[str, str, str | None, int | None]]:
     (claim,) = [c.implicit for c in pod_claims(the_pod, [], MAPPING) if c.implicit is not None]
     assert claim.metadata.namespace == "ml"
     assert claim.metadata.annotations == EXTENDED
-    out = []
+    out: list[tuple[str, str, str | None, int | None]] = []
     for r in claim.spec.devices.requests or []:
         assert r.exactly is not None
         out.append((r.name, r.exactly.device_class_name, r.exactly.allocation_mode, r.exactly.count))

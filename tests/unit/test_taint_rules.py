@@ -72,7 +72,7 @@ def result(tolerations: list[dict[str, Any]] | None = None) -> DeviceRequestAllo
 
 
 def published(effect: str) -> Any:
-    taint = DeviceTaint(key="gpu.nvidia.com/xid", value="79", effect=effect, time_added=T0)  # type: ignore[arg-type]
+    taint = DeviceTaint(key="gpu.nvidia.com/xid", value="79", effect=effect, time_added=T0)
     return lambda driver, pool, device: [taint] if device == "gpu-0" else []
 
 

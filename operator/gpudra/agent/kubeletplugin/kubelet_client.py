@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -129,7 +129,9 @@ class KubeletClient:
         _check_keys("NodeUnprepareResources", claims, response.claims)
         return {uid: UnprepareResult(error=r.error) for uid, r in response.claims.items()}
 
-    async def watch_health(self, version: HealthVersion | None = None) -> AsyncIterator[list[DeviceHealth]]:
+    async def watch_health(
+        self, version: HealthVersion | None = None
+    ) -> AsyncGenerator[list[DeviceHealth], None]:
         """Yield each health update of the plugin's stream until it ends; needs the plugin to advertise it.
         Without ``version``, the newest one the plugin advertises, as the 1.37 kubelet picks."""
         _, channel = self._target(None)

@@ -254,8 +254,9 @@ class Compiler:
 _COMPILER = Compiler()
 
 
-def decode(body: dict[str, Any], kind: GoType) -> Decoded:
-    """Decode ``body`` as ``kind``: the pruned object, the unknown fields, the first type error."""
+def decode(body: Any, kind: GoType) -> Decoded:
+    """Decode ``body`` (a JSON value: an object for a kind) as ``kind``: the pruned object, the unknown fields, the
+    first type error."""
     walk = Walk()
     value = _COMPILER.decoder(kind)(body, None, walk)
     return Decoded(value, walk.unknown, walk.type_error)
