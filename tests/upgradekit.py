@@ -172,8 +172,11 @@ async def a_prepare_in_flight_at_the_handover_happens_once(cluster: EmbeddedClus
         kubelet = KubeletClient(new.plugin.registration_socket)
         await kubelet.register()
         retried = asyncio.create_task(kubelet.prepare([ClaimRef(namespace="default", uid=uid, name="small")]))
-        await asyncio.sleep(1.0)  # both wait: the old on the hardware, the new for the node
-        assert not retried.done() and not new.role.active.is_set()
+        await eventually(old.role.yielding.is_set, what="the old agent seeing the new one ask for the node")
+        done, _ = await asyncio.wait({retried}, timeout=10 * new.role.poll)  # ten of the new agent's polls
+        assert (
+            not done and not new.role.active.is_set()
+        )  # both wait: the old on the hardware, the new for the node
         release.set()
         answer = (await asyncio.wait_for(retried, 30))[uid]
         assert not answer.error and answer.devices

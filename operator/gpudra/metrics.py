@@ -63,6 +63,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.explain_round_seconds = Histogram(
+            "gpudra_explain_round_seconds",
+            "Time one round of explaining pending claims and pods took (one round every pending interval; the "
+            "count says the explainer is running).",
+            buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+            registry=r,
+        )
         self.claim_pending_seconds = Histogram(
             "gpudra_claim_pending_seconds",
             "Time from creation to allocation of claims that were seen pending.",

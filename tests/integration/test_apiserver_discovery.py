@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi, VersionApi
+
+from gpudra.testing import eventually
 
 TABLE = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -219,6 +220,9 @@ async def test_crd_becomes_served_with_conditions_defaults_and_columns(
     assert table["rows"][0]["cells"] == ["w", 3, "True", "i"]
     async with http.delete(f"{CRDS}/widgets.example.com") as rsp:
         assert rsp.status == 200
-    await asyncio.sleep(0)
-    async with http.get("/apis/example.com/v1/namespaces/default/widgets") as rsp:
-        assert rsp.status == 404
+
+    async def unserved() -> bool:
+        async with http.get("/apis/example.com/v1/namespaces/default/widgets") as rsp:
+            return rsp.status == 404
+
+    await eventually(unserved, what="the deleted CRD's resource no longer served")

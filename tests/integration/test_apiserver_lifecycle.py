@@ -7,6 +7,8 @@ from typing import Any
 
 import aiohttp
 
+from gpudra.testing import eventually
+
 NODES = "/api/v1/nodes"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CMS = "/api/v1/namespaces/default/configmaps"
@@ -159,10 +161,16 @@ async def test_orphan_propagation_removes_owner_references(http: aiohttp.ClientS
     await create(http, CMS, {"metadata": {"name": "dep", "ownerReferences": owned_by(owner)}})
     async with http.delete(f"{CMS}/owner", json={"propagationPolicy": "Orphan"}) as rsp:
         assert rsp.status == 200
-    await asyncio.sleep(0.1)
+
+    async def orphaned() -> bool:
+        async with http.get(f"{CMS}/dep") as rsp:
+            assert rsp.status == 200, "the dependent was deleted"
+            return "ownerReferences" not in (await rsp.json())["metadata"]
+
+    await eventually(orphaned, what="the dependent without its ownerReference")
+    await eventually_gone(http, f"{CMS}/owner")
     async with http.get(f"{CMS}/dep") as rsp:
         assert rsp.status == 200
-        assert "ownerReferences" not in (await rsp.json())["metadata"]
 
 
 async def test_foreground_deletion_waits_for_dependents(http: aiohttp.ClientSession) -> None:
@@ -173,8 +181,15 @@ async def test_foreground_deletion_waits_for_dependents(http: aiohttp.ClientSess
     async with http.delete(f"{CMS}/owner?propagationPolicy=Foreground") as rsp:
         assert rsp.status == 202
         assert "foregroundDeletion" in (await rsp.json())["metadata"]["finalizers"]
-    await asyncio.sleep(0.1)
-    async with http.get(f"{CMS}/owner") as rsp:
+
+    async def dependent_deleting() -> bool:
+        async with http.get(f"{CMS}/dep") as rsp:
+            return bool((await rsp.json())["metadata"].get("deletionTimestamp"))
+
+    await eventually(dependent_deleting, what="the dependent marked for deletion")
+    async with http.get(
+        f"{CMS}/owner"
+    ) as rsp:  # the collector has acted on the dependent: the owner waits for it
         assert rsp.status == 200
     await http.patch(f"{CMS}/dep", json={"metadata": {"finalizers": None}}, headers=MERGE)
     await eventually_gone(http, f"{CMS}/owner")

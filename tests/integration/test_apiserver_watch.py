@@ -115,8 +115,7 @@ async def test_watch_from_resource_version_with_timeout(kube_api: ApiClient) -> 
     listed = await api.list_namespaced_config_map("default")
     rv = listed.metadata.resource_version
 
-    async def write() -> None:
-        await asyncio.sleep(0.1)
+    async def write() -> None:  # before or after the watch starts: it begins at the list's resourceVersion
         await api.create_namespaced_config_map("default", {"metadata": {"name": "after"}})  # type: ignore[arg-type]
         await api.patch_namespaced_config_map(
             "after",

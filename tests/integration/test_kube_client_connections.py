@@ -10,7 +10,7 @@ import contextlib
 
 import pytest
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, eventually
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NODES
 
@@ -26,9 +26,12 @@ async def test_the_shared_client_serves_requests_beside_more_watches_than_the_de
     cluster = await start_cluster("l4x4:1")
     client = cluster.client
     assert client is not None
+    assert cluster.server is not None
+    nodes = cluster.server.database.stores[("", "nodes")]
+    before = len(nodes.watchers)  # the cluster's own
     watches = [asyncio.create_task(_watch_forever(client)) for _ in range(110)]
     try:
-        await asyncio.sleep(0.5)  # let them connect
+        await eventually(lambda: len(nodes.watchers) >= before + 110, what="the 110 watches open on the server")
         items, _ = await asyncio.wait_for(client.list(NODES), timeout=10)
         assert [n["metadata"]["name"] for n in items] == ["l4x4-0"]
     finally:

@@ -3,13 +3,11 @@ them by reason in metrics, and never puts a finalizer on a claim it does not own
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import pytest
 
-from clusterkit import StartCluster
+from clusterkit import StartCluster, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
 from gpudra.kube.resources import EVENTS, RESOURCE_CLAIMS
@@ -36,19 +34,24 @@ async def test_pending_claim_gets_one_explaining_event(cluster: EmbeddedCluster)
     assert cluster.client is not None
     expression = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
     await cluster.client.create(RESOURCE_CLAIMS, claim("wants-h100", expression), "default")
-    deadline = time.monotonic() + 20
-    events: list[dict[str, Any]] = []
-    while not events and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-        events, _ = await cluster.client.list(
-            EVENTS, "default", field_selector="involvedObject.name=wants-h100"
-        )
-        events = [e for e in events if e["source"]["component"] == "gpudra-controller"]
-    assert events, "no explanation event from the controller"
+    client = cluster.client
+
+    async def explained() -> list[dict[str, Any]]:
+        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=wants-h100")
+        return [e for e in events if e["source"]["component"] == "gpudra-controller"]
+
+    events = await eventually(explained, 20, what="an explanation Event from the controller")
     assert events[0]["reason"] == "NoMatchingDevice"
     assert "NVIDIA H100 80GB HBM3" in events[0]["message"] or "no matching device" in events[0]["message"]
 
-    await asyncio.sleep(1.5)  # several more timer ticks: the same explanation is not posted again
+    rounds = cluster.metrics.registry.get_sample_value("gpudra_explain_round_seconds_count") or 0
+    await eventually(  # three more rounds of explaining: the same explanation is not posted again
+        lambda: (
+            (cluster.metrics.registry.get_sample_value("gpudra_explain_round_seconds_count") or 0)
+            >= rounds + 3
+        ),
+        what="three more rounds of explanations",
+    )
     again, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=wants-h100")
     assert len([e for e in again if e["source"]["component"] == "gpudra-controller"]) == 1
 

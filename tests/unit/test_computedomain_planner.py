@@ -25,6 +25,7 @@ from gpudra.errors import ConflictError, InvalidInputError, NotFoundError, Prepa
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, Resource
+from gpudra.testing import eventually
 
 NODE = "tray-0"
 CLIQUE = "6b3f7d0e-2c1a-4f55-9e0b-1d2c3b4a5f60.7"
@@ -259,7 +260,7 @@ async def test_a_waiting_prepare_is_answered_when_the_daemon_turns_ready_and_say
     api, events = MemoryApi(), SaidEvents()
     planner = await planner_for(tmp_path, api, daemon_wait=10, events=cast(EventRecorder, events))
     waiting = asyncio.create_task(plan(planner, "u1", "channel-0", channel("d1")))
-    await asyncio.sleep(0.3)
+    await eventually(lambda: events.said, 5, what="the notice that the prepare waits")
     assert not waiting.done()
     assert events.said == [
         (
@@ -270,7 +271,7 @@ async def test_a_waiting_prepare_is_answered_when_the_daemon_turns_ready_and_say
         )
     ]
     api.daemon("d1", "NotReady")
-    await asyncio.sleep(0.05)
+    await eventually(lambda: all(q.empty() for q in api.watches), 5, what="the planner reading the change")
     assert not waiting.done()
     api.daemon("d1", "Ready")
     done = await asyncio.wait_for(waiting, 2)

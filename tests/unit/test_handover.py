@@ -22,27 +22,27 @@ async def test_a_newer_instance_waits_for_the_operation_in_flight_then_takes_the
     new.start()
     await old.acquire()
     old.open()
-    finish = asyncio.Event()
+    entered, finish = asyncio.Event(), asyncio.Event()
 
     async def in_flight() -> None:
         async with old.operation():
+            entered.set()
             await finish.wait()
 
     call = asyncio.create_task(in_flight())
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(entered.wait(), 5)
     holding = asyncio.create_task(old.hold())
     taking = asyncio.create_task(new.acquire())
-    waiting = asyncio.create_task(new.operation().__aenter__())
-    await asyncio.sleep(0.2)
-    assert (
-        not holding.done() and not taking.done() and not waiting.done()
-    )  # the call in flight holds the node
+    waiting = asyncio.ensure_future(new.operation().__aenter__())
+    await asyncio.wait_for(old.yielding.wait(), 5)  # the old instance saw the new one ask
+    done, _ = await asyncio.wait({holding, taking, waiting}, timeout=10 * old.poll)  # ten of their polls
+    assert not done  # the call in flight holds the node
     finish.set()
     await asyncio.wait_for(holding, 5)
     old.release()
     await asyncio.wait_for(taking, 5)
-    await asyncio.sleep(0.1)
-    assert not waiting.done()  # the lock is not enough: the state is reloaded first
+    done, _ = await asyncio.wait({waiting}, timeout=10 * new.poll)
+    assert not done  # the lock is not enough: the state is reloaded first
     new.open()
     await asyncio.wait_for(waiting, 5)  # the new instance's waiting call runs now
     assert new.active.is_set() and old.handed_to == "new"

@@ -79,7 +79,7 @@ def build_registry(
         # Not a kopf timer: timers put a finalizer on every claim, and a controller must never block the deletion
         # of objects it does not own. One loop over the unallocated claims the claim handler keeps instead.
         explainer = asyncio.get_running_loop().create_task(
-            _explain_loop(pending, pods, settings, kwargs["device_classes"])
+            _explain_loop(pending, pods, settings, metrics, kwargs["device_classes"])
         )
         explainers.append(explainer)
         explainers.append(asyncio.get_running_loop().create_task(pods.informer.run()))
@@ -167,6 +167,7 @@ async def _explain_loop(
     pending: PendingClaims,
     pods: PendingPods,
     settings: ControllerSettings,
+    metrics: Metrics,
     device_classes: kopf.Index[str, DeviceClass],
 ) -> None:
     """Every interval, explain each claim unallocated for longer than the grace period, and tell the pods that
@@ -181,7 +182,8 @@ async def _explain_loop(
             if age_seconds(claim.metadata, now) >= settings.pending_grace_seconds
         ]
         try:
-            await pods.check_all(due, classes, grace_seconds=settings.pending_grace_seconds)
+            with metrics.explain_round_seconds.time():
+                await pods.check_all(due, classes, grace_seconds=settings.pending_grace_seconds)
         except GpudraError as exc:  # the API server restarting, say: explain again next round
             log.warning("explaining pending claims failed; will retry", error=str(exc))
         except Exception:  # a bug must not end the explanations for good
