@@ -5,7 +5,11 @@ schedules them in one run, gpudra's stand-in scheduler in the other; the ratio i
 
 Needs the binaries of ``make kubernetes``.
 
-    python -m bench kubernetes [--quick] [--nodes N] [--skip-computedomain]
+Each run splits the pods' waits into claim creation, scheduling and binding, and bound to Running, with the CPU of
+each process and gpudra's share (its NodePrepareResources time over the pods' creation-to-Running time). A third run
+raises kube-scheduler's and kube-controller-manager's client QPS (defaults 50 and 20) to show which limits.
+
+    python -m bench kubernetes [--quick] [--nodes N] [--qps Q] [--skip-computedomain]
 """
 
 from __future__ import annotations
@@ -13,14 +17,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
+import resource
+import statistics
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from bench.computedomain import GPUS_PER_TRAY, _line, in_fresh_process
+from bench.goals import at_most
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
 from gpudra.kube.informer import Informer
@@ -53,6 +61,12 @@ def pod(i: int) -> dict[str, Any]:
     }
 
 
+PHASES = ("claim", "schedule", "start")
+"""Each pod's wait, split: its claim created from the template (kube-controller-manager, or the stand-in's claim
+controller), then scheduled and bound (kube-scheduler, or the stand-in), then from bound to Running (the kubelet,
+and gpudra's NodePrepareResources)."""
+
+
 @dataclass
 class Result:
     control_plane: str
@@ -63,13 +77,62 @@ class Result:
     """Until every pod was bound to a node (scheduling, claims from templates)."""
     running_s: float
     """Until every pod was Running (its kubelet prepared its claim through the node's agent)."""
+    qps: float | None = None
+    phases: dict[str, list[float]] = field(default_factory=dict)
+    """Per phase (``PHASES``), each pod's seconds in it."""
+    waited_s: float = 0.0
+    """The pods' waits summed: creation to Running."""
+    prepare_s: float = 0.0
+    """gpudra's NodePrepareResources time summed over the pods (gpudra_prepare_seconds)."""
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds during the run: this process (gpudra's agents and controller, the simulated nodes' kubelets,
+    and, embedded, the API server and stand-ins) and each real control-plane process."""
 
     @property
     def pods_per_second(self) -> float:
         return self.pods / self.running_s
 
+    @property
+    def gpudra_share(self) -> float:
+        """gpudra's part of the pods' waits."""
+        return self.prepare_s / self.waited_s if self.waited_s else 0.0
 
-async def schedule(control_plane: ControlPlaneKind, nodes: int, timeout: float = 600.0) -> Result:
+
+def _cpu_of(pid: int) -> float:
+    """A process's user and system CPU seconds so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_now(cluster: EmbeddedCluster) -> dict[str, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = {"this process": usage.ru_utime + usage.ru_stime}
+    plane = cluster.kubernetes
+    if plane is not None:
+        for name, managed in (
+            ("etcd", plane.etcd),
+            ("kube-apiserver", plane.apiserver),
+            ("kube-scheduler", plane.scheduler),
+            ("kube-controller-manager", plane.controller_manager),
+        ):
+            if managed is not None and managed.process is not None:
+                cpu[name] = _cpu_of(managed.process.pid)
+    return cpu
+
+
+def _prepared_seconds(cluster: EmbeddedCluster) -> float:
+    return sum(
+        s.value
+        for metric in cluster.metrics.registry.collect()
+        if metric.name == "gpudra_prepare_seconds"
+        for s in metric.samples
+        if s.name == "gpudra_prepare_seconds_sum"
+    )
+
+
+async def schedule(
+    control_plane: ControlPlaneKind, nodes: int, qps: float | None = None, timeout: float = 600.0
+) -> Result:
     pods = nodes * 8
     with tempfile.TemporaryDirectory(prefix="gpudra-bench-") as tmp:
         began = time.perf_counter()
@@ -79,6 +142,7 @@ async def schedule(control_plane: ControlPlaneKind, nodes: int, timeout: float =
                 kubeconfig=Path(tmp) / "kubeconfig",
                 hardware_poll_seconds=5.0,
                 control_plane=control_plane,
+                control_plane_qps=qps,
                 ready_timeout=600,
             )
         )
@@ -87,19 +151,24 @@ async def schedule(control_plane: ControlPlaneKind, nodes: int, timeout: float =
         try:
             assert cluster.client is not None
             client = cluster.client
-            running: set[str] = set()
-            bound: set[str] = set()
+            at: dict[str, dict[str, float]] = {"created": {}, "claimed": {}, "bound": {}, "running": {}}
             marks: dict[str, float] = {}
             done = asyncio.Event()
 
             async def seen(kind: str, body: dict[str, Any]) -> None:
-                if kind != "DELETED" and body["spec"].get("nodeName"):
-                    bound.add(body["metadata"]["name"])
-                if kind != "DELETED" and (body.get("status") or {}).get("phase") == "Running":
-                    running.add(body["metadata"]["name"])
-                if len(bound) == pods:
-                    marks.setdefault("bound", time.perf_counter())
-                if len(running) == pods:
+                if kind == "DELETED":
+                    return
+                name, now = body["metadata"]["name"], time.perf_counter()
+                status = body.get("status") or {}
+                if status.get("resourceClaimStatuses"):
+                    at["claimed"].setdefault(name, now)
+                if body["spec"].get("nodeName"):
+                    at["bound"].setdefault(name, now)
+                if status.get("phase") == "Running":
+                    at["running"].setdefault(name, now)
+                if len(at["bound"]) == pods:
+                    marks.setdefault("bound", now)
+                if len(at["running"]) == pods:
                     done.set()
 
             informer = Informer(client, PODS, seen, label_selector="app=bench")
@@ -111,7 +180,9 @@ async def schedule(control_plane: ControlPlaneKind, nodes: int, timeout: float =
             async def create(i: int) -> None:
                 async with gate:
                     await client.create(PODS, pod(i), NS)
+                    at["created"][pod(i)["metadata"]["name"]] = time.perf_counter()
 
+            prepared_before, cpu_before = _prepared_seconds(cluster), _cpu_now(cluster)
             start = time.perf_counter()
             await asyncio.gather(*(create(i) for i in range(pods)))
             try:
@@ -119,27 +190,67 @@ async def schedule(control_plane: ControlPlaneKind, nodes: int, timeout: float =
             finally:
                 watching.cancel()
             end = time.perf_counter()
-            return Result(control_plane, nodes, pods, started, marks.get("bound", end) - start, end - start)
+            cpu_after = _cpu_now(cluster)
+            result = Result(
+                control_plane, nodes, pods, started, marks.get("bound", end) - start, end - start, qps
+            )
+            names = list(at["created"])
+            # a pod can be seen bound and claimed in one event: a phase never goes below zero
+            claimed = {n: max(at["created"][n], at["claimed"].get(n, at["bound"][n])) for n in names}
+            bound = {n: max(claimed[n], at["bound"][n]) for n in names}
+            result.phases = {
+                "claim": [claimed[n] - at["created"][n] for n in names],
+                "schedule": [bound[n] - claimed[n] for n in names],
+                "start": [max(at["running"][n], bound[n]) - bound[n] for n in names],
+            }
+            result.waited_s = sum(at["running"][n] - at["created"][n] for n in names)
+            result.prepare_s = _prepared_seconds(cluster) - prepared_before
+            result.cpu_s = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
+            return result
         finally:
             await cluster.stop()
 
 
-def measure(control_plane: ControlPlaneKind, nodes: int) -> Result:
+def measure(control_plane: ControlPlaneKind, nodes: int, qps: float | None = None) -> Result:
     configure_logging(level="ERROR")
-    return asyncio.run(schedule(control_plane, nodes))
+    return asyncio.run(schedule(control_plane, nodes, qps))
 
 
-def fresh(control_plane: ControlPlaneKind, nodes: int) -> Result:
+def fresh(control_plane: ControlPlaneKind, nodes: int, qps: float | None = None) -> Result:
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(measure, control_plane, nodes).result()
+        return pool.submit(measure, control_plane, nodes, qps).result()
 
 
 def _pods_line(r: Result) -> str:
+    name = r.control_plane if r.qps is None else f"{r.control_plane} (client QPS {r.qps:g})"
     return (
-        f"{r.control_plane:<10} {r.pods:>4} pods on {r.nodes:>3} nodes: all bound in {r.bound_s:6.2f} s, "
+        f"{name:<10} {r.pods:>4} pods on {r.nodes:>3} nodes: all bound in {r.bound_s:6.2f} s, "
         f"all Running in {r.running_s:6.2f} s "
         f"({r.pods_per_second:6.1f} pods/s; the cluster started in {r.start_s:5.1f} s)"
     )
+
+
+def _split_lines(r: Result) -> list[str]:
+    """Where each pod's wait went, and gpudra's share of it."""
+    parts = ", ".join(
+        f"{phase} median {statistics.median(times):.2f} s p99 {_p99(times):.2f} s"
+        for phase, times in r.phases.items()
+    )
+    cpu = ", ".join(
+        f"{name} {seconds:.1f} s" for name, seconds in sorted(r.cpu_s.items(), key=lambda i: -i[1])
+    )
+    return [
+        f"  per pod: {parts}",
+        f"  CPU during the run: {cpu}",
+        f"  gpudra's share of the pods' waits (its NodePrepareResources time / creation-to-Running): "
+        f"{100 * r.gpudra_share:.1f}% ({r.prepare_s:.1f} of {r.waited_s:.0f} pod-seconds); "
+        + at_most(100 * r.gpudra_share, 10, "%"),
+    ]
+
+
+def _p99(times: list[float]) -> float:
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,12 +259,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trays", type=int, default=64, help="GB200 trays of the ComputeDomain run")
     parser.add_argument("--quick", action="store_true", help="20 nodes, 16 trays")
     parser.add_argument("--skip-computedomain", action="store_true")
+    parser.add_argument(
+        "--qps",
+        type=float,
+        default=None if "--quick" in (argv or []) else 200.0,
+        help="a third run with kube-scheduler's and kube-controller-manager's client QPS raised to this (0: none)",
+    )
     args = parser.parse_args(argv or [])
     nodes, trays = (20, 16) if args.quick else (args.nodes, args.trays)
     stand_in = fresh("embedded", nodes)
     print(_pods_line(stand_in), flush=True)
+    print("\n".join(_split_lines(stand_in)), flush=True)
     real = fresh("kubernetes", nodes)
     print(_pods_line(real), flush=True)
+    print("\n".join(_split_lines(real)), flush=True)
+    if args.qps:
+        raised = fresh("kubernetes", nodes, args.qps)
+        print(_pods_line(raised), flush=True)
+        print("\n".join(_split_lines(raised)), flush=True)
     print(
         f"kube-scheduler / stand-in scheduler time: {real.running_s / stand_in.running_s:.2f} "
         f"(kube-scheduler {real.pods_per_second:.1f} pods/s, stand-in {stand_in.pods_per_second:.1f} pods/s)",

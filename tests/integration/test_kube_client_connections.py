@@ -31,7 +31,9 @@ async def test_the_shared_client_serves_requests_beside_more_watches_than_the_de
     before = len(nodes.watchers)  # the cluster's own
     watches = [asyncio.create_task(_watch_forever(client)) for _ in range(110)]
     try:
-        await eventually(lambda: len(nodes.watchers) >= before + 110, what="the 110 watches open on the server")
+        await eventually(
+            lambda: len(nodes.watchers) >= before + 110, what="the 110 watches open on the server"
+        )
         items, _ = await asyncio.wait_for(client.list(NODES), timeout=10)
         assert [n["metadata"]["name"] for n in items] == ["l4x4-0"]
     finally:

@@ -10,7 +10,13 @@ import pytest
 from gpudra.cluster.kubernetes.binaries import DEFAULT_ETCD_VERSION, DEFAULT_KUBERNETES_VERSION, find_binaries
 from gpudra.cluster.kubernetes.bootstrap import install_objects
 from gpudra.cluster.kubernetes.controlplane import known_controllers
-from gpudra.cluster.kubernetes.flags import gate_flag, known_gates
+from gpudra.cluster.kubernetes.flags import (
+    Layout,
+    controller_manager_args,
+    gate_flag,
+    known_gates,
+    scheduler_args,
+)
 from gpudra.errors import ConfigurationError
 from gpudra.kube.kubeconfig import Credentials, read_credentials, write_kubeconfig
 
@@ -108,3 +114,20 @@ def test_the_launcher_and_the_build_agree_on_the_default_versions() -> None:
     build = (ROOT / "hack" / "kubernetes" / "build.sh").read_text()
     assert f'K8S_VERSION="${{K8S_VERSION:-{DEFAULT_KUBERNETES_VERSION}}}"' in build
     assert f'ETCD_VERSION="${{ETCD_VERSION:-{DEFAULT_ETCD_VERSION}}}"' in build
+
+
+def test_a_raised_client_rate_reaches_the_scheduler_and_the_controller_manager_and_none_keeps_theirs() -> (
+    None
+):
+    layout = Layout(Path("/c"))
+    binary = Path("/bin/x")
+    raised = [
+        scheduler_args(binary, layout, port=1, gates="", qps=200),
+        controller_manager_args(binary, layout, port=2, gates="", controllers=("job-controller",), qps=200),
+    ]
+    for argv in raised:
+        assert argv[-2:] == ["--kube-api-qps=200", "--kube-api-burst=400"]
+    default = scheduler_args(binary, layout, port=1, gates="") + controller_manager_args(
+        binary, layout, port=2, gates="", controllers=("job-controller",)
+    )
+    assert not [a for a in default if a.startswith("--kube-api-")]

@@ -168,6 +168,9 @@ class UpOptions:
     feature_gates_off: tuple[str, ...] = ()
     """With ``control_plane="kubernetes"``: gates turned off on every component, e.g. to run as an older version
     would (DRAResourceClaimGranularStatusAuthorization off: claim status is authorized as on 1.34 and 1.35)."""
+    control_plane_qps: float | None = None
+    """With ``control_plane="kubernetes"``: kube-scheduler's and kube-controller-manager's client rate limit toward
+    the API server (None: their defaults, 50 and 20 QPS), as a cluster operator raises it for large fleets."""
 
     web_port: int | None = None
     """Serve the controller's web view on 127.0.0.1 at this port (0: a free port; None: no web view)."""
@@ -328,6 +331,7 @@ class EmbeddedCluster:
             gates_on=self.options.feature_gates_on,
             gates_off=self.options.feature_gates_off,
             advertise_address=node_ip() if self.real_nodes is not None else None,
+            client_qps=self.options.control_plane_qps,
             **wrap,
         )
         await self.kubernetes.start()

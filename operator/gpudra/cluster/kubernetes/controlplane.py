@@ -68,11 +68,14 @@ class KubernetesControlPlane:
         gates_on: tuple[str, ...] = (),
         gates_off: tuple[str, ...] = (),
         advertise_address: str | None = None,
+        client_qps: float | None = None,
         wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
     ) -> None:
         """``advertise_address``: the machine's address, where real nodes (in network namespaces of their own)
-        and their pods reach the API server; None: loopback only. ``wrap``: how each binary's command line is
+        and their pods reach the API server; None: loopback only. ``client_qps``: kube-scheduler's and
+        kube-controller-manager's client rate limit (None: theirs). ``wrap``: how each binary's command line is
         started (real nodes put the control plane in their cluster's cgroup)."""
+        self.client_qps = client_qps
         self.layout = Layout(root)
         self.advertise_address = advertise_address
         self._wrap = wrap
@@ -193,7 +196,9 @@ class KubernetesControlPlane:
         self.scheduler = ManagedProcess(
             "kube-scheduler",
             self._wrap(
-                scheduler_args(self.binaries.kube_scheduler, layout, port=scheduler_port, gates=self._gates)
+                scheduler_args(
+                    self.binaries.kube_scheduler, layout, port=scheduler_port, gates=self._gates, qps=self.client_qps
+                )
             ),
             layout.logs / "kube-scheduler.log",
             f"https://127.0.0.1:{scheduler_port}/healthz",
@@ -210,6 +215,7 @@ class KubernetesControlPlane:
                     port=manager_port,
                     gates=self._gates,
                     controllers=tuple(c for c in CONTROLLERS if not controllers or c in controllers),
+                    qps=self.client_qps,
                 )
             ),
             layout.logs / "kube-controller-manager.log",

@@ -167,15 +167,29 @@ def _component_args(binary: Path, kubeconfig: Path, port: int, layout: Layout, n
     ]
 
 
-def scheduler_args(binary: Path, layout: Layout, *, port: int, gates: str) -> list[str]:
+def client_rate_args(qps: float | None) -> list[str]:
+    """A component's client rate limit toward the API server (kube-scheduler 50, kube-controller-manager 20 QPS by
+    default), with a burst of twice the rate; None: the binary's default."""
+    return [] if qps is None else [f"--kube-api-qps={qps:g}", f"--kube-api-burst={round(2 * qps)}"]
+
+
+def scheduler_args(
+    binary: Path, layout: Layout, *, port: int, gates: str, qps: float | None = None
+) -> list[str]:
     args = _component_args(binary, layout.kubeconfig("kube-scheduler"), port, layout, "kube-scheduler")
     if gates:
         args.append(f"--feature-gates={gates}")
-    return args
+    return args + client_rate_args(qps)
 
 
 def controller_manager_args(
-    binary: Path, layout: Layout, *, port: int, gates: str, controllers: tuple[str, ...]
+    binary: Path,
+    layout: Layout,
+    *,
+    port: int,
+    gates: str,
+    controllers: tuple[str, ...],
+    qps: float | None = None,
 ) -> list[str]:
     name = "kube-controller-manager"
     args = _component_args(binary, layout.kubeconfig(name), port, layout, name)
@@ -187,7 +201,7 @@ def controller_manager_args(
     ]
     if gates:
         args.append(f"--feature-gates={gates}")
-    return args
+    return args + client_rate_args(qps)
 
 
 @dataclass(frozen=True)
