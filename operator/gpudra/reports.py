@@ -10,8 +10,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis
-from gpudra.allocator.explanation import Explanation
+from gpudra.allocator.diagnosis import Failure, NodesFailure, RequestDiagnosis
+from gpudra.allocator.explain.explanation import Explanation
 from gpudra.allocator.result import Allocation
 from gpudra.api.core import Node
 from gpudra.api.dra import AllocationResult, ResourceClaim, ResourceSlice

@@ -21,8 +21,8 @@ from _allocator_kit import (
 )
 
 from gpudra.allocator import Allocator, DeviceId, Explanation, NodeInfo, NodesFailure, explain_outcome
-from gpudra.allocator.explanation import Repartition
-from gpudra.allocator.nearest import CLOSE, FAR, SHORT, WAITS, examine, rank
+from gpudra.allocator.explain.explanation import Repartition
+from gpudra.allocator.explain.nearest import CLOSE, FAR, SHORT, WAITS, examine, rank
 from gpudra.api.dra import DeviceTaint, ResourceClaim, ResourceSlice
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'

@@ -6,13 +6,13 @@ Public interface: :class:`ClusterSnapshot` (incremental index of slices and allo
 and :func:`render_text`.
 """
 
+from gpudra.allocator.diagnosis import REASONS, Failure, NodesFailure, RequestDiagnosis
 from gpudra.allocator.engine import Allocator
-from gpudra.allocator.explain import REASONS, Failure, NodesFailure, RequestDiagnosis
-from gpudra.allocator.explanation import Explanation
+from gpudra.allocator.explain.explanation import Explanation
+from gpudra.allocator.explain.wording import explain_outcome, render_text
 from gpudra.allocator.pools import DeviceId, NodeInfo
 from gpudra.allocator.result import Allocation, ClaimAllocation
 from gpudra.allocator.snapshot import ClusterSnapshot
-from gpudra.allocator.wording import explain_outcome, render_text
 
 __all__ = [
     "REASONS",

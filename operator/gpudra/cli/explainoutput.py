@@ -13,8 +13,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpudra.allocator.explain import Failure, NodesFailure, SelectorStat
-from gpudra.allocator.explanation import Explanation
+from gpudra.allocator.diagnosis import Failure, NodesFailure, SelectorStat
+from gpudra.allocator.explain.explanation import Explanation
 from gpudra.allocator.result import Allocation
 from gpudra.api.dra import AllocationResult
 from gpudra.mig.demand import DemandPlan

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpudra.allocator.explain import Failure, NodesFailure
+from gpudra.allocator.diagnosis import Failure, NodesFailure
 from gpudra.allocator.requests import claim_key
 from gpudra.allocator.result import Allocation
 from gpudra.api.dra import DeviceClass, ResourceClaim

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator.cel import (
+from gpudra.allocator.cel.selectors import (
     MAX_EXPRESSION_LENGTH,
     CelCompileError,
     CelResultTypeError,
