@@ -37,8 +37,8 @@ from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.dirlock import DirectoryLock
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.interpreter import CLUSTER_GC_THRESHOLDS, GC_THRESHOLDS, SWITCH_INTERVAL, SharedSetting
-from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
-from gpudra.cluster.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
+from gpudra.cluster.kubelet.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
+from gpudra.cluster.kubelet.standin import StandInKubelet, simulated_pod_ip
 from gpudra.cluster.kubernetes.binaries import find_binaries
 from gpudra.cluster.kubernetes.bootstrap import (
     AGENT_SERVICE_ACCOUNT,

@@ -3,7 +3,7 @@
 It watches the pods bound to its node. For a new pod it reads the pod's claims, checks the pod is in each
 claim's ``status.reservedFor``, and calls NodePrepareResources of each driver the claims are allocated from over
 that driver's REAL plugin sockets (those in the registry directory, registration first, the newest plugin of a
-driver preferred, like the kubelet: :mod:`gpudra.cluster.pluginwatch`);
+driver preferred, like the kubelet: :mod:`gpudra.cluster.kubelet.pluginwatch`);
 then it marks the pod Running and Ready. A failure posts Event FailedPrepareDynamicResources on the pod and is
 retried with backoff; meanwhile the pod is Pending with its containers waiting (ContainerCreating), as a real
 kubelet shows it. The statuses it writes are those of a 1.37 kubelet (see podstatus.py). When a pod goes away,
