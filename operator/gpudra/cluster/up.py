@@ -64,10 +64,10 @@ from gpudra.cluster.startup import (
     start_progress,
 )
 from gpudra.cluster.trynext import current_shell, try_next
-from gpudra.computedomain.children import DaemonPodSettings
+from gpudra.computedomain import DaemonPodSettings
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.kopfapp import run_controller
-from gpudra.devices.classes import load_device_classes
+from gpudra.devices import load_device_classes
 from gpudra.errors import ConfigurationError, GpudraError
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend

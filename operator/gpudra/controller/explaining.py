@@ -12,20 +12,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.allocator.diagnosis import Failure, NodesFailure
-from gpudra.allocator.engine import Allocator
-from gpudra.allocator.explain.explanation import Explanation, Repartition
-from gpudra.allocator.explain.nearest import examine
-from gpudra.allocator.explain.wording import explain_outcome
-from gpudra.allocator.pools import DeviceId, NodeInfo
-from gpudra.allocator.requests import claim_key
-from gpudra.allocator.result import Allocation
-from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.allocator import (
+    Allocation,
+    Allocator,
+    ClusterSnapshot,
+    DeviceId,
+    Explanation,
+    Failure,
+    NodeInfo,
+    NodesFailure,
+    Repartition,
+    claim_key,
+    examine,
+    explain_outcome,
+)
 from gpudra.api.core import Namespace, Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from gpudra.mig.demand import DemandPlan
+from gpudra.mig import DemandPlan
 
 Outcome = Allocation | Failure | NodesFailure
 DETAIL_NODES = 16

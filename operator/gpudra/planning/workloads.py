@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpudra.allocator.explain.explanation import ClosestDevice, Explanation, NodeLine
+from gpudra.allocator import ClosestDevice, Explanation, NodeLine
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, ComputeDomainStatus
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import Condition

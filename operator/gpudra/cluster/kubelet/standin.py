@@ -40,7 +40,7 @@ from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PreparedDevice, PrepareResult
 from gpudra.api.core import Pod
 from gpudra.api.timestamps import rfc3339
-from gpudra.computedomain.names import COMPONENT_LABEL, OBJECT_LABEL
+from gpudra.computedomain import COMPONENT_LABEL, OBJECT_LABEL
 from gpudra.errors import ConflictError, GpudraError, KubeletPluginError, NotFoundError, PrepareError
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
