@@ -27,8 +27,8 @@ from typing import Any
 
 from bench import goals
 from gpudra.allocator import Allocation, Allocator, ClusterSnapshot, NodeInfo, NodesFailure, explain_outcome
-from gpudra.allocator.cel import compile_selector
-from gpudra.allocator.nearest import examine
+from gpudra.allocator.cel.selectors import compile_selector
+from gpudra.allocator.explain.nearest import examine
 from gpudra.api.dra import (
     CELDeviceSelector,
     Device,
@@ -157,7 +157,7 @@ class Naive:
     afresh, no result cache)."""
 
     def __init__(self, slices: list[ResourceSlice], classes_: list[DeviceClass]) -> None:
-        from gpudra.allocator import cel
+        from gpudra.allocator.cel import selectors as cel
 
         self.cel = cel
         self.all_slices = list(slices)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from bench import goals
-from gpudra.allocator.cel import CelDevice, CompiledSelector, cel_device, compile_selector
+from gpudra.allocator.cel.selectors import CelDevice, CompiledSelector, cel_device, compile_selector
 from gpudra.api.dra import Device
 
 MODELS = [

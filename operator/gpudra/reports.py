@@ -10,14 +10,12 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from gpudra.allocator.explain import Failure, NodesFailure, RequestDiagnosis
-from gpudra.allocator.explanation import Explanation
-from gpudra.allocator.result import Allocation
+from gpudra.allocator import Allocation, Explanation, Failure, NodesFailure, RequestDiagnosis
 from gpudra.api.core import Node
 from gpudra.api.dra import AllocationResult, ResourceClaim, ResourceSlice
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from gpudra.mig.demand import DemandPlan
+from gpudra.mig import DemandPlan
 from gpudra.planning.summaries import PROFILE_LABEL as PROFILE_LABEL  # cluster/fleet.py labels nodes with it
 from gpudra.planning.summaries import FleetRow, fleet_rows
 

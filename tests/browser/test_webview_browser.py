@@ -9,7 +9,7 @@ import pytest
 
 from browserkit import Browser
 from clusterkit import StartCluster, gpu_claim, mig_layout
-from gpudra.allocator.explain import NodesFailure
+from gpudra.allocator.diagnosis import NodesFailure
 from gpudra.api.dra import ResourceClaim
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.controller.explaining import explain, explanation, load_view

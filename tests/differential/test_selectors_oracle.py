@@ -19,7 +19,7 @@ from typing import Any
 from _oracle_run import SEED, Oracle, one_line
 
 from celgrammar import DRIVER, device, selector, simple_selector
-from gpudra.allocator.cel import CelCompileError, CelRuntimeError, cel_device, compile_selector
+from gpudra.allocator.cel.selectors import CelCompileError, CelRuntimeError, cel_device, compile_selector
 from gpudra.api.dra import Device
 
 SELECTORS = int(os.environ.get("GPUDRA_ORACLE_SELECTORS") or 600)

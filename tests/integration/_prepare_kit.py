@@ -15,8 +15,9 @@ import pytest
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
-from gpudra.agent.claimpreparer import ClaimPreparer, PrepareOptions, no_hook
+from gpudra.agent.claimpreparer import ClaimPreparer, no_hook
 from gpudra.agent.claimstatus import ClaimStatus
+from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, KubeletPlugin
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations

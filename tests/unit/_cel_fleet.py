@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.allocator.cel import CelDevice, cel_device
+from gpudra.allocator.cel.selectors import CelDevice, cel_device
 from gpudra.api.dra import Device
 
 DRIVER = "gpu.nvidia.com"

@@ -1,4 +1,4 @@
-"""The allocator through the real CEL compiler (gpudra.allocator.cel): the default when none is injected."""
+"""The allocator through the real CEL compiler (gpudra.allocator.cel.selectors): the default when none is injected."""
 
 from __future__ import annotations
 

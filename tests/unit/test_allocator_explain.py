@@ -5,7 +5,7 @@ from __future__ import annotations
 from _allocator_kit import claim, gpu, gpus, make_allocator, match, mig, req, slice_
 
 from gpudra.allocator import REASONS, DeviceId, Failure, NodeInfo, NodesFailure, explain_outcome, render_text
-from gpudra.allocator.nearest import examine
+from gpudra.allocator.explain.nearest import examine
 from gpudra.api.dra import DeviceTaint
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
@@ -105,7 +105,7 @@ def test_search_limit_is_reported() -> None:
 
 
 def test_reasons_are_a_small_documented_set() -> None:
-    import gpudra.allocator.explain as explain
+    import gpudra.allocator.diagnosis as explain
 
     assert len(REASONS) <= 14
     for reason in REASONS:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from celgrammar import device, selector
 from gpudra.allocator import Allocation, Failure, NodesFailure, celfacts
-from gpudra.allocator.cel import CelCompileError, CelRuntimeError, compile_selector
+from gpudra.allocator.cel.selectors import CelCompileError, CelRuntimeError, compile_selector
 from gpudra.allocator.index import DeviceIndex
 from gpudra.allocator.pools import make_entry
 from gpudra.api.dra import ResourceSlice

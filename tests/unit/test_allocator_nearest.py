@@ -29,8 +29,8 @@ from gpudra.allocator import (
     NodesFailure,
     explain_outcome,
 )
-from gpudra.allocator.explanation import Repartition
-from gpudra.allocator.nearest import CLOSE, FAR, SHORT, WAITS, examine, rank
+from gpudra.allocator.explain.explanation import Repartition
+from gpudra.allocator.explain.nearest import CLOSE, FAR, SHORT, WAITS, examine, rank
 from gpudra.api.dra import DeviceTaint, ResourceClaim, ResourceSlice
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'

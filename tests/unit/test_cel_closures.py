@@ -1,4 +1,4 @@
-"""Selectors as Python closures (gpudra.allocator.celclosures) against the CEL library, and where Kubernetes
+"""Selectors as Python closures (gpudra.allocator.cel.celclosures) against the CEL library, and where Kubernetes
 differs from the library, against Kubernetes' answer (recorded from its allocator; tests/differential asks it
 live)."""
 
@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celgrammar import A, C, device, selector
-from gpudra.allocator.cel import CelCompileError, CelDevice, CelRuntimeError, cel_device, compile_selector
+from gpudra.allocator.cel.selectors import (
+    CelCompileError,
+    CelDevice,
+    CelRuntimeError,
+    cel_device,
+    compile_selector,
+)
 from gpudra.api.dra import Device
 
 DEVICE = cel_device(

@@ -1,4 +1,4 @@
-"""The generated fast path of common selector shapes (gpudra.allocator.celfastpath) against the closures it
+"""The generated fast path of common selector shapes (gpudra.allocator.cel.celfastpath) against the closures it
 stands in front of: the same answer and the same error on every device, and most answers without them."""
 
 from __future__ import annotations
@@ -12,9 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celgrammar import DRIVER, A, C, device, simple_selector
-from gpudra.allocator.cel import CelCompileError, CelDevice, CelRuntimeError, cel_device, compile_selector
-from gpudra.allocator.celclosures import CelEvalError, translate
-from gpudra.allocator.celfastpath import fast_path
+from gpudra.allocator.cel.celclosures import CelEvalError, translate
+from gpudra.allocator.cel.celfastpath import fast_path
+from gpudra.allocator.cel.selectors import (
+    CelCompileError,
+    CelDevice,
+    CelRuntimeError,
+    cel_device,
+    compile_selector,
+)
 from gpudra.api.dra import Device
 
 

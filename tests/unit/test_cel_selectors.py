@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 from _cel_fleet import fleet
 
-from gpudra.allocator.cel import CelCompileError, CelDevice, CelRuntimeError, compile_selector
+from gpudra.allocator.cel.selectors import CelCompileError, CelDevice, CelRuntimeError, compile_selector
 
 FLEET = fleet()
 

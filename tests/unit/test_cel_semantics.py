@@ -7,7 +7,7 @@ from _cel_fleet import DRIVER, FLEET_FACTORY, gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudra.allocator.cel import (
+from gpudra.allocator.cel.selectors import (
     MAX_EXPRESSION_LENGTH,
     CelCompileError,
     CelDevice,

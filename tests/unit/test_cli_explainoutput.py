@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from gpudra.allocator.explain import NodesFailure
-from gpudra.allocator.explanation import Explanation, NodeLine
+from gpudra.allocator.diagnosis import NodesFailure
+from gpudra.allocator.explain.explanation import Explanation, NodeLine
 from gpudra.cli.explainoutput import PENDING, Answer, exit_status, short_report
 
 

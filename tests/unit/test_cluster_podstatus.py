@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpudra.cluster.apiserver.podtable import pod_cells
-from gpudra.cluster.podstatus import PodStatusWriter, resolved_image
+from gpudra.cluster.kubelet.podstatus import PodStatusWriter, resolved_image
 
 NOW = "2026-01-02T03:04:05Z"
 

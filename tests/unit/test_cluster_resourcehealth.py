@@ -9,7 +9,7 @@ import pytest
 
 from gpudra.agent.kubeletplugin import DeviceHealth, HealthStatus, PreparedDevice
 from gpudra.cluster.apiserver.validation.core import pod_status
-from gpudra.cluster.resourcehealth import (
+from gpudra.cluster.kubelet.resourcehealth import (
     ClaimDevice,
     HealthCache,
     allocated_resources_status,

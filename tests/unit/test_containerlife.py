@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpudra.cluster.containerlife import Lifetime, container_lifetime, pod_lifetime
+from gpudra.cluster.kubelet.containerlife import Lifetime, container_lifetime, pod_lifetime
 
 
 def ctr(

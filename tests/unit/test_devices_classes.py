@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudra.allocator.cel import cel_device, compile_selector
+from gpudra.allocator.cel.selectors import cel_device, compile_selector
 from gpudra.api.dra import Device, DeviceAttribute
 from gpudra.devices.classes import device_classes_text, load_device_classes, parse_device_classes
 from gpudra.devices.sharing import SHARING_ATTRIBUTE

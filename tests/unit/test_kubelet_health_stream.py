@@ -12,8 +12,8 @@ from typing import Any, cast
 import pytest
 
 from gpudra.agent.kubeletplugin.messages import HEALTH_SERVICES, DeviceHealth, HealthStatus
-from gpudra.cluster.kubelethealth import ResourceHealthMonitor
-from gpudra.cluster.pluginwatch import PluginWatcher
+from gpudra.cluster.kubelet.kubelethealth import ResourceHealthMonitor
+from gpudra.cluster.kubelet.pluginwatch import PluginWatcher
 from gpudra.kube.client import KubeClient
 from gpudra.testing import eventually
 

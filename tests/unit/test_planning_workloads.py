@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.allocator.explain import NodesFailure
+from gpudra.allocator.diagnosis import NodesFailure
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.miglayout import MigLayout

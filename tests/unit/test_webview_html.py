@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gpudra.allocator.explanation import NodeLine
+from gpudra.allocator.explain.explanation import NodeLine
 from gpudra.controller.webview.html import (
     SECTIONS,
     layout_fragment,

@@ -18,9 +18,10 @@ This module holds the protocol: the order of the steps and what the checkpoint r
 (the hardware and file changes themselves: :mod:`gpudra.agent.claimeffects`), :class:`ClaimStatus` (what the
 claim shows) and :class:`PrepareMetrics`.
 
-The GPU driver's plan (which GPUs and MIG devices, sharing settings, CDI edits) is the default; another
-driver served by the same machinery (the compute-domain driver) passes its own ``planner``, which decides the
-plan of a claim and is told when a claim was released.
+The GPU driver's plan (which GPUs and MIG devices, sharing settings, CDI edits) is the default: a pure function
+of the claim and the node's inventory (:func:`gpudra.agent.gpuplanner.plan_gpu_claim`) that this module reads
+for and applies. Another driver served by the same machinery (the compute-domain driver) passes its own
+``planner``, which decides the plan of a claim and is told when a claim was released.
 
 Passthrough (``PrepareOptions.passthrough``): a ``gpu-vfio-<i>`` device's GPU is recorded (checkpoint
 PrepareStarted with ``vfio_bindings``) and then bound to vfio-pci, after the plan (and its CDI spec, with
@@ -42,27 +43,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
-from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, VfioBindingRecord
+from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimstatus import ClaimStatus
-from gpudra.agent.devicemetadata import with_device_metadata
+from gpudra.agent.gpuplanner import PrepareOptions, plan_gpu_claim
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.migdynamic.decisions import InstanceCreation, plan_instances
 from gpudra.agent.preparemetrics import PrepareMetrics
-from gpudra.agent.prepareplan import (
-    ClaimPlan,
-    device_targets,
-    plan_claim,
-    prepared_devices,
-    select_results,
-)
+from gpudra.agent.prepareplan import ClaimPlan, prepared_devices, select_results
 from gpudra.agent.reservations import DeviceReservations
 from gpudra.agent.uninterrupted import to_the_end
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
-from gpudra.api.nvidia import SharingFeatures
 from gpudra.errors import (
     CheckpointError,
     GpudraError,
@@ -84,22 +77,6 @@ Hook = Callable[[str], None]
 
 def no_hook(step: str) -> None:
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class PrepareOptions:
-    """How the GPU driver plans a claim (a driver with its own ``planner`` decides for itself)."""
-
-    features: SharingFeatures | None = None
-    """Which sharing strategies opaque configs may ask for (all when None)."""
-    mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps"
-    """Where each MPS claim's pipe and log directories live on the node."""
-    driver_root: str = "/"
-    """The NVIDIA driver's root on the host: CDI specs name device nodes under it (AgentSettings.driver_root)."""
-    passthrough: bool = False
-    """Prepare ``gpu-vfio-<i>`` devices (bind their GPUs to vfio-pci)."""
-    device_metadata: bool = False
-    """Write device metadata files (KEP-5304) into the effects' ``data_dir`` (when it has one)."""
 
 
 class ClaimPlanner(Protocol):
@@ -229,7 +206,8 @@ class ClaimPreparer:
     async def _plan_gpus(
         self, ref: ClaimRef, model: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]
     ) -> ClaimPlan:
-        """The GPU driver's plan; dynamic MIG instances the results name are recorded and created first."""
+        """Read what the GPU plan needs and apply it: dynamic MIG instances the results name are recorded and
+        created first, and the GPUs of passthrough devices recorded and bound to vfio-pci last."""
         options = self._options
         dynamic = frozenset(self._dynamic_gpus())
         inventory = await self.effects.inventory.read()
@@ -244,29 +222,19 @@ class ClaimPreparer:
             self.hook("instances_planned")
             inventory = await self._create_instances(ref.uid, creations)
         pci = await asyncio.to_thread(self._backend.pci_gpus) if options.passthrough else ()
-        targets = device_targets(inventory, dynamic, pci)
-        plan = plan_claim(
-            ref.uid, model, results, targets, driver=self.driver, features=options.features,
-            mps_root=options.mps_root, driver_root=options.driver_root,
+        plan = plan_gpu_claim(
+            ref.uid, model, results, inventory, driver=self.driver, options=options, dynamic=dynamic,
+            pci_gpus=pci, data_dir=self.effects.data_dir,
         )  # fmt: skip
-        data_dir = self.effects.data_dir
-        if options.device_metadata and data_dir is not None:
-            plan = with_device_metadata(
-                plan, model, results, inventory, driver=self.driver, data_dir=data_dir, pci_gpus=pci
-            )
-        bindings = [
-            VfioBindingRecord(pci_bus_id=t.pci_bus_id, device_name=t.name)
-            for r in results
-            if (t := targets[r.device]).pci_bus_id is not None
-        ]
-        if bindings:
+        if plan.vfio_bindings:
             await self.store.transition(
-                ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name, vfio_bindings=bindings
-            )
+                ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
+                vfio_bindings=list(plan.vfio_bindings),
+            )  # fmt: skip
             self.hook("vfio_planned")
-            await self.effects.bind(bindings)
+            await self.effects.bind(plan.vfio_bindings)
             self.hook("vfio_bound")
-        return plan
+        return plan.claim
 
     async def _get_claim(self, ref: ClaimRef) -> ResourceClaim:
         try:

@@ -29,7 +29,7 @@ from gpudra.agent.cdi import (
 )
 from gpudra.agent.prepareplan import ClaimPlan
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
-from gpudra.devices.metadata import (
+from gpudra.devices import (
     POD_CLAIM_NAME_ANNOTATION,
     ClaimIdentity,
     MetadataDevice,

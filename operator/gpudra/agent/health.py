@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from gpudra.api.dra import Device, DeviceTaint
 from gpudra.api.timestamps import rfc3339
 from gpudra.config import DEFAULT_IGNORED_XIDS
-from gpudra.devices.offer import GpuTaints, device_names, device_taints, parent_uuid
+from gpudra.devices import GpuTaints, device_names, device_taints, parent_uuid
 from gpudra.hardware.backend import HealthEvent, HealthEventKind
 from gpudra.hardware.inventory import NodeInventory
 

@@ -20,7 +20,7 @@ from gpudra.agent.health import DeviceProblem, HealthState
 from gpudra.agent.kubeletplugin.messages import DeviceHealth, HealthStatus
 from gpudra.api.dra import Device
 from gpudra.config import AgentSettings
-from gpudra.devices.names import gpu_device_name, mig_device_name
+from gpudra.devices import gpu_device_name, mig_device_name
 from gpudra.errors import GpudraError
 from gpudra.hardware.backend import GpuBackend, HealthEvent
 from gpudra.hardware.inventory import NodeInventory

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from gpudra.devices.listprobe import ListSupport, probe_slice, support_from_answer, support_from_refusal
+from gpudra.devices import ListSupport, probe_slice, support_from_answer, support_from_refusal
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import RESOURCE_SLICES

@@ -36,8 +36,7 @@ from gpudra.agent.slicesync import NodeRef
 from gpudra.api.core import Node
 from gpudra.api.dra import Device, ResourceSlice
 from gpudra.config import AgentSettings
-from gpudra.devices.offer import NodeState, OfferSettings, node_offer
-from gpudra.devices.slices import CounterLayout, counter_layout_for
+from gpudra.devices import CounterLayout, NodeState, OfferSettings, counter_layout_for, node_offer
 from gpudra.errors import GpudraError, KubeError, NotFoundError, is_transient
 from gpudra.hardware.backend import GpuBackend
 from gpudra.hardware.inventory import NodeInventory

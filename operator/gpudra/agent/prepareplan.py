@@ -37,8 +37,7 @@ from gpudra.api.nvidia import (
     VfioDeviceConfig,
     resolve_configs,
 )
-from gpudra.devices.names import gpu_device_name, mig_device_name, vfio_device_name
-from gpudra.devices.passthrough import in_pci_order, passthrough_uuid
+from gpudra.devices import gpu_device_name, in_pci_order, mig_device_name, passthrough_uuid, vfio_device_name
 from gpudra.errors import InvalidInputError, PrepareError
 from gpudra.hardware.inventory import NodeInventory, PciGpu
 from gpudra.hardware.pcibus import NVIDIA_DRIVER, VFIO_DRIVER

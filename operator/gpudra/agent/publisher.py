@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from gpudra.agent.slicesync import NodeRef, plan_slices
 from gpudra.api.dra import CounterSet, Device, ResourceSlice
-from gpudra.devices.slices import CounterLayout
+from gpudra.devices import CounterLayout
 from gpudra.errors import ConflictError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import RESOURCE_SLICES

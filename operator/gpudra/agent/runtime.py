@@ -19,9 +19,10 @@ import asyncio
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
-from gpudra.agent.claimpreparer import ClaimPreparer, Hook, PrepareOptions, no_hook
+from gpudra.agent.claimpreparer import ClaimPreparer, Hook, no_hook
 from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.computedomain.driver import ComputeDomainDriver
+from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.migdynamic.decisions import claimed_placements

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpudra.api.dra import CounterSet, Device, ResourceSlice
 from gpudra.api.meta import ObjectMeta, OwnerReference
-from gpudra.devices.slices import CounterLayout, build_slice_specs
+from gpudra.devices import CounterLayout, build_slice_specs
 
 SLICE_INDEX_LABEL = "gpudra.dev/slice-index"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.allocator.celast import Node
-from gpudra.allocator.celtypes import Quantity, Semver
+from gpudra.allocator.cel.celast import Node
+from gpudra.allocator.cel.celtypes import Quantity, Semver
 from gpudra.allocator.index import Group
 from gpudra.errors import InvalidInputError
 

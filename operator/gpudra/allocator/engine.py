@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from itertools import chain
 
 from gpudra.allocator import celfacts, kubeerrors
-from gpudra.allocator.celast import Node
-from gpudra.allocator.celview import Schema
+from gpudra.allocator.cel.celast import Node
+from gpudra.allocator.cel.celview import Schema
 from gpudra.allocator.constraints import Constraint, build_constraints
-from gpudra.allocator.explain import (
+from gpudra.allocator.diagnosis import (
     Failure,
     NodesFailure,
     RequestDiagnosis,
@@ -62,7 +62,7 @@ DEFAULT_BUDGET = 200_000
 
 def _default_compile(expression: str) -> Selector:
     # imported on first use: the CEL evaluator (cel-expr-python) is costly to load and not every caller compiles
-    from gpudra.allocator.cel import compile_selector
+    from gpudra.allocator.cel.selectors import compile_selector
 
     return compile_selector(expression)
 

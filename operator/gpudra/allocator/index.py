@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-from gpudra.allocator.celview import Schema
+from gpudra.allocator.cel.celview import Schema
 from gpudra.allocator.pools import DeviceEntry
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from gpudra.allocator.celview import CelDevice, Schema, cel_device, schema_of
+from gpudra.allocator.cel.celview import CelDevice, Schema, cel_device, schema_of
 from gpudra.api.dra import Device, DeviceAttribute, DeviceTaint, ResourceSlice
 from gpudra.api.quantity import parse_quantity
 from gpudra.errors import InvalidInputError

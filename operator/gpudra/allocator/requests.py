@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from gpudra.allocator import celfacts
-from gpudra.allocator.celview import Schema
+from gpudra.allocator.cel.celview import Schema
 from gpudra.allocator.counters import capacity_demand, fits_capacity, fits_counters
 from gpudra.allocator.index import DeviceIndex
 from gpudra.allocator.pools import DeviceEntry, PoolKey, PoolView
@@ -26,7 +26,7 @@ ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 
 class Selector(Protocol):
-    """A compiled CEL selector (gpudra.allocator.cel.CompiledSelector satisfies it)."""
+    """A compiled CEL selector (gpudra.allocator.cel.selectors.CompiledSelector satisfies it)."""
 
     expression: str
 

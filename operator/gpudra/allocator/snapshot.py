@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from gpudra.allocator.celview import Schema
+from gpudra.allocator.cel.celview import Schema
 from gpudra.allocator.index import DeviceIndex
 from gpudra.allocator.pools import (
     DeviceEntry,

@@ -113,8 +113,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Ans
 def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str = "") -> Answer:
     """Allocated, would fit now, or why not (with the MIG planner's answer, planned for the pending claims
     together, as the controller does)."""
-    from gpudra.allocator.requests import claim_key
-    from gpudra.allocator.result import Allocation
+    from gpudra.allocator import Allocation, claim_key
     from gpudra.cli.explainoutput import ALLOCATED, FITS, PENDING, Answer
     from gpudra.controller.explaining import explain, explanation
     from gpudra.planning.migdemand import plan_pending
@@ -187,7 +186,7 @@ def _read_claim_file(path: Path, namespace: str) -> ResourceClaim:
 def _shipped(driver_name: str) -> set[tuple[str, str]]:
     """(DeviceClass name, CEL expression) of every selector of the DeviceClasses gpudra ships, so the report can
     name a class's own selector rather than repeat its expression."""
-    from gpudra.devices.classes import load_device_classes
+    from gpudra.devices import load_device_classes
 
     return {
         (c.metadata.name or "", s.cel.expression)

@@ -13,11 +13,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpudra.allocator.explain import Failure, NodesFailure, SelectorStat
-from gpudra.allocator.explanation import Explanation
-from gpudra.allocator.result import Allocation
+from gpudra.allocator import Allocation, Explanation, Failure, NodesFailure, SelectorStat
 from gpudra.api.dra import AllocationResult
-from gpudra.mig.demand import DemandPlan
+from gpudra.mig import DemandPlan
 from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 
 WIDTH = 80

@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.cluster.fleet import FleetNode, node_object
-from gpudra.devices.dynamic import build_node_devices
-from gpudra.devices.slices import CounterLayout, build_slice_specs
+from gpudra.devices import CounterLayout, build_node_devices, build_slice_specs
 from gpudra.hardware.simulated import empty_mig, simulated_backend
 
 

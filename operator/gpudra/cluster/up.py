@@ -37,8 +37,8 @@ from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.dirlock import DirectoryLock
 from gpudra.cluster.fleet import FleetNode, node_object
 from gpudra.cluster.interpreter import CLUSTER_GC_THRESHOLDS, GC_THRESHOLDS, SWITCH_INTERVAL, SharedSetting
-from gpudra.cluster.kubelet import StandInKubelet, simulated_pod_ip
-from gpudra.cluster.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
+from gpudra.cluster.kubelet.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
+from gpudra.cluster.kubelet.standin import StandInKubelet, simulated_pod_ip
 from gpudra.cluster.kubernetes.binaries import find_binaries
 from gpudra.cluster.kubernetes.bootstrap import (
     AGENT_SERVICE_ACCOUNT,
@@ -64,10 +64,10 @@ from gpudra.cluster.startup import (
     start_progress,
 )
 from gpudra.cluster.trynext import current_shell, try_next
-from gpudra.computedomain.children import DaemonPodSettings
+from gpudra.computedomain import DaemonPodSettings
 from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.kopfapp import run_controller
-from gpudra.devices.classes import load_device_classes
+from gpudra.devices import load_device_classes
 from gpudra.errors import ConfigurationError, GpudraError
 from gpudra.hardware.fake_nvml import FakeNvml
 from gpudra.hardware.nvml import NvmlBackend

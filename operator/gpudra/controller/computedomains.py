@@ -19,8 +19,7 @@ import kopf
 
 from gpudra.api.computedomain import GROUP, VERSION, ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Node, Pod
-from gpudra.computedomain.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
-from gpudra.computedomain.view import DomainView
+from gpudra.computedomain import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, DomainView
 from gpudra.config import ControllerSettings
 from gpudra.controller.bodies import body_key, parse_body
 from gpudra.controller.domainchildren import apply_children, cleanup_verdict, remove_children

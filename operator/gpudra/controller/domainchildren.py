@@ -17,8 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpudra.api.computedomain import ComputeDomain
-from gpudra.computedomain.children import DaemonPodSettings, child_selector, desired_children
-from gpudra.computedomain.names import OBJECT_LABEL, DriverNames, node_label_key
+from gpudra.computedomain import (
+    OBJECT_LABEL,
+    DaemonPodSettings,
+    DriverNames,
+    child_selector,
+    desired_children,
+    node_label_key,
+)
 from gpudra.config import ControllerSettings
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient

@@ -23,8 +23,7 @@ from typing import Any
 from gpudra.api.computedomain import ComputeDomain
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.timestamps import parse_rfc3339, rfc3339
-from gpudra.computedomain.status import DomainStatus, status_patch
-from gpudra.computedomain.view import DomainView
+from gpudra.computedomain import DomainStatus, DomainView, status_patch
 from gpudra.config import ControllerSettings
 from gpudra.errors import ConflictError, KubeError, NotFoundError
 from gpudra.kube.client import KubeClient

@@ -3,7 +3,7 @@
 Shared by ``gpudra explain`` and the controller's pending-claim Events, so both say the same: it reads slices,
 classes, claims, namespaces and nodes through the client layer, builds the allocator's snapshot with every existing
 allocation marked (and which claim holds each device), asks the allocator where the claim would fit, and words the
-answer with the MIG planner's (``gpudra.allocator.wording``). Nothing is written.
+answer with the MIG planner's (``gpudra.allocator.explain.wording``). Nothing is written.
 """
 
 from __future__ import annotations
@@ -12,20 +12,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.allocator.engine import Allocator
-from gpudra.allocator.explain import Failure, NodesFailure
-from gpudra.allocator.explanation import Explanation, Repartition
-from gpudra.allocator.nearest import examine
-from gpudra.allocator.pools import DeviceId, NodeInfo
-from gpudra.allocator.requests import claim_key
-from gpudra.allocator.result import Allocation
-from gpudra.allocator.snapshot import ClusterSnapshot
-from gpudra.allocator.wording import explain_outcome
+from gpudra.allocator import (
+    Allocation,
+    Allocator,
+    ClusterSnapshot,
+    DeviceId,
+    Explanation,
+    Failure,
+    NodeInfo,
+    NodesFailure,
+    Repartition,
+    claim_key,
+    examine,
+    explain_outcome,
+)
 from gpudra.api.core import Namespace, Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from gpudra.mig.demand import DemandPlan
+from gpudra.mig import DemandPlan
 
 Outcome = Allocation | Failure | NodesFailure
 DETAIL_NODES = 16

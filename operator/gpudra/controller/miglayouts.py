@@ -25,21 +25,22 @@ from gpudra.errors import GpudraError, InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import CONFIGMAPS, NODES, Resource
-from gpudra.mig.desired import (
+from gpudra.mig import (
+    BLOCKED,
     CONFIG_LABEL,
     CONFIG_STATE_LABEL,
     DESIRED_ANNOTATION,
-    STATE_ANNOTATION,
-    NodeReport,
-)
-from gpudra.mig.migparted import MigPartedConfig, default_configs, parse_entries, parse_mig_parted
-from gpudra.mig.rollout import (
-    BLOCKED,
     INVALID,
+    STATE_ANNOTATION,
     LayoutInput,
+    MigPartedConfig,
     NodeInput,
     NodeOutcome,
+    NodeReport,
+    default_configs,
     layout_status,
+    parse_entries,
+    parse_mig_parted,
     plan_rollout,
 )
 from gpudra.telemetry import get_logger

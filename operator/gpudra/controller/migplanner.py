@@ -17,14 +17,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.allocator.pools import NodeInfo
+from gpudra.allocator import NodeInfo
 from gpudra.api.miglayout import API_VERSION, PROGRESSING
 from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
-from gpudra.mig.demand import DemandPlan, GpuSuggestion
-from gpudra.mig.desired import CONFIG_LABEL
-from gpudra.mig.migparted import MigConfigEntry, MigPartedConfigError, parse_entries
+from gpudra.mig import (
+    CONFIG_LABEL,
+    DemandPlan,
+    GpuSuggestion,
+    MigConfigEntry,
+    MigPartedConfigError,
+    parse_entries,
+)
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

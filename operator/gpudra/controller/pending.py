@@ -13,9 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpudra.allocator.explain import Failure, NodesFailure
-from gpudra.allocator.requests import claim_key
-from gpudra.allocator.result import Allocation
+from gpudra.allocator import Allocation, Failure, NodesFailure, claim_key
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.timestamps import parse_rfc3339
@@ -26,7 +24,7 @@ from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.metrics import Metrics
-from gpudra.mig.demand import DemandPlan
+from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import pci_device_ids, plan_pending
 from gpudra.telemetry import get_logger
 

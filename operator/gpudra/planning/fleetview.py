@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gpudra.api.core import Node, Taint
 from gpudra.api.dra import Device, DeviceTaint, ResourceSlice
 from gpudra.api.quantity import parse_quantity
-from gpudra.devices.names import parse_mig_device_name
+from gpudra.devices import parse_mig_device_name
 from gpudra.errors import InvalidInputError
 from gpudra.hardware.catalog import Catalog, MigSpec
 from gpudra.planning.summaries import PROFILE_LABEL

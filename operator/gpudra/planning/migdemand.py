@@ -19,19 +19,33 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpudra.allocator.engine import Allocator
-from gpudra.allocator.pools import DeviceEntry, make_entry
-from gpudra.allocator.requests import RequestProblem, RequestSpec, build_claim, claim_key, evaluate
-from gpudra.allocator.snapshot import ClusterSnapshot
+from gpudra.allocator import (
+    Allocator,
+    ClusterSnapshot,
+    DeviceEntry,
+    RequestProblem,
+    RequestSpec,
+    build_claim,
+    claim_key,
+    evaluate,
+    make_entry,
+)
 from gpudra.api.dra import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
 from gpudra.api.quantity import format_quantity
 from gpudra.api.timestamps import parse_rfc3339
-from gpudra.devices.build import EXTENSION_DOMAIN, TYPE_GPU, TYPE_MIG
-from gpudra.devices.names import mig_device_name, parse_mig_device_name
+from gpudra.devices import EXTENSION_DOMAIN, TYPE_GPU, TYPE_MIG, mig_device_name, parse_mig_device_name
 from gpudra.errors import GpudraError
 from gpudra.hardware.catalog import Catalog, GpuModel, MigProfile, load_catalog
-from gpudra.mig.demand import DemandGpu, DemandPlan, MigDemand, MigRequest, ProfileChoice, plan_demand
-from gpudra.mig.layout import GpuMigState, MigInstance
+from gpudra.mig import (
+    DemandGpu,
+    DemandPlan,
+    GpuMigState,
+    MigDemand,
+    MigInstance,
+    MigRequest,
+    ProfileChoice,
+    plan_demand,
+)
 
 _GPU_NAME_PREFIX = "gpu-"
 

@@ -1,5 +1,5 @@
 """Pure: the web view's cards of what runs on the fleet, from watched objects: claims by namespace (devices, pods,
-Ready and Healthy), pending claims with the allocator's explanation (``gpudra.allocator.explanation``: the same
+Ready and Healthy), pending claims with the allocator's explanation (``gpudra.allocator.explain.explanation``: the same
 words as the claim's Event and ``gpudra explain``, node by node), ComputeDomains (nodes, cliques, daemons, why not
 Ready) and MigLayouts (progress per node, what blocks them)."""
 
@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpudra.allocator.explanation import ClosestDevice, Explanation, NodeLine
+from gpudra.allocator import ClosestDevice, Explanation, NodeLine
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, ComputeDomainStatus
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import Condition

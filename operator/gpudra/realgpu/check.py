@@ -26,7 +26,7 @@ from gpudra.allocator import Allocation, Allocator, ClusterSnapshot
 from gpudra.api.dra import ResourceClaim, ResourceSlice
 from gpudra.api.timestamps import rfc3339
 from gpudra.cluster.realnode.devices import simulated_device_paths
-from gpudra.devices.classes import load_device_classes
+from gpudra.devices import load_device_classes
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.realgpu.findings import (

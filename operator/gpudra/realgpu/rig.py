@@ -25,7 +25,7 @@ from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.processes import ManagedProcess, free_port
 from gpudra.config import AgentSettings
-from gpudra.devices.classes import load_device_classes
+from gpudra.devices import load_device_classes
 from gpudra.kube.client import KubeClient
 from gpudra.kube.crdready import wait_served
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NAMESPACES, NODES

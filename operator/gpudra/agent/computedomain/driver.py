@@ -38,8 +38,15 @@ from gpudra.agent.recovery import ProblemReporter, RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.dra import Device, DeviceAttribute, DeviceTaint
-from gpudra.computedomain.channels import CHANNEL_DEVICE, PROC_DEVICES_NAME, compute_domain_devices
-from gpudra.computedomain.clique import NodeClique, clique_label_patch, multi_node_nvlink, node_clique
+from gpudra.computedomain import (
+    CHANNEL_DEVICE,
+    PROC_DEVICES_NAME,
+    NodeClique,
+    clique_label_patch,
+    compute_domain_devices,
+    multi_node_nvlink,
+    node_clique,
+)
 from gpudra.config import AgentSettings
 from gpudra.errors import GpudraError, InvalidInputError, NotFoundError
 from gpudra.hardware.backend import GpuBackend

@@ -19,7 +19,7 @@ import json
 import random
 from typing import Any
 
-from gpudra.computedomain.index import ChannelLease, DomainRef, assign_channels
+from gpudra.computedomain import ChannelLease, DomainRef, assign_channels
 from gpudra.errors import ConflictError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import CONFIGMAPS

@@ -56,10 +56,19 @@ from gpudra.api.nvidia import (
     OpaqueConfig,
     resolve_configs,
 )
-from gpudra.computedomain.channels import CHANNEL_DEVICE, DAEMON_DEVICE, channel_injection
-from gpudra.computedomain.clique import NodeClique
-from gpudra.computedomain.index import ChannelLease, DomainRef, assign_channels, check_node_admits
-from gpudra.computedomain.names import NODE_LABEL_VALUE, DaemonMode, node_label_key
+from gpudra.computedomain import (
+    CHANNEL_DEVICE,
+    DAEMON_DEVICE,
+    NODE_LABEL_VALUE,
+    ChannelLease,
+    DaemonMode,
+    DomainRef,
+    NodeClique,
+    assign_channels,
+    channel_injection,
+    check_node_admits,
+    node_label_key,
+)
 from gpudra.errors import (
     ComputeDomainError,
     GpudraError,

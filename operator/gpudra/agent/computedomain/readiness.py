@@ -18,8 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from gpudra.api.computedomain import ComputeDomainClique, ComputeDomainDaemonInfo
-from gpudra.computedomain.channels import check_daemon_ready
-from gpudra.computedomain.names import clique_object_name
+from gpudra.computedomain import check_daemon_ready, clique_object_name
 from gpudra.errors import ComputeDomainError, GpudraError, InvalidInputError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informer

@@ -28,13 +28,16 @@ import random
 from typing import Any, Literal
 
 from gpudra.api.computedomain import API_VERSION, ComputeDomainClique, ComputeDomainDaemonInfo
-from gpudra.computedomain.entries import JsonPatch, joining_entry, own_entry_patch, release_patch
-from gpudra.computedomain.names import (
+from gpudra.computedomain import (
     COMPONENT_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     OBJECT_LABEL,
+    JsonPatch,
     clique_object_name,
+    joining_entry,
+    own_entry_patch,
+    release_patch,
 )
 from gpudra.errors import CliqueFullError, ConflictError, GpudraError, KubeError, NotFoundError
 from gpudra.kube.client import KubeClient

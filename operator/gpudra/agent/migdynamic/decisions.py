@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gpudra.agent.checkpoint import MigInstanceRecord
 from gpudra.api.dra import DeviceRequestAllocationResult
-from gpudra.devices.names import gpu_device_name, parse_mig_device_name
+from gpudra.devices import gpu_device_name, parse_mig_device_name
 from gpudra.errors import PrepareError
 from gpudra.hardware.backend import MigProfileInfo
 from gpudra.hardware.inventory import GpuInfo, NodeInventory

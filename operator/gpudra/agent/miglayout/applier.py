@@ -26,18 +26,25 @@ from gpudra.errors import HardwareError, HardwareNotFound, InvalidInputError
 from gpudra.hardware.backend import GpuBackend, MigModeResult
 from gpudra.hardware.catalog import Catalog, load_catalog
 from gpudra.hardware.inventory import GpuInfo, NodeInventory
-from gpudra.mig.desired import DesiredState, GpuReport, NodeGpu, NodeReport, NodeState, gpu_layouts
-from gpudra.mig.keep import place_for_gpu
-from gpudra.mig.layout import MigLayout, model_of_gpu, state_of_gpu
-from gpudra.mig.plan import (
+from gpudra.mig import (
     CreateMigDevice,
+    DesiredState,
     DestroyMigDevice,
+    GpuReport,
+    MigLayout,
     MigPlan,
+    NodeGpu,
+    NodeReport,
+    NodeState,
     PlanStatus,
     ResetGpu,
     SetMigMode,
     Step,
+    gpu_layouts,
+    model_of_gpu,
+    place_for_gpu,
     plan_gpu,
+    state_of_gpu,
 )
 from gpudra.telemetry import get_logger
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpudra.agent.atomic_files import remove_durably, write_atomically
-from gpudra.mig.layout import MigLayout, Placement
+from gpudra.mig import MigLayout, Placement
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

@@ -24,7 +24,7 @@ from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer
 from gpudra.kube.resources import NODES
-from gpudra.mig.desired import (
+from gpudra.mig import (
     CONFIG_STATE_LABEL,
     DESIRED_ANNOTATION,
     LABEL_STATE,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gpudra.allocator.taintrules import Eviction, claim_eviction
+from gpudra.allocator import Eviction, claim_eviction
 from gpudra.api.core import Pod
 from gpudra.api.dra import DeviceTaint, DeviceTaintRule, ResourceClaim
 from gpudra.api.timestamps import rfc3339

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.allocator.pools import NodeInfo
+from gpudra.allocator import NodeInfo
 from gpudra.cluster.controlplane import predicates
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.kube.events import EventRecorder

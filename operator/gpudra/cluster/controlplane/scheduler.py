@@ -13,13 +13,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator.engine import Allocator
-from gpudra.allocator.explain import Failure, NodesFailure
-from gpudra.allocator.kubeerrors import FILTER_PREFIX
-from gpudra.allocator.nearest import examine
-from gpudra.allocator.pools import NodeInfo
-from gpudra.allocator.result import Allocation
-from gpudra.allocator.wording import explain_outcome
+from gpudra.allocator import (
+    FILTER_PREFIX,
+    Allocation,
+    Allocator,
+    Failure,
+    NodeInfo,
+    NodesFailure,
+    examine,
+    explain_outcome,
+)
 from gpudra.api.core import Pod
 from gpudra.api.dra import AllocationResult, ResourceClaim, ResourceClaimConsumerReference
 from gpudra.api.timestamps import rfc3339

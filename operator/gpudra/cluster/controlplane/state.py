@@ -10,10 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator.engine import Allocator
-from gpudra.allocator.pools import DeviceId, NodeInfo
-from gpudra.allocator.snapshot import ClusterSnapshot
-from gpudra.allocator.taintrules import taint_slice, unsupported_selector
+from gpudra.allocator import Allocator, ClusterSnapshot, DeviceId, NodeInfo, taint_slice, unsupported_selector
 from gpudra.api.core import Namespace, Node, Pod
 from gpudra.api.dra import (
     AllocationResult,

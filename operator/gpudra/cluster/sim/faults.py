@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from gpudra.api.base import WireModel
-from gpudra.devices.names import parse_mig_device_name
+from gpudra.devices import parse_mig_device_name
 from gpudra.errors import InvalidInputError
 from gpudra.hardware.simulated import FakeNvml
 from gpudra.hardware.simulated import nvml_types as t

@@ -13,9 +13,15 @@ from gpudra.errors import InvalidInputError
 from gpudra.hardware.catalog import Catalog, GpuModel
 from gpudra.hardware.profiles import MigEntry, SpecError
 from gpudra.hardware.simulated.machine import GpuSpec, MachineSpec, MigInstanceSpec
-from gpudra.mig.layout import MigLayout
-from gpudra.mig.migparted import MigConfigEntry, default_configs, entry_for_gpu, parse_entries
-from gpudra.mig.validate import layout_problems, place_counts
+from gpudra.mig import (
+    MigConfigEntry,
+    MigLayout,
+    default_configs,
+    entry_for_gpu,
+    layout_problems,
+    parse_entries,
+    place_counts,
+)
 
 
 class FleetMig(MigEntry):

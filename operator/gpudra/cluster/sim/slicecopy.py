@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.devices.build import CLIQUE_ID, NUMA_NODE, NVLINK_COUNT, PCI_BUS_ID, PCIE_ROOT
-from gpudra.devices.names import parse_mig_device_name
+from gpudra.devices import CLIQUE_ID, NUMA_NODE, NVLINK_COUNT, PCI_BUS_ID, PCIE_ROOT, parse_mig_device_name
 from gpudra.errors import ConfigurationError
 from gpudra.hardware.catalog import Catalog
 from gpudra.hardware.profiles import FabricReading, GpuSlot

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from importlib import resources
 
-from gpudra.allocator.explanation import NodeLine
+from gpudra.allocator import NodeLine
 from gpudra.planning.fleetview import GpuCard, MigGeometry, MigSlot, NodeCard
 from gpudra.planning.workloads import (
     ClaimDevice,

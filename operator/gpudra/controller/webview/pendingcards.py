@@ -14,11 +14,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.allocator.result import Allocation
+from gpudra.allocator import Allocation
 from gpudra.api.dra import ResourceClaim
 from gpudra.controller.explaining import explain, explanation, view_from_wire
 from gpudra.errors import GpudraError
-from gpudra.mig.demand import DemandPlan
+from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import plan_pending
 from gpudra.planning.workloads import PendingCard, pending_card
 from gpudra.telemetry import get_logger

@@ -1,6 +1,6 @@
 """CEL for the ``x-kubernetes-validations`` rules of CustomResourceDefinitions (``self``, ``oldSelf``).
 
-The only module besides ``gpudra.allocator.cel`` that imports the CEL library: DRA selectors and CRD rules are
+The only module besides ``gpudra.allocator.cel.selectors`` that imports the CEL library: DRA selectors and CRD rules are
 different CEL environments (a typed ``device`` there; here ``self`` is the value the rule is attached to). As in
 Kubernetes, property names that are not CEL identifiers are escaped (``mig-enabled`` is ``self.mig__dash__enabled``).
 """

@@ -16,12 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator.cel import (
-    MAX_EXPRESSION_LENGTH,
-    CelCompileError,
-    CelResultTypeError,
-    check_new_selector,
-)
+from gpudra.allocator import MAX_EXPRESSION_LENGTH, CelCompileError, CelResultTypeError, check_new_selector
 
 from . import names
 from .fielderrors import (

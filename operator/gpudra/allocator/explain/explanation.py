@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.allocator.explain import Failure, NodesFailure
+from gpudra.allocator.diagnosis import Failure, NodesFailure
 from gpudra.allocator.vocabulary import conjoin
 
 

@@ -3,7 +3,7 @@
 It watches the pods bound to its node. For a new pod it reads the pod's claims, checks the pod is in each
 claim's ``status.reservedFor``, and calls NodePrepareResources of each driver the claims are allocated from over
 that driver's REAL plugin sockets (those in the registry directory, registration first, the newest plugin of a
-driver preferred, like the kubelet: :mod:`gpudra.cluster.pluginwatch`);
+driver preferred, like the kubelet: :mod:`gpudra.cluster.kubelet.pluginwatch`);
 then it marks the pod Running and Ready. A failure posts Event FailedPrepareDynamicResources on the pod and is
 retried with backoff; meanwhile the pod is Pending with its containers waiting (ContainerCreating), as a real
 kubelet shows it. The statuses it writes are those of a 1.37 kubelet (see podstatus.py). When a pod goes away,
@@ -40,7 +40,7 @@ from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PreparedDevice, PrepareResult
 from gpudra.api.core import Pod
 from gpudra.api.timestamps import rfc3339
-from gpudra.computedomain.names import COMPONENT_LABEL, OBJECT_LABEL
+from gpudra.computedomain import COMPONENT_LABEL, OBJECT_LABEL
 from gpudra.errors import ConflictError, GpudraError, KubeletPluginError, NotFoundError, PrepareError
 from gpudra.hardware.inventory import NodeInventory
 from gpudra.kube.client import KubeClient

@@ -34,12 +34,12 @@ from typing import Any
 import cel_expr_python.cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from gpudra.allocator import celanalysis
-from gpudra.allocator.celast import Node, decode, line_column
-from gpudra.allocator.celclosures import MAX_LIST_VALUES, CelEvalError, result_error, translate
-from gpudra.allocator.celfastpath import fast_path
-from gpudra.allocator.celtypes import Quantity, Semver
-from gpudra.allocator.celview import CelDevice, cel_device
+from gpudra.allocator.cel import celanalysis
+from gpudra.allocator.cel.celast import Node, decode, line_column
+from gpudra.allocator.cel.celclosures import MAX_LIST_VALUES, CelEvalError, result_error, translate
+from gpudra.allocator.cel.celfastpath import fast_path
+from gpudra.allocator.cel.celtypes import Quantity, Semver
+from gpudra.allocator.cel.celview import CelDevice, cel_device
 from gpudra.errors import InvalidInputError
 
 __all__ = [

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpudra.allocator.celast import Ast, Node, qualified_name, walk
-from gpudra.allocator.celtypes import Quantity, Semver
+from gpudra.allocator.cel.celast import Ast, Node, qualified_name, walk
+from gpudra.allocator.cel.celtypes import Quantity, Semver
 
 DEFAULT_DOMAIN = "gpu.nvidia.com"
 _ATTRIBUTES, _CAPACITY = "device.attributes", "device.capacity"

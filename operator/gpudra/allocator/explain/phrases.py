@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Collection, Sequence
 
-from gpudra.allocator.explain import DeviceMiss, Failure
+from gpudra.allocator.diagnosis import DeviceMiss, Failure
 from gpudra.allocator.requests import ADMIN_ACCESS_LABEL
 from gpudra.allocator.vocabulary import listed
 

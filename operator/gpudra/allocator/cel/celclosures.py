@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.allocator.celast import Node, flatten_calls
-from gpudra.allocator.celtypes import Quantity, Semver
-from gpudra.allocator.celview import CelDevice, qualified_key
+from gpudra.allocator.cel.celast import Node, flatten_calls
+from gpudra.allocator.cel.celtypes import Quantity, Semver
+from gpudra.allocator.cel.celview import CelDevice, qualified_key
 from gpudra.errors import InvalidInputError
 
 __all__ = ["CelEvalError", "constant_value", "translate"]

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import TypeVar
 
-from gpudra.allocator.celtypes import Quantity, Semver
+from gpudra.allocator.cel.celtypes import Quantity, Semver
 from gpudra.api.dra import Device
 
 __all__ = ["CelDevice", "Schema", "cel_device", "qualified_key", "schema_of"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 
-from gpudra.allocator.explain import (
+from gpudra.allocator.diagnosis import (
     MATCHES,
     SELECTOR,
     DeviceMiss,
@@ -26,8 +26,8 @@ from gpudra.allocator.explain import (
     RequestDiagnosis,
     pool_progress,
 )
-from gpudra.allocator.explanation import ClosestDevice, Explanation, NodeLine, Repartition
-from gpudra.allocator.nearest import (
+from gpudra.allocator.explain.explanation import ClosestDevice, Explanation, NodeLine, Repartition
+from gpudra.allocator.explain.nearest import (
     BROKEN,
     CLOSE,
     FAR,
@@ -41,7 +41,7 @@ from gpudra.allocator.nearest import (
     by_request,
     rank,
 )
-from gpudra.allocator.phrases import claim_level, claim_sentence, values_shown
+from gpudra.allocator.explain.phrases import claim_level, claim_sentence, values_shown
 from gpudra.allocator.pools import DeviceId, PoolKey
 from gpudra.allocator.requests import CAPACITY, COUNTERS, IN_USE, TAINTED
 from gpudra.allocator.snapshot import ClusterSnapshot

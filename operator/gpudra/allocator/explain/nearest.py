@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudra.allocator.diagnosis import MATCHES, SELECTOR, DeviceMiss, Failure, NodesFailure, RequestDiagnosis
 from gpudra.allocator.engine import Allocator
-from gpudra.allocator.explain import MATCHES, SELECTOR, DeviceMiss, Failure, NodesFailure, RequestDiagnosis
 from gpudra.allocator.pools import DeviceEntry, DeviceId, NodeInfo
 from gpudra.allocator.requests import (
     CAPACITY,

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from gpudra.allocator.celast import Node, flatten_calls
-from gpudra.allocator.celclosures import constant_value
-from gpudra.allocator.celtypes import Quantity, Semver
-from gpudra.allocator.celview import CelDevice, qualified_key
+from gpudra.allocator.cel.celast import Node, flatten_calls
+from gpudra.allocator.cel.celclosures import constant_value
+from gpudra.allocator.cel.celtypes import Quantity, Semver
+from gpudra.allocator.cel.celview import CelDevice, qualified_key
 
 __all__ = ["fast_path"]
 

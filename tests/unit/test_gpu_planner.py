@@ -1,0 +1,135 @@
+"""The GPU driver's plan of a claim (gpudra.agent.gpuplanner), from models alone: which hardware each result names,
+the GPUs that go to vfio-pci first, and the device metadata files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudra.agent.gpuplanner import PrepareOptions, plan_gpu_claim
+from gpudra.api.dra import ResourceClaim
+from gpudra.errors import PrepareError
+from gpudra.hardware.inventory import NodeInventory, PciGpu
+from gpudra.hardware.simulated import simulated_backend
+
+NODE = "n1"
+DRIVER = "gpu.nvidia.com"
+UID = "c-1"
+
+
+def reading(profile: str) -> tuple[NodeInventory, tuple[PciGpu, ...]]:
+    backend = simulated_backend(profile, NODE).backend
+    return backend.read_inventory(), backend.pci_gpus()
+
+
+def claim(*devices: str) -> ResourceClaim:
+    results = [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": d} for d in devices]
+    return ResourceClaim.model_validate(
+        {
+            "metadata": {"name": "train", "namespace": "team-a", "uid": UID},
+            "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+            "status": {"allocation": {"devices": {"results": results}}},
+        }
+    )
+
+
+def plan_of(
+    profile: str,
+    *devices: str,
+    passthrough: bool = False,
+    dynamic_first: bool = False,
+    **options: Any,
+) -> Any:
+    inventory, pci = reading(profile)
+    model = claim(*devices)
+    assert model.status is not None and model.status.allocation is not None
+    results = model.status.allocation.devices.results if model.status.allocation.devices else []
+    return plan_gpu_claim(
+        UID, model, results or [], inventory, driver=DRIVER,
+        options=PrepareOptions(passthrough=passthrough, **{k: v for k, v in options.items() if k != "data_dir"}),
+        dynamic={inventory.gpus[0].uuid} if dynamic_first else frozenset(),
+        pci_gpus=pci if passthrough else (), data_dir=options.get("data_dir"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("profile", "device", "options", "uuid_of_gpu", "device_type", "device_node"),
+    [
+        ("dgx-h100", "gpu-1", {}, 1, "gpu", "/dev/nvidia1"),
+        ("dgx-a100", "gpu-0-mig-1g5gb-19-2", {}, 0, "mig", "/dev/nvidia0"),
+        ("dgx-a100", "gpu-0", {"dynamic_first": True}, 0, "gpu", "/dev/nvidia0"),  # a GPU in dynamic MIG mode
+        ("dgx-h100", "gpu-vfio-0", {"passthrough": True}, None, "vfio", "/dev/vfio/27"),
+    ],
+)  # fmt: skip
+def test_each_result_is_planned_on_the_hardware_it_names(
+    profile: str,
+    device: str,
+    options: dict[str, Any],
+    uuid_of_gpu: int | None,
+    device_type: str,
+    device_node: str,
+) -> None:
+    inventory, _ = reading(profile)
+    plan = plan_of(profile, device, **options).claim
+    (record,) = plan.devices
+    assert (record.device_name, record.device_type, record.request_names) == (device, device_type, ["gpu"])
+    if uuid_of_gpu is not None:
+        assert plan.gpu_uuids[device] == inventory.gpus[uuid_of_gpu].uuid
+    paths = [
+        n["path"] for d in plan.cdi_document["devices"] for n in d["containerEdits"].get("deviceNodes", [])
+    ]
+    assert any(p.endswith(device_node) for p in paths), paths
+
+
+@pytest.mark.parametrize(
+    ("devices", "passthrough", "bound"),
+    [
+        (("gpu-vfio-0",), True, ["0000:1b:00.0"]),
+        (("gpu-0",), True, []),
+        (("gpu-0", "gpu-1"), False, []),
+    ],
+)
+def test_only_passthrough_devices_are_bound_to_vfio_pci(
+    devices: tuple[str, ...], passthrough: bool, bound: list[str]
+) -> None:
+    plan = plan_of("dgx-h100", *devices, passthrough=passthrough)
+    assert [(b.pci_bus_id, b.device_name) for b in plan.vfio_bindings] == list(
+        zip(bound, [d for d in devices if d.startswith("gpu-vfio")], strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("profile", "devices", "options", "reason"),
+    [
+        ("dgx-h100", ("gpu-9",), {}, "UnknownDevice"),  # a DGX H100 has eight GPUs
+        ("dgx-h100", ("gpu-vfio-0",), {}, "UnknownDevice"),  # passthrough off: no vfio device here
+        ("dgx-a100", ("gpu-0",), {}, "UnknownDevice"),  # a MIG-enabled GPU is whole only in dynamic MIG mode
+        ("dgx-h100", ("gpu-vfio-0", "gpu-3"), {"passthrough": True}, "InvalidConfig"),  # one claim for each
+    ],
+)  # fmt: skip
+def test_a_result_the_node_cannot_serve_is_refused(
+    profile: str, devices: tuple[str, ...], options: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(PrepareError) as caught:
+        plan_of(profile, *devices, **options)
+    assert caught.value.reason == reason
+    assert devices[-1] in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "with_dir", "files"),
+    [(True, True, 1), (True, False, 0), (False, True, 0)],
+)
+def test_device_metadata_files_are_planned_only_when_on_and_there_is_a_place_for_them(
+    tmp_path: Path, metadata: bool, with_dir: bool, files: int
+) -> None:
+    plan = plan_of(
+        "dgx-h100", "gpu-0", device_metadata=metadata, data_dir=tmp_path if with_dir else None
+    ).claim
+    assert len(plan.metadata_files) == files
+    assert all(Path(p).is_relative_to(tmp_path) for p in plan.metadata_files)
+    assert not list(tmp_path.iterdir())  # planned, not written
+    cdi_ids = plan.devices[0].cdi_device_ids
+    assert len(cdi_ids) == 1 + files  # the metadata CDI device is named by the request's first device
