@@ -16,7 +16,7 @@ from gpudra.config import ControllerSettings
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH"),
-    pytest.mark.timeout(900),
+    pytest.mark.timeout(600),
 ]
 FAST = ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.5)
 

@@ -11,7 +11,7 @@ from _realkit import FAST_CONTROLLER, StartKubernetes
 from goldenfleet import scenarios
 from goldenkit import check_corpus
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(600)
 
 
 async def test_every_golden_scenario_is_explained_on_its_pod(start_kubernetes: StartKubernetes) -> None:
