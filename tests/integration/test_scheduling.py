@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterkit import StartCluster, client_of, eventually
+from clusterkit import StartCluster, client_of, eventually, gpu_claim
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import ConflictError
 from gpudra.kube.resources import (
@@ -224,6 +224,40 @@ async def test_deleting_pods_frees_devices(cluster: EmbeddedCluster) -> None:
         return not (claim.get("status") or {}).get("allocation")
 
     await eventually(deallocated)
+
+
+async def test_an_allocated_claim_that_no_pod_reserves_keeps_its_devices(cluster: EmbeddedCluster) -> None:
+    """kube-controller-manager deallocates a claim only when its last pod leaves its reservedFor, never one that
+    nobody reserved: the stand-in dropped such a claim's allocation at once, and the next pod took its GPUs."""
+    client = client_of(cluster)
+    held = await client.create(RESOURCE_CLAIMS, gpu_claim("held", 8), "default")
+    results = [
+        {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "dgx-h100-0", "device": f"gpu-{i}"}
+        for i in range(8)
+    ]
+    held["status"] = {"allocation": {"devices": {"results": results}}}
+    await client.replace(RESOURCE_CLAIMS, held, subresource="status")
+    want = gpu_claim("want", 1)
+    h100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+    want["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": h100}}]
+    await client.create(RESOURCE_CLAIMS, want, "default")
+    body = {
+        "metadata": {"name": "wants-an-h100", "namespace": "default"},
+        "spec": {"resourceClaims": [{"name": "g", "resourceClaimName": "want"}],
+                 "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "g"}]}}]},
+    }  # fmt: skip
+    await client.create(PODS, body, "default")
+    await watch_until(
+        client,
+        EVENTS,
+        lambda e: e["reason"] == "FailedScheduling",
+        namespace="default",
+        field_selector="involvedObject.name=wants-an-h100",
+    )
+    assert not await bound(cluster, "wants-an-h100")
+    assert devices_of(await client.get(RESOURCE_CLAIMS, "held", "default")) == [
+        ("gpus", "dgx-h100-0", f"gpu-{i}") for i in range(8)
+    ]
 
 
 async def test_unsatisfiable_claim_stays_pending_with_an_explanation(cluster: EmbeddedCluster) -> None:

@@ -7,8 +7,9 @@ from typing import Any
 
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
-from gpudra.controller.pending import PendingClaims, Said
+from gpudra.controller.pending import PendingClaims, Said, uses_driver
 from gpudra.controller.pendingpods import PendingPods
+from gpudra.devices.classes import load_device_classes
 from gpudra.kube.client import KubeClient
 from gpudra.metrics import Metrics
 from gpudra.planning.podclaims import implicit_uid
@@ -82,3 +83,17 @@ def test_a_pods_implicit_claim_is_forgotten_once_the_pod_is_bound() -> None:
     pending.said[implicit_uid("p1")] = Said("InsufficientDevices", "needs 9 GPUs on one node")
     pods.pod_changed("p1", None)  # bound (it left the watch of unbound pods)
     assert pods.waiting == {} and pending.said == {} and pending.reasons == {}
+
+
+def test_a_claim_naming_a_misspelt_class_of_the_driver_is_the_drivers_to_explain() -> None:
+    classes = {c.metadata.name or "": c for c in load_device_classes()}
+
+    def naming(device_class: str) -> ResourceClaim:
+        claim = _claim("a", allocated=False)
+        assert claim.spec.devices.requests and claim.spec.devices.requests[0].exactly
+        claim.spec.devices.requests[0].exactly.device_class_name = device_class
+        return claim
+
+    assert uses_driver(naming("gpu.nvidia.con"), classes, "gpu.nvidia.com")  # "did you mean gpu.nvidia.com?"
+    assert uses_driver(naming("gpu.nvidia.com"), classes, "gpu.nvidia.com")
+    assert not uses_driver(naming("fpga.example.com"), classes, "gpu.nvidia.com")  # no class of ours is near

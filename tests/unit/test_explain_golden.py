@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _pending_fleet import scenarios, view_of
 
+from goldenfleet import scenarios, view_of
 from gpudra.allocator import REASONS, Allocation
 from gpudra.controller.explaining import explain, explanation
 from gpudra.planning.migdemand import plan_pending

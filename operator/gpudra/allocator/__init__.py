@@ -17,6 +17,7 @@ from gpudra.allocator.diagnosis import REASONS, Failure, NodesFailure, RequestDi
 from gpudra.allocator.engine import Allocator
 from gpudra.allocator.explain.explanation import ClosestDevice, Explanation, NodeLine, Repartition
 from gpudra.allocator.explain.nearest import examine
+from gpudra.allocator.explain.phrases import meant_class
 from gpudra.allocator.explain.wording import explain_outcome, render_text
 from gpudra.allocator.kubeerrors import FILTER_PREFIX
 from gpudra.allocator.pools import DeviceEntry, DeviceId, NodeInfo, make_entry
@@ -78,6 +79,7 @@ __all__ = [
     "examine",
     "explain_outcome",
     "make_entry",
+    "meant_class",
     "render_text",
     "taint_slice",
     "unsupported_selector",

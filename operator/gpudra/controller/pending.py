@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpudra.allocator import Allocation, Failure, NodesFailure, claim_key
+from gpudra.allocator import Allocation, Failure, NodesFailure, claim_key, meant_class
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.timestamps import parse_rfc3339
@@ -42,14 +42,17 @@ class Said:
 
 
 def uses_driver(claim: ResourceClaim, classes: Mapping[str, DeviceClass], driver: str) -> bool:
-    """Pure: does any request of the claim name a DeviceClass whose selectors mention ``driver``?"""
+    """Pure: does any request of the claim name a DeviceClass whose selectors mention ``driver``? A class that
+    does not exist counts as the one it most likely misspells (then the claim is ours to explain: "did you mean
+    gpu.nvidia.com?"; kube-scheduler says only that the class does not exist)."""
     names: set[str] = set()
     for request in claim.spec.devices.requests or []:
         if request.exactly is not None:
             names.add(request.exactly.device_class_name)
         names.update(sub.device_class_name for sub in request.first_available or [])
     for name in names:
-        device_class = classes.get(name)
+        meant = name if name in classes else meant_class(name, classes)
+        device_class = classes.get(meant) if meant is not None else None
         selectors = (device_class.spec.selectors or []) if device_class is not None else []
         if any(s.cel is not None and driver in s.cel.expression for s in selectors):
             return True

@@ -25,6 +25,12 @@ def claim_level(failure: Failure) -> bool:
     return failure.reason == "InvalidSelector" and not any(d.error_device for d in failure.requests)
 
 
+def meant_class(name: str, classes: Collection[str]) -> str | None:
+    """The DeviceClass a name that is not one most likely meant (a typo), if any is close enough."""
+    close = difflib.get_close_matches(name, list(classes), n=1, cutoff=0.85)
+    return close[0] if close else None
+
+
 def claim_sentence(failure: Failure, classes: Collection[str]) -> str:
     """The first sentence for a claim-level problem; ``classes``: the DeviceClasses the cluster has."""
     d = failure.requests[0] if failure.requests else None
@@ -32,9 +38,9 @@ def claim_sentence(failure: Failure, classes: Collection[str]) -> str:
         return failure.message
     if failure.reason == "ClassNotFound" and (m := _MISSING_CLASS.match(d.message)):
         request, name = m.groups()
-        close = difflib.get_close_matches(name, list(classes), n=1, cutoff=0.85)
-        if close:
-            known = f"did you mean {close[0]}?"
+        meant = meant_class(name, classes)
+        if meant is not None:
+            known = f"did you mean {meant}?"
         else:
             known = (
                 f"the cluster has {listed(sorted(classes), 5)}"

@@ -39,11 +39,6 @@ class ClaimRelease:
                         status.pop(field, None)
                 claim = await self._write_status(claim, status)
 
-    async def deallocate(self, claim: dict[str, Any]) -> None:
-        """An allocated claim that nobody reserves: its allocation goes."""
-        status = {k: v for k, v in (claim.get("status") or {}).items() if k not in _RELEASED}
-        await self._write_status(claim, status)
-
     async def _write_status(self, claim: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
         """Write the claim's status; on a conflict, the claim as it is now (None: written, or the claim is gone)."""
         meta = claim["metadata"]

@@ -1,7 +1,7 @@
 """The stand-in control plane: kube-controller-manager's resourceclaim controller (claims from templates,
-reservedFor cleanup, deallocation of unused claims) and kube-scheduler's DRA part (allocate a pending pod's claims
-on one node with gpudra's allocator, write status.allocation and reservedFor, bind the pod), fed by one set of
-watches (``state``) and one queue.
+reservedFor cleanup, deallocation of claims their last pod left) and kube-scheduler's DRA part (allocate a pending
+pod's claims on one node with gpudra's allocator, write status.allocation and reservedFor, bind the pod), fed by one set
+of watches (``state``) and one queue.
 
 As in Kubernetes, three stages. The claims of new pods are made concurrently by a few workers (``ClaimController``);
 pods with a priority (critical daemons) do not wait for one. One worker then schedules pods one at a time, in
@@ -120,13 +120,12 @@ class ControlPlane:
         self._enqueue((meta.get("namespace", ""), meta["name"]))
 
     async def _on_claim(self, kind: str, body: dict[str, Any]) -> None:
-        """After the state recorded the claim's allocation: retry pods if devices came free, deallocate unused."""
+        """After the state recorded the claim's allocation: retry pods if devices came free. An allocated claim
+        that nobody reserves keeps its allocation, as kube-controller-manager leaves it: only the last pod leaving
+        its reservedFor deallocates it (``ClaimRelease.release``)."""
         if self.state.changed != self._changed_seen:
             self._changed_seen = self.state.changed
             self._retry_unschedulable()
-        status = body.get("status") or {}
-        if kind != "DELETED" and status.get("allocation") and not status.get("reservedFor"):
-            await self.release.deallocate(body)
 
     async def _on_template(self, kind: str, body: dict[str, Any]) -> None:
         """A template appeared (e.g. a ComputeDomain's): pods that waited for it make their claims now."""

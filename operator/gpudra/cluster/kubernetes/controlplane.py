@@ -197,7 +197,11 @@ class KubernetesControlPlane:
             "kube-scheduler",
             self._wrap(
                 scheduler_args(
-                    self.binaries.kube_scheduler, layout, port=scheduler_port, gates=self._gates, qps=self.client_qps
+                    self.binaries.kube_scheduler,
+                    layout,
+                    port=scheduler_port,
+                    gates=self._gates,
+                    qps=self.client_qps,
                 )
             ),
             layout.logs / "kube-scheduler.log",

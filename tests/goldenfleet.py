@@ -1,6 +1,7 @@
 """A cluster view as the controller builds it, from a scenario of tests/golden/pending_claims.yaml: the simulated
 fleet's published slices (static or dynamic MIG, taints, incomplete pools), the shipped DeviceClasses, claims
-already allocated, and the pending claim."""
+already allocated, and the pending claim; and the Event the controller posts for it (the unit tier checks it against
+the corpus, tests/goldenkit.py checks that a cluster's pod gets it)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ from typing import Any
 
 import yaml
 
+from gpudra.allocator import Allocation
 from gpudra.api.dra import ResourceClaim, ResourceSlice
 from gpudra.cluster.fleet import DEFAULT_FLEET
-from gpudra.controller.explaining import ClusterView, view_from_wire
+from gpudra.controller.explaining import ClusterView, explain, explanation, view_from_wire
+from gpudra.controller.pending import EVENT_LIMIT
 from gpudra.devices.build import build_devices
 from gpudra.devices.classes import load_device_classes
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.slices import build_slice_specs
 from gpudra.hardware.simulated import empty_mig, simulated_backend
+from gpudra.planning.migdemand import plan_pending
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "golden" / "pending_claims.yaml"
 DRIVER = "gpu.nvidia.com"
 
@@ -123,3 +127,14 @@ def view_of(scenario: dict[str, Any]) -> tuple[ClusterView, ResourceClaim]:
         [{"metadata": {"name": n}} for n in nodes],
     )
     return view, ResourceClaim.model_validate(pending)
+
+
+def expected_event(scenario: dict[str, Any]) -> tuple[str, str]:
+    """The reason code and text of the Event the controller posts on the scenario's pending claim (and its pod):
+    the explanation of the claim over the scenario's cluster, with the MIG planner's plan unless it is off."""
+    view, claim = view_of(scenario)
+    outcome = explain(view, claim)
+    assert not isinstance(outcome, Allocation), f"{scenario['name']} fits on {outcome.node}"
+    plan = None if scenario.get("planner") == "off" else plan_pending(view.allocator, [claim], DRIVER)
+    said = explanation(view, claim, outcome, plan)
+    return said.reason, said.text(EVENT_LIMIT)
