@@ -60,10 +60,11 @@ class FakeNvml(MigCalls):
     def from_machine(cls, machine: MachineSpec, catalog: Catalog | None = None) -> FakeNvml:
         """A node holding the machine's GPUs, with their MIG devices created."""
         models = catalog or load_catalog()
+        brought = {m.model_id: m for m in machine.models}
         gpus = []
         island_of = {gpu: island for island, members in enumerate(machine.nvlink_islands) for gpu in members}
         for index, spec in enumerate(machine.gpus):
-            model = models.model(spec.model_id)
+            model = brought.get(spec.model_id) or models.model(spec.model_id)
             if spec.nvlink_count is not None:
                 model = model.model_copy(update={"nvlink_count": spec.nvlink_count})
             gpu = SimulatedGpu(

@@ -161,6 +161,13 @@ class SimulatedGpu:
             )
         return profile
 
+    def profile_constant(self, profile_id: int) -> int:
+        """The NVML_GPU_INSTANCE_PROFILE_* constant of a profile id (the catalog and recordings give each)."""
+        constant = self.profile_by_id(profile_id).constant
+        if constant is None:
+            raise t.NVMLError_NotSupported(f"GPU instance profile id {profile_id} has no profile constant")
+        return constant
+
     def possible_placements(self, profile_id: int) -> list[tuple[int, int]]:
         profile = self.profile_by_id(profile_id)
         return [(start, profile.placement_size) for start in profile.starts]
