@@ -15,7 +15,8 @@ from gpudra.errors import HardwareError, HardwareInUse, HardwareInvalidArgument,
 from gpudra.hardware.catalog import load_catalog
 from gpudra.hardware.inventory import NodeInventory, PciGpu
 from gpudra.hardware.nvml_mig import NvmlCalls
-from gpudra.hardware.pcibus import NVIDIA_DRIVER, VFIO_DRIVER, PciBus
+from gpudra.hardware.pcibus import PciBus
+from gpudra.hardware.pcinames import NVIDIA_DRIVER, VFIO_DRIVER
 
 
 class VfioOperations:

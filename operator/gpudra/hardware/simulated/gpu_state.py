@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from gpudra.hardware.catalog import ComputeInstanceProfile, GpuModel, MigProfile, MigSpec
-from gpudra.hardware.pcibus import NVIDIA_DRIVER
+from gpudra.hardware.pcinames import NVIDIA_DRIVER
 from gpudra.hardware.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot
 from gpudra.hardware.simulated import nvml_types as t
 

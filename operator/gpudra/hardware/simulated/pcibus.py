@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpudra.errors import HardwareError
 from gpudra.hardware.inventory import PciGpu
-from gpudra.hardware.pcibus import NVIDIA_DRIVER, VFIO_DRIVER
+from gpudra.hardware.pcinames import NVIDIA_DRIVER, VFIO_DRIVER
 
 if TYPE_CHECKING:
     from gpudra.hardware.simulated.fake_nvml_base import FakeNvmlBase
