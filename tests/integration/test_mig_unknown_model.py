@@ -16,7 +16,7 @@ from gpudra.cluster.sim.fleetfile import load_fleet
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
 from gpudra.controller.miglayouts import MIGLAYOUTS
-from gpudra.hardware.catalog import load_catalog
+from gpudra.hardware.gpus.catalog import load_catalog
 from gpudra.kube.resources import EVENTS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 RECORDING = Path(__file__).parents[1] / "fixtures" / "nvml" / "h200-sxm-141gb-580.159.04.json"

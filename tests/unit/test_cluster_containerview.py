@@ -17,8 +17,8 @@ from gpudra.cluster.apiserver.status import APIStatusError
 from gpudra.cluster.containerview import container_log, container_view, nvidia_smi_list, runs_nvidia_smi
 from gpudra.cluster.kubelet import container_devices
 from gpudra.cluster.kubeletserver import _select
-from gpudra.hardware.inventory import NodeInventory
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.gpus.inventory import NodeInventory
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.hardware.simulated.fake_nvml import FakeNvml
 
 

@@ -16,12 +16,12 @@ import pytest
 from gpudra.api.dra import Device
 from gpudra.cli import main
 from gpudra.devices.build import build_devices
-from gpudra.hardware.catalog import MIB, Catalog, GpuModel, load_catalog
-from gpudra.hardware.inventory import MigDeviceInfo, NodeInventory
-from gpudra.hardware.nvml import NvmlBackend
-from gpudra.hardware.profiles import FabricKind, GpuSlot, NodeProfile
-from gpudra.hardware.recording import ReadOnlyNvml, ReadOnlyViolation, record
+from gpudra.hardware.gpus.catalog import MIB, Catalog, GpuModel, load_catalog
+from gpudra.hardware.gpus.inventory import MigDeviceInfo, NodeInventory
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.nvml.recording import ReadOnlyNvml, ReadOnlyViolation, record
 from gpudra.hardware.simulated import FakeNvml
+from gpudra.hardware.simulated.profiles import FabricKind, GpuSlot, NodeProfile
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 RECORDINGS = sorted(FIXTURES.glob("*.json"))

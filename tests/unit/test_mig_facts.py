@@ -12,9 +12,9 @@ import pytest
 
 from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.agent.miglayout.journal import PlanJournal
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.catalog import load_catalog
-from gpudra.hardware.migfacts import mig_spec
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.catalog import load_catalog
+from gpudra.hardware.gpus.migfacts import mig_spec
 from gpudra.hardware.simulated import simulated_backend
 from gpudra.mig.desired import NodeReport
 

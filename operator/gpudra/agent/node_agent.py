@@ -39,8 +39,8 @@ from gpudra.config import AgentSettings
 from gpudra.devices.offer import NodeState, OfferSettings, node_offer
 from gpudra.devices.slices import CounterLayout, counter_layout_for
 from gpudra.errors import GpudraError, KubeError, NotFoundError, is_transient
-from gpudra.hardware.backend import GpuBackend
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer

@@ -40,8 +40,8 @@ from gpudra.api.nvidia import (
 from gpudra.devices.names import gpu_device_name, mig_device_name, vfio_device_name
 from gpudra.devices.passthrough import in_pci_order, passthrough_uuid
 from gpudra.errors import InvalidInputError, PrepareError
-from gpudra.hardware.inventory import NodeInventory, PciGpu
-from gpudra.hardware.pcinames import NVIDIA_DRIVER, VFIO_DRIVER
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.pcinames import NVIDIA_DRIVER, VFIO_DRIVER
 
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 MPS_LOG_DIRECTORY = "/var/log/nvidia-mps"

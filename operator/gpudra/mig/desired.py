@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.catalog import Catalog, MigModel
-from gpudra.hardware.migfacts import mig_model
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.catalog import Catalog, MigModel
+from gpudra.hardware.gpus.migfacts import mig_model
 from gpudra.mig.layout import InvalidLayoutError, MigLayout
 from gpudra.mig.migparted import MigConfigEntry, entry_for_gpu, parse_entries
 from gpudra.mig.validate import place_counts

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from gpudra.hardware.catalog import MigModel
+from gpudra.hardware.gpus.catalog import MigModel
 from gpudra.mig.layout import GpuMigState, InvalidLayoutError, MigLayout
 from gpudra.mig.space import placement_space
 from gpudra.mig.validate import count_problems

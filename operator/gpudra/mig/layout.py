@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, GpuModel, MigModel, MigProfile, MigSpec, load_catalog
-from gpudra.hardware.inventory import GpuInfo
+from gpudra.hardware.gpus.catalog import Catalog, GpuModel, MigModel, MigProfile, MigSpec, load_catalog
+from gpudra.hardware.gpus.inventory import GpuInfo
 
 
 class InvalidLayoutError(InvalidInputError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, GpuModel, load_catalog
+from gpudra.hardware.gpus.catalog import Catalog, GpuModel, load_catalog
 
 VERSION = "v1"
 _TOP_FIELDS = frozenset({"version", "mig-configs"})

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpudra.hardware.catalog import MigModel
+from gpudra.hardware.gpus.catalog import MigModel
 from gpudra.mig.layout import GpuMigState, MigLayout
 from gpudra.mig.plan import MigPlan, plan_gpu, unchanged
 from gpudra.mig.space import Candidate, PlacementSpace, placement_space

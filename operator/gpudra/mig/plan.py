@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpudra.hardware.catalog import MigModel
+from gpudra.hardware.gpus.catalog import MigModel
 from gpudra.mig.layout import (
     GpuMigState,
     InvalidLayoutError,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, load_catalog
+from gpudra.hardware.gpus.catalog import Catalog, load_catalog
 from gpudra.mig.desired import CONFIG_LABEL, DesiredState, NodeReport, Policy, gpu_layouts, node_models
 from gpudra.mig.migparted import parse_entries
 

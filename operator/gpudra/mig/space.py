@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpudra.hardware.catalog import MigModel, MigProfile, MigSpec
+from gpudra.hardware.gpus.catalog import MigModel, MigProfile, MigSpec
 from gpudra.mig.layout import MigLayout, Placement, mig_spec, span
 
 _ENGINE_ATTRS = ("decoders", "encoders", "jpeg_engines", "ofa_engines")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpudra.hardware.catalog import MigModel, MigProfile, MigSpec
+from gpudra.hardware.gpus.catalog import MigModel, MigProfile, MigSpec
 from gpudra.mig.layout import InvalidLayoutError, MigLayout, Placement, mig_spec, slices_text, span
 
 _ENGINES = (

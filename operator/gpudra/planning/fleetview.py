@@ -21,7 +21,7 @@ from gpudra.api.dra import Device, DeviceTaint, ResourceSlice
 from gpudra.api.quantity import parse_quantity
 from gpudra.devices.names import parse_mig_device_name
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, MigModel, MigSpec
+from gpudra.hardware.gpus.catalog import Catalog, MigModel, MigSpec
 from gpudra.planning.migmodels import FleetMigModels
 from gpudra.planning.summaries import PROFILE_LABEL
 

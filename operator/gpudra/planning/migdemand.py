@@ -29,7 +29,7 @@ from gpudra.api.timestamps import parse_rfc3339
 from gpudra.devices.build import EXTENSION_DOMAIN, TYPE_GPU, TYPE_MIG
 from gpudra.devices.names import mig_device_name, parse_mig_device_name
 from gpudra.errors import GpudraError
-from gpudra.hardware.catalog import MigModel, MigProfile
+from gpudra.hardware.gpus.catalog import MigModel, MigProfile
 from gpudra.mig.demand import DemandGpu, DemandPlan, MigDemand, MigRequest, ProfileChoice, plan_demand
 from gpudra.mig.layout import GpuMigState, MigInstance
 from gpudra.planning.migmodels import FleetMigModels

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpudra.api.core import Node
-from gpudra.hardware.catalog import Catalog, MigModel, load_catalog
+from gpudra.hardware.gpus.catalog import Catalog, MigModel, load_catalog
 from gpudra.mig.desired import STATE_ANNOTATION, GpuMigFacts, NodeReport
 
 

@@ -42,8 +42,8 @@ from gpudra.computedomain.channels import CHANNEL_DEVICE, PROC_DEVICES_NAME, com
 from gpudra.computedomain.clique import NodeClique, clique_label_patch, multi_node_nvlink, node_clique
 from gpudra.config import AgentSettings
 from gpudra.errors import GpudraError, InvalidInputError, NotFoundError
-from gpudra.hardware.backend import GpuBackend
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import NODES

@@ -24,9 +24,9 @@ from gpudra.agent.miglayout.facts import NodeMigFacts, models_of
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.prepareplan import DeviceKey, device_targets
 from gpudra.errors import HardwareError, HardwareNotFound, InvalidInputError
-from gpudra.hardware.backend import GpuBackend, MigModeResult
-from gpudra.hardware.catalog import Catalog, MigModel, load_catalog
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend, MigModeResult
+from gpudra.hardware.gpus.catalog import Catalog, MigModel, load_catalog
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
 from gpudra.mig.desired import (
     DesiredState,
     GpuMigFacts,

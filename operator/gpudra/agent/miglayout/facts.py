@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpudra.errors import HardwareError
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.catalog import Catalog, MigModel
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.catalog import Catalog, MigModel
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
 from gpudra.mig.desired import GpuMigFacts, NodeGpu
 from gpudra.mig.layout import model_of_gpu
 from gpudra.telemetry import get_logger

@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import model_validator
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, GpuModel
-from gpudra.hardware.profiles import MigEntry, SpecError
+from gpudra.hardware.gpus.catalog import Catalog, GpuModel
 from gpudra.hardware.simulated.machine import GpuSpec, MachineSpec, MigInstanceSpec
+from gpudra.hardware.simulated.profiles import MigEntry, SpecError
 from gpudra.mig.layout import MigLayout
 from gpudra.mig.migparted import MigConfigEntry, default_configs, entry_for_gpu, parse_entries
 from gpudra.mig.validate import layout_problems, place_counts

@@ -26,10 +26,10 @@ import itertools
 import uuid
 from dataclasses import dataclass, field
 
-from gpudra.hardware.catalog import ComputeInstanceProfile, GpuModel, MigProfile, MigSpec
-from gpudra.hardware.pcinames import NVIDIA_DRIVER
-from gpudra.hardware.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot
+from gpudra.hardware.gpus.catalog import ComputeInstanceProfile, GpuModel, MigProfile, MigSpec
+from gpudra.hardware.gpus.pcinames import NVIDIA_DRIVER
 from gpudra.hardware.simulated import nvml_types as t
+from gpudra.hardware.simulated.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot
 
 
 @dataclass

@@ -10,8 +10,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from gpudra.hardware.catalog import GpuModel
-from gpudra.hardware.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot, NodeProfile
+from gpudra.hardware.gpus.catalog import GpuModel
+from gpudra.hardware.simulated.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot, NodeProfile
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpudra.errors import ConfigurationError
-from gpudra.hardware.catalog import (
+from gpudra.hardware.gpus.catalog import (
     MIB,
     PROFILE_SUFFIX_BY_CONSTANT,
     Catalog,
@@ -26,9 +26,9 @@ from gpudra.hardware.catalog import (
     mig_profile_name,
     parse_catalog,
 )
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
-from gpudra.hardware.profiles import FabricReading, GpuSlot
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
 from gpudra.hardware.simulated.machine import GpuSpec, MachineSpec, MigInstanceSpec, derived_gpu_uuid
+from gpudra.hardware.simulated.profiles import FabricReading, GpuSlot
 
 
 def read_recording(path: Path) -> dict[str, Any]:

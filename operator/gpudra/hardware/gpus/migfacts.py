@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.catalog import MIB, MigModel, MigProfile, MigSpec
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.catalog import MIB, MigModel, MigProfile, MigSpec
 
 
 def mig_spec(profiles: Sequence[MigProfileInfo]) -> MigSpec | None:

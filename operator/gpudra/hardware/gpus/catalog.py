@@ -132,7 +132,7 @@ class MigSpec(FrozenModel):
 
 class MigModel(FrozenModel):
     """What the MIG layouts, the planner and the web view need of a GPU model: its memory and MIG facts. A node's
-    agent reports them as read from NVML (:func:`gpudra.hardware.migfacts.mig_model`); the catalog's
+    agent reports them as read from NVML (:func:`gpudra.hardware.gpus.migfacts.mig_model`); the catalog's
     :class:`GpuModel` is one too, for nodes that report none."""
 
     model_id: str
@@ -237,6 +237,6 @@ def parse_catalog(document: Mapping[str, Any]) -> Catalog:
 
 @functools.cache
 def load_catalog() -> Catalog:
-    """The catalog shipped with gpudra (``gpudra/hardware/catalog.yaml``), parsed once."""
-    text = resources.files("gpudra.hardware").joinpath("catalog.yaml").read_text(encoding="utf-8")
+    """The catalog shipped with gpudra (``gpudra/hardware/gpus/catalog.yaml``), parsed once."""
+    text = resources.files("gpudra.hardware.gpus").joinpath("catalog.yaml").read_text(encoding="utf-8")
     return parse_catalog(yaml.safe_load(text))
