@@ -64,10 +64,11 @@ async def test_an_unknown_model_gets_static_mig_the_planner_and_the_web_view(
     cluster = await start(start_cluster, tmp_path)
     client = cluster.client
     assert client is not None and cluster.web_url is not None
-    seven = {"entries": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.18gb": 7}}]}
+    # mig-parted's default config all-1g.18gb: one entry per model, with the H20's from its node's report.
     await client.create(MIGLAYOUTS, {
         "apiVersion": "gpudra.dev/v1alpha1", "kind": "MigLayout", "metadata": {"name": "sevens"},
-        "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}}, "layout": seven},
+        "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}},
+                 "layout": {"config": "all-1g.18gb"}},
     })  # fmt: skip
 
     async def applied() -> bool:
