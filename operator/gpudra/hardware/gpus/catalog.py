@@ -1,8 +1,10 @@
 """The GPU catalog: models, their MIG profiles and placements, loaded from ``catalog.yaml``.
 
-The catalog is data (driver-version-sensitive numbers belong in the YAML file, not in code). It feeds the
-simulated NVML and the tests; the NVML backend only borrows :func:`mig_profile_name` and the profile-name
-suffixes, so what it publishes is computed the way NVIDIA's driver (go-nvlib) computes it."""
+The catalog is data (driver-version-sensitive numbers belong in the YAML file, not in code). It seeds the
+simulated NVML and the tests, and stands in for the MIG facts of a node whose agent reports none (real nodes report
+theirs, read from NVML: :mod:`gpudra.hardware.gpus.migfacts`); the NVML backend only borrows
+:func:`mig_profile_name` and the profile-name suffixes, so what it publishes is computed the way NVIDIA's driver
+(go-nvlib) computes it."""
 
 from __future__ import annotations
 
