@@ -40,8 +40,8 @@ GPUS = 8
 STUB = Path(__file__).parent / "nvmlstub"
 FORBIDDEN = (
     "gpudra.hardware.simulated",
-    "gpudra.hardware.fake_nvml",
-    "gpudra.hardware.profiles",
+    "gpudra.hardware.simulated.fake_nvml",
+    "gpudra.hardware.simulated.profiles",
     "gpudra.cluster",
     "gpudra.controller",
     "kopf",

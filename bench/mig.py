@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpudra.hardware.catalog import GpuModel, load_catalog
+from gpudra.hardware.gpus.catalog import GpuModel, load_catalog
 from gpudra.mig.demand import DemandGpu, MigDemand, MigRequest, ProfileChoice, plan_demand
 from gpudra.mig.layout import GpuMigState, MigLayout
 from gpudra.mig.packing import PackingGpu, optimal_packing

@@ -40,8 +40,8 @@ from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient
 from gpudra.cluster.agentprocess import AgentProcess
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.config import AgentSettings
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.kube.client import KubeClient
 
 NODE = "dgx-1"

@@ -11,9 +11,9 @@ from typing import Any
 from clusterkit import StartCluster, eventually, kubectl
 from gpudra.cluster.sim.fleetfile import FleetNode
 from gpudra.cluster.up import EmbeddedCluster
-from gpudra.hardware.catalog import load_catalog
-from gpudra.hardware.profiles import NODE_PROFILES, ProfileEntry, resolve_entry
+from gpudra.hardware.gpus.catalog import load_catalog
 from gpudra.hardware.simulated.machine import machine_of_profile
+from gpudra.hardware.simulated.profiles import NODE_PROFILES, ProfileEntry, resolve_entry
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 

@@ -15,8 +15,8 @@ from gpudra.agent.checkpoint import ClaimEntry, decode_checkpoint
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.cluster.up import EmbeddedCluster, pod_uid
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.kube.resources import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 

@@ -21,8 +21,8 @@ from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, KubeletPlugin
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import EVENTS, NAMESPACES, NODES, RESOURCE_CLAIMS

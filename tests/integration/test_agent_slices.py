@@ -12,7 +12,7 @@ from clusterkit import StartCluster, client_of, eventually
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import AgentSettings
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.kube.resources import NODES, RESOURCE_SLICES
 
 FLEET = "dgx-a100:1,dgx-h100:1,l4x4:1"

@@ -18,8 +18,8 @@ from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
 from gpudra.controller.miglayouts import MIGLAYOUTS
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
     EVENTS,

@@ -14,7 +14,7 @@ from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings, MigPlannerPolicy
 from gpudra.controller.miglayouts import MIGLAYOUTS
-from gpudra.hardware.catalog import load_catalog
+from gpudra.hardware.gpus.catalog import load_catalog
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig.validate import place_counts
 

@@ -12,8 +12,8 @@ from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.miglayout.loop import MigSync
 from gpudra.cluster.apiserver import EmbeddedAPIServer
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NODES
 from gpudra.mig.desired import (

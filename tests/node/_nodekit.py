@@ -20,8 +20,8 @@ from gpudra.cluster.realnode.node import RealNode
 from gpudra.cluster.realnode.sandbox import run
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
-from gpudra.hardware.inventory import GpuInfo
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.gpus.inventory import GpuInfo
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 

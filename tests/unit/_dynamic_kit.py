@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.hardware.simulated import empty_mig, simulated_backend
 
 NODE = "n1"

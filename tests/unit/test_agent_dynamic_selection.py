@@ -7,8 +7,8 @@ from functools import cache
 import pytest
 
 from gpudra.agent.migdynamic.selection import DynamicSelection
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.hardware.simulated import simulated_backend
 
 NODE = "n1"

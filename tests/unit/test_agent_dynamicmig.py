@@ -10,8 +10,8 @@ from gpudra.agent.checkpoint import MigInstanceRecord
 from gpudra.agent.migdynamic.decisions import claimed_placements, plan_instances
 from gpudra.api.dra import DeviceRequestAllocationResult
 from gpudra.errors import PrepareError
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
 from gpudra.hardware.simulated import simulated_backend
 
 NODE = "n1"

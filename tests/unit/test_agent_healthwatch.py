@@ -10,7 +10,7 @@ from gpudra.agent.kubeletplugin.messages import HealthStatus
 from gpudra.config import AgentSettings
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.errors import KubeError
-from gpudra.hardware.backend import HealthEvent, HealthEventKind
+from gpudra.hardware.gpus.backend import HealthEvent, HealthEventKind
 from gpudra.hardware.simulated import simulated_backend
 from gpudra.testing import eventually
 

@@ -11,8 +11,8 @@ import sys
 
 FORBIDDEN = (
     "gpudra.hardware.simulated",
-    "gpudra.hardware.fake_nvml",
-    "gpudra.hardware.profiles",
+    "gpudra.hardware.simulated.fake_nvml",
+    "gpudra.hardware.simulated.profiles",
     "gpudra.cluster",
     "gpudra.controller",
     "kopf",
@@ -25,7 +25,7 @@ AGENT_IMPORTS = """
 import json, sys
 import gpudra.cli
 from gpudra.agent.main import make_backend, run_agent
-from gpudra.hardware.nvml import load_binding
+from gpudra.hardware.nvml.backend import load_binding
 load_binding()
 print(json.dumps(sorted(sys.modules)))
 """

@@ -11,7 +11,7 @@ from gpudra.computedomain.clique import (
     multi_node_nvlink,
     node_clique,
 )
-from gpudra.hardware.inventory import FabricInfo, NodeInventory
+from gpudra.hardware.gpus.inventory import FabricInfo, NodeInventory
 from gpudra.hardware.simulated import simulated_backend
 
 RACK = "6b3f7d0e-2c1a-4f55-9e0b-1d2c3b4a5f60"

@@ -9,7 +9,7 @@ import pytest
 from gpudra.devices.build import build_devices, semver, skipped_gpus
 from gpudra.devices.names import device_sort_key, mig_device_name, mig_profile_slug, parse_mig_device_name
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.inventory import FabricInfo, GpuInfo, MigDeviceInfo, NodeInventory
+from gpudra.hardware.gpus.inventory import FabricInfo, GpuInfo, MigDeviceInfo, NodeInventory
 
 MiB = 2**20
 H100_UUID = "GPU-4f2b8c1e-0d3a-4b5c-9e7f-1a2b3c4d5e6f"

@@ -18,8 +18,8 @@ from gpudra.api.meta import ObjectMeta
 from gpudra.api.quantity import parse_quantity
 from gpudra.devices.dynamic import build_node_devices, gpu_counters, placement_counters
 from gpudra.devices.slices import CounterLayout, build_slice_specs
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.hardware.simulated import simulated_backend
 from gpudra.mig.layout import MigLayout, Placement, model_of_gpu
 from gpudra.mig.space import placement_space

@@ -18,7 +18,7 @@ from gpudra.devices.metadata import (
     sharing_attributes,
 )
 from gpudra.devices.names import mig_device_name
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.hardware.simulated import simulated_backend
 from gpudra.hardware.simulated.fake_nvml import FakeNvml
 

@@ -9,7 +9,7 @@ import pytest
 from gpudra.api.dra import Device, DeviceAttribute
 from gpudra.devices.build import build_devices
 from gpudra.devices.nvlinkpeers import NVLINK_PEERS, value_count, with_nvlink_peers
-from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory
+from gpudra.hardware.gpus.inventory import GpuInfo, MigDeviceInfo, NodeInventory
 
 MiB = 2**20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpudra.api.dra import Device, DeviceTaint
 from gpudra.devices.offer import NodeState, OfferSettings, node_offer
-from gpudra.hardware.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
 from gpudra.hardware.simulated import simulated_backend
 
 

@@ -16,7 +16,7 @@ from gpudra.devices.dynamic import NodeDevices, build_node_devices
 from gpudra.devices.passthrough import with_passthrough
 from gpudra.devices.sharing import time_sliced
 from gpudra.devices.slices import CounterLayout, build_slice_specs
-from gpudra.hardware.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
 from gpudra.hardware.simulated import simulated_backend
 
 NODE = "n1"

@@ -14,9 +14,9 @@ import yaml
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.sim.fleetfile import FleetProfile, load_fleet
 from gpudra.errors import ConfigurationError
-from gpudra.hardware.profiles import NODE_PROFILES
 from gpudra.hardware.simulated import FakeNvml
 from gpudra.hardware.simulated.machine import machine_of_profile
+from gpudra.hardware.simulated.profiles import NODE_PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "sim" / "fleet.yaml"
@@ -59,7 +59,9 @@ def test_nodes_flag_is_the_same_fleet_written_short() -> None:
 
 def test_built_in_profiles_are_fleet_file_entries(tmp_path: Path) -> None:
     """Each entry of profiles.yaml, renamed, is a valid fleet-file profile giving the same machine."""
-    document = yaml.safe_load((ROOT / "operator" / "gpudra" / "hardware" / "profiles.yaml").read_text())
+    document = yaml.safe_load(
+        (ROOT / "operator" / "gpudra" / "hardware" / "simulated" / "profiles.yaml").read_text()
+    )
     entries = [FleetProfile.model_validate(e) for e in document["profiles"]]
     assert {e.name for e in entries} == set(NODE_PROFILES)
     copies = [{**raw, "name": f"my-{raw['name']}"} for raw in document["profiles"]]

@@ -7,7 +7,7 @@ import threading
 
 from gpudra.agent.freshinventory import FreshInventory
 from gpudra.errors import HardwareError
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.testing import eventually
 
 

@@ -11,7 +11,7 @@ import pytest
 from gpudra.agent.gpuplanner import PrepareOptions, plan_gpu_claim
 from gpudra.api.dra import ResourceClaim
 from gpudra.errors import PrepareError
-from gpudra.hardware.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
 from gpudra.hardware.simulated import simulated_backend
 
 NODE = "n1"

@@ -8,7 +8,7 @@ import ctypes
 import pytest
 
 from gpudra.errors import ConfigurationError
-from gpudra.hardware.catalog import (
+from gpudra.hardware.gpus.catalog import (
     GpuModel,
     MigSpec,
     load_catalog,
@@ -16,8 +16,8 @@ from gpudra.hardware.catalog import (
     mig_profile_name,
     parse_catalog,
 )
-from gpudra.hardware.profiles import NODE_PROFILES, GpuSlot, NodeProfile, node_profile
 from gpudra.hardware.simulated import FakeNvml
+from gpudra.hardware.simulated.profiles import NODE_PROFILES, GpuSlot, NodeProfile, node_profile
 
 CATALOG = load_catalog()
 MIG_MODELS = [m for m in CATALOG.models.values() if m.mig is not None]

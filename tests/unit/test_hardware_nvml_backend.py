@@ -10,7 +10,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-import gpudra.hardware.nvml as nvml_module
+import gpudra.hardware.nvml.backend as nvml_module
 from gpudra.errors import (
     HardwareError,
     HardwareInsufficientResources,
@@ -19,14 +19,14 @@ from gpudra.errors import (
     HardwareNotFound,
     HardwareNotSupported,
 )
-from gpudra.hardware.backend import GpuBackend, HealthEventKind
-from gpudra.hardware.catalog import load_catalog
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend, sysfs_pcie_root
-from gpudra.hardware.nvml_gpu import normalize_pci_bus_id
-from gpudra.hardware.profiles import NODE_PROFILES, ProfileEntry, profile_names, resolve_entry
+from gpudra.hardware.gpus.backend import GpuBackend, HealthEventKind
+from gpudra.hardware.gpus.catalog import load_catalog
+from gpudra.hardware.nvml.backend import NvmlBackend, sysfs_pcie_root
+from gpudra.hardware.nvml.gpu import normalize_pci_bus_id
 from gpudra.hardware.simulated import SimulatedNode, simulated_backend
 from gpudra.hardware.simulated import nvml_types as t
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
+from gpudra.hardware.simulated.profiles import NODE_PROFILES, ProfileEntry, profile_names, resolve_entry
 
 MIB = 2**20
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudra.devices.build import build_devices
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
 from gpudra.hardware.simulated import nvml_types as t
 from gpudra.hardware.simulated import simulated_backend
 

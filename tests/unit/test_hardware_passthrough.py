@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpudra.errors import HardwareInUse, HardwareInvalidArgument, HardwareNotFound
-from gpudra.hardware.pcibus import SysfsPciBus
+from gpudra.hardware.nvml.pcibus import SysfsPciBus
 from gpudra.hardware.simulated import FakeNvml, simulated_backend
 from gpudra.hardware.simulated.fake_nvml_base import FakeNvmlBase
 

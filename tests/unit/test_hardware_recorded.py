@@ -16,12 +16,12 @@ import pytest
 from gpudra.api.dra import Device
 from gpudra.cli import main
 from gpudra.devices.build import build_devices
-from gpudra.hardware.catalog import MIB, Catalog, GpuModel, load_catalog
-from gpudra.hardware.inventory import MigDeviceInfo, NodeInventory
-from gpudra.hardware.nvml import NvmlBackend
-from gpudra.hardware.profiles import FabricKind, GpuSlot, NodeProfile
-from gpudra.hardware.recording import ReadOnlyNvml, ReadOnlyViolation, record
+from gpudra.hardware.gpus.catalog import MIB, Catalog, GpuModel, load_catalog
+from gpudra.hardware.gpus.inventory import MigDeviceInfo, NodeInventory
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.nvml.recording import ReadOnlyNvml, ReadOnlyViolation, record
 from gpudra.hardware.simulated import FakeNvml
+from gpudra.hardware.simulated.profiles import FabricKind, GpuSlot, NodeProfile
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 RECORDINGS = sorted(FIXTURES.glob("*.json"))
@@ -68,7 +68,9 @@ def test_mig_profiles_and_placements_match_the_catalog(recording: dict[str, Any]
         model = _model(gpu)
         assert model.mig is not None
         readable = {p["constant"]: p for p in gpu["gpu_instance_profiles"] if "info" in p}
-        assert sorted(readable) == sorted(p.constant for p in model.mig.profiles)
+        constants = [p.constant for p in model.mig.profiles]
+        assert None not in constants  # the catalog names each profile's NVML constant
+        assert sorted(readable) == sorted(c for c in constants if c is not None)
         for profile in model.mig.profiles:
             recorded = readable[profile.constant]
             expected = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 from gpudra.agent.health import HealthState
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.offer import with_taints
-from gpudra.hardware.backend import HealthEvent, HealthEventKind
-from gpudra.hardware.inventory import NodeInventory
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.gpus.backend import HealthEvent, HealthEventKind
+from gpudra.hardware.gpus.inventory import NodeInventory
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.hardware.simulated import FakeNvml
 
 

@@ -19,8 +19,8 @@ from gpudra.api.quantity import parse_quantity
 from gpudra.devices.build import build_devices
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.sharing import SHARES_CAPACITY, time_sliced
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 
 MI = 1 << 20
 

@@ -17,10 +17,10 @@ from gpudra.agent.migdynamic.instances import MigInstances
 from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.prepareplan import DeviceKey, device_targets
-from gpudra.hardware.catalog import load_catalog
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.inventory import NodeInventory
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.gpus.catalog import load_catalog
+from gpudra.hardware.gpus.inventory import NodeInventory
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.mig.desired import DesiredState, NodeReport
 from gpudra.mig.keep import place_for_gpu
 from gpudra.mig.layout import MigLayout, state_of_gpu

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudra.hardware.catalog import GpuModel, load_catalog
+from gpudra.hardware.gpus.catalog import GpuModel, load_catalog
 from gpudra.mig.demand import (
     DemandGpu,
     DemandPlan,

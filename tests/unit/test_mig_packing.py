@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudra.hardware.catalog import GpuModel, load_catalog
+from gpudra.hardware.gpus.catalog import GpuModel, load_catalog
 from gpudra.mig.layout import GpuMigState, MigInstance, MigLayout
 from gpudra.mig.packing import PackingGpu, optimal_packing, plan_packing
 from gpudra.mig.plan import DestroyMigDevice, PlanStatus

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudra.hardware.catalog import GpuModel, load_catalog
+from gpudra.hardware.gpus.catalog import GpuModel, load_catalog
 from gpudra.mig.layout import GpuMigState, InvalidLayoutError, MigInstance, MigLayout, Placement
 from gpudra.mig.plan import (
     CreateMigDevice,

@@ -20,10 +20,10 @@ from gpudra.hardware.simulated import simulated_backend
 from gpudra.planning.migdemand import (
     claim_demand,
     fleet_gpus,
-    pci_device_ids,
     plan_pending,
     virtual_fleet,
 )
+from gpudra.planning.migmodels import FleetMigModels
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "dgx-a100-0"
@@ -145,16 +145,16 @@ def test_decisions_merge_new_gpus_into_the_planner_layout_and_respect_user_layou
         v.allocator, [ResourceClaim.model_validate(claim("wants", "mig-3g.20gb.nvidia.com"))], DRIVER
     )
     done = _planner_layout(observedGeneration=2)
-    (decision,) = decide(plan, v.nodes, [done], pci_device_ids())
+    (decision,) = decide(plan, v.nodes, [done], FleetMigModels().pci_device_ids())
     assert decision.body is not None
     assert decision.body["spec"]["layout"]["entries"] == [
         {"device-filter": ["0x20B010DE"], "devices": [0], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}},
         {"devices": [5], "mig-enabled": True, "mig-devices": {"7g.40gb": 1}},
     ]
-    (waiting,) = decide(plan, v.nodes, [_planner_layout()], pci_device_ids())
+    (waiting,) = decide(plan, v.nodes, [_planner_layout()], FleetMigModels().pci_device_ids())
     assert waiting.body is None and "still being applied" in waiting.note
     user = {"metadata": {"name": "everything"}, "spec": {"layout": {"config": "all-balanced"}}}
-    (blocked,) = decide(plan, v.nodes, [done, user], pci_device_ids())
+    (blocked,) = decide(plan, v.nodes, [done, user], FleetMigModels().pci_device_ids())
     assert blocked.body is None
     assert blocked.note == f"not applied: MigLayout everything (not the planner's) selects node {NODE}"
 
@@ -165,7 +165,7 @@ def test_a_node_following_the_mig_config_label_is_only_suggested() -> None:
         v.allocator, [ResourceClaim.model_validate(claim("wants", "mig-3g.20gb.nvidia.com"))], DRIVER
     )
     labelled = [NodeInfo(NODE, {"kubernetes.io/hostname": NODE, "nvidia.com/mig.config": "all-balanced"})]
-    (decision,) = decide(plan, labelled, [], pci_device_ids())
+    (decision,) = decide(plan, labelled, [], FleetMigModels().pci_device_ids())
     assert decision.body is None
     assert decision.note == f"not applied: node {NODE} follows its label nvidia.com/mig.config=all-balanced"
 

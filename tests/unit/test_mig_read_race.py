@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 
 
 class DestroyedWhileRead:

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import GpuModel, load_catalog
+from gpudra.hardware.gpus.catalog import GpuModel, load_catalog
 from gpudra.mig.layout import InvalidLayoutError, MigLayout
 from gpudra.mig.migparted import default_configs, entry_for_gpu
 from gpudra.mig.validate import (

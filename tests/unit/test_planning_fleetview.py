@@ -10,7 +10,7 @@ from gpudra.api.core import Node
 from gpudra.api.dra import ResourceSlice
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
-from gpudra.hardware.catalog import load_catalog
+from gpudra.hardware.gpus.catalog import load_catalog
 from gpudra.planning.fleetview import GpuCard, MigSlot, NodeCard, node_card
 
 CATALOG = load_catalog()

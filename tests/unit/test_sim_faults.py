@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpudra.cluster.sim.faults import FaultRejected, inject, parse_fault
-from gpudra.hardware.backend import HealthEventKind
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.gpus.backend import HealthEventKind
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.hardware.simulated import FakeNvml
 
 

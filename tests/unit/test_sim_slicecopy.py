@@ -11,10 +11,10 @@ from gpudra.cluster.sim.readonly import ReadOnlyKube, ReadOnlyViolation
 from gpudra.cluster.sim.slicecopy import CLIQUE_LABEL, machine_of_devices
 from gpudra.devices.build import build_devices
 from gpudra.errors import ConfigurationError
-from gpudra.hardware.catalog import load_catalog
-from gpudra.hardware.nvml import NvmlBackend
-from gpudra.hardware.profiles import NODE_PROFILES
+from gpudra.hardware.gpus.catalog import load_catalog
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.hardware.simulated import FakeNvml
+from gpudra.hardware.simulated.profiles import NODE_PROFILES
 
 CATALOG = load_catalog()
 

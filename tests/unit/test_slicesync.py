@@ -7,8 +7,8 @@ from gpudra.agent.slicesync import SLICE_INDEX_LABEL, NodeRef, plan_slices
 from gpudra.api.dra import Device, DeviceAttribute, ResourceSlice
 from gpudra.devices.dynamic import build_node_devices
 from gpudra.devices.slices import CounterLayout, counter_layout_for
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.hardware.simulated import empty_mig, simulated_backend
 
 NODE = NodeRef(name="node-a", uid="uid-a")

@@ -30,7 +30,7 @@ from gpudra.agent.migdynamic.instances import MigInstances
 from gpudra.agent.prepareplan import ClaimPlan, sharing_actions
 from gpudra.agent.uninterrupted import to_the_end
 from gpudra.errors import HardwareError
-from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.gpus.backend import GpuBackend
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

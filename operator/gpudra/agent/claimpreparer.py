@@ -64,8 +64,8 @@ from gpudra.errors import (
     NotFoundError,
     PrepareError,
 )
-from gpudra.hardware.backend import GpuBackend
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import RESOURCE_CLAIMS
 from gpudra.metrics import Metrics

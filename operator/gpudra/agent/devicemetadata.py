@@ -40,7 +40,7 @@ from gpudra.devices import (
     device_metadata,
     host_file,
 )
-from gpudra.hardware.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
 
 
 def claim_identity(claim: ResourceClaim) -> ClaimIdentity:

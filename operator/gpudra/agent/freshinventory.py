@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.inventory import NodeInventory
 
 
 class FreshInventory:

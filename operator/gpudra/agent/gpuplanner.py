@@ -18,7 +18,7 @@ from gpudra.agent.devicemetadata import with_device_metadata
 from gpudra.agent.prepareplan import ClaimPlan, device_targets, plan_claim
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.api.nvidia import SharingFeatures
-from gpudra.hardware.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,14 @@ from dataclasses import dataclass, field
 from gpudra.api.dra import Device, DeviceTaint
 from gpudra.api.timestamps import rfc3339
 from gpudra.config import DEFAULT_IGNORED_XIDS
-from gpudra.devices import GpuTaints, device_names, device_taints, parent_uuid
-from gpudra.hardware.backend import HealthEvent, HealthEventKind
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.devices import (
+    GpuTaints,
+    device_names,
+    device_taints,
+    parent_uuid,
+)
+from gpudra.hardware.gpus.backend import HealthEvent, HealthEventKind
+from gpudra.hardware.gpus.inventory import NodeInventory
 
 XID_KEY = "gpu.nvidia.com/xid"
 ECC_KEY = "gpu.nvidia.com/ecc"

@@ -22,8 +22,8 @@ from gpudra.api.dra import Device
 from gpudra.config import AgentSettings
 from gpudra.devices import gpu_device_name, mig_device_name
 from gpudra.errors import GpudraError
-from gpudra.hardware.backend import GpuBackend, HealthEvent
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend, HealthEvent
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

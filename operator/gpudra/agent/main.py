@@ -7,21 +7,21 @@ from typing import TYPE_CHECKING
 
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.config import AgentSettings
-from gpudra.hardware.backend import GpuBackend
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.gpus.backend import GpuBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.kube.client import KubeClient
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
 from gpudra.telemetry import get_logger
 
 if TYPE_CHECKING:  # the simulator is imported only when backend=simulated: a real node never loads it
-    from gpudra.hardware.fake_nvml import FakeNvml
+    from gpudra.hardware.simulated.fake_nvml import FakeNvml
 
 log = get_logger(__name__)
 
 
 def simulated_nvml(settings: AgentSettings) -> FakeNvml:
     """The simulated node's GPUs: as its state file keeps them, or new from its profile (then kept there)."""
-    from gpudra.hardware.fake_nvml import FakeNvml
+    from gpudra.hardware.simulated.fake_nvml import FakeNvml
 
     state = settings.simulated_state
     if state is not None and state.exists():

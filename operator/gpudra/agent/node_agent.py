@@ -38,8 +38,8 @@ from gpudra.api.dra import Device, ResourceSlice
 from gpudra.config import AgentSettings
 from gpudra.devices import CounterLayout, NodeState, OfferSettings, counter_layout_for, node_offer
 from gpudra.errors import GpudraError, KubeError, NotFoundError, is_transient
-from gpudra.hardware.backend import GpuBackend
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer

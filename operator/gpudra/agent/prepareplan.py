@@ -39,8 +39,8 @@ from gpudra.api.nvidia import (
 )
 from gpudra.devices import gpu_device_name, in_pci_order, mig_device_name, passthrough_uuid, vfio_device_name
 from gpudra.errors import InvalidInputError, PrepareError
-from gpudra.hardware.inventory import NodeInventory, PciGpu
-from gpudra.hardware.pcibus import NVIDIA_DRIVER, VFIO_DRIVER
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.pcinames import NVIDIA_DRIVER, VFIO_DRIVER
 
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 MPS_LOG_DIRECTORY = "/var/log/nvidia-mps"

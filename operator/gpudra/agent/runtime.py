@@ -36,7 +36,7 @@ from gpudra.agent.reservations import DeviceReservations
 from gpudra.api.nvidia import SharingFeatures
 from gpudra.config import AgentSettings
 from gpudra.errors import CheckpointError, KubeError
-from gpudra.hardware.backend import GpuBackend
+from gpudra.hardware.gpus.backend import GpuBackend
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import NODES

@@ -126,7 +126,7 @@ def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str
         return Answer(key, FITS, fitted=outcome, note=note)
     uid = claim.metadata.uid
     waiting = [*(c for c in view.pending if uid is None or c.metadata.uid != uid), claim]
-    plan = plan_pending(view.allocator, waiting, driver_name)
+    plan = plan_pending(view.allocator, waiting, driver_name, view.mig_models)
     return Answer(key, PENDING, explanation=explanation(view, claim, outcome, plan), plan=plan, note=note)
 
 

@@ -15,9 +15,9 @@ from gpudra import __version__
 async def hardware_command(args: argparse.Namespace) -> int:
     # deferred: the NVML binding is loaded only here, and only when no simulated profile is asked for
     from gpudra.devices import build_devices
-    from gpudra.hardware.inventory import NodeInventory
-    from gpudra.hardware.nvml import NvmlBackend, load_binding
-    from gpudra.hardware.recording import ReadOnlyNvml, record
+    from gpudra.hardware.gpus.inventory import NodeInventory
+    from gpudra.hardware.nvml.backend import NvmlBackend, load_binding
+    from gpudra.hardware.nvml.recording import ReadOnlyNvml, record
     from gpudra.hardware.simulated import FakeNvml
 
     if args.simulated_profile:

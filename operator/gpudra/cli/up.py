@@ -18,7 +18,7 @@ async def up_command(args: argparse.Namespace) -> int:
     # deferred: the embedded cluster takes seconds to import, and no other command needs it
     from gpudra.cluster.fleet import DEFAULT_FLEET, parse_fleet
     from gpudra.cluster.up import UpOptions, run_up
-    from gpudra.hardware.profiles import profile_names
+    from gpudra.hardware.simulated.profiles import profile_names
 
     if args.list_profiles:
         print("\n".join(sorted(profile_names())))

@@ -69,9 +69,9 @@ from gpudra.config import AgentSettings, ControllerSettings
 from gpudra.controller.kopfapp import run_controller
 from gpudra.devices import load_device_classes
 from gpudra.errors import ConfigurationError, GpudraError
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.hardware.simulated import empty_mig
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.kube.client import KubeClient
 from gpudra.kube.crdready import wait_served
 from gpudra.kube.kubeconfig import read_credentials, write_kubeconfig

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpudra.hardware.inventory import FabricInfo, NodeInventory
+from gpudra.hardware.gpus.inventory import FabricInfo, NodeInventory
 
 CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
 FABRIC_STATE_COMPLETED: Final = 3

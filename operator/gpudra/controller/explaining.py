@@ -30,7 +30,10 @@ from gpudra.api.core import Namespace, Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from gpudra.mig import DemandPlan
+from gpudra.mig import (
+    DemandPlan,
+)
+from gpudra.planning.migmodels import FleetMigModels
 
 Outcome = Allocation | Failure | NodesFailure
 DETAIL_NODES = 16
@@ -45,6 +48,7 @@ class ClusterView:
     holders: dict[DeviceId, str] = field(
         default_factory=dict
     )  # allocated device -> namespace/name of its claim
+    mig_models: FleetMigModels = field(default_factory=FleetMigModels)  # the MIG facts the nodes reported
 
 
 def build_view(
@@ -70,10 +74,11 @@ def build_view(
                 holders[DeviceId(r.driver, r.pool, r.device)] = claim.metadata.namespaced_name
     labels = {ns.metadata.name or "": ns.metadata.labels or {} for ns in namespaces}
     allocator = Allocator(snapshot, list(classes), namespace_labels=labels)
+    listed = list(nodes)
     infos = sorted(
-        (NodeInfo(n.metadata.name or "", n.metadata.labels or {}) for n in nodes), key=lambda n: n.name
+        (NodeInfo(n.metadata.name or "", n.metadata.labels or {}) for n in listed), key=lambda n: n.name
     )
-    return ClusterView(allocator, infos, pending, holders)
+    return ClusterView(allocator, infos, pending, holders, FleetMigModels.of_nodes(listed))
 
 
 def view_from_wire(

@@ -59,6 +59,7 @@ class MigLayoutReconciler:
         self.nodes: dict[str, dict[str, Any]] = {}
         self._wake = asyncio.Event()
         self._defaults = default_configs()
+        self._defaults_of: tuple[tuple[int, str], ...] = ()  # the reported MIG facts the defaults include
         self._files: dict[tuple[str, str, str], tuple[float, MigPartedConfig | InvalidInputError]] = {}
         self._reports: dict[str, tuple[str, NodeReport | None]] = {}  # node -> (its state annotation, parsed)
 
@@ -172,7 +173,6 @@ class MigLayoutReconciler:
     # -- reconcile -----------------------------------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        layouts = [await self._layout_input(body) for body in list(self.layouts.values())]
         nodes = []
         for body in list(self.nodes.values()):
             meta = body["metadata"]
@@ -182,6 +182,8 @@ class MigLayoutReconciler:
                 NodeInput(meta["name"], meta.get("labels") or {}, annotations.get(DESIRED_ANNOTATION), report)
             )
         self._reports = {n.name: self._reports[n.name] for n in nodes if n.name in self._reports}
+        self._refresh_defaults(nodes)
+        layouts = [await self._layout_input(body) for body in list(self.layouts.values())]
         labels = {n.labels[CONFIG_LABEL] for n in nodes if CONFIG_LABEL in n.labels}
         rollout = plan_rollout(layouts, nodes, await self._label_configs(labels))
         for node, text in rollout.desired.items():
@@ -191,6 +193,15 @@ class MigLayoutReconciler:
             await self._fail_label(node, problem)
         for layout in layouts:
             await self._write_status(layout, rollout.nodes.get(layout.name, []))
+
+    def _refresh_defaults(self, nodes: list[NodeInput]) -> None:
+        """mig-parted's default configs over the catalog and the MIG facts the nodes reported (a model the
+        catalog lacks gets its all-<profile> configs)."""
+        reported = {f.pci_device_id: f for n in nodes if n.report is not None for f in n.report.models}
+        key = tuple(sorted((pci, f.to_json()) for pci, f in reported.items()))
+        if key != self._defaults_of:
+            self._defaults = default_configs(reported={pci: f.mig_model() for pci, f in reported.items()})
+            self._defaults_of = key
 
     def _report(self, node: str, text: str | None) -> NodeReport | None:
         """The node's parsed state report, parsed again only when its text changed (every node event of the

@@ -24,8 +24,10 @@ from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.metrics import Metrics
-from gpudra.mig import DemandPlan
-from gpudra.planning.migdemand import pci_device_ids, plan_pending
+from gpudra.mig import (
+    DemandPlan,
+)
+from gpudra.planning.migdemand import plan_pending
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -155,10 +157,10 @@ class PendingClaims:
         self, view: ClusterView, claims: list[ResourceClaim]
     ) -> tuple[DemandPlan, dict[str, str]]:
         """The MIG planner's plan for the pending claims and, when the policy applies it, a note per node."""
-        plan = plan_pending(view.allocator, claims, self._driver)
+        plan = plan_pending(view.allocator, claims, self._driver, view.mig_models)
         notes: dict[str, str] = {}
         if self._planner == "apply" and any(n.gpus for n in plan.nodes):
-            notes = await apply_plan(self._client, plan, view.nodes, pci_device_ids())
+            notes = await apply_plan(self._client, plan, view.nodes, view.mig_models.pci_device_ids())
         return plan, notes
 
     def claim_changed(self, uid: str, claim: ResourceClaim | None) -> None:

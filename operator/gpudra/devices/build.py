@@ -29,7 +29,7 @@ from gpudra.api.dra import Device, DeviceAttribute, DeviceCapacity
 from gpudra.api.quantity import format_quantity
 from gpudra.devices.names import device_sort_key, gpu_device_name, mig_device_name
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory
+from gpudra.hardware.gpus.inventory import GpuInfo, MigDeviceInfo, NodeInventory
 
 TYPE_GPU = "gpu"
 TYPE_MIG = "mig"

@@ -37,8 +37,8 @@ from gpudra.devices.build import (
     mig_device,
 )
 from gpudra.devices.names import device_sort_key, mig_device_name
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import GpuInfo, MigDeviceInfo, NodeInventory
 
 MEMORY = "memory"
 # counter name -> MigProfileInfo field, in NVIDIA's order

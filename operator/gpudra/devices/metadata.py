@@ -26,7 +26,7 @@ from gpudra.api.nvidia import GpuConfig, MigDeviceConfig, MpsConfig
 from gpudra.devices.build import EXTENSION_DOMAIN, gpu_device, mig_attributes
 from gpudra.devices.names import gpu_device_name, mig_device_name, vfio_device_name
 from gpudra.devices.passthrough import in_pci_order, vfio_device
-from gpudra.hardware.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
 
 API_VERSION = "metadata.resource.k8s.io/v1alpha1"
 KIND = "DeviceMetadata"

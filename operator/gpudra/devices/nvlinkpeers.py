@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from gpudra.api.dra import Device, DeviceAttribute
 from gpudra.devices.build import EXTENSION_DOMAIN, TYPE_GPU
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.inventory import NodeInventory
 
 NVLINK_PEERS = f"{EXTENSION_DOMAIN}/nvlinkPeers"
 MAX_ATTRIBUTE_VALUES = (

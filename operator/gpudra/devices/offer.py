@@ -15,8 +15,8 @@ from gpudra.devices.names import gpu_device_name, mig_device_name
 from gpudra.devices.nvlinkpeers import with_nvlink_peers
 from gpudra.devices.passthrough import with_passthrough
 from gpudra.devices.sharing import time_sliced
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import GpuInfo, NodeInventory, PciGpu
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory, PciGpu
 
 GpuTaints = Mapping[tuple[str, int | None], DeviceTaint]
 """(GPU UUID, GPU instance id or None for the whole GPU) -> the taint health has on it now."""

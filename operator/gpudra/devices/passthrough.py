@@ -37,8 +37,8 @@ from gpudra.api.quantity import format_quantity
 from gpudra.devices.build import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, in_name_order
 from gpudra.devices.dynamic import NodeDevices
 from gpudra.devices.names import device_sort_key, gpu_device_name, vfio_device_name
-from gpudra.hardware.inventory import NodeInventory, PciGpu
-from gpudra.hardware.pcibus import NVIDIA_DRIVER, VFIO_DRIVER
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.pcinames import NVIDIA_DRIVER, VFIO_DRIVER
 
 TYPE_VFIO = "vfio"
 COUNTER = "gpu"

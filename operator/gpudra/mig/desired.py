@@ -3,9 +3,12 @@
 The controller writes a node's desired state as JSON in the Node annotation ``gpudra.dev/mig-desired``: where
 it comes from (a MigLayout, or the ``nvidia.com/mig.config`` label), the generation, the policy and the
 mig-parted entries (a named config is resolved by the controller, so the agent never reads ConfigMaps). The
-agent answers in ``gpudra.dev/mig-state``: its GPUs (index, model), the node's state and per-GPU states, the
-claims in the way, one message. Both sides resolve entries per GPU with :func:`gpu_layouts`, so the controller
-can reject a layout before any node touches its hardware once the node has reported its GPUs.
+agent answers in ``gpudra.dev/mig-state``: its GPUs (index, model), the MIG facts of its MIG-capable models as
+NVML reports them (profiles, placements, sizes, engine counts: once per model, so the annotation stays a few KB),
+the node's state and per-GPU states, the claims in the way, one message. Both sides resolve entries per GPU with
+:func:`gpu_layouts` over the reported facts, so the controller can reject a layout before any node touches its
+hardware once the node has reported its GPUs, and a GPU model the catalog lacks gets MIG all the same. The
+catalog stands in only for a node whose agent reports no facts (an older agent).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, load_catalog
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.catalog import Catalog, MigModel
+from gpudra.hardware.gpus.migfacts import mig_model
 from gpudra.mig.layout import InvalidLayoutError, MigLayout
 from gpudra.mig.migparted import MigConfigEntry, entry_for_gpu, parse_entries
 from gpudra.mig.validate import place_counts
@@ -84,8 +89,21 @@ class NodeGpu(_Json):
     """A GPU as the agent reports it (enough for the controller to validate a layout)."""
 
     index: int
-    model: str  # catalog model id; "" when the catalog does not know the GPU
+    model: str  # catalog model id; the product name for a model the catalog lacks
     pci_device_id: int
+
+
+class GpuMigFacts(_Json):
+    """One MIG-capable GPU model of the node, as its agent read it from NVML."""
+
+    model: str  # as NodeGpu.model
+    product_name: str
+    pci_device_id: int
+    memory_bytes: int
+    profiles: tuple[MigProfileInfo, ...]
+
+    def mig_model(self) -> MigModel:
+        return mig_model(self.model, self.memory_bytes, self.profiles)
 
 
 class GpuReport(_Json):
@@ -102,6 +120,7 @@ class NodeReport(_Json):
     message: str = ""
     blocked_by: tuple[str, ...] = ()  # "namespace/name" of the claims in the way
     gpus: tuple[NodeGpu, ...] = ()
+    models: tuple[GpuMigFacts, ...] = ()  # empty from an agent that does not report MIG facts
     gpu_states: tuple[GpuReport, ...] = ()
 
     @classmethod
@@ -112,19 +131,25 @@ class NodeReport(_Json):
             return None
 
 
+def node_models(report: NodeReport | None, catalog: Catalog) -> dict[str, MigModel]:
+    """Model id -> MIG facts for a node: those its agent reported, the catalog's for models it did not report."""
+    reported = {f.model: f.mig_model() for f in report.models} if report is not None else {}
+    return {**catalog.models, **reported}
+
+
 def gpu_layouts(
-    entries: Sequence[MigConfigEntry], gpus: Sequence[NodeGpu], catalog: Catalog | None = None
+    entries: Sequence[MigConfigEntry], gpus: Sequence[NodeGpu], models: Mapping[str, MigModel]
 ) -> tuple[dict[int, MigLayout], list[str]]:
     """Each GPU's explicit desired layout (GPUs no entry selects are left out), and every problem, one message
-    per GPU, naming the GPU and its model. GPUs without MIG are skipped unless an entry names their index."""
-    cat = catalog or load_catalog()
+    per GPU, naming the GPU and its model. GPUs without MIG are skipped unless an entry names their index.
+    ``models``: model id -> MIG facts (:func:`node_models`)."""
     layouts: dict[int, MigLayout] = {}
     problems: list[str] = []
     for gpu in gpus:
         entry = entry_for_gpu(entries, gpu.index, gpu.pci_device_id)
         if entry is None:
             continue
-        model = cat.models.get(gpu.model)
+        model = models.get(gpu.model)
         if model is None or model.mig is None:
             if entry.devices != "all":
                 problems.append(f"GPU {gpu.index} ({gpu.model or 'unknown model'}) does not support MIG")

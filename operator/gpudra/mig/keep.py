@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from gpudra.hardware.catalog import GpuModel
+from gpudra.hardware.gpus.catalog import MigModel
 from gpudra.mig.layout import GpuMigState, InvalidLayoutError, MigLayout
 from gpudra.mig.space import placement_space
 from gpudra.mig.validate import count_problems
 
 
 def place_counts_keeping(
-    model: GpuModel, state: GpuMigState, counts: Mapping[str, int], in_use: Collection[int | str] = ()
+    model: MigModel, state: GpuMigState, counts: Mapping[str, int], in_use: Collection[int | str] = ()
 ) -> MigLayout:
     """The explicit layout with exactly ``counts`` that keeps the in-use instances of ``state`` and changes
     the fewest instances; :class:`InvalidLayoutError` when the counts cannot exist on ``model`` or cannot be
@@ -51,7 +51,7 @@ def place_counts_keeping(
 
 
 def place_for_gpu(
-    model: GpuModel, state: GpuMigState, target: MigLayout, in_use: Collection[int | str] = ()
+    model: MigModel, state: GpuMigState, target: MigLayout, in_use: Collection[int | str] = ()
 ) -> MigLayout:
     """Where a counts-only target goes on this GPU, as the applier creates it and the planner predicts it: on a
     GPU with MIG on, the fewest-change placement of ``target``'s counts around what exists (a GPU that already

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, GpuModel, MigProfile, MigSpec, load_catalog
-from gpudra.hardware.inventory import GpuInfo
+from gpudra.hardware.gpus.catalog import Catalog, GpuModel, MigModel, MigProfile, MigSpec, load_catalog
+from gpudra.hardware.gpus.inventory import GpuInfo
 
 
 class InvalidLayoutError(InvalidInputError):
@@ -102,7 +102,7 @@ class GpuMigState:
         return tuple(i for i in self.instances if i.gi_id in wanted or (i.uuid and i.uuid in wanted))
 
 
-def mig_spec(model: GpuModel) -> MigSpec:
+def mig_spec(model: MigModel) -> MigSpec:
     """The model's MIG facts; InvalidLayoutError when the model has no MIG."""
     if model.mig is None:
         raise InvalidLayoutError([f"{model.model_id} does not support MIG"], model_id=model.model_id)

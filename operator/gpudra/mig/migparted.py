@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, GpuModel, load_catalog
+from gpudra.hardware.gpus.catalog import Catalog, MigModel, load_catalog
 
 VERSION = "v1"
 _TOP_FIELDS = frozenset({"version", "mig-configs"})
@@ -179,25 +179,30 @@ def config_name(profile: str) -> str:
     return f"all-{profile.replace('+', '.')}"
 
 
-def _model_entry(model: GpuModel, counts: Mapping[str, int]) -> MigConfigEntry:
-    return MigConfigEntry("all", True, tuple(sorted(counts.items())), (model.pci_device_id,))
+def _model_entry(pci_device_id: int, counts: Mapping[str, int]) -> MigConfigEntry:
+    return MigConfigEntry("all", True, tuple(sorted(counts.items())), (pci_device_id,))
 
 
-def default_configs(catalog: Catalog | None = None) -> MigPartedConfig:
-    """mig-parted's default configs for every MIG model of the catalog: all-disabled, all-enabled,
-    all-balanced, and one all-<profile> per profile at its instance count."""
-    models = [m for m in (catalog or load_catalog()).models.values() if m.mig is not None]
+def default_configs(
+    catalog: Catalog | None = None, reported: Mapping[int, MigModel] | None = None
+) -> MigPartedConfig:
+    """mig-parted's default configs: all-disabled, all-enabled, all-balanced (per catalog model: NVML does not say
+    what balanced is), and one all-<profile> per profile at its instance count, for every MIG model of the catalog
+    and every model the nodes reported (``reported``: PCI device id -> MIG facts read from NVML, which stand
+    for the catalog's model of that id)."""
+    known = [m for m in (catalog or load_catalog()).models.values() if m.mig is not None]
+    models: dict[int, MigModel] = {m.pci_device_id: m for m in known}
+    models.update({pci: m for pci, m in (reported or {}).items() if m.mig is not None})
     configs: dict[str, list[MigConfigEntry]] = {
         "all-disabled": [MigConfigEntry("all", False)],
         "all-enabled": [MigConfigEntry("all", True)],
-        "all-balanced": [],
+        "all-balanced": [
+            _model_entry(m.pci_device_id, m.mig.all_balanced) for m in known if m.mig and m.mig.all_balanced
+        ],
     }
-    for model in models:
-        assert model.mig is not None
-        if model.mig.all_balanced:
-            configs["all-balanced"].append(_model_entry(model, model.mig.all_balanced))
-        for profile in model.mig.profiles:
+    for pci_device_id, model in models.items():
+        for profile in model.mig.profiles if model.mig else ():
             configs.setdefault(config_name(profile.name), []).append(
-                _model_entry(model, {profile.name: profile.instance_count})
+                _model_entry(pci_device_id, {profile.name: profile.instance_count})
             )
     return MigPartedConfig({name: tuple(entries) for name, entries in configs.items()})

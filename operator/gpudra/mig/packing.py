@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpudra.hardware.catalog import GpuModel
+from gpudra.hardware.gpus.catalog import MigModel
 from gpudra.mig.layout import GpuMigState, MigLayout
 from gpudra.mig.plan import MigPlan, plan_gpu, unchanged
 from gpudra.mig.space import Candidate, PlacementSpace, placement_space
@@ -30,7 +30,7 @@ from gpudra.mig.space import Candidate, PlacementSpace, placement_space
 class PackingGpu:
     """One GPU offered to the packer. A GPU with MIG disabled and its UUID in ``in_use`` is skipped."""
 
-    model: GpuModel
+    model: MigModel
     state: GpuMigState
     in_use: frozenset[int | str] = frozenset()
 

@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpudra.hardware.catalog import GpuModel
+from gpudra.hardware.gpus.catalog import MigModel
 from gpudra.mig.layout import (
     GpuMigState,
     InvalidLayoutError,
@@ -134,7 +134,7 @@ def _steps(state: GpuMigState, target: MigLayout) -> tuple[Step, ...]:
 
 
 def _fit_around(
-    model: GpuModel, fixed: Sequence[Placement], wanted: Sequence[Placement]
+    model: MigModel, fixed: Sequence[Placement], wanted: Sequence[Placement]
 ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
     """The most (by compute slices, then count) of ``wanted`` that fits beside ``fixed``, each kept at its
     desired start when possible; returns (placed, left out)."""
@@ -172,7 +172,7 @@ def _fit_around(
 
 
 def plan_gpu(
-    model: GpuModel,
+    model: MigModel,
     state: GpuMigState,
     desired: MigLayout,
     in_use: Collection[int | str] = (),
@@ -219,7 +219,7 @@ def plan_gpu(
     )
 
 
-def simulate(model: GpuModel, state: GpuMigState, steps: Sequence[Step]) -> GpuMigState:
+def simulate(model: MigModel, state: GpuMigState, steps: Sequence[Step]) -> GpuMigState:
     """Apply ``steps`` to an in-memory copy of the GPU the way the hardware would (new GI ids take the lowest
     free id from 1), raising :class:`InvalidLayoutError` on an overlap, a missing instance or a MIG mode
     change with instances present. For dry runs, tests and benchmarks."""

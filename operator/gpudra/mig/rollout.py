@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, load_catalog
-from gpudra.mig.desired import CONFIG_LABEL, DesiredState, NodeReport, Policy, gpu_layouts
+from gpudra.hardware.gpus.catalog import Catalog, load_catalog
+from gpudra.mig.desired import CONFIG_LABEL, DesiredState, NodeReport, Policy, gpu_layouts, node_models
 from gpudra.mig.migparted import parse_entries
 
 APPLIED, PROGRESSING, BLOCKED, INVALID = "Applied", "Progressing", "Blocked", "Invalid"
@@ -73,9 +73,8 @@ class Rollout:
 def _mig_capable(report: NodeReport | None, catalog: Catalog) -> bool:
     if report is None:
         return False
-    return any(
-        m is not None and m.mig is not None for m in (catalog.models.get(g.model) for g in report.gpus)
-    )
+    models = node_models(report, catalog)
+    return any(m is not None and m.mig is not None for m in (models.get(g.model) for g in report.gpus))
 
 
 def _selects(layout: LayoutInput, node: NodeInput, catalog: Catalog) -> bool:
@@ -90,7 +89,7 @@ def _problems(entries: Sequence[dict[str, Any]], report: NodeReport | None, cata
     if report is None or not report.gpus:
         return []  # not reported yet: the agent validates before it touches anything
     try:
-        return gpu_layouts(parse_entries(list(entries)), report.gpus, catalog)[1]
+        return gpu_layouts(parse_entries(list(entries)), report.gpus, node_models(report, catalog))[1]
     except InvalidInputError as exc:
         return [str(exc)]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpudra.hardware.catalog import GpuModel, MigProfile, MigSpec
+from gpudra.hardware.gpus.catalog import MigModel, MigProfile, MigSpec
 from gpudra.mig.layout import MigLayout, Placement, mig_spec, span
 
 _ENGINE_ATTRS = ("decoders", "encoders", "jpeg_engines", "ofa_engines")
@@ -118,7 +118,7 @@ _SpaceKey = tuple[str, tuple[MigProfile, ...], int, int, int]
 _SPACES: dict[_SpaceKey, PlacementSpace] = {}  # a memo of pure results, keyed by everything they depend on
 
 
-def placement_space(model: GpuModel) -> PlacementSpace:
+def placement_space(model: MigModel) -> PlacementSpace:
     """The (memoised) placement space of a MIG model."""
     spec = mig_spec(model)
     key = (model.model_id, spec.profiles, spec.memory_slices, spec.compute_slices, spec.max_devices)

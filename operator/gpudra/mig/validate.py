@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpudra.hardware.catalog import GpuModel, MigProfile, MigSpec
+from gpudra.hardware.gpus.catalog import MigModel, MigProfile, MigSpec
 from gpudra.mig.layout import InvalidLayoutError, MigLayout, Placement, mig_spec, slices_text, span
 
 _ENGINES = (
@@ -48,7 +48,7 @@ def _engine_capacity(spec: MigSpec, attr: str) -> int:
     return int(getattr(largest, attr))
 
 
-def count_problems(model: GpuModel, counts: Mapping[str, int]) -> list[str]:
+def count_problems(model: MigModel, counts: Mapping[str, int]) -> list[str]:
     """Problems of a multiset of profiles on ``model``, regardless of placements (empty when none)."""
     spec = mig_spec(model)
     known = {p.name: p for p in spec.profiles}
@@ -104,7 +104,7 @@ def count_problems(model: GpuModel, counts: Mapping[str, int]) -> list[str]:
     return problems
 
 
-def layout_problems(model: GpuModel, layout: MigLayout) -> list[str]:
+def layout_problems(model: MigModel, layout: MigLayout) -> list[str]:
     """Problems of an explicit layout on ``model`` (empty when it can be created as written)."""
     if not layout.mig_enabled:
         if layout.instances:
@@ -134,7 +134,7 @@ def layout_problems(model: GpuModel, layout: MigLayout) -> list[str]:
     return problems
 
 
-def validate_layout(model: GpuModel, layout: MigLayout) -> None:
+def validate_layout(model: MigModel, layout: MigLayout) -> None:
     """Raise :class:`InvalidLayoutError` listing every problem of ``layout`` on ``model``."""
     problems = layout_problems(model, layout)
     if problems:
@@ -190,7 +190,7 @@ def _describe(counts: Mapping[str, int]) -> str:
     return " + ".join(f"{name} x{n}" if n > 1 else name for name, n in sorted(counts.items()))
 
 
-def place_counts(model: GpuModel, counts: Mapping[str, int], *, mig_enabled: bool = True) -> MigLayout:
+def place_counts(model: MigModel, counts: Mapping[str, int], *, mig_enabled: bool = True) -> MigLayout:
     """The explicit layout of a counts-only layout (see the module's placement rule); raises
     :class:`InvalidLayoutError` with the reasons when the counts cannot exist on ``model``."""
     if not mig_enabled:

@@ -1,7 +1,8 @@
 """Pure: the fleet as the web view draws it, one card per node, from the objects any client can watch.
 
 A node's card holds its GPUs: model, memory, health (device taints), who holds it, and for a GPU with MIG on its
-geometry to scale: the memory slices and compute slices of the model (from the GPU catalog, by productName) and
+geometry to scale: the memory slices and compute slices of the model (by productName, from the MIG facts the
+node's agent reported, read from NVML; from the GPU catalog for a node that reported none) and
 every instance with its profile, placement and holder. Static MIG shows the instances that exist (the published
 MIG devices, placed by their ``memorySlice<i>`` capacities); dynamic MIG shows what is carved now, the allocated
 placements (each consumes its ``memory-slice-<i>`` counters), and the full GPU when a claim holds it whole.
@@ -11,25 +12,28 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from gpudra.api.core import Node, Taint
 from gpudra.api.dra import Device, DeviceTaint, ResourceSlice
 from gpudra.api.quantity import parse_quantity
 from gpudra.devices import parse_mig_device_name
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, MigSpec
+from gpudra.hardware.gpus.catalog import Catalog, MigModel, MigSpec
+from gpudra.planning.migmodels import FleetMigModels
 from gpudra.planning.summaries import PROFILE_LABEL
 
 Holders = Mapping[tuple[str, str], str]
+ModelOf = Callable[[str], MigModel | None]  # productName -> the model's MIG facts
 
 _GPU_NAME = re.compile(r"^gpu-(\d+)$")
 _MIG_PARENT = re.compile(r"^gpu-(\d+)-mig-")
 _MEMORY_SLICE_CAPACITY = re.compile(r"^memorySlice(\d+)$")
 _MEMORY_SLICE_COUNTER = re.compile(r"^memory-slice-(\d+)$")
 _COMPUTE = re.compile(r"^(\d+)g\.")
-# Without a catalog entry for the model: the geometry of every 8-slot MIG GPU (A100, H100, H200, B200).
+# Without MIG facts for the model: the geometry of every 8-slot MIG GPU (A100, H100, H200, B200).
 DEFAULT_MEMORY_SLICES, DEFAULT_COMPUTE_SLICES = 8, 7
 
 
@@ -144,7 +148,7 @@ class _GpuParts:
 
 
 def gpu_cards(
-    devices: Sequence[Device], pool: str, holders: Holders, catalog: Catalog, users: Holders | None = None
+    devices: Sequence[Device], pool: str, holders: Holders, models: ModelOf, users: Holders | None = None
 ) -> list[GpuCard]:
     """The GPUs of one node's devices (one driver's pool), by minor."""
     parts: dict[int, _GpuParts] = defaultdict(_GpuParts)
@@ -157,19 +161,19 @@ def gpu_cards(
         elif kind == "mig":
             parts[minor].migs = [*(parts[minor].migs or []), device]
     return [
-        _gpu_card(minor, p, pool, holders, catalog, users or {})
+        _gpu_card(minor, p, pool, holders, models, users or {})
         for minor, p in sorted(parts.items())
         if p.full or p.migs
     ]
 
 
 def _gpu_card(
-    minor: int, parts: _GpuParts, pool: str, holders: Holders, catalog: Catalog, users: Holders
+    minor: int, parts: _GpuParts, pool: str, holders: Holders, models: ModelOf, users: Holders
 ) -> GpuCard:
     migs = parts.migs or []
     sample = parts.full or migs[0]
     model = sample.attribute_text("productName")
-    known = catalog.by_product_name(model)
+    known = models(model)
     spec = known.mig if known is not None else None
     name = f"gpu-{minor}"
     taints = [t for d in ([parts.full] if parts.full else []) + migs for t in d.taints or []]
@@ -230,6 +234,7 @@ def node_card(
 ) -> NodeCard:
     """One node's card: its Node (None when only slices name it) and every slice published for it; ``users``:
     the holders' short names (:func:`~gpudra.planning.summaries.device_users`)."""
+    mig_models = FleetMigModels.of_nodes([node] if node is not None else [], catalog)
     ours: list[Device] = []
     others = 0
     pool = name
@@ -247,6 +252,6 @@ def node_card(
         ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
         unschedulable=bool(node.spec.unschedulable),
         taints=tuple(taint_text(t) for t in node.spec.taints or []),
-        gpus=tuple(gpu_cards(ours, pool, holders, catalog, users)),
+        gpus=tuple(gpu_cards(ours, pool, holders, partial(mig_models.by_product_name, name), users)),
         other_devices=others,
     )

@@ -33,9 +33,15 @@ from gpudra.allocator import (
 from gpudra.api.dra import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
 from gpudra.api.quantity import format_quantity
 from gpudra.api.timestamps import parse_rfc3339
-from gpudra.devices import EXTENSION_DOMAIN, TYPE_GPU, TYPE_MIG, mig_device_name, parse_mig_device_name
+from gpudra.devices import (
+    EXTENSION_DOMAIN,
+    TYPE_GPU,
+    TYPE_MIG,
+    mig_device_name,
+    parse_mig_device_name,
+)
 from gpudra.errors import GpudraError
-from gpudra.hardware.catalog import Catalog, GpuModel, MigProfile, load_catalog
+from gpudra.hardware.gpus.catalog import MigModel, MigProfile
 from gpudra.mig import (
     DemandGpu,
     DemandPlan,
@@ -46,6 +52,7 @@ from gpudra.mig import (
     ProfileChoice,
     plan_demand,
 )
+from gpudra.planning.migmodels import FleetMigModels
 
 _GPU_NAME_PREFIX = "gpu-"
 
@@ -53,7 +60,7 @@ _GPU_NAME_PREFIX = "gpu-"
 @dataclass
 class _GpuSeen:
     node: str
-    model: GpuModel
+    model: MigModel
     uuid: str
     minor: int
     template: DeviceEntry  # one published device of the GPU (its attributes describe the GPU)
@@ -85,7 +92,7 @@ def _minor(name: str) -> int | None:
     return int(digits) if name.startswith(_GPU_NAME_PREFIX) and digits.isdigit() else None
 
 
-def _scan(snapshot: ClusterSnapshot, driver: str, catalog: Catalog) -> list[_GpuSeen]:
+def _scan(snapshot: ClusterSnapshot, driver: str, models: FleetMigModels) -> list[_GpuSeen]:
     """The MIG-capable GPUs of the snapshot's node-local pools of ``driver``, by node and minor."""
     seen: dict[str, _GpuSeen] = {}
     for pool in snapshot.pools():
@@ -94,7 +101,7 @@ def _scan(snapshot: ClusterSnapshot, driver: str, catalog: Catalog) -> list[_Gpu
         slices = {s.metadata.name: s for s in pool.slices}
         for entry in pool.entries:
             kind, minor = _attr(entry, "type"), _minor(entry.id.device)
-            model = catalog.by_product_name(_attr(entry, "productName"))
+            model = models.by_product_name(entry.node_name or "", _attr(entry, "productName"))
             uuid = _attr(entry, "uuid" if kind == TYPE_GPU else "parentUUID")
             slice_ = slices.get(entry.slice_name)
             if kind not in (TYPE_GPU, TYPE_MIG) or minor is None or model is None or model.mig is None:
@@ -116,9 +123,11 @@ def _scan(snapshot: ClusterSnapshot, driver: str, catalog: Catalog) -> list[_Gpu
     return sorted((g for g in seen.values() if not g.dynamic), key=lambda g: (g.node, g.minor))
 
 
-def fleet_gpus(snapshot: ClusterSnapshot, driver: str, catalog: Catalog | None = None) -> list[DemandGpu]:
+def fleet_gpus(
+    snapshot: ClusterSnapshot, driver: str, models: FleetMigModels | None = None
+) -> list[DemandGpu]:
     """The MIG-capable GPUs the snapshot publishes for ``driver`` (see the module docstring)."""
-    return [g.demand_gpu() for g in _scan(snapshot, driver, catalog or load_catalog())]
+    return [g.demand_gpu() for g in _scan(snapshot, driver, models or FleetMigModels())]
 
 
 def _virtual(gpu: _GpuSeen, profile: MigProfile) -> DeviceEntry:
@@ -154,7 +163,7 @@ def _virtual(gpu: _GpuSeen, profile: MigProfile) -> DeviceEntry:
 class VirtualFleet:
     """One virtual MIG device per (GPU model, profile) of the fleet, to test request selectors on."""
 
-    devices: list[tuple[GpuModel, MigProfile, DeviceEntry]]
+    devices: list[tuple[MigModel, MigProfile, DeviceEntry]]
 
     @classmethod
     def of(cls, gpus: Iterable[_GpuSeen]) -> VirtualFleet:
@@ -169,9 +178,11 @@ class VirtualFleet:
         return cls(devices)
 
 
-def virtual_fleet(snapshot: ClusterSnapshot, driver: str, catalog: Catalog | None = None) -> VirtualFleet:
+def virtual_fleet(
+    snapshot: ClusterSnapshot, driver: str, models: FleetMigModels | None = None
+) -> VirtualFleet:
     """The virtual MIG devices of the GPU models the snapshot publishes for ``driver``."""
-    return VirtualFleet.of(_scan(snapshot, driver, catalog or load_catalog()))
+    return VirtualFleet.of(_scan(snapshot, driver, models or FleetMigModels()))
 
 
 def _choices(spec: RequestSpec, fleet: VirtualFleet, allocator: Allocator) -> tuple[ProfileChoice, ...]:
@@ -217,10 +228,11 @@ def _created(claim: ResourceClaim) -> tuple[float, str]:
 
 
 def plan_pending(
-    allocator: Allocator, claims: Iterable[ResourceClaim], driver: str, catalog: Catalog | None = None
+    allocator: Allocator, claims: Iterable[ResourceClaim], driver: str, models: FleetMigModels | None = None
 ) -> DemandPlan:
-    """The planner's suggestions for these pending claims (oldest first) over the allocator's snapshot."""
-    gpus = _scan(allocator.snapshot, driver, catalog or load_catalog())
+    """The planner's suggestions for these pending claims (oldest first) over the allocator's snapshot;
+    ``models``: the MIG facts the nodes reported (the catalog's alone without)."""
+    gpus = _scan(allocator.snapshot, driver, models or FleetMigModels())
     if not gpus:
         return DemandPlan()
     fleet = VirtualFleet.of(gpus)
@@ -228,8 +240,3 @@ def plan_pending(
         d for c in sorted(claims, key=_created) if (d := claim_demand(c, fleet, allocator)) is not None
     ]
     return plan_demand([g.demand_gpu() for g in gpus], demands)
-
-
-def pci_device_ids(catalog: Catalog | None = None) -> dict[str, int]:
-    """GPU model id -> PCI device id (a MigLayout entry's ``device-filter``)."""
-    return {m.model_id: m.pci_device_id for m in (catalog or load_catalog()).models.values()}

@@ -49,8 +49,8 @@ from gpudra.computedomain import (
 )
 from gpudra.config import AgentSettings
 from gpudra.errors import GpudraError, InvalidInputError, NotFoundError
-from gpudra.hardware.backend import GpuBackend
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import NODES

@@ -16,8 +16,8 @@ from gpudra.agent.checkpoint import MigInstanceRecord
 from gpudra.api.dra import DeviceRequestAllocationResult
 from gpudra.devices import gpu_device_name, parse_mig_device_name
 from gpudra.errors import PrepareError
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
 
 ProfilesOf = Callable[[GpuInfo], Sequence[MigProfileInfo]]
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from gpudra.agent.checkpoint import MigInstanceRecord
 from gpudra.agent.migdynamic.decisions import InstanceCreation
 from gpudra.errors import HardwareError
-from gpudra.hardware.backend import GpuBackend, GpuInstanceInfo, MigProfileInfo
-from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend, GpuInstanceInfo, MigProfileInfo
+from gpudra.hardware.gpus.inventory import GpuInfo, MigDeviceInfo, NodeInventory
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpudra.hardware.backend import MigProfileInfo
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.backend import MigProfileInfo
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

@@ -20,16 +20,18 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpudra.agent.miglayout.facts import NodeMigFacts, models_of
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.prepareplan import DeviceKey, device_targets
 from gpudra.errors import HardwareError, HardwareNotFound, InvalidInputError
-from gpudra.hardware.backend import GpuBackend, MigModeResult
-from gpudra.hardware.catalog import Catalog, load_catalog
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
+from gpudra.hardware.gpus.backend import GpuBackend, MigModeResult
+from gpudra.hardware.gpus.catalog import Catalog, MigModel, load_catalog
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
 from gpudra.mig import (
     CreateMigDevice,
     DesiredState,
     DestroyMigDevice,
+    GpuMigFacts,
     GpuReport,
     MigLayout,
     MigPlan,
@@ -41,7 +43,6 @@ from gpudra.mig import (
     SetMigMode,
     Step,
     gpu_layouts,
-    model_of_gpu,
     place_for_gpu,
     plan_gpu,
     state_of_gpu,
@@ -121,16 +122,6 @@ def by_minor(inventory: NodeInventory) -> NodeInventory:
     )
 
 
-def node_gpus(inventory: NodeInventory, catalog: Catalog) -> tuple[NodeGpu, ...]:
-    gpus = []
-    for gpu in inventory.gpus:
-        model = model_of_gpu(gpu, catalog)
-        gpus.append(
-            NodeGpu(index=gpu.index, model=model.model_id if model else "", pci_device_id=gpu.pci_device_id)
-        )
-    return tuple(gpus)
-
-
 class MigApplier:
     def __init__(
         self,
@@ -147,7 +138,11 @@ class MigApplier:
         self._node = node
         self._holders = holders or NoHolders()
         self._mark_dynamic = mark_dynamic
-        self._catalog = catalog or load_catalog()
+        self._facts = NodeMigFacts(
+            catalog or load_catalog(),
+            lambda gpu: self._backend.mig_profiles(self._nvml_index(gpu.minor)),
+            node=node,
+        )
 
     async def read(self) -> NodeInventory:
         """A reading in which each GPU's ``index`` is its minor (see :func:`by_minor`)."""
@@ -174,31 +169,39 @@ class MigApplier:
         """Only this node's GPUs (no desired state yet): lets the controller validate layouts early. No MigLayout
         governs the node, so the agent's own ``mig_policy`` setting decides which GPUs are dynamic."""
         self._hand_dynamic(None)
-        return NodeReport(gpus=node_gpus(await self.read(), self._catalog))
+        gpus, facts = await asyncio.to_thread(self._facts.read, await self.read())
+        return NodeReport(gpus=gpus, models=facts)
 
     async def apply(self, desired: DesiredState) -> tuple[NodeReport, bool]:
         """One pass toward ``desired``: the report, and whether the hardware changed (republish then)."""
         inventory = await self.read()
-        gpus = node_gpus(inventory, self._catalog)
+        gpus, facts = await asyncio.to_thread(self._facts.read, inventory)
+        models = models_of(facts)
         try:
-            layouts, problems = gpu_layouts(desired.parsed_entries(), gpus, self._catalog)
+            layouts, problems = gpu_layouts(desired.parsed_entries(), gpus, models)
         except InvalidInputError as exc:
             layouts, problems = {}, [str(exc)]
         if problems:
             message = f"{desired.key} is invalid on this node: " + "; ".join(problems)
             log.warning("MIG layout invalid; hardware untouched", node=self._node, problems=problems)
-            return NodeReport(key=desired.key, state="invalid", message=message, gpus=gpus), False
+            report = NodeReport(key=desired.key, state="invalid", message=message, gpus=gpus, models=facts)
+            return report, False
         if desired.policy == "Dynamic":
             result = await self._apply_dynamic(inventory, layouts)
         else:
             self._hand_dynamic(frozenset())
-            result = await self._apply_static(desired, inventory, layouts)
-        return self._report(desired, gpus, result), result.changed
+            result = await self._apply_static(desired, inventory, layouts, gpus, models)
+        return self._report(desired, gpus, facts, result), result.changed
 
     # -- static --------------------------------------------------------------------------------------------
 
     def _plans(
-        self, inventory: NodeInventory, targets: Mapping[int, MigLayout], allow_partial: bool, resumed: bool
+        self,
+        inventory: NodeInventory,
+        targets: Mapping[int, MigLayout],
+        models: Mapping[int, MigModel],
+        allow_partial: bool,
+        resumed: bool,
     ) -> tuple[dict[int, MigPlan], dict[str, str]]:
         """Each GPU's plan against the devices held now, and held device UUID -> claim. A fresh pass places
         each target's counts with the fewest changes (:func:`place_for_gpu`); a resumed one keeps the saved
@@ -211,7 +214,7 @@ class MigApplier:
         }
         plans = {}
         for gpu in inventory.gpus:
-            model = model_of_gpu(gpu, self._catalog)
+            model = models.get(gpu.index)
             if gpu.index in targets and model is not None:
                 state = state_of_gpu(gpu, model.model_id)
                 target = targets[gpu.index]
@@ -221,7 +224,12 @@ class MigApplier:
         return plans, held
 
     async def _apply_static(
-        self, desired: DesiredState, inventory: NodeInventory, layouts: dict[int, MigLayout]
+        self,
+        desired: DesiredState,
+        inventory: NodeInventory,
+        layouts: dict[int, MigLayout],
+        gpus: tuple[NodeGpu, ...],
+        models: Mapping[str, MigModel],
     ) -> _Pass:
         result = _Pass()
         by_index = {g.index: g for g in inventory.gpus}
@@ -240,6 +248,7 @@ class MigApplier:
         plans, held = self._plans(
             inventory,
             {i: t for i, t in targets.items() if i not in waiting},
+            {g.index: models[g.model] for g in gpus if g.model in models},
             desired.allow_partial,
             resumed=saved is not None,
         )
@@ -391,7 +400,9 @@ class MigApplier:
 
     # -- report --------------------------------------------------------------------------------------------
 
-    def _report(self, desired: DesiredState, gpus: tuple[NodeGpu, ...], result: _Pass) -> NodeReport:
+    def _report(
+        self, desired: DesiredState, gpus: tuple[NodeGpu, ...], facts: tuple[GpuMigFacts, ...], result: _Pass
+    ) -> NodeReport:
         states = tuple(sorted(result.states.values(), key=lambda s: s.index))
         kinds = {s.state for s in states}
         node_state: NodeState
@@ -414,6 +425,7 @@ class MigApplier:
             message="; ".join(messages),
             blocked_by=tuple(sorted(result.blocked_by)) if node_state == "blocked" else (),
             gpus=gpus,
+            models=facts,
             gpu_states=states,
         )
 

@@ -129,14 +129,17 @@ class MigSync:
         try:
             desired = DesiredState.from_json(text)
         except GpudraError as exc:
-            gpus = (await self._applier.report_gpus()).gpus
-            self.report = NodeReport(key="unreadable", state="invalid", message=str(exc), gpus=gpus)
+            found = await self._applier.report_gpus()
+            self.report = found.model_copy(
+                update={"key": "unreadable", "state": "invalid", "message": str(exc)}
+            )
             return self.report
         if self.report is None or self.report.key != desired.key:  # a new desired state: say so first
-            gpus = self.report.gpus if self.report is not None else ()
-            await self._write(
-                NodeReport(key=desired.key, state="applying", message="applying", gpus=gpus), True
+            before = self.report or NodeReport()
+            applying = NodeReport(
+                key=desired.key, state="applying", message="applying", gpus=before.gpus, models=before.models
             )
+            await self._write(applying, True)
         report, changed = await self._applier.apply(desired)
         if changed:
             self._poke()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudra.agent.prepareplan import mig_cap_minors
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.inventory import NodeInventory
 
 _NVIDIA_SMI = re.compile(r"(^|[\s;&|/(])nvidia-smi(\s|$|;|&|\|)")
 PREFIX = "[gpudra] "

@@ -42,7 +42,7 @@ from gpudra.api.core import Pod
 from gpudra.api.timestamps import rfc3339
 from gpudra.computedomain import COMPONENT_LABEL, OBJECT_LABEL
 from gpudra.errors import ConflictError, GpudraError, KubeletPluginError, NotFoundError, PrepareError
-from gpudra.hardware.inventory import NodeInventory
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informer

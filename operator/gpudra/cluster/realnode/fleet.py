@@ -25,7 +25,7 @@ from gpudra.cluster.realnode.node import RealNode
 from gpudra.cluster.realnode.runtime import NodeRuntime, find_runtime
 from gpudra.cluster.realnode.sandbox import require_commands, run
 from gpudra.errors import NotFoundError
-from gpudra.hardware.fake_nvml import FakeNvml
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEPLOYMENTS, PODS, RESOURCE_SLICES
 from gpudra.telemetry import get_logger

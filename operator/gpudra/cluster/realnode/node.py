@@ -22,8 +22,8 @@ from gpudra.cluster.realnode.devices import create_device_nodes, simulated_devic
 from gpudra.cluster.realnode.network import NodeNetwork, cni_config
 from gpudra.cluster.realnode.runtime import NodeRuntime
 from gpudra.cluster.realnode.sandbox import NodeDirs, NodeSandbox, run
-from gpudra.hardware.fake_nvml import FakeNvml
-from gpudra.hardware.nvml import NvmlBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.kube.client import KubeClient
 from gpudra.telemetry import get_logger
 

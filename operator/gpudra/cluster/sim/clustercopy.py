@@ -21,7 +21,7 @@ from gpudra.cluster.sim.podadmission import admissible, priority_classes, servic
 from gpudra.cluster.sim.readonly import ReadOnlyKube
 from gpudra.cluster.sim.slicecopy import machine_of_devices
 from gpudra.errors import ConfigurationError, NotFoundError
-from gpudra.hardware.catalog import Catalog, load_catalog
+from gpudra.hardware.gpus.catalog import Catalog, load_catalog
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
     DEVICE_CLASSES,

@@ -2,8 +2,8 @@
 
 A fleet file lists node groups (a profile, how many, names, labels, taints, and per group a driver version, a MIG
 configuration and an NVLink domain) and, optionally, profiles of its own in the built-in profiles' format
-(``hardware/profiles.yaml``); a profile may be a recording of a real node (``gpudra hardware record``). The schema
-is pydantic; every error names the file and the line. ``--nodes PROFILE:COUNT,...`` is the same fleet written
+(``hardware/simulated/profiles.yaml``); a profile may be a recording of a real node (``gpudra hardware record``).
+The schema is pydantic; every error names the file and the line. ``--nodes PROFILE:COUNT,...`` is the same fleet written
 short: one group per profile.
 """
 
@@ -23,8 +23,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from gpudra.cluster.sim.fleetmig import FleetMig, apply_mig
 from gpudra.cluster.sim.yamlpos import located
 from gpudra.errors import ConfigurationError
-from gpudra.hardware.catalog import Catalog, load_catalog
-from gpudra.hardware.profiles import (
+from gpudra.hardware.gpus.catalog import Catalog, load_catalog
+from gpudra.hardware.simulated.machine import MachineSpec, machine_of_profile
+from gpudra.hardware.simulated.profiles import (
     FABRIC_STATE_COMPLETED,
     FABRIC_STATUS_SUCCESS,
     NAME_PATTERN,
@@ -40,7 +41,6 @@ from gpudra.hardware.profiles import (
     node_profile,
     resolve_entry,
 )
-from gpudra.hardware.simulated.machine import MachineSpec, machine_of_profile
 from gpudra.hardware.simulated.recorded import machine_of_recording, read_recording
 
 API_VERSION: Literal["sim.gpudra.dev/v1alpha1"] = "sim.gpudra.dev/v1alpha1"

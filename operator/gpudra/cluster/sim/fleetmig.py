@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import model_validator
 
 from gpudra.errors import InvalidInputError
-from gpudra.hardware.catalog import Catalog, GpuModel
-from gpudra.hardware.profiles import MigEntry, SpecError
+from gpudra.hardware.gpus.catalog import Catalog, GpuModel
 from gpudra.hardware.simulated.machine import GpuSpec, MachineSpec, MigInstanceSpec
+from gpudra.hardware.simulated.profiles import MigEntry, SpecError
 from gpudra.mig import (
     MigConfigEntry,
     MigLayout,

@@ -17,9 +17,9 @@ from typing import Any
 
 from gpudra.devices import CLIQUE_ID, NUMA_NODE, NVLINK_COUNT, PCI_BUS_ID, PCIE_ROOT, parse_mig_device_name
 from gpudra.errors import ConfigurationError
-from gpudra.hardware.catalog import Catalog
-from gpudra.hardware.profiles import FabricReading, GpuSlot
+from gpudra.hardware.gpus.catalog import Catalog
 from gpudra.hardware.simulated.machine import GpuSpec, MachineSpec, MigInstanceSpec
+from gpudra.hardware.simulated.profiles import FabricReading, GpuSlot
 
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 _GPU_NAME = re.compile(r"^gpu-(\d+)$")
@@ -91,7 +91,7 @@ def _spec(
     if model is None:
         raise ConfigurationError(
             f"node {node}: gpu-{gpu.minor} is a {product!r}, which gpudra's GPU catalog does not know "
-            "(operator/gpudra/hardware/catalog.yaml)"
+            "(operator/gpudra/hardware/gpus/catalog.yaml)"
         )
     if gpu.uuid is None:
         raise ConfigurationError(f"node {node}: gpu-{gpu.minor} publishes no uuid")

@@ -43,7 +43,7 @@ def explain_pending(
     oldest = sorted(claims, key=lambda c: (c.metadata.creation_timestamp or "", c.metadata.namespaced_name))
     oldest = oldest[:limit]
     try:
-        plan: DemandPlan | None = plan_pending(view.allocator, oldest, driver)
+        plan: DemandPlan | None = plan_pending(view.allocator, oldest, driver, view.mig_models)
     except GpudraError as exc:
         log.warning("the MIG planner failed for the web view", error=str(exc))
         plan = None

@@ -27,7 +27,7 @@ from gpudra.controller.webview import html
 from gpudra.controller.webview.pendingcards import EXPLAINED_FROM, PendingExplainer
 from gpudra.controller.webview.updates import Sections, UpdateFeed
 from gpudra.controller.webview.watched import Watched
-from gpudra.hardware.catalog import Catalog, load_catalog
+from gpudra.hardware.gpus.catalog import Catalog, load_catalog
 from gpudra.kube.client import KubeClient
 from gpudra.planning.fleetview import NodeCard, node_card
 from gpudra.planning.podclaims import extended_resource_classes, implicit_claims

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudra.hardware.backend import GpuBackend
-from gpudra.hardware.nvml import NvmlBackend
-from gpudra.hardware.profiles import NodeProfile
+from gpudra.hardware.gpus.backend import GpuBackend
+from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.hardware.simulated.gpu_state import SimulatedGpu
+from gpudra.hardware.simulated.profiles import NodeProfile
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 An instance stands in for the ``pynvml`` module: its methods have pynvml's names, arguments and return shapes
 (ctypes structures, out-parameter arrays filled through ``byref`` counts), its attributes are pynvml's
-constants, error classes and structure types. So :class:`gpudra.hardware.nvml.NvmlBackend` runs the same code
+constants, error classes and structure types. So :class:`gpudra.hardware.nvml.backend.NvmlBackend` runs the same code
 on it as on a real GPU. The MIG rules live in :mod:`gpu_state`, event sets in :mod:`events`.
 
 Test hooks (not NVML calls): :meth:`inject_xid`, :meth:`inject_ecc`, :meth:`lose_gpu` / :meth:`restore_gpu`,
@@ -25,8 +25,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from gpudra.hardware.catalog import Catalog, load_catalog
-from gpudra.hardware.profiles import NodeProfile, node_profile
+from gpudra.hardware.gpus.catalog import Catalog, load_catalog
 from gpudra.hardware.simulated import nvml_types as t
 from gpudra.hardware.simulated.events import WHOLE_GPU, SimEvent
 from gpudra.hardware.simulated.fake_nvml_base import deref, handle_contents, locked
@@ -34,6 +33,7 @@ from gpudra.hardware.simulated.fake_nvml_mig import MigCalls
 from gpudra.hardware.simulated.gpu_state import SimulatedGpu
 from gpudra.hardware.simulated.machine import MachineSpec, machine_of_profile
 from gpudra.hardware.simulated.pcibus import SimulatedPciBus
+from gpudra.hardware.simulated.profiles import NodeProfile, node_profile
 
 _ADDRESSING_MODES = {
     "None": t.NVML_DEVICE_ADDRESSING_MODE_NONE,
@@ -60,10 +60,11 @@ class FakeNvml(MigCalls):
     def from_machine(cls, machine: MachineSpec, catalog: Catalog | None = None) -> FakeNvml:
         """A node holding the machine's GPUs, with their MIG devices created."""
         models = catalog or load_catalog()
+        brought = {m.model_id: m for m in machine.models}
         gpus = []
         island_of = {gpu: island for island, members in enumerate(machine.nvlink_islands) for gpu in members}
         for index, spec in enumerate(machine.gpus):
-            model = models.model(spec.model_id)
+            model = brought.get(spec.model_id) or models.model(spec.model_id)
             if spec.nvlink_count is not None:
                 model = model.model_copy(update={"nvlink_count": spec.nvlink_count})
             gpu = SimulatedGpu(

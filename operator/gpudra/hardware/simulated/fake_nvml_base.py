@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, Self, TypeVar
 
-from gpudra.hardware.pcibus import NVIDIA_DRIVER
+from gpudra.hardware.gpus.pcinames import NVIDIA_DRIVER
 from gpudra.hardware.simulated import nvml_types as t
 from gpudra.hardware.simulated.events import EventHub
 from gpudra.hardware.simulated.gpu_state import SimComputeInstance, SimGpuInstance, SimulatedGpu

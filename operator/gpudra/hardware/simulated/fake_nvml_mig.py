@@ -39,7 +39,7 @@ class MigCalls(FakeNvmlBase):
     @locked
     def nvmlDeviceGetGpuInstanceProfileInfoById(self, handle: Any, profile_id: int) -> Any:
         gpu = self._full_gpu(handle)
-        return self.nvmlDeviceGetGpuInstanceProfileInfo(handle, gpu.profile_by_id(profile_id).constant)
+        return self.nvmlDeviceGetGpuInstanceProfileInfo(handle, gpu.profile_constant(profile_id))
 
     @locked
     def nvmlDeviceGetGpuInstanceRemainingCapacity(self, handle: Any, profile_id: int) -> int:

@@ -26,10 +26,10 @@ import itertools
 import uuid
 from dataclasses import dataclass, field
 
-from gpudra.hardware.catalog import ComputeInstanceProfile, GpuModel, MigProfile, MigSpec
-from gpudra.hardware.pcibus import NVIDIA_DRIVER
-from gpudra.hardware.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot
+from gpudra.hardware.gpus.catalog import ComputeInstanceProfile, GpuModel, MigProfile, MigSpec
+from gpudra.hardware.gpus.pcinames import NVIDIA_DRIVER
 from gpudra.hardware.simulated import nvml_types as t
+from gpudra.hardware.simulated.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot
 
 
 @dataclass
@@ -160,6 +160,13 @@ class SimulatedGpu:
                 f"{self.model.product_name} has no GPU instance profile id {profile_id}"
             )
         return profile
+
+    def profile_constant(self, profile_id: int) -> int:
+        """The NVML_GPU_INSTANCE_PROFILE_* constant of a profile id (the catalog and recordings give each)."""
+        constant = self.profile_by_id(profile_id).constant
+        if constant is None:
+            raise t.NVMLError_NotSupported(f"GPU instance profile id {profile_id} has no profile constant")
+        return constant
 
     def possible_placements(self, profile_id: int) -> list[tuple[int, int]]:
         profile = self.profile_by_id(profile_id)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from gpudra.hardware.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot, NodeProfile
+from gpudra.hardware.gpus.catalog import GpuModel
+from gpudra.hardware.simulated.profiles import SIMULATION_NAMESPACE, FabricReading, GpuSlot, NodeProfile
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class MachineSpec:
     nvlink_islands: tuple[tuple[int, ...], ...] = ()  # GPUs (by index) that reach each other over NVLink
     driver_version: str = "580.95.05"
     cuda_driver_version: int = 13000  # 1000 * major + 10 * minor
+    models: tuple[GpuModel, ...] = ()  # models the catalog lacks that the machine brings (from a recording)
 
 
 def derived_gpu_uuid(node_name: str, index: int) -> str:

@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudra.errors import HardwareError
-from gpudra.hardware.inventory import PciGpu
-from gpudra.hardware.pcibus import NVIDIA_DRIVER, VFIO_DRIVER
+from gpudra.hardware.gpus.inventory import PciGpu
+from gpudra.hardware.gpus.pcinames import NVIDIA_DRIVER, VFIO_DRIVER
 
 if TYPE_CHECKING:
     from gpudra.hardware.simulated.fake_nvml_base import FakeNvmlBase
 
 
 class SimulatedPciBus:
-    """:class:`gpudra.hardware.pcibus.PciBus` over a FakeNvml's GPUs."""
+    """:class:`gpudra.hardware.nvml.pcibus.PciBus` over a FakeNvml's GPUs."""
 
     def __init__(self, nvml: FakeNvmlBase) -> None:
         self._nvml = nvml

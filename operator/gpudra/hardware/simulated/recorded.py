@@ -3,7 +3,9 @@ ids and NUMA nodes, the same UUIDs, MIG mode and MIG instances (with their UUIDs
 driver versions, so the agent publishes from it what it published on the real node.
 
 The GPU model comes from the catalog by PCI device id (the catalog is checked against every recording in
-tests/fixtures/nvml/). A recording without a readable inventory cannot be a node.
+tests/fixtures/nvml/); a model the catalog lacks is built from the recorded NVML answers (device facts, GPU-instance
+profiles and placements; each profile gets only its full compute instance). A recording without a readable
+inventory cannot be a node.
 """
 
 from __future__ import annotations
@@ -15,10 +17,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpudra.errors import ConfigurationError
-from gpudra.hardware.catalog import Catalog, load_catalog
-from gpudra.hardware.inventory import GpuInfo, NodeInventory
-from gpudra.hardware.profiles import FabricReading, GpuSlot
+from gpudra.hardware.gpus.catalog import (
+    MIB,
+    PROFILE_SUFFIX_BY_CONSTANT,
+    Catalog,
+    GpuModel,
+    load_catalog,
+    mig_profile_name,
+    parse_catalog,
+)
+from gpudra.hardware.gpus.inventory import GpuInfo, NodeInventory
 from gpudra.hardware.simulated.machine import GpuSpec, MachineSpec, MigInstanceSpec, derived_gpu_uuid
+from gpudra.hardware.simulated.profiles import FabricReading, GpuSlot
 
 
 def read_recording(path: Path) -> dict[str, Any]:
@@ -48,20 +58,83 @@ def machine_of_recording(
     models = catalog or load_catalog()
     system = recording.get("system") or {}
     cuda = system.get("cuda_driver_version")
+    raw = {g.get("index"): g for g in recording.get("gpus") or [] if isinstance(g, dict)}
+    known: dict[str, GpuModel] = {}
+    gpus = []
+    for gpu in inventory.gpus:
+        model = models.by_pci_device_id(gpu.pci_device_id)
+        if model is None:
+            model = _recorded_model(gpu, raw.get(gpu.index))
+            known[model.model_id] = model
+        gpus.append(_gpu(gpu, model, node_name))
     return MachineSpec(
-        gpus=tuple(_gpu(gpu, models, node_name) for gpu in inventory.gpus),
+        gpus=tuple(gpus),
         driver_version=inventory.driver_version,
         cuda_driver_version=cuda if isinstance(cuda, int) else _cuda(inventory.cuda_driver_version),
+        models=tuple(known.values()),
     )
 
 
-def _gpu(gpu: GpuInfo, catalog: Catalog, node_name: str | None) -> GpuSpec:
-    model = catalog.by_pci_device_id(gpu.pci_device_id)
-    if model is None:
-        raise ConfigurationError(
-            f"the GPU catalog has no model with PCI device id {gpu.pci_device_id:#010x} ({gpu.product_name}); "
-            "add it to operator/gpudra/hardware/catalog.yaml"
-        )
+def _recorded_model(gpu: GpuInfo, raw: dict[str, Any] | None) -> GpuModel:
+    """A model the catalog lacks, as the recording's NVML answers describe it."""
+    where = f"GPU {gpu.index} ({gpu.product_name}, PCI device id {gpu.pci_device_id:#010x})"
+    if raw is None or gpu.product_name is None or gpu.memory_bytes is None:
+        raise ConfigurationError(f"the GPU catalog lacks {where} and the recording does not describe it")
+    try:
+        total_mib = gpu.memory_bytes // MIB
+        profiles = [
+            _recorded_profile(p, total_mib) for p in raw["gpu_instance_profiles"] if p.get("placements")
+        ]
+        mig = None
+        if gpu.mig_capable and profiles:
+            mig = {
+                "memory_slices": max(start + p["placement_size"] for p in profiles for start in p["starts"]),
+                "compute_slices": max(p["slice_count"] for p in profiles),
+                "max_devices": max(p["instance_count"] for p in profiles),
+                "profiles": profiles,
+            }
+        links = raw.get("nvlink_link_count") or {}
+        model = {
+            "product_name": gpu.product_name,
+            "memory_mib": total_mib,
+            "multiprocessors": max((p["multiprocessors"] for p in profiles), default=gpu.multiprocessors),
+            "compute_capability": gpu.cuda_compute_capability or "",
+            "architecture": raw["architecture"]["name"],
+            "architecture_constant": raw["architecture"]["value"],
+            "pci_device_id": gpu.pci_device_id,
+            "brand": raw["brand"]["name"],
+            "brand_constant": raw["brand"]["value"],
+            "nvlink_count": links.get("value") or 0,
+            "note": "from a recording; not in the catalog",
+            "mig": mig,
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigurationError(f"the recording of {where} is incomplete: {exc}") from exc
+    return parse_catalog({"models": {gpu.product_name: model}}).models[gpu.product_name]
+
+
+def _recorded_profile(raw: dict[str, Any], total_mib: int) -> dict[str, Any]:
+    info, constant = raw["info"], int(raw["constant"])
+    suffix = PROFILE_SUFFIX_BY_CONSTANT.get(constant, "")
+    return {
+        "name": mig_profile_name(info["sliceCount"], info["memorySizeMB"], total_mib, suffix),
+        "constant": constant,
+        "profile_id": info["id"],
+        "slice_count": info["sliceCount"],
+        "placement_size": raw["placements"][0]["size"],
+        "memory_mib": info["memorySizeMB"],
+        "multiprocessors": info["multiprocessorCount"],
+        "copy_engines": info["copyEngineCount"],
+        "decoders": info["decoderCount"],
+        "encoders": info["encoderCount"],
+        "jpeg_engines": info["jpegCount"],
+        "ofa_engines": info["ofaCount"],
+        "instance_count": info["instanceCount"],
+        "starts": [p["start"] for p in raw["placements"]],
+    }
+
+
+def _gpu(gpu: GpuInfo, model: GpuModel, node_name: str | None) -> GpuSpec:
     fabric = gpu.fabric
     return GpuSpec(
         model_id=model.model_id,

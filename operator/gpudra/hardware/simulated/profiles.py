@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from gpudra.errors import ConfigurationError
-from gpudra.hardware.catalog import Catalog, GpuModel, load_catalog
+from gpudra.hardware.gpus.catalog import Catalog, GpuModel, load_catalog
 
 # Namespace of every UUID the simulation derives (GPU, MIG, fabric cluster).
 SIMULATION_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "simulated.gpudra.dev")
@@ -258,7 +258,9 @@ def _cuda(text: str) -> int:
 
 def _builtin() -> dict[str, NodeProfile]:
     """The profiles of ``profiles.yaml`` (entries in the fleet-file format, see :mod:`profilespec`)."""
-    document = yaml.safe_load(resources.files("gpudra.hardware").joinpath("profiles.yaml").read_text())
+    document = yaml.safe_load(
+        resources.files("gpudra.hardware.simulated").joinpath("profiles.yaml").read_text()
+    )
     catalog = load_catalog()
     profiles: dict[str, NodeProfile] = {}
     for raw in document["profiles"]:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudra.errors import GpudraError, HardwareError
-from gpudra.hardware.nvml import NvmlBackend
-from gpudra.hardware.nvml_gpu import ADDRESSING_MODES, ARCHITECTURE_NAMES, BRAND_NAMES
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.nvml.gpu import ADDRESSING_MODES, ARCHITECTURE_NAMES, BRAND_NAMES
 
 RECORDING_FORMAT = 1
 MIB = 2**20

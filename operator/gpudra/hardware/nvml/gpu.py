@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from gpudra.errors import HardwareError, HardwareGpuLost
-from gpudra.hardware.inventory import FabricInfo, GpuInfo, GpuProblem, MigDeviceInfo
-from gpudra.hardware.nvml_mig import MigOperations, NvmlCalls
+from gpudra.hardware.gpus.inventory import FabricInfo, GpuInfo, GpuProblem, MigDeviceInfo
+from gpudra.hardware.nvml.mig import MigOperations, NvmlCalls
 
 # The brand strings go-nvlib prints (and NVIDIA's DRA driver publishes), by NVML_BRAND_* value.
 BRAND_NAMES = {

@@ -1,8 +1,8 @@
 """Passthrough through the PCI bus and NVML: listing a node's GPUs whichever driver holds them, and moving one
 between the nvidia driver and vfio-pci.
 
-Used by :class:`gpudra.hardware.nvml.NvmlBackend`. The PCI bus is sysfs on a real node
-(:class:`gpudra.hardware.pcibus.SysfsPciBus`) and the simulation's bus under FakeNvml; the checks before a
+Used by :class:`gpudra.hardware.nvml.backend.NvmlBackend`. The PCI bus is sysfs on a real node
+(:class:`gpudra.hardware.nvml.pcibus.SysfsPciBus`) and the simulation's bus under FakeNvml; the checks before a
 bind (no compute processes, no MIG instances) ask NVML, so they run the same on both. A GPU's product name comes
 from NVML while the nvidia driver holds it, else from the GPU catalog by its PCI device id.
 """
@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpudra.errors import HardwareError, HardwareInUse, HardwareInvalidArgument, HardwareNotFound
-from gpudra.hardware.catalog import load_catalog
-from gpudra.hardware.inventory import NodeInventory, PciGpu
-from gpudra.hardware.nvml_mig import NvmlCalls
-from gpudra.hardware.pcibus import NVIDIA_DRIVER, VFIO_DRIVER, PciBus
+from gpudra.hardware.gpus.catalog import load_catalog
+from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
+from gpudra.hardware.gpus.pcinames import NVIDIA_DRIVER, VFIO_DRIVER
+from gpudra.hardware.nvml.mig import NvmlCalls
+from gpudra.hardware.nvml.pcibus import PciBus
 
 
 class VfioOperations:

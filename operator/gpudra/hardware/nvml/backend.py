@@ -25,18 +25,18 @@ from gpudra.errors import (
     HardwareNotSupported,
     HardwareTimeout,
 )
-from gpudra.hardware.backend import (
+from gpudra.hardware.gpus.backend import (
     GpuInstanceInfo,
     HealthEvent,
     HealthEventKind,
     MigModeResult,
     MigProfileInfo,
 )
-from gpudra.hardware.inventory import GpuInfo, MigDeviceInfo, NodeInventory, PciGpu
-from gpudra.hardware.nvml_gpu import GpuReader
-from gpudra.hardware.nvml_mig import MigOperations
-from gpudra.hardware.nvml_vfio import VfioOperations
-from gpudra.hardware.pcibus import PciBus, SysfsPciBus
+from gpudra.hardware.gpus.inventory import GpuInfo, MigDeviceInfo, NodeInventory, PciGpu
+from gpudra.hardware.nvml.gpu import GpuReader
+from gpudra.hardware.nvml.mig import MigOperations
+from gpudra.hardware.nvml.pcibus import PciBus, SysfsPciBus
+from gpudra.hardware.nvml.vfio import VfioOperations
 
 log = logging.getLogger(__name__)
 LOST_LOG_SECONDS = 60

@@ -1,6 +1,6 @@
 """MIG through NVML: reading MIG devices, listing profiles and placements, creating and destroying instances.
 
-Used by :class:`gpudra.hardware.nvml.NvmlBackend`; it never imports pynvml itself but calls the NVML binding
+Used by :class:`gpudra.hardware.nvml.backend.NvmlBackend`; it never imports pynvml itself but calls the NVML binding
 the backend holds. Profile names are computed as go-nvlib (and so NVIDIA's DRA driver) computes them: from the
 GPU instance's slice count, memory and the GPU's total memory, plus the suffix of the NVML profile
 constant.
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from gpudra.errors import HardwareError, HardwareInvalidArgument, HardwareNotFound
-from gpudra.hardware.backend import GpuInstanceInfo, MigModeResult, MigProfileInfo
-from gpudra.hardware.catalog import MIB, PROFILE_SUFFIX_BY_CONSTANT, mig_profile_name
-from gpudra.hardware.inventory import MigDeviceInfo
+from gpudra.hardware.gpus.backend import GpuInstanceInfo, MigModeResult, MigProfileInfo
+from gpudra.hardware.gpus.catalog import MIB, PROFILE_SUFFIX_BY_CONSTANT, mig_profile_name
+from gpudra.hardware.gpus.inventory import MigDeviceInfo
 
 _GONE = frozenset({"NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND"})
 """What NVML answers for a GPU instance handle whose instance was destroyed after it was listed."""

@@ -1,8 +1,10 @@
 """The GPU catalog: models, their MIG profiles and placements, loaded from ``catalog.yaml``.
 
-The catalog is data (driver-version-sensitive numbers belong in the YAML file, not in code). It feeds the
-simulated NVML and the tests; the NVML backend only borrows :func:`mig_profile_name` and the profile-name
-suffixes, so what it publishes is computed the way NVIDIA's driver (go-nvlib) computes it."""
+The catalog is data (driver-version-sensitive numbers belong in the YAML file, not in code). It seeds the
+simulated NVML and the tests, and stands in for the MIG facts of a node whose agent reports none (real nodes report
+theirs, read from NVML: :mod:`gpudra.hardware.gpus.migfacts`); the NVML backend only borrows
+:func:`mig_profile_name` and the profile-name suffixes, so what it publishes is computed the way NVIDIA's driver
+(go-nvlib) computes it."""
 
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ class MigProfile(FrozenModel):
     """One GPU-instance profile of a model, as ``nvidia-smi mig -lgip`` / ``-lgipp`` print it."""
 
     name: str  # "1g.10gb", "1g.10gb+me"
-    constant: int  # NVML_GPU_INSTANCE_PROFILE_*
+    # NVML_GPU_INSTANCE_PROFILE_*; None for a profile read from a node's report, which names it by profile_id
+    constant: int | None = None
     profile_id: int  # info.id
     slice_count: int  # compute slices
     placement_size: int  # memory slices
@@ -74,7 +77,8 @@ class MigProfile(FrozenModel):
 
     @property
     def suffix(self) -> str:
-        return PROFILE_SUFFIX_BY_CONSTANT.get(self.constant, "")
+        """What follows the memory size in the name ("+me", "-me", "+gfx", ...; "" for none)."""
+        return self.name.partition("gb")[2]
 
     @property
     def memory_bytes(self) -> int:
@@ -116,7 +120,7 @@ class MigSpec(FrozenModel):
         return self._largest().ofa_engines
 
     def _largest(self) -> MigProfile:
-        return max(self.profiles, key=lambda p: (p.slice_count, p.placement_size, -p.constant))
+        return max(self.profiles, key=lambda p: (p.slice_count, p.placement_size, -(p.constant or 0)))
 
     def mig_parted_configs(self) -> dict[str, dict[str, int]]:
         """mig-parted's default per-model configs: all-balanced and one all-<profile> per profile."""
@@ -128,19 +132,13 @@ class MigSpec(FrozenModel):
         return configs
 
 
-class GpuModel(FrozenModel):
+class MigModel(FrozenModel):
+    """What the MIG layouts, the planner and the web view need of a GPU model: its memory and MIG facts. A node's
+    agent reports them as read from NVML (:func:`gpudra.hardware.gpus.migfacts.mig_model`); the catalog's
+    :class:`GpuModel` is one too, for nodes that report none."""
+
     model_id: str
-    product_name: str
     memory_mib: int
-    multiprocessors: int
-    compute_capability: str
-    architecture: str
-    architecture_constant: int
-    pci_device_id: int
-    brand: str
-    brand_constant: int
-    nvlink_count: int
-    note: str = ""
     mig: MigSpec | None = None
 
     @property
@@ -150,6 +148,21 @@ class GpuModel(FrozenModel):
     @property
     def mig_capable(self) -> bool:
         return self.mig is not None
+
+
+class GpuModel(MigModel):
+    """A catalog model: everything the simulated NVML answers about it."""
+
+    product_name: str
+    multiprocessors: int
+    compute_capability: str
+    architecture: str
+    architecture_constant: int
+    pci_device_id: int
+    brand: str
+    brand_constant: int
+    nvlink_count: int
+    note: str = ""
 
 
 class Catalog(FrozenModel):
@@ -226,6 +239,6 @@ def parse_catalog(document: Mapping[str, Any]) -> Catalog:
 
 @functools.cache
 def load_catalog() -> Catalog:
-    """The catalog shipped with gpudra (``gpudra/hardware/catalog.yaml``), parsed once."""
-    text = resources.files("gpudra.hardware").joinpath("catalog.yaml").read_text(encoding="utf-8")
+    """The catalog shipped with gpudra (``gpudra/hardware/gpus/catalog.yaml``), parsed once."""
+    text = resources.files("gpudra.hardware.gpus").joinpath("catalog.yaml").read_text(encoding="utf-8")
     return parse_catalog(yaml.safe_load(text))

@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Protocol
 
 from gpudra.errors import HardwareError
-from gpudra.hardware.inventory import PciGpu
+from gpudra.hardware.gpus.inventory import PciGpu
+from gpudra.hardware.gpus.pcinames import NVIDIA_VENDOR
 
-NVIDIA_DRIVER = "nvidia"
-VFIO_DRIVER = "vfio-pci"
-NVIDIA_VENDOR = 0x10DE
 _GPU_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller
 _MEMORY_RESOURCE = 0x200  # IORESOURCE_MEM in the flags column of <device>/resource
 

@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from gpudra.api.base import FrozenModel
-from gpudra.hardware.inventory import MigDeviceInfo, NodeInventory, PciGpu
+from gpudra.hardware.gpus.inventory import MigDeviceInfo, NodeInventory, PciGpu
 
 
 class MigModeResult(FrozenModel):
