@@ -3,8 +3,9 @@
 Children are applied with server-side apply (forced, field manager gpudra-controller): one request per
 object whether it exists or not, and applying the same desired object twice changes nothing.
 
-Deletion removes, in order, the domain's ResourceClaimTemplates (by the children label, in any namespace) and
-DaemonSet (in the driver's namespace), its ComputeDomainClique objects (named ``<uid>.<cliqueID>``, in the
+Deletion removes, in order, the domain's ResourceClaimTemplates (by the children label, in any namespace),
+DaemonSet (in the driver's namespace) and shared channel ResourceSlice (PodGroup scope), its ComputeDomainClique
+objects (named ``<uid>.<cliqueID>``, in the
 driver's namespace), and its label on every Node.
 It never waits for pods: a workload pod stuck Terminating (NVIDIA #380) keeps its own claim, which the
 kubelet unprepares without the domain, so the domain's finalizer does not depend on it. Pods still holding
@@ -28,12 +29,14 @@ from gpudra.kube.resources import (
     NODES,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
     Resource,
 )
 
 _BY_KIND: dict[str, Resource] = {
     "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES,
     "DaemonSet": DAEMONSETS,
+    "ResourceSlice": RESOURCE_SLICES,
 }
 
 
@@ -55,10 +58,11 @@ async def apply_children(
     applied = []
     for child in children.objects():
         meta = child["metadata"]
+        namespace = meta.get("namespace")
         await client.patch(
-            _BY_KIND[child["kind"]], meta["name"], child, meta["namespace"], patch_type="apply", force=True
+            _BY_KIND[child["kind"]], meta["name"], child, namespace, patch_type="apply", force=True
         )
-        applied.append(f"{child['kind']} {meta['namespace']}/{meta['name']}")
+        applied.append(f"{child['kind']} {namespace + '/' if namespace else ''}{meta['name']}")
     return applied
 
 
@@ -112,8 +116,10 @@ async def remove_children(client: KubeClient, uid: str, driver_namespace: str) -
     """One pass removing everything of domain ``uid``; failures are collected, never raised."""
     outcome = Cleanup()
     selector = ",".join(f"{k}={v}" for k, v in child_selector(uid).items())
-    # templates: in the domain's namespace and the driver's; the DaemonSet and cliques: the driver's only
-    for res, namespace in ((RESOURCE_CLAIM_TEMPLATES, None), (DAEMONSETS, driver_namespace)):
+    # templates: in the domain's namespace and the driver's; the DaemonSet and cliques: the driver's only; the
+    # shared channel's ResourceSlice (PodGroup scope) is cluster-scoped
+    children = ((RESOURCE_CLAIM_TEMPLATES, None), (DAEMONSETS, driver_namespace), (RESOURCE_SLICES, None))
+    for res, namespace in children:
         try:
             items, _ = await client.list(res, namespace, label_selector=selector)
         except KubeError as exc:

@@ -40,6 +40,7 @@ from gpudra.agent.slicesync import NodeRef
 from gpudra.api.dra import Device, DeviceAttribute, DeviceTaint
 from gpudra.computedomain.channels import CHANNEL_DEVICE, PROC_DEVICES_NAME, compute_domain_devices
 from gpudra.computedomain.clique import NodeClique, clique_label_patch, multi_node_nvlink, node_clique
+from gpudra.computedomain.names import shared_pool_domain
 from gpudra.config import AgentSettings
 from gpudra.errors import GpudraError, InvalidInputError, NotFoundError
 from gpudra.hardware.backend import GpuBackend
@@ -139,6 +140,7 @@ class ComputeDomainDriver:
             effects=ClaimEffects(backend, ClaimSpecDir(settings.cdi_dir, vendor=CD_VENDOR)),
             metrics=metrics,
             planner=self.planner,
+            shared_pool=lambda pool: shared_pool_domain(pool) is not None,
         )
         self.plugin = KubeletPlugin(
             self.driver,
