@@ -9,7 +9,7 @@ import pytest
 
 from gpudra.cluster.kubernetes.binaries import DEFAULT_ETCD_VERSION, DEFAULT_KUBERNETES_VERSION, find_binaries
 from gpudra.cluster.kubernetes.bootstrap import install_objects
-from gpudra.cluster.kubernetes.controlplane import known_controllers
+from gpudra.cluster.kubernetes.controlplane import known_controllers, runtime_config_flag
 from gpudra.cluster.kubernetes.flags import gate_flag, known_gates
 from gpudra.errors import ConfigurationError
 from gpudra.kube.kubeconfig import Credentials, read_credentials, write_kubeconfig
@@ -108,3 +108,18 @@ def test_the_launcher_and_the_build_agree_on_the_default_versions() -> None:
     build = (ROOT / "hack" / "kubernetes" / "build.sh").read_text()
     assert f'K8S_VERSION="${{K8S_VERSION:-{DEFAULT_KUBERNETES_VERSION}}}"' in build
     assert f'ETCD_VERSION="${{ETCD_VERSION:-{DEFAULT_ETCD_VERSION}}}"' in build
+
+
+@pytest.mark.parametrize(
+    ("minor", "gates", "expected"),
+    [
+        (37, (), ""),
+        (37, ("GenericWorkload", "DRAWorkloadResourceClaims"), "scheduling.k8s.io/v1beta1=true"),
+        (36, ("GenericWorkload",), "resource.k8s.io/v1beta2=true,scheduling.k8s.io/v1alpha2=true"),
+        (35, ("GenericWorkload",), "resource.k8s.io/v1alpha3=true"),
+    ],
+)
+def test_the_podgroup_api_is_served_where_generic_workload_is_asked_for(
+    minor: int, gates: tuple[str, ...], expected: str
+) -> None:
+    assert runtime_config_flag(minor, gates) == expected

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpudra.api.computedomain import ComputeDomain
-from gpudra.computedomain.children import DaemonPodSettings, child_selector, desired_children
-from gpudra.computedomain.names import OBJECT_LABEL, DriverNames, node_label_key
+from gpudra.computedomain.children import DaemonPodSettings, channel_scope, child_selector, desired_children
+from gpudra.computedomain.names import CHANNEL_SCOPE_ANNOTATION, OBJECT_LABEL, DriverNames, node_label_key
 from gpudra.config import ControllerSettings
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
@@ -27,6 +27,7 @@ from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
     DAEMONSETS,
     NODES,
+    POD_GROUPS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -64,6 +65,19 @@ async def apply_children(
         )
         applied.append(f"{child['kind']} {namespace + '/' if namespace else ''}{meta['name']}")
     return applied
+
+
+async def scope_warning(client: KubeClient, domain: ComputeDomain) -> str | None:
+    """What a PodGroup-scoped domain cannot do on this cluster, or None: without the PodGroup API every pod's
+    claim asks for the domain's one channel, so only one pod at a time can run."""
+    if channel_scope(domain) != "PodGroup" or await client.serves(POD_GROUPS):
+        return None
+    return (
+        f"{CHANNEL_SCOPE_ANNOTATION}: PodGroup needs PodGroups (scheduling.k8s.io/v1beta1), and this API server "
+        "does not serve them: each pod's claim would ask for the domain's one channel, so only one pod could run. "
+        "Turn on the GenericWorkload and DRAWorkloadResourceClaims feature gates (Kubernetes 1.37, with "
+        "--runtime-config=scheduling.k8s.io/v1beta1=true), or remove the annotation"
+    )
 
 
 @dataclass

@@ -140,7 +140,7 @@ class ComputeDomainDriver:
             effects=ClaimEffects(backend, ClaimSpecDir(settings.cdi_dir, vendor=CD_VENDOR)),
             metrics=metrics,
             planner=self.planner,
-            shared_pool=lambda pool: shared_pool_domain(pool) is not None,
+            shared_pool=self.shared_pool,
         )
         self.plugin = KubeletPlugin(
             self.driver,
@@ -148,6 +148,11 @@ class ComputeDomainDriver:
             plugin_dir=plugin_dir,
             registry_dir=settings.registry_dir,
         )
+
+    @staticmethod
+    def shared_pool(pool: str) -> bool:
+        """The pools whose devices this node prepares besides its own: PodGroup-scoped domains' channels."""
+        return shared_pool_domain(pool) is not None
 
     def _channel_major(self) -> int:
         if self.settings.imex_channel_major is not None:

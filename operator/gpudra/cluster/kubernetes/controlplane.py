@@ -179,7 +179,7 @@ class KubernetesControlPlane:
                     etcd_port=self._etcd_port,
                     port=self.port,
                     gates=self._gates,
-                    runtime_config=_runtime_config(self.binaries.minor, self._gates_on),
+                    runtime_config=runtime_config_flag(self.binaries.minor, self._gates_on),
                     advertise_address=self.advertise_address,
                 )
             ),
@@ -299,7 +299,7 @@ class KubernetesControlPlane:
                 await process.stop()
 
 
-def _runtime_config(minor: int, gates_on: tuple[str, ...] = ()) -> str:
+def runtime_config_flag(minor: int, gates_on: tuple[str, ...] = ()) -> str:
     """API versions off by default that the product's features use (DeviceTaintRule before it is v1), and the
     PodGroup API (scheduling.k8s.io: v1alpha2 on 1.36, v1beta1 on 1.37) when ``GenericWorkload`` is asked for:
     the gate alone does not serve a group version that is off by default."""
