@@ -122,3 +122,30 @@ async def test_one_podgroup_claim_serves_more_workers_than_reserved_for_can_list
     await kubectl(cluster, "delete", "computedomain", "train", "--wait=true", "--timeout=60s")
     slices, _ = await admin(cluster).list(RESOURCE_SLICES, label_selector=OBJECT_LABEL)
     assert slices == []
+
+
+@pytest.mark.timeout(600)
+async def test_a_real_kubelet_runs_the_groups_pods_on_the_podgroup_claim(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    """The 1.37 kubelet with the gates on starts a pod whose claim is reserved for its PodGroup (not for the pod)
+    and asks the node's agent to prepare the domain's channel there. Host-managed IMEX (the agent is the node's
+    daemon): no daemon pod has to run under the fake container runtime."""
+    cluster = await start_kubernetes(
+        "gb200-nvl72:2", feature_gates_on=GATES, real_kubelets=2, compute_domain_daemon_mode="host-managed"
+    )
+    await kubectl(cluster, "apply", "-f", "-", stdin=DOMAIN)
+    await kubectl(cluster, "apply", "-f", "-", stdin=POD_GROUP)
+    await kubectl(cluster, "apply", "-f", "-", stdin=job(4))
+
+    async def all_running() -> dict[str, Any]:
+        current = {n: p for n, p in (await pods(cluster)).items() if n.startswith("train-")}
+        done = len(current) == 4 and all(phase(p) == "Running" for p in current.values())
+        return current if done else {}
+
+    running = await eventually(all_running, timeout=300, interval=1)
+    assert sorted({p["spec"]["nodeName"] for p in running.values()}) == sorted(cluster.real_kubelets)
+    (claim,) = [
+        c for c in (await claims(cluster)).values() if (c["metadata"].get("labels") or {}).get(OBJECT_LABEL)
+    ]
+    assert [r["resource"] for r in claim["status"]["reservedFor"]] == ["podgroups"]
