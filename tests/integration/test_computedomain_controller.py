@@ -24,7 +24,13 @@ from _domain_kit import (
 from clusterkit import StartCluster, client_of, eventually
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.computedomain.clique import CLIQUE_LABEL
-from gpudra.computedomain.names import daemon_set_name, daemon_template_name, node_label_key
+from gpudra.computedomain.names import (
+    CHANNEL_SCOPE_ANNOTATION,
+    daemon_set_name,
+    daemon_template_name,
+    node_label_key,
+    shared_pool_name,
+)
 from gpudra.config import ControllerSettings
 from gpudra.errors import NotFoundError
 from gpudra.kube.client import KubeClient
@@ -36,6 +42,7 @@ from gpudra.kube.resources import (
     NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_SLICES,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "computedomain"
@@ -222,3 +229,15 @@ async def test_a_domain_with_200_kb_of_annotations_is_handled_and_deleted(cluste
         RESOURCE_CLAIM_TEMPLATES, label_selector=f"resource.nvidia.com/computeDomain={uid}"
     )
     assert leftovers == []
+
+
+async def test_a_podgroup_scoped_domain_warns_where_podgroups_are_not_served(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The embedded API server serves no PodGroups (docs/fidelity.md): each pod's claim would ask for the domain's
+    one channel, so the domain says why only one pod can run and what to turn on."""
+    client = client_of(cluster)
+    uid = await create_domain(client, "train", annotations={CHANNEL_SCOPE_ANNOTATION: "PodGroup"})
+    await eventually(lambda: has_event(client, "train", "PodGroupsNotServed", "GenericWorkload"), timeout=30)
+    channel = await client.get(RESOURCE_SLICES, shared_pool_name(uid))
+    assert channel["spec"]["pool"]["name"] == shared_pool_name(uid)

@@ -1,8 +1,8 @@
 """The controller's credentials, on the real kube-apiserver: RBAC keeps its DaemonSets, pods and cliques in the
-driver's namespace, and the ValidatingAdmissionPolicies of manifests/base keep its writes to what it makes: the
-IMEX daemon DaemonSets in their own shape, its own keys on Nodes, the ComputeDomains' ResourceClaimTemplates and
-the MIG planner's MigLayouts. Each forbidden write is refused with its reason; the writes the controller makes (the
-objects built by the same code) still succeed."""
+driver's namespace, and the ValidatingAdmissionPolicies of manifests/base keep its writes to what it makes: the IMEX
+daemon DaemonSets in their own shape, its own keys on Nodes, the ComputeDomains' ResourceClaimTemplates and channel
+ResourceSlices, and the MIG planner's MigLayouts. Each forbidden write is refused with its reason; the writes the
+controller makes (the objects built by the same code) still succeed."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from _realkit import StartKubernetes, admin
 
 from clusterkit import eventually
 from gpudra.api.computedomain import ComputeDomain
-from gpudra.computedomain.children import daemon_set, workload_template
-from gpudra.computedomain.names import DriverNames, node_label_key
+from gpudra.computedomain.children import daemon_set, shared_channel_slice, workload_template
+from gpudra.computedomain.names import CHANNEL_SCOPE_ANNOTATION, DriverNames, node_label_key
 from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.controller.migplanner import PLANNER_LABEL, layout_name
 from gpudra.kube.client import KubeClient
@@ -26,6 +26,7 @@ from gpudra.kube.resources import (
     NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_SLICES,
 )
 from gpudra.mig.desired import CONFIG_STATE_LABEL, DESIRED_ANNOTATION
 
@@ -351,3 +352,39 @@ async def test_the_controller_keeps_to_its_finalizer_and_kopfs_annotations_on_co
         COMPUTE_DOMAINS, "d", {"metadata": {"annotations": {"kopf.zalando.org/probe": "{}"}}}, "default"
     )
     assert noted["metadata"]["annotations"]["kopf.zalando.org/probe"] == "{}"
+
+
+async def test_the_controller_writes_only_the_channel_slices_of_podgroup_scoped_domains(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    cluster = await start_kubernetes("l4x4:1")
+    controller = await controller_client(cluster)
+    domain = a_domain()
+    domain.metadata.annotations = {CHANNEL_SCOPE_ANNOTATION: "PodGroup"}
+    channel = shared_channel_slice(domain, DriverNames())
+    name = channel["metadata"]["name"]
+
+    # a node's slice (the agent's): neither deleted nor rewritten
+    agents = [s for s in (await admin(cluster).list(RESOURCE_SLICES))[0] if s["spec"].get("nodeName") == NODE]
+    assert agents
+    not_ours = "may write only the ResourceSlices of ComputeDomain channels"
+    node_slice = agents[0]["metadata"]["name"]
+    await refused(
+        controller.delete(RESOURCE_SLICES, node_slice), 422, "gpudra-controller-own-slices", not_ours
+    )
+    # a slice of its own that publishes a GPU, or is pinned to a node
+    gpu = copy.deepcopy(channel)
+    gpu["spec"]["devices"][0]["attributes"]["type"] = {"string": "gpu"}
+    pinned = copy.deepcopy(channel)
+    del pinned["spec"]["nodeSelector"]
+    pinned["spec"]["nodeName"] = NODE
+    for body in (gpu, pinned):
+        await refused(controller.create(RESOURCE_SLICES, body), 422, "may hold only domain channels")
+    # under another name than its domain's
+    renamed = copy.deepcopy(channel)
+    renamed["metadata"]["name"] = renamed["spec"]["pool"]["name"] = "computedomain-other"
+    await refused(controller.create(RESOURCE_SLICES, renamed), 422, not_ours)
+    # its own: made, changed, deleted
+    await controller.patch(RESOURCE_SLICES, name, channel, patch_type="apply", force=True)
+    await controller.patch(RESOURCE_SLICES, name, channel, patch_type="apply", force=True)
+    await controller.delete(RESOURCE_SLICES, name)

@@ -101,3 +101,26 @@ def test_no_help_text_shows_restructuredtext_markup() -> None:
     assert len(helps) > 8
     marked = [prog for prog, text in helps.items() if "``" in text]
     assert not marked, marked
+
+
+def test_up_takes_feature_gates_on_and_off() -> None:
+    args = build_parser().parse_args(
+        [
+            "up",
+            "--feature-gates",
+            "GenericWorkload,DRAWorkloadResourceClaims=true,DRAConsumableCapacity=false",
+        ]
+    )
+    assert args.feature_gates == (
+        ("GenericWorkload", "DRAWorkloadResourceClaims"),
+        ("DRAConsumableCapacity",),
+    )
+    assert build_parser().parse_args(["up"]).feature_gates == ((), ())
+
+
+def test_up_refuses_a_feature_gate_that_is_not_on_or_off() -> None:
+    done = _gpudra("up", "--feature-gates", "GenericWorkload=maybe")
+    assert done.returncode == 2
+    assert done.stderr.endswith(
+        "gpudra up: error: argument --feature-gates: 'GenericWorkload=maybe' is not GATE, GATE=true or GATE=false\n"
+    )

@@ -9,13 +9,18 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
-from gpudra.cluster.kubelet.containerview import container_log, container_view, nvidia_smi_list, runs_nvidia_smi
-from gpudra.cluster.kubelet.kubeletserver import _select
 
 from gpudra.agent.kubeletplugin import PreparedDevice
 from gpudra.agent.prepareplan import mig_cap_minors
 from gpudra.cluster.apiserver.podlogs import log_container
 from gpudra.cluster.apiserver.status import APIStatusError
+from gpudra.cluster.kubelet.containerview import (
+    container_log,
+    container_view,
+    nvidia_smi_list,
+    runs_nvidia_smi,
+)
+from gpudra.cluster.kubelet.kubeletserver import _select
 from gpudra.cluster.kubelet.standin import container_devices
 from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.hardware.nvml.backend import NvmlBackend

@@ -9,7 +9,7 @@ import pytest
 from gpudra.api.computedomain import ComputeDomain
 from gpudra.api.nvidia import decode_opaque
 from gpudra.computedomain.children import Children, DaemonPodSettings, child_selector, desired_children
-from gpudra.computedomain.names import DaemonMode, DriverNames
+from gpudra.computedomain.names import CHANNEL_SCOPE_ANNOTATION, DaemonMode, DriverNames
 from gpudra.errors import InvalidInputError
 
 UID_A = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
@@ -217,3 +217,50 @@ def test_custom_driver_name_is_used_in_configs() -> None:
     )
     assert opaque(children.workload_template)[0] == "cd.example.com"
     assert opaque(children.daemon_template)[0] == "cd.example.com"
+
+
+def scoped(value: str, uid: str = UID_A) -> ComputeDomain:
+    cd = domain(uid)
+    return cd.model_copy(
+        update={"metadata": cd.metadata.model_copy(update={"annotations": {CHANNEL_SCOPE_ANNOTATION: value}})}
+    )
+
+
+def test_a_podgroup_scoped_domain_publishes_its_channel_for_every_clique_node_and_its_template_asks_for_it() -> (
+    None
+):
+    children = build(scoped("PodGroup"))
+    assert children.shared_channel is not None and children.shared_channel in children.objects()
+    spec = children.shared_channel["spec"]
+    assert children.shared_channel["metadata"]["name"] == spec["pool"]["name"] == f"computedomain-{UID_A}"
+    assert "nodeName" not in spec
+    assert spec["nodeSelector"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.clique", "operator": "Exists"}]}]
+    }
+    (device,) = spec["devices"]
+    assert device["attributes"]["type"] == {"string": "domain-channel"}
+    assert device["attributes"]["domainID"] == {"string": UID_A}
+    (request,) = children.workload_template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "compute-domain-shared-channel.gpudra.dev"
+    assert request["exactly"]["selectors"] == [
+        {"cel": {"expression": f"device.attributes['compute-domain.nvidia.com'].domainID == '{UID_A}'"}}
+    ]
+    # the channel's config is the same as a Pod-scoped domain's
+    assert opaque(children.workload_template) == opaque(build(domain()).workload_template)
+
+
+def test_a_pod_scoped_domain_publishes_no_channel_of_its_own() -> None:
+    for cd in (domain(), scoped("Pod")):
+        children = build(cd)
+        assert children.shared_channel is None
+        (request,) = children.workload_template["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"] == {"deviceClassName": "compute-domain-default-channel.nvidia.com"}
+
+
+def test_an_unknown_channel_scope_is_refused_naming_the_annotation_and_the_values() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        build(scoped("podgroup"))
+    assert str(info.value) == (
+        f"metadata.annotations[{CHANNEL_SCOPE_ANNOTATION}]: Unsupported value: 'podgroup': supported values: "
+        '"Pod", "PodGroup"'
+    )

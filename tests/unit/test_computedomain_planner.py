@@ -12,15 +12,16 @@ import pytest
 
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
 from gpudra.agent.computedomain import readiness
-from gpudra.agent.computedomain.driver import published_devices, read_channel_major
+from gpudra.agent.computedomain.driver import ComputeDomainDriver, published_devices, read_channel_major
 from gpudra.agent.computedomain.planner import ComputeDomainPlanner, claim_configs, entry_domains
 from gpudra.agent.kubeletplugin.messages import ClaimRef
+from gpudra.agent.prepareplan import select_results
 from gpudra.api.computedomain import ComputeDomainClique
 from gpudra.api.crdgen import crd_for
 from gpudra.api.dra import ResourceClaim
 from gpudra.cluster.apiserver.patches import apply_merge, json_patch
 from gpudra.computedomain.clique import NodeClique
-from gpudra.computedomain.names import DaemonMode, clique_object_name, node_label_key
+from gpudra.computedomain.names import DaemonMode, clique_object_name, node_label_key, shared_pool_name
 from gpudra.errors import ConflictError, InvalidInputError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -141,9 +142,9 @@ class MemoryApi:
         )
 
 
-def claim(uid: str, device: str, params: dict[str, Any] | None) -> ResourceClaim:
+def claim(uid: str, device: str, params: dict[str, Any] | None, pool: str = NODE) -> ResourceClaim:
     config = [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": params}}] if params else []
-    result = {"request": "channel", "driver": DRIVER, "pool": NODE, "device": device}
+    result = {"request": "channel", "driver": DRIVER, "pool": pool, "device": device}
     return ResourceClaim.model_validate(
         {
             "metadata": {"name": f"c-{uid}", "namespace": "train", "uid": uid},
@@ -188,8 +189,10 @@ async def planner_for(
     )
 
 
-async def plan(planner: ComputeDomainPlanner, uid: str, device: str, params: dict[str, Any] | None) -> Any:
-    model = claim(uid, device, params)
+async def plan(
+    planner: ComputeDomainPlanner, uid: str, device: str, params: dict[str, Any] | None, pool: str = NODE
+) -> Any:
+    model = claim(uid, device, params, pool)
     assert model.status is not None and model.status.allocation is not None
     results = model.status.allocation.devices.results if model.status.allocation.devices else None
     return await planner.plan(ClaimRef(namespace="train", uid=uid, name=f"c-{uid}"), model, results or [])
@@ -371,3 +374,42 @@ def test_channel_major_from_proc_devices(tmp_path: Path) -> None:
     proc.write_text("Character devices:\n195 nvidia\n")
     with pytest.raises(InvalidInputError, match="no nvidia-caps-imex-channels entry"):
         read_channel_major(proc)
+
+
+DOMAIN_A = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+DOMAIN_B = "11111111-2222-3333-4444-555555555555"
+
+
+def test_a_podgroup_scoped_domains_channel_is_prepared_on_any_node_and_another_nodes_is_not() -> None:
+    ref = ClaimRef(namespace="train", uid="u1", name="c-u1")
+    shared = claim("u1", "channel-0", channel(DOMAIN_A), pool=shared_pool_name(DOMAIN_A))
+    driver = ComputeDomainDriver.shared_pool
+    assert [r.pool for r in select_results(shared, ref, driver=DRIVER, node=NODE, shared_pool=driver)] == [
+        shared_pool_name(DOMAIN_A)
+    ]
+    other_node = claim("u1", "channel-0", channel(DOMAIN_A), pool="tray-9")
+    with pytest.raises(PrepareError) as caught:
+        select_results(other_node, ref, driver=DRIVER, node=NODE, shared_pool=driver)
+    assert caught.value.reason == "WrongNode"
+
+
+async def test_a_podgroup_scoped_domains_channel_gets_channel_0_once_the_daemon_is_ready(
+    tmp_path: Path,
+) -> None:
+    api = MemoryApi()
+    planner = await planner_for(tmp_path, api)
+    api.daemon(DOMAIN_A, "Ready")
+    done = await plan(planner, "u1", "channel-0", channel(DOMAIN_A), pool=shared_pool_name(DOMAIN_A))
+    assert minors(done.cdi_document) == [0]
+    assert api.objects[("nodes", None, NODE)]["metadata"]["labels"] == {node_label_key(DOMAIN_A): "true"}
+
+
+async def test_another_domains_channel_is_refused(tmp_path: Path) -> None:
+    planner = await planner_for(tmp_path, MemoryApi())
+    with pytest.raises(PrepareError) as caught:
+        await plan(planner, "u1", "channel-0", channel(DOMAIN_B), pool=shared_pool_name(DOMAIN_A))
+    assert caught.value.reason == "InvalidConfig"
+    assert (
+        f"is the channel of ComputeDomain {DOMAIN_A}, but the claim's config names ComputeDomain {DOMAIN_B}"
+        in (str(caught.value))
+    )

@@ -33,6 +33,16 @@ DEVICES: dict[str, tuple[str, Device]] = {
         ("daemon", "compute-domain.nvidia.com", "daemon-0", "daemon", {"id": DeviceAttribute(int_=0)}),
         ("channel-0", "compute-domain.nvidia.com", "channel-0", "channel", {"id": DeviceAttribute(int_=0)}),
         ("channel-1", "compute-domain.nvidia.com", "channel-1", "channel", {"id": DeviceAttribute(int_=1)}),
+        (
+            "domain-channel",  # a PodGroup-scoped ComputeDomain's, published by the controller
+            "compute-domain.nvidia.com",
+            "channel-0",
+            "domain-channel",
+            {
+                "id": DeviceAttribute(int_=0),
+                "domainID": DeviceAttribute(string="0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"),
+            },
+        ),
         ("other-gpu", "gpu.example.com", "gpu-0", "gpu", {}),
     ]
 }
@@ -61,6 +71,7 @@ def selected(class_name: str) -> set[str]:
         ("vfio.gpu.nvidia.com", {"vfio"}),
         ("compute-domain-daemon.nvidia.com", {"daemon"}),
         ("compute-domain-default-channel.nvidia.com", {"channel-0"}),
+        ("compute-domain-shared-channel.gpudra.dev", {"domain-channel"}),
     ],
 )
 def test_each_class_selects_exactly_its_device_type(class_name: str, kinds: set[str]) -> None:
@@ -75,6 +86,7 @@ def test_the_classes_are_nvidias_and_only_gpu_maps_the_extended_resource() -> No
         ("resource.k8s.io/v1", "DeviceClass", "vfio.gpu.nvidia.com"),
         ("resource.k8s.io/v1", "DeviceClass", "compute-domain-daemon.nvidia.com"),
         ("resource.k8s.io/v1", "DeviceClass", "compute-domain-default-channel.nvidia.com"),
+        ("resource.k8s.io/v1", "DeviceClass", "compute-domain-shared-channel.gpudra.dev"),  # gpudra's own
     ]
     assert {
         c.metadata.name: c.spec.extended_resource_name for c in classes if c.spec.extended_resource_name

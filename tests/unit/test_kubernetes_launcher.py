@@ -9,7 +9,7 @@ import pytest
 
 from gpudra.cluster.kubernetes.binaries import DEFAULT_ETCD_VERSION, DEFAULT_KUBERNETES_VERSION, find_binaries
 from gpudra.cluster.kubernetes.bootstrap import install_objects
-from gpudra.cluster.kubernetes.controlplane import known_controllers
+from gpudra.cluster.kubernetes.controlplane import known_controllers, runtime_config_flag
 from gpudra.cluster.kubernetes.flags import (
     Layout,
     controller_manager_args,
@@ -131,3 +131,18 @@ def test_a_raised_client_rate_reaches_the_scheduler_and_the_controller_manager_a
         binary, layout, port=2, gates="", controllers=("job-controller",)
     )
     assert not [a for a in default if a.startswith("--kube-api-")]
+
+
+@pytest.mark.parametrize(
+    ("minor", "gates", "expected"),
+    [
+        (37, (), ""),
+        (37, ("GenericWorkload", "DRAWorkloadResourceClaims"), "scheduling.k8s.io/v1beta1=true"),
+        (36, ("GenericWorkload",), "resource.k8s.io/v1beta2=true,scheduling.k8s.io/v1alpha2=true"),
+        (35, ("GenericWorkload",), "resource.k8s.io/v1alpha3=true"),
+    ],
+)
+def test_the_podgroup_api_is_served_where_generic_workload_is_asked_for(
+    minor: int, gates: tuple[str, ...], expected: str
+) -> None:
+    assert runtime_config_flag(minor, gates) == expected

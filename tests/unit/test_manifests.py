@@ -64,6 +64,8 @@ USED: dict[str, set[Grant]] = {
         ("resource.nvidia.com", "computedomains/status", "patch"),
         *{("resource.k8s.io", "resourceclaimtemplates", v) for v in ("list", "create", "patch", "delete")},
         ("resource.k8s.io", "resourceclaimtemplates", "watch"),  # classes and opaque configs checked (Events)
+        # a PodGroup-scoped domain's channel: its own ResourceSlice (listed above), applied and deleted with it
+        *{("resource.k8s.io", "resourceslices", v) for v in ("create", "patch", "delete")},
         ("", "configmaps", "get"),
         *{("gpudra.dev", "miglayouts", v) for v in ("list", "watch", "create", "patch", "delete")},
         ("gpudra.dev", "miglayouts/status", "patch"),

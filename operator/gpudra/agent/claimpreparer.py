@@ -123,6 +123,7 @@ class ClaimPreparer:
         metrics: Metrics | None = None,
         planner: ClaimPlanner | None = None,
         hook: Hook = no_hook,
+        shared_pool: Callable[[str], bool] | None = None,
     ) -> None:
         self._client = client
         self._backend = backend
@@ -137,6 +138,8 @@ class ClaimPreparer:
         self._metrics = PrepareMetrics(metrics, node=status.node)
         self._planner = planner
         self.hook = hook
+        self._shared_pool = shared_pool
+        """Which pools are not node-local (their devices are prepared wherever a pod of the claim runs)."""
 
     # -- PluginHandler ---------------------------------------------------------------------------------------
 
@@ -185,7 +188,9 @@ class ClaimPreparer:
                 )
                 await to_the_end(self.undo(ref.uid, entry))
             claim = model = await self._get_claim(ref)
-            results = select_results(model, ref, driver=self.driver, node=self.node)
+            results = select_results(
+                model, ref, driver=self.driver, node=self.node, shared_pool=self._shared_pool
+            )
             planner = self._planner
             plan = await self._execute(
                 ref,

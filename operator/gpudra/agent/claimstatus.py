@@ -47,6 +47,7 @@ class ClaimStatus:
         driver: str,
         node: str,
         problems: Problems | None = None,
+        shared_pool: Callable[[str], bool] | None = None,
     ) -> None:
         self._client = client
         self._events = events
@@ -54,6 +55,14 @@ class ClaimStatus:
         self.node = node
         self._problems = problems
         self._health_view: dict[str, HealthView] = {}
+        self._shared_pool = shared_pool
+        """Pools that are not node-local (a PodGroup-scoped ComputeDomain's channel): their devices get no
+        status entry. Every node where a pod of the claim runs prepares the one device, and an entry (keyed by
+        driver, pool and device) cannot say which node it is about; kube-apiserver refuses the write anyway,
+        as the agent may change the status of claims allocated on its own node only."""
+
+    def _node_local(self, pool: str) -> bool:
+        return self._shared_pool is None or not self._shared_pool(pool)
 
     async def prepared(
         self, ref: ClaimRef, devices: Sequence[DeviceRecord], claim: ResourceClaim | None = None
@@ -61,6 +70,7 @@ class ClaimStatus:
         """The claim's devices are prepared: Ready entries, each with its health. ``claim``: the claim as the
         prepare read it, to write from without reading it again (a conflict reads it afresh)."""
         problems = self._problems() if self._problems is not None else {}
+        devices = [d for d in devices if self._node_local(d.pool_name)]
         await self._update(ref, self._ready(devices, problems), read=claim)
         self._health_view[ref.uid] = _view(devices, problems)
 
@@ -82,6 +92,7 @@ class ClaimStatus:
             await self._events.post(
                 involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"
             )
+        results = [r for r in results if self._node_local(r.pool)]
         if results:
             entries = [
                 device_status(

@@ -7,7 +7,7 @@ the reading and writing around these.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -108,9 +108,16 @@ def device_targets(
 
 
 def select_results(
-    claim: ResourceClaim, ref: ClaimRef, *, driver: str, node: str
+    claim: ResourceClaim,
+    ref: ClaimRef,
+    *,
+    driver: str,
+    node: str,
+    shared_pool: Callable[[str], bool] | None = None,
 ) -> list[DeviceRequestAllocationResult]:
-    """The allocation results this node's driver must prepare; PrepareError when the claim cannot be prepared."""
+    """The allocation results this node's driver must prepare; PrepareError when the claim cannot be prepared.
+    Results of this node's pool are this node's, and those of a pool ``shared_pool`` says is not node-local (a
+    PodGroup-scoped ComputeDomain's channel: every node where a pod sharing the claim runs prepares it)."""
     what = f"ResourceClaim {ref.namespace}/{ref.name}"
     if claim.metadata.uid != ref.uid:
         raise PrepareError(
@@ -122,7 +129,7 @@ def select_results(
     if allocation is None or allocation.devices is None:
         raise PrepareError(f"{what} is not allocated (status.allocation is missing)", reason="NotAllocated")
     results = [r for r in allocation.devices.results or [] if r.driver == driver]
-    mine = [r for r in results if r.pool == node]
+    mine = [r for r in results if r.pool == node or (shared_pool is not None and shared_pool(r.pool))]
     if results and not mine:
         pools = sorted({r.pool for r in results})
         raise PrepareError(

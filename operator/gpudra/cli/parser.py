@@ -13,6 +13,18 @@ DESCRIPTION = """The gpudra command: `up` (embedded cluster), `agent` (node agen
 `hardware record`, `sim fault` (a fault on a simulated node of a running `up`)."""  # plain text: --help shows it
 
 
+def feature_gates(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``A,B=true,C=false`` -> (gates on, gates off); argparse reports a bad one as a usage error."""
+    on: list[str] = []
+    off: list[str] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if not name.isidentifier() or value not in ("", "true", "false"):
+            raise argparse.ArgumentTypeError(f"{item!r} is not GATE, GATE=true or GATE=false")
+        (off if value == "false" else on).append(name)
+    return tuple(on), tuple(off)
+
+
 def build_parser(prog: str = "gpudra") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gpudra {__version__}")
@@ -87,6 +99,15 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="with --control-plane kubernetes: the built version to run (default: $K8S_VERSION, else 1.37.2); "
         "embedded: the version its API server emulates, 1.34 to 1.37 (default 1.37)",
+    )
+    up.add_argument(
+        "--feature-gates",
+        type=feature_gates,
+        default=((), ()),
+        metavar="GATE[=true|false],...",
+        help="Kubernetes feature gates on (a bare name or =true) or off (=false): on every component of "
+        "--control-plane kubernetes (GenericWorkload also serves the PodGroup API, scheduling.k8s.io/v1beta1); "
+        "embedded: the gates its API server models (turning off is for --control-plane kubernetes only)",
     )
     up.add_argument(
         "--real-kubelet",

@@ -59,6 +59,8 @@ async def up_command(args: argparse.Namespace) -> int:
         agent_processes=args.agent_processes,
         seed=seed,
         real_kubelets=args.real_kubelet,
+        feature_gates_on=args.feature_gates[0],
+        feature_gates_off=args.feature_gates[1],
         real_nodes=args.real_nodes,
     )
     if args.health_recovery_seconds is not None:

@@ -15,11 +15,12 @@ from gpudra.computedomain.channels import (
     check_daemon_ready,
     compute_domain_devices,
 )
-from gpudra.computedomain.children import DaemonPodSettings, child_selector, desired_children
+from gpudra.computedomain.children import DaemonPodSettings, channel_scope, child_selector, desired_children
 from gpudra.computedomain.clique import NodeClique, clique_label_patch, multi_node_nvlink, node_clique
 from gpudra.computedomain.entries import JsonPatch, joining_entry, own_entry_patch, release_patch
 from gpudra.computedomain.index import ChannelLease, DomainRef, assign_channels, check_node_admits
 from gpudra.computedomain.names import (
+    CHANNEL_SCOPE_ANNOTATION,
     COMPONENT_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -29,12 +30,14 @@ from gpudra.computedomain.names import (
     DriverNames,
     clique_object_name,
     node_label_key,
+    shared_pool_domain,
 )
 from gpudra.computedomain.status import DomainStatus, status_patch
 from gpudra.computedomain.view import DomainView
 
 __all__ = [
     "CHANNEL_DEVICE",
+    "CHANNEL_SCOPE_ANNOTATION",
     "COMPONENT_LABEL",
     "DAEMON_DEVICE",
     "MANAGED_BY",
@@ -53,6 +56,7 @@ __all__ = [
     "NodeClique",
     "assign_channels",
     "channel_injection",
+    "channel_scope",
     "check_daemon_ready",
     "check_node_admits",
     "child_selector",
@@ -66,5 +70,6 @@ __all__ = [
     "node_label_key",
     "own_entry_patch",
     "release_patch",
+    "shared_pool_domain",
     "status_patch",
 ]

@@ -8,6 +8,14 @@ For a domain ``d`` (UID ``u``) in namespace ``ns``:
   ``spec.resourceClaims`` to join the domain.
 - the daemon ResourceClaimTemplate ``computedomain-daemon-<u>`` in the driver's namespace: one request
   ``daemon`` of class compute-domain-daemon.nvidia.com with ComputeDomainDaemonConfig{domainID: u}.
+- with the annotation ``computedomain.gpudra.dev/channel-scope: PodGroup``: the ResourceSlice
+  ``computedomain-<u>`` (cluster-scoped, driver compute-domain.nvidia.com, pool ``computedomain-<u>``) with one
+  device ``channel-0`` {type: domain-channel, id: 0, domainID: u} reachable from every node in an NVLink clique
+  (nodeSelector: label ``nvidia.com/gpu.clique`` exists). The workload template then asks for that device (class
+  compute-domain-shared-channel.gpudra.dev, selector domainID == u) instead of a node's own channel. A
+  ResourceClaim of a node-local device pins every pod sharing it to that node; this device is not node-local,
+  so one claim made for a whole PodGroup (Kubernetes' DRAWorkloadResourceClaims) serves pods on any number of
+  nodes, each node's agent preparing it there, and ``status.reservedFor`` names the PodGroup, not 256 pods at most.
 - daemonset mode only: the DaemonSet ``computedomain-daemon-<u>`` in the driver's namespace, selecting
   nodes labelled ``computedomain.gpudra.dev/<u>=true`` (one label key per domain, see ``names``); its pods
   claim the daemon template and run non-root, read-only, without capabilities (Pod Security "restricted").
@@ -30,8 +38,12 @@ from typing import Any
 
 from gpudra.api.computedomain import ComputeDomain
 from gpudra.api.nvidia import ComputeDomainChannelConfig, ComputeDomainDaemonConfig
+from gpudra.computedomain.channels import CHANNEL_DEVICE
+from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.names import (
     CHANNEL_REQUEST,
+    CHANNEL_SCOPE_ANNOTATION,
+    CHANNEL_SCOPES,
     COMPONENT_LABEL,
     DAEMON_CLASS,
     DAEMON_REQUEST,
@@ -41,11 +53,15 @@ from gpudra.computedomain.names import (
     MANAGED_BY_LABEL,
     NODE_LABEL_VALUE,
     OBJECT_LABEL,
+    SHARED_CHANNEL_CLASS,
+    SHARED_CHANNEL_TYPE,
+    ChannelScope,
     DaemonMode,
     DriverNames,
     daemon_set_name,
     daemon_template_name,
     node_label_key,
+    shared_pool_name,
 )
 from gpudra.errors import InvalidInputError
 
@@ -100,12 +116,16 @@ class Children:
     workload_template: dict[str, Any]
     daemon_template: dict[str, Any]
     daemon_set: dict[str, Any] | None
+    shared_channel: dict[str, Any] | None
+    """PodGroup scope only: the ResourceSlice holding the domain's channel for every node."""
     node_label: tuple[str, str]
     """The (key, value) that schedules this domain's daemon on a node (the plugin sets it at prepare)."""
 
     def objects(self) -> list[dict[str, Any]]:
         """Every child, templates first (the DaemonSet's pods need the daemon template to exist)."""
         found = [self.workload_template, self.daemon_template]
+        if self.shared_channel is not None:
+            found.append(self.shared_channel)
         if self.daemon_set is not None:
             found.append(self.daemon_set)
         return found
@@ -146,8 +166,25 @@ def _metadata(domain: ComputeDomain, name: str, namespace: str, component: str) 
     return meta
 
 
+def channel_scope(domain: ComputeDomain) -> ChannelScope:
+    """The domain's channel scope from its ``computedomain.gpudra.dev/channel-scope`` annotation (default Pod)."""
+    value = (domain.metadata.annotations or {}).get(CHANNEL_SCOPE_ANNOTATION, "Pod")
+    for scope in CHANNEL_SCOPES:
+        if value == scope:
+            return scope
+    raise InvalidInputError(
+        f"metadata.annotations[{CHANNEL_SCOPE_ANNOTATION}]: Unsupported value: {value!r}: supported values: "
+        + ", ".join(f'"{s}"' for s in CHANNEL_SCOPES)
+    )
+
+
 def _claim_template(
-    metadata: dict[str, Any], request: str, device_class: str, driver: str, parameters: dict[str, Any]
+    metadata: dict[str, Any],
+    request: str,
+    device_class: str,
+    driver: str,
+    parameters: dict[str, Any],
+    selector: str | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -159,7 +196,7 @@ def _claim_template(
             "metadata": {"labels": {OBJECT_LABEL: metadata["labels"][OBJECT_LABEL]}},
             "spec": {
                 "devices": {
-                    "requests": [{"name": request, "exactly": {"deviceClassName": device_class}}],
+                    "requests": [{"name": request, "exactly": _exactly(device_class, selector)}],
                     "config": [
                         {"requests": [request], "opaque": {"driver": driver, "parameters": parameters}}
                     ],
@@ -169,15 +206,67 @@ def _claim_template(
     }
 
 
+def _exactly(device_class: str, selector: str | None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class}
+    if selector is not None:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return exactly
+
+
 def workload_template(domain: ComputeDomain, drivers: DriverNames) -> dict[str, Any]:
-    """The ResourceClaimTemplate the domain's workload pods claim (named in spec.channel)."""
+    """The ResourceClaimTemplate the domain's workload pods claim (named in spec.channel): a channel of the
+    pod's node, or (PodGroup scope) the domain's own channel on every node."""
     uid, _, namespace = _identity(domain)
     channel = domain.spec.channel
     config = ComputeDomainChannelConfig(domain_id=uid, allocation_mode=channel.allocation_mode)
     metadata = _metadata(domain, channel.resource_claim_template.name, namespace, "workload-channel")
+    if channel_scope(domain) == "PodGroup":
+        selector = f"device.attributes[{drivers.compute_domain!r}].domainID == {uid!r}"
+        return _claim_template(
+            metadata,
+            CHANNEL_REQUEST,
+            SHARED_CHANNEL_CLASS,
+            drivers.compute_domain,
+            config.to_wire(),
+            selector,
+        )
     return _claim_template(
         metadata, CHANNEL_REQUEST, DEFAULT_CHANNEL_CLASS, drivers.compute_domain, config.to_wire()
     )
+
+
+def shared_channel_slice(domain: ComputeDomain, drivers: DriverNames) -> dict[str, Any]:
+    """The ResourceSlice of a PodGroup-scoped domain: its one channel, allocatable on every node in an NVLink
+    clique (a cluster-scoped object carries no owner reference to a namespaced domain: the label and
+    annotation name it, and the controller deletes it with the domain)."""
+    uid, name, namespace = _identity(domain)
+    pool = shared_pool_name(uid)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": pool,
+            "labels": {OBJECT_LABEL: uid, COMPONENT_LABEL: "workload-channel", MANAGED_BY_LABEL: MANAGED_BY},
+            "annotations": {DOMAIN_ANNOTATION: f"{namespace}/{name}"},
+        },
+        "spec": {
+            "driver": drivers.compute_domain,
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": CLIQUE_LABEL, "operator": "Exists"}]}]
+            },
+            "devices": [
+                {
+                    "name": CHANNEL_DEVICE,
+                    "attributes": {
+                        "type": {"string": SHARED_CHANNEL_TYPE},
+                        "id": {"int": 0},
+                        "domainID": {"string": uid},
+                    },
+                }
+            ],
+        },
+    }
 
 
 def daemon_template(domain: ComputeDomain, drivers: DriverNames, driver_namespace: str) -> dict[str, Any]:
@@ -274,6 +363,7 @@ def desired_children(
         workload_template=workload_template(domain, drivers),
         daemon_template=daemon_template(domain, drivers, driver_namespace),
         daemon_set=daemon_set(domain, driver_namespace, daemon_image, pods) if mode == "daemonset" else None,
+        shared_channel=shared_channel_slice(domain, drivers) if channel_scope(domain) == "PodGroup" else None,
         node_label=(node_label_key(uid), NODE_LABEL_VALUE),
     )
 

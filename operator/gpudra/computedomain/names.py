@@ -26,9 +26,20 @@ DOMAIN_ANNOTATION: Final = "computedomain.gpudra.dev/domain"
 """On children in the driver's namespace: ``<namespace>/<name>`` of the domain, for people reading them."""
 
 DEFAULT_CHANNEL_CLASS: Final = "compute-domain-default-channel.nvidia.com"
+SHARED_CHANNEL_CLASS: Final = "compute-domain-shared-channel.gpudra.dev"
+"""Selects the domain channels the controller publishes for PodGroup-scoped domains (type ``domain-channel``);
+the default channel class never matches them, so no other domain's claim can take one."""
+SHARED_CHANNEL_TYPE: Final = "domain-channel"
+CHANNEL_SCOPE_ANNOTATION: Final = "computedomain.gpudra.dev/channel-scope"
+"""On a ComputeDomain: ``Pod`` (default: each pod's claim holds a channel of its own node) or ``PodGroup`` (one
+claim, shared by every pod of a PodGroup, holds the domain's channel on every node; see ``children``)."""
+SHARED_POOL_PREFIX: Final = "computedomain-"
 DAEMON_CLASS: Final = "compute-domain-daemon.nvidia.com"
 CHANNEL_REQUEST: Final = "channel"
 DAEMON_REQUEST: Final = "daemon"
+
+ChannelScope = Literal["Pod", "PodGroup"]
+CHANNEL_SCOPES: Final[tuple[ChannelScope, ...]] = ("Pod", "PodGroup")
 
 DaemonMode = Literal["daemonset", "host-managed"]
 """How IMEX daemons run. daemonset: one DaemonSet per domain, its pod runs that domain's nvidia-imex on
@@ -61,3 +72,16 @@ def daemon_template_name(domain_uid: str) -> str:
 def clique_object_name(domain_uid: str, clique_id: str) -> str:
     """The ComputeDomainClique holding this domain's daemons of one clique: ``<uid>.<cliqueID>``."""
     return f"{domain_uid}.{clique_id}"
+
+
+def shared_pool_name(domain_uid: str) -> str:
+    """The pool (and ResourceSlice) of a PodGroup-scoped domain's channel: ``computedomain-<uid>``."""
+    return f"{SHARED_POOL_PREFIX}{domain_uid}"
+
+
+def shared_pool_domain(pool: str) -> str | None:
+    """The domain UID of a PodGroup-scoped domain's channel pool, None for any other pool (a node's)."""
+    if not pool.startswith(SHARED_POOL_PREFIX):
+        return None
+    uid = pool.removeprefix(SHARED_POOL_PREFIX)
+    return uid if len(uid) == 36 and uid.count("-") == 4 else None

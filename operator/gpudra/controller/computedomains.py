@@ -1,6 +1,7 @@
 """kopf handlers of the ComputeDomain controller (thin: parse, call the pure core, apply, map errors).
 
-- create / resume: apply the domain's children (``domainchildren.apply_children``); kopf holds the
+- create / resume: apply the domain's children (``domainchildren.apply_children``), and warn (Event
+  PodGroupsNotServed) when a PodGroup-scoped domain is on a cluster without PodGroups; kopf holds the
   finalizer ``gpudra.dev/controller`` from the first sight of the domain because a delete handler exists.
 - delete: ``remove_children``; a pass that could not remove everything is retried a bounded number of
   times (``computedomain_cleanup_attempts``), then the finalizer is released anyway with a Warning Event
@@ -22,7 +23,7 @@ from gpudra.api.core import Node, Pod
 from gpudra.computedomain import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, DomainView
 from gpudra.config import ControllerSettings
 from gpudra.controller.bodies import body_key, parse_body
-from gpudra.controller.domainchildren import apply_children, cleanup_verdict, remove_children
+from gpudra.controller.domainchildren import apply_children, cleanup_verdict, remove_children, scope_warning
 from gpudra.controller.domainstatus import DomainStatusWriter
 from gpudra.errors import InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
@@ -98,6 +99,18 @@ def register_compute_domains(
         except KubeError as exc:
             raise kopf.TemporaryError(f"applying the domain's children failed: {exc}", delay=2) from exc
         log.info("ComputeDomain children applied", domain=domain.metadata.name, children=applied)
+        try:
+            warning = await scope_warning(client, domain)
+        except KubeError as exc:
+            log.warning(
+                "could not tell whether PodGroups are served", domain=domain.metadata.name, error=str(exc)
+            )
+            return
+        if warning is not None:
+            log.warning(
+                "ComputeDomain channel scope not usable here", domain=domain.metadata.name, why=warning
+            )
+            await events.post(dict(body), "Warning", "PodGroupsNotServed", warning)
 
     @kopf.on.delete(GROUP, VERSION, "computedomains", registry=registry)
     async def delete_children(body: kopf.Body, uid: str, retry: int, **_: Any) -> None:

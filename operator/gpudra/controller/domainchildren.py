@@ -3,8 +3,9 @@
 Children are applied with server-side apply (forced, field manager gpudra-controller): one request per
 object whether it exists or not, and applying the same desired object twice changes nothing.
 
-Deletion removes, in order, the domain's ResourceClaimTemplates (by the children label, in any namespace) and
-DaemonSet (in the driver's namespace), its ComputeDomainClique objects (named ``<uid>.<cliqueID>``, in the
+Deletion removes, in order, the domain's ResourceClaimTemplates (by the children label, in any namespace),
+DaemonSet (in the driver's namespace) and shared channel ResourceSlice (PodGroup scope), its ComputeDomainClique
+objects (named ``<uid>.<cliqueID>``, in the
 driver's namespace), and its label on every Node.
 It never waits for pods: a workload pod stuck Terminating (NVIDIA #380) keeps its own claim, which the
 kubelet unprepares without the domain, so the domain's finalizer does not depend on it. Pods still holding
@@ -18,9 +19,11 @@ from typing import Any, Literal
 
 from gpudra.api.computedomain import ComputeDomain
 from gpudra.computedomain import (
+    CHANNEL_SCOPE_ANNOTATION,
     OBJECT_LABEL,
     DaemonPodSettings,
     DriverNames,
+    channel_scope,
     child_selector,
     desired_children,
     node_label_key,
@@ -32,14 +35,17 @@ from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
     DAEMONSETS,
     NODES,
+    POD_GROUPS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
     Resource,
 )
 
 _BY_KIND: dict[str, Resource] = {
     "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES,
     "DaemonSet": DAEMONSETS,
+    "ResourceSlice": RESOURCE_SLICES,
 }
 
 
@@ -61,11 +67,25 @@ async def apply_children(
     applied = []
     for child in children.objects():
         meta = child["metadata"]
+        namespace = meta.get("namespace")
         await client.patch(
-            _BY_KIND[child["kind"]], meta["name"], child, meta["namespace"], patch_type="apply", force=True
+            _BY_KIND[child["kind"]], meta["name"], child, namespace, patch_type="apply", force=True
         )
-        applied.append(f"{child['kind']} {meta['namespace']}/{meta['name']}")
+        applied.append(f"{child['kind']} {namespace + '/' if namespace else ''}{meta['name']}")
     return applied
+
+
+async def scope_warning(client: KubeClient, domain: ComputeDomain) -> str | None:
+    """What a PodGroup-scoped domain cannot do on this cluster, or None: without the PodGroup API every pod's
+    claim asks for the domain's one channel, so only one pod at a time can run."""
+    if channel_scope(domain) != "PodGroup" or await client.serves(POD_GROUPS):
+        return None
+    return (
+        f"{CHANNEL_SCOPE_ANNOTATION}: PodGroup needs PodGroups (scheduling.k8s.io/v1beta1), and this API server "
+        "does not serve them: each pod's claim would ask for the domain's one channel, so only one pod could run. "
+        "Turn on the GenericWorkload and DRAWorkloadResourceClaims feature gates (Kubernetes 1.37, with "
+        "--runtime-config=scheduling.k8s.io/v1beta1=true), or remove the annotation"
+    )
 
 
 @dataclass
@@ -118,8 +138,10 @@ async def remove_children(client: KubeClient, uid: str, driver_namespace: str) -
     """One pass removing everything of domain ``uid``; failures are collected, never raised."""
     outcome = Cleanup()
     selector = ",".join(f"{k}={v}" for k, v in child_selector(uid).items())
-    # templates: in the domain's namespace and the driver's; the DaemonSet and cliques: the driver's only
-    for res, namespace in ((RESOURCE_CLAIM_TEMPLATES, None), (DAEMONSETS, driver_namespace)):
+    # templates: in the domain's namespace and the driver's; the DaemonSet and cliques: the driver's only; the
+    # shared channel's ResourceSlice (PodGroup scope) is cluster-scoped
+    children = ((RESOURCE_CLAIM_TEMPLATES, None), (DAEMONSETS, driver_namespace), (RESOURCE_SLICES, None))
+    for res, namespace in children:
         try:
             items, _ = await client.list(res, namespace, label_selector=selector)
         except KubeError as exc:

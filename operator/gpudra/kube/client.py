@@ -203,6 +203,16 @@ class KubeClient:
         except (KeyError, TypeError, ValueError) as exc:
             raise KubeError(f"the API server reported an unreadable version: {info!r:.200}") from exc
 
+    async def serves(self, res: Resource) -> bool:
+        """Whether the API server serves ``res``: its group version's discovery document lists it (readable by
+        every authenticated client); False when the group version is not served at all."""
+        base = f"/apis/{res.group}/{res.version}" if res.group else f"/api/{res.version}"
+        try:
+            data = await self._json("GET", base, what=f"discover {base}")
+        except NotFoundError:
+            return False
+        return any(r.get("name") == res.plural for r in data.get("resources") or [])
+
     async def get_as(self, model: type[M], res: Resource, name: str, namespace: str | None = None) -> M:
         return _parse(model, res, await self.get(res, name, namespace))
 

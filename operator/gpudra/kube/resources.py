@@ -34,6 +34,8 @@ class Resource:
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
+POD_GROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", namespaced=True)
+"""Kubernetes 1.37 with GenericWorkload and the scheduling.k8s.io/v1beta1 group version on (read by discovery only)."""
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)

@@ -46,6 +46,7 @@ from gpudra.computedomain import (
     compute_domain_devices,
     multi_node_nvlink,
     node_clique,
+    shared_pool_domain,
 )
 from gpudra.config import AgentSettings
 from gpudra.errors import GpudraError, InvalidInputError, NotFoundError
@@ -141,11 +142,18 @@ class ComputeDomainDriver:
             client=client,
             backend=backend,
             store=store,
-            status=ClaimStatus(client, self._events, driver=self.driver, node=settings.node_name),
+            status=ClaimStatus(
+                client,
+                self._events,
+                driver=self.driver,
+                node=settings.node_name,
+                shared_pool=self.shared_pool,
+            ),
             reservations=DeviceReservations(store, shareable=lambda: [CHANNEL_DEVICE]),
             effects=ClaimEffects(backend, ClaimSpecDir(settings.cdi_dir, vendor=CD_VENDOR)),
             metrics=metrics,
             planner=self.planner,
+            shared_pool=self.shared_pool,
         )
         self.plugin = KubeletPlugin(
             self.driver,
@@ -153,6 +161,11 @@ class ComputeDomainDriver:
             plugin_dir=plugin_dir,
             registry_dir=settings.registry_dir,
         )
+
+    @staticmethod
+    def shared_pool(pool: str) -> bool:
+        """The pools whose devices this node prepares besides its own: PodGroup-scoped domains' channels."""
+        return shared_pool_domain(pool) is not None
 
     def _channel_major(self) -> int:
         if self.settings.imex_channel_major is not None:

@@ -68,6 +68,7 @@ from gpudra.computedomain import (
     channel_injection,
     check_node_admits,
     node_label_key,
+    shared_pool_domain,
 )
 from gpudra.errors import (
     ComputeDomainError,
@@ -136,6 +137,21 @@ def claim_configs(
     return found
 
 
+def check_shared_pool(result: DeviceRequestAllocationResult, config: OpaqueConfig) -> None:
+    """A PodGroup-scoped domain's channel (pool ``computedomain-<uid>``) serves that domain only: PrepareError
+    when the claim's config names another one (a hand-written claim taking another domain's channel)."""
+    owner = shared_pool_domain(result.pool)
+    domains = ComputeDomainChannelConfig | ComputeDomainDaemonConfig
+    domain_id = config.domain_id if isinstance(config, domains) else None
+    if owner is not None and owner != domain_id:
+        raise PrepareError(
+            f"device {result.device} of pool {result.pool} is the channel of ComputeDomain {owner}, but the "
+            f"claim's config names ComputeDomain {domain_id}; claim it through that domain's "
+            "ResourceClaimTemplate",
+            reason="InvalidConfig",
+        )
+
+
 class ComputeDomainPlanner:
     """The ClaimPlanner of the compute-domain driver on one node."""
 
@@ -191,6 +207,7 @@ class ComputeDomainPlanner:
         applied: dict[str, dict[str, Any]] = {}
         try:
             for result, config in zip(results, configs, strict=True):
+                check_shared_pool(result, config)
                 edits = await self._device_edits(ref, config, clique.clique_id)
                 name = result.device
                 records.append(

@@ -108,6 +108,23 @@ def is_imex_daemon(pod: dict[str, Any]) -> bool:
     return labels.get(COMPONENT_LABEL) == "daemon" and OBJECT_LABEL in labels
 
 
+def reserved_for_pod(pod: Mapping[str, Any], reserved_for: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a claim's ``reservedFor`` lets the pod use it, as a 1.37 kubelet decides: the pod by UID, or
+    (DRAWorkloadResourceClaims) the PodGroup the pod names in ``spec.schedulingGroup``, by name: a pod does not
+    know its PodGroup's UID. A cluster without the gate never reserves a claim for a PodGroup."""
+    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    for entry in reserved_for:
+        if entry.get("uid") == pod["metadata"]["uid"]:
+            return True
+        if group and (entry.get("apiGroup"), entry.get("resource"), entry.get("name")) == (
+            "scheduling.k8s.io",
+            "podgroups",
+            group,
+        ):
+            return True
+    return False
+
+
 class StandInKubelet:
     def __init__(
         self,
@@ -206,7 +223,7 @@ class StandInKubelet:
         for name in pod_claim_names(pod):
             claim = await self._client.get(RESOURCE_CLAIMS, name, meta["namespace"])
             status = claim.get("status") or {}
-            if not any(r.get("uid") == meta["uid"] for r in status.get("reservedFor") or []):
+            if not reserved_for_pod(pod, status.get("reservedFor") or []):
                 raise PrepareError(f"pod is not yet in the reservedFor of claim {name}", reason="NotReserved")
             results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
             ref = ClaimRef(namespace=meta["namespace"], uid=claim["metadata"]["uid"], name=name)

@@ -182,7 +182,7 @@ class KubernetesControlPlane:
                     etcd_port=self._etcd_port,
                     port=self.port,
                     gates=self._gates,
-                    runtime_config=_runtime_config(self.binaries.minor),
+                    runtime_config=runtime_config_flag(self.binaries.minor, self._gates_on),
                     advertise_address=self.advertise_address,
                 )
             ),
@@ -309,8 +309,13 @@ class KubernetesControlPlane:
                 await process.stop()
 
 
-def _runtime_config(minor: int) -> str:
-    """API versions off by default that the product's features use (DeviceTaintRule before it is v1)."""
-    if minor >= 37:
-        return ""
-    return "resource.k8s.io/v1alpha3=true" if minor <= 35 else "resource.k8s.io/v1beta2=true"
+def runtime_config_flag(minor: int, gates_on: tuple[str, ...] = ()) -> str:
+    """API versions off by default that the product's features use (DeviceTaintRule before it is v1), and the
+    PodGroup API (scheduling.k8s.io: v1alpha2 on 1.36, v1beta1 on 1.37) when ``GenericWorkload`` is asked for:
+    the gate alone does not serve a group version that is off by default."""
+    versions = (
+        [] if minor >= 37 else ["resource.k8s.io/v1alpha3" if minor <= 35 else "resource.k8s.io/v1beta2"]
+    )
+    if "GenericWorkload" in gates_on and minor >= 36:
+        versions.append("scheduling.k8s.io/v1beta1" if minor >= 37 else "scheduling.k8s.io/v1alpha2")
+    return ",".join(f"{v}=true" for v in versions)

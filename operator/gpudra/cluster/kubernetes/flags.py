@@ -45,10 +45,13 @@ CONTROLLERS = (
     "pod-garbage-collector-controller",
     "ttl-after-finished-controller",
     "device-taint-eviction-controller",
+    "podgroup-protection-controller",
 )
 """kube-controller-manager's controllers for claims from templates, workloads and garbage collection. Left out on
 purpose: node-lifecycle (simulated nodes send no heartbeats, it would taint and evict them), and everything about
-networking, volumes and cloud providers."""
+networking, volumes and cloud providers. A controller the version does not list is left out
+(podgroup-protection-controller, which releases deleted PodGroups, exists from 1.36 and runs only with
+GenericWorkload on)."""
 
 _GATE = re.compile(r"^\s+(?:kube:)?([A-Z][A-Za-z0-9]+)=true\|false \(([A-Z]+)")
 
