@@ -37,14 +37,17 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from gpudra.allocator import celanalysis
 from gpudra.allocator.celast import Node, decode, line_column
 from gpudra.allocator.celclosures import MAX_LIST_VALUES, CelEvalError, result_error, translate
+from gpudra.allocator.celcost import COST_LIMIT, estimated_cost
 from gpudra.allocator.celfastpath import fast_path
 from gpudra.allocator.celtypes import Quantity, Semver
 from gpudra.allocator.celview import CelDevice, cel_device
 from gpudra.errors import InvalidInputError
 
 __all__ = [
+    "COST_LIMIT",
     "MAX_EXPRESSION_LENGTH",
     "CelCompileError",
+    "CelCostError",
     "CelDevice",
     "CelError",
     "CelRuntimeError",
@@ -54,6 +57,7 @@ __all__ = [
     "cel_device",
     "check_new_selector",
     "compile_selector",
+    "estimated_selector_cost",
 ]
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # Kubernetes' limit on a selector expression
@@ -90,6 +94,18 @@ class CelResultTypeError(CelCompileError):
             hint='compare the value, e.g. device.attributes["gpu.nvidia.com"].type == "gpu"',
         )
         self.result_type = result_type
+
+
+class CelCostError(CelCompileError):
+    """A new selector whose estimated worst-case cost (``cost``) exceeds kube-apiserver's limit."""
+
+    def __init__(self, cost: int, *, expression: str) -> None:
+        super().__init__(
+            f"too complex: its estimated cost is {cost}, over the limit of {COST_LIMIT}",
+            expression=expression,
+            hint="iterate over fewer maps, or over one attribute domain instead of all of them",
+        )
+        self.cost = cost
 
 
 class CelRuntimeError(CelError):
@@ -508,18 +524,29 @@ def compile_selector(expression: str) -> CompiledSelector:
     return CompiledSelector(expression, program, celanalysis.reads_of(ast), translate(tree), tree)
 
 
+@functools.lru_cache(maxsize=2048)
+def estimated_selector_cost(expression: str) -> int:
+    """The worst-case cost kube-apiserver estimates for a selector (``celcost``); only a new selector is held to
+    ``COST_LIMIT``, so the allocator never asks. Raise CelCompileError as ``compile_selector`` does."""
+    compile_selector(expression)
+    checked = _environments()[0].compile(expression)
+    return estimated_cost(decode(checked.serialize(), with_types=True))
+
+
 def check_new_selector(expression: str, *, list_attributes: bool) -> None:
     """Check a selector as kube-apiserver checks one a write adds or changes (its "new expressions" environment):
     as ``compile_selector`` does, and with DRAListTypeAttributes off (``list_attributes`` false) without
-    ``includes()``, which that environment then lacks. Raise CelCompileError.
+    ``includes()``, which that environment then lacks; then its estimated cost against the limit. Raise
+    CelCompileError (CelCostError for the cost).
 
     Expressions already stored, and the allocator, always have ``includes()`` (kube-apiserver's "stored
     expressions" environment), so an object written while the gate was on keeps working after it is turned off.
     """
-    compile_selector(expression)
-    if list_attributes:
-        return
-    try:
-        _check_env_without_includes().compile(expression)
-    except RuntimeError as error:
-        raise _compile_error(expression, error) from error
+    cost = estimated_selector_cost(expression)
+    if not list_attributes:
+        try:
+            _check_env_without_includes().compile(expression)
+        except RuntimeError as error:
+            raise _compile_error(expression, error) from error
+    if cost > COST_LIMIT:
+        raise CelCostError(cost, expression=expression)
