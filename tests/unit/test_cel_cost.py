@@ -11,10 +11,14 @@ import pytest
 
 from gpudra.allocator.cel import (
     COST_LIMIT,
+    ITERATION_BUDGET,
     CelCostError,
+    CelRuntimeError,
     check_new_selector,
+    compile_selector,
     estimated_selector_cost,
 )
+from gpudra.allocator.celview import CelDevice
 
 A = 'device.attributes["gpu.nvidia.com"]'
 COSTS = {
@@ -68,3 +72,19 @@ def test_a_new_selector_over_the_limit_is_refused_one_at_it_is_not() -> None:
         check_new_selector(base + " && 1 == 1", list_attributes=False)
     assert refused.value.cost == COST_LIMIT + 1
     assert "over the limit of 1000000" in str(refused.value)
+
+
+def test_a_selector_over_the_library_iteration_budget_fails_with_a_sentence_naming_it() -> None:
+    """Three loops over one domain's 32 attributes (33,824 iterations) cost 662,756, within Kubernetes' limit, and
+    kube-scheduler evaluates them; gpudra's CEL library stops at 10,000 iterations. The error says so, instead of
+    the library's "INTERNAL: Iteration budget exceeded" (docs/fidelity.md lists the difference)."""
+    expression = f"{A}.all(a, {A}.all(b, {A}.all(c, {A}[a] == {A}[c])))"
+    assert estimated_selector_cost(expression) == 662756 <= COST_LIMIT
+    selector = compile_selector(expression)
+    device = CelDevice("gpu.nvidia.com", {f"gpu.nvidia.com/a{i}": "x" for i in range(32)}, {}, False)
+    with pytest.raises(CelRuntimeError) as failed:
+        selector.matches(device)
+    assert str(failed.value) == (
+        f"more than {ITERATION_BUDGET} loop iterations in one evaluation: gpudra's CEL library stops there, where "
+        "Kubernetes allows any number within a cost of 1000000"
+    )

@@ -45,6 +45,7 @@ from gpudra.errors import InvalidInputError
 
 __all__ = [
     "COST_LIMIT",
+    "ITERATION_BUDGET",
     "MAX_EXPRESSION_LENGTH",
     "CelCompileError",
     "CelCostError",
@@ -372,6 +373,14 @@ def _projector(reads: celanalysis.Reads) -> Callable[[CelDevice], Hashable]:
     return lambda device: tuple([device.keys().get(k, m) for k in frozen])
 
 
+ITERATION_BUDGET = 10_000
+"""Loop iterations the CEL library runs in one evaluation (fixed in cel-cpp). kube-scheduler has no such limit,
+only the cost limit: a selector iterating more, within that cost, runs there and fails here (docs/fidelity.md)."""
+_ITERATION_BUDGET = (
+    f"more than {ITERATION_BUDGET} loop iterations in one evaluation: gpudra's CEL library stops there, "
+    f"where Kubernetes allows any number within a cost of {COST_LIMIT}"
+)
+
 _NO_SUCH_KEY = re.compile(r'Key not found in map\s*:\s*"?([^"]*)"?')
 
 
@@ -472,7 +481,10 @@ class CompiledSelector:
     def _evaluate(self, device: CelDevice) -> bool | str:
         attribute_fill = self._fill[0].difference(device.attributes)
         capacity_fill = self._fill[1].difference(device.capacity)
-        value = self._program.eval(_activation(device, attribute_fill, capacity_fill))
+        try:
+            value = self._program.eval(_activation(device, attribute_fill, capacity_fill))
+        except RuntimeError as error:  # the library raises, rather than returns, a few errors
+            return _ITERATION_BUDGET if "Iteration budget exceeded" in str(error) else str(error)
         result = value.value()
         if result is True or result is False:
             return bool(result)
