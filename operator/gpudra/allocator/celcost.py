@@ -13,91 +13,28 @@ a field of ``device`` there) it charges what cel-go charges.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpudra.allocator.celast import DYN, Ast, CelType, Node
+from gpudra.allocator.celsizes import (
+    DEVICE,
+    MAX,
+    UNKNOWN,
+    Range,
+    add,
+    factor,
+    fixed,
+    literal_size,
+    mul,
+    union,
+)
 
 __all__ = ["COST_LIMIT", "estimated_cost"]
 
 COST_LIMIT = 1_000_000  # resource.k8s.io/v1 CELSelectorExpressionMaxCost
-_MAX = 2**64 - 1
 _STRING_FACTOR = 0.1  # cel-go's StringTraversalCostFactor
 _REGEX_FACTOR = 0.25  # RegexStringLengthCostFactor
 _ACCUMULATORS = frozenset({"@result", "@__result__", "__result__"})
-
-Range = tuple[int, int]
-"""A (min, max) pair: a size or a cost."""
-_UNKNOWN: Range = (0, _MAX)
-
-
-def _add(a: Range, b: Range) -> Range:
-    return min(a[0] + b[0], _MAX), min(a[1] + b[1], _MAX)
-
-
-def _mul(a: Range, b: Range) -> Range:
-    return min(a[0] * b[0], _MAX), min(a[1] * b[1], _MAX)
-
-
-def _scale(x: int, factor: float) -> int:
-    product = float(x) * factor
-    if product >= 2.0**64:
-        return _MAX
-    return min(math.ceil(product), _MAX)
-
-
-def _factor(a: Range, factor: float) -> Range:
-    return _scale(a[0], factor), _scale(a[1], factor)
-
-
-def _union(a: Range, b: Range) -> Range:
-    return min(a[0], b[0]), max(a[1], b[1])
-
-
-def _fixed(n: int) -> Range:
-    return n, n
-
-
-# ---- the largest values of a device (k8s.io/dynamic-resource-allocation/cel's size estimator) -------------------
-@dataclass(frozen=True, slots=True, eq=False)
-class _Decl:
-    max_elements: int = 0
-    fields: dict[str, _Decl] = field(default_factory=dict)
-    key: _Decl | None = None
-    elem: _Decl | None = None
-
-
-def _device() -> tuple[_Decl, _Decl]:
-    """(device, attribute value) declarations: 32 attributes and capacities per device, domains of 63 characters,
-    names of 32, values of 64 (a string's characters; a list attribute's 48 values are fewer)."""
-    domain, name = _Decl(63), _Decl(32)
-    attribute = _Decl(64)
-    attributes = _Decl(32, key=domain, elem=_Decl(32, key=name, elem=attribute))
-    capacity = _Decl(32, key=domain, elem=_Decl(32, key=name, elem=_Decl(0)))
-    fields = {"driver": _Decl(63), "attributes": attributes, "capacity": capacity}
-    fields["allowMultipleAllocations"] = _Decl(1)
-    return _Decl(0, fields=fields), attribute
-
-
-def _device_size(path: tuple[str, ...] | None, device: _Decl, attribute: _Decl) -> Range | None:
-    if not path or path[0] != "device":
-        return None
-    node = device
-    for name in path[1:]:
-        if name in ("@items", "@values"):
-            if node.elem is None:
-                return None
-            node = node.elem
-        elif name == "@keys":
-            if node.key is None:
-                return None
-            node = node.key
-        elif name in node.fields:
-            node = node.fields[name]
-        elif node.elem is attribute:
-            node = attribute
-        else:
-            return None
-    return 0, node.max_elements
 
 
 # ---- the estimator (cel-go's checker/cost.go with Kubernetes' library estimator) ------------------------------
@@ -140,7 +77,6 @@ def _scalar(t: CelType) -> bool:
 class _Coster:
     def __init__(self, ast: Ast) -> None:
         self.ast = ast
-        self.device, self.attribute = _device()
         self.paths: dict[int, tuple[str, ...]] = {}
         self.locals: dict[str, list[_Local]] = {}
         self.sizes: dict[int, Range] = {}
@@ -170,15 +106,15 @@ class _Coster:
     def size(self, node: Node) -> Range | None:
         if node.id in self.sizes:
             return self.sizes[node.id]
-        literal = _literal_size(node)
+        literal = literal_size(node)
         if literal is not None:
             return literal
-        estimated = _device_size(self.path(node), self.device, self.attribute)
+        estimated = DEVICE.size(self.path(node))
         if estimated is not None:
             self.sizes[node.id] = estimated
             return estimated
         if _scalar(self.type_of(node)):
-            return _fixed(1)
+            return fixed(1)
         if node.kind == "ident":
             local = self.local(node.name)
             if local is not None and local.size is not None:
@@ -187,7 +123,7 @@ class _Coster:
 
     def size_or_unknown(self, node: Node) -> Range:
         found = self.size(node)
-        return _UNKNOWN if found is None else found
+        return UNKNOWN if found is None else found
 
     def entry(self, node: Node) -> _Entry | None:
         if node.id in self.entries:
@@ -208,8 +144,8 @@ class _Coster:
         """Kubernetes' sizeEstimate: the computed size, else the device's, else unknown."""
         if arg.size is not None:
             return arg.size
-        found = _device_size(arg.path, self.device, self.attribute)
-        return _UNKNOWN if found is None else found
+        found = DEVICE.size(arg.path)
+        return UNKNOWN if found is None else found
 
     # -- costs
     def cost(self, node: Node) -> Range:
@@ -233,12 +169,12 @@ class _Coster:
         local = self.local(node.name)
         if local is not None:
             self.paths[node.id] = local.path or ()
-            return _fixed(1)
+            return fixed(1)
         parts = tuple(node.name.split("."))
         self.paths[node.id] = parts
         # device.attributes is one name here, the field attributes of the object device in Kubernetes: an
         # identifier and a select of a struct's field, one each
-        return _fixed(len(parts))
+        return fixed(len(parts))
 
     def select(self, node: Node) -> Range:
         assert node.target is not None
@@ -246,13 +182,13 @@ class _Coster:
             return self.cost(node.target)  # has(): Kubernetes' environment gives presence tests no cost
         total = self.cost(node.target)
         if _go_kind(self.type_of(node.target)) in ("map", "struct", "type_param"):
-            total = _add(total, _fixed(1))
+            total = add(total, fixed(1))
         self.paths[node.id] = (*(self.path(node.target) or ()), node.name)
         return total
 
     def call(self, node: Node) -> Range:
         if node.name == "dyn" and len(node.args) == 1:
-            unwrapped = _add(_fixed(1), self.cost(node.args[0]))
+            unwrapped = add(fixed(1), self.cost(node.args[0]))
             self.copy_sizes(node, node.args[0])
             return unwrapped
         arg_costs: list[Range] = []
@@ -268,13 +204,13 @@ class _Coster:
         if node.target is not None:
             total = self.cost(node.target)
             target = self.arg(node.target)
-        fn_cost: Range = (_MAX, 0)
+        fn_cost: Range = (MAX, 0)
         result: Range | None = None
         for overload in ids:
             cost, size = self.function_cost(node, overload, target, args, arg_costs)
-            fn_cost = _union(fn_cost, cost)
+            fn_cost = union(fn_cost, cost)
             if size is not None:
-                result = size if result is None else _union(result, size)
+                result = size if result is None else union(result, size)
             if overload in ("index_list", "index_map") and node.args:
                 entry = self.entry(node.args[0])
                 result = None if entry is None else entry.val
@@ -284,39 +220,39 @@ class _Coster:
                 result = self.size(node)
         if result is not None:
             self.sizes[node.id] = result
-        return _add(total, fn_cost)
+        return add(total, fn_cost)
 
     def create_list(self, node: Node) -> Range:
         total: Range = (0, 0)
-        item: Range = (0 if not node.args else _MAX, 0)
+        item: Range = (0 if not node.args else MAX, 0)
         for element in node.args:
-            total = _add(total, self.cost(element))
-            item = _union(item, self.size_or_unknown(element))
-        self.entries[node.id] = _Entry("list", _fixed(1), item)
-        return _add(total, _fixed(10))
+            total = add(total, self.cost(element))
+            item = union(item, self.size_or_unknown(element))
+        self.entries[node.id] = _Entry("list", fixed(1), item)
+        return add(total, fixed(10))
 
     def create_struct(self, node: Node) -> Range:
         total: Range = (0, 0)
         if node.name:  # a message
             for value in node.args:
-                total = _add(total, self.cost(value))
-            return _add(total, _fixed(40))
-        empty = 0 if not node.args else _MAX
+                total = add(total, self.cost(value))
+            return add(total, fixed(40))
+        empty = 0 if not node.args else MAX
         key: Range = (empty, 0)
         val: Range = (empty, 0)
         for k, value in zip(node.keys, node.args, strict=True):
             if isinstance(k, Node):
-                total = _add(total, self.cost(k))
-                key = _union(key, self.size_or_unknown(k))
-            total = _add(total, self.cost(value))
-            val = _union(val, self.size_or_unknown(value))
+                total = add(total, self.cost(k))
+                key = union(key, self.size_or_unknown(k))
+            total = add(total, self.cost(value))
+            val = union(val, self.size_or_unknown(value))
         self.entries[node.id] = _Entry("map", key, val)
-        return _add(total, _fixed(30))
+        return add(total, fixed(30))
 
     def comprehension(self, node: Node) -> Range:
         iter_var, accu_var, iter_var2 = node.comp
         iter_range, accu_init, condition, step, result = node.parts
-        total = _add(self.cost(iter_range), self.cost(accu_init))
+        total = add(self.cost(iter_range), self.cost(accu_init))
         self.push(accu_var, _Local(self.path(accu_init), self.size(accu_init), self.entry(accu_init)))
         entry = self.entry(iter_range)
         container = entry.container if entry is not None else self.type_of(iter_range).kind
@@ -335,10 +271,10 @@ class _Coster:
         self.pop(iter_var)
         if iter_var2:
             self.pop(iter_var2)
-        total = _add(total, self.cost(result))
+        total = add(total, self.cost(result))
         self.pop(accu_var)
         count = self.size_or_unknown(iter_range)
-        total = _add(total, _mul(count, _add(step_cost, loop)))
+        total = add(total, mul(count, add(step_cost, loop)))
         if accu_init.kind == "const":
             init_size = self.size(accu_init)
             if init_size is not None:
@@ -353,9 +289,9 @@ class _Coster:
     def bind(self, node: Node) -> Range:
         _, accu_var, _ = node.comp
         iter_range, accu_init, _, _, result = node.parts
-        total = _add(self.cost(iter_range), self.cost(accu_init))
+        total = add(self.cost(iter_range), self.cost(accu_init))
         self.push(accu_var, _Local(self.path(accu_init), self.size(accu_init), self.entry(accu_init)))
-        total = _add(total, self.cost(result))
+        total = add(total, self.cost(result))
         self.pop(accu_var)
         self.copy_sizes(node, result)
         return total
@@ -372,14 +308,14 @@ class _Coster:
     ) -> tuple[Range, Range | None]:
         arg_sum: Range = (0, 0)
         for c in arg_costs:
-            arg_sum = _add(arg_sum, c)
+            arg_sum = add(arg_sum, c)
         sets = _SETS.get(node.name)
         if sets is not None and len(args) == 2:
-            product = _factor(_mul(self.arg_size(args[0]), self.arg_size(args[1])), sets)
-            return _add(_add(product, _fixed(1)), arg_sum), None
+            product = factor(mul(self.arg_size(args[0]), self.arg_size(args[1])), sets)
+            return add(add(product, fixed(1)), arg_sum), None
         library = self.library_cost(node.name, target, args)
         if library is not None:
-            return _add(library[0], arg_sum), library[1]
+            return add(library[0], arg_sum), library[1]
         return self.standard_cost(node, overload, target, args, arg_costs, arg_sum)
 
     def library_cost(
@@ -389,21 +325,21 @@ class _Coster:
         if function in ("isSorted", "sum", "max", "min", "indexOf", "lastIndexOf", "includes"):
             if target is None:
                 return None
-            params = target.type.params if target.type.kind == "list" else ()
+            params = target.type.params
             if params:
                 element = _Arg(
                     None, None if target.path is None else (*target.path, "@items"), params[0], None
                 )
-                each: Range = _fixed(1)
+                each: Range = fixed(1)
                 if element.type.kind in ("string", "bytes"):
-                    each = _add(each, _factor(self.arg_size(element), _STRING_FACTOR))
-                return _mul(self.arg_size(target), each), None
+                    each = add(each, factor(self.arg_size(element), _STRING_FACTOR))
+                return mul(self.arg_size(target), each), None
             if function == "includes":
-                return _mul(self.arg_size(target), _fixed(1)), None
-            return _factor(self.arg_size(target), _STRING_FACTOR), None
+                return mul(self.arg_size(target), fixed(1)), None
+            return factor(self.arg_size(target), _STRING_FACTOR), None
         if function in ("lowerAscii", "upperAscii", "substring", "trim") and target is not None:
             size = self.arg_size(target)
-            return _factor(size, _STRING_FACTOR), size
+            return factor(size, _STRING_FACTOR), size
         if function == "replace" and target is not None and len(args) >= 2:
             return self.replace_cost(target, args)
         if function == "split" and target is not None:
@@ -413,22 +349,22 @@ class _Coster:
                 value = args[1].node.value
                 if isinstance(value, int) and not isinstance(value, bool):
                     most = value % 2**64
-            return _factor(size, 2 * _STRING_FACTOR), (0, most)
+            return factor(size, 2 * _STRING_FACTOR), (0, most)
         if function == "join" and target is not None:
             return self.join_cost(target, args)
         if function in ("find", "findAll") and target is not None and args:
             size = self.arg_size(target)
-            text = _factor(_add(size, _fixed(1)), _STRING_FACTOR)
-            regex = _factor(self.arg_size(args[0]), _REGEX_FACTOR)
-            return _mul(text, regex), (0, size[1])
+            text = factor(add(size, fixed(1)), _STRING_FACTOR)
+            regex = factor(self.arg_size(args[0]), _REGEX_FACTOR)
+            return mul(text, regex), (0, size[1])
         if function in ("quantity", "isQuantity", "semver", "isSemver") and args:
-            return _factor(self.arg_size(args[0]), _STRING_FACTOR), None
+            return factor(self.arg_size(args[0]), _STRING_FACTOR), None
         if function in _CONSTANT_TIME:
-            return _fixed(1), None
+            return fixed(1), None
         if function == "_==_" and len(args) == 2:
             lhs, rhs = args[0].type, args[1].type
             if lhs == rhs and lhs.kind == "abstract" and lhs.name in _KUBERNETES_TYPES:
-                return _fixed(1), None
+                return fixed(1), None
         return None
 
     def replace_cost(self, target: _Arg, args: list[_Arg]) -> tuple[Range, Range | None]:
@@ -436,34 +372,34 @@ class _Coster:
         old, new = self.arg_size(args[0]), self.arg_size(args[1])
         count_max = retained_max = count_min = retained_min = 0
         if old[0] == 0:
-            count_max = size[1] + 1 if size[1] < _MAX else size[1]
+            count_max = size[1] + 1 if size[1] < MAX else size[1]
             retained_max = size[1]
         elif new[1] <= old[0]:
             retained_max = size[1]
         else:
             count_max = math.ceil(float(size[1]) / float(old[0]))
         if old[1] == 0:
-            count_min = size[0] + 1 if size[0] < _MAX else size[0]
+            count_min = size[0] + 1 if size[0] < MAX else size[0]
             retained_min = size[0]
         elif old[1] <= new[0]:
             retained_min = size[0]
         else:
             count_min = math.ceil(float(size[0]) / float(old[1]))
-        count = (min(count_min, _MAX), min(count_max, _MAX))
-        result = _add(_mul(count, new), (retained_min, retained_max))
-        return _factor(size, 2 * _STRING_FACTOR), result
+        count = (min(count_min, MAX), min(count_max, MAX))
+        result = add(mul(count, new), (retained_min, retained_max))
+        return factor(size, 2 * _STRING_FACTOR), result
 
     def join_cost(self, target: _Arg, args: list[_Arg]) -> tuple[Range, Range | None]:
         size: Range = (0, 0)
         count = self.arg_size(target)
-        params = target.type.params if target.type.kind == "list" else ()
+        params = target.type.params
         if params:
             element = _Arg(None, None if target.path is None else (*target.path, "@items"), params[0], None)
-            size = _mul(count, self.arg_size(element))
+            size = mul(count, self.arg_size(element))
         if args:
             separators = (max(count[0] - 1, 0), max(count[1] - 1, 0))
-            size = _add(size, _mul(self.arg_size(args[0]), separators))
-        return _factor(size, _STRING_FACTOR), size
+            size = add(size, mul(self.arg_size(args[0]), separators))
+        return factor(size, _STRING_FACTOR), size
 
     def standard_cost(
         self,
@@ -477,19 +413,19 @@ class _Coster:
         """cel-go's own estimates, by overload."""
         size = self.arg_size_or_unknown
         if overload == "string_format" and target is not None:
-            return _add(_factor(size(target), _STRING_FACTOR), arg_sum), None
+            return add(factor(size(target), _STRING_FACTOR), arg_sum), None
         if overload in ("string_to_bytes", "bytes_to_string", "strings_quote") and len(args) == 1:
             length = size(args[0])
-            cost = _add(_factor(length, _STRING_FACTOR), arg_sum)
+            cost = add(factor(length, _STRING_FACTOR), arg_sum)
             if overload == "string_to_bytes":
-                return cost, (length[0], min(length[1] * 4, _MAX))
+                return cost, (length[0], min(length[1] * 4, MAX))
             if overload == "bytes_to_string":
                 return cost, (length[0] // 4, length[1])
-            return cost, (min(length[0] + 2, _MAX), min(length[1] * 2 + 2, _MAX))
+            return cost, (min(length[0] + 2, MAX), min(length[1] * 2 + 2, MAX))
         if overload in ("starts_with_string", "ends_with_string") and len(args) == 1:
-            return _add(_factor(size(args[0]), _STRING_FACTOR), arg_sum), None
+            return add(factor(size(args[0]), _STRING_FACTOR), arg_sum), None
         if overload == "in_list" and len(args) == 2:
-            return _add(_factor(size(args[1]), 1), arg_sum), None
+            return add(factor(size(args[1]), 1), arg_sum), None
         if overload in ("matches", "matches_string"):
             pair: tuple[_Arg, _Arg] | None = None
             if overload == "matches_string" and target is not None and len(args) == 1:
@@ -497,38 +433,38 @@ class _Coster:
             elif overload == "matches" and target is None and len(args) == 2:
                 pair = args[0], args[1]
             if pair is not None:
-                text = _factor(_add(size(pair[0]), _fixed(1)), _STRING_FACTOR)
-                regex = _factor(size(pair[1]), _REGEX_FACTOR)
-                return _add(_mul(text, regex), arg_sum), None
+                text = factor(add(size(pair[0]), fixed(1)), _STRING_FACTOR)
+                regex = factor(size(pair[1]), _REGEX_FACTOR)
+                return add(mul(text, regex), arg_sum), None
         if overload == "contains_string" and target is not None and len(args) == 1:
-            text = _factor(size(target), _STRING_FACTOR)
-            sub = _factor(size(args[0]), _STRING_FACTOR)
-            return _add(_mul(text, sub), arg_sum), None
+            text = factor(size(target), _STRING_FACTOR)
+            sub = factor(size(args[0]), _STRING_FACTOR)
+            return add(mul(text, sub), arg_sum), None
         if overload in ("logical_or", "logical_and"):
             lhs, rhs = arg_costs[0], arg_costs[1]
-            return (lhs[0], _add(lhs, rhs)[1]), None
+            return (lhs[0], add(lhs, rhs)[1]), None
         if overload == "conditional":
-            result = _union(size(args[1]), size(args[2]))
+            result = union(size(args[1]), size(args[2]))
             a, b = self.entry(node.args[1]), self.entry(node.args[2])
             if a is not None and b is not None:
-                self.entries[node.id] = _Entry(a.container, _union(a.key, b.key), _union(a.val, b.val))
-            return _add(arg_costs[0], _union(arg_costs[1], arg_costs[2])), result
+                self.entries[node.id] = _Entry(a.container, union(a.key, b.key), union(a.val, b.val))
+            return add(arg_costs[0], union(arg_costs[1], arg_costs[2])), result
         if overload in ("add_string", "add_bytes", "add_list") and len(args) == 2:
-            result = _add(size(args[0]), size(args[1]))
+            result = add(size(args[0]), size(args[1]))
             a, b = self.entry(node.args[0]), self.entry(node.args[1])
             if a is not None and b is not None:
-                self.entries[node.id] = _Entry(a.container, _union(a.key, b.key), _union(a.val, b.val))
+                self.entries[node.id] = _Entry(a.container, union(a.key, b.key), union(a.val, b.val))
             if overload == "add_list":
-                return _add(_fixed(1), arg_sum), result
-            return _add(_factor(result, _STRING_FACTOR), arg_sum), result
+                return add(fixed(1), arg_sum), result
+            return add(factor(result, _STRING_FACTOR), arg_sum), result
         if overload in _COMPARISONS:
             smallest = min(size(args[0])[1], size(args[1])[1])
-            return _add(_factor((1 if smallest > 0 else 0, smallest), _STRING_FACTOR), arg_sum), None
-        return _add(_fixed(1), arg_sum), None
+            return add(factor((1 if smallest > 0 else 0, smallest), _STRING_FACTOR), arg_sum), None
+        return add(fixed(1), arg_sum), None
 
     def arg_size_or_unknown(self, arg: _Arg) -> Range:
         """cel-go's sizeOrUnknown of an argument: its computed size only."""
-        return _UNKNOWN if arg.size is None else arg.size
+        return UNKNOWN if arg.size is None else arg.size
 
 
 _SETS = {"sets.contains": 1.0, "sets.intersects": 1.0, "sets.equivalent": 2.0}
@@ -550,21 +486,6 @@ _COMPARISONS = frozenset(
     {"less_string", "greater_string", "less_equals_string", "greater_equals_string", "less_bytes"}
     | {"greater_bytes", "less_equals_bytes", "greater_equals_bytes", "equals", "not_equals"}
 )
-
-
-def _literal_size(node: Node) -> Range | None:
-    if node.kind == "const":
-        if node.name == "string":
-            return _fixed(len(str(node.value)))
-        if node.name == "bytes":
-            assert isinstance(node.value, bytes)
-            return _fixed(len(node.value))
-        return _fixed(1)
-    if node.kind == "list":
-        return _fixed(len(node.args))
-    if node.kind == "struct" and not node.name:
-        return _fixed(len(node.args))
-    return None
 
 
 def _is_bind(node: Node) -> bool:
