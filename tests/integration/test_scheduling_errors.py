@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from allocerrorkit import FLEET, stays_pending_with_the_error
+from allocerrorkit import BUSY_POD, FLEET, stays_pending_with_the_error
 from clusterkit import StartCluster, eventually, kubectl
 from gpudra.kube.resources import EVENTS, PODS
 
@@ -19,28 +19,6 @@ async def test_a_cel_runtime_error_on_one_node_keeps_the_pod_pending_with_the_er
     start_cluster: StartCluster, bad: str
 ) -> None:
     await stays_pending_with_the_error(await start_cluster(FLEET), bad)
-
-
-LOOPS = "[" + ", ".join(["0"] * 100) + "]"
-BUSY_POD = f"""
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {{name: busy, namespace: default}}
-spec:
-  devices:
-    requests:
-    - name: gpu
-      exactly:
-        deviceClassName: gpu.nvidia.com
-        selectors: [{{cel: {{expression: '{LOOPS}.all(x, {LOOPS}.all(y, y == x))'}}}}]
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: busy, namespace: default}}
-spec:
-  containers: [{{name: main, image: cuda, resources: {{claims: [{{name: gpu}}]}}}}]
-  resourceClaims: [{{name: gpu, resourceClaimName: busy}}]
-"""
 
 
 async def test_a_selector_over_the_cel_library_iteration_budget_keeps_the_pod_pending_with_a_sentence(
