@@ -111,3 +111,27 @@ async def stays_pending_with_the_error(cluster: EmbeddedCluster, bad: str = "fx-
     pod = await cluster.client.get(PODS, "numa-pair", "default")
     assert not (pod.get("spec") or {}).get("nodeName"), pod["spec"]
     assert (pod.get("status") or {}).get("phase") == "Pending"
+
+
+# A selector that loops 10,100 times (cost 61,411, within Kubernetes' limit): kube-scheduler allocates it, gpudra's
+# CEL library stops at 10,000 iterations (docs/fidelity.md).
+LOOPS = "[" + ", ".join(["0"] * 100) + "]"
+BUSY_POD = f"""
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: busy, namespace: default}}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: gpu.nvidia.com
+        selectors: [{{cel: {{expression: '{LOOPS}.all(x, {LOOPS}.all(y, y == x))'}}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: busy, namespace: default}}
+spec:
+  containers: [{{name: main, image: cuda, resources: {{claims: [{{name: gpu}}]}}}}]
+  resourceClaims: [{{name: gpu, resourceClaimName: busy}}]
+"""

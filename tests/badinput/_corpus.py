@@ -17,6 +17,9 @@ REAL: dict[str, Any] = RECORDS[max(RECORDS)]
 """The newest record: what the embedded server, emulating that version by default, must answer."""
 REFUSED = sorted(name for name, record in REAL["records"].items() if record["exit"])
 ACCEPTED = sorted(name for name, record in REAL["records"].items() if not record["exit"])
+VALID = {"class-selector-cost-at-limit"}
+"""Accepted cases that are valid, not merely unknowable to the API server: an edge just inside a limit. No
+controller warns about them (the other accepted cases each get a Warning Event: test_events.py)."""
 CEL_WORDING = {"claim-selector-undeclared"}
 """Cases whose message is a CEL type-checker error: cel-go and cel-cpp word those differently."""
 ISSUE_CASES = [

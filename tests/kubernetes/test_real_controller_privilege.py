@@ -46,7 +46,8 @@ def a_domain(namespace: str = "default") -> ComputeDomain:
 
 
 def the_daemon_set() -> dict[str, Any]:
-    """The DaemonSet the controller applies for a domain (computedomain/children.py)."""
+    """The DaemonSet the controller applies for a domain (computedomain/children.py), with the image of the
+    base's controller (manifests/base/controller.yaml), the one its admission policy allows."""
     return daemon_set(a_domain(), DRIVER_NS, "ghcr.io/gpudra/gpudra:0.1.0")
 
 
@@ -126,6 +127,20 @@ def another_claim(ds: dict[str, Any]) -> None:
     ds["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "gpus"
 
 
+def another_image(ds: dict[str, Any]) -> None:
+    ds["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.example/miner:1"
+
+
+def another_program(ds: dict[str, Any]) -> None:
+    ds["spec"]["template"]["spec"]["containers"][0]["command"] = ["python", "-c", "print('any code')"]
+
+
+def more_resources(ds: dict[str, Any]) -> None:
+    resources = ds["spec"]["template"]["spec"]["containers"][0]["resources"]
+    resources["requests"] = {"cpu": "64", "memory": "512Gi"}
+    resources["limits"] = {"cpu": "64", "memory": "512Gi"}
+
+
 FORGED = [
     (privileged, "must run as the IMEX daemon runs: non-root, unprivileged"),
     (as_root, "must run as the IMEX daemon runs"),
@@ -136,6 +151,9 @@ FORGED = [
     (init_container, "may not have init containers"),
     (secret_env, "may not read Secrets or ConfigMaps into its environment"),
     (another_claim, f"may claim only its domain's daemon template computedomain-daemon-{UID}"),
+    (another_image, "must run the IMEX daemon: image ghcr.io/gpudra/gpudra:0.1.0, arguments [imex-daemon]"),
+    (another_program, "must run the IMEX daemon: image ghcr.io/gpudra/gpudra:0.1.0"),
+    (more_resources, "must request and be limited to the IMEX daemon's cpu 100m and memory 128Mi"),
 ]
 
 
@@ -171,7 +189,7 @@ async def test_the_controller_writes_only_imex_daemon_daemon_sets_of_their_own_s
     created = await apply(controller, the_daemon_set())
     assert created["spec"]["template"]["spec"]["serviceAccountName"] == "gpudra-imex-daemon"
     changed = the_daemon_set()
-    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/gpudra/gpudra:0.1.1"
+    changed["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "X", "value": "y"})
     await apply(controller, changed)
     await controller.delete(DAEMONSETS, created["metadata"]["name"], DRIVER_NS)
 

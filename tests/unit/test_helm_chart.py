@@ -226,6 +226,22 @@ def test_a_wrong_values_file_is_refused_naming_the_key(path: Path) -> None:
         assert text in done.stderr, f"{path.name}: {text!r} not in:\n{done.stderr}"
 
 
+@pytest.mark.parametrize(
+    "values", [(), ("--set", "image.repository=registry.example/gpu/gpudra,image.tag=v9")]
+)
+def test_the_daemonset_policy_allows_the_image_the_controller_gives_the_imex_daemons(
+    values: tuple[str, ...],
+) -> None:
+    """A stolen controller token cannot run another image on every node: the chart renders its one image into the
+    controller's GPUDRA_IMEX_DAEMON_IMAGE and into the policy on the controller's DaemonSets."""
+    objects = render(*values)
+    controller = find(objects, "Deployment", "gpudra-controller")
+    policy = find(objects, "ValidatingAdmissionPolicy", "gpudra-controller-imex-daemonsets")
+    image = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "image")
+    assert image == json.dumps(env(controller)["GPUDRA_IMEX_DAEMON_IMAGE"])
+    assert controller["spec"]["template"]["spec"]["containers"][0]["image"] in image
+
+
 def test_values_for_simulated_gpus_a_driver_root_and_a_cluster_without_a_service_proxy() -> None:
     """What gpudra up --real-nodes installs with (docs/real-node.md): the agent simulates its node's GPUs from a
     state file on the node, unprivileged; CDI specs name device nodes under the driver root; every pod of the

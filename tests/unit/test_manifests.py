@@ -272,6 +272,20 @@ def test_controller_node_policy_allows_exactly_the_node_keys_the_controller_writ
     assert PUBLISHED_LABEL not in labels and STATE_ANNOTATION not in variables["foreignAnnotations"]
 
 
+def test_daemonset_policy_allows_exactly_the_daemon_the_controller_runs() -> None:
+    """daemonset-admission.yaml binds the controller's DaemonSets to the IMEX daemon's image (the one the base's
+    controller runs, GPUDRA_IMEX_DAEMON_IMAGE, which ``gpudra up --control-plane kubernetes`` reads too), its
+    arguments and its requests and limits (computedomain/children.py)."""
+    from gpudra.cluster.kubernetes.bootstrap import daemon_image
+    from gpudra.computedomain.children import DaemonPodSettings
+
+    variables = {v["name"]: v["expression"] for v in _policy("daemonset-admission.yaml")["spec"]["variables"]}
+    controller = (ROOT / "manifests" / "base" / "controller.yaml").read_text()
+    assert variables["image"] == json.dumps(daemon_image(controller)) == '"ghcr.io/gpudra/gpudra:0.1.0"'
+    settings = DaemonPodSettings()
+    assert variables["resources"] == json.dumps({"cpu": settings.cpu, "memory": settings.memory})
+
+
 def test_every_policy_binds_to_the_service_accounts_of_the_base() -> None:
     for path in sorted((ROOT / "manifests" / "base").glob("*-admission.yaml")):
         docs = list(yaml.safe_load_all(path.read_text()))

@@ -30,12 +30,13 @@ if TYPE_CHECKING:
     from gpudra.allocator.cel.selectors import (
         MAX_EXPRESSION_LENGTH,
         CelCompileError,
+        CelCostError,
         CelResultTypeError,
         check_new_selector,
     )
 
 _FROM_CEL = frozenset(
-    {"MAX_EXPRESSION_LENGTH", "CelCompileError", "CelResultTypeError", "check_new_selector"}
+    {"MAX_EXPRESSION_LENGTH", "CelCompileError", "CelCostError", "CelResultTypeError", "check_new_selector"}
 )
 
 
@@ -54,6 +55,7 @@ __all__ = [
     "Allocation",
     "Allocator",
     "CelCompileError",
+    "CelCostError",
     "CelResultTypeError",
     "ClaimAllocation",
     "ClosestDevice",

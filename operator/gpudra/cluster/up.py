@@ -191,6 +191,8 @@ class ControllerConnection:
 
     server_url: str | None = None
     kubeconfig: Path | None = None
+    daemon_image: str | None = None
+    """The IMEX daemon image the applied admission policy allows the controller (the base's); None: its own."""
 
 
 @dataclass
@@ -349,7 +351,8 @@ class EmbeddedCluster:
         applied = await apply_base(admin, repo_manifests())
         # the in-process controller starts next: on CRDs not served yet it logged 429s and kopf's retries
         await wait_served(
-            self.client, [o["metadata"]["name"] for o in applied if o["kind"] == "CustomResourceDefinition"]
+            self.client,
+            [o["metadata"]["name"] for o in applied.objects if o["kind"] == "CustomResourceDefinition"],
         )
         kubeconfig = await self.kubernetes.service_account_kubeconfig(
             self.client,
@@ -357,7 +360,7 @@ class EmbeddedCluster:
             CONTROLLER_SERVICE_ACCOUNT,
             who="gpudra-controller",
         )
-        return ControllerConnection(kubeconfig=kubeconfig)
+        return ControllerConnection(kubeconfig=kubeconfig, daemon_image=applied.daemon_image)
 
     async def start(self, progress: StartProgress | None = None) -> None:
         if self.options.real_kubelets and self.options.control_plane != "kubernetes":
@@ -442,6 +445,8 @@ class EmbeddedCluster:
                     self.options.controller.model_copy(
                         update={
                             "imex_daemon_mode": self.options.compute_domain_daemon_mode,
+                            "imex_daemon_image": connection.daemon_image
+                            or self.options.controller.imex_daemon_image,
                             "kubeconfig": connection.kubeconfig,
                             "web_port": self.options.web_port,
                             "web_host": "127.0.0.1",

@@ -46,9 +46,25 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class CelType:
+    """A checked type: ``kind`` is dyn | null | bool | int | uint | double | string | bytes | list | map |
+    type_param | message | abstract | well_known | other; ``name`` names a message, abstract or type parameter
+    type; ``params``: a list's element, a map's key and value, an abstract type's parameters."""
+
+    kind: str
+    name: str = ""
+    params: tuple[CelType, ...] = ()
+
+
+DYN = CelType("dyn")
+
+
+@dataclass(frozen=True, slots=True)
 class Ast:
     root: Node
     positions: dict[int, int] = field(default_factory=dict)  # node id -> code point offset in the source
+    types: dict[int, CelType] = field(default_factory=dict)  # checked: node id -> its type
+    overloads: dict[int, tuple[str, ...]] = field(default_factory=dict)  # checked: call id -> overload ids
 
 
 def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
@@ -230,8 +246,53 @@ def _positions(data: bytes) -> dict[int, int]:
     return positions
 
 
-def decode(serialized: bytes) -> Ast:
-    """Decode the library's serialized expression: an Any holding a ParsedExpr or a CheckedExpr."""
+_PRIMITIVES = {1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
+
+
+def _type(data: bytes) -> CelType:
+    """Decode one cel.expr.Type message."""
+    for number, _, value in _fields(data):
+        if number == 1:
+            return DYN
+        if number == 2:
+            return CelType("null")
+        if number == 3:
+            assert isinstance(value, int)
+            return CelType(_PRIMITIVES.get(value, "other"))
+        if number == 5:
+            known = value if isinstance(value, int) else 0
+            return CelType("well_known", {2: "timestamp", 3: "duration"}.get(known, "any"))
+        if number == 6:
+            elem = next((_type(_msg(v)) for n, _, v in _fields(_msg(value)) if n == 1), DYN)
+            return CelType("list", params=(elem,))
+        if number == 7:
+            parts = {n: _type(_msg(v)) for n, _, v in _fields(_msg(value))}
+            return CelType("map", params=(parts.get(1, DYN), parts.get(2, DYN)))
+        if number == 9:
+            return CelType("message", _text(value))
+        if number == 10:
+            return CelType("type_param", _text(value))
+        if number == 14:
+            name = next((_text(v) for n, _, v in _fields(_msg(value)) if n == 1), "")
+            params = tuple(_type(_msg(v)) for n, _, v in _fields(_msg(value)) if n == 2)
+            return CelType("abstract", name, params)
+    return CelType("other")
+
+
+def _entry(data: bytes) -> tuple[int, bytes]:
+    key, payload = 0, b""
+    for number, _, value in _fields(data):
+        if number == 1:
+            assert isinstance(value, int)
+            key = _signed(value)
+        elif number == 2:
+            payload = _msg(value)
+    return key, payload
+
+
+def decode(serialized: bytes, *, with_types: bool = False) -> Ast:
+    """Decode the library's serialized expression: an Any holding a ParsedExpr or a CheckedExpr; ``with_types``:
+    a checked one's types and overloads too (``Ast.types``, ``Ast.overloads``)."""
     type_url, payload = "", b""
     for number, _, value in _fields(serialized):
         if number == 1:
@@ -240,12 +301,23 @@ def decode(serialized: bytes) -> Ast:
             payload = _msg(value)
     expr_field, info_field = (4, 5) if type_url.endswith("CheckedExpr") else (2, 3)
     root, positions = Node(0, "const"), {}
+    types: dict[int, CelType] = {}
+    overloads: dict[int, tuple[str, ...]] = {}
+    checked = with_types and expr_field == 4
     for number, _, value in _fields(payload):
         if number == expr_field:
             root = decode_expr(_msg(value))
         elif number == info_field:
             positions = _positions(_msg(value))
-    return Ast(root, positions)
+        elif checked and number == 2:  # reference_map: the overloads a call resolved to
+            key, reference = _entry(_msg(value))
+            ids = tuple(_text(v) for n, _, v in _fields(reference) if n == 3)
+            if ids:
+                overloads[key] = ids
+        elif checked and number == 3:  # type_map
+            key, data = _entry(_msg(value))
+            types[key] = _type(data)
+    return Ast(root, positions, types, overloads)
 
 
 def line_column(text: str, offset: int) -> tuple[int, int]:

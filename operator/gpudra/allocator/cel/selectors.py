@@ -37,14 +37,18 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from gpudra.allocator.cel import celanalysis
 from gpudra.allocator.cel.celast import Node, decode, line_column
 from gpudra.allocator.cel.celclosures import MAX_LIST_VALUES, CelEvalError, result_error, translate
+from gpudra.allocator.cel.celcost import COST_LIMIT, estimated_cost
 from gpudra.allocator.cel.celfastpath import fast_path
 from gpudra.allocator.cel.celtypes import Quantity, Semver
 from gpudra.allocator.cel.celview import CelDevice, cel_device
 from gpudra.errors import InvalidInputError
 
 __all__ = [
+    "COST_LIMIT",
+    "ITERATION_BUDGET",
     "MAX_EXPRESSION_LENGTH",
     "CelCompileError",
+    "CelCostError",
     "CelDevice",
     "CelError",
     "CelRuntimeError",
@@ -54,6 +58,7 @@ __all__ = [
     "cel_device",
     "check_new_selector",
     "compile_selector",
+    "estimated_selector_cost",
 ]
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # Kubernetes' limit on a selector expression
@@ -90,6 +95,18 @@ class CelResultTypeError(CelCompileError):
             hint='compare the value, e.g. device.attributes["gpu.nvidia.com"].type == "gpu"',
         )
         self.result_type = result_type
+
+
+class CelCostError(CelCompileError):
+    """A new selector whose estimated worst-case cost (``cost``) exceeds kube-apiserver's limit."""
+
+    def __init__(self, cost: int, *, expression: str) -> None:
+        super().__init__(
+            f"too complex: its estimated cost is {cost}, over the limit of {COST_LIMIT}",
+            expression=expression,
+            hint="iterate over fewer maps, or over one attribute domain instead of all of them",
+        )
+        self.cost = cost
 
 
 class CelRuntimeError(CelError):
@@ -356,6 +373,14 @@ def _projector(reads: celanalysis.Reads) -> Callable[[CelDevice], Hashable]:
     return lambda device: tuple([device.keys().get(k, m) for k in frozen])
 
 
+ITERATION_BUDGET = 10_000
+"""Loop iterations the CEL library runs in one evaluation (fixed in cel-cpp). kube-scheduler has no such limit,
+only the cost limit: a selector iterating more, within that cost, runs there and fails here (docs/fidelity.md)."""
+_ITERATION_BUDGET = (
+    f"more than {ITERATION_BUDGET} loop iterations in one evaluation: gpudra's CEL library stops there, "
+    f"where Kubernetes allows any number within a cost of {COST_LIMIT}"
+)
+
 _NO_SUCH_KEY = re.compile(r'Key not found in map\s*:\s*"?([^"]*)"?')
 
 
@@ -456,7 +481,10 @@ class CompiledSelector:
     def _evaluate(self, device: CelDevice) -> bool | str:
         attribute_fill = self._fill[0].difference(device.attributes)
         capacity_fill = self._fill[1].difference(device.capacity)
-        value = self._program.eval(_activation(device, attribute_fill, capacity_fill))
+        try:
+            value = self._program.eval(_activation(device, attribute_fill, capacity_fill))
+        except RuntimeError as error:  # the library raises, rather than returns, a few errors
+            return _ITERATION_BUDGET if "Iteration budget exceeded" in str(error) else str(error)
         result = value.value()
         if result is True or result is False:
             return bool(result)
@@ -508,18 +536,29 @@ def compile_selector(expression: str) -> CompiledSelector:
     return CompiledSelector(expression, program, celanalysis.reads_of(ast), translate(tree), tree)
 
 
+@functools.lru_cache(maxsize=2048)
+def estimated_selector_cost(expression: str) -> int:
+    """The worst-case cost kube-apiserver estimates for a selector (``celcost``); only a new selector is held to
+    ``COST_LIMIT``, so the allocator never asks. Raise CelCompileError as ``compile_selector`` does."""
+    compile_selector(expression)
+    checked = _environments()[0].compile(expression)
+    return estimated_cost(decode(checked.serialize(), with_types=True))
+
+
 def check_new_selector(expression: str, *, list_attributes: bool) -> None:
     """Check a selector as kube-apiserver checks one a write adds or changes (its "new expressions" environment):
     as ``compile_selector`` does, and with DRAListTypeAttributes off (``list_attributes`` false) without
-    ``includes()``, which that environment then lacks. Raise CelCompileError.
+    ``includes()``, which that environment then lacks; then its estimated cost against the limit. Raise
+    CelCompileError (CelCostError for the cost).
 
     Expressions already stored, and the allocator, always have ``includes()`` (kube-apiserver's "stored
     expressions" environment), so an object written while the gate was on keeps working after it is turned off.
     """
-    compile_selector(expression)
-    if list_attributes:
-        return
-    try:
-        _check_env_without_includes().compile(expression)
-    except RuntimeError as error:
-        raise _compile_error(expression, error) from error
+    cost = estimated_selector_cost(expression)
+    if not list_attributes:
+        try:
+            _check_env_without_includes().compile(expression)
+        except RuntimeError as error:
+            raise _compile_error(expression, error) from error
+    if cost > COST_LIMIT:
+        raise CelCostError(cost, expression=expression)

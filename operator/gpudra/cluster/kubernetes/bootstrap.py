@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,31 @@ def install_objects(rendered: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(rendered) if doc and doc.get("kind") not in WORKLOAD_KINDS]
 
 
-async def apply_base(kubeconfig: Path, base: Path) -> list[dict[str, Any]]:
+def daemon_image(rendered: str) -> str:
+    """The IMEX daemon image the base's controller Deployment runs (its GPUDRA_IMEX_DAEMON_IMAGE): the one image
+    the base's admission policy lets the controller put in a DaemonSet."""
+    for doc in yaml.safe_load_all(rendered):
+        if doc and doc.get("kind") == "Deployment":
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                for variable in container.get("env") or ():
+                    if variable["name"] == "GPUDRA_IMEX_DAEMON_IMAGE":
+                        return str(variable["value"])
+    raise ConfigurationError("gpudra's manifests set no GPUDRA_IMEX_DAEMON_IMAGE on the controller")
+
+
+@dataclass(frozen=True)
+class AppliedBase:
+    objects: list[dict[str, Any]]
+    """What was applied: the base without its workloads."""
+    daemon_image: str
+    """The IMEX daemon image of the base's controller (``daemon_image``)."""
+
+
+async def apply_base(kubeconfig: Path, base: Path) -> AppliedBase:
     """Apply the base in the two steps docs/install.md gives users: the CRDs, then (once they are Established,
     or the API server has no mapping for their kinds yet) everything else."""
-    objects = install_objects(await _kubectl(kubeconfig, "kustomize", str(base)))
+    rendered = await _kubectl(kubeconfig, "kustomize", str(base))
+    objects = install_objects(rendered)
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     rest = [o for o in objects if o["kind"] != "CustomResourceDefinition"]
     await _kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(crds).encode())
@@ -77,7 +99,7 @@ async def apply_base(kubeconfig: Path, base: Path) -> list[dict[str, Any]]:
     )
     await _kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(rest).encode())
     await wait_for_policies(kubeconfig)
-    return objects
+    return AppliedBase(objects, daemon_image(rendered))
 
 
 PROBE = "gpudra-up-policy-probe"

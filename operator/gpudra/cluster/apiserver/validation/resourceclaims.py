@@ -5,7 +5,8 @@ A request has exactly one of ``exactly`` and ``firstAvailable``; request and sub
 labels; ``deviceClassName`` is required; ``count`` is positive in ExactCount mode and absent in All mode;
 constraints and configs name requests that exist; attribute names are qualified; every CEL selector compiles
 (the error at ``...selectors[i].cel.expression``, with line, column and a caret as kube-apiserver prints it),
-``includes()`` only where the expression is stored or DRAListTypeAttributes is on (see ``selector``);
+``includes()`` only where the expression is stored or DRAListTypeAttributes is on (see ``selector``), and its
+estimated cost is within kube-apiserver's limit (``allocator/celcost.py``: "too complex, exceeds cost limit");
 opaque parameters are a JSON object of at most 10 KiB. The defaults Kubernetes sets before it validates
 (allocationMode ExactCount, count 1, toleration operator Equal) are set here too.
 """
@@ -16,7 +17,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator import MAX_EXPRESSION_LENGTH, CelCompileError, CelResultTypeError, check_new_selector
+from gpudra.allocator import (
+    MAX_EXPRESSION_LENGTH,
+    CelCompileError,
+    CelCostError,
+    CelResultTypeError,
+    check_new_selector,
+)
 
 from . import names
 from .fielderrors import (
@@ -114,6 +121,8 @@ def selector(item: Any, path: str, includes: bool) -> Errors:
         return [too_long(here, MAX_EXPRESSION_LENGTH)]
     try:
         check_new_selector(expression, list_attributes=includes)
+    except CelCostError:
+        return [forbidden(here, "too complex, exceeds cost limit")]
     except CelCompileError as error:
         return [invalid_value(here, expression, compile_failure(expression, error))]
     return []
