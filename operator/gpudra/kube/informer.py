@@ -208,7 +208,7 @@ class Informers:
     def __init__(self, client: KubeClient, *, events: EventRecorder | None = None) -> None:
         self._client = client
         self._events = events
-        self._informers: dict[Selection, tuple[Informer, Parse | None]] = {}
+        self._informers: dict[Selection, tuple[Informer, Parse]] = {}
         self._running = False
 
     def informer(
@@ -218,7 +218,7 @@ class Informers:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        parse: Parse | None = None,
+        parse: Parse,
     ) -> Informer:
         """The informer of this selection, made on the first ask; every ask must name the same ``parse`` (one
         model per kind, so that every consumer sees the same objects)."""
