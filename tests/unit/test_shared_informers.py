@@ -9,11 +9,15 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
+from structlog.testing import capture_logs
 
+from gpudra.api.computedomain import ComputeDomainClique
 from gpudra.api.core import Node, Pod
+from gpudra.errors import NotFoundError
+from gpudra.kube import informer as informer_module
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informers
-from gpudra.kube.resources import NODES, PODS, Resource
+from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, NODES, PODS, Resource
 from gpudra.testing import eventually
 
 
@@ -23,8 +27,13 @@ class CountingClient:
     def __init__(self) -> None:
         self.lists: Counter[str] = Counter()
         self.watches: Counter[str] = Counter()
+        self.unserved: set[str] = set()
 
     async def list(self, resource: Resource, namespace: str | None = None, **_: Any) -> tuple[list[Any], str]:
+        if resource.plural in self.unserved:
+            raise NotFoundError(
+                f"the server could not find the requested resource ({resource.plural})", status=404
+            )
         self.lists[resource.plural] += 1
         meta = {"name": "one", "uid": "u1", "resourceVersion": "1"}
         if resource.namespaced:
@@ -89,3 +98,31 @@ async def test_a_consumer_cannot_join_late_or_read_a_kind_as_another_model() -> 
     finally:
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_an_optional_kind_the_server_does_not_serve_is_watched_once_served_and_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A controller on a cluster without the ComputeDomain CRDs is ready all the same, and sees the cliques once
+    the CRDs are installed; the absence is said once, not at every retry."""
+    monkeypatch.setattr(informer_module, "OPTIONAL_RETRY_SECONDS", 0.01)
+    client = CountingClient()
+    client.unserved.add("computedomaincliques")
+    informers = Informers(cast(KubeClient, client))
+    informers.informer(NODES, parse=Node.model_validate)
+    cliques = informers.informer(
+        COMPUTE_DOMAIN_CLIQUES, parse=ComputeDomainClique.model_validate, optional=True
+    )
+    with capture_logs() as logs:
+        running = asyncio.create_task(informers.run())
+        try:
+            await asyncio.wait_for(informers.synced(), 5)
+            assert not cliques.synced.is_set()
+            client.unserved.clear()  # the CRD is installed
+            await asyncio.wait_for(cliques.synced.wait(), 5)
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+    assert list(cliques.cache) == [("default", "one")]
+    said = [entry for entry in logs if entry.get("resource") == "computedomaincliques"]
+    assert [entry["event"] for entry in said] == ["not served by the API server; watched once it is"]

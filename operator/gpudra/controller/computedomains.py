@@ -75,7 +75,7 @@ def register_compute_domains(
         PODS, namespace=namespace, label_selector=DAEMON_POD_SELECTOR, parse=Pod.model_validate
     ).subscribe(daemon_pod_event)
     informers.informer(
-        COMPUTE_DOMAIN_CLIQUES, namespace=namespace, parse=ComputeDomainClique.model_validate
+        COMPUTE_DOMAIN_CLIQUES, namespace=namespace, parse=ComputeDomainClique.model_validate, optional=True
     ).subscribe(clique_event)
     informers.informer(NODES, parse=Node.model_validate).subscribe(node_event)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpudra.errors import InvalidInputError, KubeError
+from gpudra.errors import InvalidInputError, KubeError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import Resource
@@ -33,6 +33,8 @@ Key = tuple[str, str]
 Handler = Callable[[str, dict[str, Any]], Awaitable[None]]
 Parse = Callable[[dict[str, Any]], object]
 _REPORTED_LIMIT = 10_000
+OPTIONAL_RETRY_SECONDS = 60.0
+"""How often an optional kind the server does not serve is asked for again."""
 
 
 def object_key(obj: dict[str, Any]) -> Key:
@@ -203,12 +205,17 @@ class Selection:
 
 class Informers:
     """The process's informers: ``informer()`` hands out the same one for the same selection, whoever asks, and
-    ``run()`` runs them all. Ask (and subscribe) before ``run()``."""
+    ``run()`` runs them all. Ask (and subscribe) before ``run()``.
+
+    A kind asked for as ``optional`` by every asker (a custom resource the cluster may not serve: its CRD not
+    installed) is watched once the server serves it, said once in the log, and ``synced()`` does not wait for it.
+    """
 
     def __init__(self, client: KubeClient, *, events: EventRecorder | None = None) -> None:
         self._client = client
         self._events = events
         self._informers: dict[Selection, tuple[Informer, Parse]] = {}
+        self._required: set[Selection] = set()
         self._running = False
 
     def informer(
@@ -219,17 +226,20 @@ class Informers:
         label_selector: str | None = None,
         field_selector: str | None = None,
         parse: Parse,
+        optional: bool = False,
     ) -> Informer:
         """The informer of this selection, made on the first ask; every ask must name the same ``parse`` (one
         model per kind, so that every consumer sees the same objects)."""
         selection = Selection(resource, namespace, label_selector, field_selector)
         known = self._informers.get(selection)
-        if known is not None:
-            if known[1] != parse:
-                raise ValueError(f"the {resource.plural} informer parses its objects another way")
-            return known[0]
+        if known is not None and known[1] != parse:
+            raise ValueError(f"the {resource.plural} informer parses its objects another way")
         if self._running:
             raise RuntimeError(f"the informers run already: ask for {resource.plural} before run()")
+        if not optional:
+            self._required.add(selection)
+        if known is not None:
+            return known[0]
         informer = Informer(
             self._client,
             resource,
@@ -246,10 +256,30 @@ class Informers:
         return len(self._informers)
 
     async def synced(self) -> None:
-        """Until every informer has listed once."""
-        await asyncio.gather(*(informer.synced.wait() for informer, _ in self._informers.values()))
+        """Until every informer that is not optional has listed once."""
+        await asyncio.gather(*(self._informers[s][0].synced.wait() for s in self._required))
 
     async def run(self) -> None:
-        """Run every informer until cancelled."""
+        """Run every informer (an optional one once it is served) until cancelled."""
         self._running = True
-        await asyncio.gather(*(informer.run() for informer, _ in self._informers.values()))
+        await asyncio.gather(
+            *(
+                informer.run() if selection in self._required else self._when_served(informer)
+                for selection, (informer, _) in self._informers.items()
+            )
+        )
+
+    async def _when_served(self, informer: Informer) -> None:
+        said = False
+        while True:
+            try:
+                await self._client.list(informer.resource, informer.namespace)
+                break
+            except NotFoundError:
+                if not said:
+                    log.info(
+                        "not served by the API server; watched once it is", resource=informer.resource.plural
+                    )
+                    said = True
+                await asyncio.sleep(OPTIONAL_RETRY_SECONDS)
+        await informer.run()
