@@ -13,11 +13,15 @@ from structlog.testing import capture_logs
 
 from gpudra.api.computedomain import ComputeDomainClique
 from gpudra.api.core import Node, Pod
+from gpudra.config import ControllerSettings
+from gpudra.controller.kopfapp import build_controller
+from gpudra.controller.webview.state import FleetView
 from gpudra.errors import NotFoundError
 from gpudra.kube import informer as informer_module
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informers
 from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, NODES, PODS, Resource
+from gpudra.metrics import Metrics
 from gpudra.testing import eventually
 
 
@@ -126,3 +130,13 @@ async def test_an_optional_kind_the_server_does_not_serve_is_watched_once_served
     assert list(cliques.cache) == [("default", "one")]
     said = [entry for entry in logs if entry.get("resource") == "computedomaincliques"]
     assert [entry["event"] for entry in said] == ["not served by the API server; watched once it is"]
+
+
+def test_the_web_view_watches_through_the_controllers_informers() -> None:
+    """In a controller that serves the web view, a kind both watch (Nodes, slices, claims, DeviceClasses, waiting
+    pods, cliques) is listed and watched once: the view adds only the kinds no cache of the controller uses."""
+    client = KubeClient.__new__(KubeClient)  # building calls no API
+    controller = build_controller(ControllerSettings(), Metrics(), client, server_url=None)
+    alone = len(controller.informers)
+    FleetView(controller.informers)
+    assert len(controller.informers) - alone == len({"namespaces", "computedomains", "miglayouts"})

@@ -32,6 +32,7 @@ from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
+from gpudra.controller.webview.state import FleetView
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informers
@@ -212,7 +213,7 @@ async def run_controller(
 ) -> None:
     """Run until ``stop`` is set; ``ready`` is set once kopf has started and every informer has listed once.
     ``server_url`` connects to an embedded server without credentials. With ``settings.web_port`` set, the web view
-    is served (in a thread of its own) while the controller runs, and ``web_view_started`` is told its URL.
+    is served over the controller's informers while the controller runs, and ``web_view_started`` is told its URL.
 
     kopf treats every asyncio task created after its start as its own and cancels them when it stops, so the
     informers and the loops beside kopf start before it, and an embedding process (``gpudra up``, tests) runs it
@@ -232,19 +233,13 @@ async def run_controller(
     web_view = None
     beside: list[asyncio.Task[None]] = []
     try:
+        controller = build_controller(settings, metrics, client, server_url=server_url)
         if settings.web_port is not None:
-            web_view = WebViewServer(
-                settings.web_host,
-                settings.web_port,
-                driver=settings.driver_name,
-                namespace=settings.namespace,
-                server_url=server_url,
-                kubeconfig=settings.kubeconfig,
-            )
-            url = await asyncio.to_thread(web_view.start)
+            view = FleetView(controller.informers, driver=settings.driver_name, namespace=settings.namespace)
+            web_view = WebViewServer(settings.web_host, settings.web_port, view)
+            url = await web_view.start()
             if web_view_started is not None:
                 web_view_started(url)
-        controller = build_controller(settings, metrics, client, server_url=server_url)
         started = asyncio.Event()
         beside.append(asyncio.create_task(controller.informers.run(), name="informers"))
         beside.extend(asyncio.create_task(loop(), name=f"beside kopf: {n}") for n, loop in controller.loops)
@@ -275,7 +270,7 @@ async def run_controller(
             task.cancel()
         await asyncio.gather(*beside, return_exceptions=True)
         if web_view is not None:
-            await asyncio.to_thread(web_view.stop)
+            await web_view.stop()
         await client.close()
 
 

@@ -1,8 +1,6 @@
-"""What the web view watches: one informer per kind (``gpudra.kube.informer.Informers``, the optional custom resources
-watched once the server serves them), and each object read as its model (parsed once per resourceVersion).
-
-The view runs in a thread of its own, with its own event loop and client (``server.py``), so its informers are its
-own too: an informer belongs to the event loop it runs in."""
+"""What the web view watches, through the process's shared informers (``gpudra.kube.informer.Informers``: in the
+controller, the same informers as its caches; the optional custom resources watched once the server serves them),
+and each object read as its model (parsed once per resourceVersion)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from gpudra.api.core import Namespace, Node, Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.api.miglayout import MigLayout
 from gpudra.controller.miglayouts import MIGLAYOUTS
-from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informer, Informers, Key, Parse
 from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
@@ -61,27 +58,26 @@ def _rv(obj: Body) -> str:
 
 @dataclass
 class Watched:
-    client: KubeClient
+    informers: Informers
+    """The process's informers: the view subscribes to them, and their owner runs them."""
     namespace: str
     """The driver's namespace (``IN_DRIVER_NAMESPACE``)."""
     changed: Callable[[str], None]
     """Told the name (a key of ``WATCHED``) of each kind whose objects changed."""
     _informers: dict[str, Informer] = field(default_factory=dict)
-    _all: Informers = field(init=False)
+    _models: dict[str, dict[Key, tuple[str, WireModel]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._all = Informers(self.client)
         for name, (resource, parse) in WATCHED.items():
-            self._informers[name] = self._all.informer(
+            informer = self.informers.informer(
                 resource,
                 namespace=self.namespace if name in IN_DRIVER_NAMESPACE else None,
                 field_selector=SELECTED.get(name),
                 parse=parse,
                 optional=name in OPTIONAL,
             )
-            self._informers[name].subscribe(self._handler(name))
-
-    _models: dict[str, dict[Key, tuple[str, WireModel]]] = field(default_factory=dict)
+            informer.subscribe(self._handler(name))
+            self._informers[name] = informer
 
     def _handler(self, name: str) -> Callable[[str, Body], Any]:
         async def handler(kind: str, obj: Body) -> None:
@@ -89,13 +85,9 @@ class Watched:
 
         return handler
 
-    def start(self) -> list[asyncio.Task[None]]:
-        """Start every informer (an optional one once it is served); the tasks run until cancelled."""
-        return [asyncio.create_task(self._all.run(), name="webview informers")]
-
     async def synced(self) -> None:
-        """Until every informer that is not optional has listed once."""
-        await self._all.synced()
+        """Until every informer of the view that is not optional has listed once."""
+        await asyncio.gather(*(i.synced.wait() for n, i in self._informers.items() if n not in OPTIONAL))
 
     def wire(self, name: str) -> list[Body]:
         """The watched objects of ``name`` in their wire form (what a worker process is sent)."""
