@@ -17,6 +17,7 @@ import asyncio
 import json
 import shutil
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,10 @@ from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.controller.webview.server import WebViewServer
+from gpudra.controller.webview.state import FleetView
 from gpudra.devices.classes import load_device_classes
 from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import Informers
 from gpudra.kube.resources import CRDS, DEVICE_CLASSES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 DRIVER = Path(__file__).resolve().parents[1] / "tests" / "browser" / "driver.mjs"
@@ -133,11 +136,51 @@ async def _update_latency(web: str, client: KubeClient, runs: int) -> list[float
     return latencies
 
 
+class ThreadedWebView:
+    """The web view with informers and a client of its own, in a thread and event loop of its own, as the
+    controller's would be beside the API server: the bench's API server and its load run in the main loop."""
+
+    def __init__(self, server_url: str) -> None:
+        self._server_url = server_url
+        self._started = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), name="webview", daemon=True)
+        self.url = ""
+
+    def start(self) -> str:
+        self._thread.start()
+        if not self._started.wait(60):
+            raise TimeoutError("the web view did not start within 60 s")
+        return self.url
+
+    async def _main(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        client = KubeClient.for_url(self._server_url, field_manager="gpudra-webview", max_connections=None)
+        informers = Informers(client)
+        web = WebViewServer("127.0.0.1", 0, FleetView(informers, driver="gpu.nvidia.com"))
+        watching = asyncio.create_task(informers.run())
+        try:
+            self.url = await web.start()
+            self._started.set()
+            await self._stop.wait()
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+            await web.stop()
+            await client.close()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
 async def run(spec: str, pending: int, runs: int) -> None:
     server = EmbeddedAPIServer()
     url = await server.start()
     client = KubeClient.for_url(url, max_connections=None)
-    web = WebViewServer("127.0.0.1", 0, driver="gpu.nvidia.com", server_url=url)
+    web = ThreadedWebView(url)
     try:
         started = time.perf_counter()
         slices, held = await _fill(client, spec, pending)

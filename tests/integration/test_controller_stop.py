@@ -1,5 +1,7 @@
-"""The controller stops cleanly however soon after its start and whatever it is busy with: kopf has found the API's
-resources before the cluster reports ready, and no watch stream is left open for the event loop's end."""
+"""The controller stops cleanly however soon after its start and whatever it is busy with: no request of kopf's is
+left retrying against a closed connection, and no watch stream, kopf's or an informer's, is left open for the event
+loop's end. The burst of new objects reaches both ways the controller watches: kopf (MigLayouts) and the shared
+informers (DeviceClasses)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,25 @@ import logging
 import pytest
 
 from clusterkit import StartCluster
+from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.kube.resources import DEVICE_CLASSES
 
 
 def device_class(name: str) -> dict[str, object]:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": {}}
+
+
+def mig_layout(name: str) -> dict[str, object]:
+    """A MigLayout for no node (the fleet's MIG state stays as it is)."""
+    return {
+        "apiVersion": "gpudra.dev/v1alpha1",
+        "kind": "MigLayout",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"example.com/none": "x"}},
+            "layout": {"config": "all-balanced"},
+        },
+    }
 
 
 @pytest.mark.parametrize("burst", [0, 40])
@@ -24,6 +40,7 @@ async def test_a_stop_right_after_start_or_amid_new_objects_leaves_nothing_behin
         cluster = await start_cluster("dgx-a100:1,l4x4:1")
         assert cluster.client is not None
         for i in range(burst):  # new objects: kopf's watcher hands each to a new worker as the stop comes
+            await cluster.client.create(MIGLAYOUTS, mig_layout(f"burst-{round_}-{i}"))
             await cluster.client.create(DEVICE_CLASSES, device_class(f"burst-{round_}-{i}"))
         await cluster.stop()
     problems = [

@@ -11,6 +11,7 @@ from gpudra.controller.pending import PendingClaims, Said, uses_driver
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.devices.classes import load_device_classes
 from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import Informers
 from gpudra.metrics import Metrics
 from gpudra.planning.podclaims import implicit_uid
 
@@ -72,7 +73,8 @@ def test_a_claim_that_stops_parsing_is_dropped_and_its_reason_forgotten() -> Non
 def test_a_pods_implicit_claim_is_forgotten_once_the_pod_is_bound() -> None:
     metrics = Metrics()
     pending = _pending(metrics)
-    pods = PendingPods(KubeClient.__new__(KubeClient), pending)
+    client = KubeClient.__new__(KubeClient)
+    pods = PendingPods(client, Informers(client), pending)
     body: dict[str, Any] = {
         "metadata": {"name": "legacy", "namespace": "default", "uid": "p1"},
         "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 9}}}]},

@@ -6,14 +6,13 @@
 - delete: ``remove_children``; a pass that could not remove everything is retried a bounded number of
   times (``computedomain_cleanup_attempts``), then the finalizer is released anyway with a Warning Event
   naming what is left, so a domain never hangs in Terminating (NVIDIA #380).
-- events of domains, their claims, Nodes, and (in the driver's namespace) their ComputeDomainClique objects
-  and daemon pods feed the ``DomainView``;
+- events of domains (kopf) and, from the process's shared informers, their claims, Nodes, and (in the driver's
+  namespace) their ComputeDomainClique objects and daemon pods feed the ``DomainView``;
   the ``DomainStatusWriter`` recomputes and writes status for the domains an event touched.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import kopf
@@ -28,8 +27,8 @@ from gpudra.controller.domainstatus import DomainStatusWriter
 from gpudra.errors import InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
-from gpudra.kube.informer import Informer
-from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, PODS
+from gpudra.kube.informer import Informers
+from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, NODES, PODS
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
 
@@ -42,16 +41,20 @@ DAEMON_POD_SELECTOR = f"{COMPONENT_LABEL}=daemon,{MANAGED_BY_LABEL}={MANAGED_BY}
 
 
 def register_compute_domains(
-    registry: kopf.OperatorRegistry, settings: ControllerSettings, metrics: Metrics, client: KubeClient
+    registry: kopf.OperatorRegistry,
+    informers: Informers,
+    settings: ControllerSettings,
+    metrics: Metrics,
+    client: KubeClient,
 ) -> DomainStatusWriter:
-    """The ComputeDomain handlers. Claims are not watched here: the controller's one claim handler hands each
-    change to the returned writer (``claim_changed``)."""
+    """The ComputeDomain handlers, and the informers' changes that feed the returned writer (run it beside kopf:
+    ``writer.run()``). Claims are not watched here: the controller's one claim handler hands each change to the
+    writer (``claim_changed``)."""
     events = EventRecorder(client, "gpudra-controller")
     view = DomainView(mode=settings.imex_daemon_mode, span_cliques=settings.computedomain_span_cliques)
     writer = DomainStatusWriter(client, metrics, view, settings, events)
-    tasks: list[asyncio.Task[None]] = []
 
-    # The informers hand over only objects that parse (the others are logged and posted as Events there).
+    # The informers hand over only objects that parse.
     async def daemon_pod_event(kind: str, body: dict[str, Any]) -> None:
         pod = None if kind == "DELETED" else Pod.model_validate(body)
         writer.mark(writer.view.daemon_pod_changed(pod, body_key(body)))
@@ -60,32 +63,21 @@ def register_compute_domains(
         clique = None if kind == "DELETED" else ComputeDomainClique.model_validate(body)
         writer.mark(writer.view.clique_changed(clique, body_key(body)))
 
+    async def node_event(kind: str, body: dict[str, Any]) -> None:
+        node = None if kind == "DELETED" else Node.model_validate(body)
+        writer.mark(writer.view.node_changed(node, str(body["metadata"]["name"])))
+
     # Both live in the driver's namespace only, where the controller's Role lets it read them. The domains'
     # daemon pods (server-side label selector): what they say while their daemon has not registered (pending,
     # image pull failure, crash loop) goes into the domain's conditions (NVIDIA #289).
     namespace = settings.namespace
-    daemon_pods = Informer(
-        client, PODS, daemon_pod_event, namespace=namespace, label_selector=DAEMON_POD_SELECTOR,
-        parse=Pod.model_validate,
-    )  # fmt: skip
-    cliques = Informer(
-        client,
-        COMPUTE_DOMAIN_CLIQUES,
-        clique_event,
-        namespace=namespace,
-        parse=ComputeDomainClique.model_validate,
-    )
-
-    @kopf.on.startup(registry=registry)
-    async def start_status_writer(**_: Any) -> None:
-        loop = asyncio.get_running_loop()
-        tasks.extend(loop.create_task(run) for run in (writer.run(), daemon_pods.run(), cliques.run()))
-
-    @kopf.on.cleanup(registry=registry)
-    async def stop_status_writer(**_: Any) -> None:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    informers.informer(
+        PODS, namespace=namespace, label_selector=DAEMON_POD_SELECTOR, parse=Pod.model_validate
+    ).subscribe(daemon_pod_event)
+    informers.informer(
+        COMPUTE_DOMAIN_CLIQUES, namespace=namespace, parse=ComputeDomainClique.model_validate, optional=True
+    ).subscribe(clique_event)
+    informers.informer(NODES, parse=Node.model_validate).subscribe(node_event)
 
     @kopf.on.resume(GROUP, VERSION, "computedomains", registry=registry)
     @kopf.on.create(GROUP, VERSION, "computedomains", registry=registry)
@@ -141,9 +133,5 @@ def register_compute_domains(
         domain = parse_body(ComputeDomain, body)
         if domain is not None:
             writer.mark(writer.view.domain_changed(domain, uid))
-
-    @kopf.on.event("v1", "nodes", registry=registry)
-    async def node_event(type: str, body: kopf.Body, name: str, **_: Any) -> None:
-        writer.mark(writer.view.node_changed(None if type == "DELETED" else parse_body(Node, body), name))
 
     return writer

@@ -13,13 +13,14 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import kopf
-
+from gpudra.api.dra import DeviceClass, ResourceClaimTemplate
 from gpudra.api.nvidia import decode_opaque
 from gpudra.config import ControllerSettings
 from gpudra.errors import InvalidInputError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
+from gpudra.kube.informer import Informers
+from gpudra.kube.resources import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -127,30 +128,34 @@ class ConfigChecks:
         return problems
 
 
-ClaimCheck = Callable[[str, kopf.Body, dict[str, Any]], Awaitable[None]]
-"""Checks a claim's change: (event type, body, the handler's kwargs with the ``device_classes`` index)."""
+ClaimCheck = Callable[[str, dict[str, Any]], Awaitable[None]]
+"""Checks a claim's change: (event type, body)."""
 
 
 def register_config_checks(
-    registry: kopf.OperatorRegistry, settings: ControllerSettings, client: KubeClient
+    informers: Informers, settings: ControllerSettings, client: KubeClient
 ) -> ClaimCheck:
-    """Handlers for claim templates and DeviceClasses (the ``device_classes`` index must exist); claims are
-    checked by the returned function, which the controller's one claim handler calls."""
+    """Checks of claim templates and DeviceClasses as the process's informers see them change; claims are checked
+    by the returned function, which the controller's one claim handler calls."""
     checks = ConfigChecks(client, (settings.driver_name, settings.compute_domain_driver))
+    classes = informers.informer(DEVICE_CLASSES, parse=DeviceClass.model_validate)
+    templates = informers.informer(RESOURCE_CLAIM_TEMPLATES, parse=ResourceClaimTemplate.model_validate)
 
-    async def check(kind: str, event: str, body: kopf.Body, kwargs: dict[str, Any]) -> None:
+    async def check(kind: str, event: str, body: dict[str, Any]) -> None:
         if event != "DELETED":
-            await checks.check(kind, dict(body), set(kwargs["device_classes"].keys()))
+            await checks.check(kind, body, {name for _, name in classes.cache})
 
-    async def claim_checks(event: str, body: kopf.Body, kwargs: dict[str, Any]) -> None:
-        await check("ResourceClaim", event, body, kwargs)
+    async def claim_checks(event: str, body: dict[str, Any]) -> None:
+        await classes.synced.wait()  # a class listed after the claims that name it is not missing
+        await check("ResourceClaim", event, body)
 
-    @kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates", registry=registry, id="template_checks")
-    async def template_checks(type: str, body: kopf.Body, **kwargs: Any) -> None:
-        await check("ResourceClaimTemplate", type, body, kwargs)
+    async def template_checks(event: str, body: dict[str, Any]) -> None:
+        await classes.synced.wait()
+        await check("ResourceClaimTemplate", event, body)
 
-    @kopf.on.event("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="class_checks")
-    async def class_checks(type: str, body: kopf.Body, **kwargs: Any) -> None:
-        await check("DeviceClass", type, body, kwargs)
+    async def class_checks(event: str, body: dict[str, Any]) -> None:
+        await check("DeviceClass", event, body)
 
+    templates.subscribe(template_checks)
+    classes.subscribe(class_checks)
     return claim_checks

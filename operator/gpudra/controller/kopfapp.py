@@ -1,6 +1,10 @@
 """The controller process: a kopf operator with gpudra's handlers, runnable in-process (``gpudra up``) or alone.
 
-Handlers stay thin: parse the body, call a pure function, apply through the client layer, map errors.
+It watches in two ways, each for what it is for: kopf for the kinds whose handlers need retries and finalizers
+(ComputeDomains, MigLayouts), and the process's shared informers (``gpudra.kube.informer.Informers``, one per kind
+and selection) for every cache and view: claims, slices, DeviceClasses, claim templates, Nodes, waiting pods, the
+domains' daemon pods and cliques. Handlers stay thin: parse the body, call a pure function, apply through the
+client layer, map errors.
 """
 
 from __future__ import annotations
@@ -10,31 +14,37 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import kopf
 
+from gpudra.api.core import Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.config import ControllerSettings
-from gpudra.controller.bodies import parse_body
 from gpudra.controller.computedomains import CHANGE_HANDLED_KINDS, register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
 from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
-from gpudra.controller.kopflifecycle import Insights, close_stranded_streams, raise_once_discovered
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
+from gpudra.controller.webview.state import FleetView
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import Informers
 from gpudra.kube.kubeconfig import Credentials, in_cluster_credentials, read_credentials
+from gpudra.kube.resources import DEVICE_CLASSES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.metrics import Metrics
 from gpudra.planning.summaries import slice_device_counts
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+STOP_CHECK_SECONDS = 0.5
+"""How long a thread waits on a threading stop flag before it is asked again (a stop is seen at once)."""
 
 
 @contextlib.contextmanager
@@ -48,61 +58,51 @@ def _logged(what: str, uid: str) -> Iterator[None]:
         log.exception("handling a claim change failed", part=what, uid=uid)
 
 
-def build_registry(
+@dataclass
+class Controller:
+    """The controller's parts: kopf's handlers (``registry``), the informers every cache and view shares, and the
+    loops that run beside them."""
+
+    registry: kopf.OperatorRegistry
+    informers: Informers
+    loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = field(default_factory=list)
+    """(name, the loop) of each loop to run beside kopf until the controller stops."""
+
+
+def build_controller(
     settings: ControllerSettings, metrics: Metrics, client: KubeClient, *, server_url: str | None
-) -> kopf.OperatorRegistry:
+) -> Controller:
+    """kopf handles what needs its retries and finalizers (ComputeDomains, MigLayouts); every other kind is
+    watched by one shared informer per kind."""
     registry = kopf.OperatorRegistry()
+    informers = Informers(client)
     published: dict[str, tuple[str, Counter[str]]] = {}
     pending = PendingClaims(client, metrics, driver=settings.driver_name, mig_planner=settings.mig_planner)
-    pods = PendingPods(client, pending)
+    pods = PendingPods(client, informers, pending)
     attribution = Attribution(metrics)
-    explainers: list[asyncio.Task[None]] = []
-    domains = register_compute_domains(registry, settings, metrics, client)
-    claim_checks = register_config_checks(registry, settings, client)
+    domains = register_compute_domains(registry, informers, settings, metrics, client)
+    claim_checks = register_config_checks(informers, settings, client)
     mig_layouts = MigLayoutReconciler(client, settings)
+    classes: dict[str, DeviceClass] = {}
 
     @kopf.on.event("gpudra.dev", "v1alpha1", "miglayouts", registry=registry)
     def miglayout_event(type: str, body: kopf.Body, **_: Any) -> None:
         mig_layouts.layout_event(type, dict(body))
 
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    def node_event(type: str, body: kopf.Body, **_: Any) -> None:
-        mig_layouts.node_event(type, dict(body))
+    async def node_event(kind: str, body: dict[str, Any]) -> None:
+        mig_layouts.node_event(kind, body)
 
-    @kopf.index("resource.k8s.io", "v1", "deviceclasses", registry=registry, id="device_classes")
-    def device_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, DeviceClass]:
-        parsed = parse_body(DeviceClass, body)
-        return {name: parsed} if parsed is not None else {}
+    async def class_event(kind: str, body: dict[str, Any]) -> None:
+        name = str(body["metadata"]["name"])
+        if kind == "DELETED":
+            classes.pop(name, None)
+        else:
+            classes[name] = DeviceClass.model_validate(body)
 
-    @kopf.on.startup(registry=registry)
-    async def start_explainer(**kwargs: Any) -> None:
-        # Not a kopf timer: timers put a finalizer on every claim, and a controller must never block the deletion
-        # of objects it does not own. One loop over the unallocated claims the claim handler keeps instead.
-        explainer = asyncio.get_running_loop().create_task(
-            _explain_loop(pending, pods, settings, metrics, kwargs["device_classes"])
-        )
-        explainers.append(explainer)
-        explainers.append(asyncio.get_running_loop().create_task(pods.informer.run()))
-        explainers.append(asyncio.get_running_loop().create_task(attribution.refresh_loop()))
-        explainers.append(asyncio.get_running_loop().create_task(mig_layouts.run()))
-
-    @kopf.on.cleanup(registry=registry)
-    async def stop_explainer(**_: Any) -> None:
-        for explainer in explainers:
-            explainer.cancel()
-        await asyncio.gather(*explainers, return_exceptions=True)
-
-    @kopf.on.cleanup(registry=registry)
-    async def close_streams(settings: kopf.OperatorSettings, **_: Any) -> None:
-        if closed := await close_stranded_streams(settings):
-            log.debug("closed watch streams kopf left suspended", streams=closed)
-
-    # One handler for every use of a claim's change (kopf's cost is per handler and event, indexes included: the
-    # unallocated claims are kept here, not in a kopf index): parsed once, each use isolated from the others'
-    # failures as separate handlers were.
-    @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
-    async def claim_event(type: str, body: kopf.Body, uid: str, **kwargs: Any) -> None:
-        claim = None if type == "DELETED" else parse_body(ResourceClaim, body)
+    # One handler for every use of a claim's change: parsed once, each use isolated from the others' failures.
+    async def claim_event(kind: str, body: dict[str, Any]) -> None:
+        uid = str(body["metadata"].get("uid") or "")
+        claim = None if kind == "DELETED" else ResourceClaim.model_validate(body)
         with _logged("claim usage", uid):
             attribution.claim_changed(uid, claim)
             pending.claim_changed(uid, claim)
@@ -110,25 +110,11 @@ def build_registry(
         with _logged("claim's ComputeDomains", uid):
             domains.claim_changed(claim, uid)
         with _logged("claim config checks", uid):
-            await claim_checks(type, body, kwargs)
+            await claim_checks(kind, body)
 
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if server_url is not None:
-            return kopf.ConnectionInfo(server=server_url, insecure=True)
-        if settings.kubeconfig is not None:
-            # kopf's own kubeconfig login reads only $KUBECONFIG: the client and kopf must be the same user
-            return _connection_info(read_credentials(settings.kubeconfig))
-        # kopf's own service-account login dials https://kubernetes.default.svc, which needs cluster DNS (and its
-        # service proxy): the pod's client dials KUBERNETES_SERVICE_HOST, and kopf must reach the same server
-        in_cluster = in_cluster_credentials()
-        if in_cluster is not None:
-            return _connection_info(in_cluster)
-        return kopf.login_with_kubeconfig(**kwargs)
-
-    @kopf.on.event("resource.k8s.io", "v1", "resourceslices", registry=registry)
-    async def slice_event(type: str, name: str, body: kopf.Body, **_: Any) -> None:
-        slice_ = None if type == "DELETED" else parse_body(ResourceSlice, body)
+    async def slice_event(kind: str, body: dict[str, Any]) -> None:
+        name = str(body["metadata"]["name"])
+        slice_ = None if kind == "DELETED" else ResourceSlice.model_validate(body)
         attribution.slice_changed(name, slice_)
         old_node, old = published.pop(name, ("", Counter()))
         node, counts = (
@@ -145,7 +131,34 @@ def build_registry(
             if n:
                 metrics.cluster_devices.labels(n, t).set(totals.get(key, 0))
 
-    return registry
+    informers.informer(NODES, parse=Node.model_validate).subscribe(node_event)
+    informers.informer(DEVICE_CLASSES, parse=DeviceClass.model_validate).subscribe(class_event)
+    informers.informer(RESOURCE_CLAIMS, parse=ResourceClaim.model_validate).subscribe(claim_event)
+    informers.informer(RESOURCE_SLICES, parse=ResourceSlice.model_validate).subscribe(slice_event)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if server_url is not None:
+            return kopf.ConnectionInfo(server=server_url, insecure=True)
+        if settings.kubeconfig is not None:
+            # kopf's own kubeconfig login reads only $KUBECONFIG: the client and kopf must be the same user
+            return _connection_info(read_credentials(settings.kubeconfig))
+        # kopf's own service-account login dials https://kubernetes.default.svc, which needs cluster DNS (and its
+        # service proxy): the pod's client dials KUBERNETES_SERVICE_HOST, and kopf must reach the same server
+        in_cluster = in_cluster_credentials()
+        if in_cluster is not None:
+            return _connection_info(in_cluster)
+        return kopf.login_with_kubeconfig(**kwargs)
+
+    # Not a kopf timer: timers put a finalizer on every claim, and a controller must never block the deletion of
+    # objects it does not own. One loop over the unallocated claims the claim handler keeps instead.
+    loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
+        ("pending claims", partial(_explain_loop, pending, pods, settings, metrics, classes)),
+        ("usage", attribution.refresh_loop),
+        ("MigLayouts", mig_layouts.run),
+        ("ComputeDomain status", domains.run),
+    ]
+    return Controller(registry, informers, loops)
 
 
 def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
@@ -168,13 +181,13 @@ async def _explain_loop(
     pods: PendingPods,
     settings: ControllerSettings,
     metrics: Metrics,
-    device_classes: kopf.Index[str, DeviceClass],
+    device_classes: Mapping[str, DeviceClass],
 ) -> None:
     """Every interval, explain each claim unallocated for longer than the grace period, and tell the pods that
     have waited as long on them."""
     while True:
         await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
-        classes = {name: next(iter(store)) for name, store in device_classes.items()}
+        classes = dict(device_classes)
         now = time.time()
         due = [
             claim
@@ -200,13 +213,13 @@ async def run_controller(
     standalone: bool = True,
     web_view_started: Callable[[str], None] | None = None,
 ) -> None:
-    """Run until ``stop`` is set; ``ready`` is set once kopf has discovered the API's resources (see
-    :mod:`gpudra.controller.kopflifecycle`). ``server_url`` connects to an embedded server without credentials.
-    With ``settings.web_port`` set, the web view is served (in a thread of its own) while the controller runs, and
-    ``web_view_started`` is told its URL.
+    """Run until ``stop`` is set; ``ready`` is set once kopf has started and every informer has listed once.
+    ``server_url`` connects to an embedded server without credentials. With ``settings.web_port`` set, the web view
+    is served over the controller's informers while the controller runs, and ``web_view_started`` is told its URL.
 
-    kopf treats every asyncio task created after its start as its own and cancels them when it stops, so an
-    embedding process (``gpudra up``, tests) runs it in a thread with its own event loop and threading flags.
+    kopf treats every asyncio task created after its start as its own and cancels them when it stops, so the
+    informers and the loops beside kopf start before it, and an embedding process (``gpudra up``, tests) runs it
+    in a thread with its own event loop and threading flags.
     """
     kopf_settings = kopf.OperatorSettings()
     kopf_settings.posting.level = 20  # INFO and above become Events on the objects
@@ -220,34 +233,63 @@ async def run_controller(
     else:
         client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
     web_view = None
-    discovered: asyncio.Task[None] | None = None
+    beside: list[asyncio.Task[None]] = []
     try:
+        controller = build_controller(settings, metrics, client, server_url=server_url)
         if settings.web_port is not None:
-            web_view = WebViewServer(
-                settings.web_host,
-                settings.web_port,
-                driver=settings.driver_name,
-                namespace=settings.namespace,
-                server_url=server_url,
-                kubeconfig=settings.kubeconfig,
-            )
-            url = await asyncio.to_thread(web_view.start)
+            view = FleetView(controller.informers, driver=settings.driver_name, namespace=settings.namespace)
+            web_view = WebViewServer(settings.web_host, settings.web_port, view)
+            url = await web_view.start()
             if web_view_started is not None:
                 web_view_started(url)
-        insights = Insights()
+        started = asyncio.Event()
+        beside.append(asyncio.create_task(controller.informers.run(), name="informers"))
+        beside.extend(asyncio.create_task(loop(), name=f"beside kopf: {n}") for n, loop in controller.loops)
         if ready is not None:
-            discovered = asyncio.create_task(raise_once_discovered(insights, ready), name="readiness")
-        await kopf.operator(
-            registry=build_registry(settings, metrics, client, server_url=server_url),
-            settings=kopf_settings,
-            clusterwide=True,
-            standalone=standalone,
-            stop_flag=stop,
-            insights=insights,
+            beside.append(
+                asyncio.create_task(_raise_once_up(controller.informers, started, ready), name="ready")
+            )
+        operator = asyncio.create_task(
+            kopf.operator(
+                registry=controller.registry,
+                settings=kopf_settings,
+                clusterwide=True,
+                standalone=standalone,
+                ready_flag=started,
+            ),
+            name="kopf",
         )
+        stopping = asyncio.create_task(_until_set(stop), name="stop")
+        try:
+            await asyncio.wait({operator, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            operator.cancel()  # kopf stops at once, whatever it is busy with (see the module's note)
+            with contextlib.suppress(asyncio.CancelledError):
+                await operator
     finally:
-        if discovered is not None:
-            discovered.cancel()
+        for task in beside:
+            task.cancel()
+        await asyncio.gather(*beside, return_exceptions=True)
         if web_view is not None:
-            await asyncio.to_thread(web_view.stop)
+            await web_view.stop()
         await client.close()
+
+
+async def _until_set(flag: asyncio.Event | threading.Event | None) -> None:
+    """Until ``flag`` is set (forever when None)."""
+    if flag is None:
+        await asyncio.Event().wait()
+    elif isinstance(flag, asyncio.Event):
+        await flag.wait()
+    else:
+        while not await asyncio.to_thread(flag.wait, STOP_CHECK_SECONDS):
+            pass
+
+
+async def _raise_once_up(
+    informers: Informers, started: asyncio.Event, ready: asyncio.Event | threading.Event
+) -> None:
+    """Set ``ready`` once kopf has run its startup and every informer has listed once."""
+    await asyncio.gather(started.wait(), informers.synced())
+    ready.set()

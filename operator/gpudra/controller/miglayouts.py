@@ -1,10 +1,11 @@
 """The controller's MigLayout reconciler: hands each node its desired MIG state and aggregates MigLayout status.
 
-kopf event handlers keep a cache of MigLayouts and Nodes and wake one loop; the loop resolves every layout to
-mig-parted entries (inline, mig-parted's defaults, or a ConfigMap), computes the rollout with the pure
-:mod:`gpudra.mig.rollout`, then writes only what changed: the Nodes' ``gpudra.dev/mig-desired`` annotation
-(merge patches, no resourceVersion, so no 409 retry loops) and each MigLayout's status subresource. Warning
-Events go to a MigLayout when it becomes Blocked or Invalid (deduplicated).
+kopf's MigLayout events and the controller's shared Nodes informer keep a cache of MigLayouts and Nodes and wake
+one loop; the loop resolves every layout to mig-parted entries (inline, mig-parted's defaults, or a ConfigMap),
+computes the rollout with the pure :mod:`gpudra.mig.rollout`, then writes only what changed: the Nodes'
+``gpudra.dev/mig-desired`` annotation (merge patches, no resourceVersion, so no 409 retry loops) and each
+MigLayout's status subresource. Warning Events go to a MigLayout when it becomes Blocked or Invalid
+(deduplicated).
 """
 
 from __future__ import annotations

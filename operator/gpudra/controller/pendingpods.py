@@ -15,11 +15,10 @@ from typing import Any
 from gpudra.api.core import Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
-from gpudra.controller.bodies import parse_body
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
-from gpudra.kube.informer import Informer
+from gpudra.kube.informer import Informers
 from gpudra.kube.resources import PODS
 from gpudra.planning.podclaims import (
     EXTENDED_CLAIM_ANNOTATION,
@@ -37,21 +36,18 @@ UNBOUND = "spec.nodeName="
 
 
 class PendingPods:
-    def __init__(self, client: KubeClient, pending: PendingClaims) -> None:
+    def __init__(self, client: KubeClient, informers: Informers, pending: PendingClaims) -> None:
         self._pending = pending
         self._events = EventRecorder(client, "gpudra-controller", series=True)
         self.waiting: dict[str, Pod] = {}
         """The pods that wait for the scheduler and may wait on claims, by uid."""
         self._owner: dict[str, str] = {}  # claim uid -> uid of the pod that controls it
         self._owned: dict[str, dict[str, ObjectMeta]] = {}  # pod uid -> claim uid -> the claim's metadata
-        self.informer = Informer(
-            client, PODS, self._pod_event, field_selector=UNBOUND, parse=Pod.model_validate
-        )
-        """Run it (``informer.run()``) to keep ``waiting``."""
+        informers.informer(PODS, field_selector=UNBOUND, parse=Pod.model_validate).subscribe(self._pod_event)
 
     async def _pod_event(self, kind: str, body: dict[str, Any]) -> None:
         uid = str((body.get("metadata") or {}).get("uid") or "")
-        self.pod_changed(uid, None if kind == "DELETED" else parse_body(Pod, body))
+        self.pod_changed(uid, None if kind == "DELETED" else Pod.model_validate(body))
 
     def pod_changed(self, uid: str, pod: Pod | None) -> None:
         """A pod changed (None: deleted, bound to a node, or it does not parse)."""

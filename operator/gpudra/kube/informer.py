@@ -7,17 +7,21 @@ One bad object never stops an informer. With ``parse`` (a model's validation), a
 kept out of the cache and the handler, as if absent (a version of it that parsed before goes as DELETED), is
 logged once per version with its kind, name and the field at fault, and gets a Warning Event (``events``). A
 handler that fails on an object is logged once per version too; everything else goes on.
+
+An informer hands each change to every handler subscribed before it runs. :class:`Informers` keeps one informer per
+kind and selection for a whole process, so that every consumer of a kind shares one list, one watch and one cache.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from gpudra.errors import InvalidInputError, KubeError
+from gpudra.errors import InvalidInputError, KubeError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import Resource
@@ -29,6 +33,8 @@ Key = tuple[str, str]
 Handler = Callable[[str, dict[str, Any]], Awaitable[None]]
 Parse = Callable[[dict[str, Any]], object]
 _REPORTED_LIMIT = 10_000
+OPTIONAL_RETRY_SECONDS = 60.0
+"""How often an optional kind the server does not serve is asked for again."""
 
 
 def object_key(obj: dict[str, Any]) -> Key:
@@ -63,7 +69,7 @@ class Informer:
     ) -> None:
         self._client = client
         self.resource = resource
-        self._handler = handler
+        self._handlers: list[Handler] = [] if handler is None else [handler]
         self.namespace = namespace
         self._labels = label_selector
         self._fields = field_selector
@@ -75,6 +81,14 @@ class Informer:
         self.rejected: dict[Key, str] = {}
         """Objects kept out because they do not parse: key -> why (field: problem)."""
         self.synced = asyncio.Event()
+        self._running = False
+
+    def subscribe(self, handler: Handler) -> None:
+        """Hand every change to ``handler`` too (after the handlers subscribed before it); only before ``run()``,
+        so that no subscriber misses the first listing."""
+        if self._running:
+            raise RuntimeError(f"the {self.resource.plural} informer runs already: subscribe before run()")
+        self._handlers.append(handler)
 
     def _first_report(self, obj: dict[str, Any]) -> bool:
         meta = obj.get("metadata") or {}
@@ -112,15 +126,14 @@ class Informer:
         return True
 
     async def _emit(self, kind: str, obj: dict[str, Any]) -> None:
-        if self._handler is None:
-            return
-        try:
-            await self._handler(kind, obj)
-        except Exception:  # a handler bug must not stop the informer; logged once per object version
-            if self._first_report(obj):
-                log.exception(
-                    "informer handler failed", resource=self.resource.plural, object=object_key(obj)
-                )
+        for handler in self._handlers:
+            try:
+                await handler(kind, obj)
+            except Exception:  # a handler bug must not stop the informer or starve the other handlers
+                if self._first_report(obj):  # logged once per object version
+                    log.exception(
+                        "informer handler failed", resource=self.resource.plural, object=object_key(obj)
+                    )
 
     async def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         """One change: to the cache and the handler, unless the object does not parse."""
@@ -155,6 +168,7 @@ class Informer:
         return version
 
     async def run(self) -> None:
+        self._running = True
         backoff = 0.1
         while True:
             try:
@@ -177,3 +191,95 @@ class Informer:
                     log.warning("watch failed; re-listing", resource=self.resource.plural, error=str(exc))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one informer watches: a kind, in one namespace or all, with the server-side selectors."""
+
+    resource: Resource
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+class Informers:
+    """The process's informers: ``informer()`` hands out the same one for the same selection, whoever asks, and
+    ``run()`` runs them all. Ask (and subscribe) before ``run()``.
+
+    A kind asked for as ``optional`` by every asker (a custom resource the cluster may not serve: its CRD not
+    installed) is watched once the server serves it, said once in the log, and ``synced()`` does not wait for it.
+    """
+
+    def __init__(self, client: KubeClient, *, events: EventRecorder | None = None) -> None:
+        self._client = client
+        self._events = events
+        self._informers: dict[Selection, tuple[Informer, Parse]] = {}
+        self._required: set[Selection] = set()
+        self._running = False
+
+    def informer(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        parse: Parse,
+        optional: bool = False,
+    ) -> Informer:
+        """The informer of this selection, made on the first ask; every ask must name the same ``parse`` (one
+        model per kind, so that every consumer sees the same objects)."""
+        selection = Selection(resource, namespace, label_selector, field_selector)
+        known = self._informers.get(selection)
+        if known is not None and known[1] != parse:
+            raise ValueError(f"the {resource.plural} informer parses its objects another way")
+        if self._running:
+            raise RuntimeError(f"the informers run already: ask for {resource.plural} before run()")
+        if not optional:
+            self._required.add(selection)
+        if known is not None:
+            return known[0]
+        informer = Informer(
+            self._client,
+            resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            parse=parse,
+            events=self._events,
+        )
+        self._informers[selection] = (informer, parse)
+        return informer
+
+    def __len__(self) -> int:
+        return len(self._informers)
+
+    async def synced(self) -> None:
+        """Until every informer that is not optional has listed once."""
+        await asyncio.gather(*(self._informers[s][0].synced.wait() for s in self._required))
+
+    async def run(self) -> None:
+        """Run every informer (an optional one once it is served) until cancelled."""
+        self._running = True
+        await asyncio.gather(
+            *(
+                informer.run() if selection in self._required else self._when_served(informer)
+                for selection, (informer, _) in self._informers.items()
+            )
+        )
+
+    async def _when_served(self, informer: Informer) -> None:
+        said = False
+        while True:
+            try:
+                await self._client.list(informer.resource, informer.namespace)
+                break
+            except NotFoundError:
+                if not said:
+                    log.info(
+                        "not served by the API server; watched once it is", resource=informer.resource.plural
+                    )
+                    said = True
+                await asyncio.sleep(OPTIONAL_RETRY_SECONDS)
+        await informer.run()

@@ -1,9 +1,9 @@
 """HTTP of the web view: ``GET /`` (the page as it is now), ``GET /events`` (server-sent events, one per new
 version: the fragments that changed), ``GET /healthz``. Read-only: nothing here writes to the cluster.
 
-It runs in a thread of its own, with its own event loop and client: the controller's kopf treats every task
-created in its loop after it starts as its own (and waits on open connections when it stops), and explaining
-pending claims on a large fleet is CPU work that must not delay the controller's handlers.
+It runs in the event loop of the process that owns the informers it draws from (the controller's, which starts it
+before kopf: kopf treats every task created in its loop after it starts as its own). Explaining pending claims on a
+large fleet is CPU work, done in a worker process (``pendingcards``), not in this loop.
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 from dataclasses import asdict
-from pathlib import Path
 
 from aiohttp import web
 
@@ -21,7 +19,6 @@ from gpudra.controller.webview import html
 from gpudra.controller.webview.state import FleetView
 from gpudra.controller.webview.updates import Update
 from gpudra.errors import ConfigurationError
-from gpudra.kube.client import KubeClient
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -91,83 +88,36 @@ def webview_app(view: FleetView) -> web.Application:
 
 
 class WebViewServer:
-    """The web view in its own thread: ``start()`` returns its URL once it listens; ``stop()`` ends it."""
+    """The web view over ``view``: ``start()`` listens, starts the view's rebuilding and returns its URL;
+    ``stop()`` ends both. The view's informers are run by their owner."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        driver: str,
-        namespace: str = "gpudra",
-        server_url: str | None = None,
-        kubeconfig: Path | None = None,
-    ) -> None:
+    def __init__(self, host: str, port: int, view: FleetView) -> None:
         self._host, self._port = host, port
-        self._driver, self._namespace = driver, namespace
-        self._server_url, self._kubeconfig = server_url, kubeconfig
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._view = view
+        self._runner: web.AppRunner | None = None
+        self._rebuilding: asyncio.Task[None] | None = None
         self.url = ""
 
-    def start(self, timeout: float = 30.0) -> str:
-        self._thread = threading.Thread(
-            target=asyncio.run, args=(self._main(),), name="gpudra-webview", daemon=True
-        )
-        self._thread.start()
-        if not self._started.wait(timeout):
-            raise TimeoutError(f"the web view did not start within {timeout:.0f}s")
-        if isinstance(self._error, OSError):
-            where = f"{self._host}:{self._port}"
-            raise ConfigurationError(f"the web view cannot listen on {where}: {self._error}") from self._error
-        if self._error is not None:
-            raise self._error
-        return self.url
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        client: KubeClient | None = None
-        runner: web.AppRunner | None = None
+    async def start(self) -> str:
+        runner = web.AppRunner(webview_app(self._view), access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
         try:
-            if self._server_url is not None:
-                client = KubeClient.for_url(
-                    self._server_url, field_manager="gpudra-webview", max_connections=None
-                )
-            else:
-                client = await KubeClient.from_environment(self._kubeconfig, field_manager="gpudra-webview")
-            view = FleetView(client, driver=self._driver, namespace=self._namespace)
-            runner = web.AppRunner(webview_app(view), access_log=None, shutdown_timeout=1.0)
-            await runner.setup()
             site = web.TCPSite(runner, self._host, self._port)
             await site.start()
-            port = runner.addresses[0][1]
-            self.url = f"http://{'127.0.0.1' if self._host in ('0.0.0.0', '') else self._host}:{port}/"
-            watching = asyncio.create_task(view.run())
-        except BaseException as exc:
-            self._error = exc
-            self._started.set()
-            if runner is not None:
-                await runner.cleanup()
-            if client is not None:
-                await client.close()
-            return
-        self._started.set()
-        log.info("web view serving", url=self.url)
-        try:
-            await self._stop.wait()
-        finally:
-            watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
+        except OSError as error:
             await runner.cleanup()
-            await client.close()
+            where = f"{self._host}:{self._port}"
+            raise ConfigurationError(f"the web view cannot listen on {where}: {error}") from error
+        self._runner = runner
+        port = runner.addresses[0][1]
+        self.url = f"http://{'127.0.0.1' if self._host in ('0.0.0.0', '') else self._host}:{port}/"
+        self._rebuilding = asyncio.create_task(self._view.run(), name="webview")
+        log.info("web view serving", url=self.url)
+        return self.url
 
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop ended on its own
-                self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
+    async def stop(self) -> None:
+        if self._rebuilding is not None:
+            self._rebuilding.cancel()
+            await asyncio.gather(self._rebuilding, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()

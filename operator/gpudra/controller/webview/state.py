@@ -28,7 +28,7 @@ from gpudra.controller.webview.pendingcards import EXPLAINED_FROM, PendingExplai
 from gpudra.controller.webview.updates import Sections, UpdateFeed
 from gpudra.controller.webview.watched import Watched
 from gpudra.hardware.gpus.catalog import Catalog, load_catalog
-from gpudra.kube.client import KubeClient
+from gpudra.kube.informer import Informers
 from gpudra.planning.fleetview import NodeCard, node_card
 from gpudra.planning.podclaims import extended_resource_classes, implicit_claims
 from gpudra.planning.summaries import allocated_devices, device_users
@@ -62,10 +62,11 @@ class _Cached:
 
 @dataclass
 class FleetView:
-    """The web view's state over one client. ``run()`` watches and rebuilds; the HTTP side reads ``feed``
-    (sections, version, subscriptions) once ``ready`` is set."""
+    """The web view's state over the process's informers. ``run()`` rebuilds as they change; the HTTP side reads
+    ``feed`` (sections, version, subscriptions) once ``ready`` is set."""
 
-    client: KubeClient
+    informers: Informers
+    """The process's informers (the view subscribes to them; their owner runs them)."""
     driver: str = "gpu.nvidia.com"
     namespace: str = "gpudra"
     """The driver's namespace, where the clique objects live."""
@@ -81,7 +82,7 @@ class FleetView:
     """The claims kube-scheduler would make, as of the last build."""
 
     def __post_init__(self) -> None:
-        self.watched = Watched(self.client, self.namespace, self._changed)
+        self.watched = Watched(self.informers, self.namespace, self._changed)
         self.explainer = PendingExplainer(
             self.driver, self._wake.set, interval=self.explain_interval, limit=self.explain_limit
         )
@@ -92,7 +93,6 @@ class FleetView:
         self._wake.set()
 
     async def run(self) -> None:
-        tasks = self.watched.start()
         try:
             await self.watched.synced()
             while True:
@@ -101,10 +101,7 @@ class FleetView:
                 self._wake.clear()
                 self._rebuild()
         finally:
-            for task in tasks:
-                task.cancel()
             self.explainer.stop()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------ fragments
 

@@ -1,5 +1,6 @@
-"""What the web view watches: one informer per kind, the optional custom resources started once the server serves
-them, and each object read as its model (parsed once per resourceVersion)."""
+"""What the web view watches, through the process's shared informers (``gpudra.kube.informer.Informers``: in the
+controller, the same informers as its caches; the optional custom resources watched once the server serves them),
+and each object read as its model (parsed once per resourceVersion)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,7 @@ from gpudra.api.core import Namespace, Node, Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.api.miglayout import MigLayout
 from gpudra.controller.miglayouts import MIGLAYOUTS
-from gpudra.errors import NotFoundError
-from gpudra.kube.client import KubeClient
-from gpudra.kube.informer import Informer, Key, Parse
+from gpudra.kube.informer import Informer, Informers, Key, Parse
 from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
     COMPUTE_DOMAINS,
@@ -28,9 +27,6 @@ from gpudra.kube.resources import (
     RESOURCE_SLICES,
     Resource,
 )
-from gpudra.telemetry import get_logger
-
-log = get_logger(__name__)
 
 Body = dict[str, Any]
 M = TypeVar("M", bound=WireModel)
@@ -54,7 +50,6 @@ OPTIONAL = frozenset({"domains", "cliques", "layouts"})
 """Custom resources a cluster may not serve (CRDs not installed): their sections stay empty meanwhile."""
 IN_DRIVER_NAMESPACE = frozenset({"cliques"})
 """Watched in the driver's namespace only, where they live and the controller's Role lets it read them."""
-OPTIONAL_RETRY_SECONDS = 60.0
 
 
 def _rv(obj: Body) -> str:
@@ -63,7 +58,8 @@ def _rv(obj: Body) -> str:
 
 @dataclass
 class Watched:
-    client: KubeClient
+    informers: Informers
+    """The process's informers: the view subscribes to them, and their owner runs them."""
     namespace: str
     """The driver's namespace (``IN_DRIVER_NAMESPACE``)."""
     changed: Callable[[str], None]
@@ -71,50 +67,27 @@ class Watched:
     _informers: dict[str, Informer] = field(default_factory=dict)
     _models: dict[str, dict[Key, tuple[str, WireModel]]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name, (resource, parse) in WATCHED.items():
+            informer = self.informers.informer(
+                resource,
+                namespace=self.namespace if name in IN_DRIVER_NAMESPACE else None,
+                field_selector=SELECTED.get(name),
+                parse=parse,
+                optional=name in OPTIONAL,
+            )
+            informer.subscribe(self._handler(name))
+            self._informers[name] = informer
+
     def _handler(self, name: str) -> Callable[[str, Body], Any]:
         async def handler(kind: str, obj: Body) -> None:
             self.changed(name)
 
         return handler
 
-    def start(self) -> list[asyncio.Task[None]]:
-        """Start every informer (an optional one once it is served); the tasks run until cancelled."""
-        for name, (resource, parse) in WATCHED.items():
-            namespace = self.namespace if name in IN_DRIVER_NAMESPACE else None
-            self._informers[name] = Informer(
-                self.client,
-                resource,
-                self._handler(name),
-                namespace=namespace,
-                field_selector=SELECTED.get(name),
-                parse=parse,
-            )
-        return [
-            asyncio.create_task(self._when_served(n) if n in OPTIONAL else i.run(), name=f"webview {n}")
-            for n, i in self._informers.items()
-        ]
-
     async def synced(self) -> None:
-        """Until every informer that is not optional has listed once."""
+        """Until every informer of the view that is not optional has listed once."""
         await asyncio.gather(*(i.synced.wait() for n, i in self._informers.items() if n not in OPTIONAL))
-
-    async def _when_served(self, name: str) -> None:
-        """Run an optional resource's informer once the server serves it (said once in the log)."""
-        informer = self._informers[name]
-        said = False
-        while True:
-            try:
-                await self.client.list(informer.resource, informer.namespace)
-                break
-            except NotFoundError:
-                if not said:
-                    log.info(
-                        "not served by the API server; its section stays empty",
-                        resource=informer.resource.plural,
-                    )
-                    said = True
-                await asyncio.sleep(OPTIONAL_RETRY_SECONDS)
-        await informer.run()
 
     def wire(self, name: str) -> list[Body]:
         """The watched objects of ``name`` in their wire form (what a worker process is sent)."""
