@@ -17,6 +17,7 @@ import asyncio
 import json
 import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import aiohttp
 
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.identity import ADMIN
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.controller.webview.server import WebViewServer
@@ -136,8 +138,10 @@ async def _update_latency(web: str, client: KubeClient, runs: int) -> list[float
 async def run(spec: str, pending: int, runs: int) -> None:
     server = EmbeddedAPIServer()
     url = await server.start()
-    client = KubeClient.for_url(url, max_connections=None)
-    web = WebViewServer("127.0.0.1", 0, driver="gpu.nvidia.com", server_url=url)
+    client = KubeClient.for_url(url, token=server.tokens.issue(ADMIN), max_connections=None)
+    kubeconfig = Path(tempfile.mkdtemp(prefix="gpudra-bench-webview-")) / "kubeconfig"
+    server.write_kubeconfig(kubeconfig)
+    web = WebViewServer("127.0.0.1", 0, driver="gpu.nvidia.com", kubeconfig=kubeconfig)
     try:
         started = time.perf_counter()
         slices, held = await _fill(client, spec, pending)
@@ -151,7 +155,11 @@ async def run(spec: str, pending: int, runs: int) -> None:
             print(f"first sync and page: {time.perf_counter() - started:.2f} s")
             pages = [await _timed_get(session, page_url, **{"Accept-Encoding": "gzip"}) for _ in range(runs)]
             lists = [
-                await _timed_get(session, f"{url}/apis/resource.k8s.io/v1/resourceslices")
+                await _timed_get(
+                    session,
+                    f"{url}/apis/resource.k8s.io/v1/resourceslices",
+                    Authorization=f"Bearer {server.tokens.issue(ADMIN)}",
+                )
                 for _ in range(runs)
             ]
             page_s, list_s = statistics.median(p[0] for p in pages), statistics.median(x[0] for x in lists)

@@ -32,6 +32,7 @@ from _corpus import (
     manifest,
 )
 
+from authkit import admin_headers
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 
 
@@ -67,7 +68,7 @@ async def install_crds(http: aiohttp.ClientSession) -> None:
 async def server() -> AsyncIterator[tuple[EmbeddedAPIServer, aiohttp.ClientSession]]:
     apiserver = EmbeddedAPIServer()
     url = await apiserver.start()
-    async with aiohttp.ClientSession(base_url=url) as http:
+    async with aiohttp.ClientSession(base_url=url, headers=admin_headers(apiserver)) as http:
         await install_crds(http)
         yield apiserver, http
     await apiserver.stop()
@@ -98,7 +99,7 @@ async def test_refused_as_kube_apiserver_refuses(minor: int, name: str) -> None:
     apiserver = EmbeddedAPIServer(minor=minor)
     url = await apiserver.start()
     try:
-        async with aiohttp.ClientSession(base_url=url) as http:
+        async with aiohttp.ClientSession(base_url=url, headers=admin_headers(apiserver)) as http:
             await install_crds(http)
             obj = manifest(name)
             async with http.post(f"{collection_url(obj)}?fieldValidation=Strict", json=obj) as rsp:

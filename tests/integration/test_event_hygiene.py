@@ -16,7 +16,7 @@ CLAIM = {
 
 
 async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: object) -> None:
-    client = KubeClient.for_url(apiserver.url)  # type: ignore[attr-defined]
+    client = KubeClient.for_url(apiserver.url, token=apiserver.token())  # type: ignore[attr-defined]
     try:
         claim = await client.create(RESOURCE_CLAIMS, CLAIM, "default")
         recorder = EventRecorder(client, "test", window_seconds=3600)
@@ -34,7 +34,7 @@ async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: obj
 
 async def test_a_repeat_after_the_window_counts_on_the_same_event(apiserver: object) -> None:
     """As client-go's correlator does: one Event whose count and lastTimestamp grow, a new one once it expired."""
-    client = KubeClient.for_url(apiserver.url)  # type: ignore[attr-defined]
+    client = KubeClient.for_url(apiserver.url, token=apiserver.token())  # type: ignore[attr-defined]
     try:
         claim = await client.create(RESOURCE_CLAIMS, {**CLAIM, "metadata": {**CLAIM["metadata"]}}, "default")
         recorder = EventRecorder(client, "test", window_seconds=0, series=True)

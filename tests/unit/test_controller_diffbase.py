@@ -107,7 +107,7 @@ def test_the_tracked_kinds_are_those_of_the_controllers_change_handlers() -> Non
     """A change handler (create, update, resume, delete) on a kind left out of CHANGE_HANDLED_KINDS would never see
     a change: its essence would always be empty."""
     client = KubeClient.__new__(KubeClient)  # registering handlers calls no API
-    registry = build_registry(ControllerSettings(), Metrics(), client, server_url=None)
+    registry = build_registry(ControllerSettings(), Metrics(), client)
     known = [
         kopf.Resource(r.group, r.version, r.plural, kind=r.kind, namespaced=r.namespaced)
         for r in vars(resources).values()

@@ -49,7 +49,7 @@ def _logged(what: str, uid: str) -> Iterator[None]:
 
 
 def build_registry(
-    settings: ControllerSettings, metrics: Metrics, client: KubeClient, *, server_url: str | None
+    settings: ControllerSettings, metrics: Metrics, client: KubeClient
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     published: dict[str, tuple[str, Counter[str]]] = {}
@@ -114,8 +114,6 @@ def build_registry(
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if server_url is not None:
-            return kopf.ConnectionInfo(server=server_url, insecure=True)
         if settings.kubeconfig is not None:
             # kopf's own kubeconfig login reads only $KUBECONFIG: the client and kopf must be the same user
             return _connection_info(read_credentials(settings.kubeconfig))
@@ -192,14 +190,13 @@ async def run_controller(
     settings: ControllerSettings,
     metrics: Metrics,
     *,
-    server_url: str | None = None,
     stop: asyncio.Event | threading.Event | None = None,
     ready: asyncio.Event | threading.Event | None = None,
     standalone: bool = True,
     web_view_started: Callable[[str], None] | None = None,
 ) -> None:
     """Run until ``stop`` is set; ``ready`` is set once kopf has discovered the API's resources (see
-    :mod:`gpudra.controller.kopflifecycle`). ``server_url`` connects to an embedded server without credentials.
+    :mod:`gpudra.controller.kopflifecycle`).
     With ``settings.web_port`` set, the web view is served (in a thread of its own) while the controller runs, and
     ``web_view_started`` is told its URL.
 
@@ -213,10 +210,7 @@ async def run_controller(
     kopf_settings.persistence.finalizer = "gpudra.dev/controller"
     kopf_settings.persistence.diffbase_storage = LeanDiffBaseStorage(tracked_kinds=CHANGE_HANDLED_KINDS)
     kopf_settings.persistence.progress_storage = LeanProgressStorage()
-    if server_url is not None:
-        client = KubeClient.for_url(server_url, field_manager="gpudra-controller")
-    else:
-        client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
+    client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
     web_view = None
     discovered: asyncio.Task[None] | None = None
     try:
@@ -226,7 +220,6 @@ async def run_controller(
                 settings.web_port,
                 driver=settings.driver_name,
                 namespace=settings.namespace,
-                server_url=server_url,
                 kubeconfig=settings.kubeconfig,
             )
             url = await asyncio.to_thread(web_view.start)
@@ -236,7 +229,7 @@ async def run_controller(
         if ready is not None:
             discovered = asyncio.create_task(raise_once_discovered(insights, ready), name="readiness")
         await kopf.operator(
-            registry=build_registry(settings, metrics, client, server_url=server_url),
+            registry=build_registry(settings, metrics, client),
             settings=kopf_settings,
             clusterwide=True,
             standalone=standalone,

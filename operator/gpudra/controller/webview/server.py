@@ -100,12 +100,11 @@ class WebViewServer:
         *,
         driver: str,
         namespace: str = "gpudra",
-        server_url: str | None = None,
         kubeconfig: Path | None = None,
     ) -> None:
         self._host, self._port = host, port
         self._driver, self._namespace = driver, namespace
-        self._server_url, self._kubeconfig = server_url, kubeconfig
+        self._kubeconfig = kubeconfig
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -133,12 +132,7 @@ class WebViewServer:
         client: KubeClient | None = None
         runner: web.AppRunner | None = None
         try:
-            if self._server_url is not None:
-                client = KubeClient.for_url(
-                    self._server_url, field_manager="gpudra-webview", max_connections=None
-                )
-            else:
-                client = await KubeClient.from_environment(self._kubeconfig, field_manager="gpudra-webview")
+            client = await KubeClient.from_environment(self._kubeconfig, field_manager="gpudra-webview")
             view = FleetView(client, driver=self._driver, namespace=self._namespace)
             runner = web.AppRunner(webview_app(view), access_log=None, shutdown_timeout=1.0)
             await runner.setup()
