@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -12,6 +13,7 @@ import pytest
 
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.identity import ADMIN, TokenIssuer
+from gpudra.cluster.apiserver.servingtls import new_serving_tls
 from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
@@ -46,6 +48,20 @@ ANONYMOUS_PATHS = ("/api/v1/namespaces", "/apis", "/version", "/healthz", "/live
 def admin_headers(server: EmbeddedAPIServer) -> dict[str, str]:
     """The embedded server's admin's bearer token, as its kubeconfig carries it."""
     return {"Authorization": f"Bearer {server.token()}"}
+
+
+def served_over_https(directory: Path, **options: Any) -> EmbeddedAPIServer:
+    """An embedded server on HTTPS with a CA in ``directory``, as ``gpudra up`` serves it: kubectl sends its
+    kubeconfig's token over TLS only."""
+    return EmbeddedAPIServer(tls=new_serving_tls(directory), **options)
+
+
+def admin_session(server: EmbeddedAPIServer) -> aiohttp.ClientSession:
+    """An aiohttp session of the server's admin, trusting its CA when it serves HTTPS."""
+    tls = ssl.create_default_context(cafile=server.tls.ca) if server.tls is not None else True
+    return aiohttp.ClientSession(
+        base_url=server.url, headers=admin_headers(server), connector=aiohttp.TCPConnector(ssl=tls)
+    )
 
 
 async def check_refused_without_credentials(url: str, tls: ssl.SSLContext | bool) -> None:

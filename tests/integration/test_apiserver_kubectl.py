@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from authkit import served_over_https
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 
 pytestmark = [
@@ -64,6 +65,17 @@ spec:
     schema:
       openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
 """
+
+
+@pytest.fixture
+async def apiserver(tmp_path: Path) -> AsyncIterator[EmbeddedAPIServer]:
+    """Served over HTTPS, as ``gpudra up`` serves it: kubectl sends credentials over TLS only."""
+    server = served_over_https(tmp_path / "pki")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 @pytest.fixture

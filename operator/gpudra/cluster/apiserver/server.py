@@ -133,7 +133,7 @@ class EmbeddedAPIServer:
         system:masters may do anything); ``tls``: serve HTTPS with this certificate (None: plain HTTP, which
         Python clients use with a token, but kubectl does not: it sends credentials only over TLS)."""
         self._host, self._port = host, port
-        self._tls = tls
+        self.tls = tls
         self.tokens = tokens or TokenIssuer()
         self.policy = policy or Policy()
         self._url = ""
@@ -171,11 +171,11 @@ class EmbeddedAPIServer:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
-            self._runner, self._host, self._port, ssl_context=self._tls.context() if self._tls else None
+            self._runner, self._host, self._port, ssl_context=self.tls.context() if self.tls else None
         )
         await site.start()
         address = self._runner.addresses[0]
-        self._url = f"{'https' if self._tls else 'http'}://{self._host}:{address[1]}"
+        self._url = f"{'https' if self.tls else 'http'}://{self._host}:{address[1]}"
         return self._url
 
     async def stop(self) -> None:
@@ -208,9 +208,9 @@ class EmbeddedAPIServer:
         }
 
     def _cluster(self) -> dict[str, str]:
-        if self._tls is None:
+        if self.tls is None:
             return {"server": self.url}
-        return {"server": self.url, "certificate-authority": str(self._tls.ca.absolute())}
+        return {"server": self.url, "certificate-authority": str(self.tls.ca.absolute())}
 
     def write_kubeconfig(self, path: Path, who: Identity = ADMIN) -> None:
         """Write :meth:`kubeconfig` as YAML, atomically (a temporary file renamed over ``path``), readable by its
