@@ -673,7 +673,7 @@ class EmbeddedCluster:
             node.name,
             settings.registry_dir,
             cdi_dir=settings.cdi_dir,
-            pod_client=self._pod_client if self.kubernetes is not None else None,
+            pod_client=self._pod_client if self.kubernetes is not None else self._embedded_pod_client,
             logs=self.pod_logs,
             inventory=(
                 (lambda: NvmlBackend(node.name, nvml=self.simulated_gpus(node.name)).read_inventory())
@@ -803,6 +803,11 @@ class EmbeddedCluster:
             bound_pod=(meta["name"], meta["uid"]),
         )
         return await self._own_client(kubeconfig, meta["name"])
+
+    async def _embedded_pod_client(self, kubelet: KubeClient, pod: dict[str, Any]) -> KubeClient:
+        """A container's in-cluster identity on the embedded server: its ServiceAccount."""
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        return self._embedded_client(service_account(pod["metadata"]["namespace"], account))
 
     def _node_root(self, name: str, *, real_kubelet: bool = False) -> Path:
         """``<kubeconfig dir>/nodes/<node>``, or a short temporary directory when the socket paths under it
