@@ -313,7 +313,7 @@ class EmbeddedCluster:
 
     def _embedded_client(self, who: Identity) -> KubeClient:
         """The client of the embedded server as ``who`` (one per identity): in-process when the server shares
-        this event loop (the stand-ins and simulated nodes), else over HTTP with a token of ``who``; each node
+        this event loop (the stand-ins and simulated nodes), else over HTTPS with a token of ``who``; each node
         keeps watches open, so no cap on connections."""
         client = self._identity_clients.get(who)
         if client is None:
@@ -350,16 +350,10 @@ class EmbeddedCluster:
             "metadata": {"name": self.options.controller.namespace},
         }
         await self.client.apply_object(NAMESPACES, namespace)
-        # the ServiceAccount of the ComputeDomain daemon pods, as manifests/base installs it: the API server's
-        # ServiceAccount admission refuses pods whose account does not exist
-        account = DaemonPodSettings().service_account or "default"
-        imex = {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": account, "namespace": self.options.controller.namespace},
-        }
-        await self.client.apply_object(SERVICE_ACCOUNTS, imex)
-        for account in (CONTROLLER_SERVICE_ACCOUNT, AGENT_SERVICE_ACCOUNT):
+        # the ServiceAccounts of manifests/base: the controller's and the agents' identities, and the ComputeDomain
+        # daemon pods' (the API server's ServiceAccount admission refuses pods whose account does not exist)
+        imex = DaemonPodSettings().service_account or "default"
+        for account in (imex, CONTROLLER_SERVICE_ACCOUNT, AGENT_SERVICE_ACCOUNT):
             meta = {"name": account, "namespace": self.options.controller.namespace}
             await self.client.apply_object(
                 SERVICE_ACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
