@@ -1,5 +1,5 @@
 """Requests to the embedded API server from its own process, without HTTP: the transport the embedded cluster's
-stand-ins and simulated nodes use (``KubeClient(InProcessTransport(server))``).
+stand-ins and simulated nodes use (``KubeClient(InProcessTransport(server, identity))``).
 
 A request takes the same path through the server as one over HTTP (routing, admission, the database, watches,
 errors as Status objects) and the client decodes the same bytes; what it skips is aiohttp on both ends and the
