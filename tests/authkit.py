@@ -28,6 +28,7 @@ from gpudra.kube.resources import (
 
 DRIVER_NS = "gpudra"
 SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
+WIDGETS = Resource("example.com", "v1", "widgets", "Widget", namespaced=True)
 
 UNAUTHORIZED: dict[str, Any] = {
     "kind": "Status",
@@ -128,6 +129,9 @@ async def check_least_privilege(agent: KubeClient, controller: KubeClient, other
     )
     await refused(
         controller.delete(NODES, other_node), forbidden(CONTROLLER, "delete", "nodes", "", "", other_node)
+    )
+    await refused(  # authorized before it is looked up: a resource nobody serves is 403 too, not 404
+        agent.list(WIDGETS, "default"), forbidden(AGENT, "list", "widgets", "example.com", "default")
     )
     nodes, _ = await agent.list(NODES)
     assert other_node in {n["metadata"]["name"] for n in nodes}

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpudra.cluster.apiserver.identity import ADMIN, Identity, TokenIssuer, node_identity, service_account
 from gpudra.cluster.apiserver.rbac import Attributes, Policy, forbidden
+from gpudra.cluster.apiserver.requestinfo import request_info
 
 AGENT = service_account("gpudra", "gpudra-agent")
 READER: dict[str, Any] = {
@@ -84,3 +85,35 @@ def test_a_token_is_accepted_only_from_its_issuer_and_unchanged() -> None:
     assert issuer.verify(f"{prefix}.{admin_payload}.{signature}") is None
     assert TokenIssuer().verify(token) is None
     assert issuer.verify("gpudra.x") is None
+
+
+def test_a_request_is_read_from_its_url_as_kube_apiservers_request_info_reads_it() -> None:
+    def info(method: str, path: str, **query: str) -> Attributes:
+        return request_info(method, path, query)
+
+    assert info("GET", "/api/v1/namespaces/ns1") == Attributes(
+        "get", resource="namespaces", namespace="ns1", name="ns1"
+    )
+    assert info("PUT", "/api/v1/namespaces/ns1/finalize") == Attributes(
+        "update", resource="namespaces", subresource="finalize", namespace="ns1", name="ns1"
+    )
+    assert info("GET", "/api/v1/namespaces/ns1/pods", watch="true") == Attributes(
+        "watch", resource="pods", namespace="ns1"
+    )
+    assert info(
+        "GET", "/apis/resource.k8s.io/v1/resourceslices", fieldSelector="metadata.name==s"
+    ) == Attributes("list", group="resource.k8s.io", resource="resourceslices", name="s")
+    assert info("GET", "/api/v1/watch/namespaces/ns1/pods/p") == Attributes(
+        "watch", resource="pods", namespace="ns1", name="p"
+    )
+    assert info("GET", "/api/v1/namespaces/ns1/pods/p", watch="true") == Attributes(
+        "get", resource="pods", namespace="ns1", name="p"
+    )
+    assert info("POST", "/api/v1/namespaces/ns1/pods/p/binding") == Attributes(
+        "create", resource="pods", subresource="binding", namespace="ns1", name="p"
+    )
+    assert info("DELETE", "/apis/apps/v1/namespaces/ns1/daemonsets") == Attributes(
+        "deletecollection", group="apps", resource="daemonsets", namespace="ns1"
+    )
+    assert info("GET", "/apis/resource.k8s.io/v1") == Attributes("get", path="/apis/resource.k8s.io/v1")
+    assert info("GET", "/healthz") == Attributes("get", path="/healthz")

@@ -33,6 +33,7 @@ from .local import LocalRequest
 from .patches import FAILED_TEST_MESSAGE
 from .podlogs import PodLogProxy, no_containers
 from .rbac import Attributes, Policy, forbidden
+from .requestinfo import request_info
 from .routing import Discovery, Target, parse
 from .scale import scale_of, write_scale
 from .selectorsyntax import parse_selectors
@@ -78,39 +79,6 @@ def _table_mode(request: Request) -> str | None:
     if "as=Table" in accept and "g=meta.k8s.io" in accept:
         return request.query.get("includeObject") or "Metadata"
     return None
-
-
-def _verb(request: Request, target: Target) -> str:
-    """kube-apiserver's RequestInfo verb of a resource request."""
-    method = request.method
-    if method == "GET":
-        if target.watch_path or request.query.get("watch", "") in _TRUE:
-            return "watch"
-        return "get" if target.name else "list"
-    if method == "DELETE":
-        return "delete" if target.name else "deletecollection"
-    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
-
-
-def _attributes(request: Request, target: Target) -> Attributes:
-    """What an authorizer is asked for a resource request: a list or watch of one object by its
-    ``metadata.name`` field selector names it, and a Namespace is in its own namespace, as in RequestInfo."""
-    verb, name, namespace = _verb(request, target), target.name, target.ns
-    if verb in ("list", "watch") and not name:
-        for term in (request.query.get("fieldSelector") or "").split(","):
-            key, _, value = term.partition("=")
-            if key.strip() == "metadata.name":  # "=" or "==" ("!=" leaves "metadata.name!")
-                name = value.removeprefix("=").strip()
-    if target.rt.plural == "namespaces" and not target.rt.group and name:
-        namespace = name
-    return Attributes(
-        verb,
-        group=target.rt.group,
-        resource=target.rt.plural,
-        subresource=target.subresource,
-        namespace=namespace,
-        name=name,
-    )
 
 
 class EmbeddedAPIServer:
@@ -271,15 +239,12 @@ class EmbeddedAPIServer:
 
     async def _dispatch(self, request: Request) -> web.StreamResponse:
         path = request.path
-        who = self._authenticated(request)
+        self._authorize(self._authenticated(request), request_info(request.method, path, request.query))
         if path.startswith(("/api/", "/apis/")) or path in ("/api", "/apis"):
             target = parse(self.database.registry, path)
             if isinstance(target, Discovery):
-                self._authorize(who, Attributes(request.method.lower(), path=path))
                 return self._discovery(request, target)
-            self._authorize(who, _attributes(request, target))
             return await self._resource(request, target)
-        self._authorize(who, Attributes(request.method.lower(), path=path))
         if request.method != "GET":
             raise APIStatusError(
                 405, "MethodNotAllowed", f"the server does not allow {request.method} on {path}"
