@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.identity import ADMIN
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 PODS = "/api/v1/namespaces/default/pods"
@@ -76,7 +77,11 @@ async def run(objects: int, nodes: int, window: int) -> None:
     rng = random.Random(7)
     created: list[str] = []
     started = time.perf_counter()
-    async with aiohttp.ClientSession(base_url=url, connector=aiohttp.TCPConnector(limit=4)) as session:
+    async with aiohttp.ClientSession(
+        base_url=url,
+        connector=aiohttp.TCPConnector(limit=4),
+        headers={"Authorization": f"Bearer {server.tokens.issue(ADMIN)}"},
+    ) as session:
         ready = asyncio.Event()
         watcher = asyncio.create_task(_watch_pods(session, sent, latencies, ready))
         await ready.wait()

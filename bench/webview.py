@@ -26,6 +26,7 @@ import aiohttp
 
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.identity import ADMIN
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.controller.webview.server import WebViewServer
@@ -140,8 +141,8 @@ class ThreadedWebView:
     """The web view with informers and a client of its own, in a thread and event loop of its own, as the
     controller's would be beside the API server: the bench's API server and its load run in the main loop."""
 
-    def __init__(self, server_url: str) -> None:
-        self._server_url = server_url
+    def __init__(self, server_url: str, token: str) -> None:
+        self._server_url, self._token = server_url, token
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -156,7 +157,9 @@ class ThreadedWebView:
 
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        client = KubeClient.for_url(self._server_url, field_manager="gpudra-webview", max_connections=None)
+        client = KubeClient.for_url(
+            self._server_url, token=self._token, field_manager="gpudra-webview", max_connections=None
+        )
         informers = Informers(client)
         web = WebViewServer("127.0.0.1", 0, FleetView(informers, driver="gpu.nvidia.com"))
         watching = asyncio.create_task(informers.run())
@@ -179,8 +182,9 @@ class ThreadedWebView:
 async def run(spec: str, pending: int, runs: int) -> None:
     server = EmbeddedAPIServer()
     url = await server.start()
-    client = KubeClient.for_url(url, max_connections=None)
-    web = ThreadedWebView(url)
+    token = server.tokens.issue(ADMIN)
+    client = KubeClient.for_url(url, token=token, max_connections=None)
+    web = ThreadedWebView(url, token)
     try:
         started = time.perf_counter()
         slices, held = await _fill(client, spec, pending)
@@ -194,7 +198,11 @@ async def run(spec: str, pending: int, runs: int) -> None:
             print(f"first sync and page: {time.perf_counter() - started:.2f} s")
             pages = [await _timed_get(session, page_url, **{"Accept-Encoding": "gzip"}) for _ in range(runs)]
             lists = [
-                await _timed_get(session, f"{url}/apis/resource.k8s.io/v1/resourceslices")
+                await _timed_get(
+                    session,
+                    f"{url}/apis/resource.k8s.io/v1/resourceslices",
+                    Authorization=f"Bearer {server.tokens.issue(ADMIN)}",
+                )
                 for _ in range(runs)
             ]
             page_s, list_s = statistics.median(p[0] for p in pages), statistics.median(x[0] for x in lists)

@@ -25,6 +25,7 @@ from _corpus import HERE, ROOT
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from gpudra.cluster.apiserver.identity import ADMIN
 from gpudra.cluster.apiserver.process import APIServerProcess
 
 EXAMPLES = int(os.environ.get("GPUDRA_FUZZ_EXAMPLES", "300"))
@@ -82,15 +83,20 @@ class Payload(bytes):
 class Server:
     """The server process and what the fuzzer sends to: its resource paths and a valid object of each kind."""
 
-    def __init__(self, url: str, paths: list[tuple[str, str, str]], seeds: dict[str, dict[str, Any]]) -> None:
+    def __init__(
+        self, url: str, token: str, paths: list[tuple[str, str, str]], seeds: dict[str, dict[str, Any]]
+    ) -> None:
         self.url = url
+        self.token = token
+        """The admin's: the fuzzer's requests pass authentication and authorization."""
         self.paths = paths
         """(collection path, object name, kind) of every served resource, cluster-scoped and in ``default``."""
         self.seeds = seeds
 
 
-def request(url: str, method: str, body: bytes | None, ctype: str) -> tuple[int, bytes]:
+def request(url: str, method: str, body: bytes | None, ctype: str, token: str) -> tuple[int, bytes]:
     headers = {"Content-Type": ctype} if ctype else {}
+    headers["Authorization"] = f"Bearer {token}"
     call = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(call, timeout=STALL + 1) as rsp:
@@ -99,16 +105,16 @@ def request(url: str, method: str, body: bytes | None, ctype: str) -> tuple[int,
         return error.code, error.read()
 
 
-def served_paths(url: str) -> list[tuple[str, str, str]]:
+def served_paths(url: str, token: str) -> list[tuple[str, str, str]]:
     """Every served resource (discovery), as (collection path, object name, kind)."""
     groups = [("/api/v1", "v1")] + [
         (f"/apis/{version['groupVersion']}", version["groupVersion"])
-        for group in json.loads(request(url + "/apis", "GET", None, "")[1])["groups"]
+        for group in json.loads(request(url + "/apis", "GET", None, "", token)[1])["groups"]
         for version in group["versions"]
     ]
     paths = []
     for prefix, _ in groups:
-        for resource in json.loads(request(url + prefix, "GET", None, "")[1])["resources"]:
+        for resource in json.loads(request(url + prefix, "GET", None, "", token)[1])["resources"]:
             if "/" in resource["name"]:
                 continue
             scope = "/namespaces/default" if resource["namespaced"] else ""
@@ -130,19 +136,22 @@ def seed_objects() -> dict[str, dict[str, Any]]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     process = APIServerProcess(kubeconfig=tmp_path_factory.mktemp("fuzz") / "kubeconfig")
     url = asyncio.run(process.start())
+    token = process.tokens.issue(ADMIN)
     try:
         for path in sorted((ROOT / "crds").glob("*.yaml")):
             for document in yaml.safe_load_all(path.read_text()):
                 if document and document.get("kind") == "CustomResourceDefinition":
                     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
                     assert (
-                        request(url + crds, "POST", json.dumps(document).encode(), "application/json")[0]
+                        request(url + crds, "POST", json.dumps(document).encode(), "application/json", token)[
+                            0
+                        ]
                         == 201
                     )
-        yield Server(url, served_paths(url), seed_objects())
+        yield Server(url, token, served_paths(url, token), seed_objects())
         assert process.pid is not None
         os.kill(process.pid, 0)  # still there
-        assert request(url + "/healthz", "GET", None, "")[0] == 200
+        assert request(url + "/healthz", "GET", None, "", token)[0] == 200
     finally:
         asyncio.run(process.stop())
 
@@ -299,7 +308,7 @@ def test_no_request_fails_stalls_or_stops_the_server(server: Server) -> None:
     def one(sent: tuple[str, str, bytes | None, str]) -> None:
         method, url, body, ctype = sent
         started = time.monotonic()
-        status, answer = request(url, method, body, ctype)
+        status, answer = request(url, method, body, ctype, server.token)
         took = time.monotonic() - started
         replay = f"GPUDRA_FUZZ_SEED={SEED}"
         assert status < 500, f"{method} {url} ({ctype}): {status} {answer[:300]!r} ({replay})"

@@ -32,6 +32,7 @@ from _corpus import (
     manifest,
 )
 
+from authkit import admin_headers, admin_session, served_over_https
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 
 
@@ -64,10 +65,11 @@ async def install_crds(http: aiohttp.ClientSession) -> None:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[tuple[EmbeddedAPIServer, aiohttp.ClientSession]]:
-    apiserver = EmbeddedAPIServer()
-    url = await apiserver.start()
-    async with aiohttp.ClientSession(base_url=url) as http:
+async def server(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedAPIServer, aiohttp.ClientSession]]:
+    """Over HTTPS, as ``gpudra up`` serves it (kubectl sends its token over TLS only)."""
+    apiserver = served_over_https(tmp_path / "pki")
+    await apiserver.start()
+    async with admin_session(apiserver) as http:
         await install_crds(http)
         yield apiserver, http
     await apiserver.stop()
@@ -98,7 +100,7 @@ async def test_refused_as_kube_apiserver_refuses(minor: int, name: str) -> None:
     apiserver = EmbeddedAPIServer(minor=minor)
     url = await apiserver.start()
     try:
-        async with aiohttp.ClientSession(base_url=url) as http:
+        async with aiohttp.ClientSession(base_url=url, headers=admin_headers(apiserver)) as http:
             await install_crds(http)
             obj = manifest(name)
             async with http.post(f"{collection_url(obj)}?fieldValidation=Strict", json=obj) as rsp:

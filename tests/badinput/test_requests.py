@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
+from authkit import admin_headers
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.bodies import DEPTH_LIMIT
 from requestkit import CASES, SETUP, Case, install_crds, recorded, send
@@ -31,7 +32,7 @@ DIFFERENT = {
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     apiserver = EmbeddedAPIServer()
     url = await apiserver.start()
-    async with aiohttp.ClientSession(base_url=url) as session:
+    async with aiohttp.ClientSession(base_url=url, headers=admin_headers(apiserver)) as session:
         await install_crds(session)
         yield session
     await apiserver.stop()

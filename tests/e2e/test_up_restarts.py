@@ -148,7 +148,8 @@ async def test_a_second_up_in_the_same_directory_names_the_first_and_a_dead_ones
     said = out.decode()
     assert second.returncode == 2, said
     assert (
-        f"another gpudra up runs in {tmp_path} (PID {first.process.pid}, API server http://127.0.0.1:" in said
+        f"another gpudra up runs in {tmp_path} (PID {first.process.pid}, API server https://127.0.0.1:"
+        in said
     )
     assert "Traceback" not in said
     await first.kubectl("get", "nodes")  # the first one still serves

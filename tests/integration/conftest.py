@@ -10,6 +10,7 @@ import pytest
 from _prepare_kit import Node, cleanup, make_node
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from authkit import admin_headers
 from clusterkit import StartCluster
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.up import EmbeddedCluster
@@ -34,14 +35,19 @@ async def apiserver() -> AsyncIterator[EmbeddedAPIServer]:
 @pytest.fixture
 async def kube_api(apiserver: EmbeddedAPIServer) -> AsyncIterator[ApiClient]:
     """A kubernetes_asyncio ApiClient talking to the ``apiserver`` fixture."""
-    async with ApiClient(Configuration(host=apiserver.url)) as client:
+    configuration = Configuration(
+        host=apiserver.url,
+        api_key={"BearerToken": apiserver.token()},
+        api_key_prefix={"BearerToken": "Bearer"},
+    )
+    async with ApiClient(configuration) as client:
         yield client
 
 
 @pytest.fixture
 async def http(apiserver: EmbeddedAPIServer) -> AsyncIterator[aiohttp.ClientSession]:
     """A raw aiohttp session whose relative URLs go to the ``apiserver`` fixture."""
-    async with aiohttp.ClientSession(base_url=apiserver.url) as session:
+    async with aiohttp.ClientSession(base_url=apiserver.url, headers=admin_headers(apiserver)) as session:
         yield session
 
 
@@ -54,7 +60,7 @@ async def http(apiserver: EmbeddedAPIServer) -> AsyncIterator[aiohttp.ClientSess
 @pytest.fixture
 async def idle_prepare_node(apiserver: EmbeddedAPIServer, tmp_path: Path) -> AsyncIterator[Node]:
     """A node rig built but not started (recovery tests start its preparer themselves)."""
-    client = KubeClient.for_url(apiserver.url)
+    client = KubeClient.for_url(apiserver.url, token=apiserver.token())
     rig = await make_node(client, tmp_path)
     try:
         yield rig

@@ -22,7 +22,9 @@ async def test_an_agent_started_before_its_api_server_publishes_once_it_answers(
     port = free_port()
     server = EmbeddedAPIServer(port=port)
     # the address it will serve at; nothing answers there yet
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", Credentials(server=f"http://127.0.0.1:{port}"))
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig", Credentials(server=f"http://127.0.0.1:{port}", token=server.token())
+    )
     (node,) = parse_fleet("dgx-h100:1", {"dgx-h100"})
     settings = AgentSettings(
         node_name=node.name,
@@ -42,7 +44,7 @@ async def test_an_agent_started_before_its_api_server_publishes_once_it_answers(
         await eventually(waiting, timeout=60, what="the agent waiting for its API server")
         assert not starting.done()
         await server.start()
-        client = KubeClient.for_url(server.url, field_manager="test")
+        client = KubeClient.for_url(server.url, token=server.token(), field_manager="test")
         try:
             await client.apply_object(NODES, node_object(node))
             await starting  # ready: its slices are published

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.identity import ADMIN
 from gpudra.cluster.apiserver.local import InProcessTransport
 from gpudra.errors import KubeConnectionError, KubeError
 from gpudra.kube.client import KubeClient
@@ -92,9 +93,9 @@ async def _requests(client: KubeClient, suffix: str) -> list[Outcome]:
 
 @pytest.fixture
 async def clients(apiserver: EmbeddedAPIServer) -> AsyncIterator[tuple[KubeClient, KubeClient]]:
-    http = KubeClient.for_url(apiserver.url)
+    http = KubeClient.for_url(apiserver.url, token=apiserver.token())
     try:
-        yield http, KubeClient(InProcessTransport(apiserver))
+        yield http, KubeClient(InProcessTransport(apiserver, ADMIN))
     finally:
         await http.close()
 
@@ -135,7 +136,7 @@ async def _events(client: KubeClient, res: Resource, seen: list[tuple[str, str]]
 async def test_a_watch_in_process_sees_each_change_and_leaving_it_frees_the_server_side(
     apiserver: EmbeddedAPIServer,
 ) -> None:
-    client = KubeClient(InProcessTransport(apiserver))
+    client = KubeClient(InProcessTransport(apiserver, ADMIN))
     pods = apiserver.database.registry.get("", "v1", "pods")
     assert pods is not None
     store = apiserver.database.store(pods)
@@ -153,7 +154,7 @@ async def test_a_watch_in_process_sees_each_change_and_leaving_it_frees_the_serv
 async def test_a_stopped_server_ends_in_process_watches_and_refuses_requests_as_a_lost_connection() -> None:
     server = EmbeddedAPIServer()
     await server.start()
-    client = KubeClient(InProcessTransport(server))
+    client = KubeClient(InProcessTransport(server, ADMIN))
     await client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}})
     seen: list[tuple[str, str]] = []
 
@@ -172,7 +173,7 @@ async def test_a_stopped_server_ends_in_process_watches_and_refuses_requests_as_
 async def test_a_failing_request_is_a_500_in_process_and_the_server_goes_on(
     apiserver: EmbeddedAPIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = KubeClient(InProcessTransport(apiserver))
+    client = KubeClient(InProcessTransport(apiserver, ADMIN))
     await client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}})
 
     def broken(*_: Any, **__: Any) -> None:

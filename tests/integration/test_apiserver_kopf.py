@@ -51,7 +51,7 @@ async def test_kopf_create_and_delete_handlers(
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=apiserver.url, insecure=True)
+        return kopf.ConnectionInfo(server=apiserver.url, insecure=True, token=apiserver.token())
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -6,13 +6,14 @@ import asyncio
 import json
 import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from authkit import served_over_https
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.database import PODS
 from gpudra.testing import eventually
@@ -66,6 +67,17 @@ spec:
     schema:
       openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
 """
+
+
+@pytest.fixture
+async def apiserver(tmp_path: Path) -> AsyncIterator[EmbeddedAPIServer]:
+    """Served over HTTPS, as ``gpudra up`` serves it: kubectl sends credentials over TLS only."""
+    server = served_over_https(tmp_path / "pki")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 @pytest.fixture

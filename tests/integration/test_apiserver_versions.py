@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from authkit import admin_headers
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.cluster.apiserver.versions import parse_minor
 from gpudra.errors import ConfigurationError
@@ -25,7 +26,7 @@ async def serving(minor: int) -> AsyncIterator[aiohttp.ClientSession]:
     server = EmbeddedAPIServer(minor=minor)
     url = await server.start()
     try:
-        async with aiohttp.ClientSession(base_url=url) as http:
+        async with aiohttp.ClientSession(base_url=url, headers=admin_headers(server)) as http:
             yield http
     finally:
         await server.stop()

@@ -19,7 +19,7 @@ CLAIM: dict[str, Any] = {
 
 
 async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: EmbeddedAPIServer) -> None:
-    client = KubeClient.for_url(apiserver.url)
+    client = KubeClient.for_url(apiserver.url, token=apiserver.token())
     try:
         claim = await client.create(RESOURCE_CLAIMS, CLAIM, "default")
         recorder = EventRecorder(client, "test", window_seconds=3600)
@@ -37,7 +37,7 @@ async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: Emb
 
 async def test_a_repeat_after_the_window_counts_on_the_same_event(apiserver: EmbeddedAPIServer) -> None:
     """As client-go's correlator does: one Event whose count and lastTimestamp grow, a new one once it expired."""
-    client = KubeClient.for_url(apiserver.url)
+    client = KubeClient.for_url(apiserver.url, token=apiserver.token())
     try:
         claim = await client.create(RESOURCE_CLAIMS, {**CLAIM, "metadata": {**CLAIM["metadata"]}}, "default")
         recorder = EventRecorder(client, "test", window_seconds=0, series=True)

@@ -29,7 +29,7 @@ CLIQUE = "6b3f7d0e-2c1a-4f55-9e0b-1d2c3b4a5f60.32766"
 
 @pytest.fixture
 async def client(apiserver: EmbeddedAPIServer) -> AsyncIterator[KubeClient]:
-    kube = KubeClient.for_url(apiserver.url)
+    kube = KubeClient.for_url(apiserver.url, token=apiserver.token())
     await kube.apply_object(CRDS, crd_for(ComputeDomainClique))
     await kube.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     try:
@@ -56,7 +56,10 @@ async def daemons(client: KubeClient, clique: str = CLIQUE) -> list[tuple[str, i
 
 async def redone_writes(apiserver: EmbeddedAPIServer) -> int:
     """409s and failed JSON patch tests on clique objects, from the server's debug endpoint."""
-    async with aiohttp.ClientSession() as session, session.get(apiserver.url + CONFLICTS_PATH) as response:
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {apiserver.token()}"}) as session,
+        session.get(apiserver.url + CONFLICTS_PATH) as response,
+    ):
         counts: dict[str, int] = await response.json()
     return counts.get("computedomaincliques", 0) + counts.get("computedomaincliques" + FAILED_TEST, 0)
 

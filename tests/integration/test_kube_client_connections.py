@@ -47,12 +47,12 @@ async def test_a_client_of_a_url_ignores_proxies_named_in_the_environment(
     start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster = await start_cluster("l4x4:1")
-    assert cluster.server is not None
-    for variable in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+    assert cluster.server is not None and cluster.serving_tls is not None
+    for variable in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.setenv(variable, "http://127.0.0.1:9")  # the discard port: nothing answers there
     for variable in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(variable, raising=False)
-    client = KubeClient.for_url(cluster.server.url)
+    client = KubeClient.for_url(cluster.server.url, token=cluster.server.token(), ca=cluster.serving_tls.ca)
     try:
         items, _ = await asyncio.wait_for(client.list(NODES), timeout=10)
         assert [n["metadata"]["name"] for n in items] == ["l4x4-0"]

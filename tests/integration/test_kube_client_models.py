@@ -16,7 +16,7 @@ from gpudra.kube.resources import CONFIGMAPS, NODES, RESOURCE_CLAIMS
 async def test_reads_come_back_as_models_and_a_mismatch_names_the_object(
     apiserver: EmbeddedAPIServer,
 ) -> None:
-    client = KubeClient.for_url(apiserver.url)
+    client = KubeClient.for_url(apiserver.url, token=apiserver.token())
     try:
         await client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
         claim = {

@@ -53,7 +53,7 @@ async def run_sync(
 async def test_the_agent_follows_its_node_and_resumes_quietly(
     apiserver: EmbeddedAPIServer, tmp_path: Path
 ) -> None:
-    client = KubeClient.for_url(apiserver.url)
+    client = KubeClient.for_url(apiserver.url, token=apiserver.token())
     backend = NvmlBackend(NODE, nvml=FakeNvml.from_profile("dgx-h100", node_name=NODE))
     desired = DesiredState(
         source="Label",

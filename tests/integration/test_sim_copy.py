@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -97,7 +98,9 @@ async def _running(client: KubeClient, name: str) -> bool:
 async def proxy(real: EmbeddedCluster, tmp_path: Path) -> AsyncIterator[tuple[Path, list[str]]]:
     """A kubeconfig of a proxy in front of the real cluster, and the methods of the requests it passed."""
     methods: list[str] = []
-    session = aiohttp.ClientSession()
+    assert real.serving_tls is not None
+    upstream_tls = ssl.create_default_context(cafile=real.serving_tls.ca)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=upstream_tls))
 
     async def forward(request: web.Request) -> web.StreamResponse:
         methods.append(request.method)

@@ -17,7 +17,7 @@ from gpudra.testing import eventually, watch_until
 
 @pytest.fixture
 async def client(apiserver: EmbeddedAPIServer) -> AsyncIterator[KubeClient]:
-    kube = KubeClient.for_url(apiserver.url)
+    kube = KubeClient.for_url(apiserver.url, token=apiserver.token())
     try:
         yield kube
     finally:

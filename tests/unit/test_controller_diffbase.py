@@ -119,7 +119,7 @@ def test_the_tracked_kinds_are_those_of_the_controllers_change_handlers(
 
         monkeypatch.setattr(kopf.on, cause, recording)
     client = KubeClient.__new__(KubeClient)  # registering handlers calls no API
-    build_controller(ControllerSettings(), Metrics(), client, server_url=None)
+    build_controller(ControllerSettings(), Metrics(), client)
     known = [r for r in vars(resources).values() if isinstance(r, resources.Resource)]
     assert declared  # the ComputeDomain handlers
     for args in declared:

@@ -136,7 +136,7 @@ def test_the_web_view_watches_through_the_controllers_informers() -> None:
     """In a controller that serves the web view, a kind both watch (Nodes, slices, claims, DeviceClasses, waiting
     pods, cliques) is listed and watched once: the view adds only the kinds no cache of the controller uses."""
     client = KubeClient.__new__(KubeClient)  # building calls no API
-    controller = build_controller(ControllerSettings(), Metrics(), client, server_url=None)
+    controller = build_controller(ControllerSettings(), Metrics(), client)
     alone = len(controller.informers)
     FleetView(controller.informers)
     assert len(controller.informers) - alone == len({"namespaces", "computedomains", "miglayouts"})

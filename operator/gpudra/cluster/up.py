@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,8 +30,18 @@ from gpudra.agent.runtime import AgentRuntime
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.agentprocess import AgentProcess
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.identity import (
+    ADMIN,
+    SCHEDULER,
+    Identity,
+    TokenIssuer,
+    node_identity,
+    service_account,
+)
 from gpudra.cluster.apiserver.local import InProcessTransport
 from gpudra.cluster.apiserver.process import APIServerProcess
+from gpudra.cluster.apiserver.rbac import Policy
+from gpudra.cluster.apiserver.servingtls import ServingTLS, new_serving_tls
 from gpudra.cluster.apiserver.versions import KubeVersion, parse_minor
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.dirlock import DirectoryLock
@@ -48,6 +58,7 @@ from gpudra.cluster.kubernetes.bootstrap import (
 )
 from gpudra.cluster.kubernetes.controlplane import KubernetesControlPlane
 from gpudra.cluster.kubernetes.realkubelet import RealKubelet, node_ip
+from gpudra.cluster.rbacmanifests import manifest_rbac
 from gpudra.cluster.realnode.fleet import RealNodes
 from gpudra.cluster.realnode.install import settings_env
 from gpudra.cluster.sim.controls import SimulatorControls
@@ -187,9 +198,9 @@ class UpOptions:
 
 @dataclass(frozen=True)
 class ControllerConnection:
-    """How the controller reaches the API server: the embedded server's URL, or a kubeconfig."""
+    """How the controller reaches the API server: a kubeconfig of its ServiceAccount (None: the chart's
+    Deployment on a real node, with its own)."""
 
-    server_url: str | None = None
     kubeconfig: Path | None = None
     daemon_image: str | None = None
     """The IMEX daemon image the applied admission policy allows the controller (the base's); None: its own."""
@@ -231,6 +242,11 @@ class EmbeddedCluster:
     metrics_url: str = ""
     web_url: str = ""
     _profile_settings: dict[str, AgentSettings] = field(default_factory=dict)
+    tokens: TokenIssuer = field(default_factory=TokenIssuer)
+    """Signs the embedded API server's bearer tokens: each component's identity (docs/security.md)."""
+    _identity_clients: dict[Identity, KubeClient] = field(default_factory=dict)
+    serving_tls: ServingTLS | None = None
+    """The embedded API server's CA and certificate (kubectl sends credentials only over HTTPS)."""
 
     @property
     def large_fleet(self) -> bool:
@@ -256,6 +272,13 @@ class EmbeddedCluster:
         return self.options.kubeconfig.parent / "embedded" / "kubeconfig"
 
     @property
+    def controller_kubeconfig(self) -> Path:
+        """The kubeconfig of the controller's ServiceAccount (the in-process controller's and its web view's)."""
+        if self.kubernetes is not None:
+            return self.kubernetes.layout.kubeconfig("gpudra-controller")
+        return self.cluster_kubeconfig.parent / "gpudra-controller.kubeconfig"
+
+    @property
     def url(self) -> str:
         if self.kubernetes is not None:
             return self.kubernetes.url
@@ -265,32 +288,63 @@ class EmbeddedCluster:
         return self.server.url
 
     async def _start_server(self) -> str:
+        """The embedded API server, enforcing manifests/base's RBAC in the driver's namespace; the admin's
+        kubeconfig written."""
         self.cluster_kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        rbac = manifest_rbac(self.options.controller.namespace)
+        self.serving_tls = new_serving_tls(self.cluster_kubeconfig.parent / "pki")
         if self.options.api_server_process:
             self.server_process = APIServerProcess(
                 port=self.options.port,
                 kubeconfig=self.cluster_kubeconfig,
                 feature_gates=frozenset(self.options.feature_gates_on),
                 minor=parse_minor(self.options.kubernetes_version),
+                tokens=self.tokens,
+                rbac=rbac,
+                tls=self.serving_tls,
             )
             return await self.server_process.start()
         self.server = EmbeddedAPIServer(
             port=self.options.port,
             feature_gates=frozenset(self.options.feature_gates_on),
             minor=parse_minor(self.options.kubernetes_version),
+            tokens=self.tokens,
+            policy=Policy(rbac),
+            tls=self.serving_tls,
         )
         url = await self.server.start()
         self.server.write_kubeconfig(self.cluster_kubeconfig)
         return url
 
+    def _embedded_client(self, who: Identity) -> KubeClient:
+        """The client of the embedded server as ``who`` (one per identity): in-process when the server shares
+        this event loop (the stand-ins and simulated nodes), else over HTTPS with a token of ``who``; each node
+        keeps watches open, so no cap on connections."""
+        client = self._identity_clients.get(who)
+        if client is None:
+            if self.server is not None:
+                client = KubeClient(InProcessTransport(self.server, who), field_manager="gpudra-up")
+            else:
+                assert self.serving_tls is not None
+                client = KubeClient.for_url(
+                    self.url,
+                    token=self.tokens.issue(who),
+                    ca=self.serving_tls.ca,
+                    field_manager="gpudra-up",
+                    max_connections=None,
+                )
+            self._identity_clients[who] = client
+        return client
+
+    def _embedded_kubeconfig(self, who: Identity, path: Path) -> Path:
+        """A kubeconfig of the embedded server with a token of ``who``, readable by its owner only."""
+        return write_kubeconfig(
+            path, replace(read_credentials(self.cluster_kubeconfig), token=self.tokens.issue(who))
+        )
+
     async def _start_embedded(self) -> ControllerConnection:
-        url = await self._start_server()
-        if self.server is not None:
-            # The stand-ins and simulated nodes share the server's event loop: they call it in-process.
-            self.client = KubeClient(InProcessTransport(self.server), field_manager="gpudra-up")
-        else:
-            # One client for every simulated node's agent and kubelet: each node keeps watches open, so no cap.
-            self.client = KubeClient.for_url(url, field_manager="gpudra-up", max_connections=None)
+        await self._start_server()
+        self.client = self._embedded_client(ADMIN)
         for crd in (crd_for(model) for model in CRD_MODELS):
             await self.client.apply_object(CRDS, crd)
         for device_class in load_device_classes():
@@ -301,16 +355,18 @@ class EmbeddedCluster:
             "metadata": {"name": self.options.controller.namespace},
         }
         await self.client.apply_object(NAMESPACES, namespace)
-        # the ServiceAccount of the ComputeDomain daemon pods, as manifests/base installs it: the API server's
-        # ServiceAccount admission refuses pods whose account does not exist
-        account = DaemonPodSettings().service_account or "default"
-        imex = {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": account, "namespace": self.options.controller.namespace},
-        }
-        await self.client.apply_object(SERVICE_ACCOUNTS, imex)
-        return ControllerConnection(server_url=url)
+        # the ServiceAccounts of manifests/base: the controller's and the agents' identities, and the ComputeDomain
+        # daemon pods' (the API server's ServiceAccount admission refuses pods whose account does not exist)
+        imex = DaemonPodSettings().service_account or "default"
+        for account in (imex, CONTROLLER_SERVICE_ACCOUNT, AGENT_SERVICE_ACCOUNT):
+            meta = {"name": account, "namespace": self.options.controller.namespace}
+            await self.client.apply_object(
+                SERVICE_ACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
+            )
+        controller = service_account(self.options.controller.namespace, CONTROLLER_SERVICE_ACCOUNT)
+        return ControllerConnection(
+            kubeconfig=self._embedded_kubeconfig(controller, self.controller_kubeconfig)
+        )
 
     async def _start_kubernetes(self) -> ControllerConnection:
         """The real control plane: gpudra installed from manifests/base as a user installs it, the controller
@@ -422,7 +478,9 @@ class EmbeddedCluster:
         progress.begin(STAGE_CONTROLLER, 1 if self.kubernetes is not None else 2)
         if self.kubernetes is None:
             emulated = KubeVersion(parse_minor(self.options.kubernetes_version))
-            self.control_plane = ControlPlane(self.client, device_taint_rules(emulated.taint_rule_version))
+            self.control_plane = ControlPlane(
+                self._embedded_client(SCHEDULER), device_taint_rules(emulated.taint_rule_version)
+            )
             self._spawn(self.control_plane.run(), "control plane")
         if self.real_nodes is not None:
             # the controller is the chart's Deployment, on a real node
@@ -453,7 +511,6 @@ class EmbeddedCluster:
                         }
                     ),
                     self.metrics,
-                    server_url=connection.server_url,
                     stop=self._stop,
                     ready=controller_ready,
                     web_view_started=self._web_view_started,
@@ -619,7 +676,7 @@ class EmbeddedCluster:
             node.name,
             settings.registry_dir,
             cdi_dir=settings.cdi_dir,
-            pod_client=self._pod_client if self.kubernetes is not None else None,
+            pod_client=self._pod_client if self.kubernetes is not None else self._embedded_pod_client,
             logs=self.pod_logs,
             inventory=(
                 (lambda: NvmlBackend(node.name, nvml=self.simulated_gpus(node.name)).read_inventory())
@@ -697,17 +754,23 @@ class EmbeddedCluster:
         return KubeletServer(self.pod_logs, address, tls)
 
     async def _node_clients(self, node: FleetNode) -> tuple[Path, KubeClient, KubeClient]:
-        """(agent's kubeconfig, agent's client, kubelet's client). Embedded: the user's kubeconfig and the shared
-        client. Kubernetes: the kubelet registers its Node with the node's own certificate (system:node:<name>,
-        so the Node authorizer and NodeRestriction apply), and the agent gets the agent ServiceAccount's token
-        bound to that Node, as its DaemonSet pod's."""
+        """(agent's kubeconfig, agent's client, kubelet's client). Embedded: the agent is the agent
+        ServiceAccount (its kubeconfig, for an agent process, in the node's directory), the kubelet
+        system:node:<name>. Kubernetes: the kubelet registers its Node with the node's own certificate
+        (system:node:<name>, so the Node authorizer and NodeRestriction apply), and the agent gets the agent
+        ServiceAccount's token bound to that Node, as its DaemonSet pod's."""
         assert self.client is not None
         if self.kubernetes is None:
             assert self.kubelet_server is not None
             registered = node_object(node)
             with_kubelet_endpoint(registered, simulated_pod_ip(node.name), self.kubelet_server.port)
-            await self.client.apply_object(NODES, registered)
-            return self.cluster_kubeconfig, self.client, self.client
+            kubelet = self._embedded_client(node_identity(node.name))
+            await kubelet.apply_object(NODES, registered)
+            agent = service_account(self.options.controller.namespace, AGENT_SERVICE_ACCOUNT)
+            kubeconfig = self.node_dirs[node.name] / "agent.kubeconfig"
+            if self.options.agent_processes:
+                self._embedded_kubeconfig(agent, kubeconfig)
+            return kubeconfig, self._embedded_client(agent), kubelet
         kubelet = await self._own_client(self.kubernetes.node_kubeconfig(node.name), f"kubelet-{node.name}")
         real = self.real_kubelets.get(node.name)
         if real is None:
@@ -743,6 +806,11 @@ class EmbeddedCluster:
             bound_pod=(meta["name"], meta["uid"]),
         )
         return await self._own_client(kubeconfig, meta["name"])
+
+    async def _embedded_pod_client(self, kubelet: KubeClient, pod: dict[str, Any]) -> KubeClient:
+        """A container's in-cluster identity on the embedded server: its ServiceAccount."""
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        return self._embedded_client(service_account(pod["metadata"]["namespace"], account))
 
     def _node_root(self, name: str, *, real_kubelet: bool = False) -> Path:
         """``<kubeconfig dir>/nodes/<node>``, or a short temporary directory when the socket paths under it
@@ -784,8 +852,9 @@ class EmbeddedCluster:
             await self.sim_controls.stop()
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()  # type: ignore[attr-defined]
-        for client in self._clients:
-            await client.close()
+        for client in (*self._clients, *self._identity_clients.values()):
+            if client is not self.client:
+                await client.close()
         if self.client is not None:
             await self.client.close()
         for process in self.agent_processes.values():

@@ -69,9 +69,7 @@ class Controller:
     """(name, the loop) of each loop to run beside kopf until the controller stops."""
 
 
-def build_controller(
-    settings: ControllerSettings, metrics: Metrics, client: KubeClient, *, server_url: str | None
-) -> Controller:
+def build_controller(settings: ControllerSettings, metrics: Metrics, client: KubeClient) -> Controller:
     """kopf handles what needs its retries and finalizers (ComputeDomains, MigLayouts); every other kind is
     watched by one shared informer per kind."""
     registry = kopf.OperatorRegistry()
@@ -138,8 +136,6 @@ def build_controller(
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if server_url is not None:
-            return kopf.ConnectionInfo(server=server_url, insecure=True)
         if settings.kubeconfig is not None:
             # kopf's own kubeconfig login reads only $KUBECONFIG: the client and kopf must be the same user
             return _connection_info(read_credentials(settings.kubeconfig))
@@ -207,15 +203,14 @@ async def run_controller(
     settings: ControllerSettings,
     metrics: Metrics,
     *,
-    server_url: str | None = None,
     stop: asyncio.Event | threading.Event | None = None,
     ready: asyncio.Event | threading.Event | None = None,
     standalone: bool = True,
     web_view_started: Callable[[str], None] | None = None,
 ) -> None:
     """Run until ``stop`` is set; ``ready`` is set once kopf has started and every informer has listed once.
-    ``server_url`` connects to an embedded server without credentials. With ``settings.web_port`` set, the web view
-    is served over the controller's informers while the controller runs, and ``web_view_started`` is told its URL.
+    With ``settings.web_port`` set, the web view is served over the controller's informers while the controller
+    runs, and ``web_view_started`` is told its URL.
 
     kopf treats every asyncio task created after its start as its own and cancels them when it stops, so the
     informers and the loops beside kopf start before it, and an embedding process (``gpudra up``, tests) runs it
@@ -228,14 +223,11 @@ async def run_controller(
     kopf_settings.persistence.finalizer = "gpudra.dev/controller"
     kopf_settings.persistence.diffbase_storage = LeanDiffBaseStorage(tracked_kinds=CHANGE_HANDLED_KINDS)
     kopf_settings.persistence.progress_storage = LeanProgressStorage()
-    if server_url is not None:
-        client = KubeClient.for_url(server_url, field_manager="gpudra-controller")
-    else:
-        client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
+    client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
     web_view = None
     beside: list[asyncio.Task[None]] = []
     try:
-        controller = build_controller(settings, metrics, client, server_url=server_url)
+        controller = build_controller(settings, metrics, client)
         if settings.web_port is not None:
             view = FleetView(controller.informers, driver=settings.driver_name, namespace=settings.namespace)
             web_view = WebViewServer(settings.web_host, settings.web_port, view)

@@ -111,14 +111,26 @@ class KubeClient:
 
     @classmethod
     def for_url(
-        cls, url: str, *, field_manager: str = "gpudra", max_connections: int | None = 100
+        cls,
+        url: str,
+        *,
+        token: str | None = None,
+        ca: Path | None = None,
+        field_manager: str = "gpudra",
+        max_connections: int | None = 100,
     ) -> KubeClient:
-        """A client of a server without credentials. Every open watch holds one of ``max_connections`` (None: no
-        limit) for as long as it runs: a client shared by many watchers must not cap them, or the next request
-        waits for a free connection forever."""
+        """A client of a server at ``url``, with ``token`` as its bearer token (None: anonymous), trusting ``ca``
+        (an https URL; None: the system's CAs). Every open watch
+        holds one of ``max_connections`` (None: no limit) for as long as it runs: a client shared by many
+        watchers must not cap them, or the next request waits for a free connection forever."""
         from kubernetes_asyncio import client as k8s_client
 
         configuration = k8s_client.Configuration(host=url)
+        if token is not None:
+            configuration.api_key = {"BearerToken": token}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        if ca is not None:
+            configuration.ssl_ca_cert = str(ca)
         configuration.connection_pool_maxsize = max_connections  # type: ignore[assignment]  # None is documented
         transport = HTTPTransport.without_environment(k8s_client.ApiClient(configuration))
         return cls(transport, field_manager=field_manager)

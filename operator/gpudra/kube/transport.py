@@ -136,7 +136,7 @@ class HTTPTransport:
     @classmethod
     def without_environment(cls, api: k8s_client.ApiClient) -> HTTPTransport:
         """kubernetes_asyncio's session trusts the environment, so aiohttp looks up proxy variables and reads
-        ~/.netrc on every request: for a server given by URL without credentials (the embedded cluster's loopback
+        ~/.netrc on every request: for a server given by URL (the embedded cluster's loopback
         server) neither applies, and at 64 simulated nodes those lookups were a tenth of the process's CPU."""
         rest = api.rest_client
         old: aiohttp.ClientSession = rest.pool_manager

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.apiserver import EmbeddedAPIServer
+from gpudra.cluster.apiserver.identity import ADMIN
 from gpudra.cluster.processes import ManagedProcess, free_port
 from gpudra.config import AgentSettings
 from gpudra.devices import load_device_classes
@@ -129,7 +130,9 @@ class Rig:
         self.server = EmbeddedAPIServer()
         url = await self.server.start()
         self.server.write_kubeconfig(self.kubeconfig)
-        self.client = client = KubeClient.for_url(url, field_manager="gpudra-realgpu")
+        self.client = client = KubeClient.for_url(
+            url, token=self.server.tokens.issue(ADMIN), field_manager="gpudra-realgpu"
+        )
         crds = [crd_for(model) for model in CRD_MODELS]
         for crd in crds:
             await client.apply_object(CRDS, crd)

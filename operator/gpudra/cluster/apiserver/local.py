@@ -1,5 +1,5 @@
 """Requests to the embedded API server from its own process, without HTTP: the transport the embedded cluster's
-stand-ins and simulated nodes use (``KubeClient(InProcessTransport(server))``).
+stand-ins and simulated nodes use (``KubeClient(InProcessTransport(server, identity))``).
 
 A request takes the same path through the server as one over HTTP (routing, admission, the database, watches,
 errors as Status objects) and the client decodes the same bytes; what it skips is aiohttp on both ends and the
@@ -21,6 +21,8 @@ from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
 from gpudra.kube.transport import Call
 from gpudra.telemetry import get_logger
+
+from .identity import Identity
 
 if TYPE_CHECKING:
     from .server import EmbeddedAPIServer
@@ -59,9 +61,10 @@ class LocalStream:
 
 
 class LocalRequest:
-    """What the server reads of a request (as of an aiohttp one), made in-process."""
+    """What the server reads of a request (as of an aiohttp one), made in-process by ``identity``."""
 
-    def __init__(self, call: Call, body: bytes) -> None:
+    def __init__(self, call: Call, body: bytes, identity: Identity) -> None:
+        self.identity = identity
         self.method, self.path = call.method, call.path
         self.query: MultiDictProxy[str] = MultiDictProxy(MultiDict(call.query))
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict(call.headers))
@@ -135,16 +138,18 @@ def _jsonable(value: Any) -> Any:
 
 
 class InProcessTransport:
-    """KubeClient's transport to an EmbeddedAPIServer in the same event loop."""
+    """KubeClient's transport to an EmbeddedAPIServer in the same event loop, as ``identity``: its requests are
+    authorized as requests with a token of that identity are."""
 
-    def __init__(self, server: EmbeddedAPIServer) -> None:
+    def __init__(self, server: EmbeddedAPIServer, identity: Identity) -> None:
         self._server = server
+        self._identity = identity
 
     async def request(self, call: Call) -> LocalReply:
         if not self._server.serving:
             raise ConnectionRefusedError("the embedded API server is stopped")
         data = b"" if call.body is None else json.dumps(call.body, default=_jsonable).encode()
-        local = LocalRequest(call, data)
+        local = LocalRequest(call, data, self._identity)
         if not call.watch:
             # Served inline, in the caller's task: no write path of the server suspends, so a caller cancelled
             # meanwhile cannot cut a write short (over HTTP the server would finish it). Keep it so.

@@ -12,23 +12,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import ssl
 from collections import Counter
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
+from .identity import ADMIN, TokenIssuer
+from .rbac import Policy
 from .server import CONFLICTS_PATH, EmbeddedAPIServer
+from .servingtls import ServingTLS
 from .versions import DEFAULT_MINOR
 
 STOP = "stop"
 
 
-async def _serve(port: int, kubeconfig: Path, gates: frozenset[str], minor: int, conn: Connection) -> None:
-    server = EmbeddedAPIServer(port=port, feature_gates=gates, minor=minor)
+@dataclass(frozen=True)
+class _Options:
+    port: int
+    kubeconfig: Path
+    gates: frozenset[str]
+    minor: int
+    key: bytes
+    rbac: tuple[dict[str, Any], ...]
+    tls: ServingTLS | None
+
+
+async def _serve(options: _Options, conn: Connection) -> None:
+    server = EmbeddedAPIServer(
+        port=options.port,
+        feature_gates=options.gates,
+        minor=options.minor,
+        tokens=TokenIssuer(options.key),
+        policy=Policy(options.rbac),
+        tls=options.tls,
+    )
     url = await server.start()
     try:
-        server.write_kubeconfig(kubeconfig)
+        server.write_kubeconfig(options.kubeconfig)
         conn.send(url)
         await asyncio.to_thread(conn.recv)  # anything, or the parent gone (EOFError), stops it
     except EOFError:
@@ -37,12 +61,15 @@ async def _serve(port: int, kubeconfig: Path, gates: frozenset[str], minor: int,
         await server.stop()
 
 
-def _main(port: int, kubeconfig: Path, gates: frozenset[str], minor: int, conn: Connection) -> None:
-    asyncio.run(_serve(port, kubeconfig, gates, minor, conn))
+def _main(options: _Options, conn: Connection) -> None:
+    asyncio.run(_serve(options, conn))
 
 
 class APIServerProcess:
-    """Start with :meth:`start`; the server writes the kubeconfig before it answers with its URL."""
+    """Start with :meth:`start`; the server writes the admin's kubeconfig before it answers with its URL.
+    ``tokens``: the issuer whose tokens the server accepts (its key goes to the server's process; None: a new
+    one); ``rbac``: the roles and bindings it enforces besides its bootstrap policy; ``tls``: its HTTPS (None:
+    plain HTTP)."""
 
     def __init__(
         self,
@@ -51,7 +78,13 @@ class APIServerProcess:
         kubeconfig: Path,
         feature_gates: frozenset[str] = frozenset(),
         minor: int = DEFAULT_MINOR,
+        tokens: TokenIssuer | None = None,
+        rbac: tuple[dict[str, Any], ...] = (),
+        tls: ServingTLS | None = None,
     ) -> None:
+        self.tokens = tokens or TokenIssuer()
+        self.tls = tls
+        self._rbac = rbac
         self._port = port
         self._minor = minor
         self._kubeconfig = kubeconfig
@@ -65,7 +98,18 @@ class APIServerProcess:
         parent, child = context.Pipe()
         self._process = context.Process(
             target=_main,
-            args=(self._port, self._kubeconfig, self._gates, self._minor, child),
+            args=(
+                _Options(
+                    self._port,
+                    self._kubeconfig,
+                    self._gates,
+                    self._minor,
+                    self.tokens.key,
+                    self._rbac,
+                    self.tls,
+                ),
+                child,
+            ),
             name="gpudra-apiserver",
             daemon=True,
         )
@@ -88,7 +132,16 @@ class APIServerProcess:
         return self._process.pid if self._process is not None else None
 
     async def conflicts_by_resource(self) -> Counter[str]:
-        async with aiohttp.ClientSession() as session, session.get(self.url + CONFLICTS_PATH) as response:
+        headers = {"Authorization": f"Bearer {self.tokens.issue(ADMIN)}"}
+        async with (
+            aiohttp.ClientSession(
+                headers=headers,
+                connector=aiohttp.TCPConnector(
+                    ssl=ssl.create_default_context(cafile=self.tls.ca) if self.tls else True
+                ),
+            ) as session,
+            session.get(self.url + CONFLICTS_PATH) as response,
+        ):
             response.raise_for_status()
             return Counter(await response.json())
 

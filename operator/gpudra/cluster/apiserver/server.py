@@ -1,4 +1,8 @@
-"""The embedded Kubernetes API server: aiohttp, plain HTTP on 127.0.0.1, no authentication, no request log.
+"""The embedded Kubernetes API server: aiohttp, plain HTTP on 127.0.0.1, no request log.
+
+Every request authenticates, with a bearer token the server's :class:`TokenIssuer` signed (over HTTP) or an
+:class:`Identity` (in-process, local.py), and is authorized by RBAC (rbac.py); without valid credentials it is
+refused with 401 as kube-apiserver with ``--anonymous-auth=false`` refuses it, the health endpoints included.
 
 Serves what kopf, kubernetes_asyncio and kubectl use (see the package docstring for the limits). Request
 bodies are JSON, YAML or, for the built-in kinds, protobuf (kubectl's typed generators, ``kubectl create ns X``,
@@ -21,15 +25,19 @@ from . import bodies, discovery
 from .collector import GarbageCollector
 from .database import APPLY, Database
 from .fieldlabels import check_field_selector
+from .identity import ADMIN, Identity, TokenIssuer, bearer_token, unauthorized
 from .kubeproto import wire
 from .kubeproto.convert import ConversionError
 from .listoptions import check_list_options
 from .local import LocalRequest
 from .patches import FAILED_TEST_MESSAGE
 from .podlogs import PodLogProxy, no_containers
+from .rbac import Attributes, Policy, forbidden
+from .requestinfo import request_info
 from .routing import Discovery, Target, parse
 from .scale import scale_of, write_scale
 from .selectorsyntax import parse_selectors
+from .servingtls import ServingTLS
 from .status import APIStatusError, bad_request
 from .store import Entry, encode
 from .tables import table
@@ -83,10 +91,19 @@ class EmbeddedAPIServer:
         port: int = 0,
         feature_gates: frozenset[str] = frozenset(),
         minor: int = DEFAULT_MINOR,
+        tokens: TokenIssuer | None = None,
+        policy: Policy | None = None,
+        tls: ServingTLS | None = None,
     ) -> None:
         """``minor``: the Kubernetes 1.x version emulated (versions.py); ``feature_gates``: the gates off by default
-        to turn on (``DRAListTypeAttributes``)."""
+        to turn on (``DRAListTypeAttributes``); ``tokens``: who signs the bearer tokens it accepts (None: a new
+        key); ``policy``: the RBAC roles and bindings it enforces (None: its bootstrap policy only, where
+        system:masters may do anything); ``tls``: serve HTTPS with this certificate (None: plain HTTP, which
+        Python clients use with a token, but kubectl does not: it sends credentials only over TLS)."""
         self._host, self._port = host, port
+        self.tls = tls
+        self.tokens = tokens or TokenIssuer()
+        self.policy = policy or Policy()
         self._url = ""
         self.database = Database(KubeVersion(minor, feature_gates))
         self._pod_logs = PodLogProxy(self.database)
@@ -121,10 +138,12 @@ class EmbeddedAPIServer:
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
+        site = web.TCPSite(
+            self._runner, self._host, self._port, ssl_context=self.tls.context() if self.tls else None
+        )
         await site.start()
         address = self._runner.addresses[0]
-        self._url = f"http://{self._host}:{address[1]}"
+        self._url = f"{'https' if self.tls else 'http'}://{self._host}:{address[1]}"
         return self._url
 
     async def stop(self) -> None:
@@ -139,25 +158,36 @@ class EmbeddedAPIServer:
             await self._runner.cleanup()
             self._runner = None
 
-    def kubeconfig(self) -> dict[str, Any]:
-        """A kubeconfig with cluster, user and context ``gpudra`` pointing at this server."""
+    def token(self, who: Identity = ADMIN) -> str:
+        """A bearer token of ``who`` this server accepts."""
+        return self.tokens.issue(who)
+
+    def kubeconfig(self, who: Identity = ADMIN) -> dict[str, Any]:
+        """A kubeconfig with cluster, user and context ``gpudra`` pointing at this server, with a token of
+        ``who``."""
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "gpudra", "cluster": {"server": self.url}}],
-            "users": [{"name": "gpudra", "user": {}}],
+            "clusters": [{"name": "gpudra", "cluster": self._cluster()}],
+            "users": [{"name": "gpudra", "user": {"token": self.token(who)}}],
             "contexts": [{"name": "gpudra", "context": {"cluster": "gpudra", "user": "gpudra"}}],
             "current-context": "gpudra",
             "preferences": {},
         }
 
-    def write_kubeconfig(self, path: Path) -> None:
-        """Write :meth:`kubeconfig` as YAML, atomically (a temporary file renamed over ``path``)."""
+    def _cluster(self) -> dict[str, str]:
+        if self.tls is None:
+            return {"server": self.url}
+        return {"server": self.url, "certificate-authority": str(self.tls.ca.absolute())}
+
+    def write_kubeconfig(self, path: Path, who: Identity = ADMIN) -> None:
+        """Write :meth:`kubeconfig` as YAML, atomically (a temporary file renamed over ``path``), readable by its
+        owner only (it holds a token)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
             with os.fdopen(fd, "w") as handle:
-                yaml.safe_dump(self.kubeconfig(), handle, sort_keys=False)
+                yaml.safe_dump(self.kubeconfig(who), handle, sort_keys=False)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -194,8 +224,22 @@ class EmbeddedAPIServer:
             return path
         return target.rt.plural + (f"/{target.subresource}" if target.subresource else "")
 
+    def _authenticated(self, request: Request) -> Identity:
+        if isinstance(request, LocalRequest):
+            return request.identity
+        token = bearer_token(request.headers.get("Authorization"))
+        who = self.tokens.verify(token) if token is not None else None
+        if who is None:
+            raise unauthorized()
+        return who
+
+    def _authorize(self, who: Identity, request: Attributes) -> None:
+        if not self.policy.allows(who, request):
+            raise forbidden(who, request)
+
     async def _dispatch(self, request: Request) -> web.StreamResponse:
         path = request.path
+        self._authorize(self._authenticated(request), request_info(request.method, path, request.query))
         if path.startswith(("/api/", "/apis/")) or path in ("/api", "/apis"):
             target = parse(self.database.registry, path)
             if isinstance(target, Discovery):

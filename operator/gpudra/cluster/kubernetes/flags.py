@@ -136,6 +136,9 @@ def apiserver_args(
         # A real kubelet's Node lists its Hostname (the simulated node's name, which no DNS resolves) besides its
         # InternalIP, and Hostname comes first by default: logs, exec and the node proxy must dial the IP.
         "--kubelet-preferred-address-types=InternalIP",
+        # as the embedded API server: every request authenticates (a client certificate or a token), none is
+        # anonymous, the health endpoints included (401)
+        "--anonymous-auth=false",
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction",
         # Simulated nodes have no node-lifecycle controller to lift the not-ready taint this plugin puts on a new
