@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -27,6 +28,7 @@ MAX_BODY_BYTES = 64 * 1024
 """A body (only refused methods send one) up to this is read before answering, so the answer is not lost to a
 reset; a longer one is answered 413."""
 METHODS = ("GET", "HEAD")
+_LENGTH = re.compile(r"[0-9]{1,12}")
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
     for line in lines[1:]:
         name, _, value = line.partition(":")
         if name.strip().lower() == "content-length":
-            if not value.strip().isdigit():
+            if _LENGTH.fullmatch(value.strip()) is None:  # ASCII digits, few enough for int()
                 raise _BadRequest(HTTPStatus.BAD_REQUEST)
             length = int(value.strip())
     if length > MAX_BODY_BYTES:

@@ -92,6 +92,8 @@ async def test_malformed_requests_get_400_and_the_server_goes_on(served: tuple[M
         b"nonsense\r\n\r\n",
         b"GET /healthz SPDY/9\r\n\r\n",
         b"GET /healthz HTTP/1.1\r\nContent-Length: lots\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\n".encode("latin-1"),
+        b"GET /healthz HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n",
     ):
         assert (await _raw(urls[0], request)).startswith(b"HTTP/1.1 400 "), request
     too_long = b"GET /healthz HTTP/1.1\r\nX: " + b"x" * 100_000 + b"\r\n\r\n"
