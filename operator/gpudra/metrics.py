@@ -1,13 +1,14 @@
 """All Prometheus metrics of gpudra, on a registry owned by the process (passed down, never a module global),
-and the small aiohttp app that serves them with health endpoints."""
+and the routes that serve them with health endpoints (metricsserver.py serves them)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from gpudra.metricsserver import Answer, MetricsServer, Route, serve
 
 ALLOCATION_LABELS = (
     "dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name",
@@ -176,29 +177,20 @@ class Metrics:
         )
 
 
-def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
+def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> dict[str, Route]:
     """/metrics in the Prometheus text format, /healthz (process alive), /readyz (``ready()`` is true). Read-only:
     GET (and HEAD) only, nothing a caller sends changes the process (docs/security.md)."""
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    def readyz() -> Answer:
+        return Answer(200, b"ok") if ready() else Answer(503, b"not ready")
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def readyz(_: web.Request) -> web.Response:
-        return web.Response(text="ok") if ready() else web.Response(status=503, text="not ready")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    return app
+    return {
+        "/metrics": lambda: Answer(200, generate_latest(registry), CONTENT_TYPE_LATEST),
+        "/healthz": lambda: Answer(200, b"ok"),
+        "/readyz": readyz,
+    }
 
 
-async def serve_metrics(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Serve ``app`` on ``host`` (empty: every address, IPv4 and IPv6) and ``port``."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host or None, port).start()
-    return runner
+async def serve_metrics(routes: dict[str, Route], host: str, port: int) -> MetricsServer:
+    """Serve ``routes`` on ``host`` (empty: every address, IPv4 and IPv6) and ``port``."""
+    return await serve(routes, host, port)

@@ -14,9 +14,20 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-import structlog
-
 from gpudra.errors import ConfigurationError
+
+# structlog imports rich, and through it pygments, whenever they are installed, for tracebacks in colour: 3 MiB and
+# 70 modules in every gpudra process, the agent on each GPU node included. Imported with rich hidden it loads
+# neither. The console prints exceptions as Python does, in every process whatever it imported first (the renderer
+# below is told so); the commands that draw (gpudra up, the reports) import rich themselves.
+_RICH_HIDDEN = "rich" not in sys.modules
+if _RICH_HIDDEN:
+    sys.modules["rich"] = None  # type: ignore[assignment]  # `import rich` raises ImportError while this is set
+try:
+    import structlog
+finally:
+    if _RICH_HIDDEN:
+        del sys.modules["rich"]
 
 LogFormat = Literal["console", "json"]
 
@@ -82,7 +93,9 @@ def configure_logging(
         renderer: structlog.types.Processor = (
             structlog.processors.JSONRenderer()
             if fmt == "json"
-            else structlog.dev.ConsoleRenderer(colors=colors)
+            else structlog.dev.ConsoleRenderer(
+                colors=colors, exception_formatter=structlog.dev.plain_traceback
+            )
         )
         return structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,

@@ -1,6 +1,8 @@
 """The agent runs on every GPU node: what ``gpudra agent --backend nvml`` imports is what each node pays for in
 memory and start-up. It must not load the simulator, kopf, the embedded cluster, or kubernetes_asyncio's generated
-models (about 40 MB; the agent's client does not use them)."""
+models (about 40 MB; the agent's client does not use them), nor rich and pygments (structlog imports them for its
+colour tracebacks whenever they are installed: 3 MiB the agent never uses), nor aiohttp's web server (its metrics
+and health endpoints are served on asyncio's streams; its API client is aiohttp's)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ FORBIDDEN = (
     "gpudra.controller",
     "kopf",
     "kubernetes_asyncio",
+    "rich",
+    "pygments",
+    "aiohttp.web",
 )
 
 # What `gpudra agent` imports before it runs: the command line, the agent command's own imports, and the NVML
@@ -31,9 +36,7 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def test_the_real_backend_agent_imports_nothing_of_the_simulator_kopf_the_cluster_or_generated_models() -> (
-    None
-):
+def _agent_modules() -> list[str]:
     done = subprocess.run(
         [sys.executable, "-c", AGENT_IMPORTS],
         capture_output=True,
@@ -42,7 +45,21 @@ def test_the_real_backend_agent_imports_nothing_of_the_simulator_kopf_the_cluste
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         check=True,
     )
-    modules = json.loads(done.stdout)
+    modules: list[str] = json.loads(done.stdout)
+    return modules
+
+
+def test_the_real_backend_agent_imports_nothing_of_the_simulator_kopf_the_cluster_generated_models_or_rich() -> (
+    None
+):
+    modules = _agent_modules()
     loaded = sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
     assert loaded == []
     assert "gpudra.agent.runtime" in modules and "pynvml" in modules  # the check saw the agent
+
+
+def test_the_compute_domain_driver_is_imported_only_when_the_agent_builds_it() -> None:
+    """A node whose ``compute_domains`` is ``disabled`` never loads the driver (about 1 MiB, 17 modules); with
+    ``auto`` or ``enabled`` the runtime imports it when it builds it."""
+    modules = _agent_modules()
+    assert [m for m in modules if m.startswith(("gpudra.agent.computedomain", "gpudra.computedomain"))] == []

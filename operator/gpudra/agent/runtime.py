@@ -15,13 +15,13 @@ its own plugin, checkpoint and slice) runs in the same process and follows the G
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer, Hook, no_hook
 from gpudra.agent.claimstatus import ClaimStatus
-from gpudra.agent.computedomain.driver import ComputeDomainDriver
 from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
@@ -42,6 +42,11 @@ from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import NODES
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
+
+if (
+    TYPE_CHECKING
+):  # imported only where the setting serves it: a node with compute_domains=disabled never loads it
+    from gpudra.agent.computedomain.driver import ComputeDomainDriver
 
 log = get_logger(__name__)
 CHECKPOINT_FILE = "checkpoint.json"
@@ -71,6 +76,8 @@ class AgentRuntime:
         self.compute_domains: ComputeDomainDriver | None = None
         self.role = ActiveRole(settings.state_path, settings.instance_id, poll=settings.handover_poll_seconds)
         if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
+            from gpudra.agent.computedomain.driver import ComputeDomainDriver
+
             self.compute_domains = ComputeDomainDriver(
                 settings,
                 backend,

@@ -95,6 +95,7 @@ from gpudra.kube.resources import (
     device_taint_rules,
 )
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
+from gpudra.metricsserver import MetricsServer
 from gpudra.reports import list_fleet
 from gpudra.telemetry import get_logger
 
@@ -237,7 +238,7 @@ class EmbeddedCluster:
     sim_controls: SimulatorControls | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _controller: threading.Thread | None = None
-    _metrics_runner: object | None = None
+    _metrics_runner: MetricsServer | None = None
     _tuned: list[SharedSetting[Any]] = field(default_factory=list)  # interpreter settings held until stop()
     metrics_url: str = ""
     web_url: str = ""
@@ -851,7 +852,7 @@ class EmbeddedCluster:
         if self.sim_controls is not None:
             await self.sim_controls.stop()
         if self._metrics_runner is not None:
-            await self._metrics_runner.cleanup()  # type: ignore[attr-defined]
+            await self._metrics_runner.cleanup()
         for client in (*self._clients, *self._identity_clients.values()):
             if client is not self.client:
                 await client.close()
