@@ -78,6 +78,19 @@ def gpu_claim(name: str, count: int, namespace: str = "default") -> dict[str, An
     }
 
 
+def mig_claim(name: str, profile: str, count: int = 1) -> dict[str, Any]:
+    """A ResourceClaim for ``count`` MIG devices of one profile (``1g.10gb``)."""
+    expression = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {
+            "deviceClassName": "mig.nvidia.com", "count": count,
+            "selectors": [{"cel": {"expression": expression}}]}}]}},
+    }  # fmt: skip
+
+
 def mig_layout(name: str, node: str, config: str = "all-balanced") -> dict[str, Any]:
     """A MigLayout giving one node's GPUs a named mig-parted config."""
     return {

@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from clusterkit import StartCluster, client_of, eventually
+from clusterkit import StartCluster, client_of, eventually, mig_claim
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings, MigPlannerPolicy
 from gpudra.controller.miglayouts import MIGLAYOUTS
@@ -23,18 +23,6 @@ SUGGESTION = (
     f"would fit on {NODE} if its MIG layout had a 3g.40gb free (the MIG planner can do this: GPU 0: destroy "
     "2x 1g.10gb, 2g.20gb, create 3g.40gb"
 )
-
-
-def mig_claim(name: str, profile: str, count: int = 1) -> dict[str, Any]:
-    expression = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {
-            "deviceClassName": "mig.nvidia.com", "count": count,
-            "selectors": [{"cel": {"expression": expression}}]}}]}},
-    }  # fmt: skip
 
 
 async def balanced_and_busy(cluster: EmbeddedCluster) -> None:

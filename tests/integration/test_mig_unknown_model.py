@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from clusterkit import StartCluster, eventually
+from clusterkit import StartCluster, eventually, mig_claim
 from gpudra.cluster.sim.fleetfile import load_fleet
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
@@ -45,17 +45,6 @@ async def start(start_cluster: StartCluster, tmp_path: Path) -> EmbeddedCluster:
         pending_grace_seconds=0.2, pending_interval_seconds=0.2, mig_planner="suggest"
     )
     return await start_cluster(load_fleet(fleet), controller=settings, web_port=0)
-
-
-def mig_claim(name: str, profile: str) -> dict[str, Any]:
-    expression = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {
-            "deviceClassName": "mig.nvidia.com", "selectors": [{"cel": {"expression": expression}}]}}]}},
-    }  # fmt: skip
 
 
 async def test_an_unknown_model_gets_static_mig_the_planner_and_the_web_view(
