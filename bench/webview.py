@@ -114,7 +114,7 @@ async def _browser_loads(urls: list[str], runs: int) -> list[list[float]]:
 
 async def _update_latency(web: str, client: KubeClient, runs: int) -> list[float]:
     """Taint one device of a slice and time the update that reaches a subscriber."""
-    slices, _ = await client.list(RESOURCE_SLICES)
+    slices, _ = await client.list_raw(RESOURCE_SLICES)
     latencies = []
     async with (
         aiohttp.ClientSession(read_bufsize=2**24) as reader,

@@ -21,7 +21,7 @@ from gpudra.testing import watch_until
 
 async def devices(cluster: EmbeddedCluster, node: str) -> dict[str, dict[str, Any]]:
     assert cluster.client is not None
-    slices, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+    slices, _ = await cluster.client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
     return {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
 
 
@@ -67,7 +67,7 @@ async def event_on(cluster: EmbeddedCluster, name: str, reason: str, text: str =
 
 async def health_event(cluster: EmbeddedCluster, node: str, text: str) -> dict[str, Any] | None:
     assert cluster.client is not None
-    events, _ = await cluster.client.list(EVENTS, "default", field_selector=f"involvedObject.name={node}")
+    events, _ = await cluster.client.list_raw(EVENTS, "default", field_selector=f"involvedObject.name={node}")
     return next((e for e in events if e["reason"] == "GpuHealth" and text in e["message"]), None)
 
 
@@ -196,7 +196,7 @@ async def running_claim(cluster: EmbeddedCluster, name: str) -> tuple[str, str, 
 
 async def claim_devices(cluster: EmbeddedCluster, name: str) -> dict[str, dict[str, Any]]:
     assert cluster.client is not None
-    body = await cluster.client.get(RESOURCE_CLAIMS, name, "default")
+    body = await cluster.client.get_raw(RESOURCE_CLAIMS, name, "default")
     return {e["device"]: e for e in (body.get("status") or {}).get("devices") or []}
 
 
@@ -331,7 +331,7 @@ async def test_an_xid_shows_in_the_pods_allocated_resources_status(start_cluster
         return None
 
     healthy = await eventually(lambda: reported("Healthy"))
-    body = await cluster.client.get(PODS, "infer", "default")
+    body = await cluster.client.get_raw(PODS, "infer", "default")
     (claim_name,) = [s["resourceClaimName"] for s in body["status"]["resourceClaimStatuses"]]
     (entry,) = (await claim_devices(cluster, claim_name)).values()
     assert healthy == {"resourceID": entry["data"]["cdiDeviceIDs"][0], "health": "Healthy"}

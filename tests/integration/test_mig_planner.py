@@ -71,7 +71,7 @@ def pod(name: str, claim: str) -> dict[str, Any]:
 
 async def allocation(cluster: EmbeddedCluster, claim: str) -> dict[str, Any] | None:
     assert cluster.client is not None
-    body = await cluster.client.get(RESOURCE_CLAIMS, claim, "default")
+    body = await cluster.client.get_raw(RESOURCE_CLAIMS, claim, "default")
     return (body.get("status") or {}).get("allocation")
 
 
@@ -94,7 +94,9 @@ async def start(start_cluster: StartCluster, policy: MigPlannerPolicy) -> Embedd
 
 async def planner_events(cluster: EmbeddedCluster, claim: str) -> list[dict[str, Any]]:
     assert cluster.client is not None
-    events, _ = await cluster.client.list(EVENTS, "default", field_selector=f"involvedObject.name={claim}")
+    events, _ = await cluster.client.list_raw(
+        EVENTS, "default", field_selector=f"involvedObject.name={claim}"
+    )
     return [
         e for e in events if e["source"]["component"] == "gpudra-controller" and "MIG planner" in e["message"]
     ]
@@ -124,7 +126,7 @@ async def test_pending_mig_claim_event_and_explain_name_the_repartition(start_cl
     assert "does not fit" in out and "MIG repartition that would satisfy this claim" in out
     row = next(line for line in out.splitlines() if NODE in line and "3g.40gb@0" in line)
     assert "destroy 2x 1g.10gb, 2g.20gb, create 3g.40gb" in row and "default/wants-3g" in row
-    layouts, _ = await cluster.client.list(MIGLAYOUTS)
+    layouts, _ = await cluster.client.list_raw(MIGLAYOUTS)
     assert layouts == []  # suggest only
 
 
@@ -178,7 +180,7 @@ async def test_applied_repartition_lets_the_waiting_pod_run(start_cluster: Start
     assert (
         busy is not None and len(busy["devices"]["results"]) == 8
     )  # the in-use instances were never touched
-    layout = await cluster.client.get(MIGLAYOUTS, f"gpudra-planner-{NODE}")
+    layout = await cluster.client.get_raw(MIGLAYOUTS, f"gpudra-planner-{NODE}")
     applied = next(c for c in layout["status"]["conditions"] if c["type"] == "Applied")
     assert applied["status"] == "True"
 
@@ -193,7 +195,7 @@ async def test_apply_policy_never_overrides_a_users_miglayout(start_cluster: Sta
     assert (
         f"not applied: MigLayout team-layout (not the planner's) selects node {NODE}" in events[0]["message"]
     )
-    layouts, _ = await cluster.client.list(MIGLAYOUTS)
+    layouts, _ = await cluster.client.list_raw(MIGLAYOUTS)
     assert [b["metadata"]["name"] for b in layouts] == ["team-layout"]
 
 
@@ -204,7 +206,7 @@ async def test_planner_off_leaves_events_as_they_were(start_cluster: StartCluste
 
     async def explained() -> list[dict[str, Any]]:
         assert cluster.client is not None
-        events, _ = await cluster.client.list(
+        events, _ = await cluster.client.list_raw(
             EVENTS, "default", field_selector="involvedObject.name=wants-3g"
         )
         return [e for e in events if e["source"]["component"] == "gpudra-controller"]

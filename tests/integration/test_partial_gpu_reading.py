@@ -56,5 +56,5 @@ async def test_one_gpu_failing_leaves_the_others_published_with_a_warning(
 
 
 async def _has(cluster: Any, name: str) -> bool:
-    slices, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    slices, _ = await cluster.client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
     return any(d["name"] == name for s in slices for d in s["spec"].get("devices") or [])

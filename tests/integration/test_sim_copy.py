@@ -65,12 +65,12 @@ async def gpudra(*args: str) -> tuple[int, str]:
 
 
 async def phase(client: KubeClient, name: str) -> str | None:
-    phase: str | None = (await client.get(PODS, name, "default")).get("status", {}).get("phase")
+    phase: str | None = (await client.get_raw(PODS, name, "default")).get("status", {}).get("phase")
     return phase
 
 
 async def allocation(client: KubeClient, name: str) -> list[dict[str, Any]]:
-    status = (await client.get(RESOURCE_CLAIMS, name, "default")).get("status") or {}
+    status = (await client.get_raw(RESOURCE_CLAIMS, name, "default")).get("status") or {}
     return list(((status.get("allocation") or {}).get("devices") or {}).get("results") or [])
 
 
@@ -191,7 +191,7 @@ async def test_what_if_a_mig_layout_on_the_copy(
     await client.create(MIG_LAYOUTS, layout)
 
     async def blocked() -> list[str] | None:
-        nodes = ((await client.get(MIG_LAYOUTS, "bigger")).get("status") or {}).get("nodes") or []
+        nodes = ((await client.get_raw(MIG_LAYOUTS, "bigger")).get("status") or {}).get("nodes") or []
         return next((n.get("blockedBy") for n in nodes if n.get("state") == "blocked"), None)
 
     assert await eventually(blocked, timeout=30) == ["default/small"]  # what it would block

@@ -64,7 +64,7 @@ nodes:
     )
     cluster = await start_cluster(load_fleet(fleet))
     assert cluster.client is not None
-    node = await cluster.client.get(NODES, "infer-0")
+    node = await cluster.client.get_raw(NODES, "infer-0")
     assert node["metadata"]["labels"]["pool"] == "inference"
     assert node["metadata"]["labels"]["gpudra.dev/node-profile"] == "small-a30"
     assert node["spec"]["taints"] == [{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}]

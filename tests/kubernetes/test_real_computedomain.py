@@ -142,20 +142,20 @@ async def test_a_domain_with_200_kb_of_annotations_is_handled_and_deleted(
     await client.create(COMPUTE_DOMAINS, domain, "default")
 
     async def handled() -> dict[str, Any] | None:
-        body = await client.get(COMPUTE_DOMAINS, "train", "default")
+        body = await client.get_raw(COMPUTE_DOMAINS, "train", "default")
         return (
             body if ((body.get("status") or {}).get("kopf") or {}).get("last-handled-configuration") else None
         )
 
     body = await eventually(handled, timeout=60)
     assert list(body["metadata"]["annotations"]) == ["example.com/notes"]
-    await client.get(RESOURCE_CLAIM_TEMPLATES, "train-channel", "default")  # the create handler's work
+    await client.get_raw(RESOURCE_CLAIM_TEMPLATES, "train-channel", "default")  # the create handler's work
 
     await client.delete(COMPUTE_DOMAINS, "train", "default")
 
     async def gone() -> bool:
         try:
-            await client.get(COMPUTE_DOMAINS, "train", "default")
+            await client.get_raw(COMPUTE_DOMAINS, "train", "default")
         except NotFoundError:
             return True
         return False

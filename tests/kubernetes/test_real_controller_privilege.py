@@ -67,7 +67,7 @@ async def test_the_controller_runs_daemon_sets_only_in_the_driver_namespace(
         *forbidden_in("default", "patch", "daemonsets"),
     )
     # it reads pods everywhere (a waiting pod gets its claims' explanation) but cannot start one
-    await controller.list(PODS, "default")
+    await controller.list_raw(PODS, "default")
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -76,7 +76,7 @@ async def test_the_controller_runs_daemon_sets_only_in_the_driver_namespace(
     }
     await refused(controller.create(PODS, pod, "default"), 403, *forbidden_in("default", "create", "pods"))
     await refused(
-        controller.list(COMPUTE_DOMAIN_CLIQUES),
+        controller.list_raw(COMPUTE_DOMAIN_CLIQUES),
         403,
         'cannot list resource "computedomaincliques"',
         "cluster scope",

@@ -197,7 +197,7 @@ class AgentRuntime:
     async def _warn_node(self, reason: str, message: str) -> None:
         name = self.settings.node_name
         try:
-            node = await self._client.get(NODES, name)
+            node = await self._client.get_raw(NODES, name)
         except KubeError:
             node = {"metadata": {"name": name}}
         node.setdefault("apiVersion", "v1")

@@ -110,7 +110,7 @@ class MigLayoutReconciler:
 
     async def _read_config_file(self, namespace: str, name: str, key: str) -> MigPartedConfig:
         try:
-            config_map = await self._client.get(CONFIGMAPS, name, namespace)
+            config_map = await self._client.get_raw(CONFIGMAPS, name, namespace)
         except KubeError as exc:
             raise InvalidInputError(f"ConfigMap {namespace}/{name}: {exc}") from exc
         text = (config_map.get("data") or {}).get(key)

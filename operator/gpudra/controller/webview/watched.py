@@ -104,7 +104,7 @@ class Watched:
         said = False
         while True:
             try:
-                await self.client.list(informer.resource, informer.namespace)
+                await self.client.list_raw(informer.resource, informer.namespace)
                 break
             except NotFoundError:
                 if not said:
