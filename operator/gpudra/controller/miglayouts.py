@@ -33,6 +33,7 @@ from gpudra.mig import (
     INVALID,
     STATE_ANNOTATION,
     LayoutInput,
+    MigConfigEntry,
     MigPartedConfig,
     NodeInput,
     NodeOutcome,
@@ -121,9 +122,9 @@ class MigLayoutReconciler:
         except yaml.YAMLError as exc:
             raise InvalidInputError(f"ConfigMap {namespace}/{name} key {key!r}: not YAML: {exc}") from exc
 
-    async def _named(self, config: str, namespace: str, name: str, key: str) -> tuple[dict[str, Any], ...]:
+    async def _named(self, config: str, namespace: str, name: str, key: str) -> tuple[MigConfigEntry, ...]:
         file = await self._config_file(namespace, name, key) if name else self._defaults
-        return tuple(entry.to_document() for entry in file.entries(config))
+        return file.entries(config)
 
     async def _layout_input(self, body: dict[str, Any]) -> LayoutInput:
         meta = body["metadata"]
@@ -147,7 +148,7 @@ class MigLayoutReconciler:
                 raise InvalidInputError("spec.layout: set exactly one of config or entries")
             if spec.layout.entries is not None:
                 raw = [e.model_dump(by_alias=True, exclude_none=True) for e in spec.layout.entries]
-                entries = tuple(e.to_document() for e in parse_entries(raw, "spec.layout.entries"))
+                entries = parse_entries(raw, "spec.layout.entries")
             else:
                 ref = spec.layout.config_map
                 where = (ref.namespace, ref.name, ref.key) if ref else ("", "", "")
@@ -156,9 +157,9 @@ class MigLayoutReconciler:
             return replace(layout, problem=str(exc))
         return replace(layout, entries=entries)
 
-    async def _label_configs(self, names: set[str]) -> dict[str, tuple[tuple[dict[str, Any], ...], str]]:
+    async def _label_configs(self, names: set[str]) -> dict[str, tuple[tuple[MigConfigEntry, ...], str]]:
         namespace, _, name = self._settings.mig_config_map.partition("/")
-        resolved: dict[str, tuple[tuple[dict[str, Any], ...], str]] = {}
+        resolved: dict[str, tuple[tuple[MigConfigEntry, ...], str]] = {}
         for config in names:
             try:
                 resolved[config] = (

@@ -181,7 +181,7 @@ class MigApplier:
         inventory = await self.read()
         gpus = node_gpus(inventory, self._catalog)
         try:
-            layouts, problems = gpu_layouts(desired.parsed_entries(), gpus, self._catalog)
+            layouts, problems = gpu_layouts(desired.entries, gpus, self._catalog)
         except InvalidInputError as exc:
             layouts, problems = {}, [str(exc)]
         if problems:
