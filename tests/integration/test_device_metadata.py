@@ -32,7 +32,7 @@ async def test_a_prepared_claim_mounts_its_device_metadata_until_unprepared(
     await cluster.client.create(PODS, pod, "default")
 
     async def running() -> bool:
-        body = await client_of(cluster).get(PODS, "train", "default")
+        body = await client_of(cluster).get_raw(PODS, "train", "default")
         return (body.get("status") or {}).get("phase") == "Running"
 
     await eventually(running)

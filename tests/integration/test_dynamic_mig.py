@@ -108,7 +108,7 @@ def on_gpu(uuid: str) -> str:
 async def test_slices_carry_the_counter_set_and_every_placement(cluster: EmbeddedCluster) -> None:
     """The embedded API server is Kubernetes 1.37: the counter sets go in a slice of their own (the 1.35+ layout,
     which it accepts as kube-apiserver does), the devices in slices of at most 64 that name them."""
-    slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
     (counters,) = [s for s in slices if s["spec"].get("sharedCounters")]
     assert "devices" not in counters["spec"]
     assert sorted(c["name"] for c in counters["spec"]["sharedCounters"]) == [
@@ -125,7 +125,7 @@ async def test_slices_carry_the_counter_set_and_every_placement(cluster: Embedde
 async def test_on_1_34_counters_travel_with_their_devices(start_cluster: StartCluster) -> None:
     """Asked to emulate 1.34, the embedded API server has the 1.34 rules: one slice per GPU, with its counter set."""
     cluster = await start_cluster("dgx-h100:1", dynamic_mig=True, kubernetes_version="1.34")
-    slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
     assert len(slices) == 8
     for s in slices:
         (counter_set,) = s["spec"]["sharedCounters"]

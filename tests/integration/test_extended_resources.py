@@ -124,7 +124,7 @@ async def test_shared_gpu_resource_puts_several_pods_on_one_time_sliced_gpu(
     assert per_gpu == {"gpu-0": 2, "gpu-1": 2, "gpu-2": 2, "gpu-3": 2}
 
     async def all_running() -> bool:  # the agent prepares one GPU for two claims
-        pods, _ = await client_of(cluster).list(PODS, "default")
+        pods, _ = await client_of(cluster).list_raw(PODS, "default")
         return sum(bool((p.get("status") or {}).get("phase") == "Running") for p in pods) == 8
 
     await eventually(all_running)

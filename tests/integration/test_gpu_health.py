@@ -156,7 +156,7 @@ async def test_scheduler_no_longer_picks_a_tainted_gpu(cluster: EmbeddedCluster)
     await cluster.client.create(PODS, pod, "default")
 
     async def allocated() -> list[dict[str, Any]]:
-        body = await client_of(cluster).get(RESOURCE_CLAIMS, "one-gpu", "default")
+        body = await client_of(cluster).get_raw(RESOURCE_CLAIMS, "one-gpu", "default")
         return list(
             ((body.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
         )
@@ -182,7 +182,7 @@ async def running_claim(cluster: EmbeddedCluster, name: str) -> tuple[str, str, 
     await cluster.client.create(PODS, pod, "default")
 
     async def running() -> bool:
-        body = await client_of(cluster).get(PODS, f"{name}-pod", "default")
+        body = await client_of(cluster).get_raw(PODS, f"{name}-pod", "default")
         return (body.get("status") or {}).get("phase") == "Running"
 
     await eventually(running)
@@ -321,7 +321,7 @@ async def test_an_xid_shows_in_the_pods_allocated_resources_status(start_cluster
     await cluster.client.create(PODS, pod, "default")
 
     async def reported(wanted: str) -> dict[str, Any] | None:
-        body = await client_of(cluster).get(PODS, "infer", "default")
+        body = await client_of(cluster).get_raw(PODS, "infer", "default")
         (status,) = (body.get("status") or {}).get("containerStatuses") or [{}]
         entries = status.get("allocatedResourcesStatus") or []
         resources = [r for e in entries for r in e["resources"]]

@@ -50,7 +50,7 @@ async def balanced_and_busy(cluster: EmbeddedCluster) -> None:
             backend.create_mig_device(gpu, placement.profile, placement.start)
 
     async def published() -> bool:
-        slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
         return sum(len(s["spec"].get("devices") or []) for s in slices) == 32
 
     await eventually(published)
@@ -145,7 +145,7 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
 
     async def written() -> dict[str, Any] | None:
-        layouts, _ = await client_of(cluster).list(MIGLAYOUTS)
+        layouts, _ = await client_of(cluster).list_raw(MIGLAYOUTS)
         return next((b for b in layouts if b["metadata"]["name"] == f"gpudra-planner-{NODE}"), None)
 
     layout = await eventually(written, timeout=30)
@@ -161,7 +161,7 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     await cluster.client.create(MIGLAYOUTS, user_layout())  # the user's layout wins: the planner's goes
 
     async def stepped_aside() -> bool:
-        layouts, _ = await client_of(cluster).list(MIGLAYOUTS)
+        layouts, _ = await client_of(cluster).list_raw(MIGLAYOUTS)
         return [b["metadata"]["name"] for b in layouts] == ["team-layout"]
 
     await eventually(stepped_aside, timeout=30)

@@ -48,7 +48,7 @@ async def apply_file(cluster: EmbeddedCluster, name: str) -> None:
 
 
 async def pod(cluster: EmbeddedCluster, name: str) -> dict[str, Any]:
-    return await client_of(cluster).get(PODS, name, "default")
+    return await client_of(cluster).get_raw(PODS, name, "default")
 
 
 async def bound(cluster: EmbeddedCluster, name: str) -> str:
@@ -63,7 +63,7 @@ async def claim_of(cluster: EmbeddedCluster, pod_name: str, pod_claim: str) -> d
     named = {c["name"]: c.get("resourceClaimName") for c in body["spec"]["resourceClaims"]}
     name = statuses.get(pod_claim) or named.get(pod_claim)
     assert name, f"pod {pod_name} has no claim for {pod_claim}"
-    return await client_of(cluster).get(RESOURCE_CLAIMS, name, "default")
+    return await client_of(cluster).get_raw(RESOURCE_CLAIMS, name, "default")
 
 
 def devices_of(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -127,7 +127,7 @@ async def test_named_claim_shared_by_two_pods_gives_both_the_same_gpu(cluster: E
     first = await eventually(lambda: bound(cluster, "qwen-inference"))
     second = await eventually(lambda: bound(cluster, "embedding-service"))
     assert first == second
-    claim = await client_of(cluster).get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+    claim = await client_of(cluster).get_raw(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
     assert len(devices_of(claim)) == 1
     assert {r["name"] for r in claim["status"]["reservedFor"]} == {"qwen-inference", "embedding-service"}
 
@@ -179,7 +179,7 @@ async def test_mig_slices_of_one_claim_come_from_the_same_gpu(cluster: EmbeddedC
 async def test_two_h100s_in_one_request(cluster: EmbeddedCluster) -> None:
     await apply_file(cluster, "04-two-h100-nvlink.yaml")
     assert await eventually(lambda: bound(cluster, "distributed-training")) == "dgx-h100-0"
-    claim = await client_of(cluster).get(RESOURCE_CLAIMS, "training-gpus", "default")
+    claim = await client_of(cluster).get_raw(RESOURCE_CLAIMS, "training-gpus", "default")
     devices = devices_of(claim)
     assert len(devices) == 2 and len({d for _, _, d in devices}) == 2
     assert {r for r, _, _ in devices} == {"gpus"}

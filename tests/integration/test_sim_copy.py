@@ -135,15 +135,15 @@ async def test_the_copy_only_reads_and_has_the_same_fleet(
     copied = await start_cluster(copy.nodes, seed=lambda client: seed(client, copy))
 
     async def devices(cluster: EmbeddedCluster) -> dict[tuple[str, str], Any]:
-        slices, _ = await client_of(cluster).list(RESOURCE_SLICES)
+        slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES)
         return {(s["spec"]["nodeName"], d["name"]): d for s in slices for d in s["spec"].get("devices") or []}
 
     assert await devices(copied) == await devices(real)
-    real_node = await client_of(real).get(NODES, "dgx-a100-0")
-    copy_node = await client_of(copied).get(NODES, "dgx-a100-0")
+    real_node = await client_of(real).get_raw(NODES, "dgx-a100-0")
+    copy_node = await client_of(copied).get_raw(NODES, "dgx-a100-0")
     assert copy_node["metadata"]["labels"] == real_node["metadata"]["labels"]
-    names = {c["metadata"]["name"] for c in (await client_of(copied).list(DEVICE_CLASSES))[0]}
-    assert names >= {c["metadata"]["name"] for c in (await client_of(real).list(DEVICE_CLASSES))[0]}
+    names = {c["metadata"]["name"] for c in (await client_of(copied).list_raw(DEVICE_CLASSES))[0]}
+    assert names >= {c["metadata"]["name"] for c in (await client_of(real).list_raw(DEVICE_CLASSES))[0]}
 
 
 async def test_what_if_a_mig_layout_on_the_copy(
@@ -223,7 +223,7 @@ async def test_gpudra_up_from_cluster_says_it_only_reads(
     )
     assert code == 0, out[-3000:]
     assert "with get and list only; nothing is written to that cluster" in out
-    classes = len((await client_of(real).list(DEVICE_CLASSES))[0])
+    classes = len((await client_of(real).list_raw(DEVICE_CLASSES))[0])
     assert (
         f"copied 2 GPU nodes (12 GPUs) and {classes} DeviceClasses, 2 ResourceClaims (1 allocated) and 2 pods"
         in out

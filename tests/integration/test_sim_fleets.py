@@ -24,7 +24,7 @@ async def published(cluster: EmbeddedCluster, node: str) -> list[Device]:
     assert cluster.client is not None
 
     async def devices() -> list[dict[str, Any]]:
-        slices, _ = await client_of(cluster).list(
+        slices, _ = await client_of(cluster).list_raw(
             RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver=gpu.nvidia.com"
         )
         return [d for s in slices for d in s["spec"].get("devices") or []]

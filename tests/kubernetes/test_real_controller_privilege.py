@@ -313,7 +313,7 @@ async def test_the_controller_keeps_to_its_finalizer_and_kopfs_annotations_on_co
     await admin(cluster).create(COMPUTE_DOMAINS, domain, "default")
 
     async def finalized() -> bool:
-        got = await admin(cluster).get(COMPUTE_DOMAINS, "d", "default")
+        got = await admin(cluster).get_raw(COMPUTE_DOMAINS, "d", "default")
         return "gpudra.dev/controller" in got["metadata"].get("finalizers", [])
 
     assert await eventually(finalized, timeout=60)  # the running controller's own patch goes through
