@@ -51,7 +51,7 @@ async def _fill(client: KubeClient, spec: str, pending: int) -> tuple[int, int]:
     for crd in (crd_for(model) for model in CRD_MODELS):
         await client.apply_object(CRDS, crd)
     for device_class in load_device_classes():
-        await client.apply_object(DEVICE_CLASSES, device_class.to_wire())
+        await client.apply_object(DEVICE_CLASSES, device_class)
     slices = 0
     held = 0
     for n, node in enumerate(parse_fleet(spec, profiles)):

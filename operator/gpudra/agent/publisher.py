@@ -72,10 +72,10 @@ class SlicePublisher:
         for name in plan.deletes:
             await self._client.delete(RESOURCE_SLICES, name)
         names = []
-        for body in plan.updates:
-            names.append((await self._client.replace(RESOURCE_SLICES, body))["metadata"]["name"])
-        for body in plan.creates:
-            names.append((await self._client.create(RESOURCE_SLICES, body))["metadata"]["name"])
+        for slice_ in plan.updates:
+            names.append((await self._client.replace(RESOURCE_SLICES, slice_)).metadata.name or "")
+        for slice_ in plan.creates:
+            names.append((await self._client.create(RESOURCE_SLICES, slice_)).metadata.name or "")
         self.slice_names = sorted(names)
         log.info(
             "resourceslices published",

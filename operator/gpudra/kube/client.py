@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import aiohttp
 from pydantic import ValidationError
@@ -253,17 +253,31 @@ class KubeClient:
         data = await self._json("GET", res.path(namespace), query=query, what=f"list {res.plural}")
         return list(data.get("items") or []), str(data.get("metadata", {}).get("resourceVersion", ""))
 
+    @overload
+    async def create(
+        self, res: TypedResource[M], body: M, namespace: str | None = None, *, dry_run: bool = False
+    ) -> M: ...
+
+    @overload
     async def create(
         self, res: Resource, body: Body, namespace: str | None = None, *, dry_run: bool = False
-    ) -> Body:
-        """POST ``body``; with ``dry_run`` the server validates and admits it, stores nothing and returns the
-        object it would have stored (``dryRun=All``)."""
-        name = body.get("metadata", {}).get("name") or body.get("metadata", {}).get("generateName", "")
+    ) -> Body: ...
+
+    async def create(
+        self, res: Resource, body: Body | WireModel, namespace: str | None = None, *, dry_run: bool = False
+    ) -> Body | WireModel:
+        """POST ``body`` (a model of a typed resource: the answer is one too); with ``dry_run`` the server
+        validates and admits it, stores nothing and returns the object it would have stored (``dryRun=All``)."""
+        wire = body.to_wire() if isinstance(body, WireModel) else body
+        name = wire.get("metadata", {}).get("name") or wire.get("metadata", {}).get("generateName", "")
         query = [("fieldManager", self._field_manager)]
         if dry_run:
             query.append(("dryRun", "All"))
-        return await self._json(
-            "POST", res.path(namespace), query=query, body=body, what=f"create {res.plural}/{name}"
+        answer = await self._json(
+            "POST", res.path(namespace), query=query, body=wire, what=f"create {res.plural}/{name}"
+        )
+        return (
+            _parse(res, answer) if isinstance(body, WireModel) and isinstance(res, TypedResource) else answer
         )
 
     async def create_subresource(
@@ -277,12 +291,25 @@ class KubeClient:
             what=f"create {res.plural}/{name}/{subresource}",
         )
 
-    async def replace(self, res: Resource, body: Body, *, subresource: str | None = None) -> Body:
-        meta = body.get("metadata", {})
+    @overload
+    async def replace(self, res: TypedResource[M], body: M, *, subresource: str | None = None) -> M: ...
+
+    @overload
+    async def replace(self, res: Resource, body: Body, *, subresource: str | None = None) -> Body: ...
+
+    async def replace(
+        self, res: Resource, body: Body | WireModel, *, subresource: str | None = None
+    ) -> Body | WireModel:
+        """PUT ``body`` (a model of a typed resource: the answer is one too)."""
+        wire = body.to_wire() if isinstance(body, WireModel) else body
+        meta = wire.get("metadata", {})
         path = res.path(meta.get("namespace"), meta["name"], subresource)
         query = [("fieldManager", self._field_manager)]
-        return await self._json(
-            "PUT", path, query=query, body=body, what=f"replace {res.plural}/{meta['name']}"
+        answer = await self._json(
+            "PUT", path, query=query, body=wire, what=f"replace {res.plural}/{meta['name']}"
+        )
+        return (
+            _parse(res, answer) if isinstance(body, WireModel) and isinstance(res, TypedResource) else answer
         )
 
     async def patch(
@@ -334,13 +361,15 @@ class KubeClient:
             if not missing_ok:
                 raise
 
-    async def apply_object(self, res: Resource, body: Body) -> Body:
-        """Create the object, or merge-patch it when it exists (idempotent, kubectl-apply-like)."""
-        meta = body["metadata"]
+    async def apply_object(self, res: Resource, body: Body | WireModel) -> Body:
+        """Create the object, or merge-patch it when it exists (idempotent, kubectl-apply-like); the answer is the
+        wire form."""
+        wire = body.to_wire() if isinstance(body, WireModel) else body
+        meta = wire["metadata"]
         try:
-            return await self.create(res, body, meta.get("namespace"))
+            return await self.create(res, wire, meta.get("namespace"))
         except ConflictError:
-            return await self.patch(res, meta["name"], body, meta.get("namespace"))
+            return await self.patch(res, meta["name"], wire, meta.get("namespace"))
 
     async def watch(
         self,
