@@ -24,7 +24,7 @@ from gpudra.config import ControllerSettings
 from gpudra.errors import GpudraError, InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
-from gpudra.kube.resources import CONFIGMAPS, NODES, Resource
+from gpudra.kube.resources import CONFIGMAPS, NODES, TypedResource
 from gpudra.mig import (
     BLOCKED,
     CONFIG_LABEL,
@@ -48,7 +48,9 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 CONFIG_FILE_TTL = 5.0
-MIGLAYOUTS = Resource("gpudra.dev", "v1alpha1", "miglayouts", "MigLayout", namespaced=False)
+MIGLAYOUTS = TypedResource(
+    "gpudra.dev", "v1alpha1", "miglayouts", "MigLayout", namespaced=False, model=MigLayout
+)
 
 
 class MigLayoutReconciler:
