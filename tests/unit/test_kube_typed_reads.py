@@ -1,6 +1,7 @@
 """Reads are typed: ``get``/``list`` of a typed resource hand back its gpudra.api model, and an object from the server
 that does not fit the model is a clear error naming the object and the field at fault, never a crash deep in the
-caller. ``get_raw``/``list_raw`` hand back the server's JSON unchanged."""
+caller. ``get_raw``/``list_raw`` hand back the server's JSON unchanged. Writes of a model send its wire form and
+answer with a model."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from typing import Any
 import pytest
 
 from gpudra.api.core import Node
-from gpudra.api.dra import ResourceClaim
+from gpudra.api.dra import ResourceClaim, ResourceSlice
 from gpudra.errors import InvalidInputError
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import NODES, RESOURCE_CLAIMS
+from gpudra.kube.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.kube.transport import Call, Reply
 
 
@@ -47,15 +48,20 @@ class _Answer:
 
 
 class _Server:
-    """Answers every request with one body, and records the paths asked for."""
+    """Answers every read with one body, and every write with what was written (named as the server names it)."""
 
-    def __init__(self, body: Any) -> None:
+    def __init__(self, body: Any = None) -> None:
         self.body = body
-        self.paths: list[str] = []
+        self.written: list[Any] = []
 
     async def request(self, call: Call) -> Reply:
-        self.paths.append(call.path)
-        return _Answer(self.body)
+        if call.body is None:
+            return _Answer(self.body)
+        self.written.append(call.body)
+        meta = call.body["metadata"]
+        return _Answer(
+            {**call.body, "metadata": {"name": meta.get("name") or meta["generateName"] + "x1", **meta}}
+        )
 
     async def close(self) -> None:
         return None
@@ -97,3 +103,13 @@ async def test_one_bad_item_in_a_list_is_named() -> None:
     server = _Server({"metadata": {"resourceVersion": "1"}, "items": [CLAIM, {**BAD_CLAIM, "metadata": {}}]})
     with pytest.raises(InvalidInputError, match=r"^ResourceClaim \(no name\) does not parse: spec\.devices"):
         await KubeClient(server).list(RESOURCE_CLAIMS)
+
+
+async def test_a_written_model_goes_as_its_wire_form_and_the_answer_is_a_model() -> None:
+    server = _Server()
+    pool = {"name": "n1", "generation": 1, "resourceSliceCount": 1}
+    spec = {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": pool}
+    wanted = ResourceSlice.from_wire({"metadata": {"generateName": "n1-gpu-"}, "spec": spec})
+    created = await KubeClient(server).create(RESOURCE_SLICES, wanted)
+    assert isinstance(created, ResourceSlice) and created.metadata.name == "n1-gpu-x1"
+    assert server.written == [wanted.to_wire()]
