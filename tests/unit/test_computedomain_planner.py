@@ -24,7 +24,7 @@ from gpudra.computedomain.names import DaemonMode, clique_object_name, node_labe
 from gpudra.errors import ConflictError, InvalidInputError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
-from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, Resource
+from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, Resource, TypedResource
 from gpudra.testing import eventually
 
 NODE = "tray-0"
@@ -82,6 +82,9 @@ class MemoryApi:
 
     def _key(self, res: Resource, name: str, namespace: str | None) -> tuple[str, str | None, str]:
         return (res.plural, namespace if res.namespaced else None, name)
+
+    async def get(self, res: TypedResource[Any], name: str, namespace: str | None = None) -> Any:
+        return res.model.from_wire(await self.get_raw(res, name, namespace))
 
     async def get_raw(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         try:
