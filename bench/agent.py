@@ -121,7 +121,7 @@ async def measure(prepares: int) -> None:
     process: asyncio.subprocess.Process | None = None
     try:
         await make_node(client, NODE)
-        _, resource_version = await client.list(RESOURCE_SLICES)
+        _, resource_version = await client.list_raw(RESOURCE_SLICES)
         started = time.monotonic()
         with (root / "agent.log").open("wb") as log:
             process = await asyncio.create_subprocess_exec(
@@ -130,7 +130,7 @@ async def measure(prepares: int) -> None:
         first_s = await _first_slice(client, started, resource_version)
         await _prepares(client, root / "registry", prepares)
         rss, peak = _rss_mib(process.pid)
-        count = len((await client.list(RESOURCE_SLICES))[0])
+        count = len((await client.list_raw(RESOURCE_SLICES))[0])
         process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.wait(), 30)
         process = None

@@ -55,7 +55,7 @@ async def _fill(client: KubeClient, spec: str, pending: int) -> tuple[int, int]:
     for crd in (crd_for(model) for model in CRD_MODELS):
         await client.apply_object(CRDS, crd)
     for device_class in load_device_classes():
-        await client.apply_object(DEVICE_CLASSES, device_class.to_wire())
+        await client.apply_object(DEVICE_CLASSES, device_class)
     slices = 0
     held = 0
     for n, node in enumerate(parse_fleet(spec, profiles)):
@@ -118,7 +118,7 @@ async def _browser_loads(urls: list[str], runs: int) -> list[list[float]]:
 
 async def _update_latency(web: str, client: KubeClient, runs: int) -> list[float]:
     """Taint one device of a slice and time the update that reaches a subscriber."""
-    slices, _ = await client.list(RESOURCE_SLICES)
+    slices, _ = await client.list_raw(RESOURCE_SLICES)
     latencies = []
     async with (
         aiohttp.ClientSession(read_bufsize=2**24) as reader,

@@ -86,7 +86,9 @@ spec:
 async def failed_scheduling(cluster: EmbeddedCluster) -> list[str]:
     """The messages of the pod's FailedScheduling Events."""
     assert cluster.client is not None
-    events, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=numa-pair")
+    events, _ = await cluster.client.list_raw(
+        EVENTS, "default", field_selector="involvedObject.name=numa-pair"
+    )
     return [
         str(e.get("message") or e.get("note") or "")
         for e in events
@@ -108,7 +110,7 @@ async def stays_pending_with_the_error(cluster: EmbeddedCluster, bad: str = "fx-
     except AssertionError:
         raise AssertionError(f"FailedScheduling messages: {await failed_scheduling(cluster)}") from None
     assert cluster.client is not None
-    pod = await cluster.client.get(PODS, "numa-pair", "default")
+    pod = await cluster.client.get_raw(PODS, "numa-pair", "default")
     assert not (pod.get("spec") or {}).get("nodeName"), pod["spec"]
     assert (pod.get("status") or {}).get("phase") == "Pending"
 

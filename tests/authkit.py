@@ -114,7 +114,7 @@ async def check_least_privilege(agent: KubeClient, controller: KubeClient, other
         forbidden(AGENT, "delete", "computedomains", "resource.nvidia.com", "default", "victim"),
     )
     await refused(agent.delete(NODES, other_node), forbidden(AGENT, "delete", "nodes", "", "", other_node))
-    await refused(agent.list(SECRETS, DRIVER_NS), forbidden(AGENT, "list", "secrets", "", DRIVER_NS))
+    await refused(agent.list_raw(SECRETS, DRIVER_NS), forbidden(AGENT, "list", "secrets", "", DRIVER_NS))
     await refused(agent.create(PODS, A_POD, "default"), forbidden(AGENT, "create", "pods", "", "default"))
     await refused(
         agent.delete(CONFIGMAPS, "imex-channels.other", DRIVER_NS),
@@ -125,14 +125,15 @@ async def check_least_privilege(agent: KubeClient, controller: KubeClient, other
         forbidden(CONTROLLER, "delete", "resourceclaims", "resource.k8s.io", "default", "someones-claim"),
     )
     await refused(
-        controller.list(DAEMONSETS, "default"), forbidden(CONTROLLER, "list", "daemonsets", "apps", "default")
+        controller.list_raw(DAEMONSETS, "default"),
+        forbidden(CONTROLLER, "list", "daemonsets", "apps", "default"),
     )
     await refused(
         controller.delete(NODES, other_node), forbidden(CONTROLLER, "delete", "nodes", "", "", other_node)
     )
     await refused(  # authorized before it is looked up: a resource nobody serves is 403 too, not 404
-        agent.list(WIDGETS, "default"), forbidden(AGENT, "list", "widgets", "example.com", "default")
+        agent.list_raw(WIDGETS, "default"), forbidden(AGENT, "list", "widgets", "example.com", "default")
     )
-    nodes, _ = await agent.list(NODES)
+    nodes, _ = await agent.list_raw(NODES)
     assert other_node in {n["metadata"]["name"] for n in nodes}
-    await controller.list(DAEMONSETS, DRIVER_NS)
+    await controller.list_raw(DAEMONSETS, DRIVER_NS)

@@ -108,21 +108,23 @@ async def _tear_down(client: KubeClient, scenario: dict[str, Any]) -> None:
     namespace = scenario.get("namespace", "default")
     await client.delete(PODS, scenario["name"], namespace, grace_period_seconds=0)
     for ns in {"default", namespace}:
-        for claim in (await client.list(RESOURCE_CLAIMS, ns))[0]:
+        for claim in (await client.list_raw(RESOURCE_CLAIMS, ns))[0]:
             await client.delete(RESOURCE_CLAIMS, claim["metadata"]["name"], ns)
-    for body in (await client.list(RESOURCE_SLICES))[0]:
+    for body in (await client.list_raw(RESOURCE_SLICES))[0]:
         await client.delete(RESOURCE_SLICES, body["metadata"]["name"])
-    for node in (await client.list(NODES))[0]:
+    for node in (await client.list_raw(NODES))[0]:
         await client.delete(NODES, node["metadata"]["name"])
 
     async def gone() -> bool:
         left = [
-            *(await client.list(RESOURCE_CLAIMS, None))[0],
-            *(await client.list(RESOURCE_SLICES))[0],
-            *(await client.list(NODES))[0],
+            *(await client.list_raw(RESOURCE_CLAIMS, None))[0],
+            *(await client.list_raw(RESOURCE_SLICES))[0],
+            *(await client.list_raw(NODES))[0],
         ]
         pods = [
-            p for p in (await client.list(PODS, namespace))[0] if p["metadata"]["name"] == scenario["name"]
+            p
+            for p in (await client.list_raw(PODS, namespace))[0]
+            if p["metadata"]["name"] == scenario["name"]
         ]
         return not left and not pods
 

@@ -42,7 +42,7 @@ async def start(start_cluster: StartCluster, *gates: str, **options: Any) -> Emb
 
 
 async def gpus(client: KubeClient) -> dict[str, dict[str, Any]]:
-    slices, _ = await client.list(RESOURCE_SLICES)
+    slices, _ = await client.list_raw(RESOURCE_SLICES)
     return {
         d["name"]: d for s in slices for d in s["spec"].get("devices") or [] if d["name"].startswith("gpu-")
     }
@@ -74,7 +74,7 @@ async def claim_with_pod(client: KubeClient, name: str, exactly: dict[str, Any],
 
 
 async def allocated(client: KubeClient, name: str) -> set[str] | None:
-    claim = await client.get(RESOURCE_CLAIMS, name, "default")
+    claim = await client.get_raw(RESOURCE_CLAIMS, name, "default")
     results = (claim.get("status", {}).get("allocation") or {}).get("devices", {}).get("results") or []
     return {r["device"] for r in results} or None
 
@@ -115,7 +115,7 @@ async def gate_off_scenario(cluster: EmbeddedCluster) -> None:
     assert client is not None
 
     async def warned() -> str | None:
-        events, _ = await client.list(EVENTS, field_selector=f"involvedObject.name={NODE}")
+        events, _ = await client.list_raw(EVENTS, field_selector=f"involvedObject.name={NODE}")
         return next((e["message"] for e in events if e["reason"] == "ListAttributesOff"), None)
 
     message = await eventually(warned, 30.0, what="a ListAttributesOff Event on the Node")

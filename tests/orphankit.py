@@ -15,7 +15,7 @@ FAST_SWEEP = {"orphan_sweep_seconds": 0.2, "orphan_grace_seconds": 1.0}
 
 
 async def node_warnings(client: Any, reason: str) -> list[str]:
-    events, _ = await client.list(EVENTS, "default")
+    events, _ = await client.list_raw(EVENTS, "default")
     return [
         e.get("message", "")
         for e in events

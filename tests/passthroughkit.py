@@ -16,7 +16,7 @@ PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 
 async def published(client: KubeClient) -> dict[str, dict[str, Any]]:
     """Device name -> device, over the node's slices."""
-    slices, _ = await client.list(RESOURCE_SLICES)
+    slices, _ = await client.list_raw(RESOURCE_SLICES)
     return {
         d["name"]: d
         for s in slices
@@ -65,5 +65,5 @@ async def claim_and_pod(client: KubeClient, name: str, device_class: str, bus: s
 
 
 async def running(client: KubeClient, name: str) -> bool:
-    pod = await client.get(PODS, name, NS)
+    pod = await client.get_raw(PODS, name, NS)
     return bool(pod.get("status", {}).get("phase") == "Running")

@@ -80,7 +80,7 @@ async def controller_events(
 ) -> list[dict[str, Any]]:
     """The Events gpudra's controller posted on the object, oldest first."""
     assert cluster.client is not None
-    items, _ = await cluster.client.list(
+    items, _ = await cluster.client.list_raw(
         EVENTS, namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={kind}"
     )
     ours = [e for e in items if (e.get("source") or {}).get("component") == "gpudra-controller"]
@@ -104,7 +104,7 @@ async def bound(cluster: EmbeddedCluster, pod: str, namespace: str = "default") 
     client = cluster.client
 
     async def on_a_node() -> bool:
-        return bool((await client.get(PODS, pod, namespace))["spec"].get("nodeName"))
+        return bool((await client.get_raw(PODS, pod, namespace))["spec"].get("nodeName"))
 
     await eventually(on_a_node, timeout=60, what=f"pod {namespace}/{pod} bound")
 
@@ -115,7 +115,7 @@ async def claim_of(cluster: EmbeddedCluster, pod: str, namespace: str = "default
     client = cluster.client
 
     async def recorded() -> str:
-        status = (await client.get(PODS, pod, namespace)).get("status") or {}
+        status = (await client.get_raw(PODS, pod, namespace)).get("status") or {}
         return next((s["resourceClaimName"] for s in status.get("resourceClaimStatuses") or []), "")
 
     return await eventually(recorded, timeout=60, what=f"pod {namespace}/{pod}'s claim")

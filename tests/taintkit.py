@@ -48,7 +48,7 @@ spec:
 async def pod_phase(cluster: EmbeddedCluster, name: str) -> str | None:
     """The pod's phase; None when it is gone (or going: a graceful deletion is under way)."""
     assert cluster.client is not None
-    items, _ = await cluster.client.list(PODS, "default", field_selector=f"metadata.name={name}")
+    items, _ = await cluster.client.list_raw(PODS, "default", field_selector=f"metadata.name={name}")
     if not items or items[0]["metadata"].get("deletionTimestamp"):
         return None
     return str((items[0].get("status") or {}).get("phase", ""))
@@ -56,14 +56,14 @@ async def pod_phase(cluster: EmbeddedCluster, name: str) -> str | None:
 
 async def device_of(cluster: EmbeddedCluster, claim: str) -> dict[str, Any]:
     assert cluster.client is not None
-    body = await cluster.client.get(RESOURCE_CLAIMS, claim, "default")
+    body = await cluster.client.get_raw(RESOURCE_CLAIMS, claim, "default")
     (result,) = body["status"]["allocation"]["devices"]["results"]
     return dict(result)
 
 
 async def events(cluster: EmbeddedCluster, pod: str) -> list[tuple[str, str]]:
     assert cluster.client is not None
-    items, _ = await cluster.client.list(EVENTS, "default", field_selector=f"involvedObject.name={pod}")
+    items, _ = await cluster.client.list_raw(EVENTS, "default", field_selector=f"involvedObject.name={pod}")
     return [(str(e.get("reason")), str(e.get("message"))) for e in items]
 
 
@@ -119,10 +119,10 @@ spec:
 
     async def kept_waiting() -> bool:
         assert cluster.client is not None
-        events, _ = await cluster.client.list(
+        events, _ = await cluster.client.list_raw(
             EVENTS, "default", field_selector="involvedObject.name=newcomer"
         )
-        pod = await cluster.client.get(PODS, "newcomer", "default")
+        pod = await cluster.client.get_raw(PODS, "newcomer", "default")
         return not pod["spec"].get("nodeName") and any(e.get("reason") == "FailedScheduling" for e in events)
 
     await eventually(kept_waiting, timeout=30)

@@ -43,7 +43,7 @@ async def all_running(cluster: EmbeddedCluster, names: list[str], timeout: float
     client = cluster.client
 
     async def check() -> bool:
-        items, _ = await client.list(PODS, "default")
+        items, _ = await client.list_raw(PODS, "default")
         phases = {p["metadata"]["name"]: (p.get("status") or {}).get("phase") for p in items}
         return all(phases.get(name) == "Running" for name in names)
 
@@ -69,7 +69,7 @@ def sockets(directory: Path) -> set[str]:
 async def claim_uids(cluster: EmbeddedCluster, names: list[str]) -> dict[str, str]:
     assert cluster.client is not None
     return {
-        name: (await cluster.client.get(RESOURCE_CLAIMS, name, "default"))["metadata"]["uid"]
+        name: (await cluster.client.get_raw(RESOURCE_CLAIMS, name, "default"))["metadata"]["uid"]
         for name in names
     }
 
@@ -101,9 +101,9 @@ async def a_rolling_update_hands_over_without_draining(cluster: EmbeddedCluster,
     assert sockets(plugins) == {f"dra-{new.settings.instance_id}.sock"}
     assert f"gpu.nvidia.com-{old.settings.instance_id}-reg.sock" not in sockets(registry)
     assert f"gpu.nvidia.com-{new.settings.instance_id}-reg.sock" in sockets(registry)
-    node_body = await cluster.client.get(NODES, node)
+    node_body = await cluster.client.get_raw(NODES, node)
     assert node_body["metadata"]["labels"]["gpudra.dev/resourceslices-published"] == "true"
-    slices, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+    slices, _ = await cluster.client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
     assert sum(len(s["spec"].get("devices") or []) for s in slices) == 8
     await kubectl(cluster, "delete", "pod", "before-0", "--wait=false")
 

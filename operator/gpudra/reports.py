@@ -11,8 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudra.allocator import Allocation, Explanation, Failure, NodesFailure, RequestDiagnosis
-from gpudra.api.core import Node
-from gpudra.api.dra import AllocationResult, ResourceClaim, ResourceSlice
+from gpudra.api.dra import AllocationResult
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.mig import DemandPlan
@@ -46,9 +45,9 @@ def print_fitted(console: Console, renderable: RenderableType) -> None:
 
 async def list_fleet(client: KubeClient, driver: str = "gpu.nvidia.com") -> list[FleetRow]:
     """The fleet as any client of the cluster sees it."""
-    nodes, _ = await client.list_as(Node, NODES)
-    slices, _ = await client.list_as(ResourceSlice, RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
-    claims, _ = await client.list_as(ResourceClaim, RESOURCE_CLAIMS)
+    nodes, _ = await client.list(NODES)
+    slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
+    claims, _ = await client.list(RESOURCE_CLAIMS)
     return fleet_rows(nodes, slices, claims, driver)
 
 

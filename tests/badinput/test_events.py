@@ -15,7 +15,7 @@ from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, EVENTS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Resource
 
-RESOURCES = {
+RESOURCES: dict[str, Resource] = {
     "ResourceClaim": RESOURCE_CLAIMS,
     "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES,
     "DeviceClass": DEVICE_CLASSES,
@@ -55,7 +55,7 @@ def test_every_accepted_case_has_an_expected_event() -> None:
 
 
 async def warnings_on(client: KubeClient, name: str) -> list[dict[str, Any]]:
-    events, _ = await client.list(EVENTS, None, field_selector=f"involvedObject.name={name}")
+    events, _ = await client.list_raw(EVENTS, None, field_selector=f"involvedObject.name={name}")
     return [e for e in events if e["type"] == "Warning"]
 
 

@@ -41,7 +41,7 @@ async def held_and_faulted(cluster: EmbeddedCluster) -> str:
     await kubectl(cluster, "apply", "-f", "-", stdin=gpu_pod("train") + "---" + gpu_pod("infer"))
     await all_running(cluster, ["train", "infer"])
     await cluster.client.create(RESOURCE_CLAIMS, gpu_claim("nine", 9), "default")
-    claim = await cluster.client.get(RESOURCE_CLAIMS, "train", "default")
+    claim = await cluster.client.get_raw(RESOURCE_CLAIMS, "train", "default")
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     fault = {"nodeName": result["pool"], "device": result["device"], "fault": "Xid", "xid": 79}
     assert inject(cluster.simulated, parse_fault(fault)).heard

@@ -56,14 +56,14 @@ async def run_pods(client: KubeClient, domain_name: str, nodes: list[str]) -> li
 
 async def all_running(client: KubeClient, names: list[str]) -> bool:
     for name in names:
-        pod = await client.get(PODS, name, NS)
+        pod = await client.get_raw(PODS, name, NS)
         if (pod.get("status") or {}).get("phase") != "Running":
             return False
     return True
 
 
 async def domain_status(client: KubeClient, name: str) -> dict[str, Any]:
-    body = await client.get(COMPUTE_DOMAINS, name, NS)
+    body = await client.get_raw(COMPUTE_DOMAINS, name, NS)
     return dict(body.get("status") or {})
 
 
@@ -91,7 +91,7 @@ async def wait_status(
 
 
 async def domain_events(client: KubeClient, name: str) -> list[dict[str, Any]]:
-    events, _ = await client.list(EVENTS, NS, field_selector=f"involvedObject.name={name}")
+    events, _ = await client.list_raw(EVENTS, NS, field_selector=f"involvedObject.name={name}")
     return [e for e in events if e["source"]["component"] == "gpudra-controller"]
 
 

@@ -122,7 +122,7 @@ class Node:
         return report
 
     async def _node_event(self, problem: Exception) -> None:
-        node = await self.client.get(NODES, NODE)
+        node = await self.client.get_raw(NODES, NODE)
         assert self.preparer is not None
         await EventRecorder(self.client, "gpudra-agent-test").post(
             node, "Warning", "CheckpointUnreadable", str(problem)
@@ -170,10 +170,10 @@ class Node:
         return ClaimRef(namespace=NAMESPACE, uid=created["metadata"]["uid"], name=name)
 
     async def get_claim(self, ref: ClaimRef) -> dict[str, Any]:
-        return await self.client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+        return await self.client.get_raw(RESOURCE_CLAIMS, ref.name, ref.namespace)
 
     async def events(self, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-        items, _ = await self.client.list(EVENTS, namespace)
+        items, _ = await self.client.list_raw(EVENTS, namespace)
         return items
 
     def spec_of(self, ref: ClaimRef) -> dict[str, Any] | None:

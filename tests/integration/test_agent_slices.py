@@ -25,7 +25,7 @@ async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
 
 async def node_slices(cluster: EmbeddedCluster, node: str) -> list[dict[str, Any]]:
     assert cluster.client is not None
-    items, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+    items, _ = await cluster.client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
     return sorted(items, key=lambda s: s["metadata"]["name"])
 
 
@@ -158,7 +158,7 @@ async def test_slices_deleted_as_a_starting_kubelet_deletes_them_come_back_at_on
 
 async def test_node_says_its_slices_are_published(cluster: EmbeddedCluster) -> None:
     assert cluster.client is not None
-    node = await cluster.client.get(NODES, "dgx-h100-0")
+    node = await cluster.client.get_raw(NODES, "dgx-h100-0")
     assert (node["metadata"].get("labels") or {}).get("gpudra.dev/resourceslices-published") == "true"
     (slice_,) = await node_slices(cluster, "dgx-h100-0")
     generation = str(slice_["spec"]["pool"]["generation"])
@@ -168,7 +168,7 @@ async def test_node_says_its_slices_are_published(cluster: EmbeddedCluster) -> N
     backend.destroy_mig_device(2, backend.read_inventory().gpus[2].mig_devices[0].gi_id)
 
     async def annotated() -> bool:
-        body = await client_of(cluster).get(NODES, "dgx-a100-0")
+        body = await client_of(cluster).get_raw(NODES, "dgx-a100-0")
         (current,) = await node_slices(cluster, "dgx-a100-0")
         want = str(current["spec"]["pool"]["generation"])
         return str(body["metadata"]["annotations"]["gpudra.dev/resourceslices-generation"]) == want != "1"

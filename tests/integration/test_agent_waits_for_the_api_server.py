@@ -48,7 +48,7 @@ async def test_an_agent_started_before_its_api_server_publishes_once_it_answers(
         try:
             await client.apply_object(NODES, node_object(node))
             await starting  # ready: its slices are published
-            slices, _ = await client.list(RESOURCE_SLICES)
+            slices, _ = await client.list_raw(RESOURCE_SLICES)
             assert {s["spec"]["nodeName"] for s in slices} == {node.name}
         finally:
             await client.close()

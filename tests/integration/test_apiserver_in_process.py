@@ -62,8 +62,8 @@ async def _requests(client: KubeClient, suffix: str) -> list[Outcome]:
     created = await client.create(PODS, _pod(name, run=suffix), "default")
     stale = {**created, "metadata": {**created["metadata"], "labels": {"run": suffix, "stale": "yes"}}}
     steps: list[Callable[[], Awaitable[Any]]] = [
-        lambda: client.get(PODS, name, "default"),
-        lambda: client.get(PODS, f"missing-{suffix}", "default"),
+        lambda: client.get_raw(PODS, name, "default"),
+        lambda: client.get_raw(PODS, f"missing-{suffix}", "default"),
         lambda: client.create(PODS, _pod(name), "default"),  # exists
         lambda: client.create(PODS, {**_pod(f"bad-{suffix}"), "spec": {"containers": []}}, "default"),
         lambda: client.patch(PODS, name, {"metadata": {"labels": {"patched": "merge"}}}, "default"),
@@ -83,8 +83,8 @@ async def _requests(client: KubeClient, suffix: str) -> list[Outcome]:
             patch_type="apply",
             force=True,
         ),
-        lambda: _items(client.list(PODS, "default", label_selector=f"run={suffix}")),
-        lambda: _items(client.list(PODS, "default", label_selector="run in (")),  # does not parse
+        lambda: _items(client.list_raw(PODS, "default", label_selector=f"run={suffix}")),
+        lambda: _items(client.list_raw(PODS, "default", label_selector="run in (")),  # does not parse
         lambda: client.delete(PODS, name, "default", missing_ok=False),
         lambda: client.delete(PODS, name, "default", missing_ok=False),  # gone already
     ]
@@ -167,7 +167,7 @@ async def test_a_stopped_server_ends_in_process_watches_and_refuses_requests_as_
     await server.stop()
     await asyncio.wait_for(watching, 10)  # ended, as when the connection closes
     with pytest.raises(KubeConnectionError, match="get nodes/n: the API server connection failed"):
-        await client.get(NODES, "n")
+        await client.get_raw(NODES, "n")
 
 
 async def test_a_failing_request_is_a_500_in_process_and_the_server_goes_on(
@@ -182,6 +182,6 @@ async def test_a_failing_request_is_a_500_in_process_and_the_server_goes_on(
     with monkeypatch.context() as patched:
         patched.setattr(apiserver.database, "get", broken)
         with pytest.raises(KubeError, match="500 InternalError: RuntimeError: a bug") as failed:
-            await client.get(NODES, "n")
+            await client.get_raw(NODES, "n")
     assert failed.value.status == 500
-    assert (await client.get(NODES, "n"))["metadata"]["name"] == "n"
+    assert (await client.get_raw(NODES, "n"))["metadata"]["name"] == "n"

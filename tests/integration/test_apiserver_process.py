@@ -43,7 +43,7 @@ async def test_a_cluster_with_its_api_server_in_another_process(start_cluster: S
     await client.create(PODS, pod, "default")
 
     async def running() -> bool:
-        body = await client.get(PODS, "p", "default")
+        body = await client.get_raw(PODS, "p", "default")
         return (body.get("status") or {}).get("phase") == "Running"
 
     await eventually(running, timeout=30)  # scheduled, its GPU claim prepared by the node's agent
@@ -96,5 +96,5 @@ async def test_a_large_fleet_keeps_its_api_server_in_process_unless_told_otherwi
     assert cluster.server is not None and cluster.server_process is None
     assert cluster.client is not None
     assert isinstance(cluster.client._transport, InProcessTransport)
-    nodes, _ = await cluster.client.list(NODES)
+    nodes, _ = await cluster.client.list_raw(NODES)
     assert [n["metadata"]["name"] for n in nodes] == ["l4x4-0"]

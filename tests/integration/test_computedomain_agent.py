@@ -39,7 +39,7 @@ async def make_domain(client: KubeClient, name: str, *, allocation_mode: str = "
 
 
 async def phase(client: KubeClient, name: str) -> str:
-    pod = await client.get(PODS, name, NS)
+    pod = await client.get_raw(PODS, name, NS)
     return str((pod.get("status") or {}).get("phase") or "")
 
 
@@ -56,7 +56,7 @@ def channel_minors(spec: dict[str, Any]) -> list[int]:
 
 
 async def labels(client: KubeClient, node: str) -> dict[str, str]:
-    return dict((await client.get(NODES, node))["metadata"].get("labels") or {})
+    return dict((await client.get_raw(NODES, node))["metadata"].get("labels") or {})
 
 
 async def test_trays_publish_clique_and_compute_domain_devices(start_cluster: StartCluster) -> None:
@@ -70,7 +70,7 @@ async def test_trays_publish_clique_and_compute_domain_devices(start_cluster: St
     assert tray
 
     async def cd_slice() -> list[dict[str, Any]]:
-        items, _ = await client.list(RESOURCE_SLICES)
+        items, _ = await client.list_raw(RESOURCE_SLICES)
         found = [s for s in items if s["spec"]["driver"] == CD]
         return found if len(found) == 2 else []  # both trays published
 
@@ -99,14 +99,14 @@ async def test_channel_waits_for_the_daemon_then_gets_channel_0(start_cluster: S
     node_labels = await labels(client, "gb200-nvl72-1")
     assert node_labels[node_label_key(uid)] == "true"
     clique_id = node_labels[CLIQUE_LABEL]
-    clique = await client.get(COMPUTE_DOMAIN_CLIQUES, clique_object_name(uid, clique_id), DRIVER_NS)
+    clique = await client.get_raw(COMPUTE_DOMAIN_CLIQUES, clique_object_name(uid, clique_id), DRIVER_NS)
     assert [(d["nodeName"], d["index"], d["status"]) for d in clique["daemons"]] == [
         ("gb200-nvl72-1", 0, "Ready")
     ]
     (spec,) = [s for s in cd_specs(cluster, "gb200-nvl72-1") if channel_minors(s)]
     (node,) = spec["devices"][0]["containerEdits"]["deviceNodes"]
     assert node["path"] == "/dev/nvidia-caps-imex-channels/channel0" and node["minor"] == 0
-    events, _ = await client.list(EVENTS, NS)
+    events, _ = await client.list_raw(EVENTS, NS)
     failed = [e["message"] for e in events if e.get("reason") == "FailedPrepareDynamicResources"]
     # the prepare waited for the daemon instead of failing and being retried by the kubelet
     assert not [m for m in failed if "IMEX daemon" in m], failed
@@ -121,7 +121,7 @@ async def test_channel_waits_for_the_daemon_then_gets_channel_0(start_cluster: S
     await eventually(released, timeout=20)
 
     async def daemon_left() -> bool:
-        body = await client.get(COMPUTE_DOMAIN_CLIQUES, clique_object_name(uid, clique_id), DRIVER_NS)
+        body = await client.get_raw(COMPUTE_DOMAIN_CLIQUES, clique_object_name(uid, clique_id), DRIVER_NS)
         return not body.get("daemons")
 
     await eventually(daemon_left, timeout=20)  # the daemon pod went with the label and released its index
@@ -172,7 +172,7 @@ async def test_daemonset_mode_keeps_a_second_domain_off_the_node(start_cluster: 
     await client.create(PODS, workload_pod("b", "second", "gb200-nvl72-0"), NS)
 
     async def refused() -> list[str]:
-        events, _ = await client.list(EVENTS, NS)
+        events, _ = await client.list_raw(EVENTS, NS)
         return [
             e["message"]
             for e in events

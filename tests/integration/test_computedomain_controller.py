@@ -56,7 +56,7 @@ async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
 
 
 async def node_labels(client: KubeClient, node: str) -> dict[str, str]:
-    return dict((await client.get(NODES, node))["metadata"].get("labels") or {})
+    return dict((await client.get_raw(NODES, node))["metadata"].get("labels") or {})
 
 
 async def ready_domain(client: KubeClient, name: str, nodes: list[str]) -> str:
@@ -74,7 +74,7 @@ async def test_the_examples_form_a_domain_over_four_trays(cluster: EmbeddedClust
     await client.create(JOBS, job, NS)
 
     async def job_running() -> bool:
-        pods, _ = await client.list(PODS, NS, label_selector="job-name=train")
+        pods, _ = await client.list_raw(PODS, NS, label_selector="job-name=train")
         return len(pods) == 4 and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
 
     await eventually(job_running, timeout=60)
@@ -85,12 +85,13 @@ async def test_the_examples_form_a_domain_over_four_trays(cluster: EmbeddedClust
     ]
     assert sorted(n["index"] for n in status["nodes"]) == [0, 1, 2, 3]
 
-    workload = await client.get(RESOURCE_CLAIM_TEMPLATES, "train-channel", NS)
+    workload = await client.get_raw(RESOURCE_CLAIM_TEMPLATES, "train-channel", NS)
     assert workload["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["domainID"] == uid
-    await client.get(RESOURCE_CLAIM_TEMPLATES, daemon_template_name(uid), DRIVER_NS)
-    await client.get(DAEMONSETS, daemon_set_name(uid), DRIVER_NS)
+    await client.get_raw(RESOURCE_CLAIM_TEMPLATES, daemon_template_name(uid), DRIVER_NS)
+    await client.get_raw(DAEMONSETS, daemon_set_name(uid), DRIVER_NS)
     assert (
-        "gpudra.dev/controller" in (await client.get(COMPUTE_DOMAINS, "train", NS))["metadata"]["finalizers"]
+        "gpudra.dev/controller"
+        in (await client.get_raw(COMPUTE_DOMAINS, "train", NS))["metadata"]["finalizers"]
     )
     # the Event follows the status write that the wait above saw: wait for it too
     await eventually(lambda: has_event(client, "train", "DomainReady", "all 4 nodes ready"))
@@ -152,7 +153,7 @@ async def test_daemonset_mode_names_the_domain_holding_a_node(cluster: EmbeddedC
     message = condition(status, "Ready")["message"]
     assert TRAYS[0] in message and f"{NS}/first" in message and "one IMEX daemon" in message
     await eventually(lambda: has_event(client, "second", "NodeHeld", f"{NS}/first"))
-    assert (await client.get(COMPUTE_DOMAINS, "first", NS))["status"]["status"] == "Ready"
+    assert (await client.get_raw(COMPUTE_DOMAINS, "first", NS))["status"]["status"] == "Ready"
 
 
 async def test_host_managed_domains_share_nodes(start_cluster: StartCluster) -> None:
@@ -162,8 +163,8 @@ async def test_host_managed_domains_share_nodes(start_cluster: StartCluster) -> 
     await ready_domain(client, "left", trays)
     right = await ready_domain(client, "right", trays)
     with pytest.raises(NotFoundError):  # host-managed: no per-domain daemons
-        await client.get(DAEMONSETS, daemon_set_name(right), DRIVER_NS)
-    assert (await client.get(COMPUTE_DOMAINS, "left", NS))["status"]["status"] == "Ready"
+        await client.get_raw(DAEMONSETS, daemon_set_name(right), DRIVER_NS)
+    assert (await client.get_raw(COMPUTE_DOMAINS, "left", NS))["status"]["status"] == "Ready"
 
 
 async def test_deletion_cleans_up_everything_while_a_pod_is_stuck(cluster: EmbeddedCluster) -> None:
@@ -176,7 +177,7 @@ async def test_deletion_cleans_up_everything_while_a_pod_is_stuck(cluster: Embed
 
     async def domain_gone() -> bool:
         try:
-            await client.get(COMPUTE_DOMAINS, "gone", NS)
+            await client.get_raw(COMPUTE_DOMAINS, "gone", NS)
         except NotFoundError:
             return True
         return False
@@ -185,12 +186,12 @@ async def test_deletion_cleans_up_everything_while_a_pod_is_stuck(cluster: Embed
     mine = f"resource.nvidia.com/computeDomain={uid}"
     leftovers: list[dict[str, Any]] = []
     for res in (RESOURCE_CLAIM_TEMPLATES, DAEMONSETS, COMPUTE_DOMAIN_CLIQUES):
-        items, _ = await client.list(res, label_selector=mine)
+        items, _ = await client.list_raw(res, label_selector=mine)
         leftovers += items
     assert leftovers == []
-    labelled, _ = await client.list(NODES, label_selector=node_label_key(uid))
+    labelled, _ = await client.list_raw(NODES, label_selector=node_label_key(uid))
     assert labelled == []
-    assert (await client.get(PODS, "gone-0", NS))["metadata"]["deletionTimestamp"]  # still stuck
+    assert (await client.get_raw(PODS, "gone-0", NS))["metadata"]["deletionTimestamp"]  # still stuck
     await eventually(lambda: has_event(client, "gone", "CleanedUp", f"{NS}/gone-0"))
     assert cluster.metrics.registry.get_sample_value(
         "gpudra_computedomain_cleanups_total", {"result": "complete"}
@@ -207,25 +208,25 @@ async def test_a_domain_with_200_kb_of_annotations_is_handled_and_deleted(cluste
     uid = await create_domain(client, "annotated", annotations=notes)
 
     async def handled() -> dict[str, Any] | None:
-        body = await client.get(COMPUTE_DOMAINS, "annotated", NS)
+        body = await client.get_raw(COMPUTE_DOMAINS, "annotated", NS)
         records = (body.get("status") or {}).get("kopf") or {}
         return body if records.get("last-handled-configuration") else None
 
     body = await eventually(handled, timeout=30)
     assert set(body["metadata"]["annotations"]) == set(notes)  # nothing of the controller's own
-    await client.get(RESOURCE_CLAIM_TEMPLATES, "annotated-channel", NS)  # the create handler's work
+    await client.get_raw(RESOURCE_CLAIM_TEMPLATES, "annotated-channel", NS)  # the create handler's work
 
     await client.delete(COMPUTE_DOMAINS, "annotated", NS)
 
     async def domain_gone() -> bool:
         try:
-            await client.get(COMPUTE_DOMAINS, "annotated", NS)
+            await client.get_raw(COMPUTE_DOMAINS, "annotated", NS)
         except NotFoundError:
             return True
         return False
 
     await eventually(domain_gone, timeout=30)
-    leftovers, _ = await client.list(
+    leftovers, _ = await client.list_raw(
         RESOURCE_CLAIM_TEMPLATES, label_selector=f"resource.nvidia.com/computeDomain={uid}"
     )
     assert leftovers == []
@@ -239,5 +240,5 @@ async def test_a_podgroup_scoped_domain_warns_where_podgroups_are_not_served(
     client = client_of(cluster)
     uid = await create_domain(client, "train", annotations={CHANNEL_SCOPE_ANNOTATION: "PodGroup"})
     await eventually(lambda: has_event(client, "train", "PodGroupsNotServed", "GenericWorkload"), timeout=30)
-    channel = await client.get(RESOURCE_SLICES, shared_pool_name(uid))
+    channel = await client.get_raw(RESOURCE_SLICES, shared_pool_name(uid))
     assert channel["spec"]["pool"]["name"] == shared_pool_name(uid)

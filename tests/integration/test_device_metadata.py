@@ -32,11 +32,11 @@ async def test_a_prepared_claim_mounts_its_device_metadata_until_unprepared(
     await cluster.client.create(PODS, pod, "default")
 
     async def running() -> bool:
-        body = await client_of(cluster).get(PODS, "train", "default")
+        body = await client_of(cluster).get_raw(PODS, "train", "default")
         return (body.get("status") or {}).get("phase") == "Running"
 
     await eventually(running)
-    body = await cluster.client.get(RESOURCE_CLAIMS, "train", "default")
+    body = await cluster.client.get_raw(RESOURCE_CLAIMS, "train", "default")
     uid = body["metadata"]["uid"]
     (result,) = body["status"]["allocation"]["devices"]["results"]
     node = result["pool"]
@@ -63,7 +63,7 @@ async def test_a_prepared_claim_mounts_its_device_metadata_until_unprepared(
     assert device["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": gpu.pci_bus_id}
     # the kubelet hands the mount's CDI device to the container with the request's device
     (entry,) = [
-        e for e in (await cluster.client.get(RESOURCE_CLAIMS, "train", "default"))["status"]["devices"]
+        e for e in (await cluster.client.get_raw(RESOURCE_CLAIMS, "train", "default"))["status"]["devices"]
     ]
     metadata_id = f"k8s.gpu.nvidia.com/claim={uid}-metadata-gpu"
     assert metadata_id in entry["data"]["cdiDeviceIDs"]

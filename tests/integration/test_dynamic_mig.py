@@ -28,6 +28,7 @@ from gpudra.kube.resources import (
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    Resource,
 )
 from gpudra.reports import fleet_table, list_fleet
 from gpudra.testing import HeldCall
@@ -78,7 +79,7 @@ def pod(name: str, claim_name: str) -> dict[str, Any]:
 
 
 async def running(client: KubeClient, name: str) -> bool:
-    return bool((await client.get(PODS, name, "default")).get("status", {}).get("phase") == "Running")
+    return bool((await client.get_raw(PODS, name, "default")).get("status", {}).get("phase") == "Running")
 
 
 async def run_pod_with_claim(client: KubeClient, name: str, cls: str, expression: str) -> None:
@@ -90,7 +91,7 @@ async def explanation(
     client: KubeClient, claim_name: str, reason: str | None = None
 ) -> dict[str, Any] | None:
     """The controller's explaining Event of a pending claim (with that reason), once there is one."""
-    events, _ = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={claim_name}")
+    events, _ = await client.list_raw(EVENTS, "default", field_selector=f"involvedObject.name={claim_name}")
     return next(
         (
             e
@@ -108,7 +109,7 @@ def on_gpu(uuid: str) -> str:
 async def test_slices_carry_the_counter_set_and_every_placement(cluster: EmbeddedCluster) -> None:
     """The embedded API server is Kubernetes 1.37: the counter sets go in a slice of their own (the 1.35+ layout,
     which it accepts as kube-apiserver does), the devices in slices of at most 64 that name them."""
-    slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
     (counters,) = [s for s in slices if s["spec"].get("sharedCounters")]
     assert "devices" not in counters["spec"]
     assert sorted(c["name"] for c in counters["spec"]["sharedCounters"]) == [
@@ -125,7 +126,7 @@ async def test_slices_carry_the_counter_set_and_every_placement(cluster: Embedde
 async def test_on_1_34_counters_travel_with_their_devices(start_cluster: StartCluster) -> None:
     """Asked to emulate 1.34, the embedded API server has the 1.34 rules: one slice per GPU, with its counter set."""
     cluster = await start_cluster("dgx-h100:1", dynamic_mig=True, kubernetes_version="1.34")
-    slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
     assert len(slices) == 8
     for s in slices:
         (counter_set,) = s["spec"]["sharedCounters"]
@@ -139,14 +140,15 @@ async def test_1g_claim_creates_the_instance_at_prepare_and_destroys_it_after_th
 ) -> None:
     client = client_of(cluster)
     for doc in yaml.safe_load_all((EXAMPLES / "dynamic-mig-1g.yaml").read_text()):
-        kind = {"ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES, "Pod": PODS}[doc["kind"]]
+        kinds: dict[str, Resource] = {"ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES, "Pod": PODS}
+        kind = kinds[doc["kind"]]
         await client.create(kind, doc, "default")
     await eventually(lambda: running(client, "small-inference"))
     fake = cluster.simulated[NODE]
     (instance,) = [m for g in inventory(cluster).gpus for m in g.mig_devices]
     assert instance.profile == "1g.10gb"
     assert fake.gpu(instance.parent_index).mig_current
-    claims, _ = await client.list(RESOURCE_CLAIMS, "default")
+    claims, _ = await client.list_raw(RESOURCE_CLAIMS, "default")
     (status,) = claims[0]["status"]["devices"]
     assert status["data"]["uuid"] == instance.uuid and status["data"]["type"] == "mig"
     assert status["device"].endswith(f"-19-{instance.placement_start}")
@@ -180,12 +182,12 @@ async def test_a_pod_deleted_while_its_instance_is_being_created_leaves_nothing_
         client, "slow", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
     )
     await eventually(create.entered.is_set, timeout=30, what="NVML asked to create the instance")
-    uid = (await client.get(PODS, "slow", "default"))["metadata"]["uid"]
+    uid = (await client.get_raw(PODS, "slow", "default"))["metadata"]["uid"]
     await client.delete(PODS, "slow", "default")
     kubelet = cluster.kubelets[NODE]
 
     async def pod_gone() -> bool:
-        pods, _ = await client.list(PODS, "default")
+        pods, _ = await client.list_raw(PODS, "default")
         return not pods
 
     async def teardown_seen() -> bool:
@@ -231,7 +233,9 @@ async def test_seven_1g_fill_one_h100_and_the_eighth_pends_with_counters_as_the_
         "default/small-0, default/small-1, default/small-2 and 4 more claims"
     )
     assert not await running(client, "small-7")
-    assert not (await client.get(RESOURCE_CLAIMS, "small-7", "default")).get("status", {}).get("allocation")
+    assert (
+        not (await client.get_raw(RESOURCE_CLAIMS, "small-7", "default")).get("status", {}).get("allocation")
+    )
     await client.delete(PODS, "other", "default")
 
     await client.delete(PODS, "small-3", "default")  # one placement frees up: the eighth gets it
@@ -273,7 +277,7 @@ async def test_a_health_event_on_the_gpu_taints_every_placement_and_marks_the_cl
     cluster.simulated[NODE].inject_xid(0, 79)
 
     async def tainted() -> list[str]:
-        slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        slices, _ = await client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
         return [
             d["name"]
             for s in slices
@@ -285,7 +289,7 @@ async def test_a_health_event_on_the_gpu_taints_every_placement_and_marks_the_cl
     assert len(names) == 26 and all(n == "gpu-0" or n.startswith("gpu-0-mig-") for n in names)
 
     async def unhealthy() -> dict[str, Any] | None:
-        (entry,) = (await client.get(RESOURCE_CLAIMS, "busy", "default"))["status"]["devices"]
+        (entry,) = (await client.get_raw(RESOURCE_CLAIMS, "busy", "default"))["status"]["devices"]
         condition = next((c for c in entry["conditions"] if c["type"] == "Healthy"), None)
         return condition if condition is not None and condition["status"] == "False" else None
 
@@ -305,7 +309,7 @@ async def test_gpus_switch_to_dynamic_at_run_time_and_keep_their_instances(
     uuid = NvmlBackend(node, nvml=cluster.simulated[node]).read_inventory().gpus[0].uuid
 
     async def gpu0_devices() -> tuple[list[str], list[str]]:
-        slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+        slices, _ = await client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
         sets = sorted(c["name"] for s in slices for c in s["spec"].get("sharedCounters") or [])
         names = sorted(
             d["name"]
@@ -341,12 +345,13 @@ async def test_status_says_the_gpus_are_dynamic_instead_of_counting_placements(
 async def test_shared_example_creates_one_instance_served_through_mps(cluster: EmbeddedCluster) -> None:
     client = client_of(cluster)
     for doc in yaml.safe_load_all((EXAMPLES / "dynamic-mig-shared.yaml").read_text()):
-        kind = {"ResourceClaim": RESOURCE_CLAIMS, "Pod": PODS}[doc["kind"]]
+        kinds: dict[str, Resource] = {"ResourceClaim": RESOURCE_CLAIMS, "Pod": PODS}
+        kind = kinds[doc["kind"]]
         await client.create(kind, doc, "default")
     await eventually(lambda: running(client, "mps-clients"))
     (instance,) = [m for g in inventory(cluster).gpus for m in g.mig_devices]
     assert instance.profile == "2g.20gb"
-    claim = await client.get(RESOURCE_CLAIMS, "shared-2g", "default")
+    claim = await client.get_raw(RESOURCE_CLAIMS, "shared-2g", "default")
     preparer = cluster.runtimes[NODE].preparer
     assert preparer is not None
     spec = preparer.effects.specs.read(claim["metadata"]["uid"])
@@ -372,7 +377,7 @@ async def test_a_dynamic_miglayout_hands_the_gpus_to_dynamic_mig_and_back(
     await client.create(MIGLAYOUTS, layout)
 
     async def counter_sets() -> int:
-        slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        slices, _ = await client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
         return sum(len(s["spec"].get("sharedCounters") or []) for s in slices)
 
     await eventually(lambda: _when(counter_sets(), lambda n: n == 8), timeout=30)

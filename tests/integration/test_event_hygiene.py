@@ -29,7 +29,7 @@ async def test_a_retry_storm_posts_one_event_per_distinct_message(apiserver: Emb
         assert posted.count(True) == 1
         assert recorder.suppressed == 999
         assert await recorder.post(claim, "Warning", "NoMatchingDevice", "no device matches") is True
-        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=pending")
+        events, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=pending")
         assert sorted(e["reason"] for e in events) == ["DevicesInUse", "NoMatchingDevice"]
     finally:
         await client.close()
@@ -43,12 +43,12 @@ async def test_a_repeat_after_the_window_counts_on_the_same_event(apiserver: Emb
         recorder = EventRecorder(client, "test", window_seconds=0, series=True)
         for _ in range(3):
             assert await recorder.post(claim, "Warning", "DevicesInUse", "all 8 H100s in use") is True
-        (event,) = (await client.list(EVENTS, "default", field_selector="involvedObject.name=pending"))[0]
+        (event,) = (await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=pending"))[0]
         assert event["count"] == 3 and event["lastTimestamp"] >= event["firstTimestamp"]
 
         await client.delete(EVENTS, event["metadata"]["name"], "default")  # expired (the API server's TTL)
         assert await recorder.post(claim, "Warning", "DevicesInUse", "all 8 H100s in use") is True
-        (again,) = (await client.list(EVENTS, "default", field_selector="involvedObject.name=pending"))[0]
+        (again,) = (await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=pending"))[0]
         assert again["metadata"]["name"] != event["metadata"]["name"] and again["count"] == 1
     finally:
         await client.close()

@@ -42,7 +42,7 @@ async def test_file_that_fits_names_the_node_and_device_without_creating_it(
     assert code == 0, out
     assert "fits now on node dgx-h100-0: gpu-0" in out
     assert cluster.client is not None
-    claims, _ = await cluster.client.list(RESOURCE_CLAIMS)
+    claims, _ = await cluster.client.list_raw(RESOURCE_CLAIMS)
     assert claims == []
 
 
@@ -91,7 +91,7 @@ async def test_the_event_the_scheduler_and_explain_lead_with_the_same_nearest_mi
     }, "default")  # fmt: skip
 
     async def events(name: str, component: str) -> list[dict[str, Any]]:
-        found, _ = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={name}")
+        found, _ = await client.list_raw(EVENTS, "default", field_selector=f"involvedObject.name={name}")
         return [e for e in found if e["source"]["component"] == component]
 
     explained = await eventually(lambda: events("nine", "gpudra-controller"), timeout=30)

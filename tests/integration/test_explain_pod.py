@@ -79,21 +79,21 @@ async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
     await eventually(lambda: cluster.simulated["dgx-h100-1"].inject_xid(5, 79) > 0)
 
     async def tainted() -> bool:
-        slices, _ = await client.list(RESOURCE_SLICES)
+        slices, _ = await client.list_raw(RESOURCE_SLICES)
         return any(d.get("taints") for s in slices for d in s["spec"].get("devices") or [])
 
     await eventually(tainted, timeout=30)
     await kubectl(cluster, "apply", "-f", "-", stdin=PODS_YAML)
 
     async def holding() -> bool:
-        pod = await client.get(PODS, "holder", "default")
+        pod = await client.get_raw(PODS, "holder", "default")
         return bool(pod["spec"].get("nodeName"))
 
     await eventually(holding, timeout=30)
     await kubectl(cluster, "apply", "-f", "-", stdin=TRAINER)
 
     async def claims_made() -> bool:
-        pod = await client.get(PODS, "trainer", "default")
+        pod = await client.get_raw(PODS, "trainer", "default")
         return bool((pod.get("status") or {}).get("resourceClaimStatuses"))
 
     await eventually(claims_made, timeout=30)
@@ -102,7 +102,7 @@ async def cluster(start_cluster: StartCluster) -> EmbeddedCluster:
 
 async def made_claim(cluster: EmbeddedCluster, pod: str) -> str:
     assert cluster.client is not None
-    body = await cluster.client.get(PODS, pod, "default")
+    body = await cluster.client.get_raw(PODS, pod, "default")
     return str(body["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
 
 
@@ -160,5 +160,5 @@ async def test_an_allocated_claim_exits_0_and_bad_input_exits_2(cluster: Embedde
     code, out = await explain(cluster, "pod")
     assert code == 2 and "give `pod NAME`" in out, out
     assert cluster.client is not None
-    claims, _ = await cluster.client.list(RESOURCE_CLAIMS, "default")
+    claims, _ = await cluster.client.list_raw(RESOURCE_CLAIMS, "default")
     assert len(claims) == 3  # holder's, trainer's and one-gpu: explaining creates nothing

@@ -36,10 +36,10 @@ async def bound_claim(client: KubeClient, name: str) -> tuple[dict[str, Any], di
     """The pod once bound with its extended-resource claim, and that claim."""
 
     async def bound() -> tuple[dict[str, Any], dict[str, Any]] | None:
-        body = await client.get(PODS, name, "default")
+        body = await client.get_raw(PODS, name, "default")
         status = (body.get("status") or {}).get("extendedResourceClaimStatus")
         if body["spec"].get("nodeName") and status:
-            return body, await client.get(RESOURCE_CLAIMS, status["resourceClaimName"], "default")
+            return body, await client.get_raw(RESOURCE_CLAIMS, status["resourceClaimName"], "default")
         return None
 
     return await eventually(bound, what=f"pod {name} bound with an extended-resource claim")
@@ -49,11 +49,11 @@ async def unschedulable(client: KubeClient, name: str) -> None:
     """The scheduler tried the pod and said why it cannot place it; the pod stays unbound."""
 
     async def failed() -> bool:
-        events, _ = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={name}")
+        events, _ = await client.list_raw(EVENTS, "default", field_selector=f"involvedObject.name={name}")
         return any(e["reason"] == "FailedScheduling" for e in events)
 
     await eventually(failed)
-    assert not (await client.get(PODS, name, "default"))["spec"].get("nodeName")
+    assert not (await client.get_raw(PODS, name, "default"))["spec"].get("nodeName")
 
 
 async def scheduler_knows_classes(cluster: EmbeddedCluster, *names: str) -> None:
@@ -96,7 +96,7 @@ async def test_pods_without_claims_are_spread_over_nodes(cluster: EmbeddedCluste
     client = cluster.client
 
     async def all_bound() -> list[str]:
-        pods, _ = await client.list(PODS, "default")
+        pods, _ = await client.list_raw(PODS, "default")
         nodes = [p["spec"].get("nodeName") or "" for p in pods]
         return nodes if all(nodes) else []
 
@@ -124,7 +124,7 @@ async def test_shared_gpu_resource_puts_several_pods_on_one_time_sliced_gpu(
     assert per_gpu == {"gpu-0": 2, "gpu-1": 2, "gpu-2": 2, "gpu-3": 2}
 
     async def all_running() -> bool:  # the agent prepares one GPU for two claims
-        pods, _ = await client_of(cluster).list(PODS, "default")
+        pods, _ = await client_of(cluster).list_raw(PODS, "default")
         return sum(bool((p.get("status") or {}).get("phase") == "Running") for p in pods) == 8
 
     await eventually(all_running)

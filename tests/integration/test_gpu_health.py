@@ -21,7 +21,7 @@ from gpudra.testing import watch_until
 
 async def devices(cluster: EmbeddedCluster, node: str) -> dict[str, dict[str, Any]]:
     assert cluster.client is not None
-    slices, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+    slices, _ = await cluster.client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
     return {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
 
 
@@ -67,7 +67,7 @@ async def event_on(cluster: EmbeddedCluster, name: str, reason: str, text: str =
 
 async def health_event(cluster: EmbeddedCluster, node: str, text: str) -> dict[str, Any] | None:
     assert cluster.client is not None
-    events, _ = await cluster.client.list(EVENTS, "default", field_selector=f"involvedObject.name={node}")
+    events, _ = await cluster.client.list_raw(EVENTS, "default", field_selector=f"involvedObject.name={node}")
     return next((e for e in events if e["reason"] == "GpuHealth" and text in e["message"]), None)
 
 
@@ -156,7 +156,7 @@ async def test_scheduler_no_longer_picks_a_tainted_gpu(cluster: EmbeddedCluster)
     await cluster.client.create(PODS, pod, "default")
 
     async def allocated() -> list[dict[str, Any]]:
-        body = await client_of(cluster).get(RESOURCE_CLAIMS, "one-gpu", "default")
+        body = await client_of(cluster).get_raw(RESOURCE_CLAIMS, "one-gpu", "default")
         return list(
             ((body.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
         )
@@ -182,7 +182,7 @@ async def running_claim(cluster: EmbeddedCluster, name: str) -> tuple[str, str, 
     await cluster.client.create(PODS, pod, "default")
 
     async def running() -> bool:
-        body = await client_of(cluster).get(PODS, f"{name}-pod", "default")
+        body = await client_of(cluster).get_raw(PODS, f"{name}-pod", "default")
         return (body.get("status") or {}).get("phase") == "Running"
 
     await eventually(running)
@@ -196,7 +196,7 @@ async def running_claim(cluster: EmbeddedCluster, name: str) -> tuple[str, str, 
 
 async def claim_devices(cluster: EmbeddedCluster, name: str) -> dict[str, dict[str, Any]]:
     assert cluster.client is not None
-    body = await cluster.client.get(RESOURCE_CLAIMS, name, "default")
+    body = await cluster.client.get_raw(RESOURCE_CLAIMS, name, "default")
     return {e["device"]: e for e in (body.get("status") or {}).get("devices") or []}
 
 
@@ -321,7 +321,7 @@ async def test_an_xid_shows_in_the_pods_allocated_resources_status(start_cluster
     await cluster.client.create(PODS, pod, "default")
 
     async def reported(wanted: str) -> dict[str, Any] | None:
-        body = await client_of(cluster).get(PODS, "infer", "default")
+        body = await client_of(cluster).get_raw(PODS, "infer", "default")
         (status,) = (body.get("status") or {}).get("containerStatuses") or [{}]
         entries = status.get("allocatedResourcesStatus") or []
         resources = [r for e in entries for r in e["resources"]]
@@ -331,7 +331,7 @@ async def test_an_xid_shows_in_the_pods_allocated_resources_status(start_cluster
         return None
 
     healthy = await eventually(lambda: reported("Healthy"))
-    body = await cluster.client.get(PODS, "infer", "default")
+    body = await cluster.client.get_raw(PODS, "infer", "default")
     (claim_name,) = [s["resourceClaimName"] for s in body["status"]["resourceClaimStatuses"]]
     (entry,) = (await claim_devices(cluster, claim_name)).values()
     assert healthy == {"resourceID": entry["data"]["cdiDeviceIDs"][0], "health": "Healthy"}

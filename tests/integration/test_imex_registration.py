@@ -50,7 +50,7 @@ def registration(client: KubeClient, tray: int, clique: str = CLIQUE) -> CliqueR
 
 
 async def daemons(client: KubeClient, clique: str = CLIQUE) -> list[tuple[str, int, str]]:
-    body = await client.get(COMPUTE_DOMAIN_CLIQUES, clique_object_name(DOMAIN, clique), NS)
+    body = await client.get_raw(COMPUTE_DOMAIN_CLIQUES, clique_object_name(DOMAIN, clique), NS)
     return [(d["nodeName"], d["index"], d["status"]) for d in body.get("daemons") or []]
 
 

@@ -43,7 +43,7 @@ class FakeClient:
         self.items = items
         self.created: list[dict[str, Any]] = []
 
-    async def list(
+    async def list_raw(
         self, resource: Resource, namespace: str | None = None, **_: Any
     ) -> tuple[list[dict[str, Any]], str]:
         return [dict(item) for item in self.items], "7"

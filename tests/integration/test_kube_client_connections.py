@@ -34,7 +34,7 @@ async def test_the_shared_client_serves_requests_beside_more_watches_than_the_de
         await eventually(
             lambda: len(nodes.watchers) >= before + 110, what="the 110 watches open on the server"
         )
-        items, _ = await asyncio.wait_for(client.list(NODES), timeout=10)
+        items, _ = await asyncio.wait_for(client.list_raw(NODES), timeout=10)
         assert [n["metadata"]["name"] for n in items] == ["l4x4-0"]
     finally:
         for task in watches:
@@ -54,7 +54,7 @@ async def test_a_client_of_a_url_ignores_proxies_named_in_the_environment(
         monkeypatch.delenv(variable, raising=False)
     client = KubeClient.for_url(cluster.server.url, token=cluster.server.token(), ca=cluster.serving_tls.ca)
     try:
-        items, _ = await asyncio.wait_for(client.list(NODES), timeout=10)
+        items, _ = await asyncio.wait_for(client.list_raw(NODES), timeout=10)
         assert [n["metadata"]["name"] for n in items] == ["l4x4-0"]
     finally:
         await client.close()

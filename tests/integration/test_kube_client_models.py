@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpudra.api.core import Node
-from gpudra.api.dra import ResourceClaim, ResourceSlice
+from gpudra.api.dra import ResourceSlice
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.errors import InvalidInputError
 from gpudra.kube.client import KubeClient
-from gpudra.kube.resources import CONFIGMAPS, NODES, RESOURCE_CLAIMS
+from gpudra.kube.resources import CONFIGMAPS, NODES, RESOURCE_CLAIMS, TypedResource
 
 
 async def test_reads_come_back_as_models_and_a_mismatch_names_the_object(
@@ -25,12 +24,15 @@ async def test_reads_come_back_as_models_and_a_mismatch_names_the_object(
             "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
         }  # fmt: skip
         await client.create(RESOURCE_CLAIMS, claim, "default")
-        nodes, version = await client.list_as(Node, NODES)
+        nodes, version = await client.list(NODES)
         assert [n.metadata.name for n in nodes] == ["n1"] and version
-        read = await client.get_as(ResourceClaim, RESOURCE_CLAIMS, "c1", "default")
+        read = await client.get(RESOURCE_CLAIMS, "c1", "default")
         assert read.metadata.namespaced_name == "default/c1" and read.allocation is None
         await client.create(CONFIGMAPS, {"metadata": {"name": "not-a-slice"}, "data": {}}, "default")
-        with pytest.raises(InvalidInputError, match="ConfigMap default/not-a-slice does not parse"):
-            await client.list_as(ResourceSlice, CONFIGMAPS, "default")
+        configmaps_as_slices = TypedResource(
+            "", "v1", "configmaps", "ConfigMap", namespaced=True, model=ResourceSlice
+        )
+        with pytest.raises(InvalidInputError, match="ConfigMap default/not-a-slice does not parse: spec: "):
+            await client.list(configmaps_as_slices, "default")
     finally:
         await client.close()

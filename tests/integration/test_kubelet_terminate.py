@@ -20,7 +20,7 @@ async def test_a_pod_deleted_while_its_agent_is_down_is_unprepared_once_the_agen
     assert client is not None
     await kubectl(cluster, "apply", "-f", "-", stdin=gpu_pod("train"))
     await all_running(cluster, ["train"])
-    uid = (await client.get(PODS, "train", "default"))["metadata"]["uid"]
+    uid = (await client.get_raw(PODS, "train", "default"))["metadata"]["uid"]
     prepared = set((await claim_uids(cluster, ["train"])).values())
     assert set(checkpoint(cluster, node)) == prepared
 

@@ -32,7 +32,7 @@ def mig_layout(name: str, node: str, layout: dict[str, Any]) -> dict[str, Any]:
 
 
 async def profiles(client: KubeClient, node: str) -> list[str]:
-    slices, _ = await client.list(RESOURCE_SLICES)
+    slices, _ = await client.list_raw(RESOURCE_SLICES)
     return sorted(
         d["attributes"]["profile"]["string"]
         for s in slices
@@ -59,7 +59,7 @@ async def true_condition(client: KubeClient, layout: str, kind: str) -> dict[str
     """The MigLayout's condition once it is True (waits for it)."""
 
     async def check() -> dict[str, Any]:
-        cond = condition(await client.get(MIGLAYOUTS, layout), kind)
+        cond = condition(await client.get_raw(MIGLAYOUTS, layout), kind)
         return cond if cond.get("status") == "True" else {}
 
     result: dict[str, Any] = await eventually(check, timeout=30)
@@ -67,7 +67,7 @@ async def true_condition(client: KubeClient, layout: str, kind: str) -> dict[str
 
 
 async def node_labels(client: KubeClient, node: str) -> dict[str, str]:
-    return (await client.get(NODES, node))["metadata"].get("labels") or {}
+    return (await client.get_raw(NODES, node))["metadata"].get("labels") or {}
 
 
 async def test_a_layout_repartitions_the_node_and_reports_applied(start_cluster: StartCluster) -> None:
@@ -79,7 +79,7 @@ async def test_a_layout_repartitions_the_node_and_reports_applied(start_cluster:
     await client.create(MIGLAYOUTS, mig_layout("balanced", node, {"config": "all-balanced"}))
 
     await true_condition(client, "balanced", "Applied")
-    body = await client.get(MIGLAYOUTS, "balanced")
+    body = await client.get_raw(MIGLAYOUTS, "balanced")
     assert body["status"]["applied"] == "1/1"
     assert condition(body, "Applied")["observedGeneration"] == body["metadata"]["generation"]
     assert condition(body, "Blocked")["status"] == "False"
@@ -189,7 +189,7 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
     )
 
     async def prepared() -> bool:
-        claim = await client.get(RESOURCE_CLAIMS, "small", "default")
+        claim = await client.get_raw(RESOURCE_CLAIMS, "small", "default")
         return bool((claim.get("status") or {}).get("devices"))
 
     await eventually(prepared, timeout=30)
@@ -198,7 +198,7 @@ async def test_a_prepared_claim_blocks_its_node_until_the_pod_is_gone(start_clus
     cond = await true_condition(client, "big", "Blocked")
     assert "default/small" in cond["message"]
     report = NodeReport.from_json(
-        (await client.get(NODES, node))["metadata"]["annotations"]["gpudra.dev/mig-state"]
+        (await client.get_raw(NODES, node))["metadata"]["annotations"]["gpudra.dev/mig-state"]
     )
     assert report is not None and report.blocked_by == ("default/small",)
     assert (await node_labels(client, node))[CONFIG_STATE_LABEL] == "pending"

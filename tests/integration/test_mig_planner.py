@@ -38,7 +38,7 @@ async def balanced_and_busy(cluster: EmbeddedCluster) -> None:
             backend.create_mig_device(gpu, placement.profile, placement.start)
 
     async def published() -> bool:
-        slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
         return sum(len(s["spec"].get("devices") or []) for s in slices) == 32
 
     await eventually(published)
@@ -59,7 +59,7 @@ def pod(name: str, claim: str) -> dict[str, Any]:
 
 async def allocation(cluster: EmbeddedCluster, claim: str) -> dict[str, Any] | None:
     assert cluster.client is not None
-    body = await cluster.client.get(RESOURCE_CLAIMS, claim, "default")
+    body = await cluster.client.get_raw(RESOURCE_CLAIMS, claim, "default")
     return (body.get("status") or {}).get("allocation")
 
 
@@ -82,7 +82,9 @@ async def start(start_cluster: StartCluster, policy: MigPlannerPolicy) -> Embedd
 
 async def planner_events(cluster: EmbeddedCluster, claim: str) -> list[dict[str, Any]]:
     assert cluster.client is not None
-    events, _ = await cluster.client.list(EVENTS, "default", field_selector=f"involvedObject.name={claim}")
+    events, _ = await cluster.client.list_raw(
+        EVENTS, "default", field_selector=f"involvedObject.name={claim}"
+    )
     return [
         e for e in events if e["source"]["component"] == "gpudra-controller" and "MIG planner" in e["message"]
     ]
@@ -112,7 +114,7 @@ async def test_pending_mig_claim_event_and_explain_name_the_repartition(start_cl
     assert "does not fit" in out and "MIG repartition that would satisfy this claim" in out
     row = next(line for line in out.splitlines() if NODE in line and "3g.40gb@0" in line)
     assert "destroy 2x 1g.10gb, 2g.20gb, create 3g.40gb" in row and "default/wants-3g" in row
-    layouts, _ = await cluster.client.list(MIGLAYOUTS)
+    layouts, _ = await cluster.client.list_raw(MIGLAYOUTS)
     assert layouts == []  # suggest only
 
 
@@ -131,7 +133,7 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     await cluster.client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
 
     async def written() -> dict[str, Any] | None:
-        layouts, _ = await client_of(cluster).list(MIGLAYOUTS)
+        layouts, _ = await client_of(cluster).list_raw(MIGLAYOUTS)
         return next((b for b in layouts if b["metadata"]["name"] == f"gpudra-planner-{NODE}"), None)
 
     layout = await eventually(written, timeout=30)
@@ -147,7 +149,7 @@ async def test_apply_policy_writes_the_planner_miglayout(start_cluster: StartClu
     await cluster.client.create(MIGLAYOUTS, user_layout())  # the user's layout wins: the planner's goes
 
     async def stepped_aside() -> bool:
-        layouts, _ = await client_of(cluster).list(MIGLAYOUTS)
+        layouts, _ = await client_of(cluster).list_raw(MIGLAYOUTS)
         return [b["metadata"]["name"] for b in layouts] == ["team-layout"]
 
     await eventually(stepped_aside, timeout=30)
@@ -166,7 +168,7 @@ async def test_applied_repartition_lets_the_waiting_pod_run(start_cluster: Start
     assert (
         busy is not None and len(busy["devices"]["results"]) == 8
     )  # the in-use instances were never touched
-    layout = await cluster.client.get(MIGLAYOUTS, f"gpudra-planner-{NODE}")
+    layout = await cluster.client.get_raw(MIGLAYOUTS, f"gpudra-planner-{NODE}")
     applied = next(c for c in layout["status"]["conditions"] if c["type"] == "Applied")
     assert applied["status"] == "True"
 
@@ -181,7 +183,7 @@ async def test_apply_policy_never_overrides_a_users_miglayout(start_cluster: Sta
     assert (
         f"not applied: MigLayout team-layout (not the planner's) selects node {NODE}" in events[0]["message"]
     )
-    layouts, _ = await cluster.client.list(MIGLAYOUTS)
+    layouts, _ = await cluster.client.list_raw(MIGLAYOUTS)
     assert [b["metadata"]["name"] for b in layouts] == ["team-layout"]
 
 
@@ -192,7 +194,7 @@ async def test_planner_off_leaves_events_as_they_were(start_cluster: StartCluste
 
     async def explained() -> list[dict[str, Any]]:
         assert cluster.client is not None
-        events, _ = await cluster.client.list(
+        events, _ = await cluster.client.list_raw(
             EVENTS, "default", field_selector="involvedObject.name=wants-3g"
         )
         return [e for e in events if e["source"]["component"] == "gpudra-controller"]

@@ -72,7 +72,7 @@ async def test_the_agent_follows_its_node_and_resumes_quietly(
     try:
 
         async def success() -> NodeReport | None:
-            meta = (await client.get(NODES, NODE))["metadata"]
+            meta = (await client.get_raw(NODES, NODE))["metadata"]
             report = NodeReport.from_json((meta.get("annotations") or {}).get(STATE_ANNOTATION, ""))
             ok = (
                 report is not None

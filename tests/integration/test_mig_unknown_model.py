@@ -61,7 +61,7 @@ async def test_an_unknown_model_gets_static_mig_the_planner_and_the_web_view(
     })  # fmt: skip
 
     async def applied() -> bool:
-        status = (await client.get(MIGLAYOUTS, "sevens")).get("status") or {}
+        status = (await client.get_raw(MIGLAYOUTS, "sevens")).get("status") or {}
         nodes = status.get("nodes") or []
         assert all(n.get("state") != "invalid" for n in nodes), nodes
         return [n.get("state") for n in nodes] == ["success"]
@@ -69,7 +69,7 @@ async def test_an_unknown_model_gets_static_mig_the_planner_and_the_web_view(
     await eventually(applied, timeout=60)
 
     async def mig_devices() -> list[str]:
-        slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        slices, _ = await client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
         return sorted(
             d["attributes"]["profile"]["string"]
             for s in slices
@@ -83,7 +83,7 @@ async def test_an_unknown_model_gets_static_mig_the_planner_and_the_web_view(
     await client.create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.71gb"), "default")
 
     async def planner_event() -> str | None:
-        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=wants-3g")
+        events, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=wants-3g")
         said = [e["message"] for e in events if "MIG planner" in e["message"]]
         return said[0] if said else None
 

@@ -30,7 +30,7 @@ async def test_one_gpu_failing_leaves_the_others_published_with_a_warning(
     fake.inject_call("nvmlDeviceGetArchitecture", gpu=2, returns=99)
 
     async def published() -> dict[str, dict[str, Any]] | None:
-        slices, _ = await client_of(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
         devices = {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
         return devices if "gpu-5" not in devices and len(devices) == 7 else None
 
@@ -56,5 +56,5 @@ async def test_one_gpu_failing_leaves_the_others_published_with_a_warning(
 
 
 async def _has(cluster: Any, name: str) -> bool:
-    slices, _ = await cluster.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    slices, _ = await cluster.client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
     return any(d["name"] == name for s in slices for d in s["spec"].get("devices") or [])

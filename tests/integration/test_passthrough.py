@@ -30,7 +30,7 @@ async def test_a_vm_claim_gets_a_gpu_on_vfio_and_gives_it_back(cluster: Embedded
 
     uid = await claim_and_pod(client, "vm", "vfio.gpu.nvidia.com")
     await eventually(lambda: running(client, "vm"), 30.0, what="the VM pod running")
-    claim = await client.get(RESOURCE_CLAIMS, "vm", NS)
+    claim = await client.get_raw(RESOURCE_CLAIMS, "vm", NS)
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert result["device"].startswith("gpu-vfio-")
     bus = bus_of(devices[result["device"]])
@@ -59,11 +59,11 @@ async def test_a_vm_claim_gets_a_gpu_on_vfio_and_gives_it_back(cluster: Embedded
     await claim_and_pod(client, "container", "gpu.nvidia.com", bus)
 
     async def refused() -> bool:
-        events, _ = await client.list(EVENTS, NS, field_selector="involvedObject.name=container")
+        events, _ = await client.list_raw(EVENTS, NS, field_selector="involvedObject.name=container")
         return any(e["reason"] == "FailedScheduling" for e in events)
 
     await eventually(refused, 30.0, what="the container pod refused while the GPU is passed through")
-    assert not (await client.get(PODS, "container", NS))["spec"].get("nodeName")
+    assert not (await client.get_raw(PODS, "container", NS))["spec"].get("nodeName")
 
     await client.delete(PODS, "vm", NS)
     preparer = runtime.preparer
@@ -76,6 +76,6 @@ async def test_a_vm_claim_gets_a_gpu_on_vfio_and_gives_it_back(cluster: Embedded
     await eventually(
         lambda: running(client, "container"), 60.0, what="the GPU offered again, to the container"
     )
-    claim = await client.get(RESOURCE_CLAIMS, "container", NS)
+    claim = await client.get_raw(RESOURCE_CLAIMS, "container", NS)
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert bus_of((await published(client))[result["device"]]) == bus

@@ -25,7 +25,7 @@ def cluster(passthrough_cluster: EmbeddedCluster) -> EmbeddedCluster:
 
 
 async def claim_status(client: KubeClient, name: str) -> dict[str, dict[str, Any]]:
-    body = await client.get(RESOURCE_CLAIMS, name, NS)
+    body = await client.get_raw(RESOURCE_CLAIMS, name, NS)
     return {e["device"]: e for e in (body.get("status") or {}).get("devices") or []}
 
 

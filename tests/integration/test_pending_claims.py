@@ -37,7 +37,7 @@ async def test_pending_claim_gets_one_explaining_event(cluster: EmbeddedCluster)
     client = cluster.client
 
     async def explained() -> list[dict[str, Any]]:
-        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=wants-h100")
+        events, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=wants-h100")
         return [e for e in events if e["source"]["component"] == "gpudra-controller"]
 
     events = await eventually(explained, 20, what="an explanation Event from the controller")
@@ -52,10 +52,12 @@ async def test_pending_claim_gets_one_explaining_event(cluster: EmbeddedCluster)
         ),
         what="three more rounds of explanations",
     )
-    again, _ = await cluster.client.list(EVENTS, "default", field_selector="involvedObject.name=wants-h100")
+    again, _ = await cluster.client.list_raw(
+        EVENTS, "default", field_selector="involvedObject.name=wants-h100"
+    )
     assert len([e for e in again if e["source"]["component"] == "gpudra-controller"]) == 1
 
-    body = await cluster.client.get(RESOURCE_CLAIMS, "wants-h100", "default")
+    body = await cluster.client.get_raw(RESOURCE_CLAIMS, "wants-h100", "default")
     assert not body["metadata"].get("finalizers")
     text = cluster.metrics.registry.get_sample_value("gpudra_pending_claims", {"reason": "NoMatchingDevice"})
     assert text == 1.0

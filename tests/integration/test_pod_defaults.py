@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 async def bound(client: KubeClient, name: str) -> dict[str, Any] | None:
-    pod = await client.get(PODS, name, "default")
+    pod = await client.get_raw(PODS, name, "default")
     return pod if (pod.get("spec") or {}).get("nodeName") else None
 
 

@@ -28,7 +28,7 @@ async def started(start_cluster: StartCluster, **agent_settings: Any) -> tuple[E
 async def prepare_failures(client: KubeClient) -> list[str]:
     """The messages of the FailedPrepareDynamicResources Events in the test's namespace."""
     items: list[dict[str, Any]]
-    items, _ = await client.list(EVENTS, NS)
+    items, _ = await client.list_raw(EVENTS, NS)
     return [e["message"] for e in items if e["reason"] == "FailedPrepareDynamicResources"]
 
 
@@ -61,7 +61,7 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
         NS,
     )
     # allocate (as kube-scheduler would) unless the control plane already did
-    current = await client.get(RESOURCE_CLAIMS, "one-gpu", NS)
+    current = await client.get_raw(RESOURCE_CLAIMS, "one-gpu", NS)
     if not (current.get("status") or {}).get("allocation"):
         current["status"] = {
             "allocation": {
@@ -75,7 +75,7 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
         }
         with contextlib.suppress(ConflictError):  # the control plane allocated it meanwhile
             await client.replace(RESOURCE_CLAIMS, current, subresource="status")
-    if not (await client.get(PODS, "trainer", NS))["spec"].get("nodeName"):
+    if not (await client.get_raw(PODS, "trainer", NS))["spec"].get("nodeName"):
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -84,20 +84,20 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
         }
         with contextlib.suppress(ConflictError):  # the control plane bound it meanwhile
             await client.create_subresource(PODS, "trainer", "binding", binding, NS)
-    node = (await client.get(PODS, "trainer", NS))["spec"]["nodeName"]
+    node = (await client.get_raw(PODS, "trainer", NS))["spec"]["nodeName"]
     preparer = cluster.runtimes[node].preparer
     assert preparer is not None
     specs = preparer.effects.specs
     uid = claim["metadata"]["uid"]
 
     async def running() -> bool:
-        return bool((await client.get(PODS, "trainer", NS)).get("status", {}).get("phase") == "Running")
+        return bool((await client.get_raw(PODS, "trainer", NS)).get("status", {}).get("phase") == "Running")
 
     await eventually(running, 20.0)
     spec = specs.read(uid)
     assert spec is not None
     assert specs.directory.is_relative_to(cluster.node_dirs[node])
-    claim_now = await client.get(RESOURCE_CLAIMS, "one-gpu", NS)
+    claim_now = await client.get_raw(RESOURCE_CLAIMS, "one-gpu", NS)
     (status,) = claim_now["status"]["devices"]
     assert status["conditions"][0]["status"] == "True"
     assert f"NVIDIA_VISIBLE_DEVICES={status['data']['uuid']}" in spec["containerEdits"]["env"]
@@ -128,7 +128,7 @@ async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster
     )
 
     await eventually(lambda: prepare_failures(client), 20.0)
-    assert (await client.get(PODS, "orphan", NS)).get("status", {}).get("phase") != "Running"
+    assert (await client.get_raw(PODS, "orphan", NS)).get("status", {}).get("phase") != "Running"
 
 
 async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_says_why(
@@ -178,4 +178,4 @@ async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_say
 
     messages = await eventually(lambda: prepare_failures(client), 30.0)
     assert any("MPS is disabled on this node" in m and "GPUDRA_MPS_SUPPORT" in m for m in messages), messages
-    assert (await client.get(PODS, "mps-user", NS)).get("status", {}).get("phase") != "Running"
+    assert (await client.get_raw(PODS, "mps-user", NS)).get("status", {}).get("phase") != "Running"

@@ -189,7 +189,7 @@ async def test_untrusted_checkpoint_is_reported_on_the_node_and_start_is_clean(
     assert report.checkpoint_problem
     assert list(node.checkpoint.parent.glob("checkpoint.json.unreadable-*"))
     assert spec.exists()  # an untrusted checkpoint cannot say which specs are orphans
-    items, _ = await node.client.list(EVENTS, "default")
+    items, _ = await node.client.list_raw(EVENTS, "default")
     assert any(e["involvedObject"]["kind"] == "Node" and e["reason"] == "CheckpointUnreadable" for e in items)
     ref = await node.claim("after", {"gpu": "gpu-0"})
     assert node.kubelet is not None

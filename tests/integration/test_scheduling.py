@@ -48,7 +48,7 @@ async def apply_file(cluster: EmbeddedCluster, name: str) -> None:
 
 
 async def pod(cluster: EmbeddedCluster, name: str) -> dict[str, Any]:
-    return await client_of(cluster).get(PODS, name, "default")
+    return await client_of(cluster).get_raw(PODS, name, "default")
 
 
 async def bound(cluster: EmbeddedCluster, name: str) -> str:
@@ -63,7 +63,7 @@ async def claim_of(cluster: EmbeddedCluster, pod_name: str, pod_claim: str) -> d
     named = {c["name"]: c.get("resourceClaimName") for c in body["spec"]["resourceClaims"]}
     name = statuses.get(pod_claim) or named.get(pod_claim)
     assert name, f"pod {pod_name} has no claim for {pod_claim}"
-    return await client_of(cluster).get(RESOURCE_CLAIMS, name, "default")
+    return await client_of(cluster).get_raw(RESOURCE_CLAIMS, name, "default")
 
 
 def devices_of(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -108,7 +108,7 @@ async def test_a_pod_whose_template_is_missing_waits_for_it_and_says_so(cluster:
     await client.create(PODS, pods[0], "default")
 
     async def told() -> list[dict[str, Any]]:
-        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=trainer-a")
+        events, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=trainer-a")
         return [e for e in events if e["reason"] == "FailedResourceClaimCreation"]
 
     (event,) = await eventually(told)
@@ -127,7 +127,7 @@ async def test_named_claim_shared_by_two_pods_gives_both_the_same_gpu(cluster: E
     first = await eventually(lambda: bound(cluster, "qwen-inference"))
     second = await eventually(lambda: bound(cluster, "embedding-service"))
     assert first == second
-    claim = await client_of(cluster).get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+    claim = await client_of(cluster).get_raw(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
     assert len(devices_of(claim)) == 1
     assert {r["name"] for r in claim["status"]["reservedFor"]} == {"qwen-inference", "embedding-service"}
 
@@ -140,7 +140,7 @@ async def test_pods_created_together_around_one_claim_share_one_allocation(clust
     seen: list[list[str]] = []
 
     # the watch starts from a list made before the claim exists: no write of its allocation can slip past it
-    _, version = await client.list(RESOURCE_CLAIMS, "default")
+    _, version = await client.list_raw(RESOURCE_CLAIMS, "default")
 
     async def watch_allocations() -> None:
         async for _, body in client.watch(
@@ -160,7 +160,7 @@ async def test_pods_created_together_around_one_claim_share_one_allocation(clust
     pods = [{**docs[1], "metadata": {"name": n, "namespace": "default"}} for n in names]
     await asyncio.gather(*(client.create(PODS, p, "default") for p in pods))
     nodes = {await eventually(functools.partial(bound, cluster, n)) for n in names}
-    claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+    claim = await client.get_raw(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
     watching.cancel()
     assert len(nodes) == 1 and nodes == {devices_of(claim)[0][1]}
     assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == names
@@ -179,7 +179,7 @@ async def test_mig_slices_of_one_claim_come_from_the_same_gpu(cluster: EmbeddedC
 async def test_two_h100s_in_one_request(cluster: EmbeddedCluster) -> None:
     await apply_file(cluster, "04-two-h100-nvlink.yaml")
     assert await eventually(lambda: bound(cluster, "distributed-training")) == "dgx-h100-0"
-    claim = await client_of(cluster).get(RESOURCE_CLAIMS, "training-gpus", "default")
+    claim = await client_of(cluster).get_raw(RESOURCE_CLAIMS, "training-gpus", "default")
     devices = devices_of(claim)
     assert len(devices) == 2 and len({d for _, _, d in devices}) == 2
     assert {r for r, _, _ in devices} == {"gpus"}
@@ -213,14 +213,14 @@ async def test_deleting_pods_frees_devices(cluster: EmbeddedCluster) -> None:
     await client.delete(PODS, "qwen-inference", "default")
 
     async def one_reservation() -> bool:
-        claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+        claim = await client.get_raw(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
         return [r["name"] for r in claim["status"].get("reservedFor") or []] == ["embedding-service"]
 
     await eventually(one_reservation)
     await client.delete(PODS, "embedding-service", "default")
 
     async def deallocated() -> bool:
-        claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+        claim = await client.get_raw(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
         return not (claim.get("status") or {}).get("allocation")
 
     await eventually(deallocated)
@@ -255,7 +255,7 @@ async def test_an_allocated_claim_that_no_pod_reserves_keeps_its_devices(cluster
         field_selector="involvedObject.name=wants-an-h100",
     )
     assert not await bound(cluster, "wants-an-h100")
-    assert devices_of(await client.get(RESOURCE_CLAIMS, "held", "default")) == [
+    assert devices_of(await client.get_raw(RESOURCE_CLAIMS, "held", "default")) == [
         ("gpus", "dgx-h100-0", f"gpu-{i}") for i in range(8)
     ]
 
@@ -265,7 +265,7 @@ async def test_unsatisfiable_claim_stays_pending_with_an_explanation(cluster: Em
     await apply_file(cluster, "06-unsatisfiable.yaml")
 
     async def explained() -> list[dict[str, Any]]:
-        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=b300-please")
+        events, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=b300-please")
         return events
 
     events = await eventually(explained)
@@ -279,7 +279,7 @@ async def test_unsatisfiable_claim_stays_pending_with_an_explanation(cluster: Em
         field_selector="involvedObject.name=waits-forever",
     )
     assert not await bound(cluster, "waits-forever")
-    claim = await client.get(RESOURCE_CLAIMS, "b300-please", "default")
+    claim = await client.get_raw(RESOURCE_CLAIMS, "b300-please", "default")
     assert not (claim.get("status") or {}).get("allocation")
 
 
@@ -288,7 +288,7 @@ async def test_job_and_deployment_pods_get_their_own_claims(cluster: EmbeddedClu
     await apply_file(cluster, "07-job-and-deployment.yaml")
 
     async def all_bound() -> list[dict[str, Any]]:
-        pods, _ = await client.list(PODS, "default")
+        pods, _ = await client.list_raw(PODS, "default")
         return pods if len(pods) == 3 and all(p["spec"].get("nodeName") for p in pods) else []
 
     pods = await eventually(all_bound)
@@ -322,15 +322,16 @@ async def test_a_conflict_while_releasing_a_pod_is_retried(cluster: EmbeddedClus
         if kwargs.get("subresource") == "status" and names == ["embedding-service"] and not conflicts:
             conflicts.append(body["metadata"]["name"])
             raise ConflictError("the object has been modified", status=409)
-        return await real_replace(res, body, **kwargs)
+        replaced: dict[str, Any] = await real_replace(res, body, **kwargs)
+        return replaced
 
     # the ignore below: a fault injected into this one writer
-    writer.replace = replace_with_one_conflict  # type: ignore[method-assign]
+    writer.replace = replace_with_one_conflict  # type: ignore[method-assign,assignment]
     try:
         await client.delete(PODS, "qwen-inference", "default")
 
         async def one_reservation() -> bool:
-            claim = await client.get(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
+            claim = await client.get_raw(RESOURCE_CLAIMS, "shared-inference-gpu", "default")
             return [r["name"] for r in claim["status"].get("reservedFor") or []] == ["embedding-service"]
 
         await eventually(one_reservation)

@@ -34,17 +34,17 @@ async def test_a_selector_over_the_cel_library_iteration_budget_keeps_the_pod_pe
     client = cluster.client
 
     async def told() -> list[str]:
-        events, _ = await client.list(EVENTS, "default", field_selector="involvedObject.name=busy")
+        events, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=busy")
         return [str(e.get("message") or "") for e in events if e.get("reason") == "FailedScheduling"]
 
     said = await eventually(told, timeout=30)
     assert "more than 10000 loop iterations in one evaluation: gpudra's CEL library stops there" in said[0]
-    pod = await client.get(PODS, "busy", "default")
+    pod = await client.get_raw(PODS, "busy", "default")
     assert (pod.get("status") or {}).get("phase") == "Pending"
     # the scheduler is still at work: another pod gets its GPU
     await kubectl(cluster, "apply", "-f", str(ROOT / "examples" / "gpu-pod.yaml"))
 
     async def bound() -> str | None:
-        return ((await client.get(PODS, "gpu-pod", "default")).get("spec") or {}).get("nodeName")
+        return ((await client.get_raw(PODS, "gpu-pod", "default")).get("spec") or {}).get("nodeName")
 
     await eventually(bound, timeout=30)

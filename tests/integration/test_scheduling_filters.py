@@ -26,11 +26,11 @@ def pod(name: str, **spec: Any) -> dict[str, Any]:
 
 
 async def node_of(client: KubeClient, name: str) -> str:
-    return str((await client.get(PODS, name, "default"))["spec"].get("nodeName") or "")
+    return str((await client.get_raw(PODS, name, "default"))["spec"].get("nodeName") or "")
 
 
 async def events_of(client: KubeClient, name: str, reason: str) -> list[str]:
-    events, _ = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={name}")
+    events, _ = await client.list_raw(EVENTS, "default", field_selector=f"involvedObject.name={name}")
     return [e["message"] for e in events if e["reason"] == reason]
 
 
@@ -89,11 +89,11 @@ async def test_nvidia_spread_example_puts_one_worker_on_each_tray(start_cluster:
     await client.create(JOBS, job, "default")
 
     async def placed() -> list[str] | None:
-        pods, _ = await client.list(PODS, "default", label_selector="app=spread-worker")
+        pods, _ = await client.list_raw(PODS, "default", label_selector="app=spread-worker")
         where = [str(p["spec"].get("nodeName") or "") for p in pods]
         return where if len(where) == 4 and all(where) else None
 
     trays = await eventually(placed, timeout=60)
     assert len(set(trays)) == 4
-    cliques = {(await client.get(NODES, tray))["metadata"]["labels"][CLIQUE_LABEL] for tray in trays}
+    cliques = {(await client.get_raw(NODES, tray))["metadata"]["labels"][CLIQUE_LABEL] for tray in trays}
     assert len(cliques) == 1

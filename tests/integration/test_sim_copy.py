@@ -66,12 +66,12 @@ async def gpudra(*args: str) -> tuple[int, str]:
 
 
 async def phase(client: KubeClient, name: str) -> str | None:
-    phase: str | None = (await client.get(PODS, name, "default")).get("status", {}).get("phase")
+    phase: str | None = (await client.get_raw(PODS, name, "default")).get("status", {}).get("phase")
     return phase
 
 
 async def allocation(client: KubeClient, name: str) -> list[dict[str, Any]]:
-    status = (await client.get(RESOURCE_CLAIMS, name, "default")).get("status") or {}
+    status = (await client.get_raw(RESOURCE_CLAIMS, name, "default")).get("status") or {}
     return list(((status.get("allocation") or {}).get("devices") or {}).get("results") or [])
 
 
@@ -138,15 +138,15 @@ async def test_the_copy_only_reads_and_has_the_same_fleet(
     copied = await start_cluster(copy.nodes, seed=lambda client: seed(client, copy))
 
     async def devices(cluster: EmbeddedCluster) -> dict[tuple[str, str], Any]:
-        slices, _ = await client_of(cluster).list(RESOURCE_SLICES)
+        slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES)
         return {(s["spec"]["nodeName"], d["name"]): d for s in slices for d in s["spec"].get("devices") or []}
 
     assert await devices(copied) == await devices(real)
-    real_node = await client_of(real).get(NODES, "dgx-a100-0")
-    copy_node = await client_of(copied).get(NODES, "dgx-a100-0")
+    real_node = await client_of(real).get_raw(NODES, "dgx-a100-0")
+    copy_node = await client_of(copied).get_raw(NODES, "dgx-a100-0")
     assert copy_node["metadata"]["labels"] == real_node["metadata"]["labels"]
-    names = {c["metadata"]["name"] for c in (await client_of(copied).list(DEVICE_CLASSES))[0]}
-    assert names >= {c["metadata"]["name"] for c in (await client_of(real).list(DEVICE_CLASSES))[0]}
+    names = {c["metadata"]["name"] for c in (await client_of(copied).list_raw(DEVICE_CLASSES))[0]}
+    assert names >= {c["metadata"]["name"] for c in (await client_of(real).list_raw(DEVICE_CLASSES))[0]}
 
 
 async def test_what_if_a_mig_layout_on_the_copy(
@@ -194,7 +194,7 @@ async def test_what_if_a_mig_layout_on_the_copy(
     await client.create(MIG_LAYOUTS, layout)
 
     async def blocked() -> list[str] | None:
-        nodes = ((await client.get(MIG_LAYOUTS, "bigger")).get("status") or {}).get("nodes") or []
+        nodes = ((await client.get_raw(MIG_LAYOUTS, "bigger")).get("status") or {}).get("nodes") or []
         return next((n.get("blockedBy") for n in nodes if n.get("state") == "blocked"), None)
 
     assert await eventually(blocked, timeout=30) == ["default/small"]  # what it would block
@@ -226,7 +226,7 @@ async def test_gpudra_up_from_cluster_says_it_only_reads(
     )
     assert code == 0, out[-3000:]
     assert "with get and list only; nothing is written to that cluster" in out
-    classes = len((await client_of(real).list(DEVICE_CLASSES))[0])
+    classes = len((await client_of(real).list_raw(DEVICE_CLASSES))[0])
     assert (
         f"copied 2 GPU nodes (12 GPUs) and {classes} DeviceClasses, 2 ResourceClaims (1 allocated) and 2 pods"
         in out

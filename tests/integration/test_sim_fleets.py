@@ -24,7 +24,7 @@ async def published(cluster: EmbeddedCluster, node: str) -> list[Device]:
     assert cluster.client is not None
 
     async def devices() -> list[dict[str, Any]]:
-        slices, _ = await client_of(cluster).list(
+        slices, _ = await client_of(cluster).list_raw(
             RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver=gpu.nvidia.com"
         )
         return [d for s in slices for d in s["spec"].get("devices") or []]
@@ -64,7 +64,7 @@ nodes:
     )
     cluster = await start_cluster(load_fleet(fleet))
     assert cluster.client is not None
-    node = await cluster.client.get(NODES, "infer-0")
+    node = await cluster.client.get_raw(NODES, "infer-0")
     assert node["metadata"]["labels"]["pool"] == "inference"
     assert node["metadata"]["labels"]["gpudra.dev/node-profile"] == "small-a30"
     assert node["spec"]["taints"] == [{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}]

@@ -24,7 +24,7 @@ def admin(cluster: EmbeddedCluster) -> KubeClient:
 
 
 async def pods(cluster: EmbeddedCluster, namespace: str | None = "default") -> dict[str, dict[str, Any]]:
-    items, _ = await admin(cluster).list(PODS, namespace)
+    items, _ = await admin(cluster).list_raw(PODS, namespace)
     return {p["metadata"]["name"]: p for p in items}
 
 
@@ -33,7 +33,7 @@ def phase(pod: dict[str, Any]) -> str:
 
 
 async def claims(cluster: EmbeddedCluster, namespace: str | None = "default") -> dict[str, dict[str, Any]]:
-    items, _ = await admin(cluster).list(RESOURCE_CLAIMS, namespace)
+    items, _ = await admin(cluster).list_raw(RESOURCE_CLAIMS, namespace)
     return {c["metadata"]["name"]: c for c in items}
 
 
@@ -53,7 +53,7 @@ def held_devices(all_claims: dict[str, dict[str, Any]]) -> Counter[tuple[str, st
 
 
 async def events_of(cluster: EmbeddedCluster, name: str, namespace: str = "default") -> list[dict[str, Any]]:
-    items, _ = await admin(cluster).list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")
+    items, _ = await admin(cluster).list_raw(EVENTS, namespace, field_selector=f"involvedObject.name={name}")
     return items
 
 

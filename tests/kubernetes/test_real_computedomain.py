@@ -54,7 +54,7 @@ SPREAD = (
 
 
 async def domain_nodes(cluster: Any) -> list[str]:
-    body = await admin(cluster).get(COMPUTE_DOMAINS, "train", "default")
+    body = await admin(cluster).get_raw(COMPUTE_DOMAINS, "train", "default")
     status = body.get("status") or {}
     return sorted(n["name"] for n in status.get("nodes") or []) if status.get("status") == "Ready" else []
 
@@ -86,11 +86,11 @@ async def test_four_workers_spread_by_anti_affinity_form_a_four_node_domain(
     # deleted: the controller, as bound by the admission policies, removes what it made (templates, DaemonSet,
     # node labels) before it releases its finalizer
     await kubectl(cluster, "delete", "computedomain", "train", "--wait=true", "--timeout=60s")
-    daemon_sets, _ = await admin(cluster).list(DAEMONSETS, "gpudra")
-    templates, _ = await admin(cluster).list(RESOURCE_CLAIM_TEMPLATES, label_selector=f"{OBJECT_LABEL}")
+    daemon_sets, _ = await admin(cluster).list_raw(DAEMONSETS, "gpudra")
+    templates, _ = await admin(cluster).list_raw(RESOURCE_CLAIM_TEMPLATES, label_selector=f"{OBJECT_LABEL}")
     labelled = [
         n["metadata"]["name"]
-        for n in (await admin(cluster).list(NODES))[0]
+        for n in (await admin(cluster).list_raw(NODES))[0]
         if any(k.startswith(NODE_LABEL_PREFIX) for k in n["metadata"].get("labels") or {})
     ]
     assert (daemon_sets, templates, labelled) == ([], [], [])
@@ -103,7 +103,7 @@ async def test_a_clique_pod_affinity_keeps_the_workers_in_one_nvlink_rack(
     rack_one = "gb200-nvl72-19"
 
     async def clique_of(node: str) -> str:
-        labels = (await admin(cluster).get(NODES, node))["metadata"].get("labels") or {}
+        labels = (await admin(cluster).get_raw(NODES, node))["metadata"].get("labels") or {}
         return str(labels.get("nvidia.com/gpu.clique", ""))
 
     assert await eventually(lambda: clique_of(rack_one), timeout=60)
@@ -142,20 +142,20 @@ async def test_a_domain_with_200_kb_of_annotations_is_handled_and_deleted(
     await client.create(COMPUTE_DOMAINS, domain, "default")
 
     async def handled() -> dict[str, Any] | None:
-        body = await client.get(COMPUTE_DOMAINS, "train", "default")
+        body = await client.get_raw(COMPUTE_DOMAINS, "train", "default")
         return (
             body if ((body.get("status") or {}).get("kopf") or {}).get("last-handled-configuration") else None
         )
 
     body = await eventually(handled, timeout=60)
     assert list(body["metadata"]["annotations"]) == ["example.com/notes"]
-    await client.get(RESOURCE_CLAIM_TEMPLATES, "train-channel", "default")  # the create handler's work
+    await client.get_raw(RESOURCE_CLAIM_TEMPLATES, "train-channel", "default")  # the create handler's work
 
     await client.delete(COMPUTE_DOMAINS, "train", "default")
 
     async def gone() -> bool:
         try:
-            await client.get(COMPUTE_DOMAINS, "train", "default")
+            await client.get_raw(COMPUTE_DOMAINS, "train", "default")
         except NotFoundError:
             return True
         return False

@@ -69,7 +69,7 @@ async def test_the_controller_runs_daemon_sets_only_in_the_driver_namespace(
         *forbidden_in("default", "patch", "daemonsets"),
     )
     # it reads pods everywhere (a waiting pod gets its claims' explanation) but cannot start one
-    await controller.list(PODS, "default")
+    await controller.list_raw(PODS, "default")
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -78,7 +78,7 @@ async def test_the_controller_runs_daemon_sets_only_in_the_driver_namespace(
     }
     await refused(controller.create(PODS, pod, "default"), 403, *forbidden_in("default", "create", "pods"))
     await refused(
-        controller.list(COMPUTE_DOMAIN_CLIQUES),
+        controller.list_raw(COMPUTE_DOMAIN_CLIQUES),
         403,
         'cannot list resource "computedomaincliques"',
         "cluster scope",
@@ -332,7 +332,7 @@ async def test_the_controller_keeps_to_its_finalizer_and_kopfs_annotations_on_co
     await admin(cluster).create(COMPUTE_DOMAINS, domain, "default")
 
     async def finalized() -> bool:
-        got = await admin(cluster).get(COMPUTE_DOMAINS, "d", "default")
+        got = await admin(cluster).get_raw(COMPUTE_DOMAINS, "d", "default")
         return "gpudra.dev/controller" in got["metadata"].get("finalizers", [])
 
     assert await eventually(finalized, timeout=60)  # the running controller's own patch goes through
@@ -383,7 +383,9 @@ async def test_the_controller_writes_only_the_channel_slices_of_podgroup_scoped_
     name = channel["metadata"]["name"]
 
     # a node's slice (the agent's): neither deleted nor rewritten
-    agents = [s for s in (await admin(cluster).list(RESOURCE_SLICES))[0] if s["spec"].get("nodeName") == NODE]
+    agents = [
+        s for s in (await admin(cluster).list_raw(RESOURCE_SLICES))[0] if s["spec"].get("nodeName") == NODE
+    ]
     assert agents
     not_ours = "may write only the ResourceSlices of ComputeDomain channels"
     node_slice = agents[0]["metadata"]["name"]

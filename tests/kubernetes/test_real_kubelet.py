@@ -170,7 +170,7 @@ spec:
 
 
 async def slice_uids(cluster: EmbeddedCluster, node: str) -> set[str]:
-    items, _ = await admin(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+    items, _ = await admin(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
     return {s["metadata"]["uid"] for s in items}
 
 

@@ -44,7 +44,7 @@ def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 async def profiles(cluster: Any, node: str) -> list[str]:
-    slices, _ = await admin(cluster).list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+    slices, _ = await admin(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
     return sorted(
         d["attributes"]["profile"]["string"]
         for s in slices
@@ -62,7 +62,7 @@ async def test_a_layout_is_blocked_by_a_prepared_claim_then_applied(
     await kubectl(cluster, "apply", "-f", "-", stdin=LAYOUT)
 
     async def blocked() -> dict[str, Any]:
-        cond = condition(await admin(cluster).get(MIGLAYOUTS, "big"), "Blocked")
+        cond = condition(await admin(cluster).get_raw(MIGLAYOUTS, "big"), "Blocked")
         return cond if cond.get("status") == "True" else {}
 
     cond = await eventually(blocked, timeout=60)
@@ -71,7 +71,7 @@ async def test_a_layout_is_blocked_by_a_prepared_claim_then_applied(
     await kubectl(cluster, "delete", "pod", "worker", "--wait=true")
 
     async def applied() -> bool:
-        body = await admin(cluster).get(MIGLAYOUTS, "big")
+        body = await admin(cluster).get_raw(MIGLAYOUTS, "big")
         return condition(body, "Applied").get("status") == "True"
 
     await eventually(applied, timeout=60)

@@ -43,23 +43,25 @@ async def test_kube_scheduler_never_gives_a_gpu_to_a_vm_and_a_container_at_once(
 
     await claim_and_pod(client, "vm", "vfio.gpu.nvidia.com")
     await eventually(lambda: running(client, "vm"), 60.0, what="the VM pod running")
-    (result,) = (await client.get(RESOURCE_CLAIMS, "vm", NS))["status"]["allocation"]["devices"]["results"]
+    (result,) = (await client.get_raw(RESOURCE_CLAIMS, "vm", NS))["status"]["allocation"]["devices"][
+        "results"
+    ]
     bus = bus_of(devices[result["device"]])
 
     await claim_and_pod(client, "container", "gpu.nvidia.com", bus)
 
     async def refused() -> set[str]:
         """kube-scheduler's FailedScheduling and gpudra's explanation: the bound GPU's container device is gone."""
-        events, _ = await client.list(EVENTS, NS, field_selector="involvedObject.name=container")
+        events, _ = await client.list_raw(EVENTS, NS, field_selector="involvedObject.name=container")
         reasons = {e["reason"] for e in events}
         return reasons if {"FailedScheduling", "NoMatchingDevice"} <= reasons else set()
 
     await eventually(refused, 60.0, what="kube-scheduler refusing the container while the VM holds the GPU")
-    assert not (await client.get(PODS, "container", NS))["spec"].get("nodeName")
+    assert not (await client.get_raw(PODS, "container", NS))["spec"].get("nodeName")
 
     await client.delete(PODS, "vm", NS)
     await eventually(lambda: running(client, "container"), 120.0, what="the GPU given to the container after")
-    (result,) = (await client.get(RESOURCE_CLAIMS, "container", NS))["status"]["allocation"]["devices"][
+    (result,) = (await client.get_raw(RESOURCE_CLAIMS, "container", NS))["status"]["allocation"]["devices"][
         "results"
     ]
     assert bus_of((await published(client))[result["device"]]) == bus

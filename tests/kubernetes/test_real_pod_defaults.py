@@ -34,7 +34,7 @@ async def _create_bound(client: KubeClient) -> dict[str, dict[str, Any]]:
         name = pod["metadata"]["name"]
 
         async def bound(name: str = name) -> dict[str, Any] | None:
-            got = await client.get(PODS, name, "default")
+            got = await client.get_raw(PODS, name, "default")
             return got if (got.get("spec") or {}).get("nodeName") else None
 
         stored[name] = await eventually(bound, timeout=60)

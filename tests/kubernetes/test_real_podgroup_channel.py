@@ -112,7 +112,7 @@ async def test_one_podgroup_claim_serves_more_workers_than_reserved_for_can_list
     assert result["pool"] == f"computedomain-{claim['metadata']['labels'][OBJECT_LABEL]}"
 
     async def ready_nodes() -> list[str]:
-        status = (await admin(cluster).get(COMPUTE_DOMAINS, "train", "default")).get("status") or {}
+        status = (await admin(cluster).get_raw(COMPUTE_DOMAINS, "train", "default")).get("status") or {}
         nodes = sorted(n["name"] for n in status.get("nodes") or [])
         return nodes if status.get("status") == "Ready" and len(nodes) == NODES else []
 

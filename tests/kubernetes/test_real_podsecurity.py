@@ -108,7 +108,7 @@ async def test_the_controller_and_imex_daemons_are_restricted_and_the_agent_is_p
         assert '"plugins", "plugins-registry", "cdi"' in said and "hostPath" in said, said
 
     # the driver's namespace (manifests/base/namespace.yaml) admits it: it says privileged for Pod Security
-    driver_namespace = await admin(cluster).get(NAMESPACES, "gpudra")
+    driver_namespace = await admin(cluster).get_raw(NAMESPACES, "gpudra")
     assert driver_namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     admitted, said = await dry_run_pod(cluster, agent, "gpudra")
     assert admitted, said

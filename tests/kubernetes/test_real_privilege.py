@@ -191,7 +191,7 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
     assert registration_b.conflicts == 0
     # a daemon that found the object missing applies it with an empty list: kube-apiserver keeps the entries
     await entry_of(daemon_b, B)._create()
-    clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
+    clique = await daemon_b.get_raw(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
     assert [(d["nodeName"], d["index"], d["status"]) for d in clique["daemons"]] == [
         (A, 0, "NotReady"),
         (B, 1, "Ready"),
@@ -240,14 +240,14 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
         *forbidden_in(DRIVER_NS, "delete", "computedomaincliques"),
     )
     assert await entry_of(agent_a, A).report("Ready") == 0
-    clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
+    clique = await daemon_b.get_raw(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
     assert [d["status"] for d in clique["daemons"]] == ["Ready", "Ready"]
     # A leaves: B's entry moves up, so B's next patch (planned at the place it knew) fails its test, and B,
     # recognizing kube-apiserver's answer as a failed test, redoes it on a fresh read
     await entry_of(agent_a, A).release()
     assert await registration_b.report("NotReady") == 1
     assert registration_b.conflicts == 1
-    clique = await daemon_b.get(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
+    clique = await daemon_b.get_raw(COMPUTE_DOMAIN_CLIQUES, "u1.c.1", DRIVER_NS)
     assert [(d["nodeName"], d["index"], d["status"]) for d in clique["daemons"]] == [(B, 1, "NotReady")]
 
     # IMEX channel leases: ConfigMaps imex-channels.<clique> in the driver's namespace, and nothing else
@@ -255,7 +255,7 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
     await refused(
         agent_a.create(CONFIGMAPS, lease, "default"), 403, *forbidden_in("default", "create", "configmaps")
     )
-    await refused(agent_a.get(CONFIGMAPS, "kube-root-ca.crt", "kube-system"), 403)
+    await refused(agent_a.get_raw(CONFIGMAPS, "kube-root-ca.crt", "kube-system"), 403)
     dashboard = {**lease, "metadata": {"name": "gpudra-dashboard"}}
     await refused(
         agent_a.create(CONFIGMAPS, dashboard, DRIVER_NS),
@@ -275,7 +275,7 @@ async def test_cliques_and_leases_stay_in_the_driver_namespace_and_each_node_wri
     created = await agent_a.create(CONFIGMAPS, lease, DRIVER_NS)
     await agent_a.replace(CONFIGMAPS, {**created, "data": {"u1": '{"first": 1}'}})
     # a lease is shared by its clique's nodes: no owner references, no finalizers
-    current = await agent_a.get(CONFIGMAPS, "imex-channels.c.1", DRIVER_NS)
+    current = await agent_a.get_raw(CONFIGMAPS, "imex-channels.c.1", DRIVER_NS)
     for forged_meta in (DANGLING_OWNER, HOLD):
         forged_lease = {**current, "metadata": {**current["metadata"], **forged_meta["metadata"]}}
         await refused(
@@ -336,7 +336,7 @@ async def a_claim(cluster: EmbeddedCluster, name: str, node: str | None) -> str:
     }
     await client.create(RESOURCE_CLAIMS, claim, "default")
     if node is not None:
-        await eventually(lambda: client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}"))
+        await eventually(lambda: client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}"))
         status = {"status": {"allocation": allocated_on(node, "gpu-0")}}
         await client.patch(RESOURCE_CLAIMS, name, status, "default", subresource="status")
     return name

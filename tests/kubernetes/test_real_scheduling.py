@@ -48,7 +48,7 @@ async def test_a_health_taint_keeps_kube_scheduler_off_the_gpu_until_it_recovers
     await eventually(lambda: fake.inject_xid(5, 79) > 0)
 
     async def tainted() -> bool:
-        slices, _ = await cluster.client.list(RESOURCE_SLICES) if cluster.client else ([], "")
+        slices, _ = await cluster.client.list_raw(RESOURCE_SLICES) if cluster.client else ([], "")
         return any(
             d["name"] == "gpu-5" and d.get("taints") for s in slices for d in s["spec"].get("devices") or []
         )

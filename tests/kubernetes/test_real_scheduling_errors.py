@@ -29,6 +29,6 @@ async def test_kube_scheduler_allocates_a_selector_that_loops_past_the_cel_libra
     client = cluster.client
 
     async def bound() -> str | None:
-        return ((await client.get(PODS, "busy", "default")).get("spec") or {}).get("nodeName")
+        return ((await client.get_raw(PODS, "busy", "default")).get("spec") or {}).get("nodeName")
 
     assert await eventually(bound, timeout=60) == "l4x4-0"

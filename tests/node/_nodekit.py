@@ -65,7 +65,7 @@ async def tag_gpudra_image(cluster: EmbeddedCluster, node: str, tag: str) -> str
 
 
 async def pods(cluster: EmbeddedCluster, namespace: str | None) -> dict[str, dict[str, Any]]:
-    items, _ = await admin(cluster).list(PODS, namespace)
+    items, _ = await admin(cluster).list_raw(PODS, namespace)
     return {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in items}
 
 
@@ -163,4 +163,4 @@ async def claim_of(cluster: EmbeddedCluster, pod: dict[str, Any], name: str) -> 
     if claim is None:
         spec = next(c for c in pod["spec"]["resourceClaims"] if c["name"] == name)
         claim = spec["resourceClaimName"]
-    return await admin(cluster).get(RESOURCE_CLAIMS, claim, pod["metadata"]["namespace"])
+    return await admin(cluster).get_raw(RESOURCE_CLAIMS, claim, pod["metadata"]["namespace"])

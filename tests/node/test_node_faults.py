@@ -88,7 +88,7 @@ async def delete_gpu_pods(cluster: EmbeddedCluster) -> None:
     await kubectl(cluster, "delete", "pod", "-l", "app=gpu", "--wait=false")
 
     async def released() -> bool:
-        claims, _ = await admin(cluster).list(RESOURCE_CLAIMS, "default")
+        claims, _ = await admin(cluster).list_raw(RESOURCE_CLAIMS, "default")
         nodes_clean = all(not checkpoint(cluster, n) and not claim_specs(cluster, n) for n in NODES)
         return not await pods(cluster, "default") and not claims and nodes_clean
 
@@ -104,7 +104,7 @@ async def gpu_pods_running(cluster: EmbeddedCluster, count: int) -> dict[str, di
 
 
 async def held_twice(cluster: EmbeddedCluster) -> list[str]:
-    claims, _ = await admin(cluster).list(RESOURCE_CLAIMS, "default")
+    claims, _ = await admin(cluster).list_raw(RESOURCE_CLAIMS, "default")
     held = Counter(
         f"{r['pool']}/{r['device']}"
         for c in claims
@@ -188,7 +188,7 @@ async def test_the_agent_killed_in_a_wave_of_prepares_loses_nothing(cluster: Emb
     await apply(cluster, "".join(gpu_pod(name) for name in wave))
 
     async def preparing() -> bool:
-        claims, _ = await admin(cluster).list(RESOURCE_CLAIMS, "default")
+        claims, _ = await admin(cluster).list_raw(RESOURCE_CLAIMS, "default")
         return any((c.get("status") or {}).get("allocation") for c in claims)
 
     await eventually(preparing, timeout=60)
@@ -222,7 +222,7 @@ async def test_helm_upgrade_to_a_new_tag_hands_each_node_over_without_draining(
     await helm(cluster, "upgrade", "--reuse-values", "--set", "image.tag=upgrade")
 
     async def rolled() -> bool:
-        ds = await admin(cluster).get(DAEMONSETS, "gpudra-agent", "gpudra")
+        ds = await admin(cluster).get_raw(DAEMONSETS, "gpudra-agent", "gpudra")
         status = ds.get("status") or {}
         done = status.get("observedGeneration") == ds["metadata"]["generation"] and (
             status.get("updatedNumberScheduled") == status.get("numberAvailable") == len(NODES)
@@ -255,7 +255,7 @@ async def test_gpudra_sim_fault_reaches_the_agent_in_its_pod(cluster: EmbeddedCl
     assert proc.returncode == 0 and "XID 79" in out.decode(), out.decode()
 
     async def tainted() -> list[dict[str, Any]]:
-        slices, _ = await admin(cluster).list(RESOURCE_SLICES)
+        slices, _ = await admin(cluster).list_raw(RESOURCE_SLICES)
         return [
             taint
             for s in slices

@@ -145,7 +145,7 @@ async def agents(cluster: Any) -> dict[str, dict[str, Any]]:
 
 async def rolled_out(cluster: Any, nodes: int) -> dict[str, dict[str, Any]]:
     """The agents once the DaemonSet's rollout is complete, each Running and ready; {} before."""
-    ds = await admin(cluster).get(DAEMONSETS, "gpudra-agent", "gpudra")
+    ds = await admin(cluster).get_raw(DAEMONSETS, "gpudra-agent", "gpudra")
     status = ds.get("status") or {}
     current = await agents(cluster)
     done = status.get("observedGeneration") == ds["metadata"]["generation"] and (
@@ -155,7 +155,7 @@ async def rolled_out(cluster: Any, nodes: int) -> dict[str, dict[str, Any]]:
 
 
 async def published(cluster: Any) -> bool:
-    slices, _ = await admin(cluster).list(RESOURCE_SLICES)
+    slices, _ = await admin(cluster).list_raw(RESOURCE_SLICES)
     return {s["spec"].get("nodeName") for s in slices if s["spec"]["driver"] == "gpu.nvidia.com"} == set(
         real_node_names(cluster)
     )
@@ -177,7 +177,7 @@ async def test_install_upgrade_rollback_and_uninstall_with_helm(
     assert await names(cluster, "crd") >= CRDS
 
     async def no_slices() -> bool:
-        slices, _ = await admin(cluster).list(RESOURCE_SLICES)
+        slices, _ = await admin(cluster).list_raw(RESOURCE_SLICES)
         return not slices
 
     await eventually(no_slices, timeout=120)
@@ -233,7 +233,9 @@ async def test_install_upgrade_rollback_and_uninstall_with_helm(
     await apply(cluster, TIME_SLICED)
 
     async def refused() -> list[dict[str, Any]]:
-        events, _ = await admin(cluster).list(EVENTS, "default", field_selector="involvedObject.name=sliced")
+        events, _ = await admin(cluster).list_raw(
+            EVENTS, "default", field_selector="involvedObject.name=sliced"
+        )
         return [e for e in events if "time-slicing settings are disabled" in e.get("message", "")]
 
     assert await eventually(refused, timeout=90)

@@ -74,7 +74,7 @@ async def test_the_quickstart_runs_in_real_containers_with_the_gpus_gpudra_prepa
 
     async def all_gone() -> bool:
         left = [p for ns in NAMESPACES for p in await pods(cluster, ns)]
-        claims, _ = await admin(cluster).list(RESOURCE_CLAIMS)
+        claims, _ = await admin(cluster).list_raw(RESOURCE_CLAIMS)
         return not left and not [c for c in claims if c["metadata"]["namespace"] in NAMESPACES]
 
     await eventually(all_gone, timeout=120)

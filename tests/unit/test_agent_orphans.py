@@ -11,7 +11,8 @@ from gpudra.agent.checkpoint import ClaimEntry, DeviceRecord
 from gpudra.agent.claimpreparer import ClaimPreparer
 from gpudra.agent.kubeletplugin.messages import ClaimRef, UnprepareResult
 from gpudra.agent.orphans import OrphanSweeper, overdue
-from gpudra.errors import KubeConnectionError, NotFoundError
+from gpudra.api.dra import ResourceClaim
+from gpudra.errors import InvalidInputError, KubeConnectionError, NotFoundError
 from gpudra.kube.client import KubeClient
 
 
@@ -58,18 +59,23 @@ class FakePreparer:
 
 
 class FakeClient:
-    """The API as the sweeper reads it: claims by name, or an outage."""
+    """The API as the sweeper reads it: claims by name, claims that do not parse, or an outage."""
 
     def __init__(self) -> None:
         self.claims: dict[str, str] = {}  # name -> uid
+        self.unparseable: set[str] = set()
         self.down = False
 
-    async def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any]:
+    async def get(self, resource: Any, name: str, namespace: str) -> ResourceClaim:
         if self.down:
             raise KubeConnectionError("connection refused")
+        if name in self.unparseable:
+            raise InvalidInputError(f"ResourceClaim {namespace}/{name} does not parse: spec.devices: bad")
         if name not in self.claims:
             raise NotFoundError("not found", status=404)
-        return {"metadata": {"name": name, "namespace": namespace, "uid": self.claims[name]}}
+        return ResourceClaim.from_wire(
+            {"metadata": {"name": name, "namespace": namespace, "uid": self.claims[name]}}
+        )
 
 
 async def test_an_outage_is_no_deletion_and_a_replaced_claim_is() -> None:
@@ -102,3 +108,26 @@ async def test_an_outage_is_no_deletion_and_a_replaced_claim_is() -> None:
     assert await sweeper.sweep() == ["u-old"]
     assert preparer.unprepared == [ClaimRef(namespace="default", uid="u-old", name="train")]
     assert len(warnings) == 1 and "default/train (uid u-old)" in warnings[0] and "gpu-0" in warnings[0]
+
+
+async def test_a_claim_that_does_not_parse_is_kept_and_the_sweep_goes_on() -> None:
+    preparer = FakePreparer({"u-odd": entry("odd"), "u-gone": entry("gone")})
+    client = FakeClient()
+    client.unparseable = {"odd"}
+
+    async def warn(reason: str, message: str) -> None:
+        return None
+
+    now = [0.0]
+    sweeper = OrphanSweeper(
+        cast(ClaimPreparer, preparer),  # the fakes have what the sweeper uses
+        cast(KubeClient, client),
+        warn,
+        grace=1.0,
+        interval=1.0,
+        clock=lambda: now[0],
+    )
+    assert await sweeper.sweep() == []
+    now[0] = 2.0
+    assert await sweeper.sweep() == ["u-gone"]
+    assert preparer.unprepared == [ClaimRef(namespace="default", uid="u-gone", name="gone")]

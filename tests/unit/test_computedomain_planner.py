@@ -25,7 +25,7 @@ from gpudra.computedomain.names import DaemonMode, clique_object_name, node_labe
 from gpudra.errors import ConflictError, InvalidInputError, NotFoundError, PrepareError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
-from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, Resource
+from gpudra.kube.resources import COMPUTE_DOMAIN_CLIQUES, Resource, TypedResource
 from gpudra.testing import eventually
 
 NODE = "tray-0"
@@ -54,7 +54,7 @@ class MemoryApi:
             queue.put_nowait((kind, self.objects[key]))
         return self.objects[key]
 
-    async def list(
+    async def list_raw(
         self, res: Resource, namespace: str | None = None, **_: Any
     ) -> tuple[list[dict[str, Any]], str]:
         found = [
@@ -84,7 +84,10 @@ class MemoryApi:
     def _key(self, res: Resource, name: str, namespace: str | None) -> tuple[str, str | None, str]:
         return (res.plural, namespace if res.namespaced else None, name)
 
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+    async def get(self, res: TypedResource[Any], name: str, namespace: str | None = None) -> Any:
+        return res.model.from_wire(await self.get_raw(res, name, namespace))
+
+    async def get_raw(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         try:
             return dict(self.objects[self._key(res, name, namespace)])
         except KeyError:
@@ -323,10 +326,10 @@ async def test_host_managed_domains_lease_disjoint_channels_and_register_the_nod
     assert (minors(first.cdi_document), minors(second.cdi_document)) == ([0], [1])
     with pytest.raises(PrepareError, match=r"holds|needs every IMEX channel"):
         await plan(planner, "u3", "channel-0", channel("d3", "All"))
-    clique = await api.get(COMPUTE_DOMAIN_CLIQUES, clique_object_name("d1", CLIQUE), "gpudra")
+    clique = await api.get_raw(COMPUTE_DOMAIN_CLIQUES, clique_object_name("d1", CLIQUE), "gpudra")
     assert [(d["nodeName"], d["status"]) for d in clique["daemons"]] == [(NODE, "Ready")]
     await planner.released("u1", None)
-    clique = await api.get(COMPUTE_DOMAIN_CLIQUES, clique_object_name("d1", CLIQUE), "gpudra")
+    clique = await api.get_raw(COMPUTE_DOMAIN_CLIQUES, clique_object_name("d1", CLIQUE), "gpudra")
     assert clique["daemons"] == []
     third = await plan(planner, "u4", "channel-0", channel("d4"))
     assert minors(third.cdi_document) == [0]  # d1's channel came free with its last node

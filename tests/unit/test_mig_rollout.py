@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,14 +10,15 @@ import pytest
 import yaml
 
 from gpudra.api.miglayout import MigLayout
+from gpudra.errors import InvalidInputError
 from gpudra.mig.desired import CONFIG_LABEL, DesiredState, NodeGpu, NodeReport
-from gpudra.mig.migparted import default_configs
+from gpudra.mig.migparted import MigConfigEntry, default_configs
 from gpudra.mig.rollout import LayoutInput, NodeInput, NodeOutcome, layout_status, plan_rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 H100_GPUS = tuple(NodeGpu(index=i, model="H100-SXM5-80GB", pci_device_id=0x233010DE) for i in range(8))
 L4_GPUS = (NodeGpu(index=0, model="L4", pci_device_id=0x27B810DE),)
-BALANCED = tuple(e.to_document() for e in default_configs().entries("all-balanced"))
+BALANCED = default_configs().entries("all-balanced")
 
 
 def layout(name: str, created: str, labels: dict[str, str] | None = None, **kw: Any) -> LayoutInput:
@@ -48,7 +50,7 @@ def test_the_oldest_layout_governs_a_node_and_the_newer_reports_the_conflict() -
 
 
 def test_a_layout_invalid_on_a_nodes_gpus_is_not_handed_to_it() -> None:
-    bad = ({"devices": "all", "mig-enabled": True, "mig-devices": {"4g.40gb": 2}},)
+    bad = (MigConfigEntry("all", True, (("4g.40gb", 2),)),)
     before = NodeInput("n1", {}, desired="previous", report=NodeReport(gpus=H100_GPUS))
     out = plan_rollout([layout("bad", "1", entries=bad)], [before], {})
     assert out.desired == {}, "the node keeps its previous desired state"
@@ -100,3 +102,14 @@ def test_a_malformed_layout_selects_no_node_and_says_why() -> None:
     status = layout_status(broken, [], None, "now")
     invalid = next(c for c in status["conditions"] if c["type"] == "Invalid")
     assert (invalid["status"], invalid["message"]) == ("True", "invalid spec: spec.layout: Field required")
+
+
+def test_the_annotation_carries_mig_parted_documents_and_the_agent_reads_them_back_strictly() -> None:
+    out = plan_rollout([layout("l", "1")], [node("n1")], {})
+    text = out.desired["n1"] or ""
+    assert json.loads(text)["entries"] == [e.to_document() for e in BALANCED], "the wire form is mig-parted's"
+    assert DesiredState.from_json(text).entries == BALANCED
+    hand_edited = json.loads(text)
+    hand_edited["entries"][0]["mig-device"] = {"1g.10gb": 7}
+    with pytest.raises(InvalidInputError, match=r"entries\[0\]: unknown field 'mig-device'"):
+        DesiredState.from_json(json.dumps(hand_edited))

@@ -66,7 +66,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    async def list(self, res: object, namespace: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    async def list_raw(self, res: object, namespace: str | None = None) -> tuple[list[dict[str, Any]], str]:
         self.calls.append("list")
         return [], "1"
 
@@ -81,5 +81,5 @@ async def test_the_copys_client_refuses_every_write(verb: str) -> None:
     with pytest.raises(ReadOnlyViolation, match=f"{verb}: the copied cluster is only read"):
         getattr(client, verb)
     # the ignore below: any resource: the copy answers every list the same
-    assert await client.list(object()) == []  # type: ignore[arg-type]
+    assert await client.list_raw(object()) == []  # type: ignore[arg-type]
     assert recorder.calls == ["list"]

@@ -28,10 +28,15 @@ def devices(n: int, product: str = "NVIDIA H100 80GB HBM3") -> list[Device]:
     ]
 
 
-def stored(plan_bodies: list[dict[str, Any]], start: int = 0) -> list[dict[str, Any]]:
-    """What the server holds after creating the planned bodies (names given, generateName resolved)."""
+def wire(planned: list[ResourceSlice]) -> list[dict[str, Any]]:
+    """The planned slices as they are written."""
+    return [s.to_wire() for s in planned]
+
+
+def stored(planned: list[ResourceSlice], start: int = 0) -> list[dict[str, Any]]:
+    """What the server holds after creating the planned slices (names given, generateName resolved)."""
     out = []
-    for i, body in enumerate(plan_bodies, start):
+    for i, body in enumerate(wire(planned), start):
         meta = dict(body["metadata"])
         meta.pop("generateName", None)
         meta["name"] = f"node-a-gpu.nvidia.com-{i:05d}"
@@ -48,7 +53,7 @@ def parsed(bodies: list[dict[str, Any]]) -> list[ResourceSlice]:
 def test_first_publish_creates_one_slice_owned_by_the_node() -> None:
     plan = plan_slices([], devices(8), node=NODE, driver=DRIVER)
     assert (len(plan.creates), plan.updates, plan.deletes, plan.generation) == (1, [], [], 1)
-    body = plan.creates[0]
+    body = plan.creates[0].to_wire()
     assert body["metadata"]["generateName"] == "node-a-gpu.nvidia.com-"
     assert body["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "uid-a", "controller": True}
@@ -69,7 +74,7 @@ def test_changed_devices_update_in_place_with_next_generation() -> None:
     existing = stored(plan_slices([], devices(8), node=NODE, driver=DRIVER).creates)
     plan = plan_slices(parsed(existing), devices(7), node=NODE, driver=DRIVER)
     assert (plan.creates, plan.deletes) == ([], [])
-    (update,) = plan.updates
+    (update,) = wire(plan.updates)
     assert update["metadata"]["name"] == existing[0]["metadata"]["name"]
     assert update["metadata"]["resourceVersion"] == existing[0]["metadata"]["resourceVersion"]
     assert update["spec"]["pool"]["generation"] == 2
@@ -80,8 +85,8 @@ def test_growth_past_128_devices_splits_and_creates_the_extra_slice() -> None:
     existing = stored(plan_slices([], devices(100), node=NODE, driver=DRIVER).creates)
     plan = plan_slices(parsed(existing), devices(200), node=NODE, driver=DRIVER)
     assert len(plan.updates) == 1 and len(plan.creates) == 1 and plan.deletes == []
-    assert plan.creates[0]["metadata"]["labels"][SLICE_INDEX_LABEL] == "1"
-    counts = [b["spec"]["pool"]["resourceSliceCount"] for b in plan.updates + plan.creates]
+    assert (plan.creates[0].metadata.labels or {})[SLICE_INDEX_LABEL] == "1"
+    counts = [s.spec.pool.resource_slice_count for s in plan.updates + plan.creates]
     assert counts == [2, 2]
 
 
@@ -90,14 +95,14 @@ def test_shrinking_deletes_obsolete_slices() -> None:
     assert len(existing) == 2
     plan = plan_slices(parsed(existing), devices(10), node=NODE, driver=DRIVER)
     assert plan.deletes == [existing[1]["metadata"]["name"]]
-    assert [u["metadata"]["name"] for u in plan.updates] == [existing[0]["metadata"]["name"]]
+    assert [u.metadata.name for u in plan.updates] == [existing[0]["metadata"]["name"]]
 
 
 def test_slices_edited_by_someone_else_are_repaired() -> None:
     existing = stored(plan_slices([], devices(4), node=NODE, driver=DRIVER).creates)
     existing[0]["spec"]["devices"] = existing[0]["spec"]["devices"][:1]
     plan = plan_slices(parsed(existing), devices(4), node=NODE, driver=DRIVER)
-    assert len(plan.updates) == 1 and len(plan.updates[0]["spec"]["devices"]) == 4
+    assert len(plan.updates) == 1 and len(plan.updates[0].spec.devices or []) == 4
 
 
 def test_dynamic_mig_counters_follow_the_server_version_and_a_restart_writes_nothing() -> None:
@@ -109,7 +114,7 @@ def test_dynamic_mig_counters_follow_the_server_version_and_a_restart_writes_not
         assert len(first.creates) == slices, (
             layout
         )  # 1.34: a slice per GPU; 1.35: counters, then 208 devices by 64
-        specs = [body["spec"] for body in first.creates]
+        specs = [body["spec"] for body in wire(first.creates)]
         if layout is CounterLayout.V1_35:
             assert not any(s.get("sharedCounters") and s.get("devices") for s in specs)
             assert all(len(s.get("devices") or []) <= 64 for s in specs)

@@ -243,7 +243,7 @@ class ClaimPreparer:
 
     async def _get_claim(self, ref: ClaimRef) -> ResourceClaim:
         try:
-            return await self._client.get_as(ResourceClaim, RESOURCE_CLAIMS, ref.name, ref.namespace)
+            return await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
         except NotFoundError as exc:
             raise PrepareError(
                 f"ResourceClaim {ref.namespace}/{ref.name} not found (deleted?)", reason="ClaimNotFound"

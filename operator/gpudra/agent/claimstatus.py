@@ -164,7 +164,7 @@ class ClaimStatus:
                 claim = (
                     _status_part(read)
                     if read is not None
-                    else await self._client.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+                    else await self._client.get_raw(RESOURCE_CLAIMS, ref.name, ref.namespace)
                 )
                 read = None
             except NotFoundError:

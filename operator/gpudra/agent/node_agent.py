@@ -33,7 +33,6 @@ from gpudra.agent.migdynamic.selection import DynamicSelection
 from gpudra.agent.nodemark import NodeMark
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
-from gpudra.api.core import Node
 from gpudra.api.dra import Device, ResourceSlice
 from gpudra.config import AgentSettings
 from gpudra.devices import CounterLayout, NodeState, OfferSettings, counter_layout_for, node_offer
@@ -142,7 +141,7 @@ class NodeAgent:
         while True:
             attempt += 1
             try:
-                node = await self._client.get_as(Node, NODES, name)
+                node = await self._client.get(NODES, name)
                 return NodeRef(name=name, uid=node.metadata.uid or "")
             except NotFoundError:
                 log.warning("node object not found yet; waiting", node=name, attempt=attempt, retry_in=delay)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from gpudra.agent.checkpoint import ClaimEntry
 from gpudra.agent.claimpreparer import ClaimPreparer
 from gpudra.agent.kubeletplugin.messages import ClaimRef
-from gpudra.errors import KubeError, NotFoundError
+from gpudra.errors import InvalidInputError, KubeError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import RESOURCE_CLAIMS
 from gpudra.metrics import Metrics
@@ -89,11 +89,16 @@ class OrphanSweeper:
         return swept
 
     async def _gone(self, uid: str, entry: ClaimEntry) -> bool:
+        """Whether the claim is gone or replaced by another of its name. One that does not parse is there: in
+        doubt nothing is unprepared."""
         try:
             claim = await self._client.get(RESOURCE_CLAIMS, entry.name, entry.namespace)
         except NotFoundError:
             return True
-        return bool(claim.get("metadata", {}).get("uid") != uid)
+        except InvalidInputError as exc:
+            log.warning("a prepared claim's ResourceClaim does not parse; kept", uid=uid, error=str(exc))
+            return False
+        return claim.metadata.uid != uid
 
     async def _unprepare(self, uid: str, entry: ClaimEntry) -> bool:
         ref = ClaimRef(namespace=entry.namespace, uid=uid, name=entry.name)

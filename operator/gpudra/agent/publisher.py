@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 
 from gpudra.agent.slicesync import NodeRef, plan_slices
-from gpudra.api.dra import CounterSet, Device, ResourceSlice
+from gpudra.api.dra import CounterSet, Device
 from gpudra.devices import CounterLayout
 from gpudra.errors import ConflictError, NotFoundError
 from gpudra.kube.client import KubeClient
@@ -60,7 +60,7 @@ class SlicePublisher:
 
     async def _publish_once(self, devices: Sequence[Device], counter_sets: Sequence[CounterSet]) -> bool:
         selector = f"spec.nodeName={self._node.name},spec.driver={self._driver}"
-        existing, _ = await self._client.list_as(ResourceSlice, RESOURCE_SLICES, field_selector=selector)
+        existing, _ = await self._client.list(RESOURCE_SLICES, field_selector=selector)
         plan = plan_slices(
             existing, devices, node=self._node, driver=self._driver, max_devices_per_slice=self._max,
             counter_sets=counter_sets, layout=self.layout,
@@ -72,10 +72,10 @@ class SlicePublisher:
         for name in plan.deletes:
             await self._client.delete(RESOURCE_SLICES, name)
         names = []
-        for body in plan.updates:
-            names.append((await self._client.replace(RESOURCE_SLICES, body))["metadata"]["name"])
-        for body in plan.creates:
-            names.append((await self._client.create(RESOURCE_SLICES, body))["metadata"]["name"])
+        for slice_ in plan.updates:
+            names.append((await self._client.replace(RESOURCE_SLICES, slice_)).metadata.name or "")
+        for slice_ in plan.creates:
+            names.append((await self._client.create(RESOURCE_SLICES, slice_)).metadata.name or "")
         self.slice_names = sorted(names)
         log.info(
             "resourceslices published",

@@ -33,9 +33,11 @@ from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.orphans import OrphanSweeper
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
+from gpudra.api.core import Node
+from gpudra.api.meta import ObjectMeta
 from gpudra.api.nvidia import SharingFeatures
 from gpudra.config import AgentSettings
-from gpudra.errors import CheckpointError, KubeError
+from gpudra.errors import CheckpointError, GpudraError
 from gpudra.hardware.gpus.backend import GpuBackend
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -205,10 +207,8 @@ class AgentRuntime:
         name = self.settings.node_name
         try:
             node = await self._client.get(NODES, name)
-        except KubeError:
-            node = {"metadata": {"name": name}}
-        node.setdefault("apiVersion", "v1")
-        node.setdefault("kind", "Node")
+        except GpudraError:  # unreachable or unreadable: the Event names the node without its uid
+            node = Node(metadata=ObjectMeta(name=name))
         await self._events.post(node, "Warning", reason, message)
 
     @property

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpudra.api.dra import CounterSet, Device, ResourceSlice
 from gpudra.api.meta import ObjectMeta, OwnerReference
@@ -30,8 +29,8 @@ class NodeRef:
 @dataclass
 class SlicePlan:
     deletes: list[str] = field(default_factory=list)
-    updates: list[dict[str, Any]] = field(default_factory=list)
-    creates: list[dict[str, Any]] = field(default_factory=list)
+    updates: list[ResourceSlice] = field(default_factory=list)
+    creates: list[ResourceSlice] = field(default_factory=list)
     generation: int = 0
 
     @property
@@ -83,10 +82,10 @@ def plan_slices(
             meta = have.model_copy(
                 update={"labels": {**(have.labels or {}), **labels}, "owner_references": [owner]}
             )
-            plan.updates.append(ResourceSlice(metadata=meta, spec=spec).to_wire())
+            plan.updates.append(ResourceSlice(metadata=meta, spec=spec))
         else:
             meta_model = ObjectMeta(
                 generate_name=f"{node.name}-{driver}-", labels=labels, owner_references=[owner]
             )
-            plan.creates.append(ResourceSlice(metadata=meta_model, spec=spec).to_wire())
+            plan.creates.append(ResourceSlice(metadata=meta_model, spec=spec))
     return plan

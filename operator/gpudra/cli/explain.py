@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from gpudra.cli.explainoutput import Answer
     from gpudra.controller.explaining import ClusterView
     from gpudra.kube.client import KubeClient
-    from gpudra.kube.resources import Resource
+    from gpudra.kube.resources import TypedResource
 
 # The imports inside the functions are deferred: the client, the allocator and the explanations take a second or
 # more to import, and `gpudra --help` or another command should not wait for them.
@@ -45,7 +45,6 @@ async def explain_command(args: argparse.Namespace) -> int:
 
 
 async def _answers(client: KubeClient, args: argparse.Namespace) -> list[Answer]:
-    from gpudra.api.dra import ResourceClaim
     from gpudra.controller.explaining import load_view
     from gpudra.kube.resources import RESOURCE_CLAIMS
 
@@ -55,14 +54,14 @@ async def _answers(client: KubeClient, args: argparse.Namespace) -> list[Answer]
         ]
     if args.kind == "pod":
         return await _pod_answers(client, args)
-    claim = await _get(client, ResourceClaim, RESOURCE_CLAIMS, args.name, args.namespace)
+    claim = await _get(client, RESOURCE_CLAIMS, args.name, args.namespace)
     return [_answer(await load_view(client), claim, args.driver_name)]
 
 
-async def _get(client: KubeClient, model: type[T], resource: Resource, name: str, namespace: str) -> T:
+async def _get(client: KubeClient, resource: TypedResource[T], name: str, namespace: str) -> T:
     """The object, or a sentence naming what is missing and how to list what there is."""
     try:
-        return await client.get_as(model, resource, name, namespace)
+        return await client.get(resource, name, namespace)
     except NotFoundError as exc:
         raise ConfigurationError(
             f"no {resource.kind} {name!r} in namespace {namespace!r}: `kubectl get {resource.plural} -n "
@@ -73,20 +72,17 @@ async def _get(client: KubeClient, model: type[T], resource: Resource, name: str
 async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Answer]:
     """Every claim of the pod: those that exist as they stand, a template's claim not made yet as it would be, and
     the claim kube-scheduler would make for the pod's extended resources while it has not made one."""
-    from gpudra.api.core import Pod
-    from gpudra.api.dra import ResourceClaim, ResourceClaimTemplate
-    from gpudra.api.meta import ObjectMeta
     from gpudra.controller.explaining import load_view
     from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
     from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
 
-    pod = await _get(client, Pod, PODS, args.name, args.namespace)
+    pod = await _get(client, PODS, args.name, args.namespace)
     existing, _ = await client.list(RESOURCE_CLAIMS, args.namespace)
     classes, _ = await client.list(DEVICE_CLASSES)
     mapping = extended_resource_classes(
-        (c["metadata"]["name"], (c.get("spec") or {}).get("extendedResourceName")) for c in classes
+        (c.metadata.name or "", c.spec.extended_resource_name) for c in classes
     )
-    entries = pod_claims(pod, (ObjectMeta.model_validate(c["metadata"]) for c in existing), mapping)
+    entries = pod_claims(pod, (c.metadata for c in existing), mapping)
     if not entries:
         raise ConfigurationError(f"pod {args.namespace}/{args.name} has no resource claims")
     templates = {c.name: c.resource_claim_template_name for c in pod.spec.resource_claims or []}
@@ -98,12 +94,10 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Ans
             claim = entry.implicit
             note = f"not created yet; explained as the claim kube-scheduler would make for {entry.pod_claim}"
         elif entry.name is not None:
-            claim = await _get(client, ResourceClaim, RESOURCE_CLAIMS, entry.name, args.namespace)
+            claim = await _get(client, RESOURCE_CLAIMS, entry.name, args.namespace)
         else:
             template_name = templates.get(entry.pod_claim) or ""
-            template = await _get(
-                client, ResourceClaimTemplate, RESOURCE_CLAIM_TEMPLATES, template_name, args.namespace
-            )
+            template = await _get(client, RESOURCE_CLAIM_TEMPLATES, template_name, args.namespace)
             claim = claim_from_template(pod, entry.pod_claim, template)
             note = f"not created yet; explained as the claim template {template_name} makes"
         answers.append(_answer(view, claim, args.driver_name, note))

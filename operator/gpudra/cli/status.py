@@ -44,7 +44,7 @@ async def _check_driver(client: KubeClient, driver: str) -> None:
     from gpudra.kube.resources import RESOURCE_SLICES
 
     slices, _ = await client.list(RESOURCE_SLICES)
-    drivers = sorted({str((s.get("spec") or {}).get("driver") or "") for s in slices} - {""})
+    drivers = sorted({s.spec.driver for s in slices} - {""})
     if drivers:
         raise ConfigurationError(
             f"no ResourceSlice is published by driver {driver!r}; these drivers publish: {', '.join(drivers)} "

@@ -349,7 +349,7 @@ class EmbeddedCluster:
         for crd in (crd_for(model) for model in CRD_MODELS):
             await self.client.apply_object(CRDS, crd)
         for device_class in load_device_classes():
-            await self.client.apply_object(DEVICE_CLASSES, device_class.to_wire())
+            await self.client.apply_object(DEVICE_CLASSES, device_class)
         namespace = {
             "apiVersion": "v1",
             "kind": "Namespace",

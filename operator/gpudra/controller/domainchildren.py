@@ -143,20 +143,20 @@ async def remove_children(client: KubeClient, uid: str, driver_namespace: str) -
     children = ((RESOURCE_CLAIM_TEMPLATES, None), (DAEMONSETS, driver_namespace), (RESOURCE_SLICES, None))
     for res, namespace in children:
         try:
-            items, _ = await client.list(res, namespace, label_selector=selector)
+            items, _ = await client.list_raw(res, namespace, label_selector=selector)
         except KubeError as exc:
             outcome.failed.append(f"listing {res.plural}: {exc}")
             continue
         await _delete_all(client, res, items, outcome)
     try:
-        cliques, _ = await client.list(COMPUTE_DOMAIN_CLIQUES, driver_namespace)
+        cliques, _ = await client.list_raw(COMPUTE_DOMAIN_CLIQUES, driver_namespace)
         mine = [c for c in cliques if str(c["metadata"]["name"]).startswith(f"{uid}.")]
         await _delete_all(client, COMPUTE_DOMAIN_CLIQUES, mine, outcome)
     except KubeError as exc:
         outcome.failed.append(f"listing computedomaincliques: {exc}")
     key = node_label_key(uid)
     try:
-        nodes, _ = await client.list(NODES, label_selector=key)
+        nodes, _ = await client.list_raw(NODES, label_selector=key)
     except KubeError as exc:
         outcome.failed.append(f"listing nodes labelled {key}: {exc}")
         nodes = []
@@ -168,7 +168,7 @@ async def remove_children(client: KubeClient, uid: str, driver_namespace: str) -
         except KubeError as exc:
             outcome.failed.append(f"label {key} of node {name}: {exc}")
     try:
-        claims, _ = await client.list(RESOURCE_CLAIMS, label_selector=f"{OBJECT_LABEL}={uid}")
+        claims, _ = await client.list_raw(RESOURCE_CLAIMS, label_selector=f"{OBJECT_LABEL}={uid}")
     except KubeError:
         claims = []  # only informative
     for claim in claims:

@@ -100,11 +100,11 @@ def view_from_wire(
 
 
 async def load_view(client: KubeClient, *, skip_claim_uid: str | None = None) -> ClusterView:
-    slices, _ = await client.list_as(ResourceSlice, RESOURCE_SLICES)
-    classes, _ = await client.list_as(DeviceClass, DEVICE_CLASSES)
-    claims, _ = await client.list_as(ResourceClaim, RESOURCE_CLAIMS)
-    namespaces, _ = await client.list_as(Namespace, NAMESPACES)
-    nodes, _ = await client.list_as(Node, NODES)
+    slices, _ = await client.list(RESOURCE_SLICES)
+    classes, _ = await client.list(DEVICE_CLASSES)
+    claims, _ = await client.list(RESOURCE_CLAIMS)
+    namespaces, _ = await client.list(NAMESPACES)
+    nodes, _ = await client.list(NODES)
     return build_view(slices, classes, claims, namespaces, nodes, skip_claim_uid=skip_claim_uid)
 
 

@@ -25,7 +25,7 @@ from gpudra.config import ControllerSettings
 from gpudra.errors import GpudraError, InvalidInputError, KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
-from gpudra.kube.resources import CONFIGMAPS, NODES, Resource
+from gpudra.kube.resources import CONFIGMAPS, NODES, TypedResource
 from gpudra.mig import (
     BLOCKED,
     CONFIG_LABEL,
@@ -34,6 +34,7 @@ from gpudra.mig import (
     INVALID,
     STATE_ANNOTATION,
     LayoutInput,
+    MigConfigEntry,
     MigPartedConfig,
     NodeInput,
     NodeOutcome,
@@ -48,7 +49,9 @@ from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 CONFIG_FILE_TTL = 5.0
-MIGLAYOUTS = Resource("gpudra.dev", "v1alpha1", "miglayouts", "MigLayout", namespaced=False)
+MIGLAYOUTS = TypedResource(
+    "gpudra.dev", "v1alpha1", "miglayouts", "MigLayout", namespaced=False, model=MigLayout
+)
 
 
 class MigLayoutReconciler:
@@ -112,7 +115,7 @@ class MigLayoutReconciler:
 
     async def _read_config_file(self, namespace: str, name: str, key: str) -> MigPartedConfig:
         try:
-            config_map = await self._client.get(CONFIGMAPS, name, namespace)
+            config_map = await self._client.get_raw(CONFIGMAPS, name, namespace)
         except KubeError as exc:
             raise InvalidInputError(f"ConfigMap {namespace}/{name}: {exc}") from exc
         text = (config_map.get("data") or {}).get(key)
@@ -123,9 +126,9 @@ class MigLayoutReconciler:
         except yaml.YAMLError as exc:
             raise InvalidInputError(f"ConfigMap {namespace}/{name} key {key!r}: not YAML: {exc}") from exc
 
-    async def _named(self, config: str, namespace: str, name: str, key: str) -> tuple[dict[str, Any], ...]:
+    async def _named(self, config: str, namespace: str, name: str, key: str) -> tuple[MigConfigEntry, ...]:
         file = await self._config_file(namespace, name, key) if name else self._defaults
-        return tuple(entry.to_document() for entry in file.entries(config))
+        return file.entries(config)
 
     async def _layout_input(self, body: dict[str, Any]) -> LayoutInput:
         meta = body["metadata"]
@@ -149,7 +152,7 @@ class MigLayoutReconciler:
                 raise InvalidInputError("spec.layout: set exactly one of config or entries")
             if spec.layout.entries is not None:
                 raw = [e.model_dump(by_alias=True, exclude_none=True) for e in spec.layout.entries]
-                entries = tuple(e.to_document() for e in parse_entries(raw, "spec.layout.entries"))
+                entries = parse_entries(raw, "spec.layout.entries")
             else:
                 ref = spec.layout.config_map
                 where = (ref.namespace, ref.name, ref.key) if ref else ("", "", "")
@@ -158,9 +161,9 @@ class MigLayoutReconciler:
             return replace(layout, problem=str(exc))
         return replace(layout, entries=entries)
 
-    async def _label_configs(self, names: set[str]) -> dict[str, tuple[tuple[dict[str, Any], ...], str]]:
+    async def _label_configs(self, names: set[str]) -> dict[str, tuple[tuple[MigConfigEntry, ...], str]]:
         namespace, _, name = self._settings.mig_config_map.partition("/")
-        resolved: dict[str, tuple[tuple[dict[str, Any], ...], str]] = {}
+        resolved: dict[str, tuple[tuple[MigConfigEntry, ...], str]] = {}
         for config in names:
             try:
                 resolved[config] = (

@@ -159,7 +159,7 @@ def superseded(layouts: Sequence[Mapping[str, Any]], nodes: Sequence[NodeInfo]) 
 
 async def step_aside(client: KubeClient, nodes: Sequence[NodeInfo]) -> None:
     """Delete the planner MigLayouts that a user's MigLayout supersedes."""
-    layouts, _ = await client.list(MIGLAYOUTS)
+    layouts, _ = await client.list_raw(MIGLAYOUTS)
     for name in superseded(layouts, nodes):
         try:
             await client.delete(MIGLAYOUTS, name)
@@ -172,7 +172,7 @@ async def apply_plan(
     client: KubeClient, plan: DemandPlan, nodes: Sequence[NodeInfo], pci_ids: Mapping[str, int]
 ) -> dict[str, str]:
     """Write the planner MigLayouts the plan calls for; returns a note per node for the claims' Events."""
-    layouts, _ = await client.list(MIGLAYOUTS)
+    layouts, _ = await client.list_raw(MIGLAYOUTS)
     notes: dict[str, str] = {}
     for decision in decide(plan, nodes, layouts, pci_ids):
         notes[decision.node] = decision.note

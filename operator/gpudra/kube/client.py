@@ -1,20 +1,22 @@
 """KubeClient: typed, minimal verbs over a transport (HTTP through kubernetes_asyncio, or the embedded cluster's
 in-process one), with errors mapped to gpudra's.
 
-Reads come back as ``gpudra.api`` models (``get_as``, ``list_as``): product code reads fields through the models,
-never by indexing the wire form. The plain verbs return the wire form (dicts) for what has no model of its own:
-writes' answers, patches, and the embedded cluster's stand-ins, which move objects through unchanged.
+Reads are typed: ``get`` and ``list`` of a :class:`TypedResource` return its ``gpudra.api`` model, so product code
+reads fields through the models, never by indexing the wire form. ``get_raw`` and ``list_raw`` return the wire form
+(dicts) for what has no model of its own and for the few who move objects through unchanged (the embedded
+cluster's stand-ins, the cluster copy); watches and writes' answers are wire dicts too.
 Using the generic transport instead of the generated per-kind APIs keeps one code path for built-ins and CRDs, and
 lets the caller choose the exact patch content type.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import aiohttp
 from pydantic import ValidationError
@@ -29,7 +31,7 @@ from gpudra.errors import (
     NotFoundError,
 )
 from gpudra.kube.kubeconfig import Credentials, in_cluster_credentials, read_credentials
-from gpudra.kube.resources import Resource
+from gpudra.kube.resources import Resource, TypedResource
 from gpudra.kube.session import SessionTransport
 from gpudra.kube.transport import WATCH_READ_BUFFER, Call, HTTPTransport, Reply, Transport
 
@@ -66,13 +68,22 @@ def _lost(exc: BaseException, what: str) -> KubeConnectionError:
     return KubeConnectionError(f"{what}: the API server connection failed: {exc!r}")
 
 
-def _parse(model: type[M], res: Resource, body: Body) -> M:
+def _parse(res: TypedResource[M], body: Body) -> M:
+    """``body`` as the resource's model; an object that does not parse raises InvalidInputError naming the object,
+    the field at fault and what is wrong with it."""
     try:
-        return model.from_wire(body)
+        return res.model.from_wire(body)
     except ValidationError as exc:
-        meta = body.get("metadata") or {}
-        name = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
-        raise InvalidInputError(f"{res.kind} {name} does not parse: {exc.errors()[0]['msg']}") from exc
+        meta = body.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        name = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p) or "(no name)"
+        first = exc.errors()[0]
+        field = ""
+        for part in first["loc"]:
+            field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
+        raise InvalidInputError(
+            f"{res.kind} {name} does not parse: {field or 'the object'}: {first['msg']}"
+        ) from exc
 
 
 async def _lines(chunks: AsyncIterator[bytes], what: str) -> AsyncIterator[bytes]:
@@ -204,7 +215,13 @@ class KubeClient:
 
     # ------------------------------------------------------------------ verbs
 
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> Body:
+    async def get(self, res: TypedResource[M], name: str, namespace: str | None = None) -> M:
+        """The object as the resource's model (InvalidInputError, naming the object and field, if it does not
+        parse)."""
+        return _parse(res, await self.get_raw(res, name, namespace))
+
+    async def get_raw(self, res: Resource, name: str, namespace: str | None = None) -> Body:
+        """The object as the server sent it."""
         return await self._json("GET", res.path(namespace, name), what=f"get {res.plural}/{name}")
 
     async def server_version(self) -> tuple[int, int]:
@@ -225,34 +242,31 @@ class KubeClient:
             return False
         return any(r.get("name") == res.plural for r in data.get("resources") or [])
 
-    async def get_as(self, model: type[M], res: Resource, name: str, namespace: str | None = None) -> M:
-        return _parse(model, res, await self.get(res, name, namespace))
-
-    async def list_as(
-        self,
-        model: type[M],
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> tuple[list[M], str]:
-        """Items parsed as ``model``, and the list's resourceVersion. An item that does not parse raises
-        InvalidInputError naming it (an informer, which must go on, skips such items instead)."""
-        items, version = await self.list(
-            res, namespace, label_selector=label_selector, field_selector=field_selector
-        )
-        return [_parse(model, res, item) for item in items], version
-
     async def list(
         self,
+        res: TypedResource[M],
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[builtins.list[M], str]:
+        """Items as the resource's model, and the list's resourceVersion. An item that does not parse raises
+        InvalidInputError naming it and the field at fault (an informer, which must go on, skips such items
+        instead)."""
+        items, version = await self.list_raw(
+            res, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        return [_parse(res, item) for item in items], version
+
+    async def list_raw(
+        self,
         res: Resource,
         namespace: str | None = None,
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> tuple[list[Body], str]:
-        """Items and the list's resourceVersion (to start a watch from)."""
+    ) -> tuple[builtins.list[Body], str]:
+        """Items as the server sent them, and the list's resourceVersion (to start a watch from)."""
         query = []
         if label_selector:
             query.append(("labelSelector", label_selector))
@@ -261,17 +275,31 @@ class KubeClient:
         data = await self._json("GET", res.path(namespace), query=query, what=f"list {res.plural}")
         return list(data.get("items") or []), str(data.get("metadata", {}).get("resourceVersion", ""))
 
+    @overload
+    async def create(
+        self, res: TypedResource[M], body: M, namespace: str | None = None, *, dry_run: bool = False
+    ) -> M: ...
+
+    @overload
     async def create(
         self, res: Resource, body: Body, namespace: str | None = None, *, dry_run: bool = False
-    ) -> Body:
-        """POST ``body``; with ``dry_run`` the server validates and admits it, stores nothing and returns the
-        object it would have stored (``dryRun=All``)."""
-        name = body.get("metadata", {}).get("name") or body.get("metadata", {}).get("generateName", "")
+    ) -> Body: ...
+
+    async def create(
+        self, res: Resource, body: Body | WireModel, namespace: str | None = None, *, dry_run: bool = False
+    ) -> Body | WireModel:
+        """POST ``body`` (a model of a typed resource: the answer is one too); with ``dry_run`` the server
+        validates and admits it, stores nothing and returns the object it would have stored (``dryRun=All``)."""
+        wire = body.to_wire() if isinstance(body, WireModel) else body
+        name = wire.get("metadata", {}).get("name") or wire.get("metadata", {}).get("generateName", "")
         query = [("fieldManager", self._field_manager)]
         if dry_run:
             query.append(("dryRun", "All"))
-        return await self._json(
-            "POST", res.path(namespace), query=query, body=body, what=f"create {res.plural}/{name}"
+        answer = await self._json(
+            "POST", res.path(namespace), query=query, body=wire, what=f"create {res.plural}/{name}"
+        )
+        return (
+            _parse(res, answer) if isinstance(body, WireModel) and isinstance(res, TypedResource) else answer
         )
 
     async def create_subresource(
@@ -285,12 +313,25 @@ class KubeClient:
             what=f"create {res.plural}/{name}/{subresource}",
         )
 
-    async def replace(self, res: Resource, body: Body, *, subresource: str | None = None) -> Body:
-        meta = body.get("metadata", {})
+    @overload
+    async def replace(self, res: TypedResource[M], body: M, *, subresource: str | None = None) -> M: ...
+
+    @overload
+    async def replace(self, res: Resource, body: Body, *, subresource: str | None = None) -> Body: ...
+
+    async def replace(
+        self, res: Resource, body: Body | WireModel, *, subresource: str | None = None
+    ) -> Body | WireModel:
+        """PUT ``body`` (a model of a typed resource: the answer is one too)."""
+        wire = body.to_wire() if isinstance(body, WireModel) else body
+        meta = wire.get("metadata", {})
         path = res.path(meta.get("namespace"), meta["name"], subresource)
         query = [("fieldManager", self._field_manager)]
-        return await self._json(
-            "PUT", path, query=query, body=body, what=f"replace {res.plural}/{meta['name']}"
+        answer = await self._json(
+            "PUT", path, query=query, body=wire, what=f"replace {res.plural}/{meta['name']}"
+        )
+        return (
+            _parse(res, answer) if isinstance(body, WireModel) and isinstance(res, TypedResource) else answer
         )
 
     async def patch(
@@ -342,13 +383,15 @@ class KubeClient:
             if not missing_ok:
                 raise
 
-    async def apply_object(self, res: Resource, body: Body) -> Body:
-        """Create the object, or merge-patch it when it exists (idempotent, kubectl-apply-like)."""
-        meta = body["metadata"]
+    async def apply_object(self, res: Resource, body: Body | WireModel) -> Body:
+        """Create the object, or merge-patch it when it exists (idempotent, kubectl-apply-like); the answer is the
+        wire form."""
+        wire = body.to_wire() if isinstance(body, WireModel) else body
+        meta = wire["metadata"]
         try:
-            return await self.create(res, body, meta.get("namespace"))
+            return await self.create(res, wire, meta.get("namespace"))
         except ConflictError:
-            return await self.patch(res, meta["name"], body, meta.get("namespace"))
+            return await self.patch(res, meta["name"], wire, meta.get("namespace"))
 
     async def watch(
         self,

@@ -29,10 +29,10 @@ async def wait_served(client: KubeClient, names: list[str], *, timeout: float = 
     for name in names:
         while True:
             try:
-                crd = await client.get(CRDS, name)
+                crd = await client.get_raw(CRDS, name)
                 conditions = (crd.get("status") or {}).get("conditions") or []
                 if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-                    await client.list(served_resource(crd))
+                    await client.list_raw(served_resource(crd))
                     break
                 last = "not Established yet"
             except NotFoundError:

@@ -152,7 +152,7 @@ class Informer:
         await self._emit(kind, obj)
 
     async def _relist(self) -> str:
-        items, version = await self._client.list(
+        items, version = await self._client.list_raw(
             self.resource, self.namespace, label_selector=self._labels, field_selector=self._fields
         )
         fresh = {object_key(o): o for o in items}
@@ -273,7 +273,7 @@ class Informers:
         said = False
         while True:
             try:
-                await self._client.list(informer.resource, informer.namespace)
+                await self._client.list_raw(informer.resource, informer.namespace)
                 break
             except NotFoundError:
                 if not said:

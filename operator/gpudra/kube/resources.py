@@ -1,8 +1,18 @@
-"""The API resources gpudra reads and writes, as (group, version, plural) coordinates with their URL paths."""
+"""The API resources gpudra reads and writes, as (group, version, plural) coordinates with their URL paths. A
+``TypedResource`` also names the gpudra.api model its objects are read as (``KubeClient.get``/``list``); a plain
+``Resource`` has none and is read as wire dicts (``get_raw``/``list_raw``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from gpudra.api.base import WireModel
+from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
+from gpudra.api.core import Namespace, Node, Pod
+from gpudra.api.dra import DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+
+M = TypeVar("M", bound=WireModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,37 +41,67 @@ class Resource:
         return base
 
 
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+@dataclass(frozen=True, slots=True)
+class TypedResource(Resource, Generic[M]):
+    """A resource whose objects gpudra reads as ``model``."""
+
+    model: type[M]
+
+
+NAMESPACES = TypedResource("", "v1", "namespaces", "Namespace", namespaced=False, model=Namespace)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 POD_GROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", namespaced=True)
 """Kubernetes 1.37 with GenericWorkload and the scheduling.k8s.io/v1beta1 group version on (read by discovery only)."""
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+NODES = TypedResource("", "v1", "nodes", "Node", namespaced=False, model=Node)
+PODS = TypedResource("", "v1", "pods", "Pod", namespaced=True, model=Pod)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
-DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
-RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False)
-RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True)
-RESOURCE_CLAIM_TEMPLATES = Resource(
-    "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True
+DEVICE_CLASSES = TypedResource(
+    "resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False, model=DeviceClass
+)
+RESOURCE_SLICES = TypedResource(
+    "resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False, model=ResourceSlice
+)
+RESOURCE_CLAIMS = TypedResource(
+    "resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True, model=ResourceClaim
+)
+RESOURCE_CLAIM_TEMPLATES = TypedResource(
+    "resource.k8s.io",
+    "v1",
+    "resourceclaimtemplates",
+    "ResourceClaimTemplate",
+    namespaced=True,
+    model=ResourceClaimTemplate,
 )
 
 
-def device_taint_rules(version: str = "v1") -> Resource:
+def device_taint_rules(version: str = "v1") -> TypedResource[DeviceTaintRule]:
     """DeviceTaintRule at ``version``: resource.k8s.io/v1 from Kubernetes 1.37; v1alpha3 (off by default) up to 1.35,
     v1beta2 (off by default) in 1.36. The fields gpudra reads are the same in each."""
-    return Resource("resource.k8s.io", version, "devicetaintrules", "DeviceTaintRule", namespaced=False)
+    return TypedResource(
+        "resource.k8s.io",
+        version,
+        "devicetaintrules",
+        "DeviceTaintRule",
+        namespaced=False,
+        model=DeviceTaintRule,
+    )
 
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
 REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet", namespaced=True)
 JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)
-COMPUTE_DOMAINS = Resource(
-    "resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", namespaced=True
+COMPUTE_DOMAINS = TypedResource(
+    "resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", namespaced=True, model=ComputeDomain
 )
-COMPUTE_DOMAIN_CLIQUES = Resource(
-    "resource.nvidia.com", "v1beta1", "computedomaincliques", "ComputeDomainClique", namespaced=True
+COMPUTE_DOMAIN_CLIQUES = TypedResource(
+    "resource.nvidia.com",
+    "v1beta1",
+    "computedomaincliques",
+    "ComputeDomainClique",
+    namespaced=True,
+    model=ComputeDomainClique,
 )

@@ -2,22 +2,24 @@
 
 The controller writes a node's desired state as JSON in the Node annotation ``gpudra.dev/mig-desired``: where
 it comes from (a MigLayout, or the ``nvidia.com/mig.config`` label), the generation, the policy and the
-mig-parted entries (a named config is resolved by the controller, so the agent never reads ConfigMaps). The
-agent answers in ``gpudra.dev/mig-state``: its GPUs (index, model), the MIG facts of its MIG-capable models as
-NVML reports them (profiles, placements, sizes, engine counts: once per model, so the annotation stays a few KB),
-the node's state and per-GPU states, the claims in the way, one message. Both sides resolve entries per GPU with
-:func:`gpu_layouts` over the reported facts, so the controller can reject a layout before any node touches its
-hardware once the node has reported its GPUs, and a GPU model the catalog lacks gets MIG all the same. The
-catalog stands in only for a node whose agent reports no facts (an older agent).
+mig-parted entries (a named config is resolved by the controller, so the agent never reads ConfigMaps). Entries
+travel as :class:`MigConfigEntry` values from the MigLayout to the agent: written as mig-parted documents only into
+the annotation and parsed back, strictly, only when the agent reads it. The agent answers in
+``gpudra.dev/mig-state``: its GPUs (index, model), the MIG facts of its MIG-capable models as NVML reports them
+(profiles, placements, sizes, engine counts: once per model, so the annotation stays a few KB), the node's state
+and per-GPU states, the claims in the way, one message. Both sides resolve entries per GPU with :func:`gpu_layouts`
+over the reported facts, so the controller can reject a layout before any node touches its hardware once the node
+has reported its GPUs, and a GPU model the catalog lacks gets MIG all the same. The catalog stands in only for a
+node whose agent reports no facts (an older agent).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, ValidationError
 from pydantic.alias_generators import to_camel
 
 from gpudra.errors import InvalidInputError
@@ -25,7 +27,7 @@ from gpudra.hardware.gpus.backend import MigProfileInfo
 from gpudra.hardware.gpus.catalog import Catalog, MigModel
 from gpudra.hardware.gpus.migfacts import mig_model
 from gpudra.mig.layout import InvalidLayoutError, MigLayout
-from gpudra.mig.migparted import MigConfigEntry, entry_for_gpu, parse_entries
+from gpudra.mig.migparted import MigConfigEntry, MigPartedConfigError, entry_for_gpu, parse_entries
 from gpudra.mig.validate import place_counts
 
 DESIRED_ANNOTATION = "gpudra.dev/mig-desired"
@@ -58,6 +60,23 @@ class _Json(BaseModel):
         return json.dumps(self.model_dump(by_alias=True, mode="json"), sort_keys=True, separators=(",", ":"))
 
 
+def _entries(value: object) -> tuple[MigConfigEntry, ...]:
+    """Entries as given (the controller's values) or as the annotation's JSON carries them (parsed strictly)."""
+    if isinstance(value, tuple | list) and value and all(isinstance(e, MigConfigEntry) for e in value):
+        return tuple(value)
+    try:
+        return parse_entries(list(value) if isinstance(value, tuple) else value)
+    except MigPartedConfigError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+Entries = Annotated[
+    tuple[MigConfigEntry, ...],
+    PlainValidator(_entries),
+    PlainSerializer(lambda entries: [e.to_document() for e in entries], return_type=list[dict[str, Any]]),
+]
+
+
 class DesiredState(_Json):
     """What one node's GPUs should look like."""
 
@@ -67,15 +86,12 @@ class DesiredState(_Json):
     policy: Policy = "Static"
     allow_partial: bool = False
     config: str | None = None  # the mig-parted config name, when the layout named one
-    entries: tuple[dict[str, Any], ...] = Field(min_length=1)
+    entries: Entries
 
     @property
     def key(self) -> str:
         """Identifies this desired state in reports and the agent's plan checkpoint."""
         return f"{self.source}/{self.name}@{self.generation}"
-
-    def parsed_entries(self) -> tuple[MigConfigEntry, ...]:
-        return parse_entries(list(self.entries))
 
     @classmethod
     def from_json(cls, text: str) -> DesiredState:

@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.errors import InvalidInputError
 from gpudra.hardware.gpus.catalog import Catalog, load_catalog
 from gpudra.mig.desired import CONFIG_LABEL, DesiredState, NodeReport, Policy, gpu_layouts, node_models
-from gpudra.mig.migparted import parse_entries
+from gpudra.mig.migparted import MigConfigEntry
 
 APPLIED, PROGRESSING, BLOCKED, INVALID = "Applied", "Progressing", "Blocked", "Invalid"
 
@@ -34,7 +33,7 @@ class LayoutInput:
     policy: Policy = "Static"
     allow_partial: bool = False
     config: str | None = None
-    entries: tuple[dict[str, Any], ...] = ()
+    entries: tuple[MigConfigEntry, ...] = ()
     problem: str = ""
     parsed: bool = True  # False: the spec itself is malformed; the layout selects no node
 
@@ -85,13 +84,10 @@ def _selects(layout: LayoutInput, node: NodeInput, catalog: Catalog) -> bool:
     return all(node.labels.get(k) == v for k, v in layout.match_labels.items())
 
 
-def _problems(entries: Sequence[dict[str, Any]], report: NodeReport | None, catalog: Catalog) -> list[str]:
+def _problems(entries: Sequence[MigConfigEntry], report: NodeReport | None, catalog: Catalog) -> list[str]:
     if report is None or not report.gpus:
         return []  # not reported yet: the agent validates before it touches anything
-    try:
-        return gpu_layouts(parse_entries(list(entries)), report.gpus, node_models(report, catalog))[1]
-    except InvalidInputError as exc:
-        return [str(exc)]
+    return gpu_layouts(entries, report.gpus, node_models(report, catalog))[1]
 
 
 def _outcome(node: NodeInput, key: str) -> NodeOutcome:
@@ -104,7 +100,7 @@ def _outcome(node: NodeInput, key: str) -> NodeOutcome:
 def plan_rollout(
     layouts: Sequence[LayoutInput],
     nodes: Sequence[NodeInput],
-    label_configs: Mapping[str, tuple[tuple[dict[str, Any], ...], str]],
+    label_configs: Mapping[str, tuple[tuple[MigConfigEntry, ...], str]],
     catalog: Catalog | None = None,
 ) -> Rollout:
     """Desired-state changes per node and per-layout node outcomes. ``label_configs`` maps each config name

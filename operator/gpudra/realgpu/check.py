@@ -190,11 +190,11 @@ class Check:
 
     async def slices(self) -> Outcome:
         client = self._client()
-        items, _ = await client.list(RESOURCE_SLICES)
+        items, _ = await client.list_raw(RESOURCE_SLICES)
         self.published = node_devices(items, self.options.node_name, self.options.driver_name)
         problems, detail = compare_slices(self.published, self.recording)
         mine = [s for s in items if s.get("spec", {}).get("nodeName") == self.options.node_name]
-        events, _ = await client.list(EVENTS, "default")
+        events, _ = await client.list_raw(EVENTS, "default")
         detail["slices"] = len(mine)
         detail["node_warnings"] = [
             f"{e.get('reason')}: {e.get('message')}"
@@ -219,7 +219,7 @@ class Check:
             },
         }
         created = await client.create(RESOURCE_CLAIMS, body, NAMESPACE)
-        items, _ = await client.list(RESOURCE_SLICES)
+        items, _ = await client.list_raw(RESOURCE_SLICES)
         allocator = Allocator(
             ClusterSnapshot(ResourceSlice.model_validate(s) for s in items),
             load_device_classes(gpu_driver=self.options.driver_name),

@@ -138,7 +138,7 @@ class Rig:
             await client.apply_object(CRDS, crd)
         await wait_served(client, [c["metadata"]["name"] for c in crds])
         for device_class in load_device_classes(gpu_driver=self.options.driver_name):
-            await client.apply_object(DEVICE_CLASSES, device_class.to_wire())
+            await client.apply_object(DEVICE_CLASSES, device_class)
         await client.apply_object(
             NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         )

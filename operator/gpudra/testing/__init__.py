@@ -72,7 +72,7 @@ async def watch_until(
     (ADDED or MODIFIED) that does."""
 
     async def wait() -> Body:
-        items, version = await client.list(
+        items, version = await client.list_raw(
             resource, namespace, label_selector=label_selector, field_selector=field_selector
         )
         for item in items:

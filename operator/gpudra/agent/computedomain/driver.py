@@ -208,7 +208,7 @@ class ComputeDomainDriver:
         while True:
             try:
                 node = await self._client.get(NODES, name)
-                return NodeRef(name=name, uid=node["metadata"]["uid"])
+                return NodeRef(name=name, uid=node.metadata.uid or "")
             except NotFoundError:
                 await asyncio.sleep(0.5)
 
@@ -257,7 +257,7 @@ class ComputeDomainDriver:
         """Label and slice follow the clique; False when it must be retried."""
         try:
             node = await self._client.get(NODES, self.settings.node_name)
-            patch = clique_label_patch(node["metadata"].get("labels") or {}, clique)
+            patch = clique_label_patch(node.metadata.labels or {}, clique)
             if patch is not None:
                 await self._client.patch(NODES, self.settings.node_name, patch)
             await publisher.publish(published_devices(clique))

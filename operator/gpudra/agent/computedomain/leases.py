@@ -61,7 +61,7 @@ class ChannelLeases:
 
     async def _read(self, clique_id: str) -> tuple[dict[str, Any] | None, LeaseTable]:
         try:
-            body = await self._client.get(CONFIGMAPS, lease_object_name(clique_id), self.namespace)
+            body = await self._client.get_raw(CONFIGMAPS, lease_object_name(clique_id), self.namespace)
         except NotFoundError:
             return None, {}
         return body, _parse(body)

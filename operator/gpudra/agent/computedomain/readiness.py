@@ -78,7 +78,7 @@ class DaemonReadiness:
         ``notice`` is told what is awaited when the wait lasts NOTICE_AFTER seconds."""
         name = clique_object_name(domain_uid, clique_id)
         try:
-            body = await self._client.get(COMPUTE_DOMAIN_CLIQUES, name, self.namespace)
+            body = await self._client.get_raw(COMPUTE_DOMAIN_CLIQUES, name, self.namespace)
         except NotFoundError:
             body = None
         except GpudraError as exc:

@@ -96,9 +96,7 @@ class CliqueRegistration:
 
     async def _read(self) -> ComputeDomainClique | None:
         try:
-            return ComputeDomainClique.from_wire(
-                await self._client.get(COMPUTE_DOMAIN_CLIQUES, self.name, self.namespace)
-            )
+            return await self._client.get(COMPUTE_DOMAIN_CLIQUES, self.name, self.namespace)
         except NotFoundError:
             return None
 

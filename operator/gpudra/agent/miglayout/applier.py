@@ -178,7 +178,7 @@ class MigApplier:
         gpus, facts = await asyncio.to_thread(self._facts.read, inventory)
         models = models_of(facts)
         try:
-            layouts, problems = gpu_layouts(desired.parsed_entries(), gpus, models)
+            layouts, problems = gpu_layouts(desired.entries, gpus, models)
         except InvalidInputError as exc:
             layouts, problems = {}, [str(exc)]
         if problems:

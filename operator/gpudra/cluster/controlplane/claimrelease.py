@@ -49,7 +49,7 @@ class ClaimRelease:
             self._state.record_allocation(meta["uid"], None)
             return None
         except ConflictError:
-            fresh = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
+            fresh = await self._client.get_raw(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
             await self._state.claim_event("MODIFIED", fresh)
             return fresh
         self._state.remember_claim(updated)

@@ -170,7 +170,7 @@ class DeviceTaintEviction:
             taints=list(eviction.taints),
         )
         try:
-            latest = await self._client.get(PODS, meta["name"], meta.get("namespace"))
+            latest = await self._client.get_raw(PODS, meta["name"], meta.get("namespace"))
             if latest["metadata"].get("uid") != meta.get("uid") or latest["metadata"].get(
                 "deletionTimestamp"
             ):

@@ -229,7 +229,7 @@ class Scheduler:
                 self._state.written(meta["uid"], updated)
                 return
             except ConflictError:
-                claim = await self._client.get(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
+                claim = await self._client.get_raw(RESOURCE_CLAIMS, meta["name"], meta["namespace"])
         raise ConflictError(f"resourceclaim {meta['namespace']}/{meta['name']}: too many write conflicts")
 
 

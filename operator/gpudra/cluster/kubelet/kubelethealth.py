@@ -133,7 +133,7 @@ class ResourceHealthMonitor:
             return
         meta = entry.pod["metadata"]
         try:
-            latest = await self._client.get(PODS, meta["name"], meta["namespace"])
+            latest = await self._client.get_raw(PODS, meta["name"], meta["namespace"])
             if (latest.get("metadata") or {}).get("uid") != meta["uid"]:
                 raise NotFoundError(f"pods/{meta['name']} was replaced")
             statuses = with_resources_status(

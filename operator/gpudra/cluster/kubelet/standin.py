@@ -221,7 +221,7 @@ class StandInKubelet:
         meta = pod["metadata"]
         by_driver: dict[str, list[ClaimRef]] = {}
         for name in pod_claim_names(pod):
-            claim = await self._client.get(RESOURCE_CLAIMS, name, meta["namespace"])
+            claim = await self._client.get_raw(RESOURCE_CLAIMS, name, meta["namespace"])
             status = claim.get("status") or {}
             if not reserved_for_pod(pod, status.get("reservedFor") or []):
                 raise PrepareError(f"pod is not yet in the reservedFor of claim {name}", reason="NotReserved")
@@ -311,7 +311,7 @@ class StandInKubelet:
         the API server did not answer: the next round tries again)."""
         meta = pod["metadata"]
         try:
-            latest = await self._client.get(PODS, meta["name"], meta["namespace"])
+            latest = await self._client.get_raw(PODS, meta["name"], meta["namespace"])
             status = PodStatusWriter(latest, node_ip=self.node_ip, now=rfc3339()).waiting()
             await self._write_status(latest, status)
         except NotFoundError:
@@ -330,7 +330,7 @@ class StandInKubelet:
     ) -> tuple[str, str]:
         """Write the running pod's status and post its containers' Events; (pod IP, start time)."""
         meta = pod["metadata"]
-        latest = await self._client.get(PODS, meta["name"], meta["namespace"])
+        latest = await self._client.get_raw(PODS, meta["name"], meta["namespace"])
         if (latest.get("spec") or {}).get("hostNetwork"):
             ip = self.node_ip
         else:
@@ -366,7 +366,7 @@ class StandInKubelet:
         """The pod's containers ended: its terminal status, then its claims unprepared (what the containers
         logged stays readable)."""
         meta = pod["metadata"]
-        latest = await self._client.get(PODS, meta["name"], meta["namespace"])
+        latest = await self._client.get_raw(PODS, meta["name"], meta["namespace"])
         writer = PodStatusWriter(latest, node_ip=self.node_ip, now=rfc3339())
         await self._write_status(latest, writer.finished(ip, started_at, lifetimes))
         self._finished.add(meta["uid"])

@@ -56,7 +56,7 @@ async def registered_node(client: KubeClient, name: str, log_file: Path, *, time
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return await client.get(NODES, name)
+            return await client.get_raw(NODES, name)
         except NotFoundError:
             if time.monotonic() > deadline:
                 raise ProcessFailed(

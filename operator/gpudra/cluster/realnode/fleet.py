@@ -149,7 +149,7 @@ class RealNodes:
         """Until the agent's pod on ``node`` has published the node's GPUs."""
         deadline = time.monotonic() + timeout
         while True:
-            slices, _ = await client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+            slices, _ = await client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
             if any(s["spec"].get("driver") == driver for s in slices):
                 return
             if time.monotonic() > deadline:
@@ -164,7 +164,7 @@ class RealNodes:
         deadline = time.monotonic() + timeout
         while True:
             with contextlib.suppress(NotFoundError):
-                deployment = await client.get(DEPLOYMENTS, CONTROLLER_DEPLOYMENT, namespace)
+                deployment = await client.get_raw(DEPLOYMENTS, CONTROLLER_DEPLOYMENT, namespace)
                 if (deployment.get("status") or {}).get("availableReplicas"):
                     return
             if time.monotonic() > deadline:
@@ -177,7 +177,7 @@ class RealNodes:
     @staticmethod
     async def _pod_states(client: KubeClient, node: str | None, namespace: str | None = None) -> str:
         selector = f"spec.nodeName={node}" if node else None
-        pods, _ = await client.list(PODS, namespace, field_selector=selector)
+        pods, _ = await client.list_raw(PODS, namespace, field_selector=selector)
         states = []
         for pod in pods:
             status = pod.get("status") or {}

@@ -77,8 +77,10 @@ async def copy_of(
     client: ReadOnlyKube, source: str, *, with_claims: bool, driver: str, catalog: Catalog | None = None
 ) -> ClusterCopy:
     models = catalog or load_catalog()
-    slices = [s for s in await client.list(RESOURCE_SLICES) if (s.get("spec") or {}).get("driver") == driver]
-    nodes = {n["metadata"]["name"]: n for n in await client.list(NODES)}
+    slices = [
+        s for s in await client.list_raw(RESOURCE_SLICES) if (s.get("spec") or {}).get("driver") == driver
+    ]
+    nodes = {n["metadata"]["name"]: n for n in await client.list_raw(NODES)}
     by_node: dict[str, list[dict[str, Any]]] = {}
     for item in slices:
         name = (item.get("spec") or {}).get("nodeName")
@@ -101,7 +103,7 @@ async def copy_of(
         raise ConfigurationError(
             f"{source}: the cluster publishes no ResourceSlice of driver {driver} with GPUs"
         )
-    copy.device_classes = [_bare(c) for c in await client.list(DEVICE_CLASSES)]
+    copy.device_classes = [_bare(c) for c in await client.list_raw(DEVICE_CLASSES)]
     if with_claims:
         await _claims(client, copy, driver)
     return copy
@@ -119,8 +121,10 @@ def _bare(body: Mapping[str, Any], *, status: bool = False) -> dict[str, Any]:
 
 async def _claims(client: ReadOnlyKube, copy: ClusterCopy, driver: str) -> None:
     copied_nodes = {n.name for n in copy.nodes}
-    pods = {(p["metadata"].get("namespace", ""), p["metadata"]["name"]): p for p in await client.list(PODS)}
-    for claim in await client.list(RESOURCE_CLAIMS):
+    pods = {
+        (p["metadata"].get("namespace", ""), p["metadata"]["name"]): p for p in await client.list_raw(PODS)
+    }
+    for claim in await client.list_raw(RESOURCE_CLAIMS):
         meta = claim["metadata"]
         key = f"{meta.get('namespace')}/{meta['name']}"
         allocation = (claim.get("status") or {}).get("allocation")

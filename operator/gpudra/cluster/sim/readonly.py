@@ -15,16 +15,16 @@ class ReadOnlyViolation(GpudraError):
 
 
 class ReadOnlyKube:
-    """``get`` and ``list`` of a KubeClient; every other verb is refused before it reaches the server."""
+    """``get_raw`` and ``list_raw`` of a KubeClient; every other verb is refused before it reaches the server."""
 
     def __init__(self, client: KubeClient) -> None:
         self._client = client
 
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        return await self._client.get(res, name, namespace)
+    async def get_raw(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return await self._client.get_raw(res, name, namespace)
 
-    async def list(self, res: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
-        items, _ = await self._client.list(res, namespace)
+    async def list_raw(self, res: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
+        items, _ = await self._client.list_raw(res, namespace)
         return items
 
     async def close(self) -> None:
@@ -32,5 +32,5 @@ class ReadOnlyKube:
 
     def __getattr__(self, name: str) -> Any:
         raise ReadOnlyViolation(
-            f"{name}: the copied cluster is only read (get, list); nothing is written to it"
+            f"{name}: the copied cluster is only read (get_raw, list_raw); nothing is written to it"
         )
