@@ -26,7 +26,7 @@ class Api:
     def __init__(self) -> None:
         self.patches: list[dict[str, Any]] = []
 
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+    async def get_raw(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         return {"metadata": {"uid": REF.uid, "resourceVersion": "7"}, "status": {}}
 
     async def patch(

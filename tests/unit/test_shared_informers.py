@@ -33,7 +33,9 @@ class CountingClient:
         self.watches: Counter[str] = Counter()
         self.unserved: set[str] = set()
 
-    async def list(self, resource: Resource, namespace: str | None = None, **_: Any) -> tuple[list[Any], str]:
+    async def list_raw(
+        self, resource: Resource, namespace: str | None = None, **_: Any
+    ) -> tuple[list[Any], str]:
         if resource.plural in self.unserved:
             raise NotFoundError(
                 f"the server could not find the requested resource ({resource.plural})", status=404

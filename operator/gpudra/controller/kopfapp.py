@@ -27,6 +27,7 @@ from gpudra.config import ControllerSettings
 from gpudra.controller.computedomains import CHANGE_HANDLED_KINDS, register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
 from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
+from gpudra.controller.kopfstreams import KopfStreams
 from gpudra.controller.miglayouts import MigLayoutReconciler
 from gpudra.controller.pending import PendingClaims, age_seconds
 from gpudra.controller.pendingpods import PendingPods
@@ -45,6 +46,8 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 STOP_CHECK_SECONDS = 0.5
 """How long a thread waits on a threading stop flag before it is asked again (a stop is seen at once)."""
+KOPF_DISCOVERY_SECONDS = 5.0
+"""How long a stop waits for kopf to finish discovering the API's resources (controller/kopfstreams.py)."""
 
 
 @contextlib.contextmanager
@@ -225,6 +228,7 @@ async def run_controller(
     kopf_settings.persistence.progress_storage = LeanProgressStorage()
     client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
     web_view = None
+    streams = KopfStreams()
     beside: list[asyncio.Task[None]] = []
     try:
         controller = build_controller(settings, metrics, client)
@@ -241,6 +245,7 @@ async def run_controller(
             beside.append(
                 asyncio.create_task(_raise_once_up(controller.informers, started, ready), name="ready")
             )
+        streams.install()
         operator = asyncio.create_task(
             kopf.operator(
                 registry=controller.registry,
@@ -256,9 +261,14 @@ async def run_controller(
             await asyncio.wait({operator, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
-            operator.cancel()  # kopf stops at once, whatever it is busy with (see the module's note)
+            if not operator.done():
+                await streams.discovered(KOPF_DISCOVERY_SECONDS)
+            operator.cancel()  # kopf stops at once, whatever it is busy with (controller/kopfstreams.py)
             with contextlib.suppress(asyncio.CancelledError):
                 await operator
+            if closed := await streams.close():
+                log.debug("closed watch streams kopf left suspended", streams=closed)
+            streams.uninstall()
     finally:
         for task in beside:
             task.cancel()
