@@ -415,7 +415,11 @@ class EmbeddedCluster:
         progress.begin(STAGE_CONTROLLER, 1 if self.kubernetes is not None else 2)
         if self.kubernetes is None:
             emulated = KubeVersion(parse_minor(self.options.kubernetes_version))
-            self.control_plane = ControlPlane(self.client, device_taint_rules(emulated.taint_rule_version))
+            self.control_plane = ControlPlane(
+                self.client,
+                device_taint_rules(emulated.taint_rule_version),
+                evict_extended=emulated.evicts_extended_resource_claims,
+            )
             self._spawn(self.control_plane.run(), "control plane")
         if self.real_nodes is not None:
             # the controller is the chart's Deployment, on a real node
