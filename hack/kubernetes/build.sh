@@ -22,6 +22,8 @@ K8S_BINARIES=(kube-apiserver kube-scheduler kube-controller-manager kubelet)
 export GOFLAGS="${GOFLAGS:-} -mod=mod"
 export CGO_ENABLED=0
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+# The Go toolchain for a release that needs a newer Go than the local one (used only then).
+NEWER_GO="${NEWER_GO:-go1.27.3}"
 
 log() { printf '[make kubernetes] %s\n' "$*" >&2; }
 
@@ -35,8 +37,16 @@ build_kubernetes() {
   work="$CACHE/kubernetes/v$K8S_VERSION/wrapper"
   mkdir -p "$work" "$out"
   start=$SECONDS
-  local gomod
-  gomod="$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+  local gomod download
+  download="$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" 2>&1)" || true
+  if [ "$GOTOOLCHAIN" = local ] && grep -q 'requires go' <<<"$download"; then
+    # A release whose go.mod needs a newer Go than this machine's (1.38 needs 1.27): the go command fetches the
+    # approved toolchain from the Go module proxy, and every later go command of this script runs under it.
+    log "kubernetes v$K8S_VERSION needs a newer Go than $(go env GOVERSION): building with GOTOOLCHAIN=$NEWER_GO"
+    export GOTOOLCHAIN="$NEWER_GO"
+    download="$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" 2>&1)" || true
+  fi
+  gomod="$(sed -n 's/.*"GoMod": "\(.*\)",/\1/p' <<<"$download")"
   [ -f "$gomod" ] || { log "could not download k8s.io/kubernetes@v$K8S_VERSION from the Go module proxy"; exit 1; }
   # Every `k8s.io/<name> => ./staging/src/k8s.io/<name>` line of the release's go.mod is one staging module.
   staging="$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/src/.*#\1#p' "$gomod" | sort -u)"
