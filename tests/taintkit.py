@@ -142,7 +142,7 @@ def extended_claims_evicted(cluster: EmbeddedCluster) -> bool:
     """Whether the device-taint eviction controller looks at a pod's extended-resource claim
     (``status.extendedResourceClaimStatus``, made by the scheduler for ``nvidia.com/gpu: 1``) besides the claims its
     spec names: kube-controller-manager from 1.37.2 (resourceclaim.PodClaims, kubernetes#142289, listed for 1.38);
-    1.34.4 to 1.36 look at the spec's claims only. The embedded cluster follows the version it emulates."""
+    1.34.4, 1.35.4 and 1.36.3 look at the spec's claims only. The embedded cluster follows the version it emulates."""
     if cluster.kubernetes is not None:
         minor = cluster.kubernetes.binaries.minor
     else:
