@@ -67,7 +67,7 @@ test: $(STAMP) lint kubernetes oracle helm node images $(if $(SKIP_BROWSER),,bro
 
 # The real-control-plane tier on every supported Kubernetes version (1.34 to 1.37 and the newest 1.38 pre-release),
 # each built first; one summary line per version, and it goes on past a failing version (hack/kubernetes/matrix.sh).
-# MATRIX_VERSIONS="1.34.4 1.37.2", MATRIX_TESTS=tests/kubernetes/test_real_kubelet.py and PYTEST_ARGS narrow it.
+# MATRIX_VERSIONS="1.34.4 1.37.2", MATRIX_TESTS=sensitive (the version-sensitive files) and PYTEST_ARGS narrow it.
 # Not part of `make test`: CI runs the tier on 1.37 only.
 test-matrix: $(STAMP)
 	PY=$(PY) hack/kubernetes/matrix.sh
