@@ -8,7 +8,7 @@ BROWSER_DIR := tests/browser
 BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint unit bench venv browser screenshots clean kubernetes oracle helm node images
+.PHONY: demo test test-matrix lint unit bench venv browser screenshots clean kubernetes oracle helm node images
 
 venv: $(STAMP)
 
@@ -65,6 +65,13 @@ images: node
 
 test: $(STAMP) lint kubernetes oracle helm node images $(if $(SKIP_BROWSER),,browser)
 	GPUDRA_REQUIRE_BROWSER=$(if $(SKIP_BROWSER),0,1) $(PY) -m pytest $(PYTEST_ARGS)
+
+# The real-control-plane tier on every supported Kubernetes version (1.34 to 1.37 and the newest 1.38 pre-release),
+# each built first; one summary line per version, and it goes on past a failing version (hack/kubernetes/matrix.sh).
+# MATRIX_VERSIONS="1.34.4 1.37.2", MATRIX_TESTS=sensitive (the version-sensitive files) and PYTEST_ARGS narrow it.
+# Not part of `make test`: CI runs the tier on 1.37 only.
+test-matrix: $(STAMP)
+	PY=$(PY) hack/kubernetes/matrix.sh
 
 # helm, built from its Go module (helm.sh/helm/v3) into ~/.cache/gpudra like the Kubernetes binaries, for the
 # chart's test (tests/unit/test_helm_chart.py: charts/gpudra renders what manifests/base holds). HELM_VERSION=...

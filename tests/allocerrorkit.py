@@ -18,8 +18,15 @@ DRIVER = "fx.example.com"
 FLEET = [FleetNode("fx-1", "l4x4", 0), FleetNode("fx-2", "l4x4", 1)]
 
 
-def message(bad: str) -> str:
-    """kube-scheduler 1.37's FailedScheduling text for the repro (the real control plane's, word for word)."""
+def message(bad: str, minor: int = 37) -> str:
+    """kube-scheduler's FailedScheduling text for the repro (the real control plane's, word for word). Before 1.37
+    it named neither the device nor a remedy (k8s.io/dynamic-resource-allocation v0.34.4 and v0.36.3:
+    ``claim %s: selector #%d: CEL runtime error: %w``); the embedded stand-in words it as 1.37 at every version."""
+    if minor < 37:
+        return (
+            'running "DynamicResources" filter plugin: claim default/numa-pair: selector #0: CEL runtime error: '
+            "no such key: numa"
+        )
     return (
         'running "DynamicResources" filter plugin: claim default/numa-pair: selector #0 on device '
         f"fx.example.com/{bad}/d1: CEL runtime error: no such key: numa. consider using CEL optional chaining (.? "
@@ -102,8 +109,10 @@ async def stays_pending_with_the_error(cluster: EmbeddedCluster, bad: str = "fx-
     await kubectl(cluster, "apply", "-f", "-", stdin=manifests(bad))
     await kubectl(cluster, "apply", "-f", "-", stdin=POD)
 
+    minor = cluster.kubernetes.binaries.minor if cluster.kubernetes is not None else 37
+
     async def told() -> bool:
-        return message(bad) in await failed_scheduling(cluster)
+        return message(bad, minor) in await failed_scheduling(cluster)
 
     try:
         await eventually(told, timeout=30)

@@ -138,6 +138,56 @@ spec:
         assert await pod_phase(cluster, "tolerant") == "Running"
 
 
+def extended_claims_evicted(cluster: EmbeddedCluster) -> bool:
+    """Whether the device-taint eviction controller looks at a pod's extended-resource claim
+    (``status.extendedResourceClaimStatus``, made by the scheduler for ``nvidia.com/gpu: 1``) besides the claims its
+    spec names: kube-controller-manager from 1.37.2 (resourceclaim.PodClaims, kubernetes#142289, listed for 1.38);
+    1.34.4, 1.35.4 and 1.36.3 look at the spec's claims only. The embedded cluster follows the version it emulates."""
+    if cluster.kubernetes is not None:
+        minor = cluster.kubernetes.binaries.minor
+    else:
+        minor = parse_minor(cluster.options.kubernetes_version)
+    return KubeVersion(minor).evicts_extended_resource_claims
+
+
+async def a_taint_rule_evicts_a_pod_holding_a_gpu_as_an_extended_resource(
+    cluster: EmbeddedCluster, node: str
+) -> None:
+    """A pod asking for ``nvidia.com/gpu: 1`` holds its GPU through the claim the scheduler made for it. A NoExecute
+    DeviceTaintRule on the node's pool evicts it where the eviction controller reads that claim (1.37+); before, it
+    keeps running on the tainted GPU while a newcomer is kept off it."""
+    pod = """
+apiVersion: v1
+kind: Pod
+metadata: {name: extended, namespace: default}
+spec:
+  containers: [{name: main, image: cuda, resources: {limits: {nvidia.com/gpu: 1}}}]
+"""
+    await kubectl(cluster, "apply", "-f", "-", stdin=pod)
+    await running(cluster, "extended")
+    rule = f"""
+apiVersion: {rule_api_version(cluster)}
+kind: DeviceTaintRule
+metadata: {{name: maintenance}}
+spec:
+  deviceSelector: {{driver: gpu.nvidia.com, pool: {node}}}
+  taint: {{key: {MAINTENANCE}, value: firmware, effect: NoExecute}}
+"""
+    await kubectl(cluster, "apply", "-f", "-", stdin=rule)
+    if extended_claims_evicted(cluster):
+        await gone(cluster, "extended")
+        assert await eventually(lambda: eviction_event(cluster, "extended"), timeout=30)
+        return
+    await kubectl(cluster, "apply", "-f", "-", stdin=one_gpu_pod("newcomer"))
+
+    async def newcomer_refused() -> bool:
+        return any(reason == "FailedScheduling" for reason, _ in await events(cluster, "newcomer"))
+
+    await eventually(newcomer_refused, timeout=30)  # the rule is in force
+    assert await pod_phase(cluster, "extended") == "Running"
+    assert await eviction_event(cluster, "extended") is None
+
+
 async def a_dead_gpu_xid_evicts_the_pod_using_it(cluster: EmbeddedCluster, node: str) -> None:
     """With ``health_noexecute_xids`` naming XID 79, the GPU that reports it is tainted NoExecute: the pod using it
     is evicted, and a new one gets another GPU."""

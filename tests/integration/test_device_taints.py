@@ -4,8 +4,14 @@ controller does (the same scenarios run on the real control plane: tests/kuberne
 
 from __future__ import annotations
 
+import pytest
+
 from clusterkit import StartCluster
-from taintkit import a_dead_gpu_xid_evicts_the_pod_using_it, a_taint_rule_evicts_what_does_not_tolerate_it
+from taintkit import (
+    a_dead_gpu_xid_evicts_the_pod_using_it,
+    a_taint_rule_evicts_a_pod_holding_a_gpu_as_an_extended_resource,
+    a_taint_rule_evicts_what_does_not_tolerate_it,
+)
 
 
 async def test_a_device_taint_rule_evicts_pods_that_do_not_tolerate_it(start_cluster: StartCluster) -> None:
@@ -18,3 +24,11 @@ async def test_an_xid_configured_as_fatal_evicts_the_pod_on_that_gpu(start_clust
         "dgx-h100:1", hardware_poll_seconds=0.1, agent_settings={"health_noexecute_xids": [79]}
     )
     await a_dead_gpu_xid_evicts_the_pod_using_it(cluster, "dgx-h100-0")
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+async def test_a_device_taint_rule_evicts_a_pod_holding_a_gpu_as_an_extended_resource(
+    start_cluster: StartCluster, version: str
+) -> None:
+    cluster = await start_cluster("dgx-h100:1", kubernetes_version=version)
+    await a_taint_rule_evicts_a_pod_holding_a_gpu_as_an_extended_resource(cluster, "dgx-h100-0")

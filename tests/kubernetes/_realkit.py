@@ -7,8 +7,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpudra.agent.checkpoint import ClaimEntry, decode_checkpoint
 from gpudra.agent.runtime import CHECKPOINT_FILE
+from gpudra.cluster.kubernetes.binaries import kubernetes_version, version_minor
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
 from gpudra.kube.client import KubeClient
@@ -16,6 +19,15 @@ from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
 
 StartKubernetes = Callable[..., Awaitable[EmbeddedCluster]]
 FAST_CONTROLLER = ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.5)
+MINOR = version_minor(kubernetes_version())
+"""The minor of the Kubernetes version this run of the tier starts (``K8S_VERSION``, else 1.37.2; ``make
+test-matrix`` sets it per version), known before any cluster starts: a test of a feature that version lacks is
+skipped with the reason, never failed."""
+
+
+def needs_minor(minor: int, why: str) -> pytest.MarkDecorator:
+    """Skip the test on a version older than 1.<minor>, saying why."""
+    return pytest.mark.skipif(minor > MINOR, reason=f"Kubernetes 1.{MINOR}: {why} (from 1.{minor})")
 
 
 def admin(cluster: EmbeddedCluster) -> KubeClient:

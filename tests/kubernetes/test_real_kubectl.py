@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from _realkit import StartKubernetes
+from _realkit import MINOR, StartKubernetes
 
 from clusterkit import StartCluster, described_fields, first_words, kubectl
 from gpudra.api.crdgen import CRD_MODELS, openapi_schema
+from gpudra.cluster.apiserver.versions import NEWEST_MINOR
 
 BIN = Path(sys.executable).parent  # the project's entry points, kubectl-gpudra among them
 
@@ -79,9 +80,10 @@ async def test_kubectl_explain_reads_as_on_the_embedded_server(
     start_kubernetes: StartKubernetes, start_cluster: StartCluster
 ) -> None:
     """`kubectl explain` on the embedded server: gpudra's kinds read word for word as on the real kube-apiserver;
-    built-in kinds with the same fields, types and required marks (both servers are 1.37)."""
+    built-in kinds with the same fields, types and required marks (the embedded server emulates the real one's
+    version, or its newest where the real one is newer)."""
     real = await start_kubernetes("l4x4:1")
-    embedded = await start_cluster("l4x4:1")
+    embedded = await start_cluster("l4x4:1", kubernetes_version=f"1.{min(MINOR, NEWEST_MINOR)}")
     for path in GPUDRA:
         said = [await kubectl(c, "explain", path) for c in (real, embedded)]
         assert said[1] == said[0], path

@@ -5,11 +5,13 @@ with the path and message the embedded API server gives."""
 
 from __future__ import annotations
 
-from _realkit import StartKubernetes
+from _realkit import StartKubernetes, needs_minor
 
+from gpudra.cluster.apiserver.versions import OPTIONAL_GATES
 from listattrkit import GATE, gate_off_scenario, gate_on_scenario, start
 
 
+@needs_minor(OPTIONAL_GATES[GATE], f"no {GATE} feature gate to turn on")
 async def test_with_the_gate_on_kube_scheduler_keeps_claims_within_an_nvlink_island(
     start_kubernetes: StartKubernetes,
 ) -> None:

@@ -480,7 +480,9 @@ class EmbeddedCluster:
         if self.kubernetes is None:
             emulated = KubeVersion(parse_minor(self.options.kubernetes_version))
             self.control_plane = ControlPlane(
-                self._embedded_client(SCHEDULER), device_taint_rules(emulated.taint_rule_version)
+                self._embedded_client(SCHEDULER),
+                device_taint_rules(emulated.taint_rule_version),
+                evict_extended=emulated.evicts_extended_resource_claims,
             )
             self._spawn(self.control_plane.run(), "control plane")
         if self.real_nodes is not None:

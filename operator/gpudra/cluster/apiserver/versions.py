@@ -117,6 +117,13 @@ class KubeVersion:
         return self.minor < 37
 
     @property
+    def evicts_extended_resource_claims(self) -> bool:
+        """kube-controller-manager's device-taint eviction reads a pod's extended-resource claim
+        (``status.extendedResourceClaimStatus``) as well as those its spec names: in 1.37.2 (resourceclaim.PodClaims,
+        the fix of kubernetes#141290), not in 1.34.4, 1.35.4 or 1.36.3, whose controller reads the spec only."""
+        return self.minor >= 37
+
+    @property
     def declarative(self) -> bool:
         """Declarative validation is GA from 1.36 and its errors are the ones returned where a rule is declared on
         the type (duplicates show the whole item, an attribute with two values names the values set, a bad

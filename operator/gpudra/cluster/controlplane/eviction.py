@@ -1,6 +1,7 @@
 """The stand-in of kube-controller-manager's device-taint-eviction-controller, for the embedded cluster.
 
-A pod bound to a node whose allocated claims (those it is in the ``reservedFor`` of) hold a device with a NoExecute
+A pod bound to a node whose allocated claims (those it is in the ``reservedFor`` of: the claims its spec names and,
+as from Kubernetes 1.37, the claim the scheduler made for its extended resources) hold a device with a NoExecute
 taint it does not tolerate, from the device's ResourceSlice or from a DeviceTaintRule, is evicted when the taint's
 time comes (:func:`gpudra.allocator.taintrules.claim_eviction`): as the real controller does, a Normal Event
 ``DeviceTaintManagerEviction`` ("Marking for deletion") on the pod, the pod condition ``DisruptionTarget`` True with
@@ -72,13 +73,20 @@ def pod_eviction(
     claims: dict[tuple[str, str], dict[str, Any]],
     published: dict[tuple[str, str, str], list[DeviceTaint]],
     rules: list[DeviceTaintRule],
+    *,
+    extended: bool = True,
 ) -> Eviction | None:
-    """When (and why) a bound pod is to be evicted; None when none of its claims' devices calls for it."""
+    """When (and why) a bound pod is to be evicted; None when none of its claims' devices calls for it.
+    ``extended``: its extended-resource claim counts too (Kubernetes 1.37+), not only those its spec names."""
     if not pod.spec.node_name:
         return None
     namespace = pod.metadata.namespace or ""
     earliest: Eviction | None = None
-    for name in pod_claim_names(pod).values():
+    names = list(pod_claim_names(pod).values())
+    extended_status = pod.status.extended_resource_claim_status if pod.status is not None else None
+    if extended and extended_status is not None:
+        names.append(extended_status.resource_claim_name)
+    for name in names:
         body = claims.get((namespace, name or ""))
         if body is None:
             continue
@@ -99,8 +107,10 @@ def pod_eviction(
 
 
 class DeviceTaintEviction:
-    def __init__(self, client: KubeClient, state: ClusterState) -> None:
+    def __init__(self, client: KubeClient, state: ClusterState, *, extended: bool = True) -> None:
+        """``extended``: a pod's extended-resource claim counts (``pod_eviction``)."""
         self._client = client
+        self._extended = extended
         self._state = state
         self._events = EventRecorder(client, "device-taint-eviction-controller")
         self._wake = asyncio.Event()
@@ -135,7 +145,7 @@ class DeviceTaintEviction:
             live.add(uid)
             if uid in self._evicted or pod.metadata.deletion_timestamp:
                 continue
-            eviction = pod_eviction(pod, state.claims.cache, published, state.rules)
+            eviction = pod_eviction(pod, state.claims.cache, published, state.rules, extended=self._extended)
             if eviction is None:
                 continue
             if eviction.at > now:

@@ -38,8 +38,11 @@ CLAIM_WORKERS = 8
 
 
 class ControlPlane:
-    def __init__(self, client: KubeClient, taint_rules: Resource | None = None) -> None:
-        """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1)."""
+    def __init__(
+        self, client: KubeClient, taint_rules: Resource | None = None, *, evict_extended: bool = True
+    ) -> None:
+        """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1);
+        ``evict_extended``: a pod's extended-resource claim counts for eviction (Kubernetes 1.37+)."""
         self.client = client  # what every part reads and writes through
         self.state = ClusterState(
             client,
@@ -69,7 +72,7 @@ class ControlPlane:
         self.release = ClaimRelease(client, self.state, freed=self._retry_unschedulable)
         self.workloads = Workloads(client, self.state.pods)
         self.daemonsets = DaemonSets(client, self.state.pods)
-        self.eviction = DeviceTaintEviction(client, self.state)
+        self.eviction = DeviceTaintEviction(client, self.state, extended=evict_extended)
         self.state.listeners.append(self.eviction.poke)
         self.synced = asyncio.Event()
 

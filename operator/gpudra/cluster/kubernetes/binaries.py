@@ -35,14 +35,24 @@ class Binaries:
 
     @property
     def minor(self) -> int:
-        return int(self.version.split(".")[1])
+        return version_minor(self.version)
+
+
+def version_minor(version: str) -> int:
+    """37 for "1.37.2" and 38 for "1.38.0-beta.0"."""
+    return int(version.split(".")[1])
+
+
+def kubernetes_version(version: str | None = None) -> str:
+    """The version to run: ``version``, else ``$K8S_VERSION``, else the default; without a leading "v"."""
+    return (version or os.environ.get("K8S_VERSION") or DEFAULT_KUBERNETES_VERSION).removeprefix("v")
 
 
 def find_binaries(
     version: str | None = None, etcd_version: str | None = None, *, need_kubelet: bool = False
 ) -> Binaries:
     """The binaries of one version, or ConfigurationError naming ``make kubernetes`` and what is missing."""
-    version = (version or os.environ.get("K8S_VERSION") or DEFAULT_KUBERNETES_VERSION).removeprefix("v")
+    version = kubernetes_version(version)
     etcd_version = (etcd_version or os.environ.get("ETCD_VERSION") or DEFAULT_ETCD_VERSION).removeprefix("v")
     k8s = cache_dir() / "kubernetes" / f"v{version}" / "bin"
     found = Binaries(
