@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,6 +99,9 @@ class Result:
     machine shared with other work the wall time is longer, never shorter (one process, one GIL)."""
     server_cpu_s: float
     """CPU seconds of the API server's own process meanwhile."""
+    plane_cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds meanwhile of each control-plane process apart from this one (kube-apiserver, etcd,
+    kube-scheduler, kube-controller-manager; or the embedded API server's process)."""
 
 
 class Progress:
@@ -153,12 +156,29 @@ async def _conflicts(cluster: EmbeddedCluster) -> Counter[str]:
     return cluster.server.conflicts_by_resource.copy()
 
 
-def _server_cpu(cluster: EmbeddedCluster) -> float:
-    """The API server's own CPU seconds (0 when it runs in the cluster's process: counted there)."""
-    if cluster.kubernetes is not None and cluster.kubernetes.apiserver is not None:
-        process = cluster.kubernetes.apiserver.process
-        return _cpu_seconds(process.pid if process is not None else None)
-    return _cpu_seconds(cluster.server_process.pid) if cluster.server_process is not None else 0.0
+API_SERVERS = ("kube-apiserver", "API server")
+
+
+def plane_cpu(cluster: EmbeddedCluster) -> dict[str, float]:
+    """CPU seconds so far of each control-plane process apart from this one: kube-apiserver, etcd, kube-scheduler
+    and kube-controller-manager, or the embedded API server's own process (none when it runs in this process:
+    counted there)."""
+    plane = cluster.kubernetes
+    if plane is not None:
+        managed = {
+            "etcd": plane.etcd,
+            "kube-apiserver": plane.apiserver,
+            "kube-scheduler": plane.scheduler,
+            "kube-controller-manager": plane.controller_manager,
+        }
+        return {
+            name: _cpu_seconds(m.process.pid)
+            for name, m in managed.items()
+            if m is not None and m.process is not None
+        }
+    if cluster.server_process is not None:
+        return {"API server": _cpu_seconds(cluster.server_process.pid)}
+    return {}
 
 
 async def form(
@@ -186,7 +206,7 @@ async def form(
             before = await _conflicts(cluster)
             writes = cluster.metrics.computedomain_status_writes.labels("written")
             writes_before = writes._value.get()
-            server_cpu = _server_cpu(cluster)
+            plane_before = plane_cpu(cluster)
             start, cpu = time.perf_counter(), time.process_time()
             progress = Progress(trays, pods, start)
             informers = [
@@ -209,6 +229,9 @@ async def form(
                 for task in watching:
                     task.cancel()
                 await asyncio.gather(*watching, return_exceptions=True)
+            # CPU before reading the counts: kube-apiserver's /metrics takes this process seconds to parse
+            cpu_s, plane_after = time.process_time() - cpu, plane_cpu(cluster)
+            planes = {name: seconds - plane_before.get(name, 0.0) for name, seconds in plane_after.items()}
             marks = progress.marks
             conflicts = await _conflicts(cluster)
             return Result(
@@ -222,8 +245,9 @@ async def form(
                 _grown(conflicts, before, "computedomaincliques")
                 + _grown(conflicts, before, "computedomaincliques" + FAILED_TEST),
                 int(writes._value.get() - writes_before),
-                time.process_time() - cpu,
-                _server_cpu(cluster) - server_cpu,
+                cpu_s,
+                sum(planes.get(name, 0.0) for name in API_SERVERS),
+                planes,
             )
         finally:
             await cluster.stop()
@@ -249,6 +273,9 @@ def _line(label: str, r: Result) -> str:
         f"409 conflicts on the domain {r.conflicts} (on clique objects, 409s and failed patch tests: "
         f"{r.clique_conflicts}), domain status "
         f"writes {r.status_writes}; CPU: cluster {r.cpu_s:.1f} s, API server {r.server_cpu_s:.1f} s"
+        + "".join(
+            f", {name} {seconds:.1f} s" for name, seconds in r.plane_cpu_s.items() if name not in API_SERVERS
+        )
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -45,6 +46,8 @@ class MemoryApi:
         }
         self.version = 1
         self.watches: list[asyncio.Queue[tuple[str, dict[str, Any]]]] = []
+        self.reads: Counter[str] = Counter()
+        """GETs by plural."""
 
     def _store(self, key: tuple[str, str | None, str], body: dict[str, Any]) -> dict[str, Any]:
         kind = "MODIFIED" if key in self.objects else "ADDED"
@@ -88,6 +91,7 @@ class MemoryApi:
         return res.model.from_wire(await self.get_raw(res, name, namespace))
 
     async def get_raw(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        self.reads[res.plural] += 1
         try:
             return dict(self.objects[self._key(res, name, namespace)])
         except KeyError:
@@ -283,6 +287,19 @@ async def test_a_waiting_prepare_is_answered_when_the_daemon_turns_ready_and_say
     done = await asyncio.wait_for(waiting, 2)
     assert minors(done.cdi_document) == [0]
     assert api.watches == []  # the watch of the clique object closed with the last waiter
+
+
+async def test_a_nodes_channel_claims_waiting_together_read_the_clique_object_once(tmp_path: Path) -> None:
+    api = MemoryApi()
+    planner = await planner_for(tmp_path, api, daemon_wait=10)
+    first = asyncio.create_task(plan(planner, "u1", "channel-0", channel("d1")))
+    await eventually(lambda: api.watches, 5, what="the first claim watching the clique object")
+    others = [asyncio.create_task(plan(planner, f"u{i}", "channel-0", channel("d1"))) for i in (2, 3, 4)]
+    api.daemon("d1", "Ready")
+    done = await asyncio.wait_for(asyncio.gather(first, *others), 5)
+    assert [minors(d.cdi_document) for d in done] == [[0]] * 4
+    assert api.reads["computedomaincliques"] == 1  # the later claims read the open watch, not the API server
+    assert api.watches == []
 
 
 async def test_all_mode_gets_every_channel(tmp_path: Path) -> None:

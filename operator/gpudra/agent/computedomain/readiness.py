@@ -8,7 +8,8 @@ daemon reports Ready; only past the bound does it fail with the reason (and the 
 A wait that lasts (``NOTICE_AFTER``) is said on the claim as an Event, so a pod that is slow to start says why.
 
 One read answers a claim whose daemon is Ready already; the claims that wait for one clique object share one
-watch of it, opened while any waits and closed after.
+watch of it, opened while any waits and closed after, and a claim that finds that watch open reads it instead of
+the API server (a node's channel claims arrive together: one read of the object for them all).
 """
 
 from __future__ import annotations
@@ -77,17 +78,19 @@ class DaemonReadiness:
         """Return once the daemon is Ready; past the timeout raise DaemonNotReadyError saying what is awaited.
         ``notice`` is told what is awaited when the wait lasts NOTICE_AFTER seconds."""
         name = clique_object_name(domain_uid, clique_id)
-        try:
-            body = await self._client.get_raw(COMPUTE_DOMAIN_CLIQUES, name, self.namespace)
-        except NotFoundError:
-            body = None
-        except GpudraError as exc:
-            raise PrepareError(f"reading ComputeDomainClique {name}: {exc}", reason="ApiError") from exc
-        if not self._awaited(_daemons(body), domain_uid):
-            return
         watch = self._watches.get(name)
-        if watch is None:
-            watch = self._watches[name] = _CliqueWatch(self._client, self.namespace, name)
+        if watch is None:  # no other claim waits on this object: one read answers a daemon Ready already
+            try:
+                body = await self._client.get_raw(COMPUTE_DOMAIN_CLIQUES, name, self.namespace)
+            except NotFoundError:
+                body = None
+            except GpudraError as exc:
+                raise PrepareError(f"reading ComputeDomainClique {name}: {exc}", reason="ApiError") from exc
+            if not self._awaited(_daemons(body), domain_uid):
+                return
+            watch = self._watches.get(name)  # opened by another claim meanwhile
+            if watch is None:
+                watch = self._watches[name] = _CliqueWatch(self._client, self.namespace, name)
         watch.waiters += 1
         try:
             first = min(NOTICE_AFTER, self.timeout) if notice is not None else self.timeout
