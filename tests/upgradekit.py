@@ -12,6 +12,7 @@ from typing import Any
 
 from clusterkit import eventually, kubectl
 from gpudra.agent.checkpoint import ClaimEntry, decode_checkpoint
+from gpudra.agent.handover import INSTANCES, TAKEOVER
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.cluster.up import EmbeddedCluster, pod_uid
@@ -74,6 +75,14 @@ async def claim_uids(cluster: EmbeddedCluster, names: list[str]) -> dict[str, st
     }
 
 
+def _asked_by(state: Path) -> str:
+    """The agent instance that last asked for the node ("" before any did)."""
+    try:
+        return (state / TAKEOVER).read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 async def a_rolling_update_hands_over_without_draining(cluster: EmbeddedCluster, node: str) -> None:
     """Two pods run; the agent process is rolled while four more pods are created; afterwards every pod runs, each
     claim is prepared once (one checkpoint entry, one CDI spec), only the new agent's sockets are left, the node's
@@ -82,11 +91,21 @@ async def a_rolling_update_hands_over_without_draining(cluster: EmbeddedCluster,
     await kubectl(cluster, "apply", "-f", "-", stdin=gpu_pod("before-0") + "---" + gpu_pod("before-1"))
     await all_running(cluster, ["before-0", "before-1"])
     old = cluster.agent_processes[node]
+    state = old.settings.state_path
+    announced = set((state / INSTANCES).iterdir())
     roll = asyncio.create_task(cluster.roll_agent(node))
-    during = [f"during-{i}" for i in range(4)]
-    for name in during:
+    # one pod at each step of the hand-over: before the new instance starts, once it has announced itself, once it
+    # has asked for the node, and once the old one is gone
+    steps = {
+        "during-0": lambda: True,
+        "during-1": lambda: set((state / INSTANCES).iterdir()) - announced,
+        "during-2": lambda: _asked_by(state) not in ("", old.settings.instance_id),
+        "during-3": roll.done,
+    }
+    for name, reached in steps.items():
+        await eventually(reached, 60, what=f"the hand-over's step for {name}")
         await kubectl(cluster, "apply", "-f", "-", stdin=gpu_pod(name))
-        await asyncio.sleep(0.3)  # spread over the hand-over
+    during = list(steps)
     new = await roll
     names = ["before-0", "before-1", *during]
     await all_running(cluster, names)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import sys
 import types
@@ -31,7 +32,7 @@ from typing import Any
 
 import kopf
 
-_KOPF = str(Path(kopf.__file__).parent)
+_KOPF = str(Path(inspect.getfile(kopf)).parent)
 _WATCHING = "watching.py"
 AsyncGen = types.AsyncGeneratorType[Any, Any]
 
