@@ -24,6 +24,18 @@ def rule_api_version(cluster: EmbeddedCluster) -> str:
     return "resource.k8s.io/" + KubeVersion(minor).taint_rule_version
 
 
+def maintenance_rule(cluster: EmbeddedCluster, node: str) -> str:
+    """A DeviceTaintRule putting a NoExecute maintenance taint on every GPU of ``node``."""
+    return f"""
+apiVersion: {rule_api_version(cluster)}
+kind: DeviceTaintRule
+metadata: {{name: maintenance}}
+spec:
+  deviceSelector: {{driver: gpu.nvidia.com, pool: {node}}}
+  taint: {{key: {MAINTENANCE}, value: firmware, effect: NoExecute}}
+"""
+
+
 def one_gpu_pod(name: str, *, tolerate: bool = False) -> str:
     toleration = (
         f", tolerations: [{{key: {MAINTENANCE}, operator: Exists, effect: NoExecute}}]" if tolerate else ""
@@ -99,15 +111,7 @@ async def a_taint_rule_evicts_what_does_not_tolerate_it(cluster: EmbeddedCluster
     await kubectl(cluster, "apply", "-f", "-", stdin=pods)
     await running(cluster, "plain")
     await running(cluster, "tolerant")
-    rule = f"""
-apiVersion: {rule_api_version(cluster)}
-kind: DeviceTaintRule
-metadata: {{name: maintenance}}
-spec:
-  deviceSelector: {{driver: gpu.nvidia.com, pool: {node}}}
-  taint: {{key: {MAINTENANCE}, value: firmware, effect: NoExecute}}
-"""
-    await kubectl(cluster, "apply", "-f", "-", stdin=rule)
+    await kubectl(cluster, "apply", "-f", "-", stdin=maintenance_rule(cluster, node))
     await gone(cluster, "plain")
     evicted = ["plain"] if tolerations_recorded(cluster) else ["plain", "tolerant"]
 
@@ -165,15 +169,7 @@ spec:
 """
     await kubectl(cluster, "apply", "-f", "-", stdin=pod)
     await running(cluster, "extended")
-    rule = f"""
-apiVersion: {rule_api_version(cluster)}
-kind: DeviceTaintRule
-metadata: {{name: maintenance}}
-spec:
-  deviceSelector: {{driver: gpu.nvidia.com, pool: {node}}}
-  taint: {{key: {MAINTENANCE}, value: firmware, effect: NoExecute}}
-"""
-    await kubectl(cluster, "apply", "-f", "-", stdin=rule)
+    await kubectl(cluster, "apply", "-f", "-", stdin=maintenance_rule(cluster, node))
     if extended_claims_evicted(cluster):
         await gone(cluster, "extended")
         assert await eventually(lambda: eviction_event(cluster, "extended"), timeout=30)

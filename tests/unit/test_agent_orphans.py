@@ -10,7 +10,7 @@ import pytest
 from gpudra.agent.checkpoint import ClaimEntry, DeviceRecord
 from gpudra.agent.claimpreparer import ClaimPreparer
 from gpudra.agent.kubeletplugin.messages import ClaimRef, UnprepareResult
-from gpudra.agent.orphans import OrphanSweeper, overdue
+from gpudra.agent.orphans import NodeWarning, OrphanSweeper, overdue
 from gpudra.api.dra import ResourceClaim
 from gpudra.errors import InvalidInputError, KubeConnectionError, NotFoundError
 from gpudra.kube.client import KubeClient
@@ -78,6 +78,20 @@ class FakeClient:
         )
 
 
+def sweeper_of(
+    preparer: FakePreparer, client: FakeClient, warn: NodeWarning, now: list[float]
+) -> OrphanSweeper:
+    """A sweeper over the fakes (they have what it uses), a grace and an interval of 1 s on the clock ``now[0]``."""
+    return OrphanSweeper(
+        cast(ClaimPreparer, preparer),
+        cast(KubeClient, client),
+        warn,
+        grace=1.0,
+        interval=1.0,
+        clock=lambda: now[0],
+    )
+
+
 async def test_an_outage_is_no_deletion_and_a_replaced_claim_is() -> None:
     preparer = FakePreparer({"u-old": entry("train"), "u-keep": entry("keep")})
     client = FakeClient()
@@ -88,14 +102,7 @@ async def test_an_outage_is_no_deletion_and_a_replaced_claim_is() -> None:
         warnings.append(f"{reason}: {message}")
 
     now = [0.0]
-    sweeper = OrphanSweeper(
-        cast(ClaimPreparer, preparer),  # the fakes have what the sweeper uses
-        cast(KubeClient, client),
-        warn,
-        grace=1.0,
-        interval=1.0,
-        clock=lambda: now[0],
-    )
+    sweeper = sweeper_of(preparer, client, warn, now)
     client.down = True
     assert await sweeper.sweep() == []
     now[0] = 5.0
@@ -119,14 +126,7 @@ async def test_a_claim_that_does_not_parse_is_kept_and_the_sweep_goes_on() -> No
         return None
 
     now = [0.0]
-    sweeper = OrphanSweeper(
-        cast(ClaimPreparer, preparer),  # the fakes have what the sweeper uses
-        cast(KubeClient, client),
-        warn,
-        grace=1.0,
-        interval=1.0,
-        clock=lambda: now[0],
-    )
+    sweeper = sweeper_of(preparer, client, warn, now)
     assert await sweeper.sweep() == []
     now[0] = 2.0
     assert await sweeper.sweep() == ["u-gone"]
