@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from gpudra.api.base import WireModel
 from gpudra.api.meta import ObjectMeta
-from gpudra.kube.informer import fault
+from gpudra.kube.client import fault
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)

@@ -68,6 +68,17 @@ def _lost(exc: BaseException, what: str) -> KubeConnectionError:
     return KubeConnectionError(f"{what}: the API server connection failed: {exc!r}")
 
 
+def fault(error: Exception) -> tuple[str, str]:
+    """(field path, what is wrong) of a parse error: the first of a ValidationError's, else ('', the message)."""
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        path = ""
+        for part in first["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        return path, str(first["msg"])
+    return "", str(error)
+
+
 def _parse(res: TypedResource[M], body: Body) -> M:
     """``body`` as the resource's model; an object that does not parse raises InvalidInputError naming the object,
     the field at fault and what is wrong with it."""
@@ -77,12 +88,9 @@ def _parse(res: TypedResource[M], body: Body) -> M:
         meta = body.get("metadata")
         meta = meta if isinstance(meta, dict) else {}
         name = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p) or "(no name)"
-        first = exc.errors()[0]
-        field = ""
-        for part in first["loc"]:
-            field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
+        field, problem = fault(exc)
         raise InvalidInputError(
-            f"{res.kind} {name} does not parse: {field or 'the object'}: {first['msg']}"
+            f"{res.kind} {name} does not parse: {field or 'the object'}: {problem}"
         ) from exc
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpudra.errors import InvalidInputError, KubeError, NotFoundError
-from gpudra.kube.client import KubeClient
+from gpudra.kube.client import KubeClient, fault
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import Resource
 from gpudra.telemetry import get_logger
@@ -40,17 +40,6 @@ OPTIONAL_RETRY_SECONDS = 60.0
 def object_key(obj: dict[str, Any]) -> Key:
     meta = obj.get("metadata", {})
     return (meta.get("namespace") or "", meta.get("name", ""))
-
-
-def fault(error: Exception) -> tuple[str, str]:
-    """(field path, what is wrong) of a parse error: the first of a ValidationError's, else ('', the message)."""
-    if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        path = ""
-        for part in first["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        return path, str(first["msg"])
-    return "", str(error)
 
 
 class Informer:
