@@ -13,10 +13,13 @@ import pytest
 from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.hardware.gpus.backend import MigProfileInfo
-from gpudra.hardware.gpus.catalog import load_catalog
-from gpudra.hardware.gpus.migfacts import mig_spec
+from gpudra.hardware.gpus.catalog import MIB, load_catalog
+from gpudra.hardware.gpus.migfacts import mig_model, mig_spec
 from gpudra.hardware.simulated import simulated_backend
 from gpudra.mig.desired import NodeReport
+from gpudra.mig.keep import place_counts_keeping
+from gpudra.mig.layout import GpuMigState
+from gpudra.mig.space import placement_space
 
 RECORDINGS = sorted((Path(__file__).parents[1] / "fixtures" / "nvml").glob("*.json"))
 
@@ -34,10 +37,28 @@ def test_recorded_profiles_give_the_catalogs_mig_facts(path: Path) -> None:
             model.mig.memory_slices, model.mig.compute_slices, model.mig.max_devices,
         )  # fmt: skip
         facts = ("name", "profile_id", "slice_count", "placement_size", "memory_mib", "starts", "suffix")
-        assert sorted(tuple(getattr(p, f) for f in facts) for p in spec.profiles) == sorted(
+        assert [tuple(getattr(p, f) for f in facts) for p in spec.profiles] == [
             tuple(getattr(p, f) for f in facts) for p in model.mig.profiles
-        )
+        ], "the same profiles in the same order, whatever order NVML listed them in"
         assert (spec.jpeg_capacity, spec.ofa_capacity) == (model.mig.jpeg_capacity, model.mig.ofa_capacity)
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=[p.stem for p in RECORDINGS])
+def test_the_facts_place_every_layout_where_the_catalog_does(path: Path) -> None:
+    """The controller plans with the catalog's model and the agent creates with the one from its NVML report:
+    each counts-only layout, placed on an empty GPU, lands on the same placements from both."""
+    recording: dict[str, Any] = json.loads(path.read_text())
+    for index, profiles in recording["mig_profiles"].items():
+        model = load_catalog().by_pci_device_id(recording["inventory"]["gpus"][int(index)]["pci_device_id"])
+        assert model is not None and model.mig is not None
+        infos = [MigProfileInfo.model_validate(p) for p in profiles]
+        reported = mig_model(model.model_id, model.memory_mib * MIB, infos)
+        empty = GpuMigState(model.model_id, int(index), True)
+        space = placement_space(model)
+        for counts in {tuple(sorted(space.layout_of(bits).counts().items())) for bits in space.layouts}:
+            assert place_counts_keeping(reported, empty, dict(counts)) == place_counts_keeping(
+                model, empty, dict(counts)
+            )
 
 
 def test_no_placements_no_mig() -> None:

@@ -16,7 +16,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from gpudra.api.base import FrozenModel
 from gpudra.errors import ConfigurationError
@@ -95,6 +95,16 @@ class MigSpec(FrozenModel):
     max_devices: int
     all_balanced: dict[str, int] = Field(default_factory=dict)
     profiles: tuple[MigProfile, ...]
+
+    @field_validator("profiles")
+    @classmethod
+    def _canonical_order(cls, profiles: tuple[MigProfile, ...]) -> tuple[MigProfile, ...]:
+        """Profiles by compute slices, then memory slices, then NVML profile id, whatever order they came in.
+
+        The placement search breaks ties by this order, so the catalog's model and the one built from a node's
+        NVML report (in profile-id order) choose the same placements: the planner's prediction is what the
+        agent creates."""
+        return tuple(sorted(profiles, key=lambda p: (p.slice_count, p.placement_size, p.profile_id)))
 
     def profile(self, name: str) -> MigProfile:
         for profile in self.profiles:
