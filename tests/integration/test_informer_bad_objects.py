@@ -32,6 +32,7 @@ from gpudra.kube.resources import (
     RESOURCE_SLICES,
     Resource,
 )
+from sourcekit import parse_file
 
 SOURCE = Path(__file__).resolve().parents[2] / "operator" / "gpudra"
 
@@ -198,7 +199,7 @@ def test_every_informer_in_the_code_parses_what_it_hands_on() -> None:
     """Each ``Informer(...)`` of the product and the stand-in control plane names a ``parse``."""
     calls = []
     for path in SOURCE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Informer":
                 calls.append((path.relative_to(SOURCE), node.lineno, {k.arg for k in node.keywords}))
     assert len(calls) >= 14
