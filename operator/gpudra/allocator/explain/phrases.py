@@ -31,6 +31,11 @@ def meant_class(name: str, classes: Collection[str]) -> str | None:
     return close[0] if close else None
 
 
+def _closest_first(name: str, classes: Collection[str]) -> list[str]:
+    """The DeviceClass names, those most like ``name`` first (``nvidia.com/gpu`` lists gpu.nvidia.com first)."""
+    return sorted(classes, key=lambda c: (-difflib.SequenceMatcher(None, name, c).ratio(), c))
+
+
 def claim_sentence(failure: Failure, classes: Collection[str]) -> str:
     """The first sentence for a claim-level problem; ``classes``: the DeviceClasses the cluster has."""
     d = failure.requests[0] if failure.requests else None
@@ -43,7 +48,7 @@ def claim_sentence(failure: Failure, classes: Collection[str]) -> str:
             known = f"did you mean {meant}?"
         else:
             known = (
-                f"the cluster has {listed(sorted(classes), 5)}"
+                f"the cluster has {listed(_closest_first(name, classes), 5)}"
                 if classes
                 else "the cluster has no DeviceClass"
             )
