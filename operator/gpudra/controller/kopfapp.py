@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -220,6 +221,9 @@ async def run_controller(
     in a thread with its own event loop and threading flags.
     """
     kopf_settings = kopf.OperatorSettings()
+    # kopf runs synchronous callbacks in this pool; its default pool is never shut down, and would leave a thread
+    # behind each controller an embedding process starts and stops
+    kopf_settings.execution.executor = ThreadPoolExecutor(thread_name_prefix="kopf-sync")
     kopf_settings.posting.level = 20  # INFO and above become Events on the objects
     kopf_settings.watching.server_timeout = 300
     kopf_settings.networking.request_timeout = 30
@@ -269,6 +273,7 @@ async def run_controller(
             if closed := await streams.close():
                 log.debug("closed watch streams kopf left suspended", streams=closed)
             streams.uninstall()
+            kopf_settings.execution.executor.shutdown(wait=False, cancel_futures=True)
     finally:
         for task in beside:
             task.cancel()
