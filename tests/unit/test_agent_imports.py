@@ -1,8 +1,6 @@
 """The agent runs on every GPU node: what ``gpudra agent --backend nvml`` imports is what each node pays for in
-memory and start-up. It must not load the simulator, kopf, the embedded cluster, or kubernetes_asyncio's generated
-models (about 40 MB; the agent's client does not use them), nor rich and pygments (structlog imports them for its
-colour tracebacks whenever they are installed: 3 MiB the agent never uses), nor aiohttp's web server (its metrics
-and health endpoints are served on asyncio's streams; its API client is aiohttp's)."""
+memory and start-up. It must load nothing of ``bench.agent.FORBIDDEN``: the simulator, kopf, the embedded cluster,
+kubernetes_asyncio's generated models, rich and pygments, aiohttp."""
 
 from __future__ import annotations
 
@@ -11,18 +9,7 @@ import os
 import subprocess
 import sys
 
-FORBIDDEN = (
-    "gpudra.hardware.simulated",
-    "gpudra.hardware.simulated.fake_nvml",
-    "gpudra.hardware.simulated.profiles",
-    "gpudra.cluster",
-    "gpudra.controller",
-    "kopf",
-    "kubernetes_asyncio",
-    "rich",
-    "pygments",
-    "aiohttp.web",
-)
+from bench.agent import FORBIDDEN
 
 # What `gpudra agent` imports before it runs: the command line, the agent command's own imports, and the NVML
 # backend with its binding.

@@ -1,5 +1,5 @@
-"""KubeClient: typed, minimal verbs over a transport (HTTP through kubernetes_asyncio, or the embedded cluster's
-in-process one), with errors mapped to gpudra's.
+"""KubeClient: typed, minimal verbs over a transport (HTTP, or the embedded cluster's in-process one; see
+:mod:`gpudra.kube.transport`), with errors mapped to gpudra's.
 
 Reads are typed: ``get`` and ``list`` of a :class:`TypedResource` return its ``gpudra.api`` model, so product code
 reads fields through the models, never by indexing the wire form. ``get_raw`` and ``list_raw`` return the wire form
@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
-import aiohttp
 from pydantic import ValidationError
 
 from gpudra.api.base import WireModel
@@ -33,7 +32,7 @@ from gpudra.errors import (
 from gpudra.kube.kubeconfig import Credentials, in_cluster_credentials, read_credentials
 from gpudra.kube.resources import Resource, TypedResource
 from gpudra.kube.session import SessionTransport
-from gpudra.kube.transport import WATCH_READ_BUFFER, Call, HTTPTransport, Reply, Transport
+from gpudra.kube.transport import WATCH_READ_BUFFER, Call, Reply, Transport
 
 M = TypeVar("M", bound=WireModel)
 Body = dict[str, Any]
@@ -59,9 +58,8 @@ def _map_error(code: int, http_reason: str, body: Any, what: str) -> KubeError:
     return cls(text, status=code, reason=reason)
 
 
-_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
-"""What the transport raises when the server is down or the connection breaks (aiohttp's payload and
-disconnect errors are not OSErrors)."""
+_TRANSPORT_ERRORS = (OSError,)
+"""What every transport raises when the server is down or the connection breaks (TimeoutError included)."""
 
 
 def _lost(exc: BaseException, what: str) -> KubeConnectionError:
@@ -144,6 +142,8 @@ class KubeClient:
         watchers must not cap them, or the next request waits for a free connection forever."""
         from kubernetes_asyncio import client as k8s_client
 
+        from gpudra.kube.apitransport import HTTPTransport
+
         configuration = k8s_client.Configuration(host=url)
         if token is not None:
             configuration.api_key = {"BearerToken": token}
@@ -176,6 +176,8 @@ class KubeClient:
             return cls(SessionTransport(plain), field_manager=field_manager)
         from kubernetes_asyncio import client as k8s_client
         from kubernetes_asyncio import config as k8s_config
+
+        from gpudra.kube.apitransport import HTTPTransport
 
         configuration = k8s_client.Configuration()
         try:

@@ -1,12 +1,12 @@
 """The HTTP transport of a client with plain credentials (a pod's service account, or a kubeconfig user with a
-token or a client certificate): one aiohttp session, as kubernetes_asyncio's would be, without importing
-kubernetes_asyncio.
+token or a client certificate): HTTP/1.1 on asyncio's streams (:mod:`gpudra.kube.http11`), without importing
+kubernetes_asyncio or aiohttp.
 
 Importing kubernetes_asyncio loads every generated API and model class of Kubernetes (about 1,600 modules,
-40 MB of a process's memory, 0.8 s of start-up) although KubeClient uses none of them. The agent runs on every GPU
-node, so it talks to the API server through this transport; kubeconfigs that need kubernetes_asyncio's loaders
-(exec and auth-provider plugins, basic auth, a proxy, several files) still go through it
-(:class:`gpudra.kube.transport.HTTPTransport`).
+40 MB of a process's memory, 0.8 s of start-up) although KubeClient uses none of them, and aiohttp's client adds
+14 MiB more. The agent runs on every GPU node, so it talks to the API server through this transport; kubeconfigs
+that need kubernetes_asyncio's loaders (exec and auth-provider plugins, basic auth, a proxy, several files) still
+go through it (:class:`gpudra.kube.apitransport.HTTPTransport`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
-import aiohttp
-
+from gpudra.kube.http11 import Endpoint, Pool
 from gpudra.kube.kubeconfig import Credentials
-from gpudra.kube.transport import WATCH_READ_BUFFER, Call, HTTPReply, Reply
+from gpudra.kube.transport import Call, Reply
 
 TOKEN_REREAD_SECONDS = 60.0
 """How long a token read from a file is used before the file is read again (client-go's period): the kubelet
@@ -71,11 +70,7 @@ class SessionTransport:
         self._credentials = credentials
         self._server = credentials.server.rstrip("/")
         tls = ssl_context(credentials) if self._server.startswith("https:") else None
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_connections, ssl=tls if tls is not None else True),
-            trust_env=True,  # HTTPS_PROXY / NO_PROXY, as kubernetes_asyncio's session
-            read_bufsize=WATCH_READ_BUFFER,
-        )
+        self._pool = Pool(Endpoint(self._server, tls), limit=max_connections)
         self._token = credentials.token
         self._token_read = time.monotonic()
 
@@ -92,17 +87,9 @@ class SessionTransport:
         authorization = self._authorization()
         if authorization is not None:
             headers["Authorization"] = authorization
-        url = self._server + call.path
-        if call.query:
-            url += "?" + urlencode(call.query)
-        response = await self._session.request(
-            call.method,
-            url,
-            headers=headers,
-            data=None if call.body is None else json.dumps(call.body),
-            timeout=aiohttp.ClientTimeout(total=call.timeout),
-        )
-        return HTTPReply(response)
+        target = call.path + ("?" + urlencode(call.query) if call.query else "")
+        body = None if call.body is None else json.dumps(call.body).encode()
+        return await self._pool.request(call.method, target, headers, body, call.timeout)
 
     async def close(self) -> None:
-        await self._session.close()
+        await self._pool.close()

@@ -1,0 +1,298 @@
+"""HTTP/1.1 to one API server over asyncio's streams: a pool of kept-alive connections, bodies sized by
+Content-Length or chunked, watches read as their chunks arrive, and the environment's proxy (HTTPS_PROXY,
+HTTP_PROXY, NO_PROXY) reached with CONNECT.
+
+This is all of HTTP a KubeClient needs, written for the agent: aiohttp's client, which it replaces for plain
+credentials, costs every GPU node's agent 14 MiB of memory. Every failure to reach the server or to read its
+answer is raised as an OSError (ConnectionError, or TimeoutError when ``Call.timeout`` runs out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable
+from types import TracebackType
+from urllib.parse import unquote, urlsplit
+
+HEAD_LIMIT = 64 * 1024
+"""Bytes the status line and headers of one answer may take."""
+
+
+class ProtocolError(ConnectionError):
+    """The server's answer is not HTTP/1.1 this client can read; the connection is dropped."""
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def usable(self) -> bool:
+        return not (self.reader.at_eof() or self.writer.is_closing())
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Endpoint:
+    """Where requests go: the server's scheme, host and port, its TLS context, and the proxy the environment
+    names for it (None: connect directly)."""
+
+    def __init__(self, server: str, tls: ssl.SSLContext | None) -> None:
+        url = urlsplit(server)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"an API server URL must be http(s)://host[:port], not {server!r}")
+        self.https = url.scheme == "https"
+        self.host = url.hostname
+        self.port = url.port or (443 if self.https else 80)
+        self.base = url.path.rstrip("/")
+        self.authority = url.netloc.rpartition("@")[2]
+        self.tls = tls if tls is not None or not self.https else ssl.create_default_context()
+        proxy = _proxy_for(url.scheme, self.host)
+        self.proxy = urlsplit(proxy) if proxy is not None else None
+
+    async def open(self, limit: int) -> _Connection:
+        """A new connection: to the server, or through the proxy (a CONNECT tunnel for https)."""
+        if self.proxy is None:
+            reader, writer = await asyncio.open_connection(
+                self.host,
+                self.port,
+                ssl=self.tls,
+                server_hostname=self.host if self.tls else None,
+                limit=limit,
+            )
+            return _Connection(reader, writer)
+        reader, writer = await asyncio.open_connection(
+            self.proxy.hostname, self.proxy.port or 80, limit=limit
+        )
+        connection = _Connection(reader, writer)
+        try:
+            if self.https:
+                await self._tunnel(connection)
+                await writer.start_tls(self.tls or ssl.create_default_context(), server_hostname=self.host)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    @property
+    def proxy_authorization(self) -> str | None:
+        """The Proxy-Authorization header of a proxy URL with a user in it."""
+        if self.proxy is None or self.proxy.username is None:
+            return None
+        user, password = unquote(self.proxy.username), unquote(self.proxy.password or "")
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    async def _tunnel(self, connection: _Connection) -> None:
+        target = f"{self.host}:{self.port}"
+        head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+        if self.proxy_authorization is not None:
+            head += f"Proxy-Authorization: {self.proxy_authorization}\r\n"
+        connection.writer.write((head + "\r\n").encode())
+        await connection.writer.drain()
+        status, reason, _ = await _read_head(connection.reader)
+        if status != 200:
+            where = f"{self.proxy.hostname}:{self.proxy.port or 80}" if self.proxy else "?"
+            raise ConnectionRefusedError(f"the proxy {where} refused CONNECT {target}: {status} {reason}")
+
+
+def _proxy_for(scheme: str, host: str) -> str | None:
+    """The proxy URL the environment names for ``scheme`` and ``host`` (urllib's reading of *_PROXY and NO_PROXY,
+    as aiohttp's trust_env and client-go read them), or None."""
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(scheme)
+    if not proxy or urllib.request.proxy_bypass(host):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str]]:
+    """Status, reason and headers (names lower-cased; a repeated header's last value) of one answer."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        raise ConnectionResetError("the server closed the connection before answering") from exc
+    except asyncio.LimitOverrunError as exc:
+        raise ProtocolError(f"an answer's headers are longer than {HEAD_LIMIT} bytes") from exc
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    code, _, reason = rest.partition(" ")
+    if not version.startswith("HTTP/1.") or not code.isdigit():
+        raise ProtocolError(f"not an HTTP/1.1 status line: {lines[0][:80]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return int(code), reason, headers
+
+
+class Pool:
+    """Connections to one endpoint: at most ``limit`` in use at once (every open watch holds one), the idle ones
+    kept for the next request."""
+
+    def __init__(self, endpoint: Endpoint, *, limit: int = 100) -> None:
+        self.endpoint = endpoint
+        self._slots = asyncio.Semaphore(limit)
+        self._idle: list[_Connection] = []
+        self._closed = False
+
+    async def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None,
+                      timeout: float | None) -> Response:  # fmt: skip
+        """Send one request and read the answer's head; the body is read from the returned Response, which
+        gives its connection back when it is read to the end or left (``async with``)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        async with asyncio.timeout_at(deadline):
+            await self._slots.acquire()
+            try:
+                return await self._send(method, target, headers, body, deadline)
+            except BaseException:
+                self._slots.release()
+                raise
+
+    async def _send(
+        self, method: str, target: str, headers: dict[str, str], body: bytes | None, deadline: float | None
+    ) -> Response:
+        head = self._head(method, target, headers, body)
+        while True:
+            reused = bool(self._idle)
+            connection = self._idle.pop() if reused else await self.endpoint.open(HEAD_LIMIT)
+            if not connection.usable():
+                connection.close()
+                continue
+            try:
+                connection.writer.write(head if body is None else head + body)
+                await connection.writer.drain()
+                status, reason, answer = await _read_head(connection.reader)
+            except (ConnectionError, OSError):
+                connection.close()
+                if reused:  # the server closed an idle connection as the request left: nothing was done
+                    continue
+                raise
+            except BaseException:
+                connection.close()
+                raise
+            return Response(self, connection, status, reason, answer, deadline, method == "HEAD")
+
+    def _head(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
+        endpoint = self.endpoint
+        path = endpoint.base + target
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {endpoint.authority}", "User-Agent: gpudra"]
+        if (
+            endpoint.proxy is not None and not endpoint.https
+        ):  # a plain request through the proxy names the server
+            lines[0] = f"{method} http://{endpoint.authority}{path} HTTP/1.1"
+            if endpoint.proxy_authorization is not None:
+                lines.append(f"Proxy-Authorization: {endpoint.proxy_authorization}")
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(body or b'')}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def give_back(self, connection: _Connection, keep: bool) -> None:
+        self._slots.release()
+        if keep and not self._closed and connection.usable():
+            self._idle.append(connection)
+        else:
+            connection.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+
+class Response:
+    """One answer: its status and headers, and its body read whole (:meth:`read`) or as it arrives
+    (:meth:`chunks`)."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        connection: _Connection,
+        status: int,
+        reason: str,
+        headers: dict[str, str],
+        deadline: float | None,
+        bodiless: bool,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self._pool: Pool | None = pool
+        self._connection = connection
+        self._deadline = deadline
+        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        self._left: int | None = 0 if bodiless or status in (204, 304) or 100 <= status < 200 else None
+        if self._left is None and not self._chunked and length is not None:
+            if not length.isdigit():
+                raise ProtocolError(f"a Content-Length of {length!r}")
+            self._left = int(length)
+        self._keep = headers.get("connection", "").lower() != "close" and (
+            self._chunked or self._left is not None
+        )
+        self._done = False
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as the server sends it; the connection goes back to the pool once it is read to the end."""
+        reader = self._connection.reader
+        try:
+            if self._chunked:
+                while True:
+                    size_line = await self._within(reader.readuntil(b"\r\n"))
+                    size_text = size_line.split(b";", 1)[0].strip()
+                    try:
+                        size = int(size_text, 16)
+                    except ValueError as exc:
+                        raise ProtocolError(f"a chunk size of {size_text[:20]!r}") from exc
+                    if size == 0:
+                        while await self._within(reader.readuntil(b"\r\n")) != b"\r\n":
+                            pass  # trailers
+                        break
+                    data = await self._within(reader.readexactly(size + 2))
+                    yield data[:-2]
+            elif self._left is not None:
+                while self._left:
+                    data = await self._within(reader.read(min(self._left, 256 * 1024)))
+                    if not data:
+                        raise ConnectionResetError("the server closed the connection amid an answer")
+                    self._left -= len(data)
+                    yield data
+            else:  # no length: the body ends with the connection
+                while data := await self._within(reader.read(256 * 1024)):
+                    yield data
+            self._done = True
+        finally:
+            self.release()
+
+    async def _within(self, read: Awaitable[bytes]) -> bytes:
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                return await read
+        except asyncio.IncompleteReadError as exc:
+            raise ConnectionResetError("the server closed the connection amid an answer") from exc
+        except asyncio.LimitOverrunError as exc:
+            raise ProtocolError("a chunk header longer than the read limit") from exc
+
+    def release(self) -> None:
+        """Give the connection back: kept for the next request when the body was read to its end, else closed."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.give_back(self._connection, self._keep and (self._done or self._left == 0))
+
+    async def __aenter__(self) -> Response:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()

@@ -1,0 +1,176 @@
+"""The agent's HTTP/1.1 client (gpudra.kube.http11) against small servers that answer as kube-apiserver's Go
+server does: bodies by Content-Length and chunked watches, kept-alive connections reused, an idle connection
+the server closed replaced without the caller noticing, a deadline, and the environment's proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from gpudra.errors import KubeConnectionError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.http11 import Endpoint, Pool
+from gpudra.kube.kubeconfig import Credentials
+from gpudra.kube.resources import NODES
+from gpudra.kube.session import SessionTransport
+
+pytestmark = pytest.mark.timeout(30)
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, str], Awaitable[bool]]
+"""Answers one request (its request line given); False closes the connection after it."""
+
+
+class Server:
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.requests: list[str] = []
+        self.port = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+                if "Content-Length" in headers:
+                    await reader.readexactly(int(headers["Content-Length"]))
+                self.requests.append(lines[0])
+                if not await self.handler(reader, writer, lines[0]):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def serving(handler: Handler) -> AsyncIterator[Server]:
+    server = Server(handler)
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+    server.port = listener.sockets[0].getsockname()[1]
+    async with listener:
+        yield server
+
+
+def answer(body: dict[str, object]) -> bytes:
+    data = json.dumps(body).encode()
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    return head.encode() + data
+
+
+def node(name: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "resourceVersion": "5"}}
+
+
+def client(port: int) -> KubeClient:
+    return KubeClient(SessionTransport(Credentials(server=f"http://127.0.0.1:{port}", token="t")))
+
+
+async def test_requests_share_one_kept_alive_connection() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        writer.write(answer(node("n1")))
+        return True
+
+    async with serving(handler) as server:
+        kube = client(server.port)
+        for _ in range(3):
+            assert (await kube.get_raw(NODES, "n1"))["metadata"]["name"] == "n1"
+        await kube.close()
+    assert server.connections == 1 and len(server.requests) == 3
+
+
+async def test_an_idle_connection_the_server_closed_is_replaced_unnoticed() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        writer.write(answer(node("n1")))
+        await writer.drain()
+        return False  # closes after each answer, without saying so, as a server's idle timeout does
+
+    async with serving(handler) as server:
+        kube = client(server.port)
+        for _ in range(3):
+            assert (await kube.get_raw(NODES, "n1"))["metadata"]["name"] == "n1"
+        await kube.close()
+    assert server.connections == 3
+
+
+async def test_a_chunked_watch_is_read_event_by_event_as_it_arrives() -> None:
+    sent = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        if "watch=true" not in line:
+            writer.write(answer(node("n1")))
+            return True
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        for i in range(3):
+            event = json.dumps({"type": "ADDED", "object": node(f"n{i}")}).encode() + b"\n"
+            half = len(event) // 2  # an event split over two chunks
+            for part in (event[:half], event[half:]):
+                writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            await writer.drain()
+            if i == 1:
+                await sent.wait()  # the client must have seen two events before the third is sent
+        writer.write(b"0\r\n\r\n")
+        return True
+
+    async with serving(handler) as server:
+        kube = client(server.port)
+        names = []
+        async for _kind, obj in kube.watch(NODES):
+            names.append(obj["metadata"]["name"])
+            if len(names) == 2:
+                sent.set()
+        assert names == ["n0", "n1", "n2"]
+        got = await kube.get_raw(NODES, "n1")  # on the same connection: the watch was read to its end
+        assert got["metadata"]["name"] == "n1"
+        await kube.close()
+    assert server.connections == 1
+
+
+async def test_an_answer_cut_short_is_a_lost_connection_not_a_crash() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        writer.write(answer(node("n1"))[:-5])
+        return False
+
+    async with serving(handler) as server:
+        kube = client(server.port)
+        with pytest.raises(KubeConnectionError, match="connection failed"):
+            await kube.get_raw(NODES, "n1")
+        await kube.close()
+
+
+async def test_the_deadline_covers_a_server_that_never_answers() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        await asyncio.Event().wait()
+        return False
+
+    async with serving(handler) as server:
+        pool = Pool(Endpoint(f"http://127.0.0.1:{server.port}", None))
+        with pytest.raises(TimeoutError):
+            await pool.request("GET", "/api/v1/nodes", {}, None, 0.2)
+        await pool.close()
+
+
+async def test_the_environments_proxy_is_used_unless_no_proxy_names_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        writer.write(answer(node("via-proxy")))
+        return True
+
+    async with serving(handler) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", f"http://user:pw@127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("NO_PROXY", "")
+        kube = KubeClient(SessionTransport(Credentials(server="http://apiserver.example:6443", token="t")))
+        assert (await kube.get_raw(NODES, "n1"))["metadata"]["name"] == "via-proxy"
+        await kube.close()
+        assert proxy.requests == ["GET http://apiserver.example:6443/api/v1/nodes/n1 HTTP/1.1"]
+        monkeypatch.setenv("NO_PROXY", "apiserver.example")
+        assert Endpoint("http://apiserver.example:6443", None).proxy is None
