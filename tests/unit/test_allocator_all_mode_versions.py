@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from _allocator_kit import claim, gpu, gpus, make_allocator, match, req, slice_
+from _allocator_kit import CLASSES, claim, gpu, gpus, make_allocator, match, req, slice_
 
 from gpudra.allocator import Allocation, Failure, NodeInfo, NodesFailure, explain_outcome
-from gpudra.api.dra import ResourceClaim, ResourceSlice
+from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import explain, explanation, load_view, view_from_wire
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -146,15 +146,11 @@ def test_through_1_37_the_explanation_says_the_attempt_is_aborted() -> None:
     assert "kube-scheduler aborts the pod's scheduling attempt at this error" in text
 
 
-def _held(node: str, device: str) -> list[Any]:
-    from gpudra.api.dra import DeviceRequestAllocationResult
-
+def _held(node: str, device: str) -> list[DeviceRequestAllocationResult]:
     return [DeviceRequestAllocationResult(request="x", driver="gpu.nvidia.com", pool=node, device=device)]
 
 
 def _wire(slices: list[ResourceSlice]) -> dict[str, list[dict[str, Any]]]:
-    from _allocator_kit import CLASSES
-
     return {
         "slices": [s.to_wire() for s in slices],
         "classes": [c.to_wire() for c in CLASSES],

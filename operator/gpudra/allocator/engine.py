@@ -104,7 +104,7 @@ class Allocator:
         self.share_id = share_id or _default_share_id
         self.budget = budget
         self.detail_nodes = detail_nodes
-        self.pool_error_aborts = kubeerrors.pool_error_aborts(kube_minor)
+        self._pool_error_aborts = kubeerrors.pool_error_aborts(kube_minor)
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
         self._hints: dict[bytes, _Hint] = {}
         self._facts: dict[bytes, _ShapeFacts] = {}
@@ -182,7 +182,7 @@ class Allocator:
         specs = [s for c in claims for g in c.groups for s in g]
         for spec in specs:
             select(spec, pools, self.snapshot, self.device_view)
-        setup = _all_mode_problem(node, claims, specs, pools, aborts=self.pool_error_aborts)
+        setup = _all_mode_problem(node, claims, specs, pools, aborts=self._pool_error_aborts)
         if setup is not None:
             return setup
         constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
