@@ -34,7 +34,8 @@ def message(bad: str, minor: int = 37) -> str:
     )
 
 
-def _slice(node: str, devices: dict[str, dict[str, Any]]) -> str:
+def _slice(node: str, devices: dict[str, dict[str, Any]], count: int = 1) -> str:
+    """The node's pool of fx devices, announcing ``count`` slices (this one of them)."""
     listed = ", ".join(f"{{name: {name}, attributes: {attributes}}}" for name, attributes in devices.items())
     return f"""
 apiVersion: resource.k8s.io/v1
@@ -43,7 +44,7 @@ metadata: {{name: {node}-fx}}
 spec:
   driver: {DRIVER}
   nodeName: {node}
-  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
+  pool: {{name: {node}, generation: 1, resourceSliceCount: {count}}}
   devices: [{listed}]
 """
 
@@ -51,20 +52,19 @@ spec:
 NUMA0 = {"numa": {"int": 0}}
 
 
-def manifests(bad: str) -> str:
-    good = "fx-2" if bad == "fx-1" else "fx-1"
-    return "\n---\n".join(
-        [
-            f"""
+CLASS = f"""
 apiVersion: resource.k8s.io/v1
 kind: DeviceClass
 metadata: {{name: {DRIVER}}}
 spec:
   selectors: [{{cel: {{expression: 'device.driver == "{DRIVER}"'}}}}]
-""",
-            _slice(bad, {"d0": NUMA0, "d1": {}}),
-            _slice(good, {"e0": NUMA0, "e1": NUMA0}),
-        ]
+"""
+
+
+def manifests(bad: str) -> str:
+    good = "fx-2" if bad == "fx-1" else "fx-1"
+    return "\n---\n".join(
+        [CLASS, _slice(bad, {"d0": NUMA0, "d1": {}}), _slice(good, {"e0": NUMA0, "e1": NUMA0})]
     )
 
 
@@ -146,3 +146,63 @@ spec:
   containers: [{{name: main, image: cuda, resources: {{claims: [{{name: gpu}}]}}}}]
   resourceClaims: [{{name: gpu, resourceClaimName: busy}}]
 """
+
+
+# fx-1's pool announces two slices and has published one; fx-2's is complete. A claim for all fx devices of a node:
+# Kubernetes' allocator errs on fx-1 ("currently being updated"). Through 1.37 that aborts the pod's scheduling
+# attempt; from 1.38 (kubernetes#141898) it only leaves fx-1 out, and the pod goes to fx-2.
+ALL_POD = f"""
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: all-fx, namespace: default}}
+spec:
+  devices:
+    requests:
+    - name: all
+      exactly: {{deviceClassName: {DRIVER}, allocationMode: All}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: all-fx, namespace: default}}
+spec:
+  containers: [{{name: main, image: cuda, resources: {{claims: [{{name: all}}]}}}}]
+  resourceClaims: [{{name: all, resourceClaimName: all-fx}}]
+"""
+UPDATING = (
+    'running "DynamicResources" filter plugin: claim default/all-fx, request all: asks for all devices, but '
+    "resource pool fx.example.com/fx-1 is currently being updated"
+)
+
+
+async def all_devices_of_an_incomplete_pool(cluster: EmbeddedCluster) -> None:
+    """Through 1.37 the pod stays pending with kube-scheduler's error though fx-2 fits; from 1.38 it is bound to
+    fx-2 (the embedded stand-in emulates up to 1.37)."""
+    slices = [_slice("fx-1", {"d0": {}}, count=2), _slice("fx-2", {"e0": {}})]
+    await kubectl(cluster, "apply", "-f", "-", stdin="\n---\n".join([CLASS, *slices]))
+    await kubectl(cluster, "apply", "-f", "-", stdin=ALL_POD)
+    minor = cluster.kubernetes.binaries.minor if cluster.kubernetes is not None else 37
+    assert cluster.client is not None
+    client = cluster.client
+
+    async def said() -> list[str]:
+        events, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=all-fx")
+        return [
+            str(e.get("message") or e.get("note") or "")
+            for e in events
+            if e.get("reason") == "FailedScheduling"
+        ]
+
+    async def node() -> str | None:
+        return ((await client.get_raw(PODS, "all-fx", "default")).get("spec") or {}).get("nodeName")
+
+    async def told() -> bool:
+        return UPDATING in await said()
+
+    if minor >= 38:
+        assert await eventually(node, timeout=30) == "fx-2"
+        return
+    try:
+        await eventually(told, timeout=30)
+    except AssertionError:
+        raise AssertionError(f"FailedScheduling messages: {await said()}") from None
+    assert await node() is None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from allocerrorkit import BUSY_POD, FLEET, stays_pending_with_the_error
+from allocerrorkit import BUSY_POD, FLEET, all_devices_of_an_incomplete_pool, stays_pending_with_the_error
 from clusterkit import StartCluster, eventually, kubectl
 from gpudra.kube.resources import EVENTS, PODS
 
@@ -19,6 +19,12 @@ async def test_a_cel_runtime_error_on_one_node_keeps_the_pod_pending_with_the_er
     start_cluster: StartCluster, bad: str
 ) -> None:
     await stays_pending_with_the_error(await start_cluster(FLEET), bad)
+
+
+async def test_all_devices_of_an_incomplete_pool_abort_through_1_37_and_skip_the_node_from_1_38(
+    start_cluster: StartCluster,
+) -> None:
+    await all_devices_of_an_incomplete_pool(await start_cluster(FLEET))
 
 
 async def test_a_selector_over_the_cel_library_iteration_budget_keeps_the_pod_pending_with_a_sentence(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from _realkit import StartKubernetes
 
-from allocerrorkit import BUSY_POD, FLEET, stays_pending_with_the_error
+from allocerrorkit import BUSY_POD, FLEET, all_devices_of_an_incomplete_pool, stays_pending_with_the_error
 from clusterkit import eventually, kubectl
 from gpudra.kube.resources import PODS
 
@@ -16,6 +16,12 @@ async def test_a_cel_runtime_error_on_one_node_keeps_the_pod_pending_with_the_er
     start_kubernetes: StartKubernetes, bad: str
 ) -> None:
     await stays_pending_with_the_error(await start_kubernetes(FLEET), bad)
+
+
+async def test_all_devices_of_an_incomplete_pool_abort_through_1_37_and_skip_the_node_from_1_38(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    await all_devices_of_an_incomplete_pool(await start_kubernetes(FLEET))
 
 
 async def test_kube_scheduler_allocates_a_selector_that_loops_past_the_cel_library_budget(

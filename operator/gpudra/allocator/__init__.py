@@ -14,7 +14,7 @@ from ``cel.selectors`` load on first use.
 from typing import TYPE_CHECKING
 
 from gpudra.allocator.diagnosis import REASONS, Failure, NodesFailure, RequestDiagnosis, SelectorStat
-from gpudra.allocator.engine import Allocator
+from gpudra.allocator.engine import DEFAULT_KUBE_MINOR, Allocator
 from gpudra.allocator.explain.explanation import ClosestDevice, Explanation, NodeLine, Repartition
 from gpudra.allocator.explain.nearest import examine
 from gpudra.allocator.explain.phrases import meant_class
@@ -49,6 +49,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "DEFAULT_KUBE_MINOR",
     "FILTER_PREFIX",
     "MAX_EXPRESSION_LENGTH",
     "REASONS",

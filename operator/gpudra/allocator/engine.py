@@ -56,6 +56,8 @@ from gpudra.errors import InvalidInputError
 
 KUBE_FILTERS_ALL_BELOW = 100
 """kube-scheduler's minFeasibleNodesToFind: in a cluster of at most this many nodes it filters every node."""
+DEFAULT_KUBE_MINOR = 37
+"""The Kubernetes minor whose allocator is followed unless told (the newest the differential test checks)."""
 DEFAULT_BUDGET = 200_000
 """Search steps per node before giving up with SearchLimit (Kubernetes bounds Filter by a 10 s timeout)."""
 
@@ -85,7 +87,10 @@ class Allocator:
         share_id: Callable[[], str] | None = None,
         budget: int = DEFAULT_BUDGET,
         detail_nodes: int = 8,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
     ) -> None:
+        """``kube_minor``: the Kubernetes minor version (of the cluster's API server) whose allocator to follow
+        where versions differ (``kubeerrors.pool_error_aborts``)."""
         self.snapshot = snapshot
         if isinstance(classes, Mapping):
             self.classes: dict[str, DeviceClass] = dict(classes)
@@ -99,6 +104,7 @@ class Allocator:
         self.share_id = share_id or _default_share_id
         self.budget = budget
         self.detail_nodes = detail_nodes
+        self._pool_error_aborts = kubeerrors.pool_error_aborts(kube_minor)
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
         self._hints: dict[bytes, _Hint] = {}
         self._facts: dict[bytes, _ShapeFacts] = {}
@@ -176,7 +182,7 @@ class Allocator:
         specs = [s for c in claims for g in c.groups for s in g]
         for spec in specs:
             select(spec, pools, self.snapshot, self.device_view)
-        setup = _all_mode_problem(node, claims, specs, pools)
+        setup = _all_mode_problem(node, claims, specs, pools, aborts=self._pool_error_aborts)
         if setup is not None:
             return setup
         constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
@@ -618,11 +624,12 @@ def _shape_text(claim: ResourceClaim) -> bytes:
 
 
 def _all_mode_problem(
-    node: NodeInfo, claims: list[ClaimSpec], specs: list[RequestSpec], pools: NodePools
+    node: NodeInfo, claims: list[ClaimSpec], specs: list[RequestSpec], pools: NodePools, *, aborts: bool
 ) -> Failure | None:
     """What Kubernetes checks for every ``All`` request (firstAvailable alternatives included) before its
     search, failing the whole allocation at the first problem in its pool order: a pool of the node incomplete
-    or invalid, or a selector failing on a device."""
+    or invalid (an error that aborts the attempt when ``aborts``, else the node's failure), or a selector failing
+    on a device."""
     for spec in specs:
         if not spec.all_mode:
             continue
@@ -639,7 +646,7 @@ def _all_mode_problem(
                     reason="PoolIncomplete",
                     message=f"request {spec.full} asks for all devices, but pool {key} is being updated",
                     pools_incomplete=[str(k) for k in pools.incomplete],
-                    aborts=kubeerrors.all_mode_pool(claim, spec, str(key), invalid=False),
+                    aborts=kubeerrors.all_mode_pool(claim, spec, str(key), invalid=False) if aborts else "",
                 )
             if why:
                 return Failure(
@@ -647,7 +654,7 @@ def _all_mode_problem(
                     reason="PoolInvalid",
                     message=f"request {spec.full} asks for all devices, but pool {key} is invalid: {why}",
                     pools_invalid=[f"{k}: {w}" for k, w in pools.invalid],
-                    aborts=kubeerrors.all_mode_pool(claim, spec, str(key), invalid=True),
+                    aborts=kubeerrors.all_mode_pool(claim, spec, str(key), invalid=True) if aborts else "",
                 )
     return None
 

@@ -1,7 +1,8 @@
 """Kubernetes' allocator's own words for the errors that abort a pod's scheduling attempt (k8s.io/dynamic-resource-
 allocation/structured, v0.37): a CEL selector failing at runtime on a device the search reaches, and an ``All``
-request meeting a constraint it breaks or a pool that is incomplete or invalid. kube-scheduler's FailedScheduling
-Event carries them behind :data:`FILTER_PREFIX`; the stand-in scheduler says the same."""
+request meeting a constraint it breaks or (through 1.37, see :func:`pool_error_aborts`) a pool that is incomplete
+or invalid. kube-scheduler's FailedScheduling Event carries them behind :data:`FILTER_PREFIX`; the stand-in
+scheduler says the same."""
 
 from __future__ import annotations
 
@@ -49,6 +50,19 @@ def cel_runtime(claim: str, spec: RequestSpec | None, expression: str, device: s
             if selector.expression == expression:
                 return f"claim {claim}: selector #{i} on device {device}: CEL runtime error: {error}"
     return f"claim {claim}: selector on device {device}: CEL runtime error: {error}"
+
+
+POOL_ERROR_FAILS_NODE_FROM = 38
+"""The first Kubernetes minor in which an ``All`` request meeting an incomplete or invalid pool fails only that node
+(kubernetes#141898, in v0.38.0-beta.0: the error wraps ``ErrFailedAllocationOnNode``, so kube-scheduler's filter
+calls the node unschedulable, in the same words, and goes on with the other nodes). Selector runtime errors and an
+``All`` request breaking a constraint still abort the attempt."""
+
+
+def pool_error_aborts(kube_minor: int) -> bool:
+    """Whether an ``All`` request meeting an incomplete or invalid pool aborts the pod's scheduling attempt on
+    Kubernetes 1.``kube_minor`` (otherwise it fails only the node)."""
+    return kube_minor < POOL_ERROR_FAILS_NODE_FROM
 
 
 def all_mode_pool(claim: str, spec: RequestSpec, pool: str, *, invalid: bool) -> str:

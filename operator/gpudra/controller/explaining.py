@@ -3,7 +3,9 @@
 Shared by ``gpudra explain`` and the controller's pending-claim Events, so both say the same: it reads slices,
 classes, claims, namespaces and nodes through the client layer, builds the allocator's snapshot with every existing
 allocation marked (and which claim holds each device), asks the allocator where the claim would fit, and words the
-answer with the MIG planner's (``gpudra.allocator.explain.wording``). Nothing is written.
+answer with the MIG planner's (``gpudra.allocator.explain.wording``). The allocator follows the API server's
+Kubernetes version where Kubernetes' allocators differ (from 1.38 an ``All`` request meeting an incomplete pool
+fails only that node). Nothing is written.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.allocator import (
+    DEFAULT_KUBE_MINOR,
     Allocation,
     Allocator,
     ClusterSnapshot,
@@ -59,8 +62,10 @@ def build_view(
     nodes: Iterable[Node],
     *,
     skip_claim_uid: str | None = None,
+    kube_minor: int = DEFAULT_KUBE_MINOR,
 ) -> ClusterView:
-    """Pure: the allocator over these objects, with every allocation but ``skip_claim_uid``'s marked in use."""
+    """Pure: the allocator over these objects, with every allocation but ``skip_claim_uid``'s marked in use,
+    following the allocator of Kubernetes 1.``kube_minor``."""
     snapshot = ClusterSnapshot(slices)
     holders: dict[DeviceId, str] = {}
     pending: list[ResourceClaim] = []
@@ -73,7 +78,7 @@ def build_view(
             for r in allocation.results:
                 holders[DeviceId(r.driver, r.pool, r.device)] = claim.metadata.namespaced_name
     labels = {ns.metadata.name or "": ns.metadata.labels or {} for ns in namespaces}
-    allocator = Allocator(snapshot, list(classes), namespace_labels=labels)
+    allocator = Allocator(snapshot, list(classes), namespace_labels=labels, kube_minor=kube_minor)
     listed = list(nodes)
     infos = sorted(
         (NodeInfo(n.metadata.name or "", n.metadata.labels or {}) for n in listed), key=lambda n: n.name
@@ -87,6 +92,8 @@ def view_from_wire(
     claims: Iterable[Body],
     namespaces: Iterable[Body],
     nodes: Iterable[Body],
+    *,
+    kube_minor: int = DEFAULT_KUBE_MINOR,
 ) -> ClusterView:
     """:func:`build_view` over objects in their wire form (the web view's worker process is sent them so: they
     cost less to send than models); each is parsed once here."""
@@ -96,16 +103,20 @@ def view_from_wire(
         (ResourceClaim.model_validate(c) for c in claims),
         (Namespace.model_validate(n) for n in namespaces),
         (Node.model_validate(n) for n in nodes),
+        kube_minor=kube_minor,
     )
 
 
 async def load_view(client: KubeClient, *, skip_claim_uid: str | None = None) -> ClusterView:
+    _, minor = await client.server_version()
     slices, _ = await client.list(RESOURCE_SLICES)
     classes, _ = await client.list(DEVICE_CLASSES)
     claims, _ = await client.list(RESOURCE_CLAIMS)
     namespaces, _ = await client.list(NAMESPACES)
     nodes, _ = await client.list(NODES)
-    return build_view(slices, classes, claims, namespaces, nodes, skip_claim_uid=skip_claim_uid)
+    return build_view(
+        slices, classes, claims, namespaces, nodes, skip_claim_uid=skip_claim_uid, kube_minor=minor
+    )
 
 
 def explain(view: ClusterView, claim: ResourceClaim) -> Outcome:

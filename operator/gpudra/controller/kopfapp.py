@@ -237,7 +237,13 @@ async def run_controller(
     try:
         controller = build_controller(settings, metrics, client)
         if settings.web_port is not None:
-            view = FleetView(controller.informers, driver=settings.driver_name, namespace=settings.namespace)
+            _, minor = await client.server_version()
+            view = FleetView(
+                controller.informers,
+                driver=settings.driver_name,
+                namespace=settings.namespace,
+                kube_minor=minor,
+            )
             web_view = WebViewServer(settings.web_host, settings.web_port, view)
             url = await web_view.start()
             if web_view_started is not None:

@@ -14,6 +14,10 @@ from gpudra.allocator.requests import ADMIN_ACCESS_LABEL
 from gpudra.allocator.vocabulary import listed
 
 CLAIM_LEVEL = ("ClassNotFound", "AdminAccessDenied")
+ABORTED = (
+    "kube-scheduler aborts the pod's scheduling attempt at this error: no other node is chosen meanwhile"
+)
+"""Said of a node where Kubernetes' allocator errs (``Failure.aborts``) rather than finding the node unsuitable."""
 _COMPILE = re.compile(r"^(request|DeviceClass) (\S+): selector #(\d+): (.*)$", re.DOTALL)
 _MISSING_CLASS = re.compile(r"^request (\S+): DeviceClass (\S+) not found")
 

@@ -41,7 +41,7 @@ from gpudra.allocator.explain.nearest import (
     by_request,
     rank,
 )
-from gpudra.allocator.explain.phrases import claim_level, claim_sentence, values_shown
+from gpudra.allocator.explain.phrases import ABORTED, claim_level, claim_sentence, values_shown
 from gpudra.allocator.pools import DeviceId, PoolKey
 from gpudra.allocator.requests import CAPACITY, COUNTERS, IN_USE, TAINTED
 from gpudra.allocator.snapshot import ClusterSnapshot
@@ -75,6 +75,8 @@ def explain_outcome(
         return Explanation(outcome.reason or "NoMatchingDevice", headline, (), (), (), outcome)
     nearest = words.ranked[0]
     headline, sentences = words.write(total)
+    if isinstance(outcome, Failure) and outcome.aborts:
+        sentences.insert(0, ABORTED)
     if repartition is not None and repartition.node:
         headline, sentences = repartition.sentence(), [headline, *sentences]
     if repartition is not None and repartition.impossible:

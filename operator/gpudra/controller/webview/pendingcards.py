@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.allocator import Allocation
+from gpudra.allocator import DEFAULT_KUBE_MINOR, Allocation
 from gpudra.api.dra import ResourceClaim
 from gpudra.controller.explaining import explain, explanation, view_from_wire
 from gpudra.errors import GpudraError
@@ -31,13 +31,18 @@ EXPLAINED_FROM = ("nodes", "slices", "claims", "classes", "namespaces")
 
 
 def explain_pending(
-    objects: Mapping[str, list[Body]], pending: list[Body], driver: str, limit: int
+    objects: Mapping[str, list[Body]], pending: list[Body], driver: str, limit: int, kube_minor: int
 ) -> dict[str, PendingCard]:
     """Pure (and slow on large fleets): claim uid -> its card, for the oldest ``limit`` pending claims, explained
-    as ``gpudra explain`` and the controller's Events do (the MIG planner serving them together). Runs in the
-    worker process, which is sent wire objects."""
+    as ``gpudra explain`` and the controller's Events do (the MIG planner serving them together), following the
+    allocator of Kubernetes 1.``kube_minor``. Runs in the worker process, which is sent wire objects."""
     view = view_from_wire(
-        objects["slices"], objects["classes"], objects["claims"], objects["namespaces"], objects["nodes"]
+        objects["slices"],
+        objects["classes"],
+        objects["claims"],
+        objects["namespaces"],
+        objects["nodes"],
+        kube_minor=kube_minor,
     )
     claims = [ResourceClaim.model_validate(c) for c in pending]
     oldest = sorted(claims, key=lambda c: (c.metadata.creation_timestamp or "", c.metadata.namespaced_name))
@@ -75,6 +80,8 @@ class PendingExplainer:
     """Called when an explanation ended (its cards are in ``cards``) or the interval has passed."""
     interval: float = 1.0
     limit: int = 50
+    kube_minor: int = DEFAULT_KUBE_MINOR
+    """The API server's Kubernetes minor version, whose allocator the explanations follow."""
     stale: bool = True
     """The inputs changed since the last explanation started."""
     cards: dict[str, PendingCard] = field(default_factory=dict)
@@ -101,7 +108,9 @@ class PendingExplainer:
             # would hold the GIL against the loop that serves the page and the updates.
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         with _interrupts_blocked():  # the worker, started by the first submit, inherits the blocked SIGINT
-            submitted = self._pool.submit(explain_pending, objects(), pending, self.driver, self.limit)
+            submitted = self._pool.submit(
+                explain_pending, objects(), pending, self.driver, self.limit, self.kube_minor
+            )
         task: asyncio.Future[dict[str, PendingCard]] = asyncio.wrap_future(submitted)
         self._task = task
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from gpudra.allocator import DEFAULT_KUBE_MINOR
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Node, Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
@@ -73,6 +74,8 @@ class FleetView:
     debounce: float = 0.05
     explain_interval: float = 1.0
     explain_limit: int = 50
+    kube_minor: int = DEFAULT_KUBE_MINOR
+    """The API server's Kubernetes minor version, whose allocator the pending claims' explanations follow."""
     catalog: Catalog = field(default_factory=load_catalog)
     feed: UpdateFeed = field(default_factory=UpdateFeed)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -84,7 +87,11 @@ class FleetView:
     def __post_init__(self) -> None:
         self.watched = Watched(self.informers, self.namespace, self._changed)
         self.explainer = PendingExplainer(
-            self.driver, self._wake.set, interval=self.explain_interval, limit=self.explain_limit
+            self.driver,
+            self._wake.set,
+            interval=self.explain_interval,
+            limit=self.explain_limit,
+            kube_minor=self.kube_minor,
         )
 
     def _changed(self, name: str) -> None:
