@@ -1,18 +1,23 @@
 """The agent's API client without kubernetes_asyncio (gpudra.kube.session): a kubelet-rotated service-account token
 is used once it is read again, and a kubeconfig whose user needs a plugin still reaches its server through
-kubernetes_asyncio's loader instead of going out without credentials."""
+kubernetes_asyncio's loader instead of going out without credentials, and an HTTPS server is reached through the
+environment's proxy."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from clusterkit import StartCluster
 from gpudra.kube import session
 from gpudra.kube.client import KubeClient
 from gpudra.kube.kubeconfig import Credentials, read_credentials
+from gpudra.kube.resources import NODES
 
 
 @pytest.fixture
@@ -100,3 +105,45 @@ async def test_a_plain_kubeconfig_token_is_sent(server: tuple[str, list[str | No
     finally:
         await client.close()
     assert seen == ["Bearer plain"]
+
+
+async def test_an_https_server_is_reached_through_the_environments_proxy_with_connect(
+    start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded API server serves HTTPS with its own CA, as kube-apiserver does; with HTTPS_PROXY set the
+    client tunnels to it with CONNECT and checks the server's certificate through the tunnel."""
+    cluster = await start_cluster("l4x4:1")
+    credentials = read_credentials(cluster.options.kubeconfig)
+    assert credentials.server.startswith("https://")
+    tunnels: list[str] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        method, target, _ = head.split(" ", 2)
+        tunnels.append(f"{method} {target}")
+        host, _, port = target.rpartition(":")
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    listener = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    async with listener:
+        port = listener.sockets[0].getsockname()[1]
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("NO_PROXY", "")
+        client = KubeClient(session.SessionTransport(credentials))
+        try:
+            nodes, _ = await client.list_raw(NODES)
+        finally:
+            await client.close()
+    assert [n["metadata"]["name"] for n in nodes] == ["l4x4-0"]
+    authority = credentials.server.removeprefix("https://").rstrip("/")
+    assert tunnels == [f"CONNECT {authority}"]
