@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from gpudra.errors import ConfigurationError
 from gpudra.telemetry import configure_logging
@@ -14,9 +15,13 @@ from gpudra.telemetry import configure_logging
 
 @pytest.fixture(autouse=True)
 def restore_logging() -> Iterator[None]:
+    """The root logger and structlog as they were: configure_logging caches each structlog logger on its first use,
+    and a logger cached in a later test would never reach that test's ``capture_logs``."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    config = structlog.get_config()
     yield
+    structlog.configure(**config)
     for handler in root.handlers:
         if handler not in handlers:
             handler.close()
