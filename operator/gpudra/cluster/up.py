@@ -108,6 +108,17 @@ class ClusterNotReady(GpudraError):
 
 
 FLEET_POLL_PER_NODE = 0.025
+READY_TIMEOUT = 120.0
+READY_SECONDS_PER_NODE = 0.1
+
+
+def fleet_ready_timeout(nodes: int) -> float:
+    """How long ``gpudra up`` waits for a fleet of ``nodes`` to come up: two minutes, or a tenth of a second a
+    node if that is longer, so that a large fleet on a slow machine is waited for rather than reported as not
+    ready."""
+    return max(READY_TIMEOUT, nodes * READY_SECONDS_PER_NODE)
+
+
 LARGE_FLEET = 100
 """From this many simulated nodes on, the interpreter switches threads every ``LARGE_FLEET_SWITCH_INTERVAL``."""
 LARGE_FLEET_SWITCH_INTERVAL = 0.0005
@@ -155,7 +166,7 @@ class UpOptions:
     hardware_poll_seconds: float = 0.25
     compute_domain_daemon_mode: Literal["daemonset", "host-managed"] = "daemonset"
     controller: ControllerSettings = field(default_factory=ControllerSettings)
-    ready_timeout: float = 120.0
+    ready_timeout: float = READY_TIMEOUT
     dynamic_mig: bool = False  # MIG-capable GPUs start MIG-enabled and empty, agents run mig_policy=Dynamic
     agent_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
