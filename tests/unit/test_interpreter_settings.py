@@ -3,7 +3,11 @@ share them, and the setting the process had comes back only when the last one st
 
 from __future__ import annotations
 
-from gpudra.cluster.interpreter import SharedSetting
+import gc
+
+import pytest
+
+from gpudra.cluster.interpreter import START_FULL_COLLECTION_EVERY, SharedSetting, rare_full_collections
 
 
 def test_the_last_holder_to_release_restores_what_the_first_found() -> None:
@@ -18,3 +22,22 @@ def test_the_last_holder_to_release_restores_what_the_first_found() -> None:
     assert value[0] == "original"
     setting.release()  # a stop after a failed start releases nothing it did not hold
     assert value[0] == "original"
+
+
+def _failing_start(inside: list[tuple[int, ...]]) -> None:
+    with rare_full_collections():
+        inside.append(gc.get_threshold())
+        raise RuntimeError("a start that fails")
+
+
+def test_full_collections_are_rarer_only_inside_and_the_thresholds_come_back() -> None:
+    found = gc.get_threshold()
+    gc.set_threshold(10_000, 10, 10)
+    inside: list[tuple[int, ...]] = []
+    try:
+        with pytest.raises(RuntimeError):
+            _failing_start(inside)
+        assert gc.get_threshold() == (10_000, 10, 10)
+    finally:
+        gc.set_threshold(*found)
+    assert inside == [(10_000, 10, START_FULL_COLLECTION_EVERY)] and START_FULL_COLLECTION_EVERY > 10

@@ -46,7 +46,13 @@ from gpudra.cluster.apiserver.versions import KubeVersion, parse_minor
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.dirlock import DirectoryLock
 from gpudra.cluster.fleet import FleetNode, node_object
-from gpudra.cluster.interpreter import CLUSTER_GC_THRESHOLDS, GC_THRESHOLDS, SWITCH_INTERVAL, SharedSetting
+from gpudra.cluster.interpreter import (
+    CLUSTER_GC_THRESHOLDS,
+    GC_THRESHOLDS,
+    SWITCH_INTERVAL,
+    SharedSetting,
+    rare_full_collections,
+)
 from gpudra.cluster.kubelet.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
 from gpudra.cluster.kubelet.standin import StandInKubelet, simulated_pod_ip
 from gpudra.cluster.kubernetes.binaries import find_binaries
@@ -431,6 +437,21 @@ class EmbeddedCluster:
         return ControllerConnection(kubeconfig=kubeconfig, daemon_image=applied.daemon_image)
 
     async def start(self, progress: StartProgress | None = None) -> None:
+        self._check_options()
+        # Every start has a new API server, which knows none of the claims an earlier run's nodes prepared: their
+        # checkpoints, CDI specs and simulated GPUs would hold devices for claims that no longer exist.
+        shutil.rmtree(self.options.kubeconfig.parent / "nodes", ignore_errors=True)
+        GC_THRESHOLDS.hold(CLUSTER_GC_THRESHOLDS)
+        self._tuned.append(GC_THRESHOLDS)
+        if not self.large_fleet:
+            await self._start(progress or NoProgress())
+            return
+        SWITCH_INTERVAL.hold(LARGE_FLEET_SWITCH_INTERVAL)
+        self._tuned.append(SWITCH_INTERVAL)
+        with rare_full_collections():
+            await self._start(progress or NoProgress())
+
+    def _check_options(self) -> None:
         if self.options.real_kubelets and self.options.control_plane != "kubernetes":
             raise ConfigurationError("--real-kubelet needs --control-plane kubernetes")
         if self.options.real_nodes:
@@ -443,15 +464,8 @@ class EmbeddedCluster:
                     f"--real-nodes {self.options.real_nodes} asks for more real nodes than the fleet has "
                     f"({len(self.options.nodes)})"
                 )
-        progress = progress or NoProgress()
-        # Every start has a new API server, which knows none of the claims an earlier run's nodes prepared: their
-        # checkpoints, CDI specs and simulated GPUs would hold devices for claims that no longer exist.
-        shutil.rmtree(self.options.kubeconfig.parent / "nodes", ignore_errors=True)
-        GC_THRESHOLDS.hold(CLUSTER_GC_THRESHOLDS)
-        self._tuned.append(GC_THRESHOLDS)
-        if self.large_fleet:
-            SWITCH_INTERVAL.hold(LARGE_FLEET_SWITCH_INTERVAL)
-            self._tuned.append(SWITCH_INTERVAL)
+
+    async def _start(self, progress: StartProgress) -> None:
         progress.begin(STAGE_API_SERVER, 1)
         if self.options.control_plane == "kubernetes":
             connection = await self._start_kubernetes()
