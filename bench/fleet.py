@@ -42,6 +42,10 @@ class Result:
     wall_s: float
     """The whole process: imports, start, printing the fleet, shutdown."""
     peak_mib: float
+    cpu_s: float
+    """CPU time of the process and its children (user and system): less dependent on the machine's load."""
+    load: tuple[float, float]
+    """The machine's load average (over a minute) when the run started and when it ended."""
 
 
 def _tree_rss_kib(root: int) -> int:
@@ -100,6 +104,7 @@ def measure(nodes: int) -> Result:
             "--metrics-port",
             "-1",
         ]
+        load = os.getloadavg()[0]
         started = time.monotonic()
         with open(Path(tmp) / "out", "w+b") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
@@ -123,13 +128,16 @@ def measure(nodes: int) -> Result:
         up_s=float(found[3]),
         wall_s=wall,
         peak_mib=max(sampler.peak_kib, usage.ru_maxrss) / 1024,  # kilobytes on Linux
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        load=(load, os.getloadavg()[0]),
     )
 
 
 def _line(label: str, r: Result) -> str:
     return (
         f"{label:8} {r.nodes:5} nodes {r.gpus:6} GPUs: up in {r.up_s:6.1f} s ({r.up_s / r.nodes * 1000:.1f} ms a "
-        f"node), process {r.wall_s:6.1f} s, peak {r.peak_mib:,.0f} MiB"
+        f"node), process {r.wall_s:6.1f} s, CPU {r.cpu_s:6.1f} s, peak {r.peak_mib:,.0f} MiB, load "
+        f"{r.load[0]:.1f} to {r.load[1]:.1f}"
     )
 
 
