@@ -51,6 +51,7 @@ from gpudra.cluster.interpreter import (
     GC_THRESHOLDS,
     SWITCH_INTERVAL,
     SharedSetting,
+    ensure_open_files,
     rare_full_collections,
 )
 from gpudra.cluster.kubelet.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
@@ -115,6 +116,11 @@ class ClusterNotReady(GpudraError):
 
 FLEET_POLL_PER_NODE = 0.025
 READY_TIMEOUT = 120.0
+OPEN_FILES_PER_NODE = 4
+"""Files each simulated node's agent holds open in the cluster's process: its plugin's and its registration's
+sockets and its hand-over locks (interpreter.ensure_open_files)."""
+OPEN_FILES_BESIDE_NODES = 256
+"""Files the rest of the process may hold: the API server's, the controller's and the clients' connections, logs."""
 READY_SECONDS_PER_NODE = 0.1
 
 
@@ -464,6 +470,11 @@ class EmbeddedCluster:
                     f"--real-nodes {self.options.real_nodes} asks for more real nodes than the fleet has "
                     f"({len(self.options.nodes)})"
                 )
+        if not self.options.agent_processes:
+            count = len(self.options.nodes)
+            ensure_open_files(
+                count * OPEN_FILES_PER_NODE + OPEN_FILES_BESIDE_NODES, f"a fleet of {count:,} simulated nodes"
+            )
 
     async def _start(self, progress: StartProgress) -> None:
         progress.begin(STAGE_API_SERVER, 1)
