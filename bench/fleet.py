@@ -167,8 +167,9 @@ def run(nodes: int) -> None:
     print(f"  {scaled.nodes} nodes up in {scaled.up_s:.1f} s; {goals.at_most(scaled.up_s, 150, 's')}")
     print(f"  peak memory {scaled.peak_mib:,.0f} MiB; {goals.at_most(scaled.peak_mib, 4096, 'MiB')}")
     size = min(BUSY_NODES, nodes)
-    idle = scaled if size == scaled.nodes else measure(size)
-    if idle is not scaled:
+    idle = next((r for r in (scaled, baseline) if r.nodes == size), None)
+    if idle is None:
+        idle = measure(size)
         print(_line("idle", idle), flush=True)
     with _BusyCore():
         busy = measure(size)
