@@ -8,7 +8,7 @@ Then 1,000 nodes (or the whole fleet, if smaller) start beside one busy core: a 
 for the whole run, as another tenant of the machine would, and the time is printed against the same fleet
 started idle in the same run.
 
-    python -m bench fleet [--quick | --nodes N]
+    python -m bench fleet [--quick | --nodes=N]
 
 Goals (issue #38): 5,000 nodes (40,000 GPUs) up in <= 150 s and <= 4 GiB; 4x the nodes in <= 5x the time;
 1,000 nodes beside one busy core in < 60 s.
