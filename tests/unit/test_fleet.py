@@ -3,6 +3,7 @@
 import pytest
 
 from gpudra.cluster.fleet import DEFAULT_FLEET, node_object, parse_fleet
+from gpudra.cluster.up import fleet_ready_timeout
 from gpudra.errors import ConfigurationError
 
 KNOWN = {"dgx-h100", "dgx-a100", "l4x4", "gb200-nvl72"}
@@ -43,3 +44,8 @@ def test_node_object_is_ready_and_labelled() -> None:
     assert body["metadata"]["labels"]["gpudra.dev/node-profile"] == "dgx-a100"
     assert body["metadata"]["labels"]["kubernetes.io/hostname"] == "dgx-a100-0"
     assert {"type": "Ready", "status": "True"}.items() <= body["status"]["conditions"][0].items()
+
+
+def test_a_large_fleet_is_given_longer_to_come_up() -> None:
+    assert fleet_ready_timeout(4) == fleet_ready_timeout(1000) == 120
+    assert fleet_ready_timeout(5000) == 500  # more than two minutes: a 5,000-node fleet on a loaded machine

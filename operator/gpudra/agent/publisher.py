@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from gpudra.agent.slicesync import NodeRef, plan_slices
 from gpudra.api.dra import CounterSet, Device
@@ -71,11 +72,13 @@ class SlicePublisher:
             return False
         for name in plan.deletes:
             await self._client.delete(RESOURCE_SLICES, name)
+        # the answers are read as sent, not parsed into models: only their names are used, and parsing a
+        # dgx-h100's slice back took longer than building it (about 2 ms a node in a 1,000-node `gpudra up`)
         names = []
         for slice_ in plan.updates:
-            names.append((await self._client.replace(RESOURCE_SLICES, slice_)).metadata.name or "")
+            names.append(_name(await self._client.replace(RESOURCE_SLICES, slice_.to_wire())))
         for slice_ in plan.creates:
-            names.append((await self._client.create(RESOURCE_SLICES, slice_)).metadata.name or "")
+            names.append(_name(await self._client.create(RESOURCE_SLICES, slice_.to_wire())))
         self.slice_names = sorted(names)
         log.info(
             "resourceslices published",
@@ -87,3 +90,7 @@ class SlicePublisher:
             created=len(plan.creates),
         )
         return True
+
+
+def _name(answer: dict[str, Any]) -> str:
+    return str(answer.get("metadata", {}).get("name") or "")

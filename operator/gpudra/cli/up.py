@@ -17,7 +17,7 @@ def up_log_file(args: argparse.Namespace) -> Path:
 async def up_command(args: argparse.Namespace) -> int:
     # deferred: the embedded cluster takes seconds to import, and no other command needs it
     from gpudra.cluster.fleet import DEFAULT_FLEET, parse_fleet
-    from gpudra.cluster.up import UpOptions, run_up
+    from gpudra.cluster.up import UpOptions, fleet_ready_timeout, run_up
     from gpudra.hardware.simulated.profiles import profile_names
 
     if args.list_profiles:
@@ -62,6 +62,7 @@ async def up_command(args: argparse.Namespace) -> int:
         feature_gates_on=args.feature_gates[0],
         feature_gates_off=args.feature_gates[1],
         real_nodes=args.real_nodes,
+        ready_timeout=fleet_ready_timeout(len(nodes)),
     )
     if args.health_recovery_seconds is not None:
         options.agent_settings["health_recovery_seconds"] = args.health_recovery_seconds

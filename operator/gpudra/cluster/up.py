@@ -46,7 +46,14 @@ from gpudra.cluster.apiserver.versions import KubeVersion, parse_minor
 from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.cluster.dirlock import DirectoryLock
 from gpudra.cluster.fleet import FleetNode, node_object
-from gpudra.cluster.interpreter import CLUSTER_GC_THRESHOLDS, GC_THRESHOLDS, SWITCH_INTERVAL, SharedSetting
+from gpudra.cluster.interpreter import (
+    CLUSTER_GC_THRESHOLDS,
+    GC_THRESHOLDS,
+    SWITCH_INTERVAL,
+    SharedSetting,
+    ensure_open_files,
+    rare_full_collections,
+)
 from gpudra.cluster.kubelet.kubeletserver import KubeletServer, PodLogBook, with_kubelet_endpoint
 from gpudra.cluster.kubelet.standin import StandInKubelet, simulated_pod_ip
 from gpudra.cluster.kubernetes.binaries import find_binaries
@@ -108,6 +115,22 @@ class ClusterNotReady(GpudraError):
 
 
 FLEET_POLL_PER_NODE = 0.025
+READY_TIMEOUT = 120.0
+OPEN_FILES_PER_NODE = 4
+"""Files each simulated node's agent holds open in the cluster's process: its plugin's and its registration's
+sockets and its hand-over locks (interpreter.ensure_open_files)."""
+OPEN_FILES_BESIDE_NODES = 256
+"""Files the rest of the process may hold: the API server's, the controller's and the clients' connections, logs."""
+READY_SECONDS_PER_NODE = 0.1
+
+
+def fleet_ready_timeout(nodes: int) -> float:
+    """How long ``gpudra up`` waits for a fleet of ``nodes`` to come up: two minutes, or a tenth of a second a
+    node if that is longer, so that a large fleet on a slow machine is waited for rather than reported as not
+    ready."""
+    return max(READY_TIMEOUT, nodes * READY_SECONDS_PER_NODE)
+
+
 LARGE_FLEET = 100
 """From this many simulated nodes on, the interpreter switches threads every ``LARGE_FLEET_SWITCH_INTERVAL``."""
 LARGE_FLEET_SWITCH_INTERVAL = 0.0005
@@ -155,7 +178,7 @@ class UpOptions:
     hardware_poll_seconds: float = 0.25
     compute_domain_daemon_mode: Literal["daemonset", "host-managed"] = "daemonset"
     controller: ControllerSettings = field(default_factory=ControllerSettings)
-    ready_timeout: float = 120.0
+    ready_timeout: float = READY_TIMEOUT
     dynamic_mig: bool = False  # MIG-capable GPUs start MIG-enabled and empty, agents run mig_policy=Dynamic
     agent_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Node profile -> AgentSettings fields for the agents of that profile (e.g. shared_gpu_replicas)."""
@@ -420,6 +443,21 @@ class EmbeddedCluster:
         return ControllerConnection(kubeconfig=kubeconfig, daemon_image=applied.daemon_image)
 
     async def start(self, progress: StartProgress | None = None) -> None:
+        self._check_options()
+        # Every start has a new API server, which knows none of the claims an earlier run's nodes prepared: their
+        # checkpoints, CDI specs and simulated GPUs would hold devices for claims that no longer exist.
+        shutil.rmtree(self.options.kubeconfig.parent / "nodes", ignore_errors=True)
+        GC_THRESHOLDS.hold(CLUSTER_GC_THRESHOLDS)
+        self._tuned.append(GC_THRESHOLDS)
+        if not self.large_fleet:
+            await self._start(progress or NoProgress())
+            return
+        SWITCH_INTERVAL.hold(LARGE_FLEET_SWITCH_INTERVAL)
+        self._tuned.append(SWITCH_INTERVAL)
+        with rare_full_collections():
+            await self._start(progress or NoProgress())
+
+    def _check_options(self) -> None:
         if self.options.real_kubelets and self.options.control_plane != "kubernetes":
             raise ConfigurationError("--real-kubelet needs --control-plane kubernetes")
         if self.options.real_nodes:
@@ -432,15 +470,13 @@ class EmbeddedCluster:
                     f"--real-nodes {self.options.real_nodes} asks for more real nodes than the fleet has "
                     f"({len(self.options.nodes)})"
                 )
-        progress = progress or NoProgress()
-        # Every start has a new API server, which knows none of the claims an earlier run's nodes prepared: their
-        # checkpoints, CDI specs and simulated GPUs would hold devices for claims that no longer exist.
-        shutil.rmtree(self.options.kubeconfig.parent / "nodes", ignore_errors=True)
-        GC_THRESHOLDS.hold(CLUSTER_GC_THRESHOLDS)
-        self._tuned.append(GC_THRESHOLDS)
-        if self.large_fleet:
-            SWITCH_INTERVAL.hold(LARGE_FLEET_SWITCH_INTERVAL)
-            self._tuned.append(SWITCH_INTERVAL)
+        if not self.options.agent_processes:
+            count = len(self.options.nodes)
+            ensure_open_files(
+                count * OPEN_FILES_PER_NODE + OPEN_FILES_BESIDE_NODES, f"a fleet of {count:,} simulated nodes"
+            )
+
+    async def _start(self, progress: StartProgress) -> None:
         progress.begin(STAGE_API_SERVER, 1)
         if self.options.control_plane == "kubernetes":
             connection = await self._start_kubernetes()

@@ -146,6 +146,14 @@ class Store:
                 entry = self.objects.get((ns, name))
                 yield from ([entry] if entry is not None else [])
                 return
+            if name is not None:
+                # every namespace's object of that name (cluster-scoped objects are in ""): a node's agent lists
+                # its own Node by name, and scanning every Node for it made a fleet's start quadratic
+                for in_namespace in list(self.by_namespace.values()):
+                    entry = in_namespace.get(name)
+                    if entry is not None:
+                        yield entry
+                return
             if namespace is None and ns is not None:
                 namespace = ns
             for path, index in self.indexes.items():
