@@ -60,6 +60,24 @@ async def test_signal_shuts_down_cleanly(tmp_path: Path, sig: signal.Signals) ->
     assert b"export KUBECONFIG=" in seen
 
 
+async def test_a_signal_while_the_fleet_starts_stops_it_at_once(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM before the cluster is up stops what started instead of waiting for the whole start (a
+    large fleet's can take minutes), and says so."""
+    proc = await start_up(tmp_path, "--nodes", "dgx-h100:60")
+    assert proc.stdout is not None
+    seen = b""
+    while b"[gpudra up] API server" not in seen:
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+        assert line, "gpudra up ended before its API server was up"
+        seen += line
+    proc.send_signal(signal.SIGTERM)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
+    seen += out
+    assert b"gpudra is up" not in seen, "the start went on after the signal (or was over before it)"
+    assert b"Stopped by SIGTERM before the cluster was up" in seen
+    assert proc.returncode == 128 + signal.SIGTERM
+
+
 async def test_unknown_profile_is_a_clear_error(tmp_path: Path) -> None:
     proc = await start_up(tmp_path, "--nodes", "dgx-h999:1", "--once")
     _, err = await asyncio.wait_for(proc.communicate(), timeout=60)

@@ -8,6 +8,7 @@ then writes a kubeconfig and prints the fleet. ``--once`` brings everything up, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -917,6 +919,30 @@ class EmbeddedCluster:
         self._tuned.clear()
 
 
+def _signalled(stop: asyncio.Event, signalled: list[signal.Signals], sig: signal.Signals) -> None:
+    signalled.append(sig)
+    stop.set()
+
+
+async def _started_unless_stopped(start: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run ``start`` until it ends (True) or ``stop`` is set first (False: ``start`` is cancelled and waited for;
+    what it started is the caller's to stop). A start can take minutes (a large fleet, a real control plane's
+    first build), and Ctrl-C must not wait for it."""
+    starting = asyncio.create_task(start, name="gpudra up: start")
+    stopping = asyncio.create_task(stop.wait(), name="gpudra up: signal")
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()  # its error, if it failed
+        return True
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    return False
+
+
 async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
     console = Console()
     lock = DirectoryLock(options.kubeconfig.parent)
@@ -929,13 +955,18 @@ async def run_up(options: UpOptions, *, log_file: Path | None = None) -> int:
         )
     cluster = EmbeddedCluster(options)
     stop = asyncio.Event()
+    signalled: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, partial(_signalled, stop, signalled, sig))
     started = time.monotonic()
     try:
         with start_progress(console) as progress:
-            await cluster.start(progress)
+            if not await _started_unless_stopped(cluster.start(progress), stop):
+                console.print(
+                    f"Stopped by {signalled[0].name} before the cluster was up; stopping what started."
+                )
+                return 128 + signalled[0].value
         assert cluster.client is not None
         lock.record(url=cluster.url)
         info = Summary(
