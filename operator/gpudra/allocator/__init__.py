@@ -13,6 +13,7 @@ from ``cel.selectors`` load on first use.
 
 from typing import TYPE_CHECKING
 
+from gpudra.allocator.constraints import lists_as_sets
 from gpudra.allocator.diagnosis import REASONS, Failure, NodesFailure, RequestDiagnosis, SelectorStat
 from gpudra.allocator.engine import Allocator
 from gpudra.allocator.explain.explanation import ClosestDevice, Explanation, NodeLine, Repartition
@@ -80,6 +81,7 @@ __all__ = [
     "evaluate",
     "examine",
     "explain_outcome",
+    "lists_as_sets",
     "make_entry",
     "meant_class",
     "render_text",

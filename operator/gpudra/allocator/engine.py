@@ -85,7 +85,10 @@ class Allocator:
         share_id: Callable[[], str] | None = None,
         budget: int = DEFAULT_BUDGET,
         detail_nodes: int = 8,
+        lists_as_sets: bool = True,
     ) -> None:
+        """``lists_as_sets``: matchAttribute and distinctAttribute compare list attributes as sets, as
+        kube-scheduler does from 1.37 (``lists_as_sets(minor)``); False: as kube-scheduler 1.36 does."""
         self.snapshot = snapshot
         if isinstance(classes, Mapping):
             self.classes: dict[str, DeviceClass] = dict(classes)
@@ -99,6 +102,7 @@ class Allocator:
         self.share_id = share_id or _default_share_id
         self.budget = budget
         self.detail_nodes = detail_nodes
+        self.lists_as_sets = lists_as_sets
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
         self._hints: dict[bytes, _Hint] = {}
         self._facts: dict[bytes, _ShapeFacts] = {}
@@ -179,7 +183,10 @@ class Allocator:
         setup = _all_mode_problem(node, claims, specs, pools)
         if setup is not None:
             return setup
-        constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
+        constraints = [
+            build_constraints(c.claim.spec.devices.constraints, lists_as_sets=self.lists_as_sets)
+            for c in claims
+        ]
         search: Search
         if needs_kube_order(claims, constraints):
             search = KubeOrderSearch(self.snapshot, claims, constraints, self.budget, pools)

@@ -27,6 +27,7 @@ from rich.console import Console
 from gpudra.agent.kubeletplugin.plugin import MAX_SOCKET_PATH_BYTES
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.runtime import AgentRuntime
+from gpudra.allocator import lists_as_sets
 from gpudra.api.crdgen import CRD_MODELS, crd_for
 from gpudra.cluster.agentprocess import AgentProcess
 from gpudra.cluster.apiserver import EmbeddedAPIServer
@@ -483,6 +484,7 @@ class EmbeddedCluster:
                 self._embedded_client(SCHEDULER),
                 device_taint_rules(emulated.taint_rule_version),
                 evict_extended=emulated.evicts_extended_resource_claims,
+                lists_as_sets=lists_as_sets(emulated.minor),
             )
             self._spawn(self.control_plane.run(), "control plane")
         if self.real_nodes is not None:

@@ -25,6 +25,7 @@ from gpudra.allocator import (
     claim_key,
     examine,
     explain_outcome,
+    lists_as_sets,
 )
 from gpudra.api.core import Namespace, Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
@@ -59,8 +60,10 @@ def build_view(
     nodes: Iterable[Node],
     *,
     skip_claim_uid: str | None = None,
+    minor: int | None = None,
 ) -> ClusterView:
-    """Pure: the allocator over these objects, with every allocation but ``skip_claim_uid``'s marked in use."""
+    """Pure: the allocator over these objects, with every allocation but ``skip_claim_uid``'s marked in use, and
+    constraints comparing list attributes as kube-scheduler 1.<minor> does (None: the newest)."""
     snapshot = ClusterSnapshot(slices)
     holders: dict[DeviceId, str] = {}
     pending: list[ResourceClaim] = []
@@ -73,7 +76,12 @@ def build_view(
             for r in allocation.results:
                 holders[DeviceId(r.driver, r.pool, r.device)] = claim.metadata.namespaced_name
     labels = {ns.metadata.name or "": ns.metadata.labels or {} for ns in namespaces}
-    allocator = Allocator(snapshot, list(classes), namespace_labels=labels)
+    allocator = Allocator(
+        snapshot,
+        list(classes),
+        namespace_labels=labels,
+        lists_as_sets=minor is None or lists_as_sets(minor),
+    )
     listed = list(nodes)
     infos = sorted(
         (NodeInfo(n.metadata.name or "", n.metadata.labels or {}) for n in listed), key=lambda n: n.name
@@ -100,12 +108,14 @@ def view_from_wire(
 
 
 async def load_view(client: KubeClient, *, skip_claim_uid: str | None = None) -> ClusterView:
+    """:func:`build_view` over what the cluster holds now, at the API server's minor (``/version``)."""
+    _, minor = await client.server_version()
     slices, _ = await client.list(RESOURCE_SLICES)
     classes, _ = await client.list(DEVICE_CLASSES)
     claims, _ = await client.list(RESOURCE_CLAIMS)
     namespaces, _ = await client.list(NAMESPACES)
     nodes, _ = await client.list(NODES)
-    return build_view(slices, classes, claims, namespaces, nodes, skip_claim_uid=skip_claim_uid)
+    return build_view(slices, classes, claims, namespaces, nodes, skip_claim_uid=skip_claim_uid, minor=minor)
 
 
 def explain(view: ClusterView, claim: ResourceClaim) -> Outcome:

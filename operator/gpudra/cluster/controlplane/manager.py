@@ -39,10 +39,16 @@ CLAIM_WORKERS = 8
 
 class ControlPlane:
     def __init__(
-        self, client: KubeClient, taint_rules: Resource | None = None, *, evict_extended: bool = True
+        self,
+        client: KubeClient,
+        taint_rules: Resource | None = None,
+        *,
+        evict_extended: bool = True,
+        lists_as_sets: bool = True,
     ) -> None:
         """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1);
-        ``evict_extended``: a pod's extended-resource claim counts for eviction (Kubernetes 1.37+)."""
+        ``evict_extended``: a pod's extended-resource claim counts for eviction (Kubernetes 1.37+);
+        ``lists_as_sets``: constraints compare list attributes as sets (kube-scheduler 1.37+, not 1.36)."""
         self.client = client  # what every part reads and writes through
         self.state = ClusterState(
             client,
@@ -50,6 +56,7 @@ class ControlPlane:
             on_claim=self._on_claim,
             on_template=self._on_template,
             taint_rules=taint_rules,
+            lists_as_sets=lists_as_sets,
         )
         self._changed_seen = 0
         self._queue: asyncio.PriorityQueue[tuple[int, int, PodKey]] = asyncio.PriorityQueue()

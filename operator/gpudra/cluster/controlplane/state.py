@@ -59,8 +59,11 @@ class ClusterState:
         on_claim: Handler | None = None,
         on_template: Handler | None = None,
         taint_rules: Resource | None = None,
+        lists_as_sets: bool = True,
     ) -> None:
-        """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1, Kubernetes 1.37+)."""
+        """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1, Kubernetes 1.37+);
+        ``lists_as_sets``: the allocator's constraints compare list attributes as sets (kube-scheduler 1.37+)."""
+        self._lists_as_sets = lists_as_sets
         self._on_claim_hook = on_claim
         self.snapshot = ClusterSnapshot()
         self.allocations: dict[str, AllocationResult] = {}  # claim uid -> allocation the snapshot holds
@@ -252,7 +255,7 @@ class ClusterState:
     def allocator(self) -> Allocator:
         if self._allocator is None:
             classes = [DeviceClass.model_validate(b) for b in self.classes.cache.values()]
-            self._allocator = Allocator(self.snapshot, classes)
+            self._allocator = Allocator(self.snapshot, classes, lists_as_sets=self._lists_as_sets)
         labels = {
             ns["metadata"]["name"]: ns["metadata"].get("labels") or {}
             for ns in self.namespaces.cache.values()
