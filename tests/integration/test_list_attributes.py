@@ -20,3 +20,11 @@ async def test_with_the_gate_off_only_scalars_are_published_and_the_node_says_wh
     await gate_off_scenario(cluster)
     support = cluster.agents[NODE].lists.support
     assert support is not None and support.settled and not support.kept
+
+
+async def test_emulating_kubernetes_1_36_matchattribute_on_a_list_allocates_nothing(
+    start_cluster: StartCluster,
+) -> None:
+    """As kube-scheduler 1.36 does (tests/kubernetes runs the same scenario on it): includes() works, a
+    matchAttribute over the list matches no two devices, and the controller says why."""
+    await gate_on_scenario(await start(start_cluster, GATE, kubernetes_version="1.36"))

@@ -1,5 +1,6 @@
-"""A ComputeDomain's channel claim scoped to a PodGroup, on kube-apiserver 1.37 with DRAWorkloadResourceClaims
-(and GenericWorkload, which serves the PodGroup API) on every component.
+"""A ComputeDomain's channel claim scoped to a PodGroup, on kube-apiserver 1.37 (or 1.36) with
+DRAWorkloadResourceClaims (and GenericWorkload, which serves the PodGroup API: scheduling.k8s.io/v1beta1 in 1.37,
+v1alpha2 in 1.36) on every component.
 
 The domain asks for it with the annotation ``computedomain.gpudra.dev/channel-scope: PodGroup``; the PodGroup
 names the domain's claim template, and its pods name the PodGroup. kube-controller-manager then makes one claim for
@@ -12,9 +13,10 @@ import os
 from typing import Any
 
 import pytest
-from _realkit import StartKubernetes, admin, claims, phase, pods
+from _realkit import MINOR, StartKubernetes, admin, claims, events_of, needs_minor, phase, pods
 
 from clusterkit import eventually, kubectl
+from gpudra.cluster.apiserver.versions import OPTIONAL_GATES
 from gpudra.computedomain.names import OBJECT_LABEL
 from gpudra.kube.resources import COMPUTE_DOMAINS, RESOURCE_SLICES
 
@@ -34,13 +36,15 @@ spec:
   channel: {resourceClaimTemplate: {name: train-channel}}
 """
 
-POD_GROUP = """
-apiVersion: scheduling.k8s.io/v1beta1
+POD_GROUP_VERSION = "v1beta1" if MINOR >= 37 else "v1alpha2"
+"""The PodGroup API's version: v1beta1 from 1.37, v1alpha2 in 1.36 (k8s.io/api scheduling), the same spec."""
+POD_GROUP = f"""
+apiVersion: scheduling.k8s.io/{POD_GROUP_VERSION}
 kind: PodGroup
-metadata: {name: train, namespace: default}
+metadata: {{name: train, namespace: default}}
 spec:
-  schedulingPolicy: {basic: {}}
-  resourceClaims: [{name: channel, resourceClaimTemplateName: train-channel}]
+  schedulingPolicy: {{basic: {{}}}}
+  resourceClaims: [{{name: channel, resourceClaimTemplateName: train-channel}}]
 """
 
 
@@ -70,6 +74,9 @@ spec:
 """
 
 
+@needs_minor(
+    OPTIONAL_GATES["DRAWorkloadResourceClaims"], "no DRAWorkloadResourceClaims feature gate to turn on"
+)
 @pytest.mark.timeout(900)
 async def test_one_podgroup_claim_serves_more_workers_than_reserved_for_can_list(
     start_kubernetes: StartKubernetes,
@@ -85,6 +92,8 @@ async def test_one_podgroup_claim_serves_more_workers_than_reserved_for_can_list
         return current if done else {}
 
     running = await eventually(all_running, timeout=600, interval=2)
+    # the controller found the PodGroup API of this version (1.36 serves v1alpha2 only) and did not warn
+    assert not [e for e in await events_of(cluster, "train") if e["reason"] == "PodGroupsNotServed"]
     per_node: dict[str, int] = {}
     for pod in running.values():
         per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + 1
@@ -124,6 +133,9 @@ async def test_one_podgroup_claim_serves_more_workers_than_reserved_for_can_list
     assert slices == []
 
 
+@needs_minor(
+    OPTIONAL_GATES["DRAWorkloadResourceClaims"], "no DRAWorkloadResourceClaims feature gate to turn on"
+)
 @pytest.mark.timeout(600)
 async def test_a_real_kubelet_runs_the_groups_pods_on_the_podgroup_claim(
     start_kubernetes: StartKubernetes,

@@ -108,6 +108,9 @@ class ConstraintShortfall:
     requests: tuple[str, ...]
     need: int
     best: int
+    lists: int = 0
+    """Usable devices whose value is a list, where lists are not compared as sets (kube-scheduler 1.36): each
+    joins a constraint only as its first device."""
 
 
 NEAR_MISSES = 64
@@ -390,12 +393,22 @@ def describe_constraint(
     d.constraint = c.describe()
     d.values = dict(values.most_common(8))
     best = max((n for v, n in values.items() if v != "<missing>"), default=0)
+    d.shortfall = _shortfall(spec, c, claim)
+    if d.shortfall.lists:
+        best = d.shortfall.best
     if c.distinct:
         d.message = f"{c.describe()}: needs {spec.need} distinct values, {len(values)} available"
     else:
         d.message = f"{c.describe()}: needs {spec.need} devices sharing a value, best value has {best}"
-    d.shortfall = _shortfall(spec, c, claim)
+    if d.shortfall.lists:
+        d.message += f"; {LISTS_NOT_SETS}"
     return d
+
+
+LISTS_NOT_SETS = (
+    "Kubernetes 1.36 compares a list attribute with no other device's value (its kube-scheduler leaves "
+    "DRAListTypeAttributes out of allocation; 1.37 compares lists as sets)"
+)
 
 
 def _shortfall(spec: RequestSpec, c: Constraint, claim: ClaimSpec | None) -> ConstraintShortfall:
@@ -403,14 +416,20 @@ def _shortfall(spec: RequestSpec, c: Constraint, claim: ClaimSpec | None) -> Con
     groups = [g for g in groups if g] or [[spec]]
     need = sum(g[0].need for g in groups)
     by_value: dict[AttrValue, set[DeviceId]] = {}
+    lists: set[DeviceId] = set()
     for group in groups:
         for s in group:
             for entry in s.usable:
                 value = entry.attributes.get(c.attribute)
+                if value is not None and not c.lists_as_sets and type(value[1]) is frozenset:
+                    # a value of its own under matchAttribute; under distinctAttribute one list at most
+                    lists.add(entry.id)
+                    by_value.setdefault(("<list>", str(entry.id)), {entry.id})
+                    continue
                 for member in members(value) if value is not None else ():
                     by_value.setdefault(member, set()).add(entry.id)
     if c.distinct:
-        best = min(need, len(by_value))
+        best = min(need, len(by_value) - len(lists) + min(len(lists), 1))
     else:
         best = 0
         for devices in by_value.values():
@@ -419,7 +438,7 @@ def _shortfall(spec: RequestSpec, c: Constraint, claim: ClaimSpec | None) -> Con
             )
             best = max(best, min(sum(per_group), len(devices)))
     names = tuple(dict.fromkeys(g[0].base for g in groups))
-    return ConstraintShortfall(c.attribute, c.distinct, names, need, best)
+    return ConstraintShortfall(c.attribute, c.distinct, names, need, best, len(lists))
 
 
 def selector_failure(

@@ -19,7 +19,7 @@ from itertools import chain
 from gpudra.allocator import celfacts, kubeerrors
 from gpudra.allocator.cel.celast import Node
 from gpudra.allocator.cel.celview import Schema
-from gpudra.allocator.constraints import Constraint, build_constraints
+from gpudra.allocator.constraints import Constraint, build_constraints, lists_as_sets
 from gpudra.allocator.diagnosis import (
     Failure,
     NodesFailure,
@@ -90,7 +90,9 @@ class Allocator:
         kube_minor: int = DEFAULT_KUBE_MINOR,
     ) -> None:
         """``kube_minor``: the Kubernetes minor version (of the cluster's API server) whose allocator to follow
-        where versions differ (``kubeerrors.pool_error_aborts``)."""
+        where versions differ: an ``All`` request meeting an incomplete or invalid pool aborts the attempt through
+        1.37 (``kubeerrors.pool_error_aborts``); matchAttribute and distinctAttribute compare list attributes as
+        sets from 1.37, as scalars in 1.36 (``constraints.lists_as_sets``)."""
         self.snapshot = snapshot
         if isinstance(classes, Mapping):
             self.classes: dict[str, DeviceClass] = dict(classes)
@@ -105,6 +107,7 @@ class Allocator:
         self.budget = budget
         self.detail_nodes = detail_nodes
         self._pool_error_aborts = kubeerrors.pool_error_aborts(kube_minor)
+        self.lists_as_sets = lists_as_sets(kube_minor)
         self._cluster_match: dict[tuple[int, tuple[str, ...]], int] = {}
         self._hints: dict[bytes, _Hint] = {}
         self._facts: dict[bytes, _ShapeFacts] = {}
@@ -185,7 +188,10 @@ class Allocator:
         setup = _all_mode_problem(node, claims, specs, pools, aborts=self._pool_error_aborts)
         if setup is not None:
             return setup
-        constraints = [build_constraints(c.claim.spec.devices.constraints) for c in claims]
+        constraints = [
+            build_constraints(c.claim.spec.devices.constraints, lists_as_sets=self.lists_as_sets)
+            for c in claims
+        ]
         search: Search
         if needs_kube_order(claims, constraints):
             search = KubeOrderSearch(self.snapshot, claims, constraints, self.budget, pools)

@@ -521,6 +521,7 @@ class EmbeddedCluster:
                 self._embedded_client(SCHEDULER),
                 device_taint_rules(emulated.taint_rule_version),
                 evict_extended=emulated.evicts_extended_resource_claims,
+                kube_minor=emulated.minor,
             )
             self._spawn(self.control_plane.run(), "control plane")
         if self.real_nodes is not None:

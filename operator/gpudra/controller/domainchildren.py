@@ -36,6 +36,7 @@ from gpudra.kube.resources import (
     DAEMONSETS,
     NODES,
     POD_GROUPS,
+    POD_GROUPS_V1ALPHA2,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -78,13 +79,17 @@ async def apply_children(
 async def scope_warning(client: KubeClient, domain: ComputeDomain) -> str | None:
     """What a PodGroup-scoped domain cannot do on this cluster, or None: without the PodGroup API every pod's
     claim asks for the domain's one channel, so only one pod at a time can run."""
-    if channel_scope(domain) != "PodGroup" or await client.serves(POD_GROUPS):
+    if channel_scope(domain) != "PodGroup":
         return None
+    for pod_groups in (POD_GROUPS, POD_GROUPS_V1ALPHA2):
+        if await client.serves(pod_groups):
+            return None
     return (
-        f"{CHANNEL_SCOPE_ANNOTATION}: PodGroup needs PodGroups (scheduling.k8s.io/v1beta1), and this API server "
-        "does not serve them: each pod's claim would ask for the domain's one channel, so only one pod could run. "
-        "Turn on the GenericWorkload and DRAWorkloadResourceClaims feature gates (Kubernetes 1.37, with "
-        "--runtime-config=scheduling.k8s.io/v1beta1=true), or remove the annotation"
+        f"{CHANNEL_SCOPE_ANNOTATION}: PodGroup needs PodGroups (scheduling.k8s.io/v1beta1, or v1alpha2 on "
+        "Kubernetes 1.36), and this API server does not serve them: each pod's claim would ask for the domain's one "
+        "channel, so only one pod could run. Turn on the GenericWorkload and DRAWorkloadResourceClaims feature "
+        "gates (Kubernetes 1.37, with --runtime-config=scheduling.k8s.io/v1beta1=true; 1.36: v1alpha2), or remove "
+        "the annotation"
     )
 
 

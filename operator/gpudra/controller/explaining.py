@@ -108,6 +108,7 @@ def view_from_wire(
 
 
 async def load_view(client: KubeClient, *, skip_claim_uid: str | None = None) -> ClusterView:
+    """:func:`build_view` over what the cluster holds now, at the API server's minor (``/version``)."""
     _, minor = await client.server_version()
     slices, _ = await client.list(RESOURCE_SLICES)
     classes, _ = await client.list(DEVICE_CLASSES)

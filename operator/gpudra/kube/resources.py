@@ -53,6 +53,8 @@ SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", names
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 POD_GROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", namespaced=True)
 """Kubernetes 1.37 with GenericWorkload and the scheduling.k8s.io/v1beta1 group version on (read by discovery only)."""
+POD_GROUPS_V1ALPHA2 = Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", namespaced=True)
+"""Kubernetes 1.36's PodGroup API, the same spec as 1.37's v1beta1 (read by discovery only)."""
 NODES = TypedResource("", "v1", "nodes", "Node", namespaced=False, model=Node)
 PODS = TypedResource("", "v1", "pods", "Pod", namespaced=True, model=Pod)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)

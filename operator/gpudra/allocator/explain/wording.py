@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 
 from gpudra.allocator.diagnosis import (
+    LISTS_NOT_SETS,
     MATCHES,
     SELECTOR,
     DeviceMiss,
@@ -207,14 +208,15 @@ class _Words:
             else f"requests {conjoin(s.requests)} need"
         )
         noun = self.noun(d.request).noun(s.need)
+        note = f"; {LISTS_NOT_SETS}" if s.lists else ""
         if s.distinct:
             return (
                 f"{who} {s.need} {noun} with different {s.attribute}; the most different on any node is {s.best} "
-                f"({listed(nodes)})"
+                f"({listed(nodes)}){note}"
             )
         return (
             f"{who} {s.need} {noun} sharing one {s.attribute}; the most sharing one on any node is {s.best} "
-            f"({listed(nodes)})"
+            f"({listed(nodes)}){note}"
         )
 
     def _blocked(self, n: Nearness, *, headline: bool) -> str:

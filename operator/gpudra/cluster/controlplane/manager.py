@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gpudra.allocator import DEFAULT_KUBE_MINOR
 from gpudra.api.core import Pod
 from gpudra.cluster.controlplane.claimcontroller import ClaimController
 from gpudra.cluster.controlplane.claimrelease import ClaimRelease
@@ -39,10 +40,16 @@ CLAIM_WORKERS = 8
 
 class ControlPlane:
     def __init__(
-        self, client: KubeClient, taint_rules: Resource | None = None, *, evict_extended: bool = True
+        self,
+        client: KubeClient,
+        taint_rules: Resource | None = None,
+        *,
+        evict_extended: bool = True,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
     ) -> None:
         """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1);
-        ``evict_extended``: a pod's extended-resource claim counts for eviction (Kubernetes 1.37+)."""
+        ``evict_extended``: a pod's extended-resource claim counts for eviction (Kubernetes 1.37+);
+        ``kube_minor``: the Kubernetes minor whose kube-scheduler the stand-in allocates as."""
         self.client = client  # what every part reads and writes through
         self.state = ClusterState(
             client,
@@ -50,6 +57,7 @@ class ControlPlane:
             on_claim=self._on_claim,
             on_template=self._on_template,
             taint_rules=taint_rules,
+            kube_minor=kube_minor,
         )
         self._changed_seen = 0
         self._queue: asyncio.PriorityQueue[tuple[int, int, PodKey]] = asyncio.PriorityQueue()

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpudra.allocator import Allocator, ClusterSnapshot, DeviceId, NodeInfo, taint_slice, unsupported_selector
+from gpudra.allocator import (
+    DEFAULT_KUBE_MINOR,
+    Allocator,
+    ClusterSnapshot,
+    DeviceId,
+    NodeInfo,
+    taint_slice,
+    unsupported_selector,
+)
 from gpudra.api.core import Namespace, Node, Pod
 from gpudra.api.dra import (
     AllocationResult,
@@ -59,8 +67,11 @@ class ClusterState:
         on_claim: Handler | None = None,
         on_template: Handler | None = None,
         taint_rules: Resource | None = None,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
     ) -> None:
-        """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1, Kubernetes 1.37+)."""
+        """``taint_rules``: DeviceTaintRule at the version the API server serves (default: v1, Kubernetes 1.37+);
+        ``kube_minor``: the Kubernetes minor whose kube-scheduler the allocator follows."""
+        self._kube_minor = kube_minor
         self._on_claim_hook = on_claim
         self.snapshot = ClusterSnapshot()
         self.allocations: dict[str, AllocationResult] = {}  # claim uid -> allocation the snapshot holds
@@ -252,7 +263,7 @@ class ClusterState:
     def allocator(self) -> Allocator:
         if self._allocator is None:
             classes = [DeviceClass.model_validate(b) for b in self.classes.cache.values()]
-            self._allocator = Allocator(self.snapshot, classes)
+            self._allocator = Allocator(self.snapshot, classes, kube_minor=self._kube_minor)
         labels = {
             ns["metadata"]["name"]: ns["metadata"].get("labels") or {}
             for ns in self.namespaces.cache.values()
