@@ -44,16 +44,22 @@ async def start_up(tmp_path: Path, *args: str) -> asyncio.subprocess.Process:
     )  # fmt: skip
 
 
+async def output_until(proc: asyncio.subprocess.Process, marker: bytes, ended: str) -> bytes:
+    """What ``proc`` printed up to the line with ``marker`` (``ended``: the failure if it ends first)."""
+    assert proc.stdout is not None
+    seen = b""
+    while marker not in seen:
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+        assert line, ended
+        seen += line
+    return seen
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 async def test_signal_shuts_down_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     proc = await start_up(tmp_path, "--nodes", "l4x4:1")
-    assert proc.stdout is not None
-    seen = b""
-    while b"Ctrl-C stops it" not in seen:
-        line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
-        assert line, "gpudra up ended before it was up"
-        seen += line
+    seen = await output_until(proc, b"Ctrl-C stops it", "gpudra up ended before it was up")
     proc.send_signal(sig)
     await asyncio.wait_for(proc.wait(), timeout=30)
     assert proc.returncode == 0
@@ -64,12 +70,7 @@ async def test_a_signal_while_the_fleet_starts_stops_it_at_once(tmp_path: Path) 
     """Ctrl-C or SIGTERM before the cluster is up stops what started instead of waiting for the whole start (a
     large fleet's can take minutes), and says so."""
     proc = await start_up(tmp_path, "--nodes", "dgx-h100:60")
-    assert proc.stdout is not None
-    seen = b""
-    while b"[gpudra up] API server" not in seen:
-        line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
-        assert line, "gpudra up ended before its API server was up"
-        seen += line
+    seen = await output_until(proc, b"[gpudra up] API server", "gpudra up ended before its API server was up")
     proc.send_signal(signal.SIGTERM)
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
     seen += out

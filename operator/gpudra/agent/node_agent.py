@@ -34,6 +34,7 @@ from gpudra.agent.nodemark import NodeMark
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
 from gpudra.api.dra import Device
+from gpudra.api.meta import PartialObjectMetadata
 from gpudra.config import AgentSettings
 from gpudra.devices import CounterLayout, NodeState, OfferSettings, counter_layout_for, node_offer
 from gpudra.errors import GpudraError, KubeError, NotFoundError, is_transient
@@ -172,9 +173,15 @@ class NodeAgent:
             self.health.start()
         selector = f"spec.nodeName={node.name},spec.driver={self.settings.driver_name}"
         watcher = asyncio.create_task(
-            # not parsed: only deletions matter here, and parsing each of the node's slices again cost as much as
-            # building them
-            Informer(self._client, RESOURCE_SLICES, self._on_own_slice, field_selector=selector).run(),
+            # parsed for their metadata only: only deletions matter here, and parsing each of the node's slices
+            # whole again cost as much as building them
+            Informer(
+                self._client,
+                RESOURCE_SLICES,
+                self._on_own_slice,
+                field_selector=selector,
+                parse=PartialObjectMetadata.model_validate,
+            ).run(),
             name=f"slice watch {node.name}",
         )
         try:

@@ -38,6 +38,13 @@ class ObjectMeta(WireModel):
         return f"{self.namespace or 'default'}/{self.name or ''}"
 
 
+class PartialObjectMetadata(WireModel):
+    """Any object read for its metadata only (as kubectl's ``PartialObjectMetadata``): the rest of it is not
+    validated, which costs a fraction of the whole model's validation."""
+
+    metadata: ObjectMeta
+
+
 class Condition(WireModel):
     """metav1.Condition."""
 
