@@ -72,7 +72,8 @@ class Endpoint:
         try:
             if self.https:
                 await self._tunnel(connection)
-                await writer.start_tls(self.tls or ssl.create_default_context(), server_hostname=self.host)
+                assert self.tls is not None  # set for every https endpoint
+                await writer.start_tls(self.tls, server_hostname=self.host)
         except BaseException:
             connection.close()
             raise
@@ -140,8 +141,9 @@ class Pool:
         self._idle: list[_Connection] = []
         self._closed = False
 
-    async def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None,
-                      timeout: float | None) -> Response:  # fmt: skip
+    async def request(
+        self, method: str, target: str, headers: dict[str, str], body: bytes | None, timeout: float | None
+    ) -> Response:
         """Send one request and read the answer's head; the body is read from the returned Response, which
         gives its connection back when it is read to the end or left (``async with``)."""
         loop = asyncio.get_running_loop()
@@ -168,7 +170,7 @@ class Pool:
                 connection.writer.write(head if body is None else head + body)
                 await connection.writer.drain()
                 status, reason, answer = await _read_head(connection.reader)
-            except (ConnectionError, OSError):
+            except OSError:
                 connection.close()
                 if reused:  # the server closed an idle connection as the request left: nothing was done
                     continue
@@ -176,7 +178,11 @@ class Pool:
             except BaseException:
                 connection.close()
                 raise
-            return Response(self, connection, status, reason, answer, deadline, method == "HEAD")
+            try:
+                return Response(self, connection, status, reason, answer, deadline, method == "HEAD")
+            except ProtocolError:  # an unreadable Content-Length: the connection cannot be read on
+                connection.close()
+                raise
 
     def _head(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
         endpoint = self.endpoint
