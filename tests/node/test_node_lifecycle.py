@@ -1,10 +1,11 @@
 """``gpudra up --real-nodes`` as a user runs it: a mistake is one sentence, never a traceback; killed with SIGKILL,
-it leaves no process behind (its watchdog ends the nodes, their containers and the control plane) and no link on
-the machine."""
+it leaves no process behind (its watchdog ends the nodes, their containers and the control plane), no link on the
+machine and no temporary node directory (containerd's store, about 1 GB a node)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -50,7 +51,17 @@ async def links() -> set[str]:
     return {line.split(":")[1].strip().split("@")[0] for line in out.decode().splitlines()}
 
 
-async def test_sigkill_leaves_no_process_and_no_link_behind(tmp_path: Path) -> None:
+def node_root(pids: list[int]) -> Path:
+    """The node's directory on the machine: where its containerd's configuration is."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"--config" in argv and argv[-2].endswith(b"containerd.toml"):
+                return Path(os.fsdecode(argv[-2])).parent
+    raise AssertionError(f"no containerd among {pids}")
+
+
+async def test_sigkill_leaves_no_process_no_link_and_no_temporary_directory_behind(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     before = await links()
     process = await asyncio.create_subprocess_exec(
@@ -72,6 +83,9 @@ async def test_sigkill_leaves_no_process_and_no_link_behind(tmp_path: Path) -> N
         assert len(pids["dgx-h100-0"]) >= 8, pids
         assert len(pids[CONTROL_PLANE]) == 4  # etcd, kube-apiserver, kube-scheduler, kube-controller-manager
         assert len(await links() - before) == 1  # the node's link
+        root = node_root(pids["dgx-h100-0"])
+        # tmp_path is too deep for the node's socket paths: the node lives in a temporary directory of its own
+        assert root.parent.name.startswith("gpudra-") and not root.is_relative_to(tmp_path), root
     finally:
         process.send_signal(signal.SIGKILL)
         await process.wait()
@@ -88,3 +102,4 @@ async def test_sigkill_leaves_no_process_and_no_link_behind(tmp_path: Path) -> N
         )  # the kernel tears a network namespace down a moment after its last process
 
     await eventually(links_gone, timeout=30, what="the node's link gone")
+    await eventually(lambda: not root.parent.exists(), timeout=60, what=f"{root.parent} removed")

@@ -614,6 +614,8 @@ class EmbeddedCluster:
         roots, gpus = [], []
         for node in nodes:
             root = self._node_root(node.name)
+            if root.parent in self._temp_dirs:
+                await self.real_nodes.remove_at_end(root.parent)
             self.node_dirs[node.name] = root
             roots.append(root)
             fake = FakeNvml.from_machine(node.hardware())

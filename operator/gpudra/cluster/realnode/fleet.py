@@ -24,6 +24,7 @@ from gpudra.cluster.realnode.network import NodeNetwork, free_base
 from gpudra.cluster.realnode.node import RealNode
 from gpudra.cluster.realnode.runtime import NodeRuntime, find_runtime
 from gpudra.cluster.realnode.sandbox import require_commands, run
+from gpudra.cluster.realnode.watchdog import encode_directory
 from gpudra.errors import NotFoundError
 from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.kube.client import KubeClient
@@ -193,6 +194,13 @@ class RealNodes:
     async def stop(self) -> None:
         """End every node."""
         await asyncio.gather(*(node.stop() for node in self.nodes.values()), return_exceptions=True)
+
+    async def remove_at_end(self, directory: Path) -> None:
+        """Have the watchdog remove ``directory`` (a node's temporary one) once the nodes have ended, should this
+        process die without removing it itself."""
+        if self._watchdog is not None and self._watchdog.stdin is not None:
+            self._watchdog.stdin.write(encode_directory(directory))
+            await self._watchdog.stdin.drain()
 
     async def release(self) -> None:
         """Once the control plane has stopped too: let the watchdog go; it ends whatever is left and removes the

@@ -5,14 +5,60 @@ The cluster starts it in a session of its own (a Ctrl-C meant for ``gpudra up`` 
 the read end of a pipe whose write end only the cluster holds. When that pipe closes (the cluster stopped, or
 died), it kills every process left in each node's cgroup and removes the cgroups (cgroups.py), then exits. After
 a clean stop there is nothing left to kill.
+
+The cluster writes through the same pipe the temporary directories its nodes keep their files in (containerd's
+store, about 1 GB a node), each ended by a NUL byte. Once the nodes' processes are gone, the watchdog removes
+them, as a clean stop does. A directory with anything mounted in it (as this process sees the machine's mounts)
+is left in place and named: removing it would remove what the mount shows.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+from pathlib import Path
 
 from gpudra.cluster.realnode.cgroups import NodeCgroup
 from gpudra.errors import GpudraError
+
+SEPARATOR = b"\0"
+
+
+def encode_directory(path: Path) -> bytes:
+    """How the cluster names a directory to remove on the watchdog's pipe."""
+    return os.fsencode(str(path.absolute())) + SEPARATOR
+
+
+def directories_named(data: bytes) -> list[Path]:
+    """The absolute directories named on the pipe (a part after the last separator was cut off: left out)."""
+    parts = data.split(SEPARATOR)[:-1]
+    return [Path(os.fsdecode(part)) for part in parts if part.startswith(b"/")]
+
+
+def mount_points(mountinfo: str) -> list[Path]:
+    """The mount points of ``/proc/self/mountinfo`` (its fifth field, with the kernel's octal escapes undone)."""
+    points = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            points.append(Path(fields[4].encode().decode("unicode_escape").encode("latin-1").decode()))
+    return points
+
+
+def mounted_within(directory: Path, points: list[Path]) -> list[Path]:
+    return [p for p in points if p == directory or directory in p.parents]
+
+
+def remove_directory(directory: Path) -> str | None:
+    """Remove one node directory; a sentence when it stays."""
+    if not directory.exists():
+        return None
+    inside = mounted_within(directory, mount_points(Path("/proc/self/mountinfo").read_text()))
+    if inside:
+        return f"left {directory} in place: {inside[0]} is mounted there"
+    shutil.rmtree(directory, ignore_errors=True)
+    return f"could not remove all of {directory}" if directory.exists() else None
 
 
 def main(argv: list[str]) -> int:
@@ -20,8 +66,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m gpudra.cluster.realnode.watchdog CLUSTER NODE...", file=sys.stderr)
         return 2
     cluster, nodes = argv[0], argv[1:]
-    while sys.stdin.buffer.read(4096):
-        pass
+    data = b""
+    while chunk := sys.stdin.buffer.read(4096):
+        data += chunk
     failed = 0
     for node in nodes:
         try:
@@ -32,6 +79,13 @@ def main(argv: list[str]) -> int:
             continue
         if killed:
             print(f"gpudra watchdog: ended {len(killed)} process(es) of real node {node}", file=sys.stderr)
+    if failed:
+        return 1  # a node's processes may still use its files
+    for directory in directories_named(data):
+        problem = remove_directory(directory)
+        if problem:
+            print(f"gpudra watchdog: {problem}", file=sys.stderr)
+            failed += 1
     return 1 if failed else 0
 
 
