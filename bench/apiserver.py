@@ -138,8 +138,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--window", type=int, default=1_000, help="requests per measured window (default 1000)"
     )
+    parser.add_argument("--quick", action="store_true", help="2,000 objects on 100 nodes, windows of 200")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.objects, args.nodes, args.window))
+    if args.quick:
+        asyncio.run(run(2_000, 100, 200))
+    else:
+        asyncio.run(run(args.objects, args.nodes, args.window))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ memory of that process and its children, sampled five times a second from /proc.
 measured first in the same run as the baseline: time growing linearly with the fleet gives a ratio of about 4.
 Then 1,000 nodes (or the whole fleet, if smaller) start beside one busy core: a process of its own spinning
 for the whole run, as another tenant of the machine would, and the time is printed against the same fleet
-started idle in the same run.
+started idle in the same run (not with ``--quick``).
 
     python -m bench fleet [--quick | --nodes=N]
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import goals
+from bench.busycore import BusyCore
 
 BUSY_NODES = 1000
 UP_LINE = re.compile(r"gpudra is up: (\d+) nodes, (\d+) GPUs \(([\d.]+) s\)")
@@ -141,19 +142,7 @@ def _line(label: str, r: Result) -> str:
     )
 
 
-class _BusyCore:
-    """One other process keeping a core busy while it is open (another tenant of the machine)."""
-
-    def __enter__(self) -> _BusyCore:
-        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.process.kill()
-        self.process.wait()
-
-
-def run(nodes: int) -> None:
+def run(nodes: int, *, busy_core: bool = True) -> None:
     baseline = measure(max(nodes // 4, 1))
     print(_line("baseline", baseline), flush=True)
     scaled = measure(nodes)
@@ -166,12 +155,14 @@ def run(nodes: int) -> None:
     )
     print(f"  {scaled.nodes} nodes up in {scaled.up_s:.1f} s; {goals.at_most(scaled.up_s, 150, 's')}")
     print(f"  peak memory {scaled.peak_mib:,.0f} MiB; {goals.at_most(scaled.peak_mib, 4096, 'MiB')}")
+    if not busy_core:
+        return
     size = min(BUSY_NODES, nodes)
     idle = next((r for r in (scaled, baseline) if r.nodes == size), None)
     if idle is None:
         idle = measure(size)
         print(_line("idle", idle), flush=True)
-    with _BusyCore():
+    with BusyCore():
         busy = measure(size)
     print(_line("busy", busy), flush=True)
     print(
@@ -183,9 +174,9 @@ def run(nodes: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench fleet", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000, help="dgx-h100 nodes of the scaled run")
-    parser.add_argument("--quick", action="store_true", help="100 nodes (CI)")
+    parser.add_argument("--quick", action="store_true", help="100 nodes, no run beside a busy core (CI)")
     args = parser.parse_args(argv or [])
-    run(100 if args.quick else args.nodes)
+    run(100 if args.quick else args.nodes, busy_core=not args.quick)
 
 
 if __name__ == "__main__":
