@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpudra import shippedyaml
 from gpudra.cluster.kubernetes.bootstrap import repo_manifests
 
 RBAC_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
@@ -30,7 +29,7 @@ def manifest_rbac(namespace: str, base: Path | None = None) -> tuple[dict[str, A
     """The Roles, ClusterRoles and bindings of manifests/base, placed in ``namespace``."""
     found: list[dict[str, Any]] = []
     for path in sorted((base or repo_manifests()).glob("rbac-*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in shippedyaml.load_all(path.read_text()):
             if doc and doc.get("kind") in RBAC_KINDS:
                 found.append(in_namespace(doc, namespace))
     return tuple(found)

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 import gpudra
+from gpudra import shippedyaml
 from gpudra.errors import ConfigurationError
 
 WORKLOAD_KINDS = frozenset({"Deployment", "DaemonSet", "Service"})
@@ -58,13 +59,13 @@ async def _kubectl(kubeconfig: Path, *args: str, stdin: bytes | None = None) -> 
 
 def install_objects(rendered: str) -> list[dict[str, Any]]:
     """The rendered base without its workloads."""
-    return [doc for doc in yaml.safe_load_all(rendered) if doc and doc.get("kind") not in WORKLOAD_KINDS]
+    return [doc for doc in shippedyaml.load_all(rendered) if doc and doc.get("kind") not in WORKLOAD_KINDS]
 
 
 def daemon_image(rendered: str) -> str:
     """The IMEX daemon image the base's controller Deployment runs (its GPUDRA_IMEX_DAEMON_IMAGE): the one image
     the base's admission policy lets the controller put in a DaemonSet."""
-    for doc in yaml.safe_load_all(rendered):
+    for doc in shippedyaml.load_all(rendered):
         if doc and doc.get("kind") == "Deployment":
             for container in doc["spec"]["template"]["spec"]["containers"]:
                 for variable in container.get("env") or ():

@@ -15,9 +15,9 @@ from fractions import Fraction
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from gpudra import shippedyaml
 from gpudra.api.base import FrozenModel
 from gpudra.errors import ConfigurationError
 
@@ -251,4 +251,4 @@ def parse_catalog(document: Mapping[str, Any]) -> Catalog:
 def load_catalog() -> Catalog:
     """The catalog shipped with gpudra (``gpudra/hardware/gpus/catalog.yaml``), parsed once."""
     text = resources.files("gpudra.hardware.gpus").joinpath("catalog.yaml").read_text(encoding="utf-8")
-    return parse_catalog(yaml.safe_load(text))
+    return parse_catalog(shippedyaml.load(text))

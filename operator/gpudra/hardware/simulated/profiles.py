@@ -19,10 +19,10 @@ from enum import Enum
 from importlib import resources
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from gpudra import shippedyaml
 from gpudra.errors import ConfigurationError
 from gpudra.hardware.gpus.catalog import Catalog, GpuModel, load_catalog
 
@@ -258,7 +258,7 @@ def _cuda(text: str) -> int:
 
 def _builtin() -> dict[str, NodeProfile]:
     """The profiles of ``profiles.yaml`` (entries in the fleet-file format, see :mod:`profilespec`)."""
-    document = yaml.safe_load(
+    document = shippedyaml.load(
         resources.files("gpudra.hardware.simulated").joinpath("profiles.yaml").read_text()
     )
     catalog = load_catalog()
