@@ -17,12 +17,12 @@ from gpudra.agent.kubeletplugin import (
     DeviceHealth,
     HealthStatus,
     HealthVersion,
-    KubeletClient,
     KubeletPlugin,
     PreparedDevice,
     PrepareResult,
     UnprepareResult,
 )
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.errors import ConfigurationError, InvalidInputError, KubeletPluginError
 
 DRIVER = "gpu.nvidia.com"
