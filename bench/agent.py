@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench import goals
 from bench.agentkit import allocated_claim, make_node
-from gpudra.agent.kubeletplugin import KubeletClient
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import RESOURCE_SLICES
@@ -47,11 +47,13 @@ FORBIDDEN = (
     "rich",
     "pygments",
     "aiohttp",
+    "grpc",
 )
 """What a real node's agent must not import (tests/unit/test_agent_imports.py checks the same list): the simulator,
 kopf, the embedded cluster, kubernetes_asyncio's generated models (about 40 MB), rich and pygments (structlog
-imports them for colour tracebacks whenever they are installed) and aiohttp (14 MiB; the agent's HTTP, client and
-server, is on asyncio's streams)."""
+imports them for colour tracebacks whenever they are installed), aiohttp (14 MiB; the agent's HTTP, client and
+server, is on asyncio's streams) and grpc (grpcio, about 19 MiB once it serves; the kubelet plugin serves on
+grpclib)."""
 # `python -m gpudra agent`, writing the modules it imported to $BENCH_MODULES when it exits
 LAUNCH = """
 import atexit, json, os, runpy, sys
@@ -150,7 +152,8 @@ async def measure(prepares: int) -> None:
             f"(peak {peak:.1f}) | {goals.at_most(rss, 60, 'MiB')}"
         )
         print(
-            f"agent imports: {len(modules)} modules; simulator, kopf, embedded cluster, kubernetes_asyncio, aiohttp: "
+            f"agent imports: {len(modules)} modules; simulator, kopf, embedded cluster, kubernetes_asyncio, aiohttp, "
+            "grpc: "
             f"{', '.join(loaded) or 'none'} | goal none: {'MET' if not loaded else 'NOT MET'}"
         )
     finally:

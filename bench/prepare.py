@@ -37,7 +37,8 @@ from typing import Any
 
 from bench import goals, kubeletprepare
 from bench.agentkit import allocated_claim, make_node, percentile
-from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient
+from gpudra.agent.kubeletplugin import ClaimRef
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.cluster.agentprocess import AgentProcess
 from gpudra.cluster.apiserver.process import APIServerProcess
 from gpudra.config import AgentSettings

@@ -13,7 +13,8 @@ from typing import Any
 from clusterkit import eventually, kubectl
 from gpudra.agent.checkpoint import ClaimEntry, decode_checkpoint
 from gpudra.agent.handover import INSTANCES, TAKEOVER
-from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient
+from gpudra.agent.kubeletplugin import ClaimRef
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.cluster.up import EmbeddedCluster, pod_uid
 from gpudra.hardware.nvml.backend import NvmlBackend

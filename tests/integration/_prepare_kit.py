@@ -18,7 +18,8 @@ from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer, no_hook
 from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.gpuplanner import PrepareOptions
-from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, KubeletPlugin
+from gpudra.agent.kubeletplugin import ClaimRef, KubeletPlugin
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
 from gpudra.hardware.nvml.backend import NvmlBackend

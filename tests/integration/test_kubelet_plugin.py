@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
+import grpc
 import pytest
 
 from gpudra.agent.kubeletplugin import (
@@ -17,12 +18,13 @@ from gpudra.agent.kubeletplugin import (
     DeviceHealth,
     HealthStatus,
     HealthVersion,
-    KubeletClient,
     KubeletPlugin,
     PreparedDevice,
     PrepareResult,
     UnprepareResult,
 )
+from gpudra.agent.kubeletplugin.grpcserver import MAX_RECEIVE_BYTES, PluginServer
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.errors import ConfigurationError, InvalidInputError, KubeletPluginError
 
 DRIVER = "gpu.nvidia.com"
@@ -42,6 +44,7 @@ class FakeHandler:
         self.waiting = 0
         self.expected_waiting = 0
         self.all_waiting = asyncio.Event()
+        self.cancelled = asyncio.Event()
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         self.prepare_calls.append([c.uid for c in claims])
@@ -49,7 +52,11 @@ class FakeHandler:
             self.waiting += 1
             if self.waiting == self.expected_waiting:
                 self.all_waiting.set()
-            await self.gate.wait()
+            try:
+                await self.gate.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
         if any(c.uid.startswith("boom") for c in claims):
             raise RuntimeError("NVML exploded")
         results: dict[str, PrepareResult] = {}
@@ -247,6 +254,108 @@ async def test_cancelling_the_caller_still_cancels_its_call(
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
+    # the kubelet gave up on the call: the plugin's handler hears of it
+    await asyncio.wait_for(handler.cancelled.wait(), 10)
+
+
+async def test_the_kubelets_deadline_cancels_the_handler(short_dir: Path, handler: FakeHandler) -> None:
+    handler.gate = asyncio.Event()
+    async with (
+        make_plugin(short_dir, handler) as plugin,
+        KubeletClient(plugin.registration_socket, call_timeout=0.5) as client,
+    ):
+        await client.register()
+        with pytest.raises(KubeletPluginError, match="DEADLINE_EXCEEDED"):
+            await client.prepare([claim("ok-0")])
+        await asyncio.wait_for(handler.cancelled.wait(), 10)
+
+
+async def test_an_unknown_method_is_unimplemented(plugin: KubeletPlugin) -> None:
+    # a kubelet dialing a service the plugin does not serve (here the health stream, not advertised without a
+    # source) or a method of a newer API gets UNIMPLEMENTED, as from any gRPC server
+    async with grpc.aio.insecure_channel(f"unix:{plugin.dra_socket}") as channel:
+        for path in (
+            "/v1.DRAResourceHealth/NodeWatchResources",
+            "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeFrobnicateResources",
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await channel.unary_unary(path)(b"")
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED, path
+
+
+async def test_a_request_over_4_mib_is_refused_before_the_handler_sees_it(
+    kubelet: KubeletClient, handler: FakeHandler
+) -> None:
+    with pytest.raises(KubeletPluginError, match="RESOURCE_EXHAUSTED"):
+        await kubelet.prepare([ClaimRef(namespace="team-a", uid="ok-1", name="x" * MAX_RECEIVE_BYTES)])
+    assert handler.prepare_calls == []
+    # just under the limit is served (the request adds some 20 bytes to the name)
+    under = ClaimRef(namespace="team-a", uid="ok-2", name="x" * (MAX_RECEIVE_BYTES - 100))
+    assert (await kubelet.prepare([under]))["ok-2"].error == ""
+
+
+async def _refused_while_stopping(client: KubeletClient) -> str:
+    """Call (unprepares are not held by the gate) until the stopping plugin refuses a new call; its error."""
+    while True:
+        try:
+            await client.unprepare([claim("ok-9")])
+        except KubeletPluginError as exc:
+            return str(exc)
+        await asyncio.sleep(0.01)
+
+
+async def test_stop_lets_a_call_in_flight_finish_within_the_grace_and_refuses_new_ones(
+    short_dir: Path, handler: FakeHandler
+) -> None:
+    plugin = make_plugin(short_dir, handler, stop_grace_seconds=60)
+    await plugin.start()
+    async with KubeletClient(plugin.registration_socket) as client:
+        await client.register()
+        call = await held_prepare(client, handler)
+        stopping = asyncio.create_task(plugin.stop())
+        assert "UNAVAILABLE" in await asyncio.wait_for(_refused_while_stopping(client), 10)
+        assert not plugin.registration_socket.exists()  # deregistered first, without a grace
+        assert not stopping.done()
+        assert handler.gate is not None
+        handler.gate.set()
+        assert (await call)["ok-0"].error == ""
+        await asyncio.wait_for(stopping, 10)
+    assert not handler.cancelled.is_set()
+    assert not plugin.dra_socket.exists()
+
+
+async def test_stop_cancels_the_calls_still_running_after_the_grace(
+    short_dir: Path, handler: FakeHandler
+) -> None:
+    plugin = make_plugin(short_dir, handler, stop_grace_seconds=0.2)
+    await plugin.start()
+    async with KubeletClient(plugin.registration_socket) as client:
+        await client.register()
+        call = await held_prepare(client, handler)
+        await asyncio.wait_for(plugin.stop(), 10)
+        assert handler.cancelled.is_set()
+        with pytest.raises(KubeletPluginError):
+            await call
+
+
+async def test_after_a_stop_the_kubelets_connection_reaches_the_plugin_listening_there_now(
+    short_dir: Path, handler: FakeHandler
+) -> None:
+    # an agent restarted in place: the kubelet's open connection to the old one is closed, so its next call
+    # dials the socket's path again and reaches the new one
+    async with KubeletClient(make_plugin(short_dir, handler).registration_socket) as client:
+        async with make_plugin(short_dir, handler):
+            await client.register()
+            assert (await client.prepare([claim("ok-1")]))["ok-1"].error == ""
+        newer = FakeHandler()
+        async with make_plugin(short_dir, newer):
+            assert (await client.prepare([claim("ok-2")]))["ok-2"].error == ""
+    assert newer.prepare_calls == [["ok-2"]]
+
+
+async def test_a_socket_that_cannot_be_bound_is_a_clear_error(short_dir: Path) -> None:
+    with pytest.raises(ConfigurationError, match="cannot listen on"):
+        await PluginServer().start(short_dir / "no-such-directory" / "dra.sock")
 
 
 async def test_a_failing_claim_does_not_fail_its_neighbours(kubelet: KubeletClient) -> None:

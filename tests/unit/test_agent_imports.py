@@ -1,6 +1,6 @@
 """The agent runs on every GPU node: what ``gpudra agent --backend nvml`` imports is what each node pays for in
 memory and start-up. It must load nothing of ``bench.agent.FORBIDDEN``: the simulator, kopf, the embedded cluster,
-kubernetes_asyncio's generated models, rich and pygments, aiohttp."""
+kubernetes_asyncio's generated models, rich and pygments, aiohttp, grpc (grpcio)."""
 
 from __future__ import annotations
 

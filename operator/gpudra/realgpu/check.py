@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from gpudra.agent.cdi import ClaimSpecDir
-from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient
+from gpudra.agent.kubeletplugin import ClaimRef
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.agent.kubeletplugin.messages import HEALTH_SERVICES
 from gpudra.allocator import Allocation, Allocator, ClusterSnapshot
 from gpudra.api.dra import ResourceClaim, ResourceSlice

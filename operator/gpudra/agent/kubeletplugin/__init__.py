@@ -1,6 +1,8 @@
-"""The kubelet DRA plugin: gRPC servers (DRAPlugin v1 + v1beta1, registration, health), kubelet client."""
+"""The kubelet DRA plugin: gRPC servers (DRAPlugin v1 + v1beta1, registration, health) on grpclib.
 
-from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
+The kubelet's side, ``kubelet_client.KubeletClient`` (on grpcio: the embedded cluster's kubelets, bench, tests), is
+imported from its module: a node's agent never loads grpcio."""
+
 from gpudra.agent.kubeletplugin.messages import (
     CallCounters,
     CallObserver,
@@ -28,7 +30,6 @@ __all__ = [
     "HealthSource",
     "HealthStatus",
     "HealthVersion",
-    "KubeletClient",
     "KubeletPlugin",
     "PluginHandler",
     "PluginInfo",

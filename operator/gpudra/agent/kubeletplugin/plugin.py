@@ -26,10 +26,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-import grpc
-
-from gpudra.agent.kubeletplugin.dra_service import DRAPluginServicer
-from gpudra.agent.kubeletplugin.health_service import DRAResourceHealthServicer
+from gpudra.agent.kubeletplugin.dra_service import PB_MODULES, DRAPluginServicer
+from gpudra.agent.kubeletplugin.grpcserver import PluginServer
+from gpudra.agent.kubeletplugin.health_service import HEALTH_PB_MODULES, DRAResourceHealthServicer
 from gpudra.agent.kubeletplugin.messages import (
     HEALTH_SERVICES,
     V1_SERVICE,
@@ -39,13 +38,7 @@ from gpudra.agent.kubeletplugin.messages import (
     PluginHandler,
     RegistrationState,
 )
-from gpudra.agent.kubeletplugin.pb import (
-    dra_health_v1_pb2_grpc,
-    dra_health_v1alpha1_pb2_grpc,
-    dra_v1_pb2_grpc,
-    dra_v1beta1_pb2_grpc,
-    pluginregistration_pb2_grpc,
-)
+from gpudra.agent.kubeletplugin.pb import pluginregistration_pb2
 from gpudra.agent.kubeletplugin.registration_service import RegistrationServicer
 from gpudra.errors import ConfigurationError
 
@@ -55,10 +48,6 @@ DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes on Linux, including the terminating NUL
 _DRIVER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def socket_url(path: Path) -> str:
-    return f"unix:{path}"
 
 
 def _digest(data: str, size: int) -> str:
@@ -142,8 +131,8 @@ class KubeletPlugin:
         self._health = [
             DRAResourceHealthServicer(v, health_source) for v in ("v1", "v1alpha1") if health_source
         ]
-        self._dra_server: grpc.aio.Server | None = None
-        self._registration_server: grpc.aio.Server | None = None
+        self._dra_server: PluginServer | None = None
+        self._registration_server: PluginServer | None = None
         self._inodes: dict[Path, int] = {}
 
     @property
@@ -211,33 +200,24 @@ class KubeletPlugin:
     ) -> None:
         await self.stop()
 
-    async def _serve_dra(self) -> grpc.aio.Server:
-        server = grpc.aio.server()
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
-            DRAPluginServicer("v1", self._handler, self._observer), server
-        )
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            DRAPluginServicer("v1beta1", self._handler, self._observer), server
-        )
+    async def _serve_dra(self) -> PluginServer:
+        server = PluginServer()
+        for version in ("v1", "v1beta1"):
+            service = PB_MODULES[version].DESCRIPTOR.services_by_name["DRAPlugin"]
+            server.add(service, DRAPluginServicer(version, self._handler, self._observer))
         for servicer in self._health:
-            add = {
-                "v1": dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server,
-                "v1alpha1": dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server,
-            }[servicer.version]
-            add(servicer, server)
+            server.add(
+                HEALTH_PB_MODULES[servicer.version].DESCRIPTOR.services_by_name["DRAResourceHealth"], servicer
+            )
         return await self._bind(server, self.dra_socket)
 
-    async def _serve_registration(self) -> grpc.aio.Server:
-        server = grpc.aio.server()
-        pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(self._registration, server)
+    async def _serve_registration(self) -> PluginServer:
+        server = PluginServer()
+        server.add(pluginregistration_pb2.DESCRIPTOR.services_by_name["Registration"], self._registration)
         return await self._bind(server, self.registration_socket)
 
-    async def _bind(self, server: grpc.aio.Server, path: Path) -> grpc.aio.Server:
-        try:
-            server.add_insecure_port(socket_url(path))
-        except RuntimeError as exc:
-            raise ConfigurationError(f"cannot listen on {path}: {exc}") from exc
-        await server.start()
+    async def _bind(self, server: PluginServer, path: Path) -> PluginServer:
+        await server.start(path)
         with contextlib.suppress(FileNotFoundError):
             self._inodes[path] = os.stat(path).st_ino
         return server

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.agent.kubeletplugin import KubeletClient
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.agent.kubeletplugin.messages import HEALTH_SERVICES
 from gpudra.errors import GpudraError, NotFoundError
 from gpudra.kube.client import KubeClient

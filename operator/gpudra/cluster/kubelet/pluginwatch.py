@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudra.agent.kubeletplugin import KubeletClient
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.errors import KubeletPluginError
 from gpudra.telemetry import get_logger
 

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
-from gpudra.agent.kubeletplugin import ClaimRef, KubeletClient, PreparedDevice, PrepareResult
+from gpudra.agent.kubeletplugin import ClaimRef, PreparedDevice, PrepareResult
+from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.api.core import Pod
 from gpudra.api.timestamps import rfc3339
 from gpudra.computedomain import COMPONENT_LABEL, OBJECT_LABEL
