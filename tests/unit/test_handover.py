@@ -138,3 +138,26 @@ def test_an_instance_dra_socket_fits_a_unix_socket_path(directory_length: int) -
     assert path.parent == plugins and len(str(path)) <= MAX_SOCKET_PATH_BYTES
     assert (path.name == f"dra-{instance}.sock") == (directory_length <= 61)
     assert instance_dra_socket(plugins, instance.replace("a", "b")) != path
+
+
+async def test_a_failed_look_for_a_newer_instance_keeps_the_node(tmp_path: Path, roles: Roles) -> None:
+    """The request file cannot be read (as when the process is out of open files): no instance asked, so the active
+    one keeps the node and goes on looking, instead of handing it over to nobody and taking it back."""
+    role = roles(tmp_path, "only")
+    role.start()
+    await asyncio.wait_for(role.acquire(), 5)
+    (tmp_path / "agent-takeover").unlink()
+    (tmp_path / "agent-takeover").mkdir()  # reading it fails with an OSError
+    holding = asyncio.create_task(role.hold())
+    done, _ = await asyncio.wait({holding}, timeout=10 * role.poll)  # ten of its polls
+    assert not done and not role.yielding.is_set() and role.handed_to == ""
+    (tmp_path / "agent-takeover").rmdir()
+    other = roles(tmp_path, "newer")
+    other.start()
+    asking = asyncio.create_task(other.acquire())
+    await asyncio.wait_for(holding, 5)  # it looks again: a real request is still seen
+    assert role.handed_to == "newer"
+    role.release()
+    await asyncio.wait_for(asking, 5)
+    other.stop()
+    role.stop()

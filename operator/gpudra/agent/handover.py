@@ -178,11 +178,23 @@ class ActiveRole:
         self.active.set()
 
     async def hold(self) -> None:
-        """While active: watch for a newer instance asking; then drain, release, and return."""
+        """While active: watch for a newer instance asking; then drain, release, and return. A look that fails (the
+        process out of open files, a broken state directory) keeps the node: only an instance that asked, and is
+        alive, takes it."""
+        failing = False
         while True:
-            requester = self._requester()
-            if requester and requester != self.instance and self._alive(requester):
-                break
+            try:
+                requester = self._requester()
+                if requester and requester != self.instance and self._alive(requester):
+                    break
+                failing = False
+            except OSError as exc:
+                if not failing:
+                    log.warning(
+                        "could not look for a newer agent instance asking for the node; keeping it",
+                        error=str(exc),
+                    )
+                failing = True
             await asyncio.sleep(self.poll)
         log.info("a newer agent instance asks for the node; handing over", to=requester)
         self.handed_to = requester

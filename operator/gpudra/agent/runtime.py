@@ -253,8 +253,8 @@ class AgentRuntime:
         holder = asyncio.create_task(self.role.hold(), name=f"handover {self.settings.node_name}")
         try:
             done, _ = await asyncio.wait({duties, holder}, return_when=asyncio.FIRST_COMPLETED)
-            if duties in done:
-                duties.result()  # the duties end only by an error
+            for task in done:
+                task.result()  # the duties end only by an error; an error of the holder is no hand-over either
         finally:
             await asyncio.shield(self.role.drain())  # on the way out too: no call may outlive the lock
             for task in (duties, holder):
