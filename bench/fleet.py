@@ -120,8 +120,10 @@ def measure(nodes: int) -> Result:
             text = out.read().decode(errors="replace")
     found = UP_LINE.search(text)
     if process.returncode != 0 or found is None:
+        up = f"it printed: {found[0]}; " if found is not None else ""  # a failure while it stopped
         raise RuntimeError(
-            f"gpudra up --once with {nodes} nodes failed ({process.returncode}):\n{text[-3000:]}"
+            f"gpudra up --once with {nodes} nodes failed ({process.returncode}; {up}peak "
+            f"{sampler.peak_kib / 1024:,.0f} MiB):\n{text[-3000:]}"
         )
     return Result(
         nodes=int(found[1]),

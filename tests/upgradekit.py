@@ -184,7 +184,13 @@ async def a_prepare_in_flight_at_the_handover_happens_once(cluster: EmbeddedClus
         timeout=60,
     )
     settings = old.settings.model_copy(update={"instance_id": pod_uid()})
-    new = AgentRuntime(settings, NvmlBackend(node, nvml=fake), cluster.agent_clients[node], cluster.metrics)
+    new = AgentRuntime(
+        settings,
+        NvmlBackend(node, nvml=fake),
+        cluster.agent_clients[node],
+        cluster.metrics,
+        locks=cluster.handover_locks,  # the cluster's in-process agents share its locks
+    )
     task = asyncio.create_task(new.run())
     try:
         assert new.plugin is not None

@@ -6,6 +6,7 @@ status.devices (and an Event) until it recovers; the kubelet's health stream say
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -51,6 +52,19 @@ async def test_xid_taints_the_gpu_and_recovers(cluster: EmbeddedCluster) -> None
         return not (await devices(cluster, "dgx-h100-0"))["gpu-3"].get("taints")
 
     await eventually(recovered)
+
+
+async def test_a_simulated_node_follows_its_gpus_health_without_a_thread(cluster: EmbeddedCluster) -> None:
+    """The simulated NVML tells the agent's event loop when an event came: no thread a node blocked in the event
+    wait (a fleet of thousands of simulated nodes in one process ran thousands of them)."""
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("health-")]
+    await inject(cluster.simulated["dgx-h100-0"], 2, 48)
+
+    async def tainted() -> list[dict[str, Any]]:
+        return list((await devices(cluster, "dgx-h100-0"))["gpu-2"].get("taints") or [])
+
+    (taint,) = await eventually(tainted)
+    assert (taint["key"], taint["value"]) == ("gpu.nvidia.com/xid", "48")
 
 
 async def event_on(cluster: EmbeddedCluster, name: str, reason: str, text: str = "") -> dict[str, Any]:

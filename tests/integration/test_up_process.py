@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -97,6 +98,26 @@ async def run_once(tmp_path: Path, *args: str) -> tuple[str, str]:
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode()[-3000:]
     return out.decode(), err.decode()
+
+
+def open_files_limit(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+async def test_a_fleet_runs_in_the_open_files_its_start_asks_for(tmp_path: Path) -> None:
+    """100 dgx-h100 nodes in a process that may open 600 files: the start's estimate (two a node, their plugin's
+    and registration's sockets, and 256 for the rest) lets it start, and the fleet comes up inside the limit (a
+    node whose agent ran out of files would never publish its slices)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "up", "--once", "--nodes", "dgx-h100:100",
+        "--kubeconfig", str(tmp_path / "kc"), "--web-port", "-1", "--metrics-port", "-1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        preexec_fn=lambda: open_files_limit(600),
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=180)
+    assert proc.returncode == 0, out.decode()[-3000:]
+    assert "gpudra is up: 100 nodes, 800 GPUs" in out.decode()
+    assert "Too many open files" not in (tmp_path / "gpudra.log").read_text()
 
 
 @pytest.mark.slow

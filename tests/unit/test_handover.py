@@ -1,23 +1,39 @@
-"""The hand-over between two agent instances of one node, through the files of their shared state directory; and
-the sockets each instance names for itself."""
+"""The hand-over between two agent instances of one node, through the files of their shared state directory (with
+a real node's flocks, and with the in-memory locks of the simulated nodes of one process); and the sockets each
+instance names for itself."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gpudra.agent.handover import ActiveRole, HandedOver
+from gpudra.agent.handover import ActiveRole, FileLocks, HandedOver, ProcessLocks
 from gpudra.agent.kubeletplugin.plugin import (
     MAX_SOCKET_PATH_BYTES,
     instance_dra_socket,
     rolling_update_registration_socket,
 )
 
+Roles = Callable[[Path, str], ActiveRole]
 
-async def test_a_newer_instance_waits_for_the_operation_in_flight_then_takes_the_node(tmp_path: Path) -> None:
-    old, new = ActiveRole(tmp_path, "old", poll=0.02), ActiveRole(tmp_path, "new", poll=0.02)
+
+@pytest.fixture(params=["flock", "in-process"])
+def roles(request: pytest.FixtureRequest) -> Roles:
+    """Makes the instances of one node: each with its own flocks, or all with the locks of their one process."""
+    shared = ProcessLocks()
+    return lambda state, instance: ActiveRole(
+        state, instance, poll=0.02, locks=FileLocks() if request.param == "flock" else shared
+    )
+
+
+async def test_a_newer_instance_waits_for_the_operation_in_flight_then_takes_the_node(
+    tmp_path: Path, roles: Roles
+) -> None:
+    old, new = roles(tmp_path, "old"), roles(tmp_path, "new")
     old.start()
     new.start()
     await old.acquire()
@@ -54,8 +70,10 @@ async def test_a_newer_instance_waits_for_the_operation_in_flight_then_takes_the
     new.stop()
 
 
-async def test_the_old_instance_takes_the_node_back_when_the_new_one_dies_first(tmp_path: Path) -> None:
-    old, new = ActiveRole(tmp_path, "old", poll=0.02), ActiveRole(tmp_path, "new", poll=0.02)
+async def test_the_old_instance_takes_the_node_back_when_the_new_one_dies_first(
+    tmp_path: Path, roles: Roles
+) -> None:
+    old, new = roles(tmp_path, "old"), roles(tmp_path, "new")
     old.start()
     await old.acquire()
     new.start()
@@ -72,12 +90,25 @@ async def test_the_old_instance_takes_the_node_back_when_the_new_one_dies_first(
     old.stop()
 
 
-def test_two_processes_cannot_run_as_the_same_instance(tmp_path: Path) -> None:
-    first = ActiveRole(tmp_path, "same")
+def test_two_processes_cannot_run_as_the_same_instance(tmp_path: Path, roles: Roles) -> None:
+    first = roles(tmp_path, "same")
     first.start()
     with pytest.raises(Exception, match="another agent runs as instance 'same'"):
-        ActiveRole(tmp_path, "same").start()
+        roles(tmp_path, "same").start()
     first.stop()
+
+
+async def test_in_process_locks_hold_no_open_file(tmp_path: Path) -> None:
+    """A simulated node's agent in the ``gpudra up`` process: active, with no descriptor open for its locks (a
+    fleet of thousands of nodes would otherwise need two of the process's open files a node)."""
+    before = set(os.listdir("/proc/self/fd"))
+    role = ActiveRole(tmp_path, "only", locks=ProcessLocks())
+    role.start()
+    await asyncio.wait_for(role.acquire(), 5)
+    try:
+        assert set(os.listdir("/proc/self/fd")) <= before
+    finally:
+        role.stop()
 
 
 @pytest.mark.parametrize(
@@ -107,3 +138,26 @@ def test_an_instance_dra_socket_fits_a_unix_socket_path(directory_length: int) -
     assert path.parent == plugins and len(str(path)) <= MAX_SOCKET_PATH_BYTES
     assert (path.name == f"dra-{instance}.sock") == (directory_length <= 61)
     assert instance_dra_socket(plugins, instance.replace("a", "b")) != path
+
+
+async def test_a_failed_look_for_a_newer_instance_keeps_the_node(tmp_path: Path, roles: Roles) -> None:
+    """The request file cannot be read (as when the process is out of open files): no instance asked, so the active
+    one keeps the node and goes on looking, instead of handing it over to nobody and taking it back."""
+    role = roles(tmp_path, "only")
+    role.start()
+    await asyncio.wait_for(role.acquire(), 5)
+    (tmp_path / "agent-takeover").unlink()
+    (tmp_path / "agent-takeover").mkdir()  # reading it fails with an OSError
+    holding = asyncio.create_task(role.hold())
+    done, _ = await asyncio.wait({holding}, timeout=10 * role.poll)  # ten of its polls
+    assert not done and not role.yielding.is_set() and role.handed_to == ""
+    (tmp_path / "agent-takeover").rmdir()
+    other = roles(tmp_path, "newer")
+    other.start()
+    asking = asyncio.create_task(other.acquire())
+    await asyncio.wait_for(holding, 5)  # it looks again: a real request is still seen
+    assert role.handed_to == "newer"
+    role.release()
+    await asyncio.wait_for(asking, 5)
+    other.stop()
+    role.stop()

@@ -20,6 +20,11 @@ The hand-over, all through files in the state directory the two instances share:
 
 If the instance that asked dies before it got the lock (a rollout aborted), the old one takes the lock back.
 Without another instance this is one flock taken at start.
+
+The locks are :class:`FileLocks` (``flock``, one descriptor each) for every agent of a real node. The simulated
+nodes whose agents all run in the ``gpudra up`` process share one :class:`ProcessLocks` instead: no other process
+uses their state directories, and a fleet of thousands of nodes would otherwise spend two of the process's open
+files a node on them (issue #38).
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ import contextlib
 import fcntl
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from gpudra.agent.atomic_files import write_atomically
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PluginHandler, PrepareResult, UnprepareResult
@@ -47,15 +53,30 @@ class HandedOver(GpudraError):
     """This instance handed the node over to a newer agent; the operation belongs to that one."""
 
 
-def _try_lock(path: Path, kind: int) -> int | None:
-    """An fd holding ``kind`` (LOCK_EX or LOCK_SH) on ``path``, or None when another holder has it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, kind | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+Release = Callable[[], None]
+
+
+class HandoverLocks(Protocol):
+    """Non-blocking locks on the state directory's files, with ``flock``'s meaning: one exclusive holder, or any
+    number of shared ones."""
+
+    def try_lock(self, path: Path, kind: int) -> Release | None:
+        """Hold ``kind`` (LOCK_EX or LOCK_SH) on ``path`` (created if missing): what gives it up, or None when
+        another holder has it."""
+        ...
+
+
+class FileLocks:
+    """``flock`` on the files: the kernel drops a lock when its process dies, however it dies."""
+
+    def try_lock(self, path: Path, kind: int) -> Release | None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return lambda: _unlock(fd)
 
 
 def _unlock(fd: int) -> None:
@@ -63,15 +84,40 @@ def _unlock(fd: int) -> None:
     os.close(fd)
 
 
+class ProcessLocks:
+    """The same locks among the holders of one process, kept in memory: no descriptor stays open. Only for state
+    directories no other process uses (a process's death drops them as it drops a flock)."""
+
+    def __init__(self) -> None:
+        self._held: dict[Path, tuple[int, int]] = {}
+        """path: (kind, number of holders)"""
+
+    def try_lock(self, path: Path, kind: int) -> Release | None:
+        path.touch(mode=0o600)  # the file exists while locked, as with flock
+        held = self._held.get(path)
+        if held is not None and (kind == fcntl.LOCK_EX or held[0] == fcntl.LOCK_EX):
+            return None
+        self._held[path] = (kind, held[1] + 1 if held is not None else 1)
+        return lambda: self._release(path)
+
+    def _release(self, path: Path) -> None:
+        kind, holders = self._held.pop(path)
+        if holders > 1:
+            self._held[path] = (kind, holders - 1)
+
+
 class ActiveRole:
     """One agent instance's part in the hand-over. ``instance`` names it (the pod UID in a DaemonSet)."""
 
-    def __init__(self, state_dir: Path, instance: str = "", *, poll: float = 0.2) -> None:
+    def __init__(
+        self, state_dir: Path, instance: str = "", *, poll: float = 0.2, locks: HandoverLocks | None = None
+    ) -> None:
         self.state_dir = state_dir
+        self._locks = locks if locks is not None else FileLocks()
         self.instance = instance or uuid.uuid4().hex
         self.poll = poll
-        self._active_fd: int | None = None
-        self._alive_fd: int | None = None
+        self._active_lock: Release | None = None
+        self._alive_lock: Release | None = None
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -93,10 +139,10 @@ class ActiveRole:
         path = self._instances / f"{instance}.lock"
         if not path.exists():
             return False
-        fd = _try_lock(path, fcntl.LOCK_SH)
-        if fd is None:
+        probe = self._locks.try_lock(path, fcntl.LOCK_SH)
+        if probe is None:
             return True
-        _unlock(fd)
+        probe()
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a dead instance's file
         return False
@@ -110,8 +156,8 @@ class ActiveRole:
     def start(self) -> None:
         """Announce this instance (its lifetime lock)."""
         self._instances.mkdir(parents=True, exist_ok=True)
-        self._alive_fd = _try_lock(self._instances / f"{self.instance}.lock", fcntl.LOCK_EX)
-        if self._alive_fd is None:
+        self._alive_lock = self._locks.try_lock(self._instances / f"{self.instance}.lock", fcntl.LOCK_EX)
+        if self._alive_lock is None:
             raise GpudraError(f"another agent runs as instance {self.instance!r} on this node")
 
     async def acquire(self) -> None:
@@ -119,8 +165,8 @@ class ActiveRole:
         write_atomically(self.state_dir / TAKEOVER, self.instance.encode())
         log.info("asking for the node's active role", instance=self.instance)
         while True:
-            self._active_fd = _try_lock(self.state_dir / ACTIVE_LOCK, fcntl.LOCK_EX)
-            if self._active_fd is not None:
+            self._active_lock = self._locks.try_lock(self.state_dir / ACTIVE_LOCK, fcntl.LOCK_EX)
+            if self._active_lock is not None:
                 break
             await asyncio.sleep(self.poll / 2)
         self.handed_to = ""
@@ -132,11 +178,23 @@ class ActiveRole:
         self.active.set()
 
     async def hold(self) -> None:
-        """While active: watch for a newer instance asking; then drain, release, and return."""
+        """While active: watch for a newer instance asking; then drain, release, and return. A look that fails (the
+        process out of open files, a broken state directory) keeps the node: only an instance that asked, and is
+        alive, takes it."""
+        failing = False
         while True:
-            requester = self._requester()
-            if requester and requester != self.instance and self._alive(requester):
-                break
+            try:
+                requester = self._requester()
+                if requester and requester != self.instance and self._alive(requester):
+                    break
+                failing = False
+            except OSError as exc:
+                if not failing:
+                    log.warning(
+                        "could not look for a newer agent instance asking for the node; keeping it",
+                        error=str(exc),
+                    )
+                failing = True
             await asyncio.sleep(self.poll)
         log.info("a newer agent instance asks for the node; handing over", to=requester)
         self.handed_to = requester
@@ -151,9 +209,9 @@ class ActiveRole:
     def release(self) -> None:
         """Give the active lock up (after the duties stopped)."""
         self.active.clear()
-        if self._active_fd is not None:
-            _unlock(self._active_fd)
-            self._active_fd = None
+        if self._active_lock is not None:
+            self._active_lock()
+            self._active_lock = None
 
     async def wait_orphaned(self) -> None:
         """While handed over: return when the instance this one handed over to died without becoming active."""
@@ -187,9 +245,9 @@ class ActiveRole:
 
     def stop(self) -> None:
         self.release()
-        if self._alive_fd is not None:
-            _unlock(self._alive_fd)
-            self._alive_fd = None
+        if self._alive_lock is not None:
+            self._alive_lock()
+            self._alive_lock = None
             with contextlib.suppress(FileNotFoundError):
                 (self._instances / f"{self.instance}.lock").unlink()
 

@@ -53,6 +53,7 @@ class HealthWatch:
         """Called after a publish that changed device health (and after the first): the kubelet plugin marks
         the claims prepared on unhealthy devices."""
         self._stop = threading.Event()
+        self._handling: set[asyncio.Future[None]] = set()  # events being handled (a listener's reads)
         self._changed = False  # an event came or a taint expired: the slices must change
         self._unreported = True  # the stream and the listener have not seen the published health yet
         self._tick = asyncio.Event()  # set (and replaced) when the published health changed
@@ -133,9 +134,19 @@ class HealthWatch:
     # -- the NVML event thread --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the event thread; it hands events to the running loop until :meth:`stop`."""
+        """Start the event thread; it hands events to the running loop until :meth:`stop`. A backend that tells
+        when an event may be waiting (the simulated NVML) needs no thread: the loop reads what came then. A
+        simulated fleet of thousands of nodes would otherwise run a thread a node, each started while the
+        event loop waits for it."""
         loop = asyncio.get_running_loop()
         stop = self._stop = threading.Event()  # a fresh one: started again after a hand-over was taken back
+
+        def look() -> None:
+            loop.call_soon_threadsafe(self._read_waiting, stop)
+
+        if self._backend.listen_for_health_events(look):
+            self._read_waiting(stop)  # registers the GPUs' events, and takes any that came before
+            return
 
         def watch() -> None:
             while not stop.is_set():
@@ -150,8 +161,22 @@ class HealthWatch:
 
         threading.Thread(target=watch, name=f"health-{self._node}", daemon=True).start()
 
+    def _read_waiting(self, stop: threading.Event) -> None:
+        """In the loop: hand every event waiting now to :meth:`_on_event`."""
+        while not stop.is_set():
+            try:
+                event = self._backend.wait_health_event(0)
+            except GpudraError as exc:
+                log.warning("health event wait failed", node=self._node, error=str(exc))
+                return
+            if event is None:
+                return
+            self._handling.add(task := asyncio.ensure_future(self._on_event(event)))
+            task.add_done_callback(self._handling.discard)
+
     def stop(self) -> None:
         self._stop.set()
+        self._backend.listen_for_health_events(None)
 
     async def _on_event(self, event: HealthEvent) -> None:
         taint = self.state.record(event, time.time())

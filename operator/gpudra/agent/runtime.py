@@ -23,7 +23,7 @@ from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer, Hook, no_hook
 from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.gpuplanner import PrepareOptions
-from gpudra.agent.handover import ActiveRole, GatedHandler
+from gpudra.agent.handover import ActiveRole, GatedHandler, HandoverLocks
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.migdynamic.decisions import claimed_placements
 from gpudra.agent.miglayout.applier import MigApplier
@@ -64,6 +64,7 @@ class AgentRuntime:
         metrics: Metrics,
         *,
         hook: Hook | None = None,
+        locks: HandoverLocks | None = None,
     ) -> None:
         self.settings = settings
         self.agent = NodeAgent(settings, backend, client, metrics, claimed_instances=self._claimed_instances)
@@ -76,7 +77,9 @@ class AgentRuntime:
         self.plugin: KubeletPlugin | None = None
         self.orphans: OrphanSweeper | None = None
         self.compute_domains: ComputeDomainDriver | None = None
-        self.role = ActiveRole(settings.state_path, settings.instance_id, poll=settings.handover_poll_seconds)
+        self.role = ActiveRole(
+            settings.state_path, settings.instance_id, poll=settings.handover_poll_seconds, locks=locks
+        )
         if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
             from gpudra.agent.computedomain.driver import ComputeDomainDriver
 
@@ -250,8 +253,8 @@ class AgentRuntime:
         holder = asyncio.create_task(self.role.hold(), name=f"handover {self.settings.node_name}")
         try:
             done, _ = await asyncio.wait({duties, holder}, return_when=asyncio.FIRST_COMPLETED)
-            if duties in done:
-                duties.result()  # the duties end only by an error
+            for task in done:
+                task.result()  # the duties end only by an error; an error of the holder is no hand-over either
         finally:
             await asyncio.shield(self.role.drain())  # on the way out too: no call may outlive the lock
             for task in (duties, holder):

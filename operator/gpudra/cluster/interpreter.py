@@ -17,10 +17,11 @@ to hold a setting applies it and the last to release it restores what was there 
   middle generation instead of 10 (at most one or two in a start of thousands of nodes); the young generations
   are collected as before.
 - **Thread switch interval** (large fleets only, see ``gpudra.cluster.up.LARGE_FLEET_SWITCH_INTERVAL``).
-- **Open files** (``ensure_open_files``): each simulated node's agent holds four (its plugin's and its
-  registration's sockets, its hand-over locks), so a large fleet raises the process's soft limit toward its hard
-  one, and a fleet the hard limit cannot hold is refused before it starts: at 5,000 nodes on a machine whose limit
-  was 20,000, 32 agents failed with "Too many open files" and the cluster waited for them until it gave up.
+- **Open files** (``ensure_open_files``): each simulated node's agent holds two (its plugin's and its
+  registration's sockets; its hand-over locks are in memory), so a large fleet raises the process's soft limit
+  toward its hard one, and a fleet the hard limit cannot hold is refused before it starts: at 5,000 nodes on a
+  machine whose limit was 20,000, with four files a node then, 32 agents failed with "Too many open files" and the
+  cluster waited for them until it gave up.
 """
 
 from __future__ import annotations

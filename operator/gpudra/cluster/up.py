@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from rich.console import Console
 
+from gpudra.agent.handover import ProcessLocks
 from gpudra.agent.kubeletplugin.plugin import MAX_SOCKET_PATH_BYTES
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.runtime import AgentRuntime
@@ -118,9 +119,9 @@ class ClusterNotReady(GpudraError):
 
 FLEET_POLL_PER_NODE = 0.025
 READY_TIMEOUT = 120.0
-OPEN_FILES_PER_NODE = 4
+OPEN_FILES_PER_NODE = 2
 """Files each simulated node's agent holds open in the cluster's process: its plugin's and its registration's
-sockets and its hand-over locks (interpreter.ensure_open_files)."""
+sockets (its hand-over locks are in memory: ``handover_locks``; interpreter.ensure_open_files)."""
 OPEN_FILES_BESIDE_NODES = 256
 """Files the rest of the process may hold: the API server's, the controller's and the clients' connections, logs."""
 READY_SECONDS_PER_NODE = 0.1
@@ -244,6 +245,9 @@ class EmbeddedCluster:
     agents: dict[str, NodeAgent] = field(default_factory=dict)
     simulated: dict[str, FakeNvml] = field(default_factory=dict)
     runtimes: dict[str, AgentRuntime] = field(default_factory=dict)
+    handover_locks: ProcessLocks = field(default_factory=ProcessLocks)
+    """The hand-over locks of the agents running in this process (their state directories are this process's
+    alone): in memory, where a flock would hold two open files a node."""
     kubelets: dict[str, StandInKubelet] = field(default_factory=dict)
     pod_logs: PodLogBook = field(default_factory=PodLogBook)
     kubelet_server: KubeletServer | None = None
@@ -707,7 +711,7 @@ class EmbeddedCluster:
             await process.start()  # ready: its /readyz answers once its slices are published
             published: Coroutine[Any, Any, Any] = asyncio.sleep(0)
         else:
-            runtime = AgentRuntime(settings, backend, agent_client, self.metrics)
+            runtime = AgentRuntime(settings, backend, agent_client, self.metrics, locks=self.handover_locks)
             self.simulated[node.name] = fake
             self.agents[node.name] = runtime.agent
             self.runtimes[node.name] = runtime

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
@@ -131,6 +132,12 @@ class GpuBackend(Protocol):
 
     def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
         """Block up to ``timeout_s`` for an XID / ECC / lost-GPU event; None when none came."""
+        ...
+
+    def listen_for_health_events(self, listener: Callable[[], None] | None) -> bool:
+        """Have ``listener`` called (from any thread) whenever an event may be waiting, so that
+        ``wait_health_event(0)`` need not block in a thread; None stops it. False when the library cannot (real
+        NVML: a thread must wait)."""
         ...
 
     def close(self) -> None:

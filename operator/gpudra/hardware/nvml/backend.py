@@ -135,6 +135,7 @@ class NvmlBackend:
         self._reported_lost: set[str] = set()  # gpu uuids
         self._lost_logged: dict[int, float] = {}  # NVML index of a lost GPU -> when its loss was last logged
         self._pending_events: list[HealthEvent] = []
+        self._listener: Callable[[], None] | None = None  # listen_for_health_events
         self.unmonitored_gpus: tuple[int, ...] = ()
 
     # -- NVML plumbing (the NvmlCalls protocol that MigOperations uses) --------------------------------------
@@ -309,13 +310,20 @@ class NvmlBackend:
         try:
             return self._vfio.bind(pci_bus_id)
         finally:
-            self._rewatch = True
+            self._watch_again()
 
     def unbind_vfio(self, pci_bus_id: str) -> PciGpu:
         try:
             return self._vfio.unbind(pci_bus_id)
         finally:
-            self._rewatch = True
+            self._watch_again()
+
+    def _watch_again(self) -> None:
+        """The GPUs in NVML changed: register them before the next wait (a listener looks now, as a waiting
+        thread would at its next wait)."""
+        self._rewatch = True
+        if self._listener is not None:
+            self._listener()
 
     # -- sharing ---------------------------------------------------------------------------------------------
 
@@ -382,6 +390,14 @@ class NvmlBackend:
             self._watched = watched
             self._event_set = event_set
         return event_set
+
+    def listen_for_health_events(self, listener: Callable[[], None] | None) -> bool:
+        set_listener = getattr(self.nvml, "set_event_listener", None)  # the simulated NVML's
+        if set_listener is None:
+            return False
+        self._listener = listener
+        set_listener(listener)
+        return True
 
     def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
         if self._pending_events:

@@ -11,6 +11,7 @@ import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpudra.hardware.simulated import nvml_types as t
@@ -42,6 +43,9 @@ class EventHub:
         self._changed = threading.Condition(lock)
         self._sets: dict[int, _EventSet] = {}
         self._serials = itertools.count(1)
+        self.listener: Callable[[], None] | None = None
+        """Called (from the thread that published, holding the lock) after an event or a lost GPU reached the
+        sets: a waiter that need not block in :meth:`wait` (the simulated nodes' health watch) looks then."""
 
     def create(self) -> int:
         with self._changed:
@@ -75,6 +79,7 @@ class EventHub:
                     event_set.queue.append(event)
                     count += 1
             self._changed.notify_all()
+            self._tell()
             return count
 
     def gpu_lost(self, gpu: int) -> None:
@@ -83,6 +88,11 @@ class EventHub:
                 if gpu in event_set.registered:
                     event_set.lost.add(gpu)
             self._changed.notify_all()
+            self._tell()
+
+    def _tell(self) -> None:
+        if self.listener is not None:
+            self.listener()
 
     def wait(self, serial: int, timeout_ms: int) -> SimEvent:
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000

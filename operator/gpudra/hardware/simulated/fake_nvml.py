@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpudra.hardware.gpus.catalog import Catalog, load_catalog
@@ -131,6 +131,11 @@ class FakeNvml(MigCalls):
     def inject_ecc(self, gpu_index: int, *, double_bit: bool = True) -> int:
         kind = t.nvmlEventTypeDoubleBitEccError if double_bit else t.nvmlEventTypeSingleBitEccError
         return self._events.publish(SimEvent(gpu_index, kind, 0))
+
+    def set_event_listener(self, listener: Callable[[], None] | None) -> None:
+        """Not NVML's: ``listener`` is called whenever an event or a lost GPU may be waiting on an event set (the
+        simulated nodes' health watch then reads it without a thread blocked in nvmlEventSetWait)."""
+        self._events.listener = listener
 
     def lose_gpu(self, gpu_index: int) -> None:
         """The GPU falls off the bus: every call on it fails GPU_IS_LOST, and so does the next event wait."""
