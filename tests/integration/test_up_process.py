@@ -156,6 +156,7 @@ async def test_make_demo_prints_nothing_of_its_own_before_gpudra_up(tmp_path: Pa
     shim = venv / "bin" / "gpudra"
     shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m gpudra "$@"\n')
     shim.chmod(0o755)
+    (venv / "bin" / "python").symlink_to(sys.executable)  # the demo compiles gpudra's modules first, silently
     (venv / ".installed-stamp").touch()  # newer than pyproject.toml: nothing to install
     proc = await asyncio.create_subprocess_exec(
         "make", "--no-print-directory", "-C", str(ROOT), "demo", f"VENV={venv}",
