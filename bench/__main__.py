@@ -18,6 +18,7 @@ BENCHMARKS = [
     "agent",
     "prepare",
     "kubernetes",
+    "controller",
     "webview",
 ]
 

@@ -138,6 +138,9 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
     informers.informer(RESOURCE_CLAIMS, parse=ResourceClaim.model_validate).subscribe(claim_event)
     informers.informer(RESOURCE_SLICES, parse=ResourceSlice.model_validate).subscribe(slice_event)
 
+    for informer in informers.each():  # last, so that a change counts once every handler of it is done
+        informer.subscribe(partial(_counted, metrics.watch_events.labels(informer.resource.plural).inc))
+
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if settings.kubeconfig is not None:
@@ -159,6 +162,10 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
         ("ComputeDomain status", domains.run),
     ]
     return Controller(registry, informers, loops)
+
+
+async def _counted(count: Callable[[], None], kind: str, body: dict[str, Any]) -> None:
+    count()
 
 
 def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:

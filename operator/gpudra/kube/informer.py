@@ -244,6 +244,10 @@ class Informers:
     def __len__(self) -> int:
         return len(self._informers)
 
+    def each(self) -> list[Informer]:
+        """Every informer asked for so far."""
+        return [informer for informer, _ in self._informers.values()]
+
     async def synced(self) -> None:
         """Until every informer that is not optional has listed once."""
         await asyncio.gather(*(self._informers[s][0].synced.wait() for s in self._required))
