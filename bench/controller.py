@@ -159,16 +159,27 @@ async def _handled(session: aiohttp.ClientSession, url: str) -> int | None:
 
 @contextlib.asynccontextmanager
 async def controller_process(
-    kubeconfig: Path, port: int, log: Path, grace: float
+    kubeconfig: Path, port: int, log: Path, grace: float, profile: Path | None
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``gpudra controller`` in a process of its own, as its Deployment runs it."""
+    """``gpudra controller`` in a process of its own, as its Deployment runs it (``profile``: under cProfile,
+    its statistics written there when it stops)."""
     env = {
         **os.environ,
         "GPUDRA_LOG_LEVEL": "WARNING",
         "GPUDRA_METRICS_HOST": "127.0.0.1",
         "GPUDRA_PENDING_GRACE_SECONDS": str(grace),
     }
-    argv = ["-m", "gpudra", "controller", "--kubeconfig", str(kubeconfig), "--metrics-port", str(port)]
+    profiled = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+    argv = [
+        *profiled,
+        "-m",
+        "gpudra",
+        "controller",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--metrics-port",
+        str(port),
+    ]
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
             sys.executable, *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env
@@ -257,19 +268,21 @@ async def paced(count: int, rate: float, step: Any) -> float:
     return time.monotonic() - began
 
 
-async def measure(nodes: int, alive: int, rate: float, seconds: float, grace: float) -> Result:
+async def measure(
+    nodes: int, alive: int, rate: float, seconds: float, grace: float, profile: Path | None = None
+) -> Result:
     result = Result(nodes, alive, rate, seconds, grace)
     with tempfile.TemporaryDirectory(prefix="gpudra-bench-controller-") as tmp:
         plane = KubernetesControlPlane(Path(tmp) / "kubernetes", find_binaries(), scheduling=False)
         try:
             await plane.start()
-            await _run(plane, Path(tmp), result)
+            await _run(plane, Path(tmp), result, profile)
         finally:
             await plane.stop()
     return result
 
 
-async def _run(plane: KubernetesControlPlane, tmp: Path, result: Result) -> None:
+async def _run(plane: KubernetesControlPlane, tmp: Path, result: Result, profile: Path | None) -> None:
     admin = plane.admin_kubeconfig
     client = await KubeClient.from_environment(admin, field_manager="bench")
     tasks: list[asyncio.Task[None]] = []
@@ -292,7 +305,7 @@ async def _run(plane: KubernetesControlPlane, tmp: Path, result: Result) -> None
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         async with (
-            controller_process(kubeconfig, port, tmp / "controller.log", result.grace_s) as process,
+            controller_process(kubeconfig, port, tmp / "controller.log", result.grace_s, profile) as process,
             aiohttp.ClientSession(trust_env=False) as session,
         ):
             await eventually(
@@ -414,12 +427,15 @@ def main(argv: list[str] | None = None) -> None:
         default=ControllerSettings().pending_grace_seconds,
         help="the controller's pending grace period (its default unless --quick)",
     )
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="run the controller under cProfile, to here"
+    )
     parser.add_argument("--quick", action="store_true", help="20 nodes, 80 claims, 6 s, a 2 s grace")
     args = parser.parse_args(argv or [])
     if args.quick:
         args.nodes, args.alive, args.seconds, args.grace = 20, 80, 6.0, 2.0
     configure_logging(level="ERROR")
-    result = asyncio.run(measure(args.nodes, args.alive, args.rate, args.seconds, args.grace))
+    result = asyncio.run(measure(args.nodes, args.alive, args.rate, args.seconds, args.grace, args.profile))
     print("\n".join(lines(result)), flush=True)
 
 

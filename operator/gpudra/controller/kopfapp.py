@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import time
 from collections import Counter
@@ -22,7 +23,7 @@ from typing import Any
 
 import kopf
 
-from gpudra.api.core import Node
+from gpudra.api.core import Namespace, Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.config import ControllerSettings
 from gpudra.controller.computedomains import CHANGE_HANDLED_KINDS, register_compute_domains
@@ -39,14 +40,19 @@ from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informers
 from gpudra.kube.kubeconfig import Credentials, in_cluster_credentials, read_credentials
-from gpudra.kube.resources import DEVICE_CLASSES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.kube.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.metrics import Metrics
+from gpudra.planning.podclaims import implicit_uid
 from gpudra.planning.summaries import slice_device_counts
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 STOP_CHECK_SECONDS = 0.5
 """How long a thread waits on a threading stop flag before it is asked again (a stop is seen at once)."""
+EXPLAIN_TICK_SECONDS = 0.5
+"""How often the explainer looks for claims past their grace period (or their pending interval) (at most)."""
+EXPLAINED_SLACK = 1024
+"""When the explainer's record of claims gone from the pending ones is pruned."""
 KOPF_DISCOVERY_SECONDS = 5.0
 """How long a stop waits for kopf to finish discovering the API's resources (controller/kopfstreams.py)."""
 
@@ -93,6 +99,8 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
 
     async def node_event(kind: str, body: dict[str, Any]) -> None:
         mig_layouts.node_event(kind, body)
+        name = str(body["metadata"]["name"])
+        pending.live.node_changed(name, None if kind == "DELETED" else Node.model_validate(body))
 
     async def class_event(kind: str, body: dict[str, Any]) -> None:
         name = str(body["metadata"]["name"])
@@ -100,6 +108,11 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
             classes.pop(name, None)
         else:
             classes[name] = DeviceClass.model_validate(body)
+        pending.live.class_changed(name, classes.get(name))
+
+    async def namespace_event(kind: str, body: dict[str, Any]) -> None:
+        labels = None if kind == "DELETED" else (body["metadata"].get("labels") or {})
+        pending.live.namespace_changed(str(body["metadata"]["name"]), labels)
 
     # One handler for every use of a claim's change: parsed once, each use isolated from the others' failures.
     async def claim_event(kind: str, body: dict[str, Any]) -> None:
@@ -118,6 +131,7 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
         name = str(body["metadata"]["name"])
         slice_ = None if kind == "DELETED" else ResourceSlice.model_validate(body)
         attribution.slice_changed(name, slice_)
+        pending.live.slice_changed(name, slice_)
         old_node, old = published.pop(name, ("", Counter()))
         node, counts = (
             ("", Counter[str]()) if slice_ is None else slice_device_counts(slice_, settings.driver_name)
@@ -137,6 +151,7 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
     informers.informer(DEVICE_CLASSES, parse=DeviceClass.model_validate).subscribe(class_event)
     informers.informer(RESOURCE_CLAIMS, parse=ResourceClaim.model_validate).subscribe(claim_event)
     informers.informer(RESOURCE_SLICES, parse=ResourceSlice.model_validate).subscribe(slice_event)
+    informers.informer(NAMESPACES, parse=Namespace.model_validate).subscribe(namespace_event)
 
     for informer in informers.each():  # last, so that a change counts once every handler of it is done
         informer.subscribe(partial(_counted, metrics.watch_events.labels(informer.resource.plural).inc))
@@ -190,24 +205,46 @@ async def _explain_loop(
     metrics: Metrics,
     device_classes: Mapping[str, DeviceClass],
 ) -> None:
-    """Every interval, explain each claim unallocated for longer than the grace period, and tell the pods that
-    have waited as long on them."""
+    """Explain each claim unallocated for longer than the grace period as soon as it is, then again every pending
+    interval, and tell the pods that have waited as long on them. A tick looks for the claims whose time has come
+    (a look at the claims kept in memory); only they are explained, over the live view of the cluster."""
+    explained: dict[str, float] = {}  # claim uid (a pod's implicit claim: its implicit uid) -> when
+    last_round = -math.inf  # a round with nothing to explain still runs as often as before the ticks (the
+    # planner's apply policy steps its MigLayouts aside there)
+    every = min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1))
     while True:
-        await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
+        await asyncio.sleep(min(EXPLAIN_TICK_SECONDS, max(settings.pending_grace_seconds, 0.01)))
         classes = dict(device_classes)
         now = time.time()
-        due = [
+        past_grace = [
             claim
             for claim in list(pending.unallocated.values())
             if age_seconds(claim.metadata, now) >= settings.pending_grace_seconds
         ]
+
+        def due(uid: str, now: float = now) -> bool:
+            return now - explained.get(uid, -math.inf) >= settings.pending_interval_seconds
+
+        claims = [c for c in past_grace if due(c.metadata.uid or "")]
+        if not claims and not pods.waiting and now - last_round < every:
+            continue
+        last_round = now
         try:
             with metrics.explain_round_seconds.time():
-                await pods.check_all(due, classes, grace_seconds=settings.pending_grace_seconds)
+                done = await pods.check_all(
+                    claims, classes, grace_seconds=settings.pending_grace_seconds, due=due, planned=past_grace
+                )
         except GpudraError as exc:  # the API server restarting, say: explain again next round
             log.warning("explaining pending claims failed; will retry", error=str(exc))
+            continue
         except Exception:  # a bug must not end the explanations for good
             log.exception("explaining pending claims failed unexpectedly; will retry")
+            continue
+        explained.update(dict.fromkeys(done, now))
+        if len(explained) > 2 * (len(pending.unallocated) + len(pods.waiting)) + EXPLAINED_SLACK:
+            kept = set(pending.unallocated) | {implicit_uid(uid) for uid in pods.waiting}
+            for uid in [u for u in explained if u not in kept]:
+                del explained[uid]
 
 
 async def run_controller(
