@@ -106,6 +106,8 @@ class Result:
     claim_events: int = 0
     """Claim changes the bench's watch saw during the churn."""
     lag_s: list[float] = field(default_factory=list)
+    counted: tuple[int, int] = (0, 0)
+    """Claim changes the controller had handled, and the bench's watch had seen, at the end."""
     own_lag_s: list[float] = field(default_factory=list)
     controller_cpu_s: float = 0.0
     plane_cpu_s: dict[str, float] = field(default_factory=dict)
@@ -374,6 +376,7 @@ async def _churn(
         await eventually(lambda: all(u in events.first for u in uids.values()), result.grace_s + 60)
     done.set()
     await sampler
+    result.counted = (await _handled(session, metrics) or 0, len(claims.seen))
     result.claim_events = len(claims.seen) - first_event
     result.controller_cpu_s = _cpu_seconds(pid) - cpu_before
     result.plane_cpu_s = {name: _cpu_seconds(p) - plane_before[name] for name, p in pids.items()}
@@ -404,7 +407,8 @@ def lines(r: Result) -> list[str]:
         f"(load average {r.load[0]:.1f} before, {r.load[1]:.1f} after)",
         f"  controller event lag p50 {statistics.median(r.lag_s):.3f} s p99 {_quantile(r.lag_s, 0.99):.3f} s "
         f"({len(r.lag_s)} samples; the bench's own watch, create to seen: p50 "
-        f"{statistics.median(r.own_lag_s):.3f} s p99 {_quantile(r.own_lag_s, 0.99):.3f} s); "
+        f"{statistics.median(r.own_lag_s):.3f} s p99 {_quantile(r.own_lag_s, 0.99):.3f} s; at the end the "
+        f"controller had handled {r.counted[0]:,} of the {r.counted[1]:,} changes the bench saw); "
         + at_most(_quantile(r.lag_s, 0.99), 1, "s"),
         f"  controller peak RSS {r.peak_rss_mib:.0f} MiB; " + at_most(r.peak_rss_mib, 500, "MiB"),
         f"  controller CPU {r.controller_cpu_s:.1f} s, {per_event_ms:.3f} ms per claim event (beside it: {plane}); "

@@ -114,10 +114,14 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
         labels = None if kind == "DELETED" else (body["metadata"].get("labels") or {})
         pending.live.namespace_changed(str(body["metadata"]["name"]), labels)
 
-    # One handler for every use of a claim's change: parsed once, each use isolated from the others' failures.
+    claims = informers.informer(RESOURCE_CLAIMS, parse=ResourceClaim.model_validate)
+    slices = informers.informer(RESOURCE_SLICES, parse=ResourceSlice.model_validate)
+
+    # One handler for every use of a claim's change: parsed once (by the informer, which admitted it), each use
+    # isolated from the others' failures.
     async def claim_event(kind: str, body: dict[str, Any]) -> None:
         uid = str(body["metadata"].get("uid") or "")
-        claim = None if kind == "DELETED" else ResourceClaim.model_validate(body)
+        claim = None if kind == "DELETED" else claims.parsed(body, ResourceClaim)
         with _logged("claim usage", uid):
             attribution.claim_changed(uid, claim)
             pending.claim_changed(uid, claim)
@@ -129,7 +133,7 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
 
     async def slice_event(kind: str, body: dict[str, Any]) -> None:
         name = str(body["metadata"]["name"])
-        slice_ = None if kind == "DELETED" else ResourceSlice.model_validate(body)
+        slice_ = None if kind == "DELETED" else slices.parsed(body, ResourceSlice)
         attribution.slice_changed(name, slice_)
         pending.live.slice_changed(name, slice_)
         old_node, old = published.pop(name, ("", Counter()))
@@ -149,8 +153,8 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
 
     informers.informer(NODES, parse=Node.model_validate).subscribe(node_event)
     informers.informer(DEVICE_CLASSES, parse=DeviceClass.model_validate).subscribe(class_event)
-    informers.informer(RESOURCE_CLAIMS, parse=ResourceClaim.model_validate).subscribe(claim_event)
-    informers.informer(RESOURCE_SLICES, parse=ResourceSlice.model_validate).subscribe(slice_event)
+    claims.subscribe(claim_event)
+    slices.subscribe(slice_event)
     informers.informer(NAMESPACES, parse=Namespace.model_validate).subscribe(namespace_event)
 
     for informer in informers.each():  # last, so that a change counts once every handler of it is done

@@ -9,16 +9,18 @@ pod."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from gpudra.allocator import Allocation, Failure, NodesFailure, claim_key, meant_class
+from gpudra.allocator import Allocation, Failure, NodesFailure, Repartition, claim_key, meant_class
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.timestamps import parse_rfc3339
 from gpudra.config import MigPlannerPolicy
-from gpudra.controller.explaining import ClusterView, explain, explanation
+from gpudra.controller.explaining import ClusterView, explain, explanation, repartition
 from gpudra.controller.liveview import LiveView
 from gpudra.controller.migplanner import apply_plan, step_aside
 from gpudra.errors import GpudraError
@@ -34,6 +36,8 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 
 EVENT_LIMIT = 1024
+EVENT_POSTS_AT_ONCE = 8
+"""A round's Events are posted this many at a time (100 pending claims, one after the other, took a second)."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,12 @@ class PendingClaims:
                 log.warning("checking planner MigLayouts failed", error=str(exc))
         ours += imagined
         failed: list[tuple[ResourceClaim, Failure | NodesFailure]] = []
-        for claim in ours:
-            outcome = explain(view, claim)
+        outcomes: dict[tuple[str, str], Allocation | Failure | NodesFailure] = {}
+        for claim in ours:  # claims of one shape (one template's) get one answer in a round
+            shape = _shape(claim)
+            if shape not in outcomes:
+                outcomes[shape] = explain(view, claim)
+            outcome = outcomes[shape]
             if isinstance(outcome, Allocation):
                 self.forget(_uid(claim))  # it fits now; the scheduler will get to it
             else:
@@ -148,17 +156,24 @@ class PendingClaims:
                 log.warning("the MIG planner failed", error=str(exc))
         said: dict[str, Said] = {}
         no_object = {id(c) for c in imagined}
+        words: dict[tuple[tuple[str, str], Repartition | None], Said] = {}
+        posts: list[Coroutine[Any, Any, bool]] = []
         for claim, outcome in failed:
             uid = _uid(claim)
-            note = notes.get(plan.placed.get(claim_key(claim), "")) if plan is not None else None
-            explained = explanation(view, claim, outcome, plan, note or "")
-            reason = explained.reason
+            note = (notes.get(plan.placed.get(claim_key(claim), "")) if plan is not None else None) or ""
+            worded = (_shape(claim), repartition(plan, claim, note))
+            known = words.get(worded)
+            if known is None:
+                explained = explanation(view, claim, outcome, plan, note)
+                known = words[worded] = Said(explained.reason, explained.text(EVENT_LIMIT))
+            reason = known.reason
             if self.reasons.get(uid) != reason:
                 self._metrics.allocation_failures.labels(reason).inc()
             self.reasons[uid] = reason
-            said[uid] = self.said[uid] = Said(reason, explained.text(EVENT_LIMIT))
+            said[uid] = self.said[uid] = known
             if id(claim) not in no_object:
-                await self._events.post(claim, "Warning", reason, said[uid].text)
+                posts.append(self._events.post(claim, "Warning", reason, known.text))
+        await _at_most(EVENT_POSTS_AT_ONCE, posts)
         self._refresh_gauge()
         return said
 
@@ -208,3 +223,19 @@ class PendingClaims:
 
 def _uid(claim: ResourceClaim) -> str:
     return claim.metadata.uid or ""
+
+
+def _shape(claim: ResourceClaim) -> tuple[str, str]:
+    """What the allocator's answer for a claim depends on besides the cluster: its namespace and its spec."""
+    return claim.metadata.namespace or "default", claim.spec.model_dump_json()
+
+
+async def _at_most(limit: int, calls: list[Coroutine[Any, Any, bool]]) -> None:
+    """Await the calls, ``limit`` at a time."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Coroutine[Any, Any, bool]) -> None:
+        async with gate:
+            await call
+
+    await asyncio.gather(*(one(c) for c in calls))
