@@ -47,7 +47,9 @@ def _claim(name: str, device: str | None = None) -> ResourceClaim:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": "default", "uid": name},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+        },
     }
     if device is not None:
         results = [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE, "device": device}]
@@ -88,7 +90,9 @@ async def test_a_claim_waiting_on_busy_gpus_is_explained_without_a_list_and_name
     assert "default/holder-0" in posted[0]["message"], posted[0]["message"]
 
 
-async def test_a_gpu_freed_by_a_deleted_claim_counts_as_free_in_the_next_round(pending: PendingClaims) -> None:
+async def test_a_gpu_freed_by_a_deleted_claim_counts_as_free_in_the_next_round(
+    pending: PendingClaims,
+) -> None:
     for i in range(4):
         pending.claim_changed(f"holder-{i}", _claim(f"holder-{i}", f"gpu-{i}"))
     pending.claim_changed("waiting", _claim("waiting"))

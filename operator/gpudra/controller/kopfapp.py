@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import threading
 import time
 from collections import Counter
@@ -29,9 +28,10 @@ from gpudra.config import ControllerSettings
 from gpudra.controller.computedomains import CHANGE_HANDLED_KINDS, register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
 from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
+from gpudra.controller.explainschedule import ExplainSchedule
 from gpudra.controller.kopfstreams import KopfStreams
 from gpudra.controller.miglayouts import MigLayoutReconciler
-from gpudra.controller.pending import PendingClaims, age_seconds
+from gpudra.controller.pending import PendingClaims
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
@@ -49,10 +49,6 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 STOP_CHECK_SECONDS = 0.5
 """How long a thread waits on a threading stop flag before it is asked again (a stop is seen at once)."""
-EXPLAIN_TICK_SECONDS = 0.5
-"""How often the explainer looks for claims past their grace period (or their pending interval) (at most)."""
-EXPLAINED_SLACK = 1024
-"""When the explainer's record of claims gone from the pending ones is pruned."""
 KOPF_DISCOVERY_SECONDS = 5.0
 """How long a stop waits for kopf to finish discovering the API's resources (controller/kopfstreams.py)."""
 
@@ -212,31 +208,23 @@ async def _explain_loop(
     """Explain each claim unallocated for longer than the grace period as soon as it is, then again every pending
     interval, and tell the pods that have waited as long on them. A tick looks for the claims whose time has come
     (a look at the claims kept in memory); only they are explained, over the live view of the cluster."""
-    explained: dict[str, float] = {}  # claim uid (a pod's implicit claim: its implicit uid) -> when
-    last_round = -math.inf  # a round with nothing to explain still runs as often as before the ticks (the
-    # planner's apply policy steps its MigLayouts aside there)
-    every = min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1))
+    schedule = ExplainSchedule(settings.pending_grace_seconds, settings.pending_interval_seconds)
     while True:
-        await asyncio.sleep(min(EXPLAIN_TICK_SECONDS, max(settings.pending_grace_seconds, 0.01)))
+        await asyncio.sleep(schedule.tick)
         classes = dict(device_classes)
         now = time.time()
-        past_grace = [
-            claim
-            for claim in list(pending.unallocated.values())
-            if age_seconds(claim.metadata, now) >= settings.pending_grace_seconds
-        ]
-
-        def due(uid: str, now: float = now) -> bool:
-            return now - explained.get(uid, -math.inf) >= settings.pending_interval_seconds
-
-        claims = [c for c in past_grace if due(c.metadata.uid or "")]
-        if not claims and not pods.waiting and now - last_round < every:
+        past_grace = schedule.past_grace(list(pending.unallocated.values()), now)
+        claims = [c for c in past_grace if schedule.due(c.metadata.uid or "", now)]
+        if not schedule.round_due(now, anything=bool(claims or pods.waiting)):
             continue
-        last_round = now
         try:
             with metrics.explain_round_seconds.time():
                 done = await pods.check_all(
-                    claims, classes, grace_seconds=settings.pending_grace_seconds, due=due, planned=past_grace
+                    claims,
+                    classes,
+                    grace_seconds=settings.pending_grace_seconds,
+                    due=partial(schedule.due, now=now),
+                    planned=past_grace,
                 )
         except GpudraError as exc:  # the API server restarting, say: explain again next round
             log.warning("explaining pending claims failed; will retry", error=str(exc))
@@ -244,11 +232,7 @@ async def _explain_loop(
         except Exception:  # a bug must not end the explanations for good
             log.exception("explaining pending claims failed unexpectedly; will retry")
             continue
-        explained.update(dict.fromkeys(done, now))
-        if len(explained) > 2 * (len(pending.unallocated) + len(pods.waiting)) + EXPLAINED_SLACK:
-            kept = set(pending.unallocated) | {implicit_uid(uid) for uid in pods.waiting}
-            for uid in [u for u in explained if u not in kept]:
-                del explained[uid]
+        schedule.explained(done, now, set(pending.unallocated) | {implicit_uid(u) for u in pods.waiting})
 
 
 async def run_controller(
