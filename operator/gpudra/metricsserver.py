@@ -4,7 +4,8 @@ Written on asyncio's streams rather than aiohttp's web server, which the agent o
 these three paths alone (1.6 MiB and 14 modules; the agent's API client still uses aiohttp's client). Its callers
 are Prometheus and the kubelet's probes: a request line, headers, at most a small body (refused methods may send
 one), answered with ``Connection: close``. Anything else (too long, malformed, too slow) gets 400 or 408 or is
-dropped; nothing a caller sends reaches the process beyond the path it asks for (docs/security.md).
+dropped; nothing a caller sends reaches the process beyond the path it asks for and the query's parameters, which a
+route may read, never act on (docs/security.md).
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ published GPUs alone, not on which devices are in use."""
 
 def _virtual_fleet(snapshot: ClusterSnapshot, driver: str, models: FleetMigModels) -> VirtualFleet:
     known = _fleets.get(snapshot)
-    if known is not None and known[0] == snapshot.version and known[1] == driver and known[2] is models:
+    if known is not None and known[0] == snapshot.version and known[1] == driver and known[2] == models:
         return known[3]
     fleet = VirtualFleet.of(_scan(snapshot, driver, models))
     _fleets[snapshot] = (snapshot.version, driver, models, fleet)
