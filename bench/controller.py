@@ -10,17 +10,19 @@ satisfiable claim is three claim events (added, allocated, deleted) and a pendin
 Measured, each against its goal:
 
 - event lag: the age of the oldest claim change the controller had not finished handling, sampled every half
-  second. The controller counts the changes its informers handed to all their handlers (``gpudra_watch_events_total``,
-  read with ``?name[]=`` so that a scrape costs little); the bench's own watch of claims records when it saw each
-  change, so the controller's count says which change it was at. The baseline is the bench's own watch: from a
-  claim's create request to its watch seeing it.
+  second (or, when the controller took longer than that to answer, how long it took: its event loop was busy, and
+  the changes that came meanwhile waited as long). The controller counts the changes its informers handed to all
+  their handlers (``gpudra_watch_events_total``, read with ``?name[]=`` so that a scrape costs little); the bench's
+  own watch of claims records when it saw each change, so the controller's count says which change it was at. The
+  baseline is the bench's own watch: from a claim's create request to its watch seeing it.
 - the controller's peak resident memory (VmHWM), and its CPU over the churn per claim event (from /proc);
   kube-apiserver's and etcd's CPU beside it.
 - explanations: halfway through, 100 unsatisfiable claims are created at once; the time from each one's end of
   grace (creation + the controller's ``pending_grace_seconds``) to its explaining Event, as the bench's watch of
   Events sees it; all 100 must be explained within 2 s.
 
-    python -m bench controller [--quick] [--nodes N] [--alive N] [--rate R] [--seconds S]
+    python -m bench controller [--quick] [--nodes N] [--alive N] [--rate R] [--seconds S] [--grace S]
+        [--profile=FILE]   (the controller under cProfile)
 """
 
 from __future__ import annotations
@@ -348,11 +350,13 @@ async def _churn(
 
     async def sample() -> None:
         while not done.is_set():
-            now = time.monotonic()
+            asked = time.monotonic()
             handled = await _handled(session, metrics)
+            now = time.monotonic()
             if handled is not None:
                 behind = claims.seen[handled] if handled < len(claims.seen) else now
-                result.lag_s.append(max(0.0, now - behind))
+                # a controller whose event loop was busy answers late: changes that came meanwhile waited as long
+                result.lag_s.append(max(0.0, now - behind, now - asked))
             await asyncio.sleep(SCRAPE_SECONDS)
 
     async def step() -> None:

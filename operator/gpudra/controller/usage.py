@@ -101,9 +101,11 @@ class Attribution:
                     self._metrics.node_capacity.remove(node, resource)
             self._changed_nodes = nodes
             self._nodes = nodes
+            for node in nodes:
+                for resource, amount in self._capacity.get(node, {}).items():
+                    self._metrics.node_capacity.labels(node, resource).set(amount)
         for node in self._changed_nodes & self._nodes:
-            for resource, amount in self._capacity.get(node, {}).items():
-                self._metrics.node_capacity.labels(node, resource).set(amount)
+            for resource in self._capacity.get(node, {}):
                 self._metrics.node_allocated.labels(node, resource).set(
                     self._allocated.get(node, {}).get(resource, 0.0)
                 )

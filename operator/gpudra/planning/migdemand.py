@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpudra.allocator import (
@@ -239,9 +239,21 @@ def plan_pending(
     fleet = _virtual_fleet(allocator.snapshot, driver, models)
     if not fleet.devices:
         return DemandPlan()
-    demands: Sequence[MigDemand] = [
-        d for c in sorted(claims, key=_created) if (d := claim_demand(c, fleet, allocator)) is not None
-    ]
+    known = _not_mig.get(allocator)
+    if known is None or known[0] is not fleet or len(known[1]) > _NOT_MIG_LIMIT:
+        known = _not_mig[allocator] = (fleet, set())
+    demands: list[MigDemand] = []
+    for claim in sorted(claims, key=_created):
+        namespace = claim.metadata.namespace or "default"
+        labels = allocator.namespace_labels.get(namespace) or {}
+        shape = (namespace, tuple(sorted(labels.items())), claim.spec.model_dump_json())
+        if shape in known[1]:
+            continue
+        demand = claim_demand(claim, fleet, allocator)
+        if demand is None:
+            known[1].add(shape)
+        else:
+            demands.append(demand)
     if not demands:
         return DemandPlan()
     return plan_demand([g.demand_gpu() for g in _scan(allocator.snapshot, driver, models)], demands)
@@ -252,6 +264,14 @@ _fleets: weakref.WeakKeyDictionary[ClusterSnapshot, tuple[int, str, FleetMigMode
 )
 """Per snapshot, its virtual MIG fleet while its slices are unchanged (``version``): the fleet depends on the
 published GPUs alone, not on which devices are in use."""
+
+
+_NOT_MIG_LIMIT = 10_000
+_not_mig: weakref.WeakKeyDictionary[Allocator, tuple[VirtualFleet, set[tuple[str, object, str]]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per allocator, the claim shapes (namespace, its labels, spec) with no MIG demand on its current virtual fleet:
+the same pending claims are planned for round after round."""
 
 
 def _virtual_fleet(snapshot: ClusterSnapshot, driver: str, models: FleetMigModels) -> VirtualFleet:
