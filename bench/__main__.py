@@ -24,6 +24,7 @@ BENCHMARKS = [
     "agent",
     "prepare",
     "kubernetes",
+    "controller",
     "webview",
 ]
 QUICK = ["agent", "prepare", "computedomain", "fleet"]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from gpudra.metricsserver import Answer, MetricsServer, Route, serve
+from gpudra.metricsserver import Answer, MetricsServer, Query, Route, serve
 
 ALLOCATION_LABELS = (
     "dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name",
@@ -62,6 +62,13 @@ class Metrics:
             "gpudra_allocation_failures_total",
             "Pending claims explained, counted once per claim and reason code (bounded label set).",
             ["reason"],
+            registry=r,
+        )
+        self.watch_events = Counter(
+            "gpudra_watch_events_total",
+            "Changes the controller's informers handed to every one of their handlers, by resource (a rate that "
+            "falls behind the API server's means the controller does not keep up).",
+            ["resource"],
             registry=r,
         )
         self.explain_round_seconds = Histogram(
@@ -178,15 +185,21 @@ class Metrics:
 
 
 def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> dict[str, Route]:
-    """/metrics in the Prometheus text format, /healthz (process alive), /readyz (``ready()`` is true). Read-only:
-    GET (and HEAD) only, nothing a caller sends changes the process (docs/security.md)."""
+    """/metrics in the Prometheus text format (``?name[]=`` sample names: only those, as prometheus-client's own
+    handler does), /healthz (process alive), /readyz (``ready()`` is true). Read-only: GET (and HEAD) only, nothing
+    a caller sends changes the process (docs/security.md)."""
 
-    def readyz() -> Answer:
+    def metrics(query: Query) -> Answer:
+        names = query.get("name[]")
+        chosen = registry.restricted_registry(names) if names else registry
+        return Answer(200, generate_latest(chosen), CONTENT_TYPE_LATEST)
+
+    def readyz(_: Query) -> Answer:
         return Answer(200, b"ok") if ready() else Answer(503, b"not ready")
 
     return {
-        "/metrics": lambda: Answer(200, generate_latest(registry), CONTENT_TYPE_LATEST),
-        "/healthz": lambda: Answer(200, b"ok"),
+        "/metrics": metrics,
+        "/healthz": lambda _: Answer(200, b"ok"),
         "/readyz": readyz,
     }
 

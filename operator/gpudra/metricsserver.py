@@ -4,7 +4,8 @@ Written on asyncio's streams rather than aiohttp's web server, which the agent o
 these three paths alone (1.6 MiB and 14 modules; the agent's API client still uses aiohttp's client). Its callers
 are Prometheus and the kubelet's probes: a request line, headers, at most a small body (refused methods may send
 one), answered with ``Connection: close``. Anything else (too long, malformed, too slow) gets 400 or 408 or is
-dropped; nothing a caller sends reaches the process beyond the path it asks for (docs/security.md).
+dropped; nothing a caller sends reaches the process beyond the path it asks for and the query's parameters, which a
+route may read, never act on (docs/security.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from urllib.parse import parse_qs
 
 from gpudra.telemetry import get_logger
 
@@ -27,6 +29,8 @@ MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 64 * 1024
 """A body (only refused methods send one) up to this is read before answering, so the answer is not lost to a
 reset; a longer one is answered 413."""
+MAX_QUERY_FIELDS = 64
+"""A query with more parameters is answered 400."""
 METHODS = ("GET", "HEAD")
 _LENGTH = re.compile(r"[0-9]{1,12}")
 
@@ -38,8 +42,10 @@ class Answer:
     content_type: str = "text/plain; charset=utf-8"
 
 
-Route = Callable[[], Answer]
-"""What a path answers; it reads the process's state, it never changes it."""
+Query = Mapping[str, list[str]]
+"""A request's query parameters, each name with its values in order."""
+Route = Callable[[Query], Answer]
+"""What a path answers, given the query's parameters; it reads the process's state, it never changes it."""
 
 
 class _BadRequest(Exception):
@@ -68,8 +74,8 @@ async def serve(routes: Mapping[str, Route], host: str, port: int) -> MetricsSer
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                method, path = await asyncio.wait_for(_read_request(reader), READ_SECONDS)
-                answer, allow = _route(routes, method, path)
+                method, target = await asyncio.wait_for(_read_request(reader), READ_SECONDS)
+                answer, allow = _route(routes, method, target)
             except _BadRequest as bad:
                 method, answer, allow = "GET", _status(bad.status), False
             except TimeoutError:
@@ -88,7 +94,7 @@ async def serve(routes: Mapping[str, Route], host: str, port: int) -> MetricsSer
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
-    """The method and path of the request; its headers and body read and dropped."""
+    """The method and target (path and query) of the request; its headers and body read and dropped."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError as too_long:
@@ -110,18 +116,21 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
         raise _BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
     if length:
         await reader.readexactly(length)
-    return parts[0], parts[1].split("?", 1)[0]
+    return parts[0], parts[1]
 
 
-def _route(routes: Mapping[str, Route], method: str, path: str) -> tuple[Answer, bool]:
+def _route(routes: Mapping[str, Route], method: str, target: str) -> tuple[Answer, bool]:
     """The answer, and whether it is a refused method (then it says which are allowed)."""
+    path, _, query = target.partition("?")
     route = routes.get(path)
     if route is None:
         return _status(HTTPStatus.NOT_FOUND), False
     if method not in METHODS:
         return _status(HTTPStatus.METHOD_NOT_ALLOWED), True
     try:
-        return route(), False
+        return route(parse_qs(query, max_num_fields=MAX_QUERY_FIELDS)), False
+    except ValueError:  # more query fields than MAX_QUERY_FIELDS
+        return _status(HTTPStatus.BAD_REQUEST), False
     except Exception:  # a broken collector: the caller is told, the process goes on
         log.exception("a metrics or health route failed", path=path)
         return _status(HTTPStatus.INTERNAL_SERVER_ERROR), False

@@ -117,3 +117,21 @@ async def test_a_caller_that_never_finishes_does_not_hold_up_the_others(
             assert response.status == 200
     finally:
         stalled.close()
+
+
+async def test_metrics_can_be_asked_for_by_name(served: tuple[Metrics, list[str]]) -> None:
+    """``?name[]=`` answers those series only, as prometheus-client's own handler does: a caller that watches one
+    counter (a benchmark, every half second) does not pay for the whole registry."""
+    metrics, urls = served
+    metrics.watch_events.labels("resourceclaims").inc(3)
+    metrics.computedomain_cleanups.labels("complete").inc()
+    async with aiohttp.ClientSession() as session:
+        params = {"name[]": "gpudra_watch_events_total"}
+        async with session.get(f"{urls[0]}/metrics", params=params) as response:
+            assert response.status == 200
+            text = await response.text()
+        async with session.get(f"{urls[0]}/metrics") as response:
+            everything = await response.text()
+    assert 'gpudra_watch_events_total{resource="resourceclaims"} 3.0' in text
+    assert "gpudra_computedomain_cleanups_total" not in text
+    assert "gpudra_computedomain_cleanups_total" in everything

@@ -22,15 +22,16 @@ from typing import Any
 
 import kopf
 
-from gpudra.api.core import Node
+from gpudra.api.core import Namespace, Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.config import ControllerSettings
 from gpudra.controller.computedomains import CHANGE_HANDLED_KINDS, register_compute_domains
 from gpudra.controller.configchecks import register_config_checks
 from gpudra.controller.diffbase import LeanDiffBaseStorage, LeanProgressStorage
+from gpudra.controller.explainschedule import ExplainSchedule
 from gpudra.controller.kopfstreams import KopfStreams
 from gpudra.controller.miglayouts import MigLayoutReconciler
-from gpudra.controller.pending import PendingClaims, age_seconds
+from gpudra.controller.pending import PendingClaims
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
@@ -39,8 +40,9 @@ from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informers
 from gpudra.kube.kubeconfig import Credentials, in_cluster_credentials, read_credentials
-from gpudra.kube.resources import DEVICE_CLASSES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.kube.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.metrics import Metrics
+from gpudra.planning.podclaims import implicit_uid
 from gpudra.planning.summaries import slice_device_counts
 from gpudra.telemetry import get_logger
 
@@ -93,6 +95,8 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
 
     async def node_event(kind: str, body: dict[str, Any]) -> None:
         mig_layouts.node_event(kind, body)
+        name = str(body["metadata"]["name"])
+        pending.live.node_changed(name, None if kind == "DELETED" else Node.model_validate(body))
 
     async def class_event(kind: str, body: dict[str, Any]) -> None:
         name = str(body["metadata"]["name"])
@@ -100,11 +104,20 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
             classes.pop(name, None)
         else:
             classes[name] = DeviceClass.model_validate(body)
+        pending.live.class_changed(name, classes.get(name))
 
-    # One handler for every use of a claim's change: parsed once, each use isolated from the others' failures.
+    async def namespace_event(kind: str, body: dict[str, Any]) -> None:
+        labels = None if kind == "DELETED" else (body["metadata"].get("labels") or {})
+        pending.live.namespace_changed(str(body["metadata"]["name"]), labels)
+
+    claims = informers.informer(RESOURCE_CLAIMS, parse=ResourceClaim.model_validate)
+    slices = informers.informer(RESOURCE_SLICES, parse=ResourceSlice.model_validate)
+
+    # One handler for every use of a claim's change: parsed once (by the informer, which admitted it), each use
+    # isolated from the others' failures.
     async def claim_event(kind: str, body: dict[str, Any]) -> None:
         uid = str(body["metadata"].get("uid") or "")
-        claim = None if kind == "DELETED" else ResourceClaim.model_validate(body)
+        claim = None if kind == "DELETED" else claims.parsed(body, ResourceClaim)
         with _logged("claim usage", uid):
             attribution.claim_changed(uid, claim)
             pending.claim_changed(uid, claim)
@@ -116,8 +129,9 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
 
     async def slice_event(kind: str, body: dict[str, Any]) -> None:
         name = str(body["metadata"]["name"])
-        slice_ = None if kind == "DELETED" else ResourceSlice.model_validate(body)
+        slice_ = None if kind == "DELETED" else slices.parsed(body, ResourceSlice)
         attribution.slice_changed(name, slice_)
+        pending.live.slice_changed(name, slice_)
         old_node, old = published.pop(name, ("", Counter()))
         node, counts = (
             ("", Counter[str]()) if slice_ is None else slice_device_counts(slice_, settings.driver_name)
@@ -135,8 +149,12 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
 
     informers.informer(NODES, parse=Node.model_validate).subscribe(node_event)
     informers.informer(DEVICE_CLASSES, parse=DeviceClass.model_validate).subscribe(class_event)
-    informers.informer(RESOURCE_CLAIMS, parse=ResourceClaim.model_validate).subscribe(claim_event)
-    informers.informer(RESOURCE_SLICES, parse=ResourceSlice.model_validate).subscribe(slice_event)
+    claims.subscribe(claim_event)
+    slices.subscribe(slice_event)
+    informers.informer(NAMESPACES, parse=Namespace.model_validate).subscribe(namespace_event)
+
+    for informer in informers.each():  # last, so that a change counts once every handler of it is done
+        informer.subscribe(partial(_counted, metrics.watch_events.labels(informer.resource.plural).inc))
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -161,6 +179,10 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
     return Controller(registry, informers, loops)
 
 
+async def _counted(count: Callable[[], None], kind: str, body: dict[str, Any]) -> None:
+    count()
+
+
 def _connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
     return kopf.ConnectionInfo(
         server=credentials.server,
@@ -183,24 +205,34 @@ async def _explain_loop(
     metrics: Metrics,
     device_classes: Mapping[str, DeviceClass],
 ) -> None:
-    """Every interval, explain each claim unallocated for longer than the grace period, and tell the pods that
-    have waited as long on them."""
+    """Explain each claim unallocated for longer than the grace period as soon as it is, then again every pending
+    interval, and tell the pods that have waited as long on them. A tick looks for the claims whose time has come
+    (a look at the claims kept in memory); only they are explained, over the live view of the cluster."""
+    schedule = ExplainSchedule(settings.pending_grace_seconds, settings.pending_interval_seconds)
     while True:
-        await asyncio.sleep(min(settings.pending_interval_seconds, max(settings.pending_grace_seconds, 0.1)))
+        await asyncio.sleep(schedule.tick)
         classes = dict(device_classes)
         now = time.time()
-        due = [
-            claim
-            for claim in list(pending.unallocated.values())
-            if age_seconds(claim.metadata, now) >= settings.pending_grace_seconds
-        ]
+        past_grace = schedule.past_grace(list(pending.unallocated.values()), now)
+        claims = [c for c in past_grace if schedule.due(c.metadata.uid or "", now)]
+        if not schedule.round_due(now, anything=bool(claims or pods.waiting)):
+            continue
         try:
             with metrics.explain_round_seconds.time():
-                await pods.check_all(due, classes, grace_seconds=settings.pending_grace_seconds)
+                done = await pods.check_all(
+                    claims,
+                    classes,
+                    grace_seconds=settings.pending_grace_seconds,
+                    due=partial(schedule.due, now=now),
+                    planned=past_grace,
+                )
         except GpudraError as exc:  # the API server restarting, say: explain again next round
             log.warning("explaining pending claims failed; will retry", error=str(exc))
+            continue
         except Exception:  # a bug must not end the explanations for good
             log.exception("explaining pending claims failed unexpectedly; will retry")
+            continue
+        schedule.explained(done, now, set(pending.unallocated) | {implicit_uid(u) for u in pods.waiting})
 
 
 async def run_controller(

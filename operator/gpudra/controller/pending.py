@@ -9,16 +9,19 @@ pod."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from gpudra.allocator import Allocation, Failure, NodesFailure, claim_key, meant_class
+from gpudra.allocator import Allocation, Failure, NodesFailure, Repartition, claim_key, meant_class
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.timestamps import parse_rfc3339
 from gpudra.config import MigPlannerPolicy
-from gpudra.controller.explaining import ClusterView, explain, explanation, load_view
+from gpudra.controller.explaining import ClusterView, explain, explanation, repartition
+from gpudra.controller.liveview import LiveView
 from gpudra.controller.migplanner import apply_plan, step_aside
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
@@ -33,6 +36,8 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 
 EVENT_LIMIT = 1024
+EVENT_POSTS_AT_ONCE = 8
+"""A round's Events are posted this many at a time (100 pending claims, one after the other, took a second)."""
 
 
 @dataclass(frozen=True)
@@ -75,15 +80,16 @@ class PendingClaims:
         metrics: Metrics,
         *,
         driver: str,
-        view_ttl: float = 2.0,
         mig_planner: MigPlannerPolicy = "suggest",
     ) -> None:
         self._client = client
         self._metrics = metrics
         self._driver = driver
-        self._ttl = view_ttl
         self._planner = mig_planner
-        self._view: tuple[float, ClusterView] | None = None
+        self._minor_known = False
+        self.live = LiveView()
+        """The cluster the explanations look at: the claims are handed in by :meth:`claim_changed`, the rest by
+        the controller's informers."""
         self._events = EventRecorder(client, "gpudra-controller", series=True)
         self.reasons: dict[str, str] = {}  # claim uid -> reason code while pending
         self.said: dict[str, Said] = {}  # claim uid -> its latest explanation while it cannot fit
@@ -91,20 +97,23 @@ class PendingClaims:
         """The claims without an allocation, by uid, as of their latest change (``claim_changed``)."""
 
     async def _cluster(self) -> ClusterView:
-        now = time.monotonic()
-        if self._view is None or now - self._view[0] > self._ttl:
-            self._view = (now, await load_view(self._client))
-        return self._view[1]
+        if not self._minor_known:  # the allocator follows the API server's Kubernetes version
+            _, self.live.kube_minor = await self._client.server_version()
+            self._minor_known = True
+        return self.live.view(list(self.unallocated.values()))
 
     async def check_all(
         self,
         claims: list[ResourceClaim],
         classes: Mapping[str, DeviceClass],
         implicit: Sequence[ResourceClaim] = (),
+        *,
+        planned: Sequence[ResourceClaim] = (),
     ) -> dict[str, Said]:
-        """Explain the pending claims together (the MIG planner serves them jointly, oldest first), with the
-        ``implicit`` claims kube-scheduler would make for pods' extended resources (each with a uid of its own);
-        return what is said of each claim that does not fit now, by uid."""
+        """Explain the pending claims, with the ``implicit`` claims kube-scheduler would make for pods' extended
+        resources (each with a uid of its own); return what is said of each claim that does not fit now, by uid.
+        The MIG planner serves them jointly, oldest first, with the other pending claims in ``planned`` (those
+        explained in an earlier round: a plan for some of them alone could differ)."""
         ours: list[ResourceClaim] = []
         for claim in claims:
             if claim.allocation is not None or not uses_driver(claim, classes, self._driver):
@@ -120,12 +129,14 @@ class PendingClaims:
                 await step_aside(self._client, view.nodes)
             except GpudraError as exc:
                 log.warning("checking planner MigLayouts failed", error=str(exc))
-        # The claim index can lag behind the listed view: a claim allocated there is not pending.
-        unallocated = {c.metadata.uid for c in view.pending}
-        ours = [c for c in ours if c.metadata.uid in unallocated] + imagined
+        ours += imagined
         failed: list[tuple[ResourceClaim, Failure | NodesFailure]] = []
-        for claim in ours:
-            outcome = explain(view, claim)
+        outcomes: dict[tuple[str, str], Allocation | Failure | NodesFailure] = {}
+        for claim in ours:  # claims of one shape (one template's) get one answer in a round
+            shape = _shape(claim)
+            if shape not in outcomes:
+                outcomes[shape] = explain(view, claim)
+            outcome = outcomes[shape]
             if isinstance(outcome, Allocation):
                 self.forget(_uid(claim))  # it fits now; the scheduler will get to it
             else:
@@ -134,22 +145,35 @@ class PendingClaims:
         notes: dict[str, str] = {}
         if failed and self._planner != "off":
             try:
-                plan, notes = await self._suggest(view, ours)
+                asked = {_uid(c) for c in ours}
+                others = [
+                    c
+                    for c in planned
+                    if _uid(c) not in asked and c.allocation is None and uses_driver(c, classes, self._driver)
+                ]
+                plan, notes = await self._suggest(view, ours + others)
             except GpudraError as exc:  # the explanations still go out
                 log.warning("the MIG planner failed", error=str(exc))
         said: dict[str, Said] = {}
         no_object = {id(c) for c in imagined}
+        words: dict[tuple[tuple[str, str], Repartition | None], Said] = {}
+        posts: list[Coroutine[Any, Any, bool]] = []
         for claim, outcome in failed:
             uid = _uid(claim)
-            note = notes.get(plan.placed.get(claim_key(claim), "")) if plan is not None else None
-            explained = explanation(view, claim, outcome, plan, note or "")
-            reason = explained.reason
+            note = (notes.get(plan.placed.get(claim_key(claim), "")) if plan is not None else None) or ""
+            worded = (_shape(claim), repartition(plan, claim, note))
+            known = words.get(worded)
+            if known is None:
+                explained = explanation(view, claim, outcome, plan, note)
+                known = words[worded] = Said(explained.reason, explained.text(EVENT_LIMIT))
+            reason = known.reason
             if self.reasons.get(uid) != reason:
                 self._metrics.allocation_failures.labels(reason).inc()
             self.reasons[uid] = reason
-            said[uid] = self.said[uid] = Said(reason, explained.text(EVENT_LIMIT))
+            said[uid] = self.said[uid] = known
             if id(claim) not in no_object:
-                await self._events.post(claim, "Warning", reason, said[uid].text)
+                posts.append(self._events.post(claim, "Warning", reason, known.text))
+        await _at_most(EVENT_POSTS_AT_ONCE, posts)
         self._refresh_gauge()
         return said
 
@@ -166,6 +190,7 @@ class PendingClaims:
     def claim_changed(self, uid: str, claim: ResourceClaim | None) -> None:
         """A claim changed (None: deleted, or it does not parse): keep the unallocated ones, and time those that
         got their allocation after being pending."""
+        self.live.claim_changed(uid, claim)
         if claim is not None and claim.allocation is None:
             self.unallocated[uid] = claim
             return
@@ -198,3 +223,19 @@ class PendingClaims:
 
 def _uid(claim: ResourceClaim) -> str:
     return claim.metadata.uid or ""
+
+
+def _shape(claim: ResourceClaim) -> tuple[str, str]:
+    """What the allocator's answer for a claim depends on besides the cluster: its namespace and its spec."""
+    return claim.metadata.namespace or "default", claim.spec.model_dump_json()
+
+
+async def _at_most(limit: int, calls: list[Coroutine[Any, Any, bool]]) -> None:
+    """Await the calls, ``limit`` at a time."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Coroutine[Any, Any, bool]) -> None:
+        async with gate:
+            await call
+
+    await asyncio.gather(*(one(c) for c in calls))

@@ -9,7 +9,7 @@ are watched (a field selector): the controller never sees the rest."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpudra.api.core import Pod
@@ -76,10 +76,18 @@ class PendingPods:
         self._owned.setdefault(owner.uid, {})[uid] = slim
 
     async def check_all(
-        self, claims: list[ResourceClaim], classes: Mapping[str, DeviceClass], *, grace_seconds: float
-    ) -> None:
-        """Explain the due claims (``PendingClaims.check_all``) with the claims kube-scheduler would make for the
-        pods waiting longer than the grace period, then tell each such pod what is said of its claims."""
+        self,
+        claims: list[ResourceClaim],
+        classes: Mapping[str, DeviceClass],
+        *,
+        grace_seconds: float,
+        due: Callable[[str], bool] = lambda _: True,
+        planned: Sequence[ResourceClaim] = (),
+    ) -> set[str]:
+        """Explain these claims (``PendingClaims.check_all``, the planner serving them with ``planned``) with the
+        claims kube-scheduler would make for the pods waiting longer than the grace period that are ``due`` (by
+        their implicit uid), then tell each such pod what is said of its claims explained now. Return the uids
+        explained."""
         now = time.time()
         extended = extended_resource_classes((n, c.spec.extended_resource_name) for n, c in classes.items())
         waits: dict[str, list[PodClaim]] = {}
@@ -91,9 +99,10 @@ class PendingPods:
             made = next((c.implicit for c in wanted if c.implicit is not None), None)
             if made is None:
                 self._pending.forget(implicit_uid(uid))
-            else:
+            elif due(implicit_uid(uid)):
                 implicit.append(made)
-        await self._pending.check_all(claims, classes, implicit)
+        await self._pending.check_all(claims, classes, implicit, planned=planned)
+        explained = {c.metadata.uid or "" for c in claims} | {c.metadata.uid or "" for c in implicit}
         by_name = {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()}
         for uid, wanted in waits.items():
             waiting = self.waiting.get(uid)
@@ -102,10 +111,12 @@ class PendingPods:
             namespace = waiting.metadata.namespace or "default"
             for claim in wanted:
                 if claim.implicit is not None:
-                    said = self._pending.said.get(implicit_uid(uid))
+                    claim_uid = implicit_uid(uid)
                 elif claim.name is not None:
-                    said = self._pending.said.get(by_name.get(f"{namespace}/{claim.name}", ""))
+                    claim_uid = by_name.get(f"{namespace}/{claim.name}", "")
                 else:
-                    said = None
+                    continue
+                said = self._pending.said.get(claim_uid) if claim_uid in explained else None
                 if said is not None:
                     await self._events.post(waiting, "Warning", said.reason, said.text)
+        return explained

@@ -8,8 +8,10 @@ import asyncio
 from gpudra.api.dra import Counter, Device, ResourceClaim, ResourceSlice
 from gpudra.metrics import Metrics
 from gpudra.planning.attribution import (
+    USAGE_RESOURCES,
     DeviceKey,
     allocation_series,
+    claim_usage,
     node_usage,
     slice_counter_sets,
     slice_devices,
@@ -17,6 +19,10 @@ from gpudra.planning.attribution import (
 
 
 class Attribution:
+    """A claim's change updates its own series and what it takes of its nodes; a slice's change (rare) recomputes
+    everything, since a claim may arrive before its devices' slice. The gauges of the nodes whose numbers changed
+    are written every ``refresh_seconds``."""
+
     def __init__(self, metrics: Metrics, *, refresh_seconds: float = 2.0) -> None:
         self._metrics = metrics
         self._refresh = refresh_seconds
@@ -26,8 +32,12 @@ class Attribution:
         self._counter_sets: dict[DeviceKey, dict[str, Counter]] = {}
         self._claims: dict[str, ResourceClaim] = {}
         self._series: dict[str, list[tuple[str, ...]]] = {}
+        self._taken: dict[str, dict[str, dict[str, float]]] = {}  # claim uid -> node -> resource -> amount
+        self._allocated: dict[str, dict[str, float]] = {}  # node -> resource -> amount
+        self._capacity: dict[str, dict[str, float]] = {}
         self._nodes: set[str] = set()
-        self._dirty = False
+        self._changed_nodes: set[str] = set()
+        self._slices_changed = False
 
     def slice_changed(self, name: str, slice_: ResourceSlice | None) -> None:
         for key in self._slices.pop(name, {}):
@@ -39,7 +49,7 @@ class Attribution:
             self._devices.update(self._slices[name])
             self._slice_sets[name] = slice_counter_sets(slice_)
             self._counter_sets.update(self._slice_sets[name])
-        self._dirty = True
+        self._slices_changed = True
 
     def claim_changed(self, uid: str, claim: ResourceClaim | None) -> None:
         if claim is None:
@@ -47,7 +57,19 @@ class Attribution:
         else:
             self._claims[uid] = claim
         self._set_series(uid, claim)
-        self._dirty = True
+        self._take(uid, claim_usage(claim, self._devices) if claim is not None else {})
+
+    def _take(self, uid: str, taken: dict[str, dict[str, float]]) -> None:
+        """Record what the claim takes of each node now, instead of what it took."""
+        before = self._taken.pop(uid, {})
+        if taken:
+            self._taken[uid] = taken
+        for sign, usage in ((-1.0, before), (1.0, taken)):
+            for node, amounts in usage.items():
+                totals = self._allocated.setdefault(node, dict.fromkeys(amounts, 0.0))
+                for resource, amount in amounts.items():
+                    totals[resource] = totals.get(resource, 0.0) + sign * amount
+                self._changed_nodes.add(node)
 
     def _set_series(self, uid: str, claim: ResourceClaim | None) -> None:
         gauge = self._metrics.device_allocated
@@ -61,26 +83,36 @@ class Attribution:
             self._series[uid] = new
 
     def refresh(self) -> None:
-        """Recompute what depends on both slices and claims (a claim may arrive before its devices' slice)."""
-        for uid, claim in self._claims.items():
-            self._set_series(uid, claim)
-        allocated, capacity = node_usage(list(self._claims.values()), self._devices, self._counter_sets)
-        nodes = set(capacity) | set(allocated)
-        for node in self._nodes - nodes:
-            for resource in ("devices", "memory", "multiprocessors", "memory_slices"):
-                self._metrics.node_allocated.remove(node, resource)
-                self._metrics.node_capacity.remove(node, resource)
-        for node in nodes:
-            for resource, amount in capacity.get(node, {}).items():
-                self._metrics.node_capacity.labels(node, resource).set(amount)
+        """Write the per-node gauges that changed; after a slice change, recompute everything first."""
+        if self._slices_changed:
+            self._slices_changed = False
+            for uid, claim in self._claims.items():
+                self._set_series(uid, claim)
+            allocated, self._capacity = node_usage(
+                list(self._claims.values()), self._devices, self._counter_sets
+            )
+            self._taken = {uid: claim_usage(c, self._devices) for uid, c in self._claims.items()}
+            self._taken = {uid: taken for uid, taken in self._taken.items() if taken}
+            self._allocated = allocated
+            nodes = set(self._capacity) | set(allocated)
+            for node in self._nodes - nodes:
+                for resource in USAGE_RESOURCES:
+                    self._metrics.node_allocated.remove(node, resource)
+                    self._metrics.node_capacity.remove(node, resource)
+            self._changed_nodes = nodes
+            self._nodes = nodes
+            for node in nodes:
+                for resource, amount in self._capacity.get(node, {}).items():
+                    self._metrics.node_capacity.labels(node, resource).set(amount)
+        for node in self._changed_nodes & self._nodes:
+            for resource in self._capacity.get(node, {}):
                 self._metrics.node_allocated.labels(node, resource).set(
-                    allocated.get(node, {}).get(resource, 0.0)
+                    self._allocated.get(node, {}).get(resource, 0.0)
                 )
-        self._nodes = nodes
-        self._dirty = False
+        self._changed_nodes = set()
 
     async def refresh_loop(self) -> None:
         while True:
             await asyncio.sleep(self._refresh)
-            if self._dirty:
+            if self._slices_changed or self._changed_nodes:
                 self.refresh()

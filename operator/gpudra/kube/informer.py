@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -30,6 +30,7 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 
 Key = tuple[str, str]
+T = TypeVar("T")
 Handler = Callable[[str, dict[str, Any]], Awaitable[None]]
 Parse = Callable[[dict[str, Any]], object]
 _REPORTED_LIMIT = 10_000
@@ -71,6 +72,7 @@ class Informer:
         """Objects kept out because they do not parse: key -> why (field: problem)."""
         self.synced = asyncio.Event()
         self._running = False
+        self._last: tuple[dict[str, Any], object] | None = None  # the object being handed over, and its parse
 
     def subscribe(self, handler: Handler) -> None:
         """Hand every change to ``handler`` too (after the handlers subscribed before it); only before ``run()``,
@@ -94,7 +96,7 @@ class Informer:
         if self._parse is None:
             return True
         try:
-            self._parse(obj)
+            self._last = (obj, self._parse(obj))
         except (ValidationError, InvalidInputError, ValueError, TypeError) as error:
             field, problem = fault(error)
             why = f"{field}: {problem}" if field else problem
@@ -113,6 +115,17 @@ class Informer:
             return False
         self.rejected.pop(object_key(obj), None)
         return True
+
+    def parsed(self, obj: dict[str, Any], model: type[T]) -> T:
+        """``obj`` as this informer's ``parse`` made it: a handler is handed the model made while admitting it, and
+        any other object is parsed again (a ``model`` that is not what ``parse`` makes: TypeError)."""
+        last = self._last
+        if last is not None and last[0] is obj and isinstance(last[1], model):
+            return last[1]
+        made = self._parse(obj) if self._parse is not None else None
+        if not isinstance(made, model):
+            raise TypeError(f"the {self.resource.plural} informer does not make {model.__name__}")
+        return made
 
     async def _emit(self, kind: str, obj: dict[str, Any]) -> None:
         for handler in self._handlers:
@@ -243,6 +256,10 @@ class Informers:
 
     def __len__(self) -> int:
         return len(self._informers)
+
+    def each(self) -> list[Informer]:
+        """Every informer asked for so far."""
+        return [informer for informer, _ in self._informers.values()]
 
     async def synced(self) -> None:
         """Until every informer that is not optional has listed once."""

@@ -101,10 +101,20 @@ def node_usage(
             capacity[pool][resource] += amount
     allocated: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(USAGE_RESOURCES, 0.0))
     for claim in claims:
-        allocation = claim.allocation
-        for r in allocation.results if allocation is not None else []:
-            found = devices.get((r.driver, r.pool, r.device))
-            if found is not None:
-                for resource, amount in _usage(found).items():
-                    allocated[r.pool][resource] += amount
+        for node, usage in claim_usage(claim, devices).items():
+            for resource, amount in usage.items():
+                allocated[node][resource] += amount
     return dict(allocated), dict(capacity)
+
+
+def claim_usage(claim: ResourceClaim, devices: Mapping[DeviceKey, Device]) -> dict[str, dict[str, float]]:
+    """What the claim's allocation takes of each node, by resource (devices of unknown slices count nothing)."""
+    allocation = claim.allocation
+    taken: dict[str, dict[str, float]] = {}
+    for r in allocation.results if allocation is not None else []:
+        found = devices.get((r.driver, r.pool, r.device))
+        if found is not None:
+            node = taken.setdefault(r.pool, dict.fromkeys(USAGE_RESOURCES, 0.0))
+            for resource, amount in _usage(found).items():
+                node[resource] += amount
+    return taken

@@ -70,12 +70,15 @@ class KubernetesControlPlane:
         advertise_address: str | None = None,
         client_qps: float | None = None,
         wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
+        scheduling: bool = True,
     ) -> None:
         """``advertise_address``: the machine's address, where real nodes (in network namespaces of their own)
         and their pods reach the API server; None: loopback only. ``client_qps``: kube-scheduler's and
         kube-controller-manager's client rate limit (None: theirs). ``wrap``: how each binary's command line is
-        started (real nodes put the control plane in their cluster's cgroup)."""
+        started (real nodes put the control plane in their cluster's cgroup). ``scheduling``: False runs etcd and
+        kube-apiserver alone (a benchmark that plays the scheduler's part)."""
         self.client_qps = client_qps
+        self._scheduling = scheduling
         self.layout = Layout(root)
         self.advertise_address = advertise_address
         self._wrap = wrap
@@ -192,6 +195,15 @@ class KubernetesControlPlane:
             restart=True,
         )
         await self.apiserver.start(timeout=120)
+        if self._scheduling:
+            await self._start_scheduling(manager_help)
+        log.info(
+            "kubernetes control plane up", url=self.url, version=self.binaries.version, gates=self._gates
+        )
+
+    async def _start_scheduling(self, manager_help: str) -> None:
+        """kube-scheduler and kube-controller-manager."""
+        layout = self.layout
         scheduler_port, manager_port = free_port(), free_port()
         self.scheduler = ManagedProcess(
             "kube-scheduler",
@@ -228,9 +240,6 @@ class KubernetesControlPlane:
             restart=True,
         )
         await asyncio.gather(self.scheduler.start(), self.controller_manager.start())
-        log.info(
-            "kubernetes control plane up", url=self.url, version=self.binaries.version, gates=self._gates
-        )
 
     async def conflicts_by_resource(self) -> Counter[str]:
         """409s kube-apiserver answered so far, by resource (``plural`` or ``plural/subresource``), from its own
