@@ -30,7 +30,9 @@ class _NoLists(KubeClient):
     async def server_version(self) -> tuple[int, int]:
         return 1, 37
 
-    async def create(self, res: Any, body: Any, namespace: str | None = None) -> Any:
+    async def create(
+        self, res: Any, body: Any, namespace: str | None = None, *, dry_run: bool = False
+    ) -> Any:
         assert res == EVENTS
         self.posted.append(body)
         return body

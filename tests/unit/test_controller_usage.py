@@ -14,6 +14,7 @@ from gpudra.cluster.simslices import node_objects
 from gpudra.controller import usage
 from gpudra.controller.usage import Attribution
 from gpudra.metrics import Metrics
+from gpudra.planning.attribution import allocation_series
 
 
 def _claim(uid: str, node: str, device: str) -> ResourceClaim:
@@ -45,7 +46,7 @@ def test_node_gauges_follow_claims_and_a_claim_change_costs_only_its_own_work(
     assert [_allocated(metrics, f"dgx-h100-{n}") for n in range(3)] == [8.0, 8.0, 8.0]
 
     calls: list[Any] = []
-    counted = usage.allocation_series
+    counted = allocation_series
 
     def counting(*args: Any) -> Any:
         calls.append(args)
