@@ -191,6 +191,7 @@ async def form(
     *,
     server_apart: bool = False,
     control_plane: Literal["embedded", "kubernetes"] = "embedded",
+    qps: float | None = None,
     timeout: float = 300.0,
 ) -> Result:
     with tempfile.TemporaryDirectory(prefix="gpudra-bench-") as tmp:
@@ -201,6 +202,7 @@ async def form(
                 hardware_poll_seconds=5.0,  # the hardware does not change here; spare the CPU for the flow
                 api_server_process=server_apart and control_plane == "embedded",
                 control_plane=control_plane,
+                control_plane_qps=qps,
             )
         )
         await cluster.start()
@@ -284,21 +286,27 @@ def _line(label: str, r: Result) -> str:
 
 
 def measure(
-    trays: int, server_apart: bool = False, control_plane: Literal["embedded", "kubernetes"] = "embedded"
+    trays: int,
+    server_apart: bool = False,
+    control_plane: Literal["embedded", "kubernetes"] = "embedded",
+    qps: float | None = None,
 ) -> Result:
-    """One scenario in this (fresh) process: 4 pods per tray."""
+    """One scenario in this (fresh) process: 4 pods per tray; ``qps``: the real control plane's client QPS."""
     configure_logging(level="ERROR")  # keep the output readable
     return asyncio.run(
-        form(trays, trays * GPUS_PER_TRAY, server_apart=server_apart, control_plane=control_plane)
+        form(trays, trays * GPUS_PER_TRAY, server_apart=server_apart, control_plane=control_plane, qps=qps)
     )
 
 
 def in_fresh_process(
-    trays: int, server_apart: bool, control_plane: Literal["embedded", "kubernetes"] = "embedded"
+    trays: int,
+    server_apart: bool,
+    control_plane: Literal["embedded", "kubernetes"] = "embedded",
+    qps: float | None = None,
 ) -> Result:
     """Each embedded cluster in its own process: nothing of one run (tasks, sockets, threads) touches the next."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(measure, trays, server_apart, control_plane).result()
+        return pool.submit(measure, trays, server_apart, control_plane, qps).result()
 
 
 def run(trays: int, server_apart: bool = False, *, idle: bool = True) -> None:

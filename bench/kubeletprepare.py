@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.agentkit import percentile
-from bench.kubernetes import template
+from bench.kubernetes import pod, template
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
 from gpudra.kube.informer import Informer
@@ -66,16 +66,11 @@ def call_durations(lines: Iterable[str], year: int) -> dict[str, list[float]]:
 
 
 def _pod(round_no: int, i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"kp-{round_no}-{i}", "namespace": NS, "labels": {"app": "kubelet-prepare"}},
-        "spec": {
-            "containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-            "terminationGracePeriodSeconds": 1,
-        },
-    }
+    """bench kubernetes' pod of one GPU, named for its round; a second's grace, so that the kubelet stops it."""
+    body = pod(i)
+    body["metadata"].update(name=f"kp-{round_no}-{i}", labels={"app": "kubelet-prepare"})
+    body["spec"]["terminationGracePeriodSeconds"] = 1
+    return body
 
 
 async def measure(rounds: int, timeout: float = 120.0) -> dict[str, list[float]]:
