@@ -10,12 +10,14 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from clusterkit import eventually
+from gpudra.cluster.tempdirs import LOCK_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -68,6 +70,16 @@ class Up:
         out, _ = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), 120)
         assert process.returncode == 0, f"kubectl {' '.join(args)}: {out.decode()}"
         return out.decode()
+
+
+def run_directory_of(pid: int) -> Path:
+    """The temporary directory of the gpudra up of ``pid`` (its lock file names it)."""
+    (found,) = [
+        lock.parent
+        for lock in Path(tempfile.gettempdir()).glob(f"gpudra-*/{LOCK_FILE}")
+        if lock.read_text().strip() == str(pid)
+    ]
+    return found
 
 
 @pytest.fixture
@@ -154,10 +166,14 @@ async def test_a_second_up_in_the_same_directory_names_the_first_and_a_dead_ones
     assert "Traceback" not in said
     await first.kubectl("get", "nodes")  # the first one still serves
 
+    # tmp_path is too deep for the node's socket paths: its files are in the run's own temporary directory
+    left = run_directory_of(first.process.pid)
     await first.kill()  # it dies without stopping: its lock goes with it
+    assert left.exists()
     third = ups()
     await third.start()
     assert f"from a gpudra up that ended without stopping (PID {first.process.pid})" in "".join(third.output)
+    assert not left.exists()  # the next run that needed a temporary directory removed the dead one's
     await third.kubectl("get", "nodes")
     code, printed = await third.interrupt()
     assert code == 0, printed

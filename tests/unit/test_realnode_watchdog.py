@@ -7,12 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpudra.cluster.realnode.watchdog import (
-    directories_named,
-    encode_directory,
-    mount_points,
-    mounted_within,
-)
+from gpudra.cluster.realnode.watchdog import directories_named, encode_directory
+from gpudra.cluster.tempdirs import mount_points, mounted_within
 
 MOUNTINFO = (
     "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"

@@ -14,7 +14,6 @@ import shutil
 import signal
 import ssl
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -84,6 +83,7 @@ from gpudra.cluster.startup import (
     print_summary,
     start_progress,
 )
+from gpudra.cluster.tempdirs import RunDirectory
 from gpudra.cluster.trynext import current_shell, try_next
 from gpudra.computedomain import DaemonPodSettings
 from gpudra.config import AgentSettings, ControllerSettings
@@ -254,7 +254,7 @@ class EmbeddedCluster:
     real_kubelets: dict[str, RealKubelet] = field(default_factory=dict)
     real_nodes: RealNodes | None = None
     node_dirs: dict[str, Path] = field(default_factory=dict)
-    _temp_dirs: list[Path] = field(default_factory=list)
+    _run_dir: RunDirectory = field(default_factory=RunDirectory)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     control_plane: ControlPlane | None = None
     kubernetes: KubernetesControlPlane | None = None
@@ -618,14 +618,14 @@ class EmbeddedCluster:
         roots, gpus = [], []
         for node in nodes:
             root = self._node_root(node.name)
-            if root.parent in self._temp_dirs:
-                await self.real_nodes.remove_at_end(root.parent)
             self.node_dirs[node.name] = root
             roots.append(root)
             fake = FakeNvml.from_machine(node.hardware())
             if self.options.dynamic_mig:
                 empty_mig(NvmlBackend(node.name, nvml=fake))
             gpus.append(fake)
+        if self._run_dir.made is not None:
+            await self.real_nodes.remove_at_end(self._run_dir.made)
         await self.real_nodes.start(
             [node_object(n) for n in nodes],
             roots,
@@ -861,8 +861,9 @@ class EmbeddedCluster:
         return self._embedded_client(service_account(pod["metadata"]["namespace"], account))
 
     def _node_root(self, name: str, *, real_kubelet: bool = False) -> Path:
-        """``<kubeconfig dir>/nodes/<node>``, or a short temporary directory when the socket paths under it
-        would pass the 107-byte unix socket limit."""
+        """``<kubeconfig dir>/nodes/<node>``, or ``<the run's temporary directory>/<node>`` when the socket paths
+        under the first would pass the 107-byte unix socket limit (tempdirs.py: a run that dies leaves it to the
+        next one to remove)."""
         root = (self.options.kubeconfig.parent / "nodes" / name).absolute()
         registry = root / "kubelet" / "plugins_registry" if real_kubelet else root / "registry"
         longest = max(
@@ -871,8 +872,7 @@ class EmbeddedCluster:
             key=lambda path: len(str(path)),
         )
         if len(os.fsencode(str(longest))) > MAX_SOCKET_PATH_BYTES:
-            root = Path(tempfile.mkdtemp(prefix="gpudra-")) / name
-            self._temp_dirs.append(root.parent)
+            root = self._run_dir.path() / name
         root.mkdir(parents=True, exist_ok=True)
         return root
 
@@ -919,8 +919,7 @@ class EmbeddedCluster:
             await self.server.stop()
         if self.server_process is not None:
             await self.server_process.stop()
-        for directory in self._temp_dirs:
-            shutil.rmtree(directory, ignore_errors=True)
+        self._run_dir.remove()
         for setting in self._tuned:
             setting.release()
         self._tuned.clear()

@@ -15,11 +15,11 @@ is left in place and named: removing it would remove what the mount shows.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from gpudra.cluster.realnode.cgroups import NodeCgroup
+from gpudra.cluster.tempdirs import remove_directory
 from gpudra.errors import GpudraError
 
 SEPARATOR = b"\0"
@@ -34,31 +34,6 @@ def directories_named(data: bytes) -> list[Path]:
     """The absolute directories named on the pipe (a part after the last separator was cut off: left out)."""
     parts = data.split(SEPARATOR)[:-1]
     return [Path(os.fsdecode(part)) for part in parts if part.startswith(b"/")]
-
-
-def mount_points(mountinfo: str) -> list[Path]:
-    """The mount points of ``/proc/self/mountinfo`` (its fifth field, with the kernel's octal escapes undone)."""
-    points = []
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if len(fields) > 4:
-            points.append(Path(fields[4].encode().decode("unicode_escape").encode("latin-1").decode()))
-    return points
-
-
-def mounted_within(directory: Path, points: list[Path]) -> list[Path]:
-    return [p for p in points if p == directory or directory in p.parents]
-
-
-def remove_directory(directory: Path) -> str | None:
-    """Remove one node directory; a sentence when it stays."""
-    if not directory.exists():
-        return None
-    inside = mounted_within(directory, mount_points(Path("/proc/self/mountinfo").read_text()))
-    if inside:
-        return f"left {directory} in place: {inside[0]} is mounted there"
-    shutil.rmtree(directory, ignore_errors=True)
-    return f"could not remove all of {directory}" if directory.exists() else None
 
 
 def main(argv: list[str]) -> int:
