@@ -342,15 +342,27 @@ async def test_after_a_stop_the_kubelets_connection_reaches_the_plugin_listening
     short_dir: Path, handler: FakeHandler
 ) -> None:
     # an agent restarted in place: the kubelet's open connection to the old one is closed, so its next call
-    # dials the socket's path again and reaches the new one
+    # dials the socket's path again and reaches the new one. A call sent before the client has seen the old
+    # connection close fails UNAVAILABLE ("Broken pipe"), and the kubelet retries its pod: so does this test
     async with KubeletClient(make_plugin(short_dir, handler).registration_socket) as client:
         async with make_plugin(short_dir, handler):
             await client.register()
             assert (await client.prepare([claim("ok-1")]))["ok-1"].error == ""
         newer = FakeHandler()
+        refused: list[str] = []
         async with make_plugin(short_dir, newer):
-            assert (await client.prepare([claim("ok-2")]))["ok-2"].error == ""
+            async with asyncio.timeout(10):
+                while True:
+                    try:
+                        answer = await client.prepare([claim("ok-2")])
+                        break
+                    except KubeletPluginError as exc:
+                        refused.append(str(exc))
+                        await asyncio.sleep(0.05)
+    assert answer["ok-2"].error == ""
+    assert all("UNAVAILABLE" in why for why in refused), refused
     assert newer.prepare_calls == [["ok-2"]]
+    assert handler.prepare_calls == [["ok-1"]]
 
 
 async def test_a_socket_that_cannot_be_bound_is_a_clear_error(short_dir: Path) -> None:
