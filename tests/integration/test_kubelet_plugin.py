@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from clusterkit import eventually
 from gpudra.agent.kubeletplugin import (
     CallCounters,
     ClaimRef,
@@ -296,12 +297,15 @@ async def test_a_request_over_4_mib_is_refused_before_the_handler_sees_it(
 
 async def _refused_while_stopping(client: KubeletClient) -> str:
     """Call (unprepares are not held by the gate) until the stopping plugin refuses a new call; its error."""
-    while True:
+
+    async def refused() -> str | None:
         try:
             await client.unprepare([claim("ok-9")])
         except KubeletPluginError as exc:
             return str(exc)
-        await asyncio.sleep(0.01)
+        return None
+
+    return await eventually(refused, 10, interval=0.01, what="a new call refused")
 
 
 async def test_stop_lets_a_call_in_flight_finish_within_the_grace_and_refuses_new_ones(
@@ -350,15 +354,16 @@ async def test_after_a_stop_the_kubelets_connection_reaches_the_plugin_listening
             assert (await client.prepare([claim("ok-1")]))["ok-1"].error == ""
         newer = FakeHandler()
         refused: list[str] = []
+
+        async def answered() -> dict[str, PrepareResult] | None:
+            try:
+                return await client.prepare([claim("ok-2")])
+            except KubeletPluginError as exc:
+                refused.append(str(exc))
+                return None
+
         async with make_plugin(short_dir, newer):
-            async with asyncio.timeout(10):
-                while True:
-                    try:
-                        answer = await client.prepare([claim("ok-2")])
-                        break
-                    except KubeletPluginError as exc:
-                        refused.append(str(exc))
-                        await asyncio.sleep(0.05)
+            answer = await eventually(answered, 10, what="a call reaching the new plugin")
     assert answer["ok-2"].error == ""
     assert all("UNAVAILABLE" in why for why in refused), refused
     assert newer.prepare_calls == [["ok-2"]]
