@@ -19,8 +19,9 @@ import asyncio
 import re
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,7 @@ async def measure(rounds: int, timeout: float = 120.0) -> dict[str, list[float]]
                         running.add(name)
                 changed.set()
 
-            async def until(done: Any) -> None:
+            async def until(done: Callable[[], bool]) -> None:
                 async with asyncio.timeout(timeout):
                     while not done():
                         changed.clear()
@@ -122,9 +123,9 @@ async def measure(rounds: int, timeout: float = 120.0) -> dict[str, list[float]]
                     await asyncio.gather(
                         *(client.create(PODS, _pod(round_no, i), NS) for i in range(len(names)))
                     )
-                    await until(lambda names=names: running.issuperset(names))
+                    await until(partial(running.issuperset, names))
                     await asyncio.gather(*(client.delete(PODS, n, NS) for n in names))
-                    await until(lambda names=names: present.isdisjoint(names))
+                    await until(partial(present.isdisjoint, names))
             finally:
                 watching.cancel()
                 await asyncio.gather(watching, return_exceptions=True)
