@@ -1,4 +1,7 @@
-"""`make bench` / `python -m bench [NAME ...] [-- ARGS]`: run the benchmarks and print their ratios.
+"""`make bench` / `python -m bench [NAME ...] [ARGS]`: run the benchmarks and print their ratios.
+
+The names come first; everything from the first argument that starts with ``-`` on is given to each benchmark
+named (``python -m bench fleet --nodes 1000``).
 
 Every benchmark measures its baseline in the same run, so the ratios hold on a noisy shared machine.
 `python -m bench --quick` with no name runs the quick form of the benchmarks of issue #38's goals (the agent,
@@ -32,8 +35,13 @@ QUICK_GOAL_S = 15
 
 
 def main(argv: list[str]) -> int:
-    flags = [a for a in argv if a.startswith("-")]
-    names = [a for a in argv if not a.startswith("-")] or (QUICK if flags == ["--quick"] else BENCHMARKS)
+    first_flag = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    named, flags = argv[:first_flag], argv[first_flag:]
+    if not named and flags and flags[0] in ("-h", "--help"):
+        print(f"usage: python -m bench [NAME ...] [ARGS]\nNAME: {', '.join(BENCHMARKS)} (default: all;")
+        print(f"  --quick alone: {', '.join(QUICK)}); python -m bench NAME --help: that benchmark's ARGS")
+        return 0
+    names = named or (QUICK if flags == ["--quick"] else BENCHMARKS)
     for name in names:
         if name not in BENCHMARKS:
             print(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)

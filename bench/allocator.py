@@ -384,7 +384,7 @@ def explained(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.allocator")
     parser.add_argument("--quick", action="store_true", help="CI-sized run")
-    args = parser.parse_args(argv or [])
+    args = parser.parse_args(argv)
     if args.quick:
         fill_and_churn(50, 300, 100, 20, 150)
         mig_variant(20, 100)

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--devices", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="2,000 devices, best of 2 (CI)")
-    args, _ = parser.parse_known_args(argv or [])
+    args, _ = parser.parse_known_args(argv)
     if args.quick:
         args.devices, args.repeat = 2_000, 2
     fleet = build_fleet(args.devices)

@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the API server in a process of its own (another core)",
     )
-    args = parser.parse_args(argv or [])
+    args = parser.parse_args(argv)
     run(16 if args.quick else args.trays, args.api_server_process, idle=not args.quick)
 
 

@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
         "--profile", type=Path, default=None, help="run the controller under cProfile, to here"
     )
     parser.add_argument("--quick", action="store_true", help="20 nodes, 80 claims, 6 s, a 2 s grace")
-    args = parser.parse_args(argv or [])
+    args = parser.parse_args(argv)
     if args.quick:
         args.nodes, args.alive, args.seconds, args.grace = 20, 80, 6.0, 2.0
     configure_logging(level="ERROR")

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench fleet", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000, help="dgx-h100 nodes of the scaled run")
     parser.add_argument("--quick", action="store_true", help="100 nodes, no run beside a busy core (CI)")
-    args = parser.parse_args(argv or [])
+    args = parser.parse_args(argv)
     run(100 if args.quick else args.nodes, busy_core=not args.quick)
 
 

@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
             "QPS raised to this (0: none)"
         ),
     )
-    args = parser.parse_args(argv or [])
+    args = parser.parse_args(argv)
     nodes, trays = (20, 16) if args.quick else (args.nodes, args.trays)
     stand_in = fresh("embedded", nodes)
     print(_pods_line(stand_in), flush=True)

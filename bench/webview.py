@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--runs", type=int, default=5, help="runs per measure")
     parser.add_argument("--quick", action="store_true", help="50 nodes (CI)")
-    args = parser.parse_args(argv or [])
+    args = parser.parse_args(argv)
     fleet = "dgx-h100:25,dgx-a100:13,l4x4:12" if args.quick else args.fleet
     asyncio.run(run(fleet, args.pending, args.runs))
 
