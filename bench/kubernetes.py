@@ -275,10 +275,26 @@ def main(argv: list[str] | None = None) -> None:
     domain = in_fresh_process(trays, False, "kubernetes")
     print(_line("real", domain), flush=True)
     print("\n".join(_domain_lines(domain)), flush=True)
+    print(_claim_controller_floor(domain), flush=True)
     if args.qps:
         raised_domain = in_fresh_process(trays, False, "kubernetes", args.qps)
         print(_line(f"real, QPS {args.qps:.0f}", raised_domain), flush=True)
         print("\n".join(_domain_lines(raised_domain)), flush=True)
+
+
+KCM_QPS, KCM_BURST = 20, 30
+"""kube-controller-manager's default client rate, which each of its controllers has to itself."""
+
+
+def _claim_controller_floor(r: DomainResult) -> str:
+    """How long kube-controller-manager's resourceclaim controller needs at its default rate, whatever the driver:
+    one claim POST and one pod status PATCH for each pod with a claim from a template (the job's and the daemons')."""
+    requests = 2 * (r.pods + r.trays)
+    floor = (requests - KCM_BURST) / KCM_QPS
+    return (
+        f"  kube-controller-manager's floor at its default client QPS: {requests} resourceclaim controller requests "
+        f"at {KCM_QPS}/s (burst {KCM_BURST}) take at least {floor:.1f} s; under the goal only with the QPS raised"
+    )
 
 
 def _domain_lines(r: DomainResult) -> list[str]:
