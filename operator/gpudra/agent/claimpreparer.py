@@ -48,7 +48,7 @@ from typing import Protocol
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimstatus import ClaimStatus
-from gpudra.agent.gpuplanner import PrepareOptions, plan_gpu_claim
+from gpudra.agent.gpuplanner import LatestTargets, PrepareOptions, plan_gpu_claim
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.migdynamic.decisions import InstanceCreation, plan_instances
 from gpudra.agent.preparemetrics import PrepareMetrics
@@ -140,6 +140,7 @@ class ClaimPreparer:
         self.hook = hook
         self._shared_pool = shared_pool
         """Which pools are not node-local (their devices are prepared wherever a pod of the claim runs)."""
+        self._targets = LatestTargets()
 
     # -- PluginHandler ---------------------------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ class ClaimPreparer:
         pci = await asyncio.to_thread(self._backend.pci_gpus) if options.passthrough else ()
         plan = plan_gpu_claim(
             ref.uid, model, results, inventory, driver=self.driver, options=options, dynamic=dynamic,
-            pci_gpus=pci, data_dir=self.effects.data_dir,
+            pci_gpus=pci, data_dir=self.effects.data_dir, targets=self._targets(inventory, dynamic, pci),
         )  # fmt: skip
         if plan.vfio_bindings:
             await self.store.transition(
