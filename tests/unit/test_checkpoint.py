@@ -19,6 +19,7 @@ from gpudra.agent.checkpoint import (
     CURRENT_VERSION,
     KIND,
     CheckpointStore,
+    ClaimState,
     DeviceRecord,
     MigInstanceRecord,
     VfioBindingRecord,
@@ -111,10 +112,19 @@ async def test_unprepare_then_remove(path: Path) -> None:
 async def test_impossible_transitions_are_refused(path: Path) -> None:
     checkpoint = store(path)
     await checkpoint.load()
-    with pytest.raises(CheckpointError, match="cannot go from unknown to PrepareCompleted"):
-        await checkpoint.transition("uid-9", "PrepareCompleted")
-    with pytest.raises(CheckpointError, match="namespace and name"):
-        await checkpoint.transition("uid-9", "PrepareStarted")
+    with pytest.raises(CheckpointError, match="cannot go from unknown to UnprepareStarted"):
+        await checkpoint.transition("uid-9", "UnprepareStarted")
+    states: list[ClaimState] = ["PrepareStarted", "PrepareCompleted"]
+    for state in states:
+        with pytest.raises(CheckpointError, match="namespace and name"):
+            await checkpoint.transition("uid-9", state)
+
+
+async def test_a_claim_of_a_spec_only_is_recorded_completed_in_one_write(path: Path) -> None:
+    checkpoint = store(path)
+    await checkpoint.load()
+    await checkpoint.transition("uid-1", "PrepareCompleted", namespace="a", name="c", cdi_spec="/cdi/x.json")
+    assert (await store(path).load())["uid-1"].state == "PrepareCompleted"
 
 
 def valid_document() -> dict[str, Any]:

@@ -62,7 +62,7 @@ BASE_VERSION = 2
 ClaimState = Literal["PrepareStarted", "PrepareCompleted", "UnprepareStarted"]
 _ALLOWED_FROM: dict[ClaimState, tuple[ClaimState | None, ...]] = {
     "PrepareStarted": (None, "PrepareStarted", "UnprepareStarted"),
-    "PrepareCompleted": ("PrepareStarted", "PrepareCompleted"),
+    "PrepareCompleted": (None, "PrepareStarted", "PrepareCompleted"),  # from None: a claim of a CDI spec only
     "UnprepareStarted": ("PrepareStarted", "PrepareCompleted", "UnprepareStarted"),
 }
 

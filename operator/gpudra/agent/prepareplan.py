@@ -309,6 +309,12 @@ class SharingAction:
     time_slice: int | None = None
 
 
+def only_its_spec(plan: ClaimPlan) -> bool:
+    """Whether the plan changes nothing on the node but the claim's CDI spec: no sharing settings, device
+    metadata files or directories (dynamic MIG instances and vfio bindings are recorded before the plan)."""
+    return not (plan.metadata_files or plan.directories or sharing_actions(plan.devices, plan.configs))
+
+
 def sharing_actions(
     devices: Sequence[DeviceRecord], configs: Mapping[str, Mapping[str, Any]]
 ) -> list[SharingAction]:
