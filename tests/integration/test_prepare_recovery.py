@@ -66,20 +66,28 @@ async def test_crash_points(node: Node, operation: str, step: str, prepared_afte
 
 
 @pytest.mark.parametrize(
-    ("step", "prepared_after_restart"),
-    [("cdi_written", False), ("before_prepare_completed", False), ("prepare_completed", True)],
+    ("operation", "step", "prepared_after_restart"),
+    [
+        ("prepare", "cdi_written", False),
+        ("prepare", "before_prepare_completed", False),
+        ("prepare", "prepare_completed", True),
+        ("unprepare", "cdi_deleted", True),
+    ],
 )
 async def test_crash_points_of_a_claim_of_a_cdi_spec_only(
-    node: Node, step: str, prepared_after_restart: bool
+    node: Node, operation: str, step: str, prepared_after_restart: bool
 ) -> None:
     """A whole GPU without a config changes nothing on the node but its CDI spec, and is recorded once, when
-    complete: a crash before that leaves only a spec no entry owns, which the restart deletes."""
+    complete: a crash before that leaves only a spec no entry owns, which the restart deletes. Its unprepare
+    removes the entry once the spec is gone: a crash before that leaves the claim prepared, its spec rewritten
+    by the restart, until the kubelet's unprepare comes again."""
     ref = await node.claim("spec-only", {"gpu": "gpu-1"})
-    report = await crash_and_restart(node, ref, "prepare", step)
+    report = await crash_and_restart(node, ref, operation, step)
 
     entries = node.preparer.store.claims() if node.preparer else {}
     if prepared_after_restart:
         assert entries[ref.uid].state == "PrepareCompleted" and node.spec_of(ref) is not None
+        assert report.regenerated == ([ref.uid] if operation == "unprepare" else [])
     else:
         assert ref.uid not in entries and node.spec_of(ref) is None
         assert report.orphans_removed == [ref.uid] and report.rolled_back == []
@@ -89,7 +97,7 @@ async def test_crash_points_of_a_claim_of_a_cdi_spec_only(
     assert node.spec_of(ref) is None and node.preparer is not None and node.preparer.store.claims() == {}
 
 
-async def test_a_claim_of_a_cdi_spec_only_is_written_to_the_checkpoint_once(
+async def test_a_claim_of_a_cdi_spec_only_is_written_to_the_checkpoint_once_at_prepare_and_unprepare(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await node.start()
@@ -106,6 +114,9 @@ async def test_a_claim_of_a_cdi_spec_only_is_written_to_the_checkpoint_once(
     assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
     assert len(writes) == 1
     assert node.preparer.store.claims()[ref.uid].state == "PrepareCompleted"
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert len(writes) == 2
+    assert node.preparer.store.claims() == {} and node.spec_of(ref) is None
 
 
 async def test_a_claim_of_a_cdi_spec_only_that_cannot_be_recorded_leaves_no_spec(

@@ -10,6 +10,8 @@ the GPUs and MIG devices present now, resolve the opaque configs, refuse devices
 or, for a claim whose only change on the node is its CDI spec (no sharing settings, MIG instances, vfio
 binding, device metadata files or directories: a whole GPU or a static MIG device without a config), with one
 checkpoint write instead of two: CDI spec written -> PrepareCompleted (a spec no entry owns is deleted at start),
+and its unprepare too: CDI spec deleted -> entry removed (a crash between leaves it prepared, the spec rewritten
+at the start, until the kubelet's unprepare comes again),
 
 and report ``status.devices`` Ready on the claim (:mod:`gpudra.agent.claimstatus`). A failure after
 PrepareStarted is rolled back at once, and so is a prepare cancelled because the kubelet gave up on the call (the
@@ -56,7 +58,13 @@ from gpudra.agent.gpuplanner import LatestTargets, PrepareOptions, plan_gpu_clai
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.migdynamic.decisions import InstanceCreation, plan_instances
 from gpudra.agent.preparemetrics import PrepareMetrics
-from gpudra.agent.prepareplan import ClaimPlan, only_its_spec, prepared_devices, select_results
+from gpudra.agent.prepareplan import (
+    ClaimPlan,
+    only_its_spec,
+    prepared_devices,
+    recorded_only_its_spec,
+    select_results,
+)
 from gpudra.agent.reservations import DeviceReservations
 from gpudra.agent.uninterrupted import to_the_end
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
@@ -337,6 +345,12 @@ class ClaimPreparer:
                     entry = self.store.get(ref.uid)
                     if entry is None:
                         await self.effects.remove_files(ref.uid, None)  # a file no entry owns
+                    elif recorded_only_its_spec(entry):
+                        # one write: a crash before it leaves the claim prepared, its spec rewritten at the
+                        # start, and the kubelet, which had no answer, unprepares again
+                        await self.effects.remove_files(ref.uid, entry)
+                        self.hook("cdi_deleted")
+                        await self.store.remove(ref.uid)
                     else:
                         await self.store.transition(ref.uid, "UnprepareStarted")
                         self.hook("unprepare_started")
