@@ -366,3 +366,18 @@ async def test_an_agent_before_passthrough_refuses_a_passthrough_checkpoint_as_t
     assert json.loads(kept.read_text())["payload"]["claims"]["uid-vm"]["vfio_bindings"] == [
         BINDING.model_dump(mode="json")
     ]
+
+
+async def test_each_write_holds_every_change_whatever_was_encoded_before(path: Path) -> None:
+    """A write encodes only the entries that changed since the last one: the file still holds each claim as it is
+    now (names outside ASCII too), and its checksum is that of its payload."""
+    checkpoint = store(path)
+    await checkpoint.load()
+    await checkpoint.transition("uid-1", "PrepareStarted", namespace="équipe", name="c-1")
+    await checkpoint.transition("uid-2", "PrepareStarted", namespace="a", name="c-2")
+    await checkpoint.transition("uid-1", "PrepareCompleted", cdi_spec="/cdi/1.json")
+    await checkpoint.remove("uid-2")
+    document = json.loads(path.read_bytes())
+    assert document["checksum"] == checksum(document["payload"])
+    (entry,) = (await store(path).load()).values()
+    assert (entry.namespace, entry.state, entry.cdi_spec) == ("équipe", "PrepareCompleted", "/cdi/1.json")
