@@ -7,11 +7,14 @@ import asyncio
 import errno
 import json
 import shutil
+from pathlib import Path
+from typing import Any
 
 import pytest
 from _prepare_kit import NODE, Crash, Node, crash_and_restart, gpu_config
 
 import gpudra.agent.cdi as cdi_module
+import gpudra.agent.checkpoint as checkpoint_module
 from gpudra.agent.claimpreparer import no_hook
 from gpudra.agent.recovery import recover
 from gpudra.errors import HardwareError
@@ -60,6 +63,82 @@ async def test_crash_points(node: Node, operation: str, step: str, prepared_afte
     assert node.spec_of(ref) is not None
     assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
     assert node.spec_of(ref) is None and node.fake.gpu(gpu).compute_mode == 0
+
+
+@pytest.mark.parametrize(
+    ("operation", "step", "prepared_after_restart"),
+    [
+        ("prepare", "cdi_written", False),
+        ("prepare", "before_prepare_completed", False),
+        ("prepare", "prepare_completed", True),
+        ("unprepare", "cdi_deleted", True),
+    ],
+)
+async def test_crash_points_of_a_claim_of_a_cdi_spec_only(
+    node: Node, operation: str, step: str, prepared_after_restart: bool
+) -> None:
+    """A whole GPU without a config changes nothing on the node but its CDI spec, and is recorded once, when
+    complete: a crash before that leaves only a spec no entry owns, which the restart deletes. Its unprepare
+    removes the entry once the spec is gone: a crash before that leaves the claim prepared, its spec rewritten
+    by the restart, until the kubelet's unprepare comes again."""
+    ref = await node.claim("spec-only", {"gpu": "gpu-1"})
+    report = await crash_and_restart(node, ref, operation, step)
+
+    entries = node.preparer.store.claims() if node.preparer else {}
+    if prepared_after_restart:
+        assert entries[ref.uid].state == "PrepareCompleted" and node.spec_of(ref) is not None
+        assert report.regenerated == ([ref.uid] if operation == "unprepare" else [])
+    else:
+        assert ref.uid not in entries and node.spec_of(ref) is None
+        assert report.orphans_removed == [ref.uid] and report.rolled_back == []
+    assert node.kubelet is not None
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert node.spec_of(ref) is None and node.preparer is not None and node.preparer.store.claims() == {}
+
+
+async def test_a_claim_of_a_cdi_spec_only_is_written_to_the_checkpoint_once_at_prepare_and_unprepare(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("one-write", {"gpu": "gpu-2"})
+    writes: list[str] = []
+    write = checkpoint_module.write_atomically
+
+    def counted(path: Path, data: bytes, **kwargs: Any) -> None:
+        writes.append(path.name)
+        write(path, data, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module, "write_atomically", counted)
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert len(writes) == 1
+    assert node.preparer.store.claims()[ref.uid].state == "PrepareCompleted"
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert len(writes) == 2
+    assert node.preparer.store.claims() == {} and node.spec_of(ref) is None
+
+
+async def test_a_claim_of_a_cdi_spec_only_that_cannot_be_recorded_leaves_no_spec(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec is written, then the disk refuses the checkpoint: the prepare fails with the disk's error and
+    its spec goes, so no container can be given a device the checkpoint does not know about; the next prepare
+    succeeds."""
+    await node.start()
+    assert node.kubelet is not None and node.preparer is not None
+    ref = await node.claim("unrecorded", {"gpu": "gpu-3"})
+    write = checkpoint_module.write_atomically
+
+    def disk_full(path: Path, data: bytes, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_module, "write_atomically", disk_full)
+    assert "No space left on device" in (await node.kubelet.prepare([ref]))[ref.uid].error
+    assert node.spec_of(ref) is None and node.preparer.store.get(ref.uid) is None
+    monkeypatch.setattr(checkpoint_module, "write_atomically", write)
+    assert (await node.kubelet.prepare([ref]))[ref.uid].error == ""
+    assert node.spec_of(ref) is not None
 
 
 DYNAMIC_DEVICE = "gpu-1-mig-1g10gb-19-3"

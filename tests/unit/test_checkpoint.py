@@ -19,6 +19,7 @@ from gpudra.agent.checkpoint import (
     CURRENT_VERSION,
     KIND,
     CheckpointStore,
+    ClaimState,
     DeviceRecord,
     MigInstanceRecord,
     VfioBindingRecord,
@@ -111,10 +112,19 @@ async def test_unprepare_then_remove(path: Path) -> None:
 async def test_impossible_transitions_are_refused(path: Path) -> None:
     checkpoint = store(path)
     await checkpoint.load()
-    with pytest.raises(CheckpointError, match="cannot go from unknown to PrepareCompleted"):
-        await checkpoint.transition("uid-9", "PrepareCompleted")
-    with pytest.raises(CheckpointError, match="namespace and name"):
-        await checkpoint.transition("uid-9", "PrepareStarted")
+    with pytest.raises(CheckpointError, match="cannot go from unknown to UnprepareStarted"):
+        await checkpoint.transition("uid-9", "UnprepareStarted")
+    states: list[ClaimState] = ["PrepareStarted", "PrepareCompleted"]
+    for state in states:
+        with pytest.raises(CheckpointError, match="namespace and name"):
+            await checkpoint.transition("uid-9", state)
+
+
+async def test_a_claim_of_a_spec_only_is_recorded_completed_in_one_write(path: Path) -> None:
+    checkpoint = store(path)
+    await checkpoint.load()
+    await checkpoint.transition("uid-1", "PrepareCompleted", namespace="a", name="c", cdi_spec="/cdi/x.json")
+    assert (await store(path).load())["uid-1"].state == "PrepareCompleted"
 
 
 def valid_document() -> dict[str, Any]:
@@ -356,3 +366,18 @@ async def test_an_agent_before_passthrough_refuses_a_passthrough_checkpoint_as_t
     assert json.loads(kept.read_text())["payload"]["claims"]["uid-vm"]["vfio_bindings"] == [
         BINDING.model_dump(mode="json")
     ]
+
+
+async def test_each_write_holds_every_change_whatever_was_encoded_before(path: Path) -> None:
+    """A write encodes only the entries that changed since the last one: the file still holds each claim as it is
+    now (names outside ASCII too), and its checksum is that of its payload."""
+    checkpoint = store(path)
+    await checkpoint.load()
+    await checkpoint.transition("uid-1", "PrepareStarted", namespace="équipe", name="c-1")
+    await checkpoint.transition("uid-2", "PrepareStarted", namespace="a", name="c-2")
+    await checkpoint.transition("uid-1", "PrepareCompleted", cdi_spec="/cdi/1.json")
+    await checkpoint.remove("uid-2")
+    document = json.loads(path.read_bytes())
+    assert document["checksum"] == checksum(document["payload"])
+    (entry,) = (await store(path).load()).values()
+    assert (entry.namespace, entry.state, entry.cdi_spec) == ("équipe", "PrepareCompleted", "/cdi/1.json")

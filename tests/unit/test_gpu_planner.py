@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpudra.agent.gpuplanner import PrepareOptions, plan_gpu_claim
+from gpudra.agent.gpuplanner import LatestTargets, PrepareOptions, plan_gpu_claim
 from gpudra.api.dra import ResourceClaim
 from gpudra.errors import PrepareError
 from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
@@ -133,3 +133,21 @@ def test_device_metadata_files_are_planned_only_when_on_and_there_is_a_place_for
     assert not list(tmp_path.iterdir())  # planned, not written
     cdi_ids = plan.devices[0].cdi_device_ids
     assert len(cdi_ids) == 1 + files  # the metadata CDI device is named by the request's first device
+
+
+def test_targets_of_a_reading_are_shared_and_follow_the_next_reading() -> None:
+    """Prepares that share a reading of the GPUs share its device targets; a newer reading (a MIG device
+    created meanwhile) or another set of dynamic GPUs is never answered from the older one."""
+    backend = simulated_backend("dgx-h100", NODE).backend
+    latest = LatestTargets()
+    first = backend.read_inventory()
+    targets = latest(first, frozenset(), ())
+    assert latest(first, frozenset(), ()) is targets
+    assert not any(name.startswith("gpu-0-mig") for name in targets)
+    gpu = first.gpus[0]
+    backend.set_mig_mode(gpu.index, True)
+    backend.create_mig_device(gpu.index, "1g.10gb", 0)
+    second = backend.read_inventory()
+    assert "gpu-0-mig-1g10gb-19-0" in latest(second, frozenset(), ())
+    assert "gpu-0" not in latest(second, frozenset(), ())
+    assert "gpu-0" in latest(second, {gpu.uuid}, ())

@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 
-from gpudra.agent.checkpoint import DeviceRecord
+from gpudra.agent.checkpoint import ClaimEntry, DeviceRecord, MigInstanceRecord
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.prepareplan import (
     conflicts,
     device_status,
     merge_device_statuses,
     mig_cap_minors,
+    recorded_only_its_spec,
     sharing_actions,
 )
 
@@ -89,3 +90,41 @@ def test_health_condition_flips_and_keeps_ready_transition_time() -> None:
     assert (ready["type"], ready["lastTransitionTime"]) == ("Ready", "T1")
     assert (healthy["type"], healthy["status"], healthy["reason"]) == ("Healthy", "False", "Xid79")
     assert healthy["lastTransitionTime"] == "T2"
+
+
+SPEC_DEVICE: dict[str, Any] = {
+    "name": "u-gpu-0",
+    "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]},
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "only_its_spec"),
+    [
+        ({}, True),
+        ({"state": "PrepareStarted"}, False),
+        ({"cdi_document": None}, False),
+        ({"mig_instances_created": [MigInstanceRecord(parent_uuid="GPU-0", profile="1g.10gb", placement_start=0)]},
+         False),
+        ({"configs": {"gpu-0": {"kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing",
+                                                                 "timeSlicingConfig": {"interval": "Long"}}}}},
+         False),
+        (
+            {"cdi_document": {"kind": "k8s.gpu.nvidia.com/claim", "devices": [
+                SPEC_DEVICE,
+                {"name": "u-metadata", "containerEdits": {"mounts": [{"hostPath": "/m", "containerPath": "/m"}]}},
+            ]}},
+            False,
+        ),
+    ],
+)  # fmt: skip
+def test_which_prepared_claims_changed_nothing_but_their_spec(
+    change: dict[str, Any], only_its_spec: bool
+) -> None:
+    """Such a claim is unprepared with one checkpoint write; any other change needs the UnprepareStarted record."""
+    entry = ClaimEntry(
+        namespace="a", name="c", state="PrepareCompleted",
+        devices=[DeviceRecord(pool_name="n", device_name="gpu-0", uuid="GPU-0", device_type="gpu")],
+        cdi_document={"kind": "k8s.gpu.nvidia.com/claim", "devices": [SPEC_DEVICE]},
+    )  # fmt: skip
+    assert recorded_only_its_spec(entry.model_copy(update=change)) is only_its_spec

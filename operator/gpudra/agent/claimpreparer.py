@@ -7,6 +7,12 @@ the GPUs and MIG devices present now, resolve the opaque configs, refuse devices
     [dynamic MIG: checkpoint PrepareStarted (placements to create) -> instances created -> checkpoint (their
     ids)] -> checkpoint PrepareStarted (with the plan) -> sharing settings -> CDI spec written -> PrepareCompleted
 
+or, for a claim whose only change on the node is its CDI spec (no sharing settings, MIG instances, vfio
+binding, device metadata files or directories: a whole GPU or a static MIG device without a config), with one
+checkpoint write instead of two: CDI spec written -> PrepareCompleted (a spec no entry owns is deleted at start),
+and its unprepare too: CDI spec deleted -> entry removed (a crash between leaves it prepared, the spec rewritten
+at the start, until the kubelet's unprepare comes again),
+
 and report ``status.devices`` Ready on the claim (:mod:`gpudra.agent.claimstatus`). A failure after
 PrepareStarted is rolled back at once, and so is a prepare cancelled because the kubelet gave up on the call (the
 hardware step in progress ends first, the rollback runs to its end, then the cancellation goes on); a crash is
@@ -48,11 +54,17 @@ from typing import Protocol
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimstatus import ClaimStatus
-from gpudra.agent.gpuplanner import PrepareOptions, plan_gpu_claim
+from gpudra.agent.gpuplanner import LatestTargets, PrepareOptions, plan_gpu_claim
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.migdynamic.decisions import InstanceCreation, plan_instances
 from gpudra.agent.preparemetrics import PrepareMetrics
-from gpudra.agent.prepareplan import ClaimPlan, prepared_devices, select_results
+from gpudra.agent.prepareplan import (
+    ClaimPlan,
+    only_its_spec,
+    prepared_devices,
+    recorded_only_its_spec,
+    select_results,
+)
 from gpudra.agent.reservations import DeviceReservations
 from gpudra.agent.uninterrupted import to_the_end
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
@@ -140,6 +152,7 @@ class ClaimPreparer:
         self.hook = hook
         self._shared_pool = shared_pool
         """Which pools are not node-local (their devices are prepared wherever a pod of the claim runs)."""
+        self._targets = LatestTargets()
 
     # -- PluginHandler ---------------------------------------------------------------------------------------
 
@@ -229,7 +242,7 @@ class ClaimPreparer:
         pci = await asyncio.to_thread(self._backend.pci_gpus) if options.passthrough else ()
         plan = plan_gpu_claim(
             ref.uid, model, results, inventory, driver=self.driver, options=options, dynamic=dynamic,
-            pci_gpus=pci, data_dir=self.effects.data_dir,
+            pci_gpus=pci, data_dir=self.effects.data_dir, targets=self._targets(inventory, dynamic, pci),
         )  # fmt: skip
         if plan.vfio_bindings:
             await self.store.transition(
@@ -262,6 +275,8 @@ class ClaimPreparer:
             try:
                 plan = await plan_of()
                 reservation.check_not_repartitioned()
+                if self.store.get(ref.uid) is None and only_its_spec(plan):
+                    return await self._write_spec_and_record(ref, plan)
                 entry = await self.store.transition(
                     ref.uid, "PrepareStarted", namespace=ref.namespace, name=ref.name,
                     devices=plan.devices, configs=plan.configs, cdi_document=plan.cdi_document,
@@ -289,6 +304,29 @@ class ClaimPreparer:
                     await to_the_end(self.undo(ref.uid, recorded))
                 raise
 
+    async def _write_spec_and_record(self, ref: ClaimRef, plan: ClaimPlan) -> ClaimPlan:
+        """Prepare a claim whose only change on the node is its CDI spec with one checkpoint write: the spec,
+        then the claim recorded PrepareCompleted. A crash between the two leaves a spec no entry owns, which the
+        next start deletes, and the kubelet, which had no answer, prepares again; a failure or cancellation
+        here deletes it at once."""
+        try:
+            path = await self.effects.write_files(ref.uid, plan)
+            self.hook("cdi_written")
+            self.hook("before_prepare_completed")
+            await self.store.transition(
+                ref.uid, "PrepareCompleted", namespace=ref.namespace, name=ref.name, devices=plan.devices,
+                configs=plan.configs, cdi_document=plan.cdi_document, cdi_spec=str(path),
+            )  # fmt: skip
+        except (Exception, asyncio.CancelledError):
+            if self.store.get(ref.uid) is None:
+                log.warning(
+                    "prepare failed or was cancelled before it was recorded; its spec goes", uid=ref.uid
+                )
+                await to_the_end(self.effects.remove_files(ref.uid, None))
+            raise
+        self.hook("prepare_completed")
+        return plan
+
     async def _create_instances(self, uid: str, creations: Sequence[InstanceCreation]) -> NodeInventory:
         """Create the planned MIG instances, record their ids, and return the inventory that holds them."""
         created = await self.effects.create_instances(uid, creations)
@@ -307,6 +345,12 @@ class ClaimPreparer:
                     entry = self.store.get(ref.uid)
                     if entry is None:
                         await self.effects.remove_files(ref.uid, None)  # a file no entry owns
+                    elif recorded_only_its_spec(entry):
+                        # one write: a crash before it leaves the claim prepared, its spec rewritten at the
+                        # start, and the kubelet, which had no answer, unprepares again
+                        await self.effects.remove_files(ref.uid, entry)
+                        self.hook("cdi_deleted")
+                        await self.store.remove(ref.uid)
                     else:
                         await self.store.transition(ref.uid, "UnprepareStarted")
                         self.hook("unprepare_started")

@@ -9,13 +9,13 @@ then records and carries out the plan, as it does with the plan of the compute-d
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpudra.agent.checkpoint import VfioBindingRecord
 from gpudra.agent.devicemetadata import with_device_metadata
-from gpudra.agent.prepareplan import ClaimPlan, device_targets, plan_claim
+from gpudra.agent.prepareplan import ClaimPlan, DeviceTarget, device_targets, plan_claim
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.api.nvidia import SharingFeatures
 from gpudra.hardware.gpus.inventory import NodeInventory, PciGpu
@@ -45,6 +45,28 @@ class GpuClaimPlan:
     vfio_bindings: tuple[VfioBindingRecord, ...]
 
 
+class LatestTargets:
+    """:func:`device_targets` of the latest reading of the GPUs, kept while the reading is the latest: the
+    prepares that run at once share a reading (:class:`gpudra.agent.freshinventory.FreshInventory`), and so
+    share its targets, instead of each building all 56 MIG devices' of a dgx-h100 (most of a static MIG
+    prepare's planning)."""
+
+    def __init__(self) -> None:
+        self._inventory: NodeInventory | None = None
+        self._dynamic: frozenset[str] = frozenset()
+        self._pci: tuple[PciGpu, ...] = ()
+        self._targets: Mapping[str, DeviceTarget] = {}
+
+    def __call__(
+        self, inventory: NodeInventory, dynamic: Collection[str], pci_gpus: Sequence[PciGpu]
+    ) -> Mapping[str, DeviceTarget]:
+        dynamic, pci = frozenset(dynamic), tuple(pci_gpus)
+        if inventory is not self._inventory or dynamic != self._dynamic or pci != self._pci:
+            self._targets = device_targets(inventory, dynamic, pci)
+            self._inventory, self._dynamic, self._pci = inventory, dynamic, pci
+        return self._targets
+
+
 def plan_gpu_claim(
     uid: str,
     claim: ResourceClaim,
@@ -56,11 +78,14 @@ def plan_gpu_claim(
     dynamic: Collection[str] = frozenset(),
     pci_gpus: Sequence[PciGpu] = (),
     data_dir: Path | None = None,
+    targets: Mapping[str, DeviceTarget] | None = None,
 ) -> GpuClaimPlan:
     """The plan of ``results`` on ``inventory``: ``dynamic`` holds the UUIDs of the GPUs in dynamic MIG mode,
     ``pci_gpus`` the GPUs the PCI bus shows (passthrough on), ``data_dir`` where device metadata files go.
-    PrepareError when a result names a device that is not here or a config cannot be applied."""
-    targets = device_targets(inventory, dynamic, pci_gpus)
+    ``targets``: ``device_targets`` of these three, when the caller has them already. PrepareError when a result
+    names a device that is not here or a config cannot be applied."""
+    if targets is None:
+        targets = device_targets(inventory, dynamic, pci_gpus)
     plan = plan_claim(
         uid, claim, results, targets, driver=driver, features=options.features,
         mps_root=options.mps_root, driver_root=options.driver_root,

@@ -22,7 +22,7 @@ from gpudra.agent.cdi import (
     gpu_device_nodes,
     mig_device_nodes,
 )
-from gpudra.agent.checkpoint import DeviceRecord
+from gpudra.agent.checkpoint import ClaimEntry, DeviceRecord
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PreparedDevice
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
@@ -307,6 +307,31 @@ class SharingAction:
     gpu_uuid: str
     exclusive_process: bool = False
     time_slice: int | None = None
+
+
+def only_its_spec(plan: ClaimPlan) -> bool:
+    """Whether the plan changes nothing on the node but the claim's CDI spec: no sharing settings, device
+    metadata files or directories (dynamic MIG instances and vfio bindings are recorded before the plan)."""
+    return not (plan.metadata_files or plan.directories or sharing_actions(plan.devices, plan.configs))
+
+
+def recorded_only_its_spec(entry: ClaimEntry) -> bool:
+    """Whether a prepared claim changed nothing on the node but its CDI spec (the checkpoint's side of
+    :func:`only_its_spec`): no MIG instances, vfio bindings or sharing settings recorded, and a spec that mounts
+    nothing (device metadata files and an MPS claim's directories are mounted)."""
+    document = entry.cdi_document
+    if entry.state != "PrepareCompleted" or document is None:
+        return False
+    edits = [
+        document.get("containerEdits") or {},
+        *(d.get("containerEdits") or {} for d in document["devices"]),
+    ]
+    return not (
+        entry.mig_instances_created
+        or entry.vfio_bindings
+        or any(e.get("mounts") for e in edits)
+        or sharing_actions(entry.devices, entry.configs)
+    )
 
 
 def sharing_actions(
