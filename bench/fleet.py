@@ -88,6 +88,17 @@ class _PeakSampler(threading.Thread):
             self.peak_kib = max(self.peak_kib, _tree_rss_kib(self.pid))
 
 
+def child_environment(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` with each ``PYTHONPATH`` entry made absolute: the child runs in a directory of its own, where a
+    relative entry (``PYTHONPATH=operator``, as the tests are run) names nothing, and the child would silently
+    import the gpudra installed in the environment (another checkout's) instead of the one under test."""
+    entries = environ.get("PYTHONPATH")
+    if not entries:
+        return dict(environ)
+    absolute = [str(Path(entry).resolve()) if entry else entry for entry in entries.split(os.pathsep)]
+    return environ | {"PYTHONPATH": os.pathsep.join(absolute)}
+
+
 def measure(nodes: int) -> Result:
     with tempfile.TemporaryDirectory(prefix="gpudra-bench-fleet-") as tmp:
         command = [
@@ -108,7 +119,13 @@ def measure(nodes: int) -> Result:
         load = os.getloadavg()[0]
         started = time.monotonic()
         with open(Path(tmp) / "out", "w+b") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+            process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=tmp,
+                env=child_environment(dict(os.environ)),
+            )
             sampler = _PeakSampler(process.pid)
             sampler.start()
             _, status, usage = os.wait4(process.pid, 0)

@@ -8,8 +8,12 @@ from typing import Any
 import pytest
 
 from gpudra.cluster.controlplane.daemonsets import daemon_pod, matching_nodes, pod_node
+from gpudra.cluster.controlplane.manager import ControlPlane
 from gpudra.config import ImexDaemonSettings, load_settings
 from gpudra.errors import ConfigurationError
+from gpudra.kube.client import KubeClient
+from gpudra.kube.resources import NODES
+from gpudra.kube.transport import Call, Reply
 
 DAEMON_SET: dict[str, Any] = {
     "apiVersion": "apps/v1",
@@ -76,3 +80,20 @@ def test_imex_daemon_settings_come_from_the_pod_env(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("CLIQUE_ID")
     with pytest.raises(ConfigurationError, match="CLIQUE_ID: Field required"):
         load_settings(ImexDaemonSettings)
+
+
+class _NoServer:
+    async def request(self, call: Call) -> Reply:
+        raise AssertionError("nothing is asked of the server before the control plane runs")
+
+    async def close(self) -> None:
+        return None
+
+
+def test_the_stand_in_control_plane_keeps_one_cache_of_the_nodes() -> None:
+    """The DaemonSet controller reads the scheduler's Node cache: one list, one watch and one decoded copy of every
+    Node for the whole stand-in control plane (at 5,000 nodes a second copy was about 50 MiB)."""
+    plane = ControlPlane(KubeClient(_NoServer()))
+    runs = [*plane.state.informers, *plane.workloads.informers, *plane.daemonsets.informers]
+    assert [informer.resource for informer in runs].count(NODES) == 1
+    assert plane.daemonsets.nodes is plane.state.nodes

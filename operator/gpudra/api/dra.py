@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gpudra.api.base import WireModel
+from gpudra.api.interning import Interner
 from gpudra.api.meta import Condition, ObjectMeta
 
 GROUP = "resource.k8s.io"
@@ -28,7 +29,11 @@ ScalarValue = int | bool | str
 class DeviceAttribute(WireModel):
     """Exactly one of int, bool, string, version, or (DRAListTypeAttributes, alpha in Kubernetes 1.36) one of
     the lists ints, bools, strings, versions. A list holds values of one kind; Kubernetes treats it as a set
-    (order and duplicates do not matter to matchAttribute and distinctAttribute)."""
+    (order and duplicates do not matter to matchAttribute and distinctAttribute).
+
+    Frozen: a device's scalar attributes are shared between equal devices (:func:`shared_attributes`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     int_: int | None = Field(default=None, alias="int")
     bool_: bool | None = Field(default=None, alias="bool")
@@ -108,8 +113,36 @@ class CapacityRequestPolicy(WireModel):
 
 
 class DeviceCapacity(WireModel):
+    """Frozen: a capacity without a request policy is shared between equal devices (:func:`shared_capacity`)."""
+
+    model_config = ConfigDict(frozen=True)
+
     value: str
     request_policy: CapacityRequestPolicy | None = None
+
+
+_ATTRIBUTES = Interner(DeviceAttribute)
+_CAPACITIES = Interner(DeviceCapacity)
+
+
+def shared_attributes(attributes: dict[str, DeviceAttribute]) -> dict[str, DeviceAttribute]:
+    """``attributes`` with each scalar value replaced by the process's one instance of it (a list attribute, whose
+    list could be changed in place, is kept as it is)."""
+    out = {}
+    for name, attribute in attributes.items():
+        if not attribute.is_list:
+            value = attribute.value
+            attribute = _ATTRIBUTES.interned((attribute.kind, type(value), value), attribute)
+        out[name] = attribute
+    return out
+
+
+def shared_capacity(capacity: dict[str, DeviceCapacity]) -> dict[str, DeviceCapacity]:
+    """``capacity`` with each value without a request policy replaced by the process's one instance of it."""
+    return {
+        name: value if value.request_policy is not None else _CAPACITIES.interned(value.value, value)
+        for name, value in capacity.items()
+    }
 
 
 class Counter(WireModel):
@@ -146,6 +179,16 @@ class Device(WireModel):
     binding_conditions: list[str] | None = None
     binding_failure_conditions: list[str] | None = None
     allow_multiple_allocations: bool | None = None
+
+    @field_validator("attributes", mode="after")
+    @classmethod
+    def _share_attributes(cls, value: dict[str, DeviceAttribute] | None) -> dict[str, DeviceAttribute] | None:
+        return None if value is None else shared_attributes(value)
+
+    @field_validator("capacity", mode="after")
+    @classmethod
+    def _share_capacity(cls, value: dict[str, DeviceCapacity] | None) -> dict[str, DeviceCapacity] | None:
+        return None if value is None else shared_capacity(value)
 
     def attribute_text(self, name: str) -> str:
         """The attribute ``name`` (as published: qualified or not) as text, whatever its kind: a list's values

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gpudra.api.core import Node, Workload
+from gpudra.api.core import Workload
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informer
-from gpudra.kube.resources import DAEMONSETS, NODES, PODS
+from gpudra.kube.resources import DAEMONSETS, PODS
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -84,16 +84,19 @@ def pod_node(pod: dict[str, Any]) -> str:
 
 
 class DaemonSets:
-    def __init__(self, client: KubeClient, pods: Informer) -> None:
+    def __init__(self, client: KubeClient, pods: Informer, nodes: Informer) -> None:
+        """``pods`` and ``nodes``: the control plane's informers (not run yet), shared: one cache of each."""
         self._client = client
         self._pods = pods
         self.daemonsets = Informer(client, DAEMONSETS, self._on_daemon_set, parse=Workload.model_validate)
-        self.nodes = Informer(client, NODES, self._on_node, parse=Node.model_validate)
+        self.nodes = nodes
+        nodes.subscribe(self._on_node)
         self._lock = asyncio.Lock()
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.nodes, self.daemonsets]
+        """The informers of its own (the shared ones run with the control plane's)."""
+        return [self.daemonsets]
 
     async def _on_daemon_set(self, kind: str, body: dict[str, Any]) -> None:
         await self.reconcile(body, deleted=kind == "DELETED")

@@ -79,7 +79,7 @@ class ControlPlane:
         )
         self.release = ClaimRelease(client, self.state, freed=self._retry_unschedulable)
         self.workloads = Workloads(client, self.state.pods)
-        self.daemonsets = DaemonSets(client, self.state.pods)
+        self.daemonsets = DaemonSets(client, self.state.pods, self.state.nodes)
         self.eviction = DeviceTaintEviction(client, self.state, extended=evict_extended)
         self.state.listeners.append(self.eviction.poke)
         self.synced = asyncio.Event()

@@ -148,7 +148,7 @@ class ClusterState:
         if kind == "DELETED":
             self.snapshot.remove_slice(name)
         else:
-            self.snapshot.add_slice(taint_slice(ResourceSlice.model_validate(body), self.rules))
+            self.snapshot.add_slice(taint_slice(self.slices.parsed(body, ResourceSlice), self.rules))
         self.changed += 1
 
     async def _on_taint_rule(self, kind: str, body: dict[str, Any]) -> None:
