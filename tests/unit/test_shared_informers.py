@@ -143,3 +143,58 @@ def test_the_web_view_watches_through_the_controllers_informers() -> None:
     alone = len(controller.informers)
     FleetView(controller.informers)
     assert len(controller.informers) - alone == len({"computedomains", "miglayouts"})
+
+
+class EndingClient:
+    """A server that ends the first watch after one change (kube-apiserver closes a watcher that reads too slowly)
+    while a second object is created and modified; a list shows only each object's latest state."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+        self.watched_from: list[str] = []
+
+    @staticmethod
+    def _node(name: str, version: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "resourceVersion": version}}
+
+    async def list_raw(self, resource: Resource, *_: Any, **__: Any) -> tuple[list[Any], str]:
+        self.lists += 1
+        if self.lists == 1:
+            return [], "1"
+        return [self._node("a", "2"), self._node("b", "4")], "4"
+
+    async def watch(
+        self, resource: Resource, *_: Any, resource_version: str = "", **__: Any
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self.watched_from.append(resource_version)
+        if resource_version == "1":
+            yield "ADDED", self._node("a", "2")
+            return  # the server ends the watch
+        if resource_version == "2":
+            yield "ADDED", self._node("b", "3")
+            yield "MODIFIED", self._node("b", "4")
+        await asyncio.Event().wait()
+
+
+async def test_a_watch_the_server_ends_resumes_where_it_was_and_hands_on_every_change() -> None:
+    """A controller too slow for kube-apiserver's watch cache gets its watch closed; it goes on from the last change
+    it saw, so each change reaches the handlers (a claim created and allocated meanwhile is two changes, not one
+    coalesced by a re-list) and the kind is not listed again."""
+    client = EndingClient()
+    informers = Informers(cast(KubeClient, client))
+    seen: list[tuple[str, str]] = []
+
+    async def handler(kind: str, body: dict[str, Any]) -> None:
+        seen.append((kind, body["metadata"]["name"]))
+
+    informers.informer(NODES, parse=Node.model_validate).subscribe(handler)
+    running = asyncio.create_task(informers.run())
+    try:
+        await eventually(lambda: len(client.watched_from) >= 2, 5, what="the watch resumed")
+        await eventually(lambda: len(seen) >= 3, 5, what="every change handed on")
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "b")]
+    assert client.watched_from == ["1", "2"]
+    assert client.lists == 1

@@ -1,7 +1,8 @@
 """A small informer: list, then watch from the list's resourceVersion, keeping a local cache and calling a handler
-for each change, in one namespace (``namespace``, which needs only a Role there) or in all of them. A watch that
-ends or expires (410) is resumed by re-listing, and the handler sees the difference as ADDED / MODIFIED /
-DELETED, so no change is lost across a reconnect.
+for each change, in one namespace (``namespace``, which needs only a Role there) or in all of them. A watch the
+server ends is resumed from the last resourceVersion it handed (each change still handed on); a watch that fails
+or expires (410) is resumed by re-listing, and the handler sees the difference as ADDED / MODIFIED / DELETED, so no
+object's latest state is lost across a reconnect.
 
 One bad object never stops an informer. With ``parse`` (a model's validation), an object that does not parse is
 kept out of the cache and the handler, as if absent (a version of it that parsed before goes as DELETED), is
@@ -172,27 +173,40 @@ class Informer:
     async def run(self) -> None:
         self._running = True
         backoff = 0.1
+        version = ""  # where the next watch starts; empty: list first
         while True:
             try:
-                version = await self._relist()
-                self.synced.set()
-                backoff = 0.1
-                async for kind, obj in self._client.watch(
-                    self.resource,
-                    self.namespace,
-                    resource_version=version,
-                    label_selector=self._labels,
-                    field_selector=self._fields,
-                    timeout_seconds=self._timeout,
-                ):
-                    if kind != "BOOKMARK":
-                        await self._apply(kind, obj)
+                if not version:
+                    version = await self._relist()
+                    self.synced.set()
+                    backoff = 0.1
+                version = await self._watch(version)
             # KubeConnectionError too: a restart of the API server, a broken connection
             except KubeError as exc:
+                version = ""
                 if exc.status != 410:
                     log.warning("watch failed; re-listing", resource=self.resource.plural, error=str(exc))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
+
+    async def _watch(self, version: str) -> str:
+        """Watch from ``version`` until the server ends the watch (its timeout, or kube-apiserver closing a watcher
+        that reads too slowly); where the next watch resumes, as client-go's reflector does: the last version seen,
+        or empty (list again) when the watch handed nothing, not even a bookmark. A re-list hands the handlers one
+        change per object for everything that changed meanwhile: a resumed watch hands each change."""
+        resume = ""
+        async for kind, obj in self._client.watch(
+            self.resource,
+            self.namespace,
+            resource_version=version,
+            label_selector=self._labels,
+            field_selector=self._fields,
+            timeout_seconds=self._timeout,
+        ):
+            resume = str((obj.get("metadata") or {}).get("resourceVersion") or resume or version)
+            if kind != "BOOKMARK":
+                await self._apply(kind, obj)
+        return resume
 
 
 @dataclass(frozen=True)
