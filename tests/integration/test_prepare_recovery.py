@@ -15,6 +15,7 @@ from _prepare_kit import NODE, Crash, Node, crash_and_restart, gpu_config
 
 import gpudra.agent.cdi as cdi_module
 import gpudra.agent.checkpoint as checkpoint_module
+from gpudra.agent.atomic_files import write_atomically
 from gpudra.agent.claimpreparer import no_hook
 from gpudra.agent.recovery import recover
 from gpudra.errors import HardwareError
@@ -104,7 +105,7 @@ async def test_a_claim_of_a_cdi_spec_only_is_written_to_the_checkpoint_once_at_p
     assert node.kubelet is not None and node.preparer is not None
     ref = await node.claim("one-write", {"gpu": "gpu-2"})
     writes: list[str] = []
-    write = checkpoint_module.write_atomically
+    write = write_atomically
 
     def counted(path: Path, data: bytes, **kwargs: Any) -> None:
         writes.append(path.name)
@@ -128,7 +129,7 @@ async def test_a_claim_of_a_cdi_spec_only_that_cannot_be_recorded_leaves_no_spec
     await node.start()
     assert node.kubelet is not None and node.preparer is not None
     ref = await node.claim("unrecorded", {"gpu": "gpu-3"})
-    write = checkpoint_module.write_atomically
+    write = write_atomically
 
     def disk_full(path: Path, data: bytes, **kwargs: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
