@@ -241,6 +241,19 @@ def test_rewrite_is_atomic_and_leaves_no_temp_files(tmp_path: Path, monkeypatch:
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"k8s.gpu.nvidia.com-claim_{CLAIM}.json"]
 
 
+def test_specs_are_written_and_deleted_without_waiting_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the checkpoint is the durable record; the agent's start repairs specs (test_prepare_recovery.py)
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    specs = ClaimSpecDir(tmp_path)
+    specs.write(CLAIM, claim_spec())
+    specs.write_document(CLAIM, claim_spec().to_json())
+    assert specs.delete(CLAIM) is True
+    assert synced == []
+
+
 def test_temp_files_left_by_a_crash_are_ignored_and_cleaned(tmp_path: Path) -> None:
     specs = ClaimSpecDir(tmp_path)
     leftover = tmp_path / f".k8s.gpu.nvidia.com-claim_{CLAIM}.json.x1y2.tmp"

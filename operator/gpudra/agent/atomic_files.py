@@ -24,21 +24,23 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
+def write_atomically(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically, and durably unless ``durable`` is False."""
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.chmod(temp, mode)
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
-    fsync_directory(path.parent)
+    if durable:
+        fsync_directory(path.parent)
 
 
 def remove_durably(path: Path) -> bool:

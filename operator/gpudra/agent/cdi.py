@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpudra.agent.atomic_files import remove_durably, remove_temp_files, write_atomically
+from gpudra.agent.atomic_files import remove_temp_files, write_atomically
 from gpudra.errors import InvalidInputError
 
 NVIDIA_VENDOR = "k8s.gpu.nvidia.com"
@@ -349,8 +349,14 @@ def _spec_bytes(document: Mapping[str, Any]) -> bytes:
 
 
 class ClaimSpecDir:
-    """The per-claim spec files of one vendor in one CDI directory. Methods do blocking file I/O (small files,
-    fsync): call them through ``asyncio.to_thread`` from async code."""
+    """The per-claim spec files of one vendor in one CDI directory. Methods do blocking file I/O (small files):
+    call them through ``asyncio.to_thread`` from async code.
+
+    A spec is replaced atomically (a reader never sees half a file) but not synced to disk: the checkpoint is the
+    durable record, and the agent's start rewrites a prepared claim's spec that is missing, unreadable or
+    different, and deletes one no entry owns (:mod:`gpudra.agent.recovery`), so a power cut costs nothing a
+    restart does not repair, and /var/run/cdi is a tmpfs on most nodes anyway. Two syncs per write made 56
+    prepares at once wait on each other's disk flushes."""
 
     def __init__(self, directory: Path = DEFAULT_CDI_DIR, *, vendor: str = NVIDIA_VENDOR) -> None:
         validate_vendor(vendor)
@@ -367,7 +373,7 @@ class ClaimSpecDir:
             raise InvalidInputError(f"spec kind {spec.kind} does not belong in {self.prefix}* files")
         path = self.path_for(claim_uid)
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, _spec_bytes(spec.to_json()))
+        write_atomically(path, _spec_bytes(spec.to_json()), durable=False)
         return path
 
     def write_document(self, claim_uid: str, document: Mapping[str, Any]) -> Path:
@@ -378,19 +384,26 @@ class ClaimSpecDir:
             )
         path = self.path_for(claim_uid)
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, _spec_bytes(document))
+        write_atomically(path, _spec_bytes(document), durable=False)
         return path
 
     def read(self, claim_uid: str) -> dict[str, Any] | None:
+        """The claim's spec; None when there is none or it is not a JSON document (cut short by a power loss)."""
         try:
-            loaded: dict[str, Any] = json.loads(self.path_for(claim_uid).read_text())
+            loaded = json.loads(self.path_for(claim_uid).read_bytes())
         except FileNotFoundError:
             return None
-        return loaded
+        except ValueError:  # not JSON, or not UTF-8
+            return None
+        return loaded if isinstance(loaded, dict) else None
 
     def delete(self, claim_uid: str) -> bool:
         """Remove the claim's spec; False when there was none (unprepare is idempotent)."""
-        return remove_durably(self.path_for(claim_uid))
+        try:
+            self.path_for(claim_uid).unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def claim_uids(self) -> list[str]:
         """UIDs of the claims that have a spec file here, sorted (for orphan cleanup at start-up)."""
