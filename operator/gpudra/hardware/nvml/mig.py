@@ -24,6 +24,10 @@ _GONE = frozenset({"NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND"})
 _SKIPPED_PROFILE_CODES = {"NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND"}
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class NvmlCalls(Protocol):
     node_name: str
 
@@ -53,6 +57,11 @@ class _GiProfile:
 class MigOperations:
     def __init__(self, calls: NvmlCalls) -> None:
         self._calls = calls
+        self._read_profiles: dict[str, list[_GiProfile]] = {}
+        """GPU instance profiles by GPU UUID, for reading: a GPU's profiles are those of its model."""
+        self._read_devices: dict[str, dict[tuple[str, int, int], MigDeviceInfo]] = {}
+        """The MIG devices of each GPU's last reading (by GPU UUID), by (MIG UUID, GI id, CI id): what NVML says of
+        an instance does not change while it exists, and a new instance has a new UUID."""
 
     # -- helpers ---------------------------------------------------------------------------------------------
 
@@ -112,9 +121,19 @@ class MigOperations:
     def read_devices(
         self, handle: Any, gpu_index: int, parent_uuid: str, parent_minor: int, total_bytes: int
     ) -> tuple[MigDeviceInfo, ...]:
-        """Every MIG device of the GPU, found through its MIG device handles, ordered by placement."""
+        """Every MIG device of the GPU, found through its MIG device handles, ordered by placement. A device the
+        last reading found (same UUID, GPU instance and compute instance ids) is not read again."""
         nvml = self._calls.nvml
-        by_id = {p.profile_id: p for p in self._gi_profiles(handle, gpu_index)}
+        profiles = self._read_profiles.get(parent_uuid)
+        if profiles is None:
+            profiles = self._read_profiles[parent_uuid] = self._gi_profiles(handle, gpu_index)
+        by_id = {p.profile_id: p for p in profiles}
+        known = {
+            key: device
+            for key, device in self._read_devices.get(parent_uuid, {}).items()
+            if (device.parent_index, device.parent_minor) == (gpu_index, parent_minor)
+        }  # a GPU bound to vfio-pci and back can come back under another index
+        found: dict[tuple[str, int, int], MigDeviceInfo] = {}
         devices = []
         with self._calls.errors("count MIG devices", gpu_index):
             max_count = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
@@ -132,6 +151,11 @@ class MigOperations:
                     mig_uuid = nvml.nvmlDeviceGetUUID(mig)
                     gi_id = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
                     ci_id = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
+                    key = (_text(mig_uuid), gi_id, ci_id)
+                    if key in known:
+                        found[key] = known[key]
+                        devices.append(known[key])
+                        continue
                     gi = nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
                     gi_info = nvml.nvmlGpuInstanceGetInfo(gi)
                     ci_info = nvml.nvmlComputeInstanceGetInfo(
@@ -151,28 +175,29 @@ class MigOperations:
                     f"MIG device {mig_uuid} on GPU {gpu_index} has GPU instance profile {gi_info.profileId}, "
                     "which the GPU does not list"
                 )
-            devices.append(
-                MigDeviceInfo(
-                    uuid=mig_uuid.decode() if isinstance(mig_uuid, bytes) else str(mig_uuid),
-                    parent_uuid=parent_uuid,
-                    parent_index=gpu_index,
-                    parent_minor=parent_minor,
-                    profile=profile.name,
-                    gi_profile_id=profile.profile_id,
-                    ci_profile_id=int(ci_info.profileId),
-                    gi_id=gi_id,
-                    ci_id=ci_id,
-                    placement_start=int(gi_info.placement.start),
-                    placement_size=int(gi_info.placement.size),
-                    memory_bytes=int(profile.info.memorySizeMB) * 2**20,
-                    multiprocessors=int(attributes.multiprocessorCount),
-                    copy_engines=int(attributes.sharedCopyEngineCount),
-                    decoders=int(attributes.sharedDecoderCount),
-                    encoders=int(attributes.sharedEncoderCount),
-                    jpeg_engines=int(attributes.sharedJpegCount),
-                    ofa_engines=int(attributes.sharedOfaCount),
-                )
+            device = MigDeviceInfo(
+                uuid=key[0],
+                parent_uuid=parent_uuid,
+                parent_index=gpu_index,
+                parent_minor=parent_minor,
+                profile=profile.name,
+                gi_profile_id=profile.profile_id,
+                ci_profile_id=int(ci_info.profileId),
+                gi_id=gi_id,
+                ci_id=ci_id,
+                placement_start=int(gi_info.placement.start),
+                placement_size=int(gi_info.placement.size),
+                memory_bytes=int(profile.info.memorySizeMB) * 2**20,
+                multiprocessors=int(attributes.multiprocessorCount),
+                copy_engines=int(attributes.sharedCopyEngineCount),
+                decoders=int(attributes.sharedDecoderCount),
+                encoders=int(attributes.sharedEncoderCount),
+                jpeg_engines=int(attributes.sharedJpegCount),
+                ofa_engines=int(attributes.sharedOfaCount),
             )
+            found[key] = device
+            devices.append(device)
+        self._read_devices[parent_uuid] = found
         return tuple(sorted(devices, key=lambda d: (d.placement_start, d.gi_id, d.ci_id)))
 
     def _gone(self, handle: Any, max_count: int, mig_uuid: Any) -> bool:
