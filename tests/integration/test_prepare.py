@@ -97,6 +97,40 @@ async def test_status_entries_of_other_drivers_are_kept(node: Node) -> None:
     assert (await node.get_claim(ref))["status"]["devices"] == [other]
 
 
+async def test_unprepare_of_a_claim_unchanged_since_its_prepare_does_not_read_it_again(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = await node.claim("untouched")
+    await prepare(node, ref)
+    reads: list[str] = []
+    get_raw = node.client.get_raw
+
+    async def counted(res: Any, name: str, namespace: str | None = None) -> Any:
+        reads.append(name)
+        return await get_raw(res, name, namespace)
+
+    monkeypatch.setattr(node.client, "get_raw", counted)
+    assert node.kubelet is not None
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert reads == []
+    assert not (await node.get_claim(ref))["status"].get("devices")
+
+
+async def test_unprepare_of_a_claim_changed_since_its_prepare_removes_only_this_nodes_entries(
+    node: Node,
+) -> None:
+    ref = await node.claim("touched")
+    await prepare(node, ref)
+    claim = await node.get_claim(ref)
+    other = {"driver": "net.example.com", "pool": NODE, "device": "nic-0", "conditions": []}
+    claim["status"]["devices"].append(other)
+    # another writer: the status the agent's write answered is out of date
+    await node.client.replace(RESOURCE_CLAIMS, claim, subresource="status")
+    assert node.kubelet is not None
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert (await node.get_claim(ref))["status"]["devices"] == [other]
+
+
 async def test_different_claims_prepare_concurrently(node: Node) -> None:
     refs = [await node.claim(f"c{i}", {"gpu": f"gpu-{i}"}) for i in range(6)]
     assert node.kubelet is not None

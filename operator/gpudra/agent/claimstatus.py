@@ -55,6 +55,10 @@ class ClaimStatus:
         self.node = node
         self._problems = problems
         self._health_view: dict[str, HealthView] = {}
+        self._written: dict[str, dict[str, Any]] = {}
+        """What this agent's last status write of each claim answered (uid, resourceVersion, status.devices): the
+        next write (the unprepare's) starts from it instead of reading the claim again. The patch is conditional
+        on that resourceVersion, so a claim changed since fails it and is read afresh."""
         self._shared_pool = shared_pool
         """Pools that are not node-local (a PodGroup-scoped ComputeDomain's channel): their devices get no
         status entry. Every node where a pod of the claim runs prepares the one device, and an entry (keyed by
@@ -71,7 +75,7 @@ class ClaimStatus:
         prepare read it, to write from without reading it again (a conflict reads it afresh)."""
         problems = self._problems() if self._problems is not None else {}
         devices = [d for d in devices if self._node_local(d.pool_name)]
-        await self._update(ref, self._ready(devices, problems), read=claim)
+        await self._update(ref, self._ready(devices, problems), read=_status_part(claim) if claim else None)
         self._health_view[ref.uid] = _view(devices, problems)
 
     async def unprepared(self, ref: ClaimRef) -> None:
@@ -154,18 +158,16 @@ class ClaimStatus:
             await self._events.post(involved, "Normal", "DeviceRecovered", message)
 
     async def _update(
-        self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5, read: ResourceClaim | None = None
+        self, ref: ClaimRef, ours: list[dict[str, Any]], attempts: int = 5, read: dict[str, Any] | None = None
     ) -> None:
         """Replace this node's entries of our driver in ``status.devices``; others' entries are kept. Best
         effort: the claim may be gone, and a failure here does not undo a prepare. ``read``: a recent read of
-        the claim for the first attempt (the patch is conditional on its resourceVersion)."""
+        the claim's status part (:func:`_status_part`) for the first attempt, else what the last write here
+        answered; the patch is conditional on its resourceVersion."""
+        read = read or self._written.pop(ref.uid, None)
         for _ in range(attempts):
             try:
-                claim = (
-                    _status_part(read)
-                    if read is not None
-                    else await self._client.get_raw(RESOURCE_CLAIMS, ref.name, ref.namespace)
-                )
+                claim = read or await self._client.get_raw(RESOURCE_CLAIMS, ref.name, ref.namespace)
                 read = None
             except NotFoundError:
                 return
@@ -178,21 +180,25 @@ class ClaimStatus:
             existing = (claim.get("status") or {}).get("devices") or []
             merged = merge_device_statuses(existing, driver=self.driver, pool=self.node, ours=ours)
             if merged == existing:
+                if ours:
+                    self._written[ref.uid] = claim
                 return
             patch = {
                 "metadata": {"resourceVersion": meta.get("resourceVersion")},
                 "status": {"devices": merged or None},
             }
             try:
-                await self._client.patch(
+                answer = await self._client.patch(
                     RESOURCE_CLAIMS, ref.name, patch, ref.namespace, subresource="status"
                 )
-                return
             except ConflictError:
                 continue
             except KubeError as exc:
                 log.warning("updating the claim status failed", uid=ref.uid, error=str(exc))
                 return
+            if ours:
+                self._written[ref.uid] = _raw_status_part(answer)
+            return
 
 
 def _status_part(claim: ResourceClaim) -> dict[str, Any]:
@@ -203,4 +209,13 @@ def _status_part(claim: ResourceClaim) -> dict[str, Any]:
     return {
         "metadata": {"uid": meta.uid, "resourceVersion": meta.resource_version},
         "status": {"devices": [d.to_wire() for d in devices]},
+    }
+
+
+def _raw_status_part(claim: dict[str, Any]) -> dict[str, Any]:
+    """The same part of a claim in the wire form the API server sent."""
+    meta = claim.get("metadata") or {}
+    return {
+        "metadata": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
+        "status": {"devices": (claim.get("status") or {}).get("devices") or []},
     }
