@@ -1,8 +1,11 @@
 """The node agent's main loop: read the GPUs, publish this node's ResourceSlices, keep them in sync.
 
 A hardware change (a MIG instance created or destroyed, a GPU lost) is seen at the next poll and published at
-once; ``poke()`` skips the wait when the agent itself changed the hardware. Every ``full_resync_seconds`` the slices
-are re-listed and repaired even when the hardware did not change (someone deleted or edited them).
+once; ``poke()`` skips the wait when the agent itself changed the hardware. A change that leaves the devices as
+last published (a dynamic MIG instance created for a claim) writes nothing and lists nothing: each dynamic GPU's
+devices are built again only when what they are built from changed (:class:`gpudra.devices.DynamicMemo`), and the
+publisher compares with what it last published. Every ``full_resync_seconds``, after a deleted slice, a health
+change or a failed publish, the slices are re-listed and repaired (someone deleted or edited them).
 
 The loop composes one object per other job: the GPU health watch (:mod:`gpudra.agent.healthwatch`: NVML's events,
 the taints, the kubelet's health stream), which GPUs are dynamic MIG (:mod:`gpudra.agent.migdynamic.selection`),
