@@ -165,6 +165,80 @@ async def test_1g_claim_creates_the_instance_at_prepare_and_destroys_it_after_th
     await eventually(destroyed)
 
 
+async def slice_versions(client: KubeClient) -> dict[str, str]:
+    slices, _ = await client.list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    return {s["metadata"]["name"]: s["metadata"]["resourceVersion"] for s in slices}
+
+
+async def test_an_instance_created_for_a_claim_leaves_the_slices_alone_without_listing_them(
+    cluster: EmbeddedCluster,
+) -> None:
+    # the instance changes the GPUs' reading, not what they offer: the agent neither writes its slices nor lists
+    # them again to find that out (56 claims at once made 56 such rounds, each ~90 ms of the agent's loop)
+    client = client_of(cluster)
+    agent = cluster.agents[NODE]
+    publisher = agent.publisher
+    assert publisher is not None
+    before = await slice_versions(client)
+    compare = publisher._publish_once
+    compared: list[int] = []  # lists of the server's slices, to compare the devices with
+
+    async def counted(*args: Any) -> bool:
+        compared.append(len(compared))
+        return await compare(*args)
+
+    publisher._publish_once = counted  # type: ignore[method-assign]
+    await run_pod_with_claim(
+        client, "small", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+    )
+    await eventually(functools.partial(running, client, "small"))
+
+    def agent_read_it() -> bool:
+        return agent.inventory is not None and any(g.mig_devices for g in agent.inventory.gpus)
+
+    await eventually(agent_read_it, what="the agent reading the instance")
+    assert compared == []
+    assert await slice_versions(client) == before
+
+
+async def test_an_instance_destroyed_while_the_agent_reads_is_never_published_as_foreign(
+    cluster: EmbeddedCluster,
+) -> None:
+    # a claim's instance is created, read by the agent, then destroyed and forgotten by the claim's unprepare
+    # before the agent publishes that reading: the reading shows the instance, the claims no longer name it. It
+    # was the claim's, not a foreign one: the slices must not offer it as a static MIG device that no longer
+    # exists, nor take the GPU's placements away
+    client = client_of(cluster)
+    agent = cluster.agents[NODE]
+    backend = agent._backend
+    uuid = gpu0(cluster).uuid
+    claimed: dict[str, list[tuple[str, int]]] = {uuid: [("1g.10gb", 0)]}  # recorded before it is created
+    agent.claimed_instances = lambda: claimed
+    before = await slice_versions(client)
+    read = backend.read_inventory
+    created: list[str] = []
+
+    def prepare_read_unprepare() -> NodeInventory:
+        backend.read_inventory = read  # type: ignore[method-assign]
+        instance = backend.create_mig_device(0, "1g.10gb", 0)
+        created.append(instance.uuid)
+        reading = read()
+        backend.destroy_mig_device(0, instance.gi_id)
+        claimed.clear()
+        return reading
+
+    def agent_read(present: bool) -> bool:
+        assert agent.inventory is not None
+        return (
+            bool(created) and any(m.uuid in created for m in agent.inventory.gpus[0].mig_devices) == present
+        )
+
+    backend.read_inventory = prepare_read_unprepare  # type: ignore[method-assign]
+    await eventually(lambda: agent_read(True), what="the agent reading the claim's instance")
+    await eventually(lambda: agent_read(False), what="the agent reading the GPU without it")
+    assert await slice_versions(client) == before
+
+
 async def test_a_pod_deleted_while_its_instance_is_being_created_leaves_nothing_behind(
     cluster: EmbeddedCluster,
 ) -> None:

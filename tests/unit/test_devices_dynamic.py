@@ -16,7 +16,7 @@ from gpudra.allocator import Allocation, Failure
 from gpudra.api.dra import Device, DeviceRequest, ResourceSlice
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.quantity import parse_quantity
-from gpudra.devices.dynamic import build_node_devices, gpu_counters, placement_counters
+from gpudra.devices.dynamic import DynamicMemo, build_node_devices, gpu_counters, placement_counters
 from gpudra.devices.slices import CounterLayout, build_slice_specs
 from gpudra.hardware.gpus.backend import MigProfileInfo
 from gpudra.hardware.gpus.inventory import NodeInventory
@@ -118,6 +118,39 @@ def test_foreign_instances_stay_static_and_hide_what_they_overlap_and_the_full_g
     assert attr(leftover, "uuid") == next(m.uuid for m in gpu0.mig_devices if m.profile == "3g.40gb")
     assert not leftover.consumes_counters and "memorySlice7" in (leftover.capacity or {})
     assert devices["gpu-0-mig-1g10gb-19-0"].consumes_counters
+
+
+def test_a_claimed_instance_reuses_the_gpus_build_and_a_foreign_one_rebuilds_it() -> None:
+    inventory, profiles = node()
+    backend = simulated_backend("dgx-h100", NODE).backend
+    backend.set_mig_mode(0, True)
+    memo = DynamicMemo()
+    first = build_node_devices(inventory, profiles, memo=memo)
+    backend.create_mig_device(0, "1g.10gb", 0)
+    gpu0 = backend.read_inventory().gpus[0]
+    created = inventory.model_copy(update={"gpus": (gpu0, *inventory.gpus[1:])})
+
+    # created for a claim: nothing the GPU publishes changed, and nothing is built again
+    claimed = build_node_devices(created, profiles, claimed={gpu0.uuid: [("1g.10gb", 0)]}, memo=memo)
+    assert claimed == first
+    assert all(a is b for a, b in zip(claimed.devices, first.devices, strict=True))
+
+    # the same instance unclaimed is foreign: the GPU is built again, and as it would be without the memo
+    foreign = build_node_devices(created, profiles, memo=memo)
+    assert foreign == build_node_devices(created, profiles)
+    assert "gpu-0" not in {d.name for d in foreign.devices}
+    # and back: the build follows what the GPU publishes, never an older one
+    assert build_node_devices(created, profiles, claimed={gpu0.uuid: [("1g.10gb", 0)]}, memo=memo) == first
+
+
+def test_a_changed_driver_version_rebuilds_every_dynamic_gpu() -> None:
+    inventory, profiles = node()
+    memo = DynamicMemo()
+    build_node_devices(inventory, profiles, memo=memo)
+    upgraded = inventory.model_copy(update={"driver_version": "580.95.5"})
+    published = build_node_devices(upgraded, profiles, memo=memo)
+    assert published == build_node_devices(upgraded, profiles)
+    assert {attr(d, "driverVersion") for d in published.devices} == {"580.95.5"}
 
 
 @pytest.mark.parametrize("profile", MIG_PROFILES)

@@ -26,7 +26,7 @@ from gpudra.agent.checkpoint import ClaimEntry, MigInstanceRecord, VfioBindingRe
 from gpudra.agent.devicemetadata import remove_claim_files, write_files
 from gpudra.agent.freshinventory import FreshInventory
 from gpudra.agent.migdynamic.decisions import InstanceCreation
-from gpudra.agent.migdynamic.instances import MigInstances
+from gpudra.agent.migdynamic.instances import CreatedInstance, MigInstances
 from gpudra.agent.prepareplan import ClaimPlan, sharing_actions
 from gpudra.agent.uninterrupted import to_the_end
 from gpudra.errors import HardwareError
@@ -126,13 +126,13 @@ class ClaimEffects:
 
     async def create_instances(
         self, uid: str, creations: Sequence[InstanceCreation]
-    ) -> list[MigInstanceRecord]:
-        """Create the planned instances; their records with the ids NVML gave them."""
-        return await _change(self.instances.create, uid, creations)
+    ) -> list[CreatedInstance]:
+        """Create the planned instances; their records with the ids NVML gave them, and their MIG devices."""
+        return await to_the_end(self.instances.run(self.instances.create, uid, creations))
 
     async def destroy_instances(self, uid: str, records: Sequence[MigInstanceRecord]) -> None:
         inventory = await self.inventory.read()
-        await _change(self.instances.destroy, uid, records, inventory)
+        await to_the_end(self.instances.run(self.instances.destroy, uid, records, inventory))
 
     async def destroy_bare_instances(self) -> int:
         """See :meth:`MigInstances.destroy_bare`."""

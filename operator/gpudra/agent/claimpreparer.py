@@ -57,6 +57,7 @@ from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.gpuplanner import LatestTargets, PrepareOptions, plan_gpu_claim
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PrepareResult, UnprepareResult
 from gpudra.agent.migdynamic.decisions import InstanceCreation, plan_instances
+from gpudra.agent.migdynamic.instances import with_instances
 from gpudra.agent.preparemetrics import PrepareMetrics
 from gpudra.agent.prepareplan import (
     ClaimPlan,
@@ -238,7 +239,7 @@ class ClaimPreparer:
                 mig_instances_created=[c.record for c in creations],
             )  # fmt: skip
             self.hook("instances_planned")
-            inventory = await self._create_instances(ref.uid, creations)
+            inventory = await self._create_instances(ref.uid, creations, inventory)
         pci = await asyncio.to_thread(self._backend.pci_gpus) if options.passthrough else ()
         plan = plan_gpu_claim(
             ref.uid, model, results, inventory, driver=self.driver, options=options, dynamic=dynamic,
@@ -327,13 +328,16 @@ class ClaimPreparer:
         self.hook("prepare_completed")
         return plan
 
-    async def _create_instances(self, uid: str, creations: Sequence[InstanceCreation]) -> NodeInventory:
-        """Create the planned MIG instances, record their ids, and return the inventory that holds them."""
+    async def _create_instances(
+        self, uid: str, creations: Sequence[InstanceCreation], inventory: NodeInventory
+    ) -> NodeInventory:
+        """Create the planned MIG instances, record their ids, and return ``inventory`` with them (as NVML
+        reported them: see :func:`with_instances`)."""
         created = await self.effects.create_instances(uid, creations)
         self.hook("instances_created")
-        await self.store.transition(uid, "PrepareStarted", mig_instances_created=created)
+        await self.store.transition(uid, "PrepareStarted", mig_instances_created=[c.record for c in created])
         self.hook("instances_recorded")
-        return await self.effects.inventory.read()
+        return with_instances(inventory, [c.device for c in created])
 
     # -- unprepare -------------------------------------------------------------------------------------------
 

@@ -1,8 +1,11 @@
 """The node agent's main loop: read the GPUs, publish this node's ResourceSlices, keep them in sync.
 
 A hardware change (a MIG instance created or destroyed, a GPU lost) is seen at the next poll and published at
-once; ``poke()`` skips the wait when the agent itself changed the hardware. Every ``full_resync_seconds`` the slices
-are re-listed and repaired even when the hardware did not change (someone deleted or edited them).
+once; ``poke()`` skips the wait when the agent itself changed the hardware. A change that leaves the devices as
+last published (a dynamic MIG instance created for a claim) writes nothing and lists nothing: each dynamic GPU's
+devices are built again only when what they are built from changed (:class:`gpudra.devices.DynamicMemo`), and the
+publisher compares with what it last published. Every ``full_resync_seconds``, after a deleted slice, a health
+change or a failed publish, the slices are re-listed and repaired (someone deleted or edited them).
 
 The loop composes one object per other job: the GPU health watch (:mod:`gpudra.agent.healthwatch`: NVML's events,
 the taints, the kubelet's health stream), which GPUs are dynamic MIG (:mod:`gpudra.agent.migdynamic.selection`),
@@ -36,7 +39,14 @@ from gpudra.agent.slicesync import NodeRef
 from gpudra.api.dra import Device
 from gpudra.api.meta import PartialObjectMetadata
 from gpudra.config import AgentSettings
-from gpudra.devices import CounterLayout, NodeState, OfferSettings, counter_layout_for, node_offer
+from gpudra.devices import (
+    CounterLayout,
+    DynamicMemo,
+    NodeState,
+    OfferSettings,
+    counter_layout_for,
+    node_offer,
+)
 from gpudra.errors import GpudraError, KubeError, NotFoundError, is_transient
 from gpudra.hardware.gpus.backend import GpuBackend
 from gpudra.hardware.gpus.inventory import NodeInventory
@@ -60,6 +70,16 @@ ClaimedInstances = Callable[[], Mapping[str, Iterable[tuple[str, int]]]]
 
 def _no_claims() -> Mapping[str, Iterable[tuple[str, int]]]:
     return {}
+
+
+def _union(
+    *claimed: Mapping[str, Iterable[tuple[str, int]]],
+) -> dict[str, set[tuple[str, int]]]:
+    out: dict[str, set[tuple[str, int]]] = {}
+    for mapping in claimed:
+        for uuid, placements in mapping.items():
+            out.setdefault(uuid, set()).update(placements)
+    return out
 
 
 class NodeAgent:
@@ -98,6 +118,7 @@ class NodeAgent:
             warn=self._warn,
         )
         self._counts = PublishedDeviceCounts(metrics, node=settings.node_name, driver=settings.driver_name)
+        self._built = DynamicMemo()  # a dynamic GPU is rebuilt only when what it publishes changed
         self._informational_taints = False  # whether the server knows the taint effect None (set at start)
         self._republish = False  # publish again even if the hardware did not change
         self.claimed_instances = claimed_instances
@@ -212,6 +233,7 @@ class NodeAgent:
             if self._republish:
                 self._republish, dirty = False, True
             inventory: NodeInventory | None
+            claimed = _union(self.claimed_instances())  # a copy, before the reading: see _publish
             try:
                 read_at = time.time()
                 inventory = await asyncio.to_thread(self._backend.read_inventory)
@@ -226,11 +248,10 @@ class NodeAgent:
                 log.error("reading the GPUs failed; keeping the published slices", node=node, error=str(exc))
                 inventory = self.inventory
             now = time.monotonic()
-            if inventory is not None and (
-                dirty or inventory != self.inventory or now - last_full >= self.settings.full_resync_seconds
-            ):
-                dirty = await self._publish(inventory)
-                last_full = now if not dirty else last_full
+            full = dirty or now - last_full >= self.settings.full_resync_seconds
+            if inventory is not None and (full or inventory != self.inventory):
+                dirty = await self._publish(inventory, claimed, recheck=full)
+                last_full = now if full and not dirty else last_full
             if not dirty:
                 await self.health.report()
             await self._sleep()
@@ -254,8 +275,14 @@ class NodeAgent:
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name, "uid": uid}}
         await self._events.post(node, "Warning", reason, message)
 
-    async def _publish(self, inventory: NodeInventory) -> bool:
-        """Publish; return True when it must be retried."""
+    async def _publish(
+        self, inventory: NodeInventory, claimed: Mapping[str, Iterable[tuple[str, int]]], *, recheck: bool
+    ) -> bool:
+        """Publish; return True when it must be retried. ``claimed``: the claims' instances when the reading
+        began. Those recorded now are added: an instance in the reading was claimed then or is claimed now (a
+        claim records its instance before creating it and forgets it after destroying it), or it is foreign.
+        Without ``recheck`` (the hardware changed, nothing else), devices equal to the last published ones are
+        not compared with the server's slices again."""
         assert self.publisher is not None
         await self.lists.check_if_needed()
         try:
@@ -265,18 +292,18 @@ class NodeAgent:
             )
             state = NodeState(
                 dynamic=dynamic,
-                claimed=self.claimed_instances(),
+                claimed=_union(claimed, self.claimed_instances()),
                 pci_gpus=pci,
                 gpu_taints=self.health.state.gpu_taints(),
                 lost=self.health.state.lost_published(),
             )
-            offered = node_offer(inventory, state, self._offer_settings())
+            offered = node_offer(inventory, state, self._offer_settings(), self._built)
         except GpudraError as exc:
             log.error("building the devices failed; will retry", node=inventory.node_name, error=str(exc))
             return True
         devices = offered.devices
         try:
-            await self.publisher.publish(devices, offered.counter_sets)
+            await self.publisher.publish(devices, offered.counter_sets, recheck=recheck)
         except GpudraError as exc:
             log.error(
                 "publishing resourceslices failed; will retry", node=inventory.node_name, error=str(exc)

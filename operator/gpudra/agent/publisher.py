@@ -20,7 +20,11 @@ log = get_logger(__name__)
 
 class SlicePublisher:
     """Keeps this node's ResourceSlices equal to its devices. It lists only slices whose spec.nodeName is this
-    node and whose driver is ours, so it can never write another node's slices."""
+    node and whose driver is ours, so it can never write another node's slices.
+
+    It remembers what it last found or made current on the server: asked to publish the same devices again
+    without ``recheck``, it writes and lists nothing (the caller rechecks at its full resync, and when a slice of
+    the node was deleted)."""
 
     def __init__(
         self,
@@ -41,9 +45,19 @@ class SlicePublisher:
         self.slice_names: list[str] = []
         self.generation = 0
         self.node_uid = node.uid
+        self._current: tuple[list[Device], list[CounterSet]] | None = None
+        """The devices and counter sets the slices on the server held after the last publish."""
 
-    async def publish(self, devices: Sequence[Device], counter_sets: Sequence[CounterSet] = ()) -> bool:
-        """Bring the slices in line; True when something was written. Retries a lost race once."""
+    async def publish(
+        self, devices: Sequence[Device], counter_sets: Sequence[CounterSet] = (), *, recheck: bool = True
+    ) -> bool:
+        """Bring the slices in line; True when something was written. Retries a lost race once. Without
+        ``recheck``, devices and counter sets equal to the last publish's are taken as published still."""
+        wanted = (list(devices), list(counter_sets))
+        if not recheck and wanted == self._current:
+            self._metrics.slice_syncs.labels(self._node.name, "unchanged").inc()
+            return False
+        self._current = None  # unknown until this publish succeeds
         started = time.perf_counter()
         for attempt in (1, 2):
             try:
@@ -54,6 +68,7 @@ class SlicePublisher:
                     self._metrics.slice_syncs.labels(self._node.name, "failed").inc()
                     raise
                 log.info("slice write raced, re-listing", node=self._node.name, error=str(exc))
+        self._current = wanted
         self._metrics.slice_sync_seconds.labels(self._node.name).observe(time.perf_counter() - started)
         self._metrics.slice_syncs.labels(self._node.name, "updated" if changed else "unchanged").inc()
         self._metrics.slices_published.labels(self._node.name, self._driver).set(len(self.slice_names))

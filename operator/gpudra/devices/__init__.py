@@ -17,7 +17,7 @@ from gpudra.devices.build import (
     build_devices,
 )
 from gpudra.devices.classes import load_device_classes
-from gpudra.devices.dynamic import build_node_devices
+from gpudra.devices.dynamic import DynamicMemo, build_node_devices
 from gpudra.devices.listprobe import ListSupport, probe_slice, support_from_answer, support_from_refusal
 from gpudra.devices.metadata import (
     POD_CLAIM_NAME_ANNOTATION,
@@ -55,6 +55,7 @@ __all__ = [
     "TYPE_MIG",
     "ClaimIdentity",
     "CounterLayout",
+    "DynamicMemo",
     "GpuTaints",
     "ListSupport",
     "MetadataDevice",

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpudra.api.dra import Device, DeviceTaint
-from gpudra.devices.dynamic import NodeDevices, build_node_devices
+from gpudra.devices.dynamic import DynamicMemo, NodeDevices, build_node_devices
 from gpudra.devices.names import gpu_device_name, mig_device_name
 from gpudra.devices.nvlinkpeers import with_nvlink_peers
 from gpudra.devices.passthrough import with_passthrough
@@ -45,9 +45,12 @@ class NodeState:
     """Devices of lost GPUs to publish as last published (already tainted gpu-lost)."""
 
 
-def node_offer(inventory: NodeInventory, state: NodeState, settings: OfferSettings) -> NodeDevices:
-    """The devices and counter sets the node publishes. InvalidInputError as build_devices."""
-    built = build_node_devices(inventory, state.dynamic, claimed=state.claimed)
+def node_offer(
+    inventory: NodeInventory, state: NodeState, settings: OfferSettings, memo: DynamicMemo | None = None
+) -> NodeDevices:
+    """The devices and counter sets the node publishes; ``memo``: the dynamic GPUs' builds of the previous
+    call (see :class:`DynamicMemo`). InvalidInputError as build_devices."""
+    built = build_node_devices(inventory, state.dynamic, claimed=state.claimed, memo=memo)
     offered = NodeDevices(time_sliced(built.devices, settings.shared_gpu_replicas), built.counter_sets)
     if state.pci_gpus is not None:
         offered = with_passthrough(offered, inventory, state.pci_gpus)
