@@ -187,7 +187,7 @@ async def test_an_instance_created_for_a_claim_leaves_the_slices_alone_without_l
         compared.append(len(compared))
         return await compare(*args)
 
-    publisher._publish_once = counted  # type: ignore[method-assign]
+    publisher._publish_once = counted  # type: ignore[method-assign,assignment]
     await run_pod_with_claim(
         client, "small", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
     )

@@ -129,8 +129,12 @@ def test_unprepare_destroys_what_the_reading_shows_and_lists_instances_only_for_
 
     monkeypatch.setattr(backend, "gpu_instances", listing)
     reading = backend.read_inventory()
-    ids = {"gpu_instance_id": shown.gi_id, "compute_instance_id": shown.ci_id, "uuid": shown.uuid}
-    records = [MigInstanceRecord(parent_uuid=shown.parent_uuid, profile="1g.10gb", placement_start=0, **ids)]
+    records = [
+        MigInstanceRecord(
+            parent_uuid=shown.parent_uuid, profile="1g.10gb", placement_start=0,
+            gpu_instance_id=shown.gi_id, compute_instance_id=shown.ci_id, uuid=shown.uuid,
+        )
+    ]  # fmt: skip
     MigInstances(backend).destroy("uid", records, reading)
     assert listed == [] and not backend.read_inventory().gpus[0].mig_devices
 
