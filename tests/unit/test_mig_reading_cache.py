@@ -7,7 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
+
+from gpudra.errors import HardwareError
 from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated import nvml_types as t
 from gpudra.hardware.simulated.fake_nvml import FakeNvml
 
 DETAIL_CALLS = (
@@ -82,3 +86,30 @@ def test_instances_destroyed_and_created_since_the_last_reading_are_read_as_they
     assert after.mig_devices[0].multiprocessors > before.mig_devices[0].multiprocessors
     assert {d.uuid for d in after.mig_devices[1:]} == {d.uuid for d in before.mig_devices[4:]}
     assert after == NvmlBackend("n", nvml=fake).read_inventory().gpus[0]  # as a fresh reader reads it
+
+
+class ProfilesOnlyWithMig:
+    """The simulated binding, listing no GPU instance profiles while the GPU's MIG mode is off (as NVML may)."""
+
+    def __init__(self, fake: FakeNvml) -> None:
+        self._fake = fake
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fake, name)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, constant: int) -> Any:
+        if not self._fake.nvmlDeviceGetMigMode(handle)[0]:
+            raise t.NVMLError_NotSupported("MIG is off")
+        return self._fake.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant)
+
+
+def test_a_create_refused_while_mig_was_off_does_not_stop_creates_once_it_is_on() -> None:
+    backend = NvmlBackend("n", nvml=ProfilesOnlyWithMig(FakeNvml.from_profile("dgx-h100", node_name="n")))
+    with pytest.raises(HardwareError, match="no MIG profile"):
+        backend.create_mig_device(2, "1g.10gb", 0)
+    backend.set_mig_mode(2, True)
+
+    created = backend.create_mig_device(2, "1g.10gb", 0)
+
+    assert created.profile == "1g.10gb"
+    assert [d.uuid for d in backend.read_inventory().gpus[2].mig_devices] == [created.uuid]

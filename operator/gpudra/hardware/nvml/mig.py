@@ -58,7 +58,7 @@ class MigOperations:
     def __init__(self, calls: NvmlCalls) -> None:
         self._calls = calls
         self._read_profiles: dict[str, list[_GiProfile]] = {}
-        """GPU instance profiles by GPU UUID, for reading: a GPU's profiles are those of its model."""
+        """GPU instance profiles by GPU UUID, for reading and creating: a GPU's profiles are those of its model."""
         self._read_devices: dict[str, dict[tuple[str, int, int], MigDeviceInfo]] = {}
         """The MIG devices of each GPU's last reading (by GPU UUID), by (MIG UUID, GI id, CI id): what NVML says of
         an instance does not change while it exists, and a new instance has a new UUID."""
@@ -82,6 +82,16 @@ class MigOperations:
                 with self._calls.errors(f"read GPU instance profile {constant}", gpu_index):
                     raise
             profiles.append(_GiProfile(constant, info, total_mib))
+        return profiles
+
+    def _kept_profiles(self, handle: Any, gpu_index: int, gpu_uuid: str) -> list[_GiProfile]:
+        """The GPU's instance profiles, read once per GPU: they are its model's. None read (MIG off: NVML lists
+        none then) is not kept."""
+        profiles = self._read_profiles.get(gpu_uuid)
+        if profiles is None:
+            profiles = self._gi_profiles(handle, gpu_index)
+            if profiles:
+                self._read_profiles[gpu_uuid] = profiles
         return profiles
 
     def _placements(self, handle: Any, profile_id: int, gpu_index: int) -> list[tuple[int, int]]:
@@ -124,10 +134,7 @@ class MigOperations:
         """Every MIG device of the GPU, found through its MIG device handles, ordered by placement. A device the
         last reading found (same UUID, GPU instance and compute instance ids) is not read again."""
         nvml = self._calls.nvml
-        profiles = self._read_profiles.get(parent_uuid)
-        if profiles is None:
-            profiles = self._read_profiles[parent_uuid] = self._gi_profiles(handle, gpu_index)
-        by_id = {p.profile_id: p for p in profiles}
+        by_id = {p.profile_id: p for p in self._kept_profiles(handle, gpu_index, parent_uuid)}
         known = {
             key: device
             for key, device in self._read_devices.get(parent_uuid, {}).items()
@@ -260,7 +267,11 @@ class MigOperations:
     def create(self, gpu_index: int, profile_name: str, placement_start: int) -> MigDeviceInfo:
         nvml = self._calls.nvml
         handle = self._calls.handle(gpu_index)
-        profiles = self._gi_profiles(handle, gpu_index)
+        with self._calls.errors("read the GPU", gpu_index):
+            parent = _text(nvml.nvmlDeviceGetUUID(handle))
+            total_bytes = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+            minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
+        profiles = self._kept_profiles(handle, gpu_index, parent)
         profile = next((p for p in profiles if p.name == profile_name), None)
         if profile is None:
             known = ", ".join(p.name for p in profiles) or "none: the GPU has no MIG"
@@ -304,11 +315,6 @@ class MigOperations:
             with contextlib.suppress(nvml.NVMLError):
                 nvml.nvmlGpuInstanceDestroy(gi)
             raise
-        with self._calls.errors("read the MIG device memory", gpu_index):
-            total_bytes = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-            parent_uuid = nvml.nvmlDeviceGetUUID(handle)
-            minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
-        parent = parent_uuid.decode() if isinstance(parent_uuid, bytes) else str(parent_uuid)
         for device in self.read_devices(handle, gpu_index, parent, minor, total_bytes):
             if device.gi_id == gi_id:
                 return device
