@@ -10,7 +10,9 @@ on every device of the kind in flight at once, up to 64 (a dgx-h100 has 8 GPUs, 
 unprepares them all at once; rounds repeat until each kind has enough samples for its p99. A line "1 in flight"
 follows each kind: 32 calls made one after the other, the latency without a queue. The baseline, in the
 same run and at the same concurrency, is a NodePrepareResources call with no claims: the gRPC round trip and
-the agent's dispatch, which every prepare pays.
+the agent's dispatch, which every prepare pays. Each kind's rounds also print the agent process's CPU per call
+(user and system, threads included, from /proc, over the prepares and over the unprepares): on a machine shared
+with other work the latencies swing by 2x from run to run, the CPU much less.
 
     python -m bench prepare [--quick]
 
@@ -37,6 +39,7 @@ from typing import Any
 
 from bench import goals, kubeletprepare
 from bench.agentkit import allocated_claim, make_node, percentile
+from bench.computedomain import _cpu_seconds
 from gpudra.agent.kubeletplugin import ClaimRef
 from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.cluster.agentprocess import AgentProcess
@@ -100,19 +103,40 @@ async def timed(call: Awaitable[dict[str, Any]]) -> float:
     return elapsed
 
 
+@dataclass
+class Measured:
+    """One line's calls: each call's milliseconds, and the agent's CPU seconds while they ran (None: not taken)."""
+
+    kind: Kind
+    in_flight: int
+    prepares: list[float]
+    unprepares: list[float]
+    prepare_cpu: float | None = None
+    unprepare_cpu: float | None = None
+
+
 async def rounds(
-    kubelet: KubeletClient, make: Callable[[int], Awaitable[list[ClaimRef]]], samples: int
-) -> tuple[list[float], list[float]]:
-    """Prepare every claim of a round at once, then unprepare them at once, until ``samples`` of each."""
+    kubelet: KubeletClient,
+    make: Callable[[int], Awaitable[list[ClaimRef]]],
+    samples: int,
+    agent_cpu: Callable[[], float],
+) -> tuple[list[float], list[float], float, float]:
+    """Prepare every claim of a round at once, then unprepare them at once, until ``samples`` of each; the
+    agent's CPU seconds over the prepares and over the unprepares (the claims' creation between is left out)."""
     prepares: list[float] = []
     unprepares: list[float] = []
+    prepare_cpu = unprepare_cpu = 0.0
     round_no = 0
     while len(prepares) < samples:
         refs = await make(round_no)
+        started = agent_cpu()
         prepares += await asyncio.gather(*(timed(kubelet.prepare([r])) for r in refs))
+        prepared = agent_cpu()
         unprepares += await asyncio.gather(*(timed(kubelet.unprepare([r])) for r in refs))
+        prepare_cpu += prepared - started
+        unprepare_cpu += agent_cpu() - prepared
         round_no += 1
-    return prepares, unprepares
+    return prepares, unprepares, prepare_cpu, unprepare_cpu
 
 
 async def one_at_a_time(
@@ -129,7 +153,7 @@ async def one_at_a_time(
 
 async def run_layout(
     client: KubeClient, kubeconfig: Path, root: Path, layout: str, samples: int
-) -> list[tuple[Kind, int, list[float], list[float]]]:
+) -> list[Measured]:
     """Start an agent on a node of ``layout``, measure the baseline and each kind of that layout, stop it."""
     directory = root / layout
     directory.mkdir()
@@ -150,13 +174,13 @@ async def run_layout(
     agent = AgentProcess(settings, directory / "agent.log")
     await agent.start(timeout=120)
     kubelet = KubeletClient(directory / "r" / "gpu.nvidia.com-reg.sock")
-    results: list[tuple[Kind, int, list[float], list[float]]] = []
+    results: list[Measured] = []
     try:
         await kubelet.register()
         baseline: list[float] = []
         while len(baseline) < samples:
             baseline += await asyncio.gather(*(timed(kubelet.prepare([])) for _ in range(IN_FLIGHT)))
-        results.append((Kind("baseline: a call with no claims", layout, 0), IN_FLIGHT, baseline, []))
+        results.append(Measured(Kind("baseline: a call with no claims", layout, 0), IN_FLIGHT, baseline, []))
         for kind in (k for k in KINDS if k.layout == layout):
             devices = kind.devices(minors)
 
@@ -170,10 +194,10 @@ async def run_layout(
                     for i, device in enumerate(devices)
                 ]  # fmt: skip
 
-            prepared, unprepared = await rounds(kubelet, make, samples)
-            results.append((kind, len(devices), prepared, unprepared))
+            measured = await rounds(kubelet, make, samples, lambda: _cpu_seconds(agent.pid))
+            results.append(Measured(kind, len(devices), *measured))
             alone = await one_at_a_time(kubelet, await make(-1), min(samples, SEQUENTIAL))
-            results.append((dataclasses.replace(kind, goal_ms=0), 1, *alone))
+            results.append(Measured(dataclasses.replace(kind, goal_ms=0), 1, *alone))
     finally:
         await kubelet.close()
         await agent.stop()
@@ -189,23 +213,29 @@ async def measure(samples: int, layouts: tuple[str, ...]) -> None:
     try:
         await make_node(client, NODE)
         for layout in layouts:
-            for kind, in_flight, prepared, unprepared in await run_layout(
-                client, kubeconfig, root, layout, samples
-            ):
-                report(kind, in_flight, prepared, unprepared)
+            for measured in await run_layout(client, kubeconfig, root, layout, samples):
+                report(measured)
     finally:
         await client.close()
         await server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def report(kind: Kind, in_flight: int, prepared: list[float], unprepared: list[float]) -> None:
-    for verb, samples in (("prepare", prepared), ("unprepare", unprepared)):
+def report(m: Measured) -> None:
+    kind = m.kind
+    for verb, samples in (("prepare", m.prepares), ("unprepare", m.unprepares)):
         if not samples:
             continue
         p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
-        line = f"{verb} {kind.name}, {in_flight} in flight: p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(samples)} calls)"
+        line = f"{verb} {kind.name}, {m.in_flight} in flight: p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(samples)} calls)"
         print(line + (f" | {goals.at_most(p99, kind.goal_ms, 'ms')}" if kind.goal_ms else ""), flush=True)
+    if m.prepare_cpu is not None and m.unprepare_cpu is not None and m.prepares:
+        per = 1000 / len(m.prepares)
+        print(
+            f"  the agent's CPU a call, {kind.name}: prepare {m.prepare_cpu * per:.2f} ms, unprepare "
+            f"{m.unprepare_cpu * per:.2f} ms (steadier than the latencies on a shared machine)",
+            flush=True,
+        )
 
 
 KUBELET_ROUNDS = 13  # 104 calls of each kind
