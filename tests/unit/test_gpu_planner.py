@@ -151,3 +151,15 @@ def test_targets_of_a_reading_are_shared_and_follow_the_next_reading() -> None:
     assert "gpu-0-mig-1g10gb-19-0" in latest(second, frozenset(), ())
     assert "gpu-0" not in latest(second, frozenset(), ())
     assert "gpu-0" in latest(second, {gpu.uuid}, ())
+
+
+def test_a_later_reading_of_unchanged_gpus_keeps_the_targets() -> None:
+    """Prepares one after another each wait for a reading of their own; the GPUs did not change in between."""
+    backend = simulated_backend("dgx-h100", NODE).backend
+    backend.set_mig_mode(0, True)
+    backend.create_mig_device(0, "1g.10gb", 0)
+    latest = LatestTargets()
+    targets = latest(backend.read_inventory(), frozenset(), ())
+    assert latest(backend.read_inventory(), frozenset(), ()) is targets
+    backend.create_mig_device(0, "1g.10gb", 1)
+    assert "gpu-0-mig-1g10gb-19-1" in latest(backend.read_inventory(), frozenset(), ())
