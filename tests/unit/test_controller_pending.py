@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudra.allocator import spec_json
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
 from gpudra.controller.pending import PendingClaims, Said, uses_driver
@@ -99,3 +100,16 @@ def test_a_claim_naming_a_misspelt_class_of_the_driver_is_the_drivers_to_explain
     assert uses_driver(naming("gpu.nvidia.con"), classes, "gpu.nvidia.com")  # "did you mean gpu.nvidia.com?"
     assert uses_driver(naming("gpu.nvidia.com"), classes, "gpu.nvidia.com")
     assert not uses_driver(naming("fpga.example.com"), classes, "gpu.nvidia.com")  # no class of ours is near
+
+
+def test_a_claims_spec_json_is_kept_for_that_parsed_spec_only() -> None:
+    first = _claim("a", allocated=False)
+    first.metadata.resource_version = "7"
+    text = spec_json(first)
+    assert '"device_class_name":"gpu.nvidia.com"' in text.replace(" ", "")
+    assert spec_json(first) is text  # asked again at the next round: not serialized again
+    again = _claim("a", allocated=False)  # the same uid and resourceVersion, parsed anew with another class
+    again.metadata.resource_version = "7"
+    assert again.spec.devices.requests and again.spec.devices.requests[0].exactly
+    again.spec.devices.requests[0].exactly.device_class_name = "mig.nvidia.com"
+    assert '"device_class_name":"mig.nvidia.com"' in spec_json(again).replace(" ", "")

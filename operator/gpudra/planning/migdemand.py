@@ -30,6 +30,7 @@ from gpudra.allocator import (
     claim_key,
     evaluate,
     make_entry,
+    spec_json,
 )
 from gpudra.api.dra import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
 from gpudra.api.quantity import format_quantity
@@ -246,7 +247,7 @@ def plan_pending(
     for claim in sorted(claims, key=_created):
         namespace = claim.metadata.namespace or "default"
         labels = allocator.namespace_labels.get(namespace) or {}
-        shape = (namespace, tuple(sorted(labels.items())), claim.spec.model_dump_json())
+        shape = (namespace, tuple(sorted(labels.items())), spec_json(claim))
         if shape in known[1]:
             continue
         demand = claim_demand(claim, fleet, allocator)
