@@ -64,3 +64,34 @@ def test_node_gauges_follow_claims_and_a_claim_change_costs_only_its_own_work(
     ]
     assert sum(1 for lab in labels if lab["dra_claim_name"] == "c1") == 1
     assert not any(lab["dra_claim_name"] == "c0" for lab in labels)
+
+
+def test_a_change_that_moves_nothing_writes_no_gauge(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = Metrics()
+    attribution = Attribution(metrics)
+    for node in parse_fleet("dgx-h100:2", {"dgx-h100"}):
+        for body in node_objects(node)[1:]:
+            attribution.slice_changed(body["metadata"]["name"], ResourceSlice.model_validate(body))
+    attribution.claim_changed("c0", _claim("c0", "dgx-h100-0", "gpu-0"))
+    attribution.refresh()
+
+    writes: list[tuple[str, ...]] = []
+    for gauge in (metrics.device_allocated, metrics.node_allocated):
+        real = gauge.labels
+
+        def counting(*labels: str, real: Any = real) -> Any:
+            writes.append(labels)
+            return real(*labels)
+
+        monkeypatch.setattr(gauge, "labels", counting)
+    relabelled = _claim("c0", "dgx-h100-0", "gpu-0")
+    relabelled.metadata.labels = {"team": "a"}  # its metadata changed, not its devices
+    attribution.claim_changed("c0", relabelled)
+    attribution.claim_changed("c1", _claim("c1", "dgx-h100-1", "gpu-3"))  # came and went before the refresh
+    attribution.claim_changed("c1", None)
+    attribution.refresh()
+
+    assert [
+        w for w in writes if w[0] != "c1"
+    ] == []  # c1's own series came and went, nothing else was written
+    assert [_allocated(metrics, f"dgx-h100-{n}") for n in range(2)] == [1.0, 0.0]
