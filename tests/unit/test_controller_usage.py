@@ -95,3 +95,37 @@ def test_a_change_that_moves_nothing_writes_no_gauge(monkeypatch: pytest.MonkeyP
         w for w in writes if w[0] != "c1"
     ] == []  # c1's own series came and went, nothing else was written
     assert [_allocated(metrics, f"dgx-h100-{n}") for n in range(2)] == [1.0, 0.0]
+
+
+def _series(metrics: Metrics) -> list[tuple[str, str]]:
+    return [
+        (s.labels["dra_claim_name"], s.labels["dra_device_name"])
+        for m in metrics.registry.collect()
+        for s in m.samples
+        if m.name == "gpudra_device_allocated"
+    ]
+
+
+def test_a_claim_recreated_under_its_name_keeps_its_series_when_its_predecessors_deletion_comes_late() -> (
+    None
+):
+    metrics = Metrics()
+    attribution = Attribution(metrics)
+    for node in parse_fleet("dgx-h100:1", {"dgx-h100"}):
+        for body in node_objects(node)[1:]:
+            attribution.slice_changed(body["metadata"]["name"], ResourceSlice.model_validate(body))
+    first = _claim("uid-1", "dgx-h100-0", "gpu-0")
+    first.metadata.name = "train"
+    attribution.claim_changed("uid-1", first)
+    again = _claim("uid-2", "dgx-h100-0", "gpu-0")  # deleted and made again by name, on the same GPU
+    again.metadata.name = "train"
+    attribution.claim_changed("uid-2", again)
+    attribution.claim_changed("uid-1", None)  # the first one's deletion, handed after the new one's add
+    relabelled = again.model_copy(deep=True)
+    relabelled.metadata.labels = {"team": "a"}  # a change of the new claim that keeps its devices
+    attribution.claim_changed("uid-2", relabelled)
+    attribution.refresh()
+
+    assert _series(metrics) == [("train", "gpu-0")]
+    attribution.claim_changed("uid-2", None)
+    assert _series(metrics) == []
