@@ -223,3 +223,20 @@ async def test_a_connection_kept_after_an_answer_outlives_that_answers_deadline(
         assert [data async for data in watch.chunks()] == [b'{"type": "ADDED"}\n']
         await pool.close()
     assert server.connections == 1
+
+
+async def test_a_connection_whose_answers_deadline_passed_is_not_reused_for_the_next_request() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        writer.write(answer(node("n1")))
+        return True
+
+    async with serving(handler) as server:
+        pool = Pool(Endpoint(f"http://127.0.0.1:{server.port}", None))
+        async with await pool.request("POST", "/api/v1/nodes", {}, b"{}", 0.2) as first:
+            chunks = first.chunks()
+            assert json.loads(await anext(chunks))["metadata"]["name"] == "n1"  # the whole body, not its end
+            await asyncio.sleep(0.4)  # held past its deadline before it is left
+        async with await pool.request("POST", "/api/v1/nodes", {}, b"{}", 5) as second:
+            assert json.loads(await second.read())["metadata"]["name"] == "n1"
+        await pool.close()
+    assert server.requests == ["POST /api/v1/nodes HTTP/1.1"] * 2  # the second was sent once

@@ -31,7 +31,8 @@ class _Connection:
         self.writer = writer
 
     def usable(self) -> bool:
-        return not (self.reader.at_eof() or self.writer.is_closing())
+        """Open, and not cut by an answer's deadline (which sets its error on the reader)."""
+        return not (self.reader.at_eof() or self.reader.exception() is not None or self.writer.is_closing())
 
     def close(self) -> None:
         self.writer.close()
@@ -294,7 +295,7 @@ class Response:
 
         One timer for the whole answer, not one per read: a watch reads twice for each event, and a timeout
         around every read (a timer scheduled and cancelled each time) was a twelfth of a controller's CPU."""
-        reader.set_exception(TimeoutError("the answer's body did not arrive before the request's deadline"))
+        reader.set_exception(TimeoutError())  # as asyncio.timeout_at raised it
 
     def release(self) -> None:
         """Give the connection back: kept for the next request when the body was read to its end, else closed."""
