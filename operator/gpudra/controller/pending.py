@@ -18,7 +18,7 @@ from typing import Any
 from gpudra.allocator import Allocation, Failure, NodesFailure, Repartition, claim_key, meant_class, spec_json
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
-from gpudra.api.timestamps import parse_rfc3339
+from gpudra.api.timestamps import epoch_seconds
 from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, explanation, repartition
 from gpudra.controller.liveview import LiveView
@@ -95,7 +95,7 @@ def age_seconds(meta: ObjectMeta, now: float) -> float:
     created = meta.creation_timestamp
     if not created:
         return 0.0
-    return max(0.0, now - parse_rfc3339(created).timestamp())
+    return max(0.0, now - epoch_seconds(created))
 
 
 class PendingClaims:

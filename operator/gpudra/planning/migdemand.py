@@ -34,7 +34,7 @@ from gpudra.allocator import (
 )
 from gpudra.api.dra import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
 from gpudra.api.quantity import format_quantity
-from gpudra.api.timestamps import parse_rfc3339
+from gpudra.api.timestamps import epoch_seconds
 from gpudra.devices import (
     EXTENSION_DOMAIN,
     TYPE_GPU,
@@ -225,7 +225,7 @@ def claim_demand(claim: ResourceClaim, fleet: VirtualFleet, allocator: Allocator
 
 def _created(claim: ResourceClaim) -> tuple[float, str]:
     stamp = claim.metadata.creation_timestamp
-    when = parse_rfc3339(str(stamp)).timestamp() if stamp else float("inf")
+    when = epoch_seconds(str(stamp)) if stamp else float("inf")
     return when, claim_key(claim)
 
 
