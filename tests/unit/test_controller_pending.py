@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpudra.allocator import spec_json
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
+from gpudra.api.meta import ObjectMeta
+from gpudra.controller import pending as pending_module
 from gpudra.controller.pending import PendingClaims, Said, uses_driver
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.devices.classes import load_device_classes
@@ -113,3 +117,44 @@ def test_a_claims_spec_json_is_kept_for_that_parsed_spec_only() -> None:
     assert again.spec.devices.requests and again.spec.devices.requests[0].exactly
     again.spec.devices.requests[0].exactly.device_class_name = "mig.nvidia.com"
     assert '"device_class_name":"mig.nvidia.com"' in spec_json(again).replace(" ", "")
+
+
+async def test_a_round_walks_the_class_names_of_one_claim_spec_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    classes = {c.metadata.name or "": c for c in load_device_classes()}
+    walked: list[str] = []
+    real = pending_module._class_names
+
+    def counting(claim: ResourceClaim) -> frozenset[str]:
+        walked.append(claim.metadata.uid or "")
+        return real(claim)
+
+    monkeypatch.setattr(pending_module, "_class_names", counting)
+    others: list[ResourceClaim] = []
+    for i in range(30):  # one template's claims, of another driver's class
+        claim = _claim(f"c{i}", allocated=False)
+        assert claim.spec.devices.requests and claim.spec.devices.requests[0].exactly
+        claim.spec.devices.requests[0].exactly.device_class_name = "fpga.example.com"
+        others.append(claim)
+    pending = _pending(Metrics())
+    assert await pending.check_all(others, classes) == {}  # none of them is the driver's to explain
+    assert walked == ["c0"]
+
+
+async def test_a_round_without_waiting_pods_does_not_index_the_pending_claims_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    named: list[str] = []
+    real = ObjectMeta.namespaced_name
+
+    def counting(meta: ObjectMeta) -> str:
+        named.append(meta.name or "")
+        return str(real.fget(meta))  # type: ignore[attr-defined]
+
+    pending = _pending(Metrics())
+    client = KubeClient.__new__(KubeClient)
+    pods = PendingPods(client, Informers(client), pending)
+    for i in range(30):
+        pending.claim_changed(f"c{i}", _claim(f"c{i}", allocated=False))
+    monkeypatch.setattr(ObjectMeta, "namespaced_name", property(counting))
+    assert await pods.check_all([], {}, grace_seconds=10) == set()
+    assert named == []

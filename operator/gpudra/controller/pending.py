@@ -75,19 +75,25 @@ def _classes_use_driver(names: frozenset[str], classes: Mapping[str, DeviceClass
 
 
 class _DriverCheck:
-    """``uses_driver`` over one round's classes, answered once per set of class names (the pending claims of a
-    fleet name a handful of classes between them, and every one was checked at every round)."""
+    """``uses_driver`` over one round's classes, answered once per claim spec (the pending claims of a fleet are
+    of a few shapes, their specs' JSON kept with them, and every one was checked at every round) and once per set
+    of class names."""
 
     def __init__(self, classes: Mapping[str, DeviceClass], driver: str) -> None:
         self._classes = classes
         self._driver = driver
+        self._by_spec: dict[str, bool] = {}
         self._known: dict[frozenset[str], bool] = {}
 
     def __call__(self, claim: ResourceClaim) -> bool:
-        names = _class_names(claim)
-        known = self._known.get(names)
+        spec = spec_json(claim)
+        known = self._by_spec.get(spec)
         if known is None:
-            known = self._known[names] = _classes_use_driver(names, self._classes, self._driver)
+            names = _class_names(claim)
+            known = self._known.get(names)
+            if known is None:
+                known = self._known[names] = _classes_use_driver(names, self._classes, self._driver)
+            self._by_spec[spec] = known
         return known
 
 

@@ -103,7 +103,9 @@ class PendingPods:
                 implicit.append(made)
         await self._pending.check_all(claims, classes, implicit, planned=planned)
         explained = {c.metadata.uid or "" for c in claims} | {c.metadata.uid or "" for c in implicit}
-        by_name = {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()}
+        by_name = (  # only with pods to tell: it is every pending claim's name
+            {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()} if waits else {}
+        )
         for uid, wanted in waits.items():
             waiting = self.waiting.get(uid)
             if waiting is None:
