@@ -76,14 +76,18 @@ def test_a_change_that_moves_nothing_writes_no_gauge(monkeypatch: pytest.MonkeyP
     attribution.refresh()
 
     writes: list[tuple[str, ...]] = []
-    for gauge in (metrics.device_allocated, metrics.node_allocated):
-        real = gauge.labels
+    for gauge, method in (
+        (metrics.device_allocated, "hold"),
+        (metrics.device_allocated, "release"),
+        (metrics.node_allocated, "labels"),
+    ):
+        real = getattr(gauge, method)
 
-        def counting(*labels: str, real: Any = real) -> Any:
-            writes.append(labels)
+        def counting(*labels: Any, real: Any = real) -> Any:
+            writes.append(labels[0] if len(labels) == 1 else labels)
             return real(*labels)
 
-        monkeypatch.setattr(gauge, "labels", counting)
+        monkeypatch.setattr(gauge, method, counting)
     relabelled = _claim("c0", "dgx-h100-0", "gpu-0")
     relabelled.metadata.labels = {"team": "a"}  # its metadata changed, not its devices
     attribution.claim_changed("c0", relabelled)

@@ -32,7 +32,6 @@ class Attribution:
         self._counter_sets: dict[DeviceKey, dict[str, Counter]] = {}
         self._claims: dict[str, ResourceClaim] = {}
         self._series: dict[str, list[tuple[str, ...]]] = {}
-        self._holders: dict[tuple[str, ...], int] = {}  # a device series -> how many claims (uids) hold it
         self._taken: dict[str, dict[str, dict[str, float]]] = {}  # claim uid -> node -> resource -> amount
         self._allocated: dict[str, dict[str, float]] = {}  # node -> resource -> amount
         self._capacity: dict[str, dict[str, float]] = {}
@@ -74,23 +73,14 @@ class Attribution:
                 self._changed_nodes.add(node)
 
     def _set_series(self, uid: str, claim: ResourceClaim | None) -> None:
-        gauge = self._metrics.device_allocated
+        series = self._metrics.device_allocated  # a series held by two claims stays until both let go
         new = allocation_series(claim, self._devices) if claim is not None else []
         old = self._series.pop(uid, [])
         if old != new:  # a claim's change that keeps its devices and pod (most do) writes nothing
             for labels in set(old) - set(new):
-                held = self._holders.pop(labels, 1) - 1
-                if (
-                    held
-                ):  # a claim re-created under the same name holds it too (its predecessor's deletion late)
-                    self._holders[labels] = held
-                else:
-                    gauge.remove(*labels)
+                series.release(labels)
             for labels in set(new) - set(old):
-                held = self._holders.get(labels, 0)
-                self._holders[labels] = held + 1
-                if not held:
-                    gauge.labels(*labels).set(1)
+                series.hold(labels)
         if new:
             self._series[uid] = new
 
