@@ -10,8 +10,9 @@ import pytest
 from gpudra.allocator import spec_json
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
-from gpudra.api.meta import ObjectMeta
+from gpudra.api.meta import ObjectMeta, OwnerReference
 from gpudra.controller import pending as pending_module
+from gpudra.controller import pendingpods as pendingpods_module
 from gpudra.controller.pending import PendingClaims, Said, uses_driver
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.devices.classes import load_device_classes
@@ -158,3 +159,26 @@ async def test_a_round_without_waiting_pods_does_not_index_the_pending_claims_by
     monkeypatch.setattr(ObjectMeta, "namespaced_name", property(counting))
     assert await pods.check_all([], {}, grace_seconds=10) == set()
     assert named == []
+
+
+def test_a_pods_claims_are_forgotten_at_their_deletion_without_new_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = KubeClient.__new__(KubeClient)
+    pods = PendingPods(client, Informers(client), _pending(Metrics()))
+    claim = _claim("a", allocated=False)
+    claim.metadata.owner_references = [
+        OwnerReference(api_version="v1", kind="Pod", name="trainer", uid="p1", controller=True)
+    ]
+    pods.claim_changed("a", claim)
+    assert list(pods._owned) == ["p1"]
+    made: list[object] = []
+
+    def counting(**fields: Any) -> ObjectMeta:
+        made.append(fields)
+        return ObjectMeta(**fields)
+
+    monkeypatch.setattr(pendingpods_module, "ObjectMeta", counting)
+    for _ in range(3):  # deleted, and a deletion handed again (a re-list's)
+        pods.claim_changed("a", None)
+    assert pods._owned == {} and made == []

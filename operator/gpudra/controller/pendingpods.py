@@ -64,7 +64,9 @@ class PendingPods:
             owned.pop(uid, None)
             if not owned:
                 self._owned.pop(previous, None)
-        meta = claim.metadata if claim is not None else ObjectMeta()
+        if claim is None:  # deleted: nothing more to keep (a third of a controller's claim changes)
+            return
+        meta = claim.metadata
         owner = next((o for o in meta.owner_references or [] if o.controller and o.kind == "Pod"), None)
         if owner is None:
             return
