@@ -243,16 +243,20 @@ def plan_pending(
     known = _not_mig.get(allocator)
     if known is None or known[0] is not fleet or len(known[1]) > _NOT_MIG_LIMIT:
         known = _not_mig[allocator] = (fleet, set())
-    demands: list[MigDemand] = []
-    for claim in sorted(claims, key=_created):
+    unknown: list[tuple[ResourceClaim, tuple[str, object, str]]] = []
+    for claim in claims:  # the shapes known to want no MIG device first: most pending claims, every round
         namespace = claim.metadata.namespace or "default"
         labels = allocator.namespace_labels.get(namespace) or {}
-        shape = (namespace, tuple(sorted(labels.items())), spec_json(claim))
-        if shape in known[1]:
+        shape: tuple[str, object, str] = (namespace, tuple(sorted(labels.items())), spec_json(claim))
+        if shape not in known[1]:
+            unknown.append((claim, shape))
+    demands: list[MigDemand] = []
+    for claim, claim_shape in sorted(unknown, key=lambda pair: _created(pair[0])):
+        if claim_shape in known[1]:  # a claim of the same shape before it wanted none
             continue
         demand = claim_demand(claim, fleet, allocator)
         if demand is None:
-            known[1].add(shape)
+            known[1].add(claim_shape)
         else:
             demands.append(demand)
     if not demands:
