@@ -3,10 +3,11 @@ and the routes that serve them with health endpoints (metricsserver.py serves th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily
 
 from gpudra.metricsserver import Answer, MetricsServer, Query, Route, serve
 
@@ -15,6 +16,39 @@ ALLOCATION_LABELS = (
     "dra_mig_profile", "dra_mig_device_uuid", "gpu_uuid", "pod", "namespace",
 )  # fmt: skip
 """dcgm-exporter's DRA label names (plus the GPU UUID and the consuming pod) on per-device allocation series."""
+
+
+class HeldSeries:
+    """A gauge whose series are 1 while some holder holds them, and absent once none does: a label tuple is
+    counted by its holders (a claim re-created under its name on the same device has its predecessor's labels,
+    and its predecessor's deletion may be handed after its add). Scraped as a gauge of the same name, labels and
+    values as prometheus-client's own would give; holding and releasing are a dict's operations, where a
+    labelled gauge makes and drops a child with its own lock for each series (about 4 % of a controller's CPU in
+    bench controller, at 50 claims a second)."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry):
+        self._name = name
+        self.documentation = documentation
+        self._labelnames = tuple(labelnames)
+        self._held: dict[tuple[str, ...], int] = {}
+        registry.register(self)
+
+    def hold(self, labels: tuple[str, ...]) -> None:
+        self._held[labels] = self._held.get(labels, 0) + 1
+
+    def release(self, labels: tuple[str, ...]) -> None:
+        held = self._held.pop(labels, 0) - 1
+        if held > 0:
+            self._held[labels] = held
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(self._name, self.documentation, labels=self._labelnames)]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self._name, self.documentation, labels=self._labelnames)
+        for labels in list(self._held):  # a copy: a scrape from another thread sees one moment
+            family.add_metric(labels, 1.0)
+        yield family
 
 
 class Metrics:
@@ -84,11 +118,11 @@ class Metrics:
             buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
             registry=r,
         )
-        self.device_allocated = Gauge(
+        self.device_allocated = HeldSeries(
             "gpudra_device_allocated",
             "1 for each allocated device, labelled with its claim, pool, device, MIG profile and UUIDs, and the pod "
             "using it (dcgm-exporter's dra_* label names, so dashboards can join on them).",
-            list(ALLOCATION_LABELS),
+            ALLOCATION_LABELS,
             registry=r,
         )
         self.node_allocated = Gauge(

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from gpudra.allocator import spec_json
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
+from gpudra.api.meta import ObjectMeta, OwnerReference
+from gpudra.controller import pending as pending_module
+from gpudra.controller import pendingpods as pendingpods_module
 from gpudra.controller.pending import PendingClaims, Said, uses_driver
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.devices.classes import load_device_classes
@@ -99,3 +105,80 @@ def test_a_claim_naming_a_misspelt_class_of_the_driver_is_the_drivers_to_explain
     assert uses_driver(naming("gpu.nvidia.con"), classes, "gpu.nvidia.com")  # "did you mean gpu.nvidia.com?"
     assert uses_driver(naming("gpu.nvidia.com"), classes, "gpu.nvidia.com")
     assert not uses_driver(naming("fpga.example.com"), classes, "gpu.nvidia.com")  # no class of ours is near
+
+
+def test_a_claims_spec_json_is_kept_for_that_parsed_spec_only() -> None:
+    first = _claim("a", allocated=False)
+    first.metadata.resource_version = "7"
+    text = spec_json(first)
+    assert '"device_class_name":"gpu.nvidia.com"' in text.replace(" ", "")
+    assert spec_json(first) is text  # asked again at the next round: not serialized again
+    again = _claim("a", allocated=False)  # the same uid and resourceVersion, parsed anew with another class
+    again.metadata.resource_version = "7"
+    assert again.spec.devices.requests and again.spec.devices.requests[0].exactly
+    again.spec.devices.requests[0].exactly.device_class_name = "mig.nvidia.com"
+    assert '"device_class_name":"mig.nvidia.com"' in spec_json(again).replace(" ", "")
+
+
+async def test_a_round_walks_the_class_names_of_one_claim_spec_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    classes = {c.metadata.name or "": c for c in load_device_classes()}
+    walked: list[str] = []
+    real = pending_module._class_names
+
+    def counting(claim: ResourceClaim) -> frozenset[str]:
+        walked.append(claim.metadata.uid or "")
+        return real(claim)
+
+    monkeypatch.setattr(pending_module, "_class_names", counting)
+    others: list[ResourceClaim] = []
+    for i in range(30):  # one template's claims, of another driver's class
+        claim = _claim(f"c{i}", allocated=False)
+        assert claim.spec.devices.requests and claim.spec.devices.requests[0].exactly
+        claim.spec.devices.requests[0].exactly.device_class_name = "fpga.example.com"
+        others.append(claim)
+    pending = _pending(Metrics())
+    assert await pending.check_all(others, classes) == {}  # none of them is the driver's to explain
+    assert walked == ["c0"]
+
+
+async def test_a_round_without_waiting_pods_does_not_index_the_pending_claims_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    named: list[str] = []
+    real = ObjectMeta.namespaced_name
+
+    def counting(meta: ObjectMeta) -> str:
+        named.append(meta.name or "")
+        return str(real.fget(meta))  # type: ignore[attr-defined]
+
+    pending = _pending(Metrics())
+    client = KubeClient.__new__(KubeClient)
+    pods = PendingPods(client, Informers(client), pending)
+    for i in range(30):
+        pending.claim_changed(f"c{i}", _claim(f"c{i}", allocated=False))
+    monkeypatch.setattr(ObjectMeta, "namespaced_name", property(counting))
+    assert await pods.check_all([], {}, grace_seconds=10) == set()
+    assert named == []
+
+
+def test_a_pods_claims_are_forgotten_at_their_deletion_without_new_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = KubeClient.__new__(KubeClient)
+    pods = PendingPods(client, Informers(client), _pending(Metrics()))
+    claim = _claim("a", allocated=False)
+    claim.metadata.owner_references = [
+        OwnerReference(api_version="v1", kind="Pod", name="trainer", uid="p1", controller=True)
+    ]
+    pods.claim_changed("a", claim)
+    assert list(pods._owned) == ["p1"]
+    made: list[object] = []
+
+    def counting(**fields: Any) -> ObjectMeta:
+        made.append(fields)
+        return ObjectMeta(**fields)
+
+    monkeypatch.setattr(pendingpods_module, "ObjectMeta", counting)
+    for _ in range(3):  # deleted, and a deletion handed again (a re-list's)
+        pods.claim_changed("a", None)
+    assert pods._owned == {} and made == []

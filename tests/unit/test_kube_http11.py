@@ -174,3 +174,69 @@ async def test_the_environments_proxy_is_used_unless_no_proxy_names_the_server(
         assert proxy.requests == ["GET http://apiserver.example:6443/api/v1/nodes/n1 HTTP/1.1"]
         monkeypatch.setenv("NO_PROXY", "apiserver.example")
         assert Endpoint("http://apiserver.example:6443", None).proxy is None
+
+
+def watch_head() -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def test_a_watch_that_falls_silent_ends_at_its_deadline() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        writer.write(watch_head() + chunk(b'{"type": "ADDED"}\n'))
+        await writer.drain()
+        await asyncio.Event().wait()  # then nothing, the connection left open
+        return False
+
+    async with serving(handler) as server:
+        pool = Pool(Endpoint(f"http://127.0.0.1:{server.port}", None))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response = await pool.request("GET", "/api/v1/nodes?watch=true", {}, None, 0.5)
+        chunks = response.chunks()
+        assert await anext(chunks) == b'{"type": "ADDED"}\n'
+        with pytest.raises(TimeoutError):
+            await anext(chunks)
+        assert 0.5 <= loop.time() - started < 2
+        await pool.close()
+
+
+async def test_a_connection_kept_after_an_answer_outlives_that_answers_deadline() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        if "watch=true" not in line:
+            writer.write(answer(node("n1")))
+            return True
+        writer.write(watch_head())
+        await writer.drain()
+        await asyncio.sleep(0.5)  # past the first request's deadline, on the same connection
+        writer.write(chunk(b'{"type": "ADDED"}\n') + b"0\r\n\r\n")
+        return True
+
+    async with serving(handler) as server:
+        pool = Pool(Endpoint(f"http://127.0.0.1:{server.port}", None))
+        async with await pool.request("GET", "/api/v1/nodes/n1", {}, None, 0.2) as first:
+            assert json.loads(await first.read())["metadata"]["name"] == "n1"
+        watch = await pool.request("GET", "/api/v1/nodes?watch=true", {}, None, 5)
+        assert [data async for data in watch.chunks()] == [b'{"type": "ADDED"}\n']
+        await pool.close()
+    assert server.connections == 1
+
+
+async def test_a_connection_whose_answers_deadline_passed_is_not_reused_for_the_next_request() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        writer.write(answer(node("n1")))
+        return True
+
+    async with serving(handler) as server:
+        pool = Pool(Endpoint(f"http://127.0.0.1:{server.port}", None))
+        async with await pool.request("POST", "/api/v1/nodes", {}, b"{}", 0.2) as first:
+            chunks = first.chunks()
+            assert json.loads(await anext(chunks))["metadata"]["name"] == "n1"  # the whole body, not its end
+            await asyncio.sleep(0.4)  # held past its deadline before it is left
+        async with await pool.request("POST", "/api/v1/nodes", {}, b"{}", 5) as second:
+            assert json.loads(await second.read())["metadata"]["name"] == "n1"
+        await pool.close()
+    assert server.requests == ["POST /api/v1/nodes HTTP/1.1"] * 2  # the second was sent once

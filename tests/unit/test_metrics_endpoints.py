@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.exposition import generate_latest
 
 from gpudra.config import ControllerSettings
-from gpudra.metrics import Metrics, metrics_app, serve_metrics
+from gpudra.metrics import ALLOCATION_LABELS, Metrics, metrics_app, serve_metrics
 
 PATHS = ("/metrics", "/healthz", "/readyz")
 
@@ -135,3 +137,30 @@ async def test_metrics_can_be_asked_for_by_name(served: tuple[Metrics, list[str]
     assert 'gpudra_watch_events_total{resource="resourceclaims"} 3.0' in text
     assert "gpudra_computedomain_cleanups_total" not in text
     assert "gpudra_computedomain_cleanups_total" in everything
+
+
+async def test_allocated_device_series_scrape_as_a_labelled_gauge_and_go_once_no_claim_holds_them(
+    served: tuple[Metrics, list[str]],
+) -> None:
+    metrics, urls = served
+    labels = ("train", "default", "gpu.nvidia.com", "node-0", "gpu-0", "", "", "GPU-0", "trainer", "default")
+    reference = CollectorRegistry()  # what prometheus-client's own labelled gauge writes for the same series
+    Gauge(
+        "gpudra_device_allocated",
+        metrics.device_allocated.documentation,
+        list(ALLOCATION_LABELS),
+        registry=reference,
+    ).labels(*labels).set(1)
+    metrics.device_allocated.hold(labels)
+    metrics.device_allocated.hold(labels)  # a claim re-created under its name, on the same device
+    metrics.device_allocated.release(labels)  # its predecessor's deletion
+    async with aiohttp.ClientSession() as session:
+        for params in ({}, {"name[]": "gpudra_device_allocated"}):
+            async with session.get(f"{urls[0]}/metrics", params=params) as response:
+                text = await response.text()
+            assert generate_latest(reference).decode() in text
+        metrics.device_allocated.release(labels)
+        async with session.get(f"{urls[0]}/metrics") as response:
+            text = await response.text()
+    assert "# TYPE gpudra_device_allocated gauge" in text
+    assert 'dra_claim_name="train"' not in text

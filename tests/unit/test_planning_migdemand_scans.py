@@ -51,3 +51,30 @@ def test_claims_for_whole_gpus_cost_no_scan_of_the_fleet(monkeypatch: pytest.Mon
     mig = _claim("mig", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"')
     plan = migdemand.plan_pending(allocator, [*whole, mig], "gpu.nvidia.com")
     assert plan.placed.get("default/mig"), plan
+
+
+def test_claims_of_shapes_known_to_want_no_mig_device_are_not_sorted_by_age(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slices = [
+        ResourceSlice.model_validate(body)
+        for node in parse_fleet("dgx-h100:2", {"dgx-h100"})
+        for body in node_objects(node)[1:]
+    ]
+    allocator = Allocator(ClusterSnapshot(slices), load_device_classes())
+    whole = [_claim(f"whole-{i}", "gpu.nvidia.com") for i in range(30)]
+    assert migdemand.plan_pending(allocator, whole, "gpu.nvidia.com") == DemandPlan()  # its shape learned
+    aged: list[str] = []
+    created = migdemand._created
+
+    def counting(claim: ResourceClaim) -> tuple[float, str]:
+        aged.append(claim.metadata.name or "")
+        return created(claim)
+
+    monkeypatch.setattr(migdemand, "_created", counting)
+    for _ in range(3):  # the next rounds, every pending claim planned for again
+        assert migdemand.plan_pending(allocator, whole, "gpu.nvidia.com") == DemandPlan()
+    assert aged == []
+    mig = _claim("mig", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"')
+    assert migdemand.plan_pending(allocator, [*whole, mig], "gpu.nvidia.com").placed.get("default/mig")
+    assert aged == ["mig"]

@@ -198,3 +198,50 @@ async def test_a_watch_the_server_ends_resumes_where_it_was_and_hands_on_every_c
     assert seen == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "b")]
     assert client.watched_from == ["1", "2"]
     assert client.lists == 1
+
+
+class RemakingClient:
+    """Lists node "a"; the watch hands nothing and ends (so the informer lists again), and meanwhile "a" was
+    deleted and made again under its name: the second list shows another uid."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+
+    async def list_raw(self, resource: Resource, *_: Any, **__: Any) -> tuple[list[Any], str]:
+        self.lists += 1
+        uid, version = ("u1", "1") if self.lists == 1 else ("u2", "3")
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "a", "uid": uid, "resourceVersion": version},
+        }
+        return [node], version
+
+    async def watch(
+        self, resource: Resource, *_: Any, **__: Any
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        if self.lists == 1:
+            return
+        await asyncio.Event().wait()
+        yield "BOOKMARK", {}
+
+
+async def test_an_object_made_again_under_its_name_while_unwatched_is_handed_as_deleted_then_added() -> None:
+    """Handlers keep what they know of an object by its uid (a claim's allocation metrics, its pending record): a
+    re-list that finds another object under a known name hands the first one's deletion, then the new one, as a
+    watch would have, not a change of the first one into the second."""
+    client = RemakingClient()
+    informers = Informers(cast(KubeClient, client))
+    seen: list[tuple[str, str]] = []
+
+    async def handler(kind: str, body: dict[str, Any]) -> None:
+        seen.append((kind, body["metadata"]["uid"]))
+
+    informers.informer(NODES, parse=Node.model_validate).subscribe(handler)
+    running = asyncio.create_task(informers.run())
+    try:
+        await eventually(lambda: "u2" in {uid for _, uid in seen}, 5, what="the new object handed on")
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert seen == [("ADDED", "u1"), ("DELETED", "u1"), ("ADDED", "u2")]

@@ -21,7 +21,7 @@ from gpudra.allocator.explain.phrases import meant_class
 from gpudra.allocator.explain.wording import explain_outcome, render_text
 from gpudra.allocator.kubeerrors import FILTER_PREFIX
 from gpudra.allocator.pools import DeviceEntry, DeviceId, NodeInfo, make_entry
-from gpudra.allocator.requests import RequestProblem, RequestSpec, build_claim, claim_key, evaluate
+from gpudra.allocator.requests import RequestProblem, RequestSpec, build_claim, claim_key, evaluate, spec_json
 from gpudra.allocator.result import Allocation, ClaimAllocation
 from gpudra.allocator.snapshot import ClusterSnapshot
 from gpudra.allocator.taintrules import Eviction, claim_eviction, taint_slice, unsupported_selector
@@ -84,6 +84,7 @@ __all__ = [
     "make_entry",
     "meant_class",
     "render_text",
+    "spec_json",
     "taint_slice",
     "unsupported_selector",
 ]

@@ -115,6 +115,29 @@ def claim_key(claim: ResourceClaim) -> str:
     return f"{claim.metadata.namespace or 'default'}/{name}"
 
 
+_SPEC_JSON_LIMIT = 4096
+_spec_json: dict[tuple[str, str], tuple[object, str]] = {}
+"""Per claim (uid, resourceVersion): its parsed spec and that spec as JSON."""
+
+
+def spec_json(claim: ResourceClaim) -> str:
+    """The claim's spec as JSON (what claims of one shape share), made once per parsed spec: a controller asks
+    for it for every pending claim at each explanation round. Kept by the claim's uid and resourceVersion, for
+    the very spec object it was made from (parsed specs are not changed in place), so a claim parsed anew, or one
+    with neither, is serialized again."""
+    meta = claim.metadata
+    key = (meta.uid or "", meta.resource_version or "")
+    known = _spec_json.get(key)
+    if known is not None and known[0] is claim.spec:
+        return known[1]
+    text = claim.spec.model_dump_json()
+    if key[0] and key[1]:
+        if len(_spec_json) >= _SPEC_JSON_LIMIT:
+            _spec_json.clear()
+        _spec_json[key] = (claim.spec, text)
+    return text
+
+
 def _compile(
     compile_selector: CompileSelector, selectors: list[DeviceSelector] | None, where: str
 ) -> tuple[Selector, ...]:

@@ -14,10 +14,11 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from types import TracebackType
 from typing import Any
 
 import kopf
@@ -53,15 +54,27 @@ KOPF_DISCOVERY_SECONDS = 5.0
 """How long a stop waits for kopf to finish discovering the API's resources (controller/kopfstreams.py)."""
 
 
-@contextlib.contextmanager
-def _logged(what: str, uid: str) -> Iterator[None]:
-    """A failure in one use of an event is logged and does not keep the event from the next use."""
-    try:
-        yield
-    except (
-        Exception
-    ):  # a bug in one consumer must not starve the others (kopf isolates handlers the same way)
-        log.exception("handling a claim change failed", part=what, uid=uid)
+class _Logged:
+    """A failure in one use of an event is logged and does not keep the event from the next use: a bug in one
+    consumer must not starve the others (kopf isolates handlers the same way). A class, not a
+    ``contextlib.contextmanager``: three of them a claim change, whose generators were 2 % of a controller's CPU."""
+
+    __slots__ = ("_uid", "_what")
+
+    def __init__(self, what: str, uid: str) -> None:
+        self._what = what
+        self._uid = uid
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if not isinstance(exc, Exception):
+            return False
+        log.exception("handling a claim change failed", part=self._what, uid=self._uid, exc_info=exc)
+        return True
 
 
 @dataclass
@@ -118,13 +131,13 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
     async def claim_event(kind: str, body: dict[str, Any]) -> None:
         uid = str(body["metadata"].get("uid") or "")
         claim = None if kind == "DELETED" else claims.parsed(body, ResourceClaim)
-        with _logged("claim usage", uid):
+        with _Logged("claim usage", uid):
             attribution.claim_changed(uid, claim)
             pending.claim_changed(uid, claim)
             pods.claim_changed(uid, claim)
-        with _logged("claim's ComputeDomains", uid):
+        with _Logged("claim's ComputeDomains", uid):
             domains.claim_changed(claim, uid)
-        with _logged("claim config checks", uid):
+        with _Logged("claim config checks", uid):
             await claim_checks(kind, body)
 
     async def slice_event(kind: str, body: dict[str, Any]) -> None:

@@ -15,10 +15,10 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.allocator import Allocation, Failure, NodesFailure, Repartition, claim_key, meant_class
+from gpudra.allocator import Allocation, Failure, NodesFailure, Repartition, claim_key, meant_class, spec_json
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
-from gpudra.api.timestamps import parse_rfc3339
+from gpudra.api.timestamps import epoch_seconds
 from gpudra.config import MigPlannerPolicy
 from gpudra.controller.explaining import ClusterView, explain, explanation, repartition
 from gpudra.controller.liveview import LiveView
@@ -52,11 +52,19 @@ def uses_driver(claim: ResourceClaim, classes: Mapping[str, DeviceClass], driver
     """Pure: does any request of the claim name a DeviceClass whose selectors mention ``driver``? A class that
     does not exist counts as the one it most likely misspells (then the claim is ours to explain: "did you mean
     gpu.nvidia.com?"; kube-scheduler says only that the class does not exist)."""
+    return _classes_use_driver(_class_names(claim), classes, driver)
+
+
+def _class_names(claim: ResourceClaim) -> frozenset[str]:
     names: set[str] = set()
     for request in claim.spec.devices.requests or []:
         if request.exactly is not None:
             names.add(request.exactly.device_class_name)
         names.update(sub.device_class_name for sub in request.first_available or [])
+    return frozenset(names)
+
+
+def _classes_use_driver(names: frozenset[str], classes: Mapping[str, DeviceClass], driver: str) -> bool:
     for name in names:
         meant = name if name in classes else meant_class(name, classes)
         device_class = classes.get(meant) if meant is not None else None
@@ -66,11 +74,34 @@ def uses_driver(claim: ResourceClaim, classes: Mapping[str, DeviceClass], driver
     return False
 
 
+class _DriverCheck:
+    """``uses_driver`` over one round's classes, answered once per claim spec (the pending claims of a fleet are
+    of a few shapes, their specs' JSON kept with them, and every one was checked at every round) and once per set
+    of class names."""
+
+    def __init__(self, classes: Mapping[str, DeviceClass], driver: str) -> None:
+        self._classes = classes
+        self._driver = driver
+        self._by_spec: dict[str, bool] = {}
+        self._known: dict[frozenset[str], bool] = {}
+
+    def __call__(self, claim: ResourceClaim) -> bool:
+        spec = spec_json(claim)
+        known = self._by_spec.get(spec)
+        if known is None:
+            names = _class_names(claim)
+            known = self._known.get(names)
+            if known is None:
+                known = self._known[names] = _classes_use_driver(names, self._classes, self._driver)
+            self._by_spec[spec] = known
+        return known
+
+
 def age_seconds(meta: ObjectMeta, now: float) -> float:
     created = meta.creation_timestamp
     if not created:
         return 0.0
-    return max(0.0, now - parse_rfc3339(created).timestamp())
+    return max(0.0, now - epoch_seconds(created))
 
 
 class PendingClaims:
@@ -114,13 +145,14 @@ class PendingClaims:
         resources (each with a uid of its own); return what is said of each claim that does not fit now, by uid.
         The MIG planner serves them jointly, oldest first, with the other pending claims in ``planned`` (those
         explained in an earlier round: a plan for some of them alone could differ)."""
+        ours_to_explain = _DriverCheck(classes, self._driver)
         ours: list[ResourceClaim] = []
         for claim in claims:
-            if claim.allocation is not None or not uses_driver(claim, classes, self._driver):
+            if claim.allocation is not None or not ours_to_explain(claim):
                 self.forget(_uid(claim))
             else:
                 ours.append(claim)
-        imagined = [c for c in implicit if uses_driver(c, classes, self._driver)]
+        imagined = [c for c in implicit if ours_to_explain(c)]
         if not ours and not imagined and self._planner != "apply":
             return {}
         view = await self._cluster()
@@ -147,9 +179,7 @@ class PendingClaims:
             try:
                 asked = {_uid(c) for c in ours}
                 others = [
-                    c
-                    for c in planned
-                    if _uid(c) not in asked and c.allocation is None and uses_driver(c, classes, self._driver)
+                    c for c in planned if _uid(c) not in asked and c.allocation is None and ours_to_explain(c)
                 ]
                 plan, notes = await self._suggest(view, ours + others)
             except GpudraError as exc:  # the explanations still go out
@@ -227,7 +257,7 @@ def _uid(claim: ResourceClaim) -> str:
 
 def _shape(claim: ResourceClaim) -> tuple[str, str]:
     """What the allocator's answer for a claim depends on besides the cluster: its namespace and its spec."""
-    return claim.metadata.namespace or "default", claim.spec.model_dump_json()
+    return claim.metadata.namespace or "default", spec_json(claim)
 
 
 async def _at_most(limit: int, calls: list[Coroutine[Any, Any, bool]]) -> None:

@@ -64,7 +64,9 @@ class PendingPods:
             owned.pop(uid, None)
             if not owned:
                 self._owned.pop(previous, None)
-        meta = claim.metadata if claim is not None else ObjectMeta()
+        if claim is None:  # deleted: nothing more to keep (a third of a controller's claim changes)
+            return
+        meta = claim.metadata
         owner = next((o for o in meta.owner_references or [] if o.controller and o.kind == "Pod"), None)
         if owner is None:
             return
@@ -103,7 +105,9 @@ class PendingPods:
                 implicit.append(made)
         await self._pending.check_all(claims, classes, implicit, planned=planned)
         explained = {c.metadata.uid or "" for c in claims} | {c.metadata.uid or "" for c in implicit}
-        by_name = {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()}
+        by_name = (  # only with pods to tell: it is every pending claim's name
+            {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()} if waits else {}
+        )
         for uid, wanted in waits.items():
             waiting = self.waiting.get(uid)
             if waiting is None:

@@ -37,6 +37,7 @@ class Attribution:
         self._capacity: dict[str, dict[str, float]] = {}
         self._nodes: set[str] = set()
         self._changed_nodes: set[str] = set()
+        self._written: dict[str, dict[str, float]] = {}  # node -> resource -> its allocated gauge's value
         self._slices_changed = False
 
     def slice_changed(self, name: str, slice_: ResourceSlice | None) -> None:
@@ -72,13 +73,14 @@ class Attribution:
                 self._changed_nodes.add(node)
 
     def _set_series(self, uid: str, claim: ResourceClaim | None) -> None:
-        gauge = self._metrics.device_allocated
+        series = self._metrics.device_allocated  # a series held by two claims stays until both let go
         new = allocation_series(claim, self._devices) if claim is not None else []
         old = self._series.pop(uid, [])
-        for labels in set(old) - set(new):
-            gauge.remove(*labels)
-        for labels in new:
-            gauge.labels(*labels).set(1)
+        if old != new:  # a claim's change that keeps its devices and pod (most do) writes nothing
+            for labels in set(old) - set(new):
+                series.release(labels)
+            for labels in set(new) - set(old):
+                series.hold(labels)
         if new:
             self._series[uid] = new
 
@@ -96,6 +98,7 @@ class Attribution:
             self._allocated = allocated
             nodes = set(self._capacity) | set(allocated)
             for node in self._nodes - nodes:
+                self._written.pop(node, None)
                 for resource in USAGE_RESOURCES:
                     self._metrics.node_allocated.remove(node, resource)
                     self._metrics.node_capacity.remove(node, resource)
@@ -105,10 +108,13 @@ class Attribution:
                 for resource, amount in self._capacity.get(node, {}).items():
                     self._metrics.node_capacity.labels(node, resource).set(amount)
         for node in self._changed_nodes & self._nodes:
+            totals = self._allocated.get(node, {})
+            written = self._written.setdefault(node, {})
             for resource in self._capacity.get(node, {}):
-                self._metrics.node_allocated.labels(node, resource).set(
-                    self._allocated.get(node, {}).get(resource, 0.0)
-                )
+                amount = totals.get(resource, 0.0)
+                if written.get(resource) != amount:  # a claim that came and went since: nothing to write
+                    written[resource] = amount
+                    self._metrics.node_allocated.labels(node, resource).set(amount)
         self._changed_nodes = set()
 
     async def refresh_loop(self) -> None:

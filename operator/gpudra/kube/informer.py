@@ -2,7 +2,8 @@
 for each change, in one namespace (``namespace``, which needs only a Role there) or in all of them. A watch the
 server ends is resumed from the last resourceVersion it handed (each change still handed on); a watch that fails
 or expires (410) is resumed by re-listing, and the handler sees the difference as ADDED / MODIFIED / DELETED, so no
-object's latest state is lost across a reconnect.
+object's latest state is lost across a reconnect (an object deleted and made again under its name meanwhile, another
+uid, is handed as the first one's DELETED, then ADDED, as a watch would have shown it).
 
 One bad object never stops an informer. With ``parse`` (a model's validation), an object that does not parse is
 kept out of the cache and the handler, as if absent (a version of it that parsed before goes as DELETED), is
@@ -164,6 +165,11 @@ class Informer:
                 await self._apply("DELETED", obj)
         for key, obj in fresh.items():
             before = self.cache.get(key)
+            if before is not None and _made_again(
+                before, obj
+            ):  # deleted and made again under its name meanwhile
+                await self._apply("DELETED", before)
+                before = None
             if before is None:
                 await self._apply("ADDED", obj)
             elif before.get("metadata", {}).get("resourceVersion") != obj["metadata"].get("resourceVersion"):
@@ -207,6 +213,14 @@ class Informer:
             if kind != "BOOKMARK":
                 await self._apply(kind, obj)
         return resume
+
+
+def _made_again(before: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether ``now`` is another object than ``before`` under the same name (both uids known, and different): a
+    handler that keys what it keeps by uid must see the first one go, as a watch would have shown it."""
+    old_uid = (before.get("metadata") or {}).get("uid")
+    new_uid = (now.get("metadata") or {}).get("uid")
+    return bool(old_uid and new_uid and old_uid != new_uid)
 
 
 @dataclass(frozen=True)

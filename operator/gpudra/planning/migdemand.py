@@ -30,10 +30,11 @@ from gpudra.allocator import (
     claim_key,
     evaluate,
     make_entry,
+    spec_json,
 )
 from gpudra.api.dra import Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourceSlice
 from gpudra.api.quantity import format_quantity
-from gpudra.api.timestamps import parse_rfc3339
+from gpudra.api.timestamps import epoch_seconds
 from gpudra.devices import (
     EXTENSION_DOMAIN,
     TYPE_GPU,
@@ -224,7 +225,7 @@ def claim_demand(claim: ResourceClaim, fleet: VirtualFleet, allocator: Allocator
 
 def _created(claim: ResourceClaim) -> tuple[float, str]:
     stamp = claim.metadata.creation_timestamp
-    when = parse_rfc3339(str(stamp)).timestamp() if stamp else float("inf")
+    when = epoch_seconds(str(stamp)) if stamp else float("inf")
     return when, claim_key(claim)
 
 
@@ -242,16 +243,20 @@ def plan_pending(
     known = _not_mig.get(allocator)
     if known is None or known[0] is not fleet or len(known[1]) > _NOT_MIG_LIMIT:
         known = _not_mig[allocator] = (fleet, set())
-    demands: list[MigDemand] = []
-    for claim in sorted(claims, key=_created):
+    unknown: list[tuple[ResourceClaim, tuple[str, object, str]]] = []
+    for claim in claims:  # the shapes known to want no MIG device first: most pending claims, every round
         namespace = claim.metadata.namespace or "default"
         labels = allocator.namespace_labels.get(namespace) or {}
-        shape = (namespace, tuple(sorted(labels.items())), claim.spec.model_dump_json())
-        if shape in known[1]:
+        shape: tuple[str, object, str] = (namespace, tuple(sorted(labels.items())), spec_json(claim))
+        if shape not in known[1]:
+            unknown.append((claim, shape))
+    demands: list[MigDemand] = []
+    for claim, claim_shape in sorted(unknown, key=lambda pair: _created(pair[0])):
+        if claim_shape in known[1]:  # a claim of the same shape before it wanted none
             continue
         demand = claim_demand(claim, fleet, allocator)
         if demand is None:
-            known[1].add(shape)
+            known[1].add(claim_shape)
         else:
             demands.append(demand)
     if not demands:

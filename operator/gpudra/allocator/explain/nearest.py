@@ -40,6 +40,7 @@ from gpudra.allocator.requests import (
     SelectorRuntimeError,
     build_claim,
     evaluate,
+    spec_json,
 )
 from gpudra.api.dra import ResourceClaim
 from gpudra.errors import GpudraError
@@ -220,7 +221,7 @@ class _Promise:
             except GpudraError:
                 continue
             self.groups += spec.groups
-            shape.append((namespace, tuple(sorted((labels or {}).items())), claim.spec.model_dump_json()))
+            shape.append((namespace, tuple(sorted((labels or {}).items())), spec_json(claim)))
         self.shape = tuple(shape)
         self.memo = _memos.setdefault(allocator, {})
         if len(self.memo) > _MEMO_LIMIT:
