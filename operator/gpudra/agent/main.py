@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from gpudra.agent.heap import freeze_when_started
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.config import AgentSettings
 from gpudra.hardware.gpus.backend import GpuBackend
@@ -57,9 +58,11 @@ async def run_agent(settings: AgentSettings, backend: GpuBackend | None = None) 
         app = metrics_app(metrics.registry, agent.published.is_set)
         runner = await serve_metrics(app, settings.metrics_host, settings.metrics_port)
     log.info("agent starting", node=settings.node_name, driver=settings.driver_name, backend=settings.backend)
+    freeze = asyncio.create_task(freeze_when_started(agent.published))
     try:
         await runtime.run()
     finally:
+        freeze.cancel()
         if not runtime.handed_over:  # else the node's slices are the newer agent's now
             await asyncio.shield(agent.unmark_node())
         await asyncio.shield(client.close())

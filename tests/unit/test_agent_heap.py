@@ -1,0 +1,28 @@
+"""The standalone agent leaves its start-up heap out of later full collections once its first slices are out."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from gpudra.agent.heap import freeze_when_started
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+async def test_the_heap_is_frozen_only_after_the_agent_started(unfrozen: None) -> None:
+    started = asyncio.Event()
+    freezing = asyncio.create_task(freeze_when_started(started))
+    await asyncio.sleep(0)  # it runs up to its wait
+    assert gc.get_freeze_count() == 0
+    started.set()
+    await asyncio.wait_for(freezing, timeout=10)
+    assert gc.get_freeze_count() > 0
