@@ -10,10 +10,11 @@ rebuilds it) and prints it as one JSON line, which ``hack/oracle``'s binary answ
 
 from __future__ import annotations
 
+from random import Random
 from typing import Any
 
 from _oracle_run import EXAMPLES, SEED, Oracle, gpudra, kubernetes, one_line, tally
-from _oracle_scenarios import CLASSES, DRIVER, scenarios
+from _oracle_scenarios import CLASSES, DRIVER, scenario, scenarios
 from hypothesis import HealthCheck, given, seed, settings
 
 
@@ -80,3 +81,16 @@ def test_list_match_backtracking_restores_the_common_values_as_kubernetes_does(o
         ("b", "gpu-3"),
     ]
     assert ours == kube
+
+
+def test_allocations_on_other_nodes_use_up_the_pools_counters_as_kubernetes_counts_them(
+    oracle: Oracle,
+) -> None:
+    """Found by a random run: a device allocated on node n2 (a slice whose devices each name their node) consumes
+    the pool's whole counter, so on n1 Kubernetes gives the claim another device; gpudra counted only the devices
+    of the slices that reach n1 and gave the one whose counter was used up."""
+    number = 2_351_001_186
+    case = scenario(Random(number))
+    kube, ours = kubernetes(oracle, case), gpudra(case)
+    assert kube.outcome == "allocated"
+    assert (ours.outcome, ours.claims, ours.error) == (kube.outcome, kube.claims, kube.error)

@@ -126,6 +126,9 @@ class PoolView:
     ids: frozenset[DeviceId] = frozenset()
     has_multi: bool = False
     """Whether some device allows multiple allocations."""
+    elsewhere: tuple[DeviceEntry, ...] = ()
+    """A node's view only: the devices of the generation's other slices (not the node's), whose allocations
+    still consume the pool's counters."""
 
 
 def qualify(name: str, driver: str) -> str:
@@ -335,11 +338,12 @@ def node_view(node: NodeInfo, key: PoolKey, slices: list[ResourceSlice], view: P
     if complete and generation == view.generation and len(chosen) == len(view.slices) == wanted:
         return view
     local = build_pool(key, chosen, view, complete=complete)
-    if local is not None and local.invalid_reason is None:
-        # The other slices' devices are not the node's, but their counter consumption must be valid too.
-        local.invalid_reason = _check_counters(
-            [make_entry(s, d) for s in others for d in s.spec.devices or ()], local.counter_sets
-        )
+    if local is not None:
+        # The other slices' devices are not the node's, but their counter consumption must be valid too, and
+        # their allocations use the pool's counters up as the node's own do.
+        local.elsewhere = tuple(make_entry(s, d) for s in others for d in s.spec.devices or ())
+        if local.invalid_reason is None:
+            local.invalid_reason = _check_counters(list(local.elsewhere), local.counter_sets)
     return local
 
 

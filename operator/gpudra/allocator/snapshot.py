@@ -8,6 +8,7 @@ the few pools whose slices use nodeSelector / allNodes / perDeviceNodeSelection 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -451,7 +452,7 @@ class ClusterSnapshot:
         available = {(s, c): v for s, counters in pool.counter_sets.items() for c, v in counters.items()}
         busy = self._by_pool_in_use.get(pool.key, set())
         if busy:
-            for entry in pool.entries:
+            for entry in itertools.chain(pool.entries, pool.elsewhere):
                 if entry.consumes and (entry.id in self._in_use or entry.id in self._shares):
                     for set_name, counter, value in entry.consumes:
                         k = (set_name, counter)
