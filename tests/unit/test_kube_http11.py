@@ -17,6 +17,7 @@ from gpudra.kube.http11 import Endpoint, Pool
 from gpudra.kube.kubeconfig import Credentials
 from gpudra.kube.resources import NODES
 from gpudra.kube.session import SessionTransport
+from gpudra.testing import eventually
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -235,7 +236,8 @@ async def test_a_connection_whose_answers_deadline_passed_is_not_reused_for_the_
         async with await pool.request("POST", "/api/v1/nodes", {}, b"{}", 0.2) as first:
             chunks = first.chunks()
             assert json.loads(await anext(chunks))["metadata"]["name"] == "n1"  # the whole body, not its end
-            await asyncio.sleep(0.4)  # held past its deadline before it is left
+            # held until its deadline has cut the connection's reader, then left
+            await eventually(lambda: first._connection.reader.exception(), what="the answer's deadline")
         async with await pool.request("POST", "/api/v1/nodes", {}, b"{}", 5) as second:
             assert json.loads(await second.read())["metadata"]["name"] == "n1"
         await pool.close()
