@@ -206,21 +206,27 @@ async def test_a_watch_that_falls_silent_ends_at_its_deadline() -> None:
 
 
 async def test_a_connection_kept_after_an_answer_outlives_that_answers_deadline() -> None:
+    past = asyncio.Event()  # the first request's deadline has passed
+
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
         if "watch=true" not in line:
             writer.write(answer(node("n1")))
             return True
         writer.write(watch_head())
         await writer.drain()
-        await asyncio.sleep(0.5)  # past the first request's deadline, on the same connection
+        await past.wait()  # the event comes after the first request's deadline, on the same connection
         writer.write(chunk(b'{"type": "ADDED"}\n') + b"0\r\n\r\n")
         return True
 
     async with serving(handler) as server:
         pool = Pool(Endpoint(f"http://127.0.0.1:{server.port}", None))
+        loop = asyncio.get_running_loop()
+        first_deadline = loop.time() + 0.2
         async with await pool.request("GET", "/api/v1/nodes/n1", {}, None, 0.2) as first:
             assert json.loads(await first.read())["metadata"]["name"] == "n1"
         watch = await pool.request("GET", "/api/v1/nodes?watch=true", {}, None, 5)
+        await eventually(lambda: loop.time() > first_deadline + 0.1, what="the first deadline passed")
+        past.set()
         assert [data async for data in watch.chunks()] == [b'{"type": "ADDED"}\n']
         await pool.close()
     assert server.connections == 1
