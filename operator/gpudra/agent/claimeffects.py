@@ -103,10 +103,14 @@ class ClaimEffects:
 
     async def write_files(self, uid: str, plan: ClaimPlan) -> Path:
         """The plan's device metadata files and directories, then the CDI spec that mounts them; the spec's
-        path."""
-        await _change(write_files, plan.metadata_files)
-        await _change(make_directories, plan.directories)
-        return await _change(self.specs.write_document, uid, plan.cdi_document)
+        path. One worker thread's job: a hand-off costs the event loop about 0.06 ms, and a whole GPU's
+        prepare made three where only the spec had anything to write."""
+        return await _change(self._write_files, uid, plan)
+
+    def _write_files(self, uid: str, plan: ClaimPlan) -> Path:
+        write_files(plan.metadata_files)
+        make_directories(plan.directories)
+        return self.specs.write_document(uid, plan.cdi_document)
 
     async def ensure_spec(self, uid: str, entry: ClaimEntry) -> None:
         """Rewrite a prepared claim's CDI spec when the file is gone."""
@@ -115,12 +119,16 @@ class ClaimEffects:
             await _change(self.specs.write_document, uid, entry.cdi_document)
 
     async def remove_files(self, uid: str, entry: ClaimEntry | None) -> None:
-        """The CDI spec and, when ``entry`` says whose they are, the device metadata files."""
-        await _change(self.specs.delete, uid)
+        """The CDI spec and, when ``entry`` says whose they are, the device metadata files, then the claim's own
+        directories; in one worker thread's job."""
+        await _change(self._remove_files, uid, entry)
+
+    def _remove_files(self, uid: str, entry: ClaimEntry | None) -> None:
+        self.specs.delete(uid)
         if entry is not None and self.data_dir is not None:
-            await _change(remove_claim_files, self.data_dir, entry.namespace, entry.name)
+            remove_claim_files(self.data_dir, entry.namespace, entry.name)
         if self.claim_dirs is not None:
-            await _change(shutil.rmtree, self.claim_dirs / validate_claim_uid(uid), True)
+            shutil.rmtree(self.claim_dirs / validate_claim_uid(uid), ignore_errors=True)
 
     # -- dynamic MIG instances -------------------------------------------------------------------------------
 

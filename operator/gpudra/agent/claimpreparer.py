@@ -230,8 +230,12 @@ class ClaimPreparer:
         options = self._options
         dynamic = frozenset(self._dynamic_gpus())
         inventory = await self.effects.inventory.read()
-        creations = await asyncio.to_thread(
-            plan_instances, results, inventory, dynamic, self.effects.instances.profiles_of
+        creations = (
+            await asyncio.to_thread(
+                plan_instances, results, inventory, dynamic, self.effects.instances.profiles_of
+            )
+            if dynamic
+            else []  # no GPU in dynamic MIG mode: nothing to create, and no worker thread's hand-off to pay
         )
         if creations:
             await self.store.transition(
