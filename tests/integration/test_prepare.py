@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 from _prepare_kit import DRIVER, NODE, Node, gpu_config
+from prometheus_client.metrics import MetricWrapperBase
 
+from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
+from gpudra.agent.claimpreparer import ClaimPreparer
+from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.kubeletplugin import ClaimRef
+from gpudra.agent.reservations import DeviceReservations
+from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import RESOURCE_CLAIMS
 
 
@@ -266,6 +272,58 @@ async def test_metrics_count_prepares(node: Node) -> None:
         == 1
     )
     assert sample("gpudra_prepared_devices", {"node": NODE}) == 1
+
+
+async def test_prepares_and_unprepares_look_up_no_metric_series(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The series a call counts in are bound when the preparer is built: a labelled metric's ``labels()`` locks
+    and builds a key each time (three times a call before), and the prepared devices are counted when scraped."""
+    refs = [await node.claim(f"series-{i}", {"gpu": f"gpu-{i}"}) for i in range(3)]
+    lookups: list[tuple[str, ...]] = []
+    labels = MetricWrapperBase.labels
+
+    def counted(self: MetricWrapperBase, *values: str, **named: str) -> Any:
+        lookups.append(values)
+        return labels(self, *values, **named)
+
+    monkeypatch.setattr(MetricWrapperBase, "labels", counted)
+    assert node.kubelet is not None
+    answers = await asyncio.gather(*(node.kubelet.prepare([r]) for r in refs))
+    assert all(a[r.uid].error == "" for a, r in zip(answers, refs, strict=True))
+    sample = node.metrics.registry.get_sample_value
+    assert sample("gpudra_prepared_devices", {"node": NODE}) == 3
+    assert (await node.kubelet.unprepare([refs[0]]))[refs[0].uid].error == ""
+    assert lookups == []
+    assert sample("gpudra_prepare_requests_total", {"node": NODE, "result": "ok"}) == 3
+    assert sample("gpudra_unprepare_requests_total", {"node": NODE, "result": "ok"}) == 1
+    assert sample("gpudra_prepare_seconds_count", {"node": NODE}) == 3
+    assert sample("gpudra_prepared_devices", {"node": NODE}) == 2
+
+
+async def test_the_prepared_devices_gauge_counts_every_driver_of_the_node(node: Node, tmp_path: Path) -> None:
+    """The GPU driver and the compute-domain driver prepare on one node with one registry: the gauge is what
+    both hold, not what the last one to answer a call holds; a preparer built again replaces its own count."""
+    other = CheckpointStore(
+        tmp_path / "other" / "checkpoint.json", node=NODE, driver="compute-domain.nvidia.com"
+    )
+    await other.load()
+    await other.transition(
+        "cd-claim", "PrepareCompleted", namespace="team-a", name="channel",
+        devices=[DeviceRecord(pool_name=NODE, device_name="channel-0")],
+    )  # fmt: skip
+    assert node.preparer is not None
+    ClaimPreparer(
+        client=node.client, backend=node.backend, store=other,
+        status=ClaimStatus(node.client, EventRecorder(node.client, "t"), driver=other.driver, node=NODE),
+        reservations=DeviceReservations(other), effects=node.preparer.effects, metrics=node.metrics,
+    )  # fmt: skip
+    ref = await node.claim("gpu-claim", {"gpu": "gpu-5"})
+    assert (await prepare(node, ref)).error == ""
+    sample = node.metrics.registry.get_sample_value
+    assert sample("gpudra_prepared_devices", {"node": NODE}) == 2
+    await node.restart()
+    assert sample("gpudra_prepared_devices", {"node": NODE}) == 2
 
 
 async def test_checkpoint_records_prepared_claim(node: Node) -> None:
