@@ -43,9 +43,8 @@ class PrepareMetrics:
             for result in ("ok", "failed")
         }
         counts = metrics.prepared_device_counts.setdefault(node, {})
-        counts[store.driver] = _completed_devices(
-            store
-        )  # a preparer built again for a driver replaces its own
+        # a preparer built again for a driver (the agent's start-up, a restart in tests) replaces its own count
+        counts[store.driver] = _completed_devices(store)
         metrics.prepared_devices.labels(node).set_function(lambda: sum(count() for count in counts.values()))
 
     @contextmanager
