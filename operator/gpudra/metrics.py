@@ -179,6 +179,9 @@ class Metrics:
             ["node"],
             registry=r,
         )
+        self.prepared_device_counts: dict[str, dict[str, Callable[[], int]]] = {}
+        """Node -> driver -> how many devices the driver has prepared there, summed by ``prepared_devices`` when
+        scraped (:class:`gpudra.agent.preparemetrics.PrepareMetrics` sets its driver's)."""
         self.recovery_actions = Counter(
             "gpudra_prepare_recovery_actions_total",
             "Start-up reconcile actions: regenerated, rolled_back, finished, orphan_removed, checkpoint_reset.",

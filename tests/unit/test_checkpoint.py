@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -320,6 +321,31 @@ async def test_same_claim_is_serialized(path: Path) -> None:
 
     await asyncio.gather(work("first"), work("second"))
     assert order == ["first-in", "first-out", "second-in", "second-out"]
+
+
+async def test_the_store_keeps_no_lock_for_claims_it_is_done_with(path: Path) -> None:
+    """A node prepares claims for as long as it runs: a lock kept for every claim it ever locked grows its memory
+    with each one (two thousand claims, about a quarter of a megabyte). A lock lives while someone holds or waits
+    for it; the same claim is still serialized (test above)."""
+    checkpoint = store(path)
+    await checkpoint.load()
+    here = tracemalloc.Filter(True, checkpoint_module.__file__)
+
+    async def lock_and_release(uid: str) -> None:
+        async with checkpoint.claim_lock(uid):
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(lock_and_release(f"warm-{i}") for i in range(10)))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot().filter_traces([here])
+        for batch in range(20):
+            await asyncio.gather(*(lock_and_release(f"uid-{batch}-{i}") for i in range(100)))
+        after = tracemalloc.take_snapshot().filter_traces([here])
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert grown < 20_000, f"{grown} bytes held by the checkpoint module after 2,000 claims"
 
 
 async def test_many_concurrent_writes_all_land(path: Path) -> None:

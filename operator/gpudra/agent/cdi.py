@@ -349,8 +349,9 @@ def _spec_bytes(document: Mapping[str, Any]) -> bytes:
 
 
 class ClaimSpecDir:
-    """The per-claim spec files of one vendor in one CDI directory. Methods do blocking file I/O (small files):
-    call them through ``asyncio.to_thread`` from async code.
+    """The per-claim spec files of one vendor in one CDI directory. Methods do file I/O on small files without a
+    sync: a prepare and an unprepare write and delete their spec on the event loop (a worker thread's hand-off
+    cost more CPU than the write); reading every spec at start-up goes through ``asyncio.to_thread``.
 
     A spec is replaced atomically (a reader never sees half a file) but not synced to disk: the checkpoint is the
     durable record, and the agent's start rewrites a prepared claim's spec that is missing, unreadable or

@@ -246,6 +246,16 @@ def decode_checkpoint(
     return claims, version
 
 
+class _ClaimLock:
+    """One claim's lock and how many hold it or wait for it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
 class CheckpointStore:
     """The agent's view of the checkpoint file. ``load()`` once at start, then ``transition``/``remove``."""
 
@@ -257,7 +267,7 @@ class CheckpointStore:
         self._claims: dict[str, ClaimEntry] = {}
         self._loaded = False
         self._load_failed = False
-        self._claim_locks: dict[str, asyncio.Lock] = {}
+        self._claim_locks: dict[str, _ClaimLock] = {}
         self._write_lock = asyncio.Lock()
         self._generation = 0
         self._written = 0
@@ -314,10 +324,19 @@ class CheckpointStore:
 
     @asynccontextmanager
     async def claim_lock(self, uid: str) -> AsyncIterator[None]:
-        """Hold for the whole prepare or unprepare of one claim; other claims are not blocked."""
-        lock = self._claim_locks.setdefault(uid, asyncio.Lock())
-        async with lock:
-            yield
+        """Hold for the whole prepare or unprepare of one claim; other claims are not blocked. A claim's lock is
+        kept while someone holds or waits for it, not for every claim the node ever prepared."""
+        held = self._claim_locks.get(uid)
+        if held is None:
+            held = self._claim_locks[uid] = _ClaimLock()
+        held.users += 1
+        try:
+            async with held.lock:
+                yield
+        finally:
+            held.users -= 1
+            if not held.users:
+                del self._claim_locks[uid]
 
     async def transition(
         self,

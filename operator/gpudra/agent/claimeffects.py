@@ -9,13 +9,16 @@
 
 No checkpoint here: :class:`gpudra.agent.claimpreparer.ClaimPreparer` decides when each change happens and
 records it first, so a crash at any point leaves a record of every change that may have been made. Each change
-runs in a worker thread to its end even when the prepare is cancelled meanwhile (:mod:`gpudra.agent.uninterrupted`):
-the rollback that follows then finds what it undoes.
+that can block (NVML, a durable file, a directory tree) runs in a worker thread to its end even when the prepare is
+cancelled meanwhile (:mod:`gpudra.agent.uninterrupted`): the rollback that follows then finds what it undoes. The
+CDI spec, a small file replaced without a sync, is written and removed on the event loop, where nothing cuts it
+short either: a worker thread's hand-off cost the loop more CPU than the write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -23,7 +26,7 @@ from typing import ParamSpec, TypeVar
 
 from gpudra.agent.cdi import ClaimSpecDir, validate_claim_uid
 from gpudra.agent.checkpoint import ClaimEntry, MigInstanceRecord, VfioBindingRecord
-from gpudra.agent.devicemetadata import remove_claim_files, write_files
+from gpudra.agent.devicemetadata import claim_files_dir, write_files
 from gpudra.agent.freshinventory import FreshInventory
 from gpudra.agent.migdynamic.decisions import InstanceCreation
 from gpudra.agent.migdynamic.instances import CreatedInstance, MigInstances
@@ -45,6 +48,16 @@ def make_directories(paths: Sequence[str]) -> None:
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(0o1777)
+
+
+def _write_claim_files(plan: ClaimPlan) -> None:
+    write_files(plan.metadata_files)
+    make_directories(plan.directories)
+
+
+def _remove_trees(trees: Sequence[Path]) -> None:
+    for tree in trees:
+        shutil.rmtree(tree, ignore_errors=True)
 
 
 async def _change(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -102,11 +115,16 @@ class ClaimEffects:
     # -- files -----------------------------------------------------------------------------------------------
 
     async def write_files(self, uid: str, plan: ClaimPlan) -> Path:
-        """The plan's device metadata files and directories, then the CDI spec that mounts them; the spec's
-        path."""
-        await _change(write_files, plan.metadata_files)
-        await _change(make_directories, plan.directories)
-        return await _change(self.specs.write_document, uid, plan.cdi_document)
+        """The plan's device metadata files and directories (written durably: in a worker thread), then the CDI
+        spec that mounts them; the spec's path.
+
+        The spec is written on the event loop: a small file replaced without a sync (the checkpoint is the
+        durable record, and the agent's start rewrites a spec a crash or a reboot lost), a few system calls on
+        the page cache, where a hand-off to a worker thread cost the loop more CPU than the write itself. Like a
+        worker thread's job, it is not cut short by a cancellation."""
+        if plan.metadata_files or plan.directories:
+            await _change(_write_claim_files, plan)
+        return self.specs.write_document(uid, plan.cdi_document)
 
     async def ensure_spec(self, uid: str, entry: ClaimEntry) -> None:
         """Rewrite a prepared claim's CDI spec when the file is gone."""
@@ -115,12 +133,21 @@ class ClaimEffects:
             await _change(self.specs.write_document, uid, entry.cdi_document)
 
     async def remove_files(self, uid: str, entry: ClaimEntry | None) -> None:
-        """The CDI spec and, when ``entry`` says whose they are, the device metadata files."""
-        await _change(self.specs.delete, uid)
+        """The CDI spec (on the event loop, as :meth:`write_files` writes it) and, when ``entry`` says whose they
+        are, the device metadata files, then the claim's own directories (in a worker thread, when there are
+        any)."""
+        self.specs.delete(uid)
+        trees = self._trees_of(uid, entry)
+        if trees:
+            await _change(_remove_trees, trees)
+
+    def _trees_of(self, uid: str, entry: ClaimEntry | None) -> list[Path]:
+        """The claim's metadata directory and its own directory, those that exist (a whole GPU's claim has
+        neither: a look on the event loop, not a worker thread's job, tells)."""
+        trees = [self.claim_dirs / validate_claim_uid(uid)] if self.claim_dirs is not None else []
         if entry is not None and self.data_dir is not None:
-            await _change(remove_claim_files, self.data_dir, entry.namespace, entry.name)
-        if self.claim_dirs is not None:
-            await _change(shutil.rmtree, self.claim_dirs / validate_claim_uid(uid), True)
+            trees.insert(0, claim_files_dir(self.data_dir, entry.namespace, entry.name))
+        return [tree for tree in trees if os.path.lexists(tree)]
 
     # -- dynamic MIG instances -------------------------------------------------------------------------------
 

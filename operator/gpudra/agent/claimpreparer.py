@@ -148,7 +148,7 @@ class ClaimPreparer:
         self.node = status.node
         self._options = options or PrepareOptions()
         self._dynamic_gpus = dynamic_gpus
-        self._metrics = PrepareMetrics(metrics, node=status.node)
+        self._metrics = PrepareMetrics(metrics, node=status.node, store=store)
         self._planner = planner
         self.hook = hook
         self._shared_pool = shared_pool
@@ -159,12 +159,10 @@ class ClaimPreparer:
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         results = await asyncio.gather(*(self._prepare_one(ref) for ref in claims))
-        self._metrics.prepared_devices(self.store)
         return {ref.uid: result for ref, result in zip(claims, results, strict=True)}
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
         results = await asyncio.gather(*(self._unprepare_one(ref) for ref in claims))
-        self._metrics.prepared_devices(self.store)
         return {ref.uid: result for ref, result in zip(claims, results, strict=True)}
 
     async def report_health(self, *, refresh: bool = False) -> None:
@@ -230,8 +228,12 @@ class ClaimPreparer:
         options = self._options
         dynamic = frozenset(self._dynamic_gpus())
         inventory = await self.effects.inventory.read()
-        creations = await asyncio.to_thread(
-            plan_instances, results, inventory, dynamic, self.effects.instances.profiles_of
+        creations = (
+            await asyncio.to_thread(
+                plan_instances, results, inventory, dynamic, self.effects.instances.profiles_of
+            )
+            if dynamic
+            else []  # no GPU in dynamic MIG mode: nothing to create, and no worker thread's hand-off to pay
         )
         if creations:
             await self.store.transition(

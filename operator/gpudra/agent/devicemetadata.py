@@ -12,7 +12,6 @@ Unprepare removes the claim's directory.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -117,6 +116,6 @@ def write_files(files: Mapping[str, bytes]) -> None:
         write_atomically(target, content)
 
 
-def remove_claim_files(data_dir: Path, namespace: str, name: str) -> None:
-    """Remove a claim's metadata directory (nothing when it has none)."""
-    shutil.rmtree(data_dir / claim_dir(ClaimIdentity(namespace, name, "")), ignore_errors=True)
+def claim_files_dir(data_dir: Path, namespace: str, name: str) -> Path:
+    """A claim's metadata directory (unprepare removes it)."""
+    return data_dir / claim_dir(ClaimIdentity(namespace, name, ""))
