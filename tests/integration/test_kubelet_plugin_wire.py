@@ -41,9 +41,14 @@ CALL = [
 class Handler:
     def __init__(self) -> None:
         self.prepared: list[str] = []
+        self.held = asyncio.Event()  # a prepare of a claim "held-*" is waiting for ``release``
+        self.release = asyncio.Event()
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         self.prepared += [c.uid for c in claims]
+        if any(c.uid.startswith("held") for c in claims):
+            self.held.set()
+            await self.release.wait()
         return {c.uid: PrepareResult() for c in claims}
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
@@ -58,9 +63,18 @@ def short_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-async def plugin(short_dir: Path) -> AsyncIterator[KubeletPlugin]:
+def handler() -> Handler:
+    return Handler()
+
+
+@pytest.fixture
+async def plugin(short_dir: Path, handler: Handler) -> AsyncIterator[KubeletPlugin]:
     plugin = KubeletPlugin(
-        "gpu.nvidia.com", Handler(), plugin_dir=short_dir / "p", registry_dir=short_dir / "r"
+        "gpu.nvidia.com",
+        handler,
+        plugin_dir=short_dir / "p",
+        registry_dir=short_dir / "r",
+        stop_grace_seconds=20,
     )
     async with plugin:
         yield plugin
@@ -113,6 +127,8 @@ def replaced(name: str, value: str) -> list[tuple[str, str]]:
 
 
 REQUEST = message(dra_v1_pb2.NodePrepareResourcesRequest().SerializeToString())
+GRPC = {":status": "200", "content-type": "application/grpc+proto"}
+"""A gRPC status in a trailers-only answer: Go's gRPC (the kubelet's) reads it only with gRPC's content type."""
 
 
 @pytest.mark.parametrize(
@@ -120,10 +136,13 @@ REQUEST = message(dra_v1_pb2.NodePrepareResourcesRequest().SerializeToString())
     [
         (without(":method"), REQUEST, {":status": "405"}),
         (replaced(":method", "GET"), None, {":status": "405"}),
+        (without(":path"), REQUEST, {**GRPC, "grpc-status": "12", "grpc-message": "Method not found"}),
         (
-            without(":path"),
+            replaced(
+                ":path", "/v1.DRAResourceHealth/NodeWatchResources"
+            ),  # not served without a health source
             REQUEST,
-            {":status": "200", "grpc-status": "12", "grpc-message": "Method not found"},
+            {**GRPC, "grpc-status": "12", "grpc-message": "Method not found"},
         ),
         (
             without("content-type"),
@@ -139,21 +158,22 @@ REQUEST = message(dra_v1_pb2.NodePrepareResourcesRequest().SerializeToString())
         (
             replaced("grpc-timeout", "soon"),
             REQUEST,
-            {":status": "200", "grpc-status": "2", "grpc-message": "Invalid grpc-timeout header"},
+            {**GRPC, "grpc-status": "2", "grpc-message": "Invalid grpc-timeout header"},
         ),
         (
             replaced("grpc-timeout", "123456789S"),  # more than gRPC's 8 digits
             REQUEST,
-            {":status": "200", "grpc-status": "2", "grpc-message": "Invalid grpc-timeout header"},
+            {**GRPC, "grpc-status": "2", "grpc-message": "Invalid grpc-timeout header"},
         ),
-        (CALL, None, {":status": "200", "grpc-status": "13"}),  # no request message
-        (CALL, message(b"\xff\xff\xff"), {":status": "200", "grpc-status": "2"}),  # not a protobuf message
-        (CALL, message(b"", compressed=True), {":status": "200", "grpc-status": "12"}),
+        (CALL, None, {**GRPC, "grpc-status": "13"}),  # no request message
+        (CALL, message(b"\xff\xff\xff"), {**GRPC, "grpc-status": "2"}),  # not a protobuf message
+        (CALL, message(b"", compressed=True), {**GRPC, "grpc-status": "12"}),
     ],
     ids=[
         "no-method",
         "GET",
         "no-path",
+        "unknown-path",
         "no-content-type",
         "json",
         "no-te",
@@ -175,12 +195,7 @@ async def test_a_request_no_grpc_client_sends_gets_a_clear_status(
 
 
 async def test_a_call_the_plugin_answers_carries_the_reply(plugin: KubeletPlugin) -> None:
-    request = dra_v1_pb2.NodePrepareResourcesRequest(
-        claims=[dra_v1_pb2.Claim(namespace="team-a", uid="ok-1", name="claim")]
-    )
-    answer = await asyncio.wait_for(
-        raw_call(plugin.dra_socket, CALL, message(request.SerializeToString())), 10
-    )
+    answer = await asyncio.wait_for(raw_call(plugin.dra_socket, CALL, prepare_request("ok-1")), 10)
     assert answer == {":status": "200", "content-type": "application/grpc+proto", "grpc-status": "0"}
 
 
@@ -195,3 +210,24 @@ async def test_bytes_that_are_not_http2_close_that_connection_only(plugin: Kubel
     async with KubeletClient(plugin.registration_socket) as kubelet:
         await kubelet.register()
         assert (await kubelet.prepare([ClaimRef("team-a", "ok-2", "claim")]))["ok-2"].error == ""
+
+
+def prepare_request(uid: str) -> bytes:
+    request = dra_v1_pb2.NodePrepareResourcesRequest(
+        claims=[dra_v1_pb2.Claim(namespace="team-a", uid=uid, name="claim")]
+    )
+    return message(request.SerializeToString())
+
+
+async def test_a_stopping_plugin_refuses_a_call_with_a_status_go_reads(
+    plugin: KubeletPlugin, handler: Handler
+) -> None:
+    held = asyncio.create_task(raw_call(plugin.dra_socket, CALL, prepare_request("held-1")))
+    await asyncio.wait_for(handler.held.wait(), 10)
+    stopping = asyncio.create_task(plugin.stop())  # waits out its grace for the held call
+    refused = await asyncio.wait_for(raw_call(plugin.dra_socket, CALL, prepare_request("ok-3")), 10)
+    assert refused == {**GRPC, "grpc-status": "14", "grpc-message": "the kubelet plugin is stopping"}
+    handler.release.set()
+    assert (await asyncio.wait_for(held, 10))["grpc-status"] == "0"
+    await asyncio.wait_for(stopping, 10)
+    assert handler.prepared == ["held-1"]

@@ -7,8 +7,10 @@ CPU in the agent's process. This module answers a call with what the kubelet's c
 protocol (``grpclib.protocol``: its ``H2Protocol`` and stream), with grpclib's statuses and messages:
 
 - a request that is not a gRPC call is refused as grpclib refused it: a method other than POST with HTTP 405, a
-  missing or other content type than ``application/grpc`` (``+proto``) with 415, no ``te: trailers`` with 400, an
-  unknown path with UNIMPLEMENTED, an unreadable ``grpc-timeout`` with UNKNOWN ("Invalid grpc-timeout header");
+  missing or other content type than ``application/grpc`` (``+proto``) with 415, no ``te: trailers`` with 400; an
+  unknown path with UNIMPLEMENTED, an unreadable ``grpc-timeout`` with UNKNOWN ("Invalid grpc-timeout header"),
+  each a trailers-only answer with gRPC's content type (grpclib left it out there, and Go's gRPC then reads the
+  status as UNKNOWN);
 - the kubelet's deadline (``grpc-timeout``) cancels the handler and is answered DEADLINE_EXCEEDED; the kubelet's
   cancellation (RST_STREAM, a lost connection) cancels the handler (``Calls.cancel``, ``Calls.close``);
 - a ``GRPCError`` raised by the handler is answered with its status and message, any other exception with UNKNOWN
@@ -125,16 +127,16 @@ async def serve_call(
         return await _abort(stream, 400, Status.UNKNOWN, 'Required "te: trailers" header is missing')
     method = methods.get(path or "")
     if method is None:
-        return await _abort(stream, 200, Status.UNIMPLEMENTED, "Method not found")
+        return await _end(stream, False, Status.UNIMPLEMENTED, "Method not found")
     seconds = None
     if timeout is not None:
         try:
             seconds = timeout_seconds(timeout)
         except ValueError:
-            return await _abort(stream, 200, Status.UNKNOWN, "Invalid grpc-timeout header")
+            return await _end(stream, False, Status.UNKNOWN, "Invalid grpc-timeout header")
     refused = refuse()
     if refused is not None:
-        return await _abort(stream, 200, Status.UNAVAILABLE, refused)
+        return await _end(stream, False, Status.UNAVAILABLE, refused)
     answered = [False]  # whether the initial headers went out: the trailers then carry the status alone
     try:
         if seconds is None:
@@ -204,8 +206,9 @@ async def _send(stream: H2Stream, data: bytes, answered: list[bool]) -> None:
 
 
 async def _end(stream: H2Stream, answered: bool, status: Status, message: str | None) -> None:
-    """The call's trailers (with the initial headers, when none went out yet), and a reset of a failed call's
-    stream so that the peer stops sending."""
+    """The call's trailers, and a reset of a failed call's stream so that the peer stops sending. When no headers
+    went out yet, a trailers-only answer: with HTTP status 200 and gRPC's content type, which Go's gRPC (the
+    kubelet's) requires to read the status at all (without it a call reads UNKNOWN, "missing content-type")."""
     if stream._transport.is_closing():
         return
     headers = [] if answered else list(_INITIAL)
@@ -223,7 +226,7 @@ async def _end(stream: H2Stream, answered: bool, status: Status, message: str | 
 async def _abort(
     stream: H2Stream, http_status: int, status: Status | None = None, message: str | None = None
 ) -> None:
-    """A request that is no call of this server: refused with an HTTP status (and a gRPC one, when given)."""
+    """A request that is no gRPC call: refused with an HTTP status (and a gRPC one, when given)."""
     headers = [(":status", str(http_status))]
     if status is not None:
         headers.append(("grpc-status", str(status.value)))
