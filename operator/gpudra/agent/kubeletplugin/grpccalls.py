@@ -2,9 +2,10 @@
 
 grpclib's own server layer (``grpclib.server``: its ``Handler``, ``request_handler`` and ``Stream``) builds, for
 every call, a metadata multidict, a deadline object and context manager, a peer object, event dispatches for
-listeners the plugin never registers, and checks of metadata the plugin never sends; about a fifth of a bare call's
-CPU in the agent's process. This module answers a call with what the kubelet's calls need, on grpclib's HTTP/2
-protocol (``grpclib.protocol``: its ``H2Protocol`` and stream), with grpclib's statuses and messages:
+listeners the plugin never registers, and checks of metadata the plugin never sends; about a sixth of a bare call's
+CPU in the agent's process (docs/performance.md). This module answers a call with what the kubelet's calls need,
+on grpclib's HTTP/2 protocol (``grpclib.protocol``: its ``H2Protocol`` and stream), with grpclib's statuses and
+messages:
 
 - a request that is not a gRPC call is refused as grpclib refused it: a method other than POST with HTTP 405, a
   missing or other content type than ``application/grpc`` (``+proto``) with 415, no ``te: trailers`` with 400; an
@@ -24,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +47,6 @@ _INITIAL = [(":status", "200"), ("content-type", _CONTENT_TYPE)]
 _OK = [("grpc-status", "0")]
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
-UnaryMethod = Callable[[Any, Any], Awaitable[Message]]
-StreamingMethod = Callable[[Any, Any], AsyncIterator[Message]]
 Headers = list[tuple[str, str]]
 
 
