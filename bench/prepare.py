@@ -10,9 +10,10 @@ on every device of the kind in flight at once, up to 64 (a dgx-h100 has 8 GPUs, 
 unprepares them all at once; rounds repeat until each kind has enough samples for its p99. A line "1 in flight"
 follows each kind: 32 calls made one after the other, the latency without a queue. The baseline, in the
 same run and at the same concurrency, is a NodePrepareResources call with no claims: the gRPC round trip and
-the agent's dispatch, which every prepare pays. Each kind's rounds also print the agent process's CPU per call
-(user and system, threads included, from /proc, over the prepares and over the unprepares): on a machine shared
-with other work the latencies swing by 2x from run to run, the CPU much less.
+the agent's dispatch, which every prepare pays. Each kind's rounds, and the baseline, also print the agent
+process's CPU per call (user and system, threads included, from /proc, over the prepares and over the unprepares;
+the baseline's is the agent's gRPC server path alone): on a machine shared with other work the latencies swing by
+2x from run to run, the CPU much less.
 
     python -m bench prepare [--quick]
 
@@ -178,9 +179,15 @@ async def run_layout(
     try:
         await kubelet.register()
         baseline: list[float] = []
+        started = _cpu_seconds(agent.pid)
         while len(baseline) < samples:
             baseline += await asyncio.gather(*(timed(kubelet.prepare([])) for _ in range(IN_FLIGHT)))
-        results.append(Measured(Kind("baseline: a call with no claims", layout, 0), IN_FLIGHT, baseline, []))
+        baseline_cpu = _cpu_seconds(agent.pid) - started
+        results.append(
+            Measured(
+                Kind("baseline: a call with no claims", layout, 0), IN_FLIGHT, baseline, [], baseline_cpu, 0.0
+            )
+        )
         for kind in (k for k in KINDS if k.layout == layout):
             devices = kind.devices(minors)
 
@@ -231,9 +238,10 @@ def report(m: Measured) -> None:
         print(line + (f" | {goals.at_most(p99, kind.goal_ms, 'ms')}" if kind.goal_ms else ""), flush=True)
     if m.prepare_cpu is not None and m.unprepare_cpu is not None and m.prepares:
         per = 1000 / len(m.prepares)
+        unprepare = f", unprepare {m.unprepare_cpu * per:.2f} ms" if m.unprepares else ""
         print(
-            f"  the agent's CPU a call, {kind.name}: prepare {m.prepare_cpu * per:.2f} ms, unprepare "
-            f"{m.unprepare_cpu * per:.2f} ms (steadier than the latencies on a shared machine)",
+            f"  the agent's CPU a call, {kind.name}: prepare {m.prepare_cpu * per:.2f} ms{unprepare}"
+            " (steadier than the latencies on a shared machine)",
             flush=True,
         )
 

@@ -24,7 +24,8 @@ from gpudra.agent.kubeletplugin import (
     PrepareResult,
     UnprepareResult,
 )
-from gpudra.agent.kubeletplugin.grpcserver import MAX_RECEIVE_BYTES, PluginServer
+from gpudra.agent.kubeletplugin.grpccalls import MAX_RECEIVE_BYTES
+from gpudra.agent.kubeletplugin.grpcserver import PluginServer
 from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.errors import ConfigurationError, InvalidInputError, KubeletPluginError
 
