@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from gpudra.agent.heap import freeze_when_started
+from gpudra.heap import freeze_when_started
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.config import AgentSettings
 from gpudra.hardware.gpus.backend import GpuBackend
