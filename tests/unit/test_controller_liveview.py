@@ -190,3 +190,12 @@ def test_an_answer_is_settled_only_when_no_request_of_the_claim_matches_anywhere
 
     assert isinstance(alone, NodesFailure) and alone.settled
     assert isinstance(with_busy, NodesFailure) and not with_busy.settled
+
+
+def test_warming_up_indexes_every_published_device_before_the_first_round(pending: PendingClaims) -> None:
+    index = pending.live.snapshot.index
+    assert not index.groups  # the slices handed in are indexed when first read
+
+    pending.live.warm()
+
+    assert sum(g.count for g in index.groups.values()) == 4  # the l4x4 node's four GPUs

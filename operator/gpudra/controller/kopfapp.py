@@ -86,6 +86,8 @@ class Controller:
     informers: Informers
     loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = field(default_factory=list)
     """(name, the loop) of each loop to run beside kopf until the controller stops."""
+    warm: Callable[[], None] = lambda: None
+    """Run once every informer has listed, before the controller is ready."""
 
 
 def build_controller(settings: ControllerSettings, metrics: Metrics, client: KubeClient) -> Controller:
@@ -189,7 +191,7 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
         ("MigLayouts", mig_layouts.run),
         ("ComputeDomain status", domains.run),
     ]
-    return Controller(registry, informers, loops)
+    return Controller(registry, informers, loops, warm=pending.live.warm)
 
 
 async def _counted(count: Callable[[], None], kind: str, body: dict[str, Any]) -> None:
@@ -298,7 +300,7 @@ async def run_controller(
         beside.extend(asyncio.create_task(loop(), name=f"beside kopf: {n}") for n, loop in controller.loops)
         if ready is not None:
             beside.append(
-                asyncio.create_task(_raise_once_up(controller.informers, started, ready), name="ready")
+                asyncio.create_task(_raise_once_up(controller, started, ready), name="ready")
             )
         streams.install()
         operator = asyncio.create_task(
@@ -346,8 +348,10 @@ async def _until_set(flag: asyncio.Event | threading.Event | None) -> None:
 
 
 async def _raise_once_up(
-    informers: Informers, started: asyncio.Event, ready: asyncio.Event | threading.Event
+    controller: Controller, started: asyncio.Event, ready: asyncio.Event | threading.Event
 ) -> None:
-    """Set ``ready`` once kopf has run its startup and every informer has listed once."""
-    await asyncio.gather(started.wait(), informers.synced())
+    """Set ``ready`` once kopf has run its startup and every informer has listed once (and the controller has
+    built what its first rounds read)."""
+    await asyncio.gather(started.wait(), controller.informers.synced())
+    controller.warm()
     ready.set()
