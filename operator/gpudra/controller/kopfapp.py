@@ -299,9 +299,7 @@ async def run_controller(
         beside.append(asyncio.create_task(controller.informers.run(), name="informers"))
         beside.extend(asyncio.create_task(loop(), name=f"beside kopf: {n}") for n, loop in controller.loops)
         if ready is not None:
-            beside.append(
-                asyncio.create_task(_raise_once_up(controller, started, ready), name="ready")
-            )
+            beside.append(asyncio.create_task(_raise_once_up(controller, started, ready), name="ready"))
         streams.install()
         operator = asyncio.create_task(
             kopf.operator(

@@ -140,7 +140,12 @@ class Informer:
                     )
 
     async def _apply(self, kind: str, obj: dict[str, Any]) -> None:
-        """One change: to the cache and the handler, unless the object does not parse."""
+        """One change: to the cache and the handler, unless the object does not parse. No handler reads
+        ``managedFields`` (several entries per manager that wrote the object): they are dropped from what is kept,
+        as client-go's users do with a transform; an update sent without them leaves the server's as they are."""
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
         key = object_key(obj)
         if kind == "DELETED":
             self.rejected.pop(key, None)
