@@ -120,11 +120,11 @@ class _Settled:
     allocator: Allocator
     version: int
     nodes: list[NodeInfo]
-    labels: dict[str, str] | None
+    labels: Mapping[str, str] | None
     outcome: NodesFailure
     said: dict[Repartition | None, Said] = field(default_factory=dict)
 
-    def holds(self, view: ClusterView, labels: dict[str, str] | None) -> bool:
+    def holds(self, view: ClusterView, labels: Mapping[str, str] | None) -> bool:
         return (
             self.allocator is view.allocator
             and self.version == view.allocator.snapshot.version
