@@ -5,6 +5,7 @@ the server closed replaced without the caller noticing, a deadline, and the envi
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -280,9 +281,7 @@ async def test_a_busy_watch_is_read_at_most_once_a_gather_period_and_nothing_is_
     async with serving(paced_watch(40, 0.005)) as server:
         seen, paused = await _read_watch(server.port, gather=0.1)
     assert [name for _, name in seen] == [f"n{i}" for i in range(40)]
-    reads = 1 + sum(
-        1 for (before, _), (after, _) in zip(seen, seen[1:], strict=False) if after - before > 0.002
-    )
+    reads = 1 + sum(1 for (before, _), (after, _) in itertools.pairwise(seen) if after - before > 0.002)
     spread = seen[-1][0] - seen[0][0]
     assert paused >= 1 and reads <= spread / 0.1 + 2, (reads, spread)
 
