@@ -15,7 +15,7 @@ from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.controller import pending as pending_module
-from gpudra.controller.explaining import ClusterView, Outcome
+from gpudra.controller.explaining import ClusterView, Outcome, explain
 from gpudra.controller.pending import PendingClaims
 from gpudra.devices.classes import load_device_classes
 from gpudra.kube.client import KubeClient
@@ -129,7 +129,6 @@ async def test_a_claim_no_device_matches_is_answered_once_until_the_slices_chang
     pending: PendingClaims, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[str] = []
-    explain = pending_module.explain
 
     def counted(view: ClusterView, claim: ResourceClaim) -> Outcome:
         asked.append(claim.metadata.name or "")
@@ -161,7 +160,6 @@ async def test_a_claim_waiting_on_busy_gpus_is_asked_about_every_round(
     pending: PendingClaims, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[str] = []
-    explain = pending_module.explain
 
     def counted(view: ClusterView, claim: ResourceClaim) -> Outcome:
         asked.append(claim.metadata.name or "")
