@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
+from gpudra.allocator import NodesFailure
 from gpudra.api.core import Node
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
+from gpudra.controller import pending as pending_module
+from gpudra.controller.explaining import ClusterView, Outcome, explain
 from gpudra.controller.pending import PendingClaims
 from gpudra.devices.classes import load_device_classes
 from gpudra.kube.client import KubeClient
@@ -104,3 +107,93 @@ async def test_a_gpu_freed_by_a_deleted_claim_counts_as_free_in_the_next_round(
 
     assert await pending.check_all([pending.unallocated["waiting"]], _classes()) == {}
     assert "waiting" not in pending.said  # it fits now; the scheduler will get to it
+
+
+def _asking_for(name: str, product: str, *, and_any_gpu: bool = False) -> ResourceClaim:
+    """A claim of one GPU of this model (and with ``and_any_gpu``, one more of any model)."""
+    expression = f'device.attributes["gpu.nvidia.com"].productName == "{product}"'
+    exactly = {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression": expression}}]}
+    requests: list[dict[str, Any]] = [{"name": "gpu", "exactly": exactly}]
+    if and_any_gpu:
+        requests.append({"name": "any", "exactly": {"deviceClassName": "gpu.nvidia.com"}})
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": name},
+        "spec": {"devices": {"requests": requests}},
+    }
+    return ResourceClaim.model_validate(body)
+
+
+async def test_a_claim_no_device_matches_is_answered_once_until_the_slices_change(
+    pending: PendingClaims, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    def counted(view: ClusterView, claim: ResourceClaim) -> Outcome:
+        asked.append(claim.metadata.name or "")
+        return explain(view, claim)
+
+    monkeypatch.setattr(pending_module, "explain", counted)
+    pending.claim_changed("first", _asking_for("first", "NVIDIA H100 80GB HBM3"))
+    said = await pending.check_all([pending.unallocated["first"]], _classes())
+    assert said["first"].reason == "NoMatchingDevice"
+
+    # GPUs taken and given back change nothing for a claim no device matches: the next round (another claim of
+    # the same shape) says the same without asking the allocator again
+    pending.claim_changed("holder", _claim("holder", "gpu-1"))
+    pending.claim_changed("second", _asking_for("second", "NVIDIA H100 80GB HBM3"))
+    again = await pending.check_all([pending.unallocated["second"]], _classes())
+    assert again["second"] == said["first"]
+    assert asked == ["first"]
+
+    # a node with that GPU publishes its slices: the next round asks again, and the claim fits there
+    node, *slices = node_objects(parse_fleet("dgx-h100:1", {"dgx-h100"})[0])
+    pending.live.node_changed("dgx-h100-0", Node.model_validate(node))
+    for body in slices:
+        pending.live.slice_changed(body["metadata"]["name"], ResourceSlice.model_validate(body))
+    assert await pending.check_all([pending.unallocated["second"]], _classes()) == {}
+    assert asked == ["first", "second"]
+
+
+async def test_a_claim_waiting_on_busy_gpus_is_asked_about_every_round(
+    pending: PendingClaims, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    def counted(view: ClusterView, claim: ResourceClaim) -> Outcome:
+        asked.append(claim.metadata.name or "")
+        return explain(view, claim)
+
+    monkeypatch.setattr(pending_module, "explain", counted)
+    for i in range(4):
+        pending.claim_changed(f"holder-{i}", _claim(f"holder-{i}", f"gpu-{i}"))
+    pending.claim_changed("waiting", _claim("waiting"))
+    first = await pending.check_all([pending.unallocated["waiting"]], _classes())
+    second = await pending.check_all([pending.unallocated["waiting"]], _classes())
+    assert first == second and asked == ["waiting", "waiting"]
+
+
+def test_an_answer_is_settled_only_when_no_request_of_the_claim_matches_anywhere(
+    pending: PendingClaims,
+) -> None:
+    view = pending.live.view([])
+    nowhere = _asking_for("nowhere", "NVIDIA H100 80GB HBM3")
+    for i in range(4):
+        pending.claim_changed(f"holder-{i}", _claim(f"holder-{i}", f"gpu-{i}"))
+    both = _asking_for("both", "NVIDIA H100 80GB HBM3", and_any_gpu=True)  # the node's GPUs are all busy
+
+    alone = view.allocator.find_node([nowhere], view.nodes)
+    with_busy = view.allocator.find_node([both], view.nodes)
+
+    assert isinstance(alone, NodesFailure) and alone.settled
+    assert isinstance(with_busy, NodesFailure) and not with_busy.settled
+
+
+def test_warming_up_indexes_every_published_device_before_the_first_round(pending: PendingClaims) -> None:
+    index = pending.live.snapshot.index
+    assert not index.groups  # the slices handed in are indexed when first read
+
+    pending.live.warm()
+
+    assert sum(g.count for g in index.groups.values()) == 4  # the l4x4 node's four GPUs

@@ -5,6 +5,7 @@ the server closed replaced without the caller noticing, a deadline, and the envi
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -248,3 +249,45 @@ async def test_a_connection_whose_answers_deadline_passed_is_not_reused_for_the_
             assert json.loads(await second.read())["metadata"]["name"] == "n1"
         await pool.close()
     assert server.requests == ["POST /api/v1/nodes HTTP/1.1"] * 2  # the second was sent once
+
+
+def paced_watch(events: int, spell: float) -> Handler:
+    """A watch that sends ``events`` events, one chunk each, ``spell`` seconds apart (the first after one too)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(events):
+            await asyncio.sleep(spell)  # the producer's pace: what the test is about
+            event = json.dumps({"type": "ADDED", "object": node(f"n{i}")}).encode() + b"\n"
+            writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        return True
+
+    return handler
+
+
+async def _read_watch(port: int, gather: float) -> tuple[list[tuple[float, str]], int]:
+    """Each chunk's arrival (the loop's time) and event name, and how often reading paused."""
+    pool = Pool(Endpoint(f"http://127.0.0.1:{port}", None))
+    loop = asyncio.get_running_loop()
+    response = await pool.request("GET", "/api/v1/nodes?watch=true", {}, None, 30, gather=gather)
+    seen = [(loop.time(), json.loads(c)["object"]["metadata"]["name"]) async for c in response.chunks()]
+    await pool.close()
+    return seen, response.gathered
+
+
+async def test_a_busy_watch_is_read_at_most_once_a_gather_period_and_nothing_is_lost() -> None:
+    async with serving(paced_watch(40, 0.005)) as server:
+        seen, paused = await _read_watch(server.port, gather=0.1)
+    assert [name for _, name in seen] == [f"n{i}" for i in range(40)]
+    reads = 1 + sum(1 for (before, _), (after, _) in itertools.pairwise(seen) if after - before > 0.002)
+    spread = seen[-1][0] - seen[0][0]
+    assert paused >= 1 and reads <= spread / 0.1 + 2, (reads, spread)
+
+
+async def test_a_watch_whose_events_come_apart_is_read_as_each_comes() -> None:
+    async with serving(paced_watch(3, 0.15)) as server:  # a quiet spell longer than the gather period
+        seen, paused = await _read_watch(server.port, gather=0.1)
+    assert [name for _, name in seen] == ["n0", "n1", "n2"]
+    assert paused == 0

@@ -245,3 +245,46 @@ async def test_an_object_made_again_under_its_name_while_unwatched_is_handed_as_
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
     assert seen == [("ADDED", "u1"), ("DELETED", "u1"), ("ADDED", "u2")]
+
+
+class ManagedClient:
+    """Lists node "a" and watches one change of it, each with the managedFields kube-apiserver sends."""
+
+    managed = [
+        {"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}
+    ]
+
+    def _node(self, version: str) -> dict[str, Any]:
+        meta = {"name": "a", "uid": "u1", "resourceVersion": version, "managedFields": self.managed}
+        return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+
+    async def list_raw(self, resource: Resource, *_: Any, **__: Any) -> tuple[list[Any], str]:
+        return [self._node("1")], "1"
+
+    async def watch(
+        self, resource: Resource, *_: Any, **__: Any
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        yield "MODIFIED", self._node("2")
+        await asyncio.Event().wait()
+
+
+async def test_an_informer_keeps_and_hands_objects_without_their_managed_fields() -> None:
+    """managedFields (who wrote which field: entries per manager, on every claim and Node) are read by no handler;
+    an informer drops them from each object it keeps: for a claim of the controller benchmark, 10 of the 68
+    objects kept per claim that the garbage collector walks, and its memory."""
+    informers = Informers(cast(KubeClient, ManagedClient()))
+    seen: list[dict[str, Any]] = []
+
+    async def handler(kind: str, body: dict[str, Any]) -> None:
+        seen.append(body)
+
+    nodes = informers.informer(NODES, parse=Node.model_validate)
+    nodes.subscribe(handler)
+    running = asyncio.create_task(informers.run())
+    try:
+        await eventually(lambda: len(seen) >= 2, 5, what="the list and the change handed on")
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert [b["metadata"]["resourceVersion"] for b in seen] == ["1", "2"]
+    assert all("managedFields" not in b["metadata"] for b in [*seen, *nodes.cache.values()])

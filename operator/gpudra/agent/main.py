@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from gpudra.agent.heap import freeze_when_started
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.config import AgentSettings
 from gpudra.hardware.gpus.backend import GpuBackend
 from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.heap import freeze_when_started
 from gpudra.kube.client import KubeClient
 from gpudra.metrics import Metrics, metrics_app, serve_metrics
 from gpudra.telemetry import get_logger

@@ -184,6 +184,9 @@ class NodesFailure:
     total: int
     failures: list[Failure]
     by_reason: dict[str, int]
+    settled: bool = False
+    """No request of the claims passes its selectors on any device in the cluster: the answer is the same
+    whatever is allocated, until the slices, the classes or the nodes change."""
 
     @property
     def ok(self) -> bool:

@@ -322,6 +322,10 @@ class Allocator:
             )  # full scan for complete explanations
         if nowhere is None and isinstance(outcome, NodesFailure):
             self._remember(shape, order, len(order), outcome)
+        elif isinstance(outcome, NodesFailure):
+            outcome.settled = all(
+                self._cluster_matches(s) == 0 for c in prepared for g in c.groups for s in g
+            )
         return outcome
 
     def _error_after(

@@ -78,6 +78,13 @@ class LiveView:
         if self._allocator is not None:
             self._allocator.namespace_labels = dict(self._namespace_labels)
 
+    def warm(self) -> None:
+        """Build now what the first round would otherwise build: the snapshot's pools and device index from the
+        slices handed in (about 0.5 s of CPU at 1,000 nodes). The controller does it once its informers have
+        listed, before it says it is ready, so that the first explanations come without that wait, and the
+        standalone process's frozen start-up heap (``gpudra.heap``) holds them."""
+        self.snapshot.refresh()
+
     def view(self, pending: list[ResourceClaim]) -> ClusterView:
         """The view a round explains ``pending`` (the unallocated claims) over. It shares this object's state:
         use it before the next change is handed in."""

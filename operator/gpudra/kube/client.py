@@ -201,9 +201,10 @@ class KubeClient:
         content_type: str = "application/json",
         what: str,
         timeout: float | None = None,
+        gather: float = 0.0,
     ) -> Reply:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        call = Call(method, path, query or [], headers, body, timeout)
+        call = Call(method, path, query or [], headers, body, timeout, gather)
         try:
             response = await self._transport.request(call)
             if 200 <= response.status <= 299:
@@ -412,8 +413,11 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         timeout_seconds: int = 300,
+        gather: float = 0.0,
     ) -> AsyncIterator[tuple[str, Body]]:
-        """Yield (type, object) until the server ends the watch; ERROR events raise KubeError (410 = start over)."""
+        """Yield (type, object) until the server ends the watch; ERROR events raise KubeError (410 = start over).
+        ``gather``: while events come closer together than that (seconds), read them at most that often
+        (:attr:`gpudra.kube.transport.Call.gather`)."""
         query = [("watch", "true"), ("timeoutSeconds", str(timeout_seconds)), ("allowWatchBookmarks", "true")]
         if resource_version:
             query.append(("resourceVersion", resource_version))
@@ -422,7 +426,12 @@ class KubeClient:
         if field_selector:
             query.append(("fieldSelector", field_selector))
         response = await self._call(
-            "GET", res.path(namespace), query=query, what=f"watch {res.plural}", timeout=timeout_seconds + 10
+            "GET",
+            res.path(namespace),
+            query=query,
+            what=f"watch {res.plural}",
+            timeout=timeout_seconds + 10,
+            gather=gather,
         )
         async with response:
             try:

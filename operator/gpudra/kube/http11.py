@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator
@@ -25,8 +26,30 @@ class ProtocolError(ConnectionError):
     """The server's answer is not HTTP/1.1 this client can read; the connection is dropped."""
 
 
+class _Reader(asyncio.StreamReader):
+    """asyncio's stream reader, telling how much it holds that was not read yet."""
+
+    _buffer: bytearray  # asyncio's own, made by StreamReader.__init__
+
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+
+async def _open(
+    host: str, port: int, *, limit: int, tls: ssl.SSLContext | None, server_hostname: str | None
+) -> tuple[_Reader, asyncio.StreamWriter]:
+    """``asyncio.open_connection``, with a :class:`_Reader`."""
+    loop = asyncio.get_running_loop()
+    reader = _Reader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.create_connection(
+        lambda: protocol, host, port, ssl=tls, server_hostname=server_hostname
+    )
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
 class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, reader: _Reader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
 
@@ -58,16 +81,16 @@ class Endpoint:
     async def open(self, limit: int) -> _Connection:
         """A new connection: to the server, or through the proxy (a CONNECT tunnel for https)."""
         if self.proxy is None:
-            reader, writer = await asyncio.open_connection(
+            reader, writer = await _open(
                 self.host,
                 self.port,
-                ssl=self.tls,
-                server_hostname=self.host if self.tls else None,
                 limit=limit,
+                tls=self.tls,
+                server_hostname=self.host if self.tls else None,
             )
             return _Connection(reader, writer)
-        reader, writer = await asyncio.open_connection(
-            self.proxy.hostname, self.proxy.port or 80, limit=limit
+        reader, writer = await _open(
+            self.proxy.hostname or "", self.proxy.port or 80, limit=limit, tls=None, server_hostname=None
         )
         connection = _Connection(reader, writer)
         try:
@@ -143,22 +166,36 @@ class Pool:
         self._closed = False
 
     async def request(
-        self, method: str, target: str, headers: dict[str, str], body: bytes | None, timeout: float | None
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        timeout: float | None,
+        *,
+        gather: float = 0.0,
     ) -> Response:
         """Send one request and read the answer's head; the body is read from the returned Response, which
-        gives its connection back when it is read to the end or left (``async with``)."""
+        gives its connection back when it is read to the end or left (``async with``). ``gather``: see
+        :meth:`Response.chunks`."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         async with asyncio.timeout_at(deadline):
             await self._slots.acquire()
             try:
-                return await self._send(method, target, headers, body, deadline)
+                return await self._send(method, target, headers, body, deadline, gather)
             except BaseException:
                 self._slots.release()
                 raise
 
     async def _send(
-        self, method: str, target: str, headers: dict[str, str], body: bytes | None, deadline: float | None
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        deadline: float | None,
+        gather: float,
     ) -> Response:
         head = self._head(method, target, headers, body)
         while True:
@@ -180,7 +217,9 @@ class Pool:
                 connection.close()
                 raise
             try:
-                return Response(self, connection, status, reason, answer, deadline, method == "HEAD")
+                return Response(
+                    self, connection, status, reason, answer, deadline, method == "HEAD", gather=gather
+                )
             except ProtocolError:  # an unreadable Content-Length: the connection cannot be read on
                 connection.close()
                 raise
@@ -227,8 +266,13 @@ class Response:
         headers: dict[str, str],
         deadline: float | None,
         bodiless: bool,
+        *,
+        gather: float = 0.0,
     ) -> None:
         self.status = status
+        self._gather = gather
+        self.gathered = 0
+        """How many times reading paused to let a busy stream's chunks gather (``gather``)."""
         self.reason = reason
         self.headers = headers
         self._pool: Pool | None = pool
@@ -254,11 +298,23 @@ class Response:
         return b"".join([chunk async for chunk in self.chunks()])
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as the server sends it; the connection goes back to the pool once it is read to the end."""
+        """The body as the server sends it; the connection goes back to the pool once it is read to the end.
+
+        With ``gather`` (a watch's, in seconds), a chunked stream whose chunks come closer together than that is
+        read at most that often: once everything read is handed on, reading pauses for ``gather`` seconds and the
+        chunks that come meanwhile are read at once. Each read costs the event loop a wake-up, the TLS layer and
+        a hand-over through the reader: at 150 claim events a second, about half of a controller's CPU when each
+        came alone. A chunk after a quiet spell (longer than ``gather``) is handed on at once."""
         reader = self._connection.reader
+        loop = asyncio.get_running_loop()
+        last = -math.inf
         try:
             if self._chunked:
                 while True:
+                    if self._gather and not reader.buffered():  # the next read waits on the socket
+                        if loop.time() - last < self._gather:  # as the one before did, a moment ago
+                            await self._pause(self._gather)
+                        last = loop.time()
                     size_line = await reader.readuntil(b"\r\n")
                     size_text = size_line.split(b";", 1)[0].strip()
                     try:
@@ -288,6 +344,19 @@ class Response:
             raise ProtocolError("a chunk header longer than the read limit") from exc
         finally:
             self.release()
+
+    async def _pause(self, seconds: float) -> None:
+        """Read nothing from the connection for ``seconds`` (what comes meanwhile waits in the socket)."""
+        transport = self._connection.writer.transport  # after a proxy's CONNECT, the TLS one over it
+        if not isinstance(transport, asyncio.ReadTransport):
+            return
+        self.gathered += 1
+        transport.pause_reading()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            if not transport.is_closing():
+                transport.resume_reading()
 
     @staticmethod
     def _deadline_passed(reader: asyncio.StreamReader) -> None:

@@ -58,8 +58,10 @@ class Informer:
         watch_timeout: int = 240,
         parse: Parse | None = None,
         events: EventRecorder | None = None,
+        gather_seconds: float = 0.0,
     ) -> None:
         self._client = client
+        self._gather = gather_seconds
         self.resource = resource
         self._handlers: list[Handler] = [] if handler is None else [handler]
         self.namespace = namespace
@@ -140,7 +142,12 @@ class Informer:
                     )
 
     async def _apply(self, kind: str, obj: dict[str, Any]) -> None:
-        """One change: to the cache and the handler, unless the object does not parse."""
+        """One change: to the cache and the handler, unless the object does not parse. No handler reads
+        ``managedFields`` (several entries per manager that wrote the object): they are dropped from what is kept,
+        as client-go's users do with a transform; an update sent without them leaves the server's as they are."""
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
         key = object_key(obj)
         if kind == "DELETED":
             self.rejected.pop(key, None)
@@ -208,6 +215,7 @@ class Informer:
             label_selector=self._labels,
             field_selector=self._fields,
             timeout_seconds=self._timeout,
+            gather=self._gather,
         ):
             resume = str((obj.get("metadata") or {}).get("resourceVersion") or resume or version)
             if kind != "BOOKMARK":
@@ -241,9 +249,14 @@ class Informers:
     installed) is watched once the server serves it, said once in the log, and ``synced()`` does not wait for it.
     """
 
-    def __init__(self, client: KubeClient, *, events: EventRecorder | None = None) -> None:
+    def __init__(
+        self, client: KubeClient, *, events: EventRecorder | None = None, gather_seconds: float = 0.0
+    ) -> None:
+        """``gather_seconds``: each watch's events, while they come closer together than that, are read at most
+        that often (several a read: :meth:`gpudra.kube.client.KubeClient.watch`); 0: each as it comes."""
         self._client = client
         self._events = events
+        self._gather = gather_seconds
         self._informers: dict[Selection, tuple[Informer, Parse]] = {}
         self._required: set[Selection] = set()
         self._running = False
@@ -278,6 +291,7 @@ class Informers:
             field_selector=field_selector,
             parse=parse,
             events=self._events,
+            gather_seconds=self._gather,
         )
         self._informers[selection] = (informer, parse)
         return informer

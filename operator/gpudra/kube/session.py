@@ -89,7 +89,7 @@ class SessionTransport:
             headers["Authorization"] = authorization
         target = call.path + ("?" + urlencode(call.query) if call.query else "")
         body = None if call.body is None else json.dumps(call.body).encode()
-        return await self._pool.request(call.method, target, headers, body, call.timeout)
+        return await self._pool.request(call.method, target, headers, body, call.timeout, gather=call.gather)
 
     async def close(self) -> None:
         await self._pool.close()

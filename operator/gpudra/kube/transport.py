@@ -29,6 +29,9 @@ class Call:
     headers: dict[str, str]
     body: Any = None
     timeout: float | None = None
+    gather: float = 0.0
+    """For a watch: when its chunks come closer together than this (seconds), read the stream at most this often,
+    so that each read takes several (the HTTP/1.1 transport; the others read as chunks come)."""
 
     @property
     def watch(self) -> bool:

@@ -190,7 +190,9 @@ def examine(
             detailed[node.name] = again
     failures = [detailed[n.name] for n in nodes if n.name in detailed]
     failures += [f for f in outcome.failures if f.node is None]
-    return NodesFailure(total=outcome.total, failures=failures, by_reason=dict(outcome.by_reason))
+    return NodesFailure(
+        total=outcome.total, failures=failures, by_reason=dict(outcome.by_reason), settled=outcome.settled
+    )
 
 
 Matching = tuple[tuple[tuple[int, tuple[DeviceId, ...], int], ...], ...]

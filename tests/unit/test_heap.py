@@ -1,4 +1,4 @@
-"""The standalone agent leaves its start-up heap out of later full collections once its first slices are out."""
+"""A standalone agent or controller leaves its start-up heap out of later full collections once it has started."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpudra.agent.heap import freeze_when_started
+from gpudra.heap import freeze_when_started
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def unfrozen() -> Iterator[None]:
     gc.unfreeze()
 
 
-async def test_the_heap_is_frozen_only_after_the_agent_started(unfrozen: None) -> None:
+async def test_the_heap_is_frozen_only_after_the_process_started(unfrozen: None) -> None:
     started = asyncio.Event()
     freezing = asyncio.create_task(freeze_when_started(started))
     assert gc.get_freeze_count() == 0
