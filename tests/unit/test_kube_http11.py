@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import ssl
+from asyncio import sslproto
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
+from gpudra.cluster.apiserver.servingtls import new_serving_tls
 from gpudra.errors import KubeConnectionError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.http11 import Endpoint, Pool
@@ -52,9 +56,9 @@ class Server:
 
 
 @asynccontextmanager
-async def serving(handler: Handler) -> AsyncIterator[Server]:
+async def serving(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[Server]:
     server = Server(handler)
-    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0, ssl=tls)
     server.port = listener.sockets[0].getsockname()[1]
     async with listener:
         yield server
@@ -267,9 +271,11 @@ def paced_watch(events: int, spell: float) -> Handler:
     return handler
 
 
-async def _read_watch(port: int, gather: float) -> tuple[list[tuple[float, str]], int]:
+async def _read_watch(
+    port: int, gather: float, tls: ssl.SSLContext | None = None
+) -> tuple[list[tuple[float, str]], int]:
     """Each chunk's arrival (the loop's time) and event name, and how often reading paused."""
-    pool = Pool(Endpoint(f"http://127.0.0.1:{port}", None))
+    pool = Pool(Endpoint(f"{'https' if tls else 'http'}://127.0.0.1:{port}", tls))
     loop = asyncio.get_running_loop()
     response = await pool.request("GET", "/api/v1/nodes?watch=true", {}, None, 30, gather=gather)
     seen = [(loop.time(), json.loads(c)["object"]["metadata"]["name"]) async for c in response.chunks()]
@@ -291,3 +297,27 @@ async def test_a_watch_whose_events_come_apart_is_read_as_each_comes() -> None:
         seen, paused = await _read_watch(server.port, gather=0.1)
     assert [name for _, name in seen] == ["n0", "n1", "n2"]
     assert paused == 0
+
+
+async def test_a_busy_watch_over_tls_is_read_from_the_socket_once_a_gather_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TLS (every API server), pausing what the TLS layer hands up is not enough: the connection under it
+    would still be read, the event loop woken, for each event. The socket itself is read at most once a gather
+    period too."""
+    served = new_serving_tls(tmp_path)
+    client_tls = ssl.create_default_context(cafile=str(served.ca))
+    received = 0
+    handed = sslproto.SSLProtocol.buffer_updated
+
+    def counted(protocol: sslproto.SSLProtocol, nbytes: int) -> None:
+        nonlocal received
+        received += 1
+        handed(protocol, nbytes)
+
+    async with serving(paced_watch(40, 0.005), tls=served.context()) as server:
+        monkeypatch.setattr(sslproto.SSLProtocol, "buffer_updated", counted)
+        seen, paused = await _read_watch(server.port, gather=0.1, tls=client_tls)
+    assert [name for _, name in seen] == [f"n{i}" for i in range(40)]
+    spread = seen[-1][0] - seen[0][0]
+    assert paused >= 1 and received <= spread / 0.1 + 8, (received, spread)  # + the handshake and head

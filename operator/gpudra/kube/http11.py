@@ -16,6 +16,7 @@ import ssl
 import urllib.request
 from collections.abc import AsyncIterator
 from types import TracebackType
+from typing import Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 HEAD_LIMIT = 64 * 1024
@@ -46,6 +47,16 @@ async def _open(
         lambda: protocol, host, port, ssl=tls, server_hostname=server_hostname
     )
     return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+@runtime_checkable
+class _TLSReading(Protocol):
+    """The read flow control of asyncio's TLS transports (``asyncio.sslproto``): how many undecrypted bytes it
+    holds before it pauses the connection under it."""
+
+    def get_read_buffer_limits(self) -> tuple[int, int]: ...
+
+    def set_read_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
 
 
 class _Connection:
@@ -346,16 +357,28 @@ class Response:
             self.release()
 
     async def _pause(self, seconds: float) -> None:
-        """Read nothing from the connection for ``seconds`` (what comes meanwhile waits in the socket)."""
+        """Read nothing from the connection for ``seconds`` (what comes meanwhile waits in the socket).
+
+        A TLS transport's ``pause_reading`` stops only what it hands up: the connection under it goes on reading
+        (the event loop woken for each event) until its buffer of undecrypted bytes passes its high-water mark.
+        That mark set to zero for the pause (``set_read_buffer_limits``, asyncio's public flow control for TLS
+        transports) pauses the connection under it too."""
         transport = self._connection.writer.transport  # after a proxy's CONNECT, the TLS one over it
         if not isinstance(transport, asyncio.ReadTransport):
             return
         self.gathered += 1
+        limits: tuple[int, int] | None = None
+        if isinstance(transport, _TLSReading):
+            limits = transport.get_read_buffer_limits()
+            transport.set_read_buffer_limits(high=0)
         transport.pause_reading()
         try:
             await asyncio.sleep(seconds)
         finally:
             if not transport.is_closing():
+                if limits is not None and isinstance(transport, _TLSReading):
+                    low, high = limits
+                    transport.set_read_buffer_limits(high=high, low=low)
                 transport.resume_reading()
 
     @staticmethod
