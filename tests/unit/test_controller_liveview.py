@@ -125,16 +125,22 @@ def _asking_for(name: str, product: str, *, and_any_gpu: bool = False) -> Resour
     return ResourceClaim.model_validate(body)
 
 
-async def test_a_claim_no_device_matches_is_answered_once_until_the_slices_change(
-    pending: PendingClaims, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    asked: list[str] = []
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the claims the explanation rounds ask the allocator about, in order."""
+    names: list[str] = []
 
     def counted(view: ClusterView, claim: ResourceClaim) -> Outcome:
-        asked.append(claim.metadata.name or "")
+        names.append(claim.metadata.name or "")
         return explain(view, claim)
 
     monkeypatch.setattr(pending_module, "explain", counted)
+    return names
+
+
+async def test_a_claim_no_device_matches_is_answered_once_until_the_slices_change(
+    pending: PendingClaims, asked: list[str]
+) -> None:
     pending.claim_changed("first", _asking_for("first", "NVIDIA H100 80GB HBM3"))
     said = await pending.check_all([pending.unallocated["first"]], _classes())
     assert said["first"].reason == "NoMatchingDevice"
@@ -157,15 +163,8 @@ async def test_a_claim_no_device_matches_is_answered_once_until_the_slices_chang
 
 
 async def test_a_claim_waiting_on_busy_gpus_is_asked_about_every_round(
-    pending: PendingClaims, monkeypatch: pytest.MonkeyPatch
+    pending: PendingClaims, asked: list[str]
 ) -> None:
-    asked: list[str] = []
-
-    def counted(view: ClusterView, claim: ResourceClaim) -> Outcome:
-        asked.append(claim.metadata.name or "")
-        return explain(view, claim)
-
-    monkeypatch.setattr(pending_module, "explain", counted)
     for i in range(4):
         pending.claim_changed(f"holder-{i}", _claim(f"holder-{i}", f"gpu-{i}"))
     pending.claim_changed("waiting", _claim("waiting"))

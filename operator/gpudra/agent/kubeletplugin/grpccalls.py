@@ -210,23 +210,28 @@ async def _end(stream: H2Stream, answered: bool, status: Status, message: str | 
     kubelet's) requires to read the status at all (without it a call reads UNKNOWN, "missing content-type")."""
     if stream._transport.is_closing():
         return
-    headers = [] if answered else list(_INITIAL)
-    headers.append(("grpc-status", str(status.value)))
-    if message is not None:
-        headers.append(("grpc-message", encode_grpc_message(message)))
-    try:
-        await stream.send_headers(headers, end_stream=True)
-    except StreamClosedError:
-        return
-    if status is not Status.OK and stream.closable:
-        stream.reset_nowait()
+    await _last_headers(
+        stream, [] if answered else list(_INITIAL), status, message, reset=status is not Status.OK
+    )
 
 
 async def _abort(
     stream: H2Stream, http_status: int, status: Status | None = None, message: str | None = None
 ) -> None:
     """A request that is no gRPC call: refused with an HTTP status (and a gRPC one, when given)."""
-    headers = [(":status", str(http_status))]
+    await _last_headers(stream, [(":status", str(http_status))], status, message, reset=True)
+
+
+async def _last_headers(
+    stream: H2Stream,
+    headers: list[tuple[str, str]],
+    status: Status | None,
+    message: str | None,
+    *,
+    reset: bool,
+) -> None:
+    """``headers`` with the gRPC status and message, ending the stream; then, with ``reset``, a reset of the
+    stream so that the peer stops sending."""
     if status is not None:
         headers.append(("grpc-status", str(status.value)))
     if message is not None:
@@ -235,5 +240,5 @@ async def _abort(
         await stream.send_headers(headers, end_stream=True)
     except StreamClosedError:
         return
-    if stream.closable:
+    if reset and stream.closable:
         stream.reset_nowait()
