@@ -93,7 +93,11 @@ Device = tuple[str, str, str, str, bool, bool, tuple[tuple[str, Fraction], ...],
 """request, driver, pool, device, adminAccess, shared, consumed capacity, tolerations, binding conditions."""
 
 
-OUTCOMES = ("allocated", "unschedulable", "error")
+TIMED_OUT = "timed out"
+"""Kubernetes' outcome when its search ran past kube-scheduler's filter timeout (10 s, as hack/oracle sets it): how
+long a search takes depends on the machine and its load, so such a scenario has no answer to compare with."""
+_FILTER_TIMEOUT = "context deadline exceeded"
+OUTCOMES = ("allocated", "unschedulable", "error", TIMED_OUT)
 _CEL_RUNTIME = "CEL runtime error: "
 
 
@@ -175,6 +179,8 @@ def kubernetes(oracle: Oracle, scenario: dict[str, Any]) -> Verdict:
     if answer["outcome"] == "allocated":
         return _verdict(answer["allocations"])
     message = answer.get("message", "")
+    if answer["outcome"] == "error" and message.endswith(_FILTER_TIMEOUT):
+        return Verdict(TIMED_OUT, detail=f"error: {message}"[:400])
     error = _error(message) if answer["outcome"] == "error" else ""
     return Verdict(answer["outcome"], error=error, detail=f"{answer['outcome']}: {message}"[:400])
 

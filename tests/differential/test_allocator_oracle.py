@@ -1,7 +1,9 @@
 """gpudra's allocator against Kubernetes' own (k8s.io/dynamic-resource-allocation/structured, the code
 kube-scheduler runs): the same random scenarios must give the same answer: the same outcome class (allocated,
 unschedulable on the node, or an error that aborts the pod's scheduling attempt), the same devices for every
-request of every claim, and for an error the same message (up to a CEL runtime error's own text).
+request of every claim, and for an error the same message (up to a CEL runtime error's own text). A scenario whose
+search in Kubernetes ran past kube-scheduler's filter timeout is counted as "timed out" and not compared: the same
+scenario finishes in time on a quieter machine.
 
 Each run checks ``GPUDRA_ORACLE_EXAMPLES`` scenarios (2000 by default) from a random seed printed in the summary;
 ``GPUDRA_ORACLE_SEED=<seed>`` replays a run. A failure names the scenario's number (``scenario(Random(n))``
@@ -13,7 +15,7 @@ from __future__ import annotations
 from random import Random
 from typing import Any
 
-from _oracle_run import EXAMPLES, SEED, Oracle, gpudra, kubernetes, one_line, tally
+from _oracle_run import EXAMPLES, SEED, TIMED_OUT, Oracle, gpudra, kubernetes, one_line, tally
 from _oracle_scenarios import CLASSES, DRIVER, scenario, scenarios
 from hypothesis import HealthCheck, given, seed, settings
 
@@ -33,8 +35,10 @@ from hypothesis import HealthCheck, given, seed, settings
 def test_same_answer_as_kubernetes(oracle: Oracle, case: tuple[int, dict[str, Any]]) -> None:
     number, scenario = case
     kube = kubernetes(oracle, scenario)
-    ours = gpudra(scenario)
     tally(kube, scenario)
+    if kube.outcome == TIMED_OUT:  # counted in the summary; gpudra's allocator has no such timeout
+        return
+    ours = gpudra(scenario)
     assert (ours.outcome, ours.claims, ours.error) == (kube.outcome, kube.claims, kube.error), (
         f"scenario {number} (_oracle_scenarios.scenario(Random({number}))):\nKubernetes: {kube}\n"
         f"gpudra: {ours}\nscenario: {one_line(scenario)}"
