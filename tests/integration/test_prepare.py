@@ -187,6 +187,28 @@ async def test_a_claims_status_writes_land_in_the_order_of_its_calls(
     assert not (await node.get_claim(ref))["status"].get("devices")
 
 
+async def test_a_prepare_reads_the_gpus_without_asking_for_nvlink_peers(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prepare reads the node's GPUs afresh; which GPUs reach each other over NVLink only describes the devices
+    (56 NVML calls on an 8-GPU node), and no plan uses it."""
+    pairs: list[Any] = []
+    asked = node.fake.nvmlDeviceGetP2PStatus
+
+    def counted(*args: Any) -> int:
+        pairs.append(args)
+        return asked(*args)
+
+    monkeypatch.setattr(node.fake, "nvmlDeviceGetP2PStatus", counted)
+    assert node.backend.read_inventory().gpus[0].nvlink_peers and pairs  # the slices' reading asks
+    pairs.clear()
+    ref = await node.claim("peerless", {"gpu": "gpu-2"})
+    assert (await prepare(node, ref)).error == ""
+    assert node.kubelet is not None
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert pairs == []
+
+
 async def test_different_claims_prepare_concurrently(node: Node) -> None:
     refs = [await node.claim(f"c{i}", {"gpu": f"gpu-{i}"}) for i in range(6)]
     assert node.kubelet is not None
