@@ -97,8 +97,12 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
     spec = specs.read(uid)
     assert spec is not None
     assert specs.directory.is_relative_to(cluster.node_dirs[node])
-    claim_now = await client.get_raw(RESOURCE_CLAIMS, "one-gpu", NS)
-    (status,) = claim_now["status"]["devices"]
+
+    async def status_entries() -> list[dict[str, Any]]:  # written after the agent answered the kubelet
+        claim_now = await client.get_raw(RESOURCE_CLAIMS, "one-gpu", NS)
+        return list((claim_now.get("status") or {}).get("devices") or [])
+
+    (status,) = await eventually(status_entries, 20.0)
     assert status["conditions"][0]["status"] == "True"
     assert f"NVIDIA_VISIBLE_DEVICES={status['data']['uuid']}" in spec["containerEdits"]["env"]
 
