@@ -80,7 +80,12 @@ async def running_claim(cluster: EmbeddedCluster) -> tuple[str, str]:
         return bool((await get_json(cluster, "pod", "train")).get("status", {}).get("phase") == "Running")
 
     await eventually(running, 30.0, interval=0.1)
-    claim = await get_json(cluster, "resourceclaim", "train")
+
+    async def status_written() -> dict[str, Any] | None:  # the agent writes it after answering the kubelet
+        claim = await get_json(cluster, "resourceclaim", "train")
+        return claim if (claim.get("status") or {}).get("devices") else None
+
+    claim = await eventually(status_written, 30.0, interval=0.1)
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     return result["pool"], result["device"]
 

@@ -129,7 +129,14 @@ class Node:
             node, "Warning", "CheckpointUnreadable", str(problem)
         )
 
+    async def written(self) -> None:
+        """Wait for the claim status writes the agent makes after its answers (as the agent does before it
+        stops)."""
+        if self.preparer is not None:
+            await self.preparer.status.written()
+
     async def stop(self) -> None:
+        await self.written()
         if self.kubelet is not None:
             await self.kubelet.close()
         if self.plugin is not None:
@@ -171,9 +178,12 @@ class Node:
         return ClaimRef(namespace=NAMESPACE, uid=created["metadata"]["uid"], name=name)
 
     async def get_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        """The claim once the agent's status writes so far are done."""
+        await self.written()
         return await self.client.get_raw(RESOURCE_CLAIMS, ref.name, ref.namespace)
 
     async def events(self, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+        await self.written()
         items, _ = await self.client.list_raw(EVENTS, namespace)
         return items
 

@@ -62,9 +62,13 @@ async def test_a_prepared_claim_mounts_its_device_metadata_until_unprepared(
     assert device["attributes"]["uuid"] == {"string": gpu.uuid}
     assert device["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": gpu.pci_bus_id}
     # the kubelet hands the mount's CDI device to the container with the request's device
-    (entry,) = [
-        e for e in (await cluster.client.get_raw(RESOURCE_CLAIMS, "train", "default"))["status"]["devices"]
-    ]
+    client = client_of(cluster)
+
+    async def status_entries() -> list[dict[str, Any]]:  # written after the agent answered the kubelet
+        body = await client.get_raw(RESOURCE_CLAIMS, "train", "default")
+        return list((body.get("status") or {}).get("devices") or [])
+
+    (entry,) = await eventually(status_entries)
     metadata_id = f"k8s.gpu.nvidia.com/claim={uid}-metadata-gpu"
     assert metadata_id in entry["data"]["cdiDeviceIDs"]
 

@@ -148,13 +148,18 @@ async def test_1g_claim_creates_the_instance_at_prepare_and_destroys_it_after_th
     (instance,) = [m for g in inventory(cluster).gpus for m in g.mig_devices]
     assert instance.profile == "1g.10gb"
     assert fake.gpu(instance.parent_index).mig_current
-    claims, _ = await client.list_raw(RESOURCE_CLAIMS, "default")
-    (status,) = claims[0]["status"]["devices"]
+
+    async def status_written() -> dict[str, Any] | None:  # the agent writes it after answering the kubelet
+        claims, _ = await client.list_raw(RESOURCE_CLAIMS, "default")
+        return claims[0] if (claims[0].get("status") or {}).get("devices") else None
+
+    claim = await eventually(status_written)
+    (status,) = claim["status"]["devices"]
     assert status["data"]["uuid"] == instance.uuid and status["data"]["type"] == "mig"
     assert status["device"].endswith(f"-19-{instance.placement_start}")
     preparer = cluster.runtimes[NODE].preparer
     assert preparer is not None
-    spec = preparer.effects.specs.read(claims[0]["metadata"]["uid"])
+    spec = preparer.effects.specs.read(claim["metadata"]["uid"])
     assert spec is not None and f"NVIDIA_VISIBLE_DEVICES={instance.uuid}" in spec["containerEdits"]["env"]
 
     await client.delete(PODS, "small-inference", "default")

@@ -200,7 +200,7 @@ async def running_claim(cluster: EmbeddedCluster, name: str) -> tuple[str, str, 
         return (body.get("status") or {}).get("phase") == "Running"
 
     await eventually(running)
-    (entry,) = (await claim_devices(cluster, name)).values()
+    (entry,) = (await eventually(lambda: claim_devices(cluster, name))).values()  # written after the answer
     node, device = entry["pool"], entry["device"]
     inventory = cluster.agents[node].inventory
     assert inventory is not None
@@ -347,7 +347,7 @@ async def test_an_xid_shows_in_the_pods_allocated_resources_status(start_cluster
     healthy = await eventually(lambda: reported("Healthy"))
     body = await cluster.client.get_raw(PODS, "infer", "default")
     (claim_name,) = [s["resourceClaimName"] for s in body["status"]["resourceClaimStatuses"]]
-    (entry,) = (await claim_devices(cluster, claim_name)).values()
+    (entry,) = (await eventually(lambda: claim_devices(cluster, claim_name))).values()
     assert healthy == {"resourceID": entry["data"]["cdiDeviceIDs"][0], "health": "Healthy"}
     node, uuid = entry["pool"], entry["data"]["uuid"]
     inventory = cluster.agents[node].inventory

@@ -118,6 +118,7 @@ async def test_unprepare_of_a_claim_unchanged_since_its_prepare_does_not_read_it
     monkeypatch.setattr(node.client, "get_raw", counted)
     assert node.kubelet is not None
     assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    await node.written()  # the status write follows the answer
     assert reads == []
     assert not (await node.get_claim(ref))["status"].get("devices")
 
@@ -135,6 +136,77 @@ async def test_unprepare_of_a_claim_changed_since_its_prepare_removes_only_this_
     assert node.kubelet is not None
     assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
     assert (await node.get_claim(ref))["status"]["devices"] == [other]
+
+
+class HeldStatusWrites:
+    """The claim status writes (PATCH of the status subresource) wait until ``release``."""
+
+    def __init__(self, node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.release = asyncio.Event()
+        self.waiting = asyncio.Event()
+        patch = node.client.patch
+
+        async def held(res: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("subresource") == "status":
+                self.waiting.set()
+                await self.release.wait()
+            return await patch(res, name, body, *args, **kwargs)
+
+        monkeypatch.setattr(node.client, "patch", held)
+
+
+async def test_the_kubelets_answer_does_not_wait_for_the_claim_status_write(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's start waits for NodePrepareResources; the status entry only informs, so it is written after the
+    answer (an API server slow to take it no longer holds the pod back)."""
+    ref = await node.claim("quick")
+    writes = HeldStatusWrites(node, monkeypatch)
+    result = await asyncio.wait_for(prepare(node, ref), timeout=30)  # the write is held until after this
+    assert result.error == "" and node.spec_of(ref) is not None
+    await asyncio.wait_for(writes.waiting.wait(), timeout=30)
+    unwritten = await node.client.get_raw(RESOURCE_CLAIMS, ref.name, ref.namespace)
+    assert not (unwritten.get("status") or {}).get("devices")
+    writes.release.set()
+    ready = ready_of(await node.get_claim(ref))[(DRIVER, NODE, "gpu-0")]
+    assert (ready["status"], ready["reason"]) == ("True", "Prepared")
+
+
+async def test_a_claims_status_writes_land_in_the_order_of_its_calls(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prepare's Ready entry, still being written when the unprepare is answered, does not outlive the
+    unprepare: the claim ends with no entry of this node."""
+    ref = await node.claim("brief")
+    writes = HeldStatusWrites(node, monkeypatch)
+    assert (await asyncio.wait_for(prepare(node, ref), timeout=30)).error == ""
+    assert node.kubelet is not None
+    await asyncio.wait_for(writes.waiting.wait(), timeout=30)
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    writes.release.set()
+    assert not (await node.get_claim(ref))["status"].get("devices")
+
+
+async def test_a_prepare_reads_the_gpus_without_asking_for_nvlink_peers(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prepare reads the node's GPUs afresh; which GPUs reach each other over NVLink only describes the devices
+    (56 NVML calls on an 8-GPU node), and no plan uses it."""
+    pairs: list[Any] = []
+    asked = node.fake.nvmlDeviceGetP2PStatus
+
+    def counted(*args: Any) -> int:
+        pairs.append(args)
+        return asked(*args)
+
+    monkeypatch.setattr(node.fake, "nvmlDeviceGetP2PStatus", counted)
+    assert node.backend.read_inventory().gpus[0].nvlink_peers and pairs  # the slices' reading asks
+    pairs.clear()
+    ref = await node.claim("peerless", {"gpu": "gpu-2"})
+    assert (await prepare(node, ref)).error == ""
+    assert node.kubelet is not None
+    assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
+    assert pairs == []
 
 
 async def test_different_claims_prepare_concurrently(node: Node) -> None:

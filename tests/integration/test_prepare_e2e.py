@@ -3,10 +3,14 @@ real gRPC sockets, the pod runs, and deleting the pod unprepares the claim."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
+import pytest
+
 from clusterkit import StartCluster, eventually
+from gpudra.agent.kubeletplugin import ClaimRef
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import ConflictError
 from gpudra.kube.client import KubeClient
@@ -97,8 +101,12 @@ async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: Sta
     spec = specs.read(uid)
     assert spec is not None
     assert specs.directory.is_relative_to(cluster.node_dirs[node])
-    claim_now = await client.get_raw(RESOURCE_CLAIMS, "one-gpu", NS)
-    (status,) = claim_now["status"]["devices"]
+
+    async def status_entries() -> list[dict[str, Any]]:  # written after the agent answered the kubelet
+        claim_now = await client.get_raw(RESOURCE_CLAIMS, "one-gpu", NS)
+        return list((claim_now.get("status") or {}).get("devices") or [])
+
+    (status,) = await eventually(status_entries, 20.0)
     assert status["conditions"][0]["status"] == "True"
     assert f"NVIDIA_VISIBLE_DEVICES={status['data']['uuid']}" in spec["containerEdits"]["env"]
 
@@ -179,3 +187,58 @@ async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_say
     messages = await eventually(lambda: prepare_failures(client), 30.0)
     assert any("MPS is disabled on this node" in m and "GPUDRA_MPS_SUPPORT" in m for m in messages), messages
     assert (await client.get_raw(PODS, "mps-user", NS)).get("status", {}).get("phase") != "Running"
+
+
+async def test_an_agent_stops_only_after_its_claim_status_writes(
+    start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status entry is written after the kubelet's answer; an agent that stops (or hands the node over)
+    first finishes those writes, so none comes after another agent took the node."""
+    cluster, client = await started(start_cluster)
+    runtime, agent_client = cluster.runtimes[NODE], cluster.agent_clients[NODE]
+    assert runtime.preparer is not None
+    claim = await client.create(
+        RESOURCE_CLAIMS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "late-status", "namespace": NS},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+            },
+        },
+        NS,
+    )
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-1"}]
+            }
+        },
+        "reservedFor": [{"resource": "pods", "name": "somebody", "uid": "pod-somebody"}],
+    }
+    await client.replace(RESOURCE_CLAIMS, claim, subresource="status")
+    held, release = asyncio.Event(), asyncio.Event()
+    patch = agent_client.patch
+
+    async def held_status(res: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("subresource") == "status":
+            held.set()
+            await release.wait()
+        return await patch(res, name, body, *args, **kwargs)
+
+    monkeypatch.setattr(agent_client, "patch", held_status)
+    ref = ClaimRef(namespace=NS, uid=claim["metadata"]["uid"], name="late-status")
+    assert (await runtime.preparer.prepare([ref]))[ref.uid].error == ""
+    await asyncio.wait_for(held.wait(), timeout=30)
+    (agent,) = [
+        t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "AgentRuntime.run"
+    ]
+    agent.cancel()
+    done, _ = await asyncio.wait({agent}, timeout=1.0)  # stopping, it waits for the write
+    assert not done and runtime.role.active.is_set()
+    release.set()
+    await asyncio.gather(agent, return_exceptions=True)
+    assert not runtime.role.active.is_set()
+    (entry,) = (await client.get_raw(RESOURCE_CLAIMS, "late-status", NS))["status"]["devices"]
+    assert entry["device"] == "gpu-1"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gpudra.agent import checkpoint as checkpoint_module
+from gpudra.agent import keyedlocks
 from gpudra.agent.checkpoint import (
     BASE_VERSION,
     CURRENT_VERSION,
@@ -329,7 +330,7 @@ async def test_the_store_keeps_no_lock_for_claims_it_is_done_with(path: Path) ->
     for it; the same claim is still serialized (test above)."""
     checkpoint = store(path)
     await checkpoint.load()
-    here = tracemalloc.Filter(True, checkpoint_module.__file__)
+    here = tracemalloc.Filter(True, keyedlocks.__file__)
 
     async def lock_and_release(uid: str) -> None:
         async with checkpoint.claim_lock(uid):

@@ -31,8 +31,8 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ from pydantic import (
 )
 
 from gpudra.agent.atomic_files import remove_temp_files, write_atomically
+from gpudra.agent.keyedlocks import KeyedLocks
 from gpudra.errors import (
     CheckpointChecksumMismatch,
     CheckpointCorrupt,
@@ -246,16 +247,6 @@ def decode_checkpoint(
     return claims, version
 
 
-class _ClaimLock:
-    """One claim's lock and how many hold it or wait for it."""
-
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
-
-
 class CheckpointStore:
     """The agent's view of the checkpoint file. ``load()`` once at start, then ``transition``/``remove``."""
 
@@ -267,7 +258,7 @@ class CheckpointStore:
         self._claims: dict[str, ClaimEntry] = {}
         self._loaded = False
         self._load_failed = False
-        self._claim_locks: dict[str, _ClaimLock] = {}
+        self._claim_locks = KeyedLocks()
         self._write_lock = asyncio.Lock()
         self._generation = 0
         self._written = 0
@@ -322,21 +313,10 @@ class CheckpointStore:
 
     # writing ------------------------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def claim_lock(self, uid: str) -> AsyncIterator[None]:
+    def claim_lock(self, uid: str) -> AbstractAsyncContextManager[None]:
         """Hold for the whole prepare or unprepare of one claim; other claims are not blocked. A claim's lock is
         kept while someone holds or waits for it, not for every claim the node ever prepared."""
-        held = self._claim_locks.get(uid)
-        if held is None:
-            held = self._claim_locks[uid] = _ClaimLock()
-        held.users += 1
-        try:
-            async with held.lock:
-                yield
-        finally:
-            held.users -= 1
-            if not held.users:
-                del self._claim_locks[uid]
+        return self._claim_locks.hold(uid)
 
     async def transition(
         self,

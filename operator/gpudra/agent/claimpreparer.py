@@ -13,7 +13,8 @@ checkpoint write instead of two: CDI spec written -> PrepareCompleted (a spec no
 and its unprepare too: CDI spec deleted -> entry removed (a crash between leaves it prepared, the spec rewritten
 at the start, until the kubelet's unprepare comes again),
 
-and report ``status.devices`` Ready on the claim (:mod:`gpudra.agent.claimstatus`). A failure after
+then answer the kubelet; ``status.devices`` Ready is written on the claim after the answer, in the background
+(:mod:`gpudra.agent.claimstatus`; the pod's start does not wait for it). A failure after
 PrepareStarted is rolled back at once, and so is a prepare cancelled because the kubelet gave up on the call (the
 hardware step in progress ends first, the rollback runs to its end, then the cancellation goes on); a crash is
 repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from the
@@ -213,11 +214,11 @@ class ClaimPreparer:
             )
         except GpudraError as exc:
             error = _as_prepare_error(exc)
-            await self.status.failed(ref, claim, results, error)
+            self.status.soon(self.status.failed(ref, claim, results, error), ref.uid)
             if error is exc:
                 raise
             raise error from exc
-        await self.status.prepared(ref, plan.devices, claim)
+        self.status.soon(self.status.prepared(ref, plan.devices, claim), ref.uid)
         return PrepareResult(devices=prepared_devices(plan.devices))
 
     async def _plan_gpus(
@@ -369,7 +370,7 @@ class ClaimPreparer:
             self._metrics.count("unprepare", "failed", error.reason)
             return UnprepareResult(error=str(error))
         if entry is not None:
-            await self.status.unprepared(ref)
+            self.status.soon(self.status.unprepared(ref), ref.uid)
         self._metrics.count("unprepare", "ok")
         return UnprepareResult()
 

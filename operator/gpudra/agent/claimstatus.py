@@ -4,15 +4,22 @@ DeviceRecovered).
 
 ``ClaimStatus`` keeps, per prepared claim, the unhealthy devices it last reported, so a health change touches
 only the claims whose devices changed.
+
+The writes after a prepare or an unprepare run in the background (``soon``): the kubelet's answer, and so the
+pod's start, does not wait for a write that only informs. One claim's writes run one at a time, in the order they
+were asked for (a prepare's Ready is never written over the unprepare that followed it); ``written`` waits for
+them all (before the agent stops or hands the node over).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import asyncio
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
 from gpudra.agent.health import DeviceProblem
+from gpudra.agent.keyedlocks import KeyedLocks
 from gpudra.agent.kubeletplugin.messages import ClaimRef
 from gpudra.agent.prepareplan import device_status, merge_device_statuses
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
@@ -64,6 +71,26 @@ class ClaimStatus:
         status entry. Every node where a pod of the claim runs prepares the one device, and an entry (keyed by
         driver, pool and device) cannot say which node it is about; kube-apiserver refuses the write anyway,
         as the agent may change the status of claims allocated on its own node only."""
+        self._turns = KeyedLocks()
+        """Held by each write of a claim's status from its first step: the writes of one claim in order."""
+        self._background: set[asyncio.Task[None]] = set()
+
+    def soon(self, write: Coroutine[Any, Any, None], uid: str) -> None:
+        """Run ``write`` (a call of ``prepared``, ``unprepared`` or ``failed``) in the background, after the
+        claim's writes asked for before it."""
+        task = asyncio.create_task(write, name=f"claim status {uid}")
+        self._background.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("writing a claim's status failed", task=task.get_name(), error=repr(error))
+
+    async def written(self) -> None:
+        """Return once every write started in the background so far has ended."""
+        while self._background:
+            await asyncio.wait(set(self._background))
 
     def _node_local(self, pool: str) -> bool:
         return self._shared_pool is None or not self._shared_pool(pool)
@@ -73,15 +100,19 @@ class ClaimStatus:
     ) -> None:
         """The claim's devices are prepared: Ready entries, each with its health. ``claim``: the claim as the
         prepare read it, to write from without reading it again (a conflict reads it afresh)."""
-        problems = self._problems() if self._problems is not None else {}
-        devices = [d for d in devices if self._node_local(d.pool_name)]
-        await self._update(ref, self._ready(devices, problems), read=_status_part(claim) if claim else None)
-        self._health_view[ref.uid] = _view(devices, problems)
+        async with self._turns.hold(ref.uid):
+            problems = self._problems() if self._problems is not None else {}
+            devices = [d for d in devices if self._node_local(d.pool_name)]
+            await self._update(
+                ref, self._ready(devices, problems), read=_status_part(claim) if claim else None
+            )
+            self._health_view[ref.uid] = _view(devices, problems)
 
     async def unprepared(self, ref: ClaimRef) -> None:
         """The claim's devices were unprepared here: this node's entries go."""
-        self._health_view.pop(ref.uid, None)
-        await self._update(ref, [])
+        async with self._turns.hold(ref.uid):
+            self._health_view.pop(ref.uid, None)
+            await self._update(ref, [])
 
     async def failed(
         self,
@@ -91,21 +122,22 @@ class ClaimStatus:
         error: PrepareError,
     ) -> None:
         """The prepare failed: a FailedPrepare Event (unless the claim is gone) and not-Ready entries."""
-        involved = claim if claim is not None else ref.event_object()
-        if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
-            await self._events.post(
-                involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"
-            )
-        results = [r for r in results if self._node_local(r.pool)]
-        if results:
-            entries = [
-                device_status(
-                    self.driver, r.pool, r.device, ready=False, reason=error.reason, message=str(error),
-                    now=rfc3339(), share_id=r.share_id,
+        async with self._turns.hold(ref.uid):
+            involved = claim if claim is not None else ref.event_object()
+            if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
+                await self._events.post(
+                    involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"
                 )
-                for r in results
-            ]  # fmt: skip
-            await self._update(ref, entries)
+            results = [r for r in results if self._node_local(r.pool)]
+            if results:
+                entries = [
+                    device_status(
+                        self.driver, r.pool, r.device, ready=False, reason=error.reason, message=str(error),
+                        now=rfc3339(), share_id=r.share_id,
+                    )
+                    for r in results
+                ]  # fmt: skip
+                await self._update(ref, entries)
 
     async def report_health(self, store: CheckpointStore, *, refresh: bool = False) -> None:
         """Bring the Healthy condition of every prepared claim's devices in line with the health watcher: set it
@@ -128,7 +160,8 @@ class ClaimStatus:
                 current = store.get(uid)
                 if current is None or current.state != "PrepareCompleted":
                     continue
-                await self._update(ref, self._ready(current.devices, problems))
+                async with self._turns.hold(uid):
+                    await self._update(ref, self._ready(current.devices, problems))
             self._health_view[uid] = view
             await self._post_health_events(ref, before, view, problems)
 

@@ -257,10 +257,17 @@ class AgentRuntime:
                 task.result()  # the duties end only by an error; an error of the holder is no hand-over either
         finally:
             await asyncio.shield(self.role.drain())  # on the way out too: no call may outlive the lock
+            await asyncio.shield(self._statuses_written())  # nor a claim status write after a call
             for task in (duties, holder):
                 task.cancel()
             await asyncio.gather(duties, holder, return_exceptions=True)
             self.role.release()
+
+    async def _statuses_written(self) -> None:
+        if self.preparer is not None:
+            await self.preparer.status.written()
+        if self.compute_domains is not None:
+            await self.compute_domains.preparer.status.written()
 
     async def _duties(self) -> None:
         """What only the active instance does."""

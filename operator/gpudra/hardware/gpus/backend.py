@@ -85,8 +85,10 @@ class GpuBackend(Protocol):
 
     node_name: str
 
-    def read_inventory(self) -> NodeInventory:
-        """A fresh reading of every GPU and MIG device."""
+    def read_inventory(self, *, nvlink_peers: bool = True) -> NodeInventory:
+        """A fresh reading of every GPU and MIG device. ``nvlink_peers`` False leaves each GPU's NVLink peers
+        empty: they describe the node's devices to the scheduler, and a prepare's plan does not use them (an
+        8-GPU node asks NVML for 56 pairs)."""
         ...
 
     def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigModeResult:

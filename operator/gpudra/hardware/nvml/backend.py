@@ -216,7 +216,7 @@ class NvmlBackend:
 
     # -- inventory -------------------------------------------------------------------------------------------
 
-    def read_inventory(self) -> NodeInventory:
+    def read_inventory(self, *, nvlink_peers: bool = True) -> NodeInventory:
         nvml = self.nvml
         with self.errors("read the driver versions"):
             driver_version = _text(nvml.nvmlSystemGetDriverVersion())
@@ -245,7 +245,7 @@ class NvmlBackend:
             node_name=self.node_name,
             driver_version=driver_version,
             cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
-            gpus=self._with_nvlink_peers(gpus),
+            gpus=self._with_nvlink_peers(gpus) if nvlink_peers else tuple(gpus),
             problems=tuple(problems),
         )
 
