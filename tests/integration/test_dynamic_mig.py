@@ -223,11 +223,11 @@ async def test_an_instance_destroyed_while_the_agent_reads_is_never_published_as
     read = backend.read_inventory
     created: list[str] = []
 
-    def prepare_read_unprepare() -> NodeInventory:
+    def prepare_read_unprepare(*, nvlink_peers: bool = True) -> NodeInventory:
         backend.read_inventory = read  # type: ignore[method-assign]
         instance = backend.create_mig_device(0, "1g.10gb", 0)
         created.append(instance.uuid)
-        reading = read()
+        reading = read(nvlink_peers=nvlink_peers)
         backend.destroy_mig_device(0, instance.gi_id)
         claimed.clear()
         return reading

@@ -55,8 +55,8 @@ async def test_a_prepare_that_read_the_gpus_before_a_repartition_is_retried(node
     reservations = node.preparer.reservations
     read = node.backend.read_inventory
 
-    def read_during_a_repartition() -> Any:
-        inventory = read()
+    def read_during_a_repartition(*, nvlink_peers: bool = True) -> Any:
+        inventory = read(nvlink_peers=nvlink_peers)
         reservations.reserve_devices(HOLDER, {(NODE, "gpu-5")})
         reservations.release_devices(HOLDER)  # the applier changed the GPUs after this prepare read them
         return inventory
