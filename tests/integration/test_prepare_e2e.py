@@ -36,20 +36,22 @@ async def prepare_failures(client: KubeClient) -> list[str]:
     return [e["message"] for e in items if e["reason"] == "FailedPrepareDynamicResources"]
 
 
+async def one_gpu_claim(client: KubeClient, name: str) -> dict[str, Any]:
+    """A claim of one GPU in the test's namespace, as created."""
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+        },
+    }
+    return await client.create(RESOURCE_CLAIMS, body, NS)
+
+
 async def test_bound_pod_gets_its_claim_prepared_and_released(start_cluster: StartCluster) -> None:
     cluster, client = await started(start_cluster)
-    claim = await client.create(
-        RESOURCE_CLAIMS,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "one-gpu", "namespace": NS},
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
-            },
-        },
-        NS,
-    )
+    claim = await one_gpu_claim(client, "one-gpu")
     pod = await client.create(
         PODS,
         {
@@ -197,18 +199,7 @@ async def test_an_agent_stops_only_after_its_claim_status_writes(
     cluster, client = await started(start_cluster)
     runtime, agent_client = cluster.runtimes[NODE], cluster.agent_clients[NODE]
     assert runtime.preparer is not None
-    claim = await client.create(
-        RESOURCE_CLAIMS,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "late-status", "namespace": NS},
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
-            },
-        },
-        NS,
-    )
+    claim = await one_gpu_claim(client, "late-status")
     claim["status"] = {
         "allocation": {
             "devices": {
