@@ -22,10 +22,6 @@ class KeyedLocks:
     def __init__(self) -> None:
         self._locks: dict[str, _Held] = {}
 
-    def __len__(self) -> int:
-        """How many keys' locks are kept now (held or waited for)."""
-        return len(self._locks)
-
     @asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         """Hold the key's lock; those who asked for it before get it first (asyncio locks are fair)."""
