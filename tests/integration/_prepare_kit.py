@@ -3,6 +3,7 @@ KubeletPlugin, and a KubeletClient playing the kubelet. Shared by the prepare te
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -189,6 +190,24 @@ class Node:
 
     def spec_of(self, ref: ClaimRef) -> dict[str, Any] | None:
         return self.specs().read(ref.uid)
+
+
+class HeldStatusWrites:
+    """A client whose claim status writes (PATCH of the status subresource) wait until ``release``; ``waiting``
+    is set when the first arrives."""
+
+    def __init__(self, client: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.release = asyncio.Event()
+        self.waiting = asyncio.Event()
+        patch = client.patch
+
+        async def held(res: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("subresource") == "status":
+                self.waiting.set()
+                await self.release.wait()
+            return await patch(res, name, body, *args, **kwargs)
+
+        monkeypatch.setattr(client, "patch", held)
 
 
 def gpu_config(

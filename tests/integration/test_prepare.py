@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _prepare_kit import DRIVER, NODE, Node, gpu_config
+from _prepare_kit import DRIVER, NODE, HeldStatusWrites, Node, gpu_config
 from prometheus_client.metrics import MetricWrapperBase
 
 from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
@@ -138,30 +138,13 @@ async def test_unprepare_of_a_claim_changed_since_its_prepare_removes_only_this_
     assert (await node.get_claim(ref))["status"]["devices"] == [other]
 
 
-class HeldStatusWrites:
-    """The claim status writes (PATCH of the status subresource) wait until ``release``."""
-
-    def __init__(self, node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.release = asyncio.Event()
-        self.waiting = asyncio.Event()
-        patch = node.client.patch
-
-        async def held(res: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("subresource") == "status":
-                self.waiting.set()
-                await self.release.wait()
-            return await patch(res, name, body, *args, **kwargs)
-
-        monkeypatch.setattr(node.client, "patch", held)
-
-
 async def test_the_kubelets_answer_does_not_wait_for_the_claim_status_write(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pod's start waits for NodePrepareResources; the status entry only informs, so it is written after the
     answer (an API server slow to take it no longer holds the pod back)."""
     ref = await node.claim("quick")
-    writes = HeldStatusWrites(node, monkeypatch)
+    writes = HeldStatusWrites(node.client, monkeypatch)
     result = await asyncio.wait_for(prepare(node, ref), timeout=30)  # the write is held until after this
     assert result.error == "" and node.spec_of(ref) is not None
     await asyncio.wait_for(writes.waiting.wait(), timeout=30)
@@ -178,7 +161,7 @@ async def test_a_claims_status_writes_land_in_the_order_of_its_calls(
     """The prepare's Ready entry, still being written when the unprepare is answered, does not outlive the
     unprepare: the claim ends with no entry of this node."""
     ref = await node.claim("brief")
-    writes = HeldStatusWrites(node, monkeypatch)
+    writes = HeldStatusWrites(node.client, monkeypatch)
     assert (await asyncio.wait_for(prepare(node, ref), timeout=30)).error == ""
     assert node.kubelet is not None
     await asyncio.wait_for(writes.waiting.wait(), timeout=30)

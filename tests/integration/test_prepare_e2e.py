@@ -8,6 +8,7 @@ import contextlib
 from typing import Any
 
 import pytest
+from _prepare_kit import HeldStatusWrites
 
 from clusterkit import StartCluster, eventually
 from gpudra.agent.kubeletplugin import ClaimRef
@@ -209,26 +210,17 @@ async def test_an_agent_stops_only_after_its_claim_status_writes(
         "reservedFor": [{"resource": "pods", "name": "somebody", "uid": "pod-somebody"}],
     }
     await client.replace(RESOURCE_CLAIMS, claim, subresource="status")
-    held, release = asyncio.Event(), asyncio.Event()
-    patch = agent_client.patch
-
-    async def held_status(res: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("subresource") == "status":
-            held.set()
-            await release.wait()
-        return await patch(res, name, body, *args, **kwargs)
-
-    monkeypatch.setattr(agent_client, "patch", held_status)
+    writes = HeldStatusWrites(agent_client, monkeypatch)
     ref = ClaimRef(namespace=NS, uid=claim["metadata"]["uid"], name="late-status")
     assert (await runtime.preparer.prepare([ref]))[ref.uid].error == ""
-    await asyncio.wait_for(held.wait(), timeout=30)
+    await asyncio.wait_for(writes.waiting.wait(), timeout=30)
     (agent,) = [
         t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "AgentRuntime.run"
     ]
     agent.cancel()
     done, _ = await asyncio.wait({agent}, timeout=1.0)  # stopping, it waits for the write
     assert not done and runtime.role.active.is_set()
-    release.set()
+    writes.release.set()
     await asyncio.gather(agent, return_exceptions=True)
     assert not runtime.role.active.is_set()
     (entry,) = (await client.get_raw(RESOURCE_CLAIMS, "late-status", NS))["status"]["devices"]
