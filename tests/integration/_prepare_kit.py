@@ -17,7 +17,7 @@ from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer, no_hook
-from gpudra.agent.claimstatus import ClaimStatus
+from gpudra.agent.claimstatus import DEFER_SECONDS, ClaimStatus
 from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletPlugin
 from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
@@ -63,6 +63,7 @@ class Node:
     dynamic: set[str] = field(default_factory=set)  # UUIDs of the GPUs in dynamic MIG mode
     shareable: tuple[str, ...] = ()  # devices published with allowMultipleAllocations
     passthrough: bool = False  # gpu-vfio-<i> devices prepared (bound to vfio-pci)
+    defer_seconds: float = DEFER_SECONDS  # the longest a status write waits for the node's calls to end
 
     def __post_init__(self) -> None:
         self.fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
@@ -101,7 +102,9 @@ class Node:
             client=self.client,
             backend=self.backend,
             store=store,
-            status=ClaimStatus(self.client, events, driver=DRIVER, node=NODE),
+            status=ClaimStatus(
+                self.client, events, driver=DRIVER, node=NODE, defer_seconds=self.defer_seconds
+            ),
             reservations=DeviceReservations(store, shareable=lambda: self.shareable),
             effects=ClaimEffects(self.backend, self.specs(), claim_dirs=self.root / "mps"),
             options=PrepareOptions(mps_root=str(self.root / "mps"), passthrough=self.passthrough),
@@ -208,6 +211,24 @@ class HeldStatusWrites:
             return await patch(res, name, body, *args, **kwargs)
 
         monkeypatch.setattr(client, "patch", held)
+
+
+class HeldClaimReads:
+    """A client whose reads of the claim named ``name`` (the prepare's GET) wait until ``release``: that claim's
+    prepare stays in flight. ``waiting`` is set when the first arrives."""
+
+    def __init__(self, client: KubeClient, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        self.release = asyncio.Event()
+        self.waiting = asyncio.Event()
+        get = client.get
+
+        async def held(res: Any, read: str, *args: Any, **kwargs: Any) -> Any:
+            if read == name:
+                self.waiting.set()
+                await self.release.wait()
+            return await get(res, read, *args, **kwargs)
+
+        monkeypatch.setattr(client, "get", held)
 
 
 def gpu_config(

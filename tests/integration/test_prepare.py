@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _prepare_kit import DRIVER, NODE, HeldStatusWrites, Node, gpu_config
+from _prepare_kit import DRIVER, NODE, HeldClaimReads, HeldStatusWrites, Node, gpu_config
 from prometheus_client.metrics import MetricWrapperBase
 
 from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
@@ -168,6 +168,54 @@ async def test_a_claims_status_writes_land_in_the_order_of_its_calls(
     assert (await node.kubelet.unprepare([ref]))[ref.uid].error == ""
     writes.release.set()
     assert not (await node.get_claim(ref))["status"].get("devices")
+
+
+async def held_prepare_beside(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> tuple[ClaimRef, ClaimRef, HeldClaimReads, asyncio.Task[Any], HeldStatusWrites]:
+    """Claim "slow" (gpu-2) in a prepare held in flight, claim "quick" (gpu-1) prepared beside it; and the status
+    writes, seen (``waiting``) but not held."""
+    quick = await node.claim("quick", {"gpu": "gpu-1"})
+    slow = await node.claim("slow", {"gpu": "gpu-2"})
+    reads = HeldClaimReads(node.client, monkeypatch, "slow")
+    writes = HeldStatusWrites(node.client, monkeypatch)
+    writes.release.set()
+    slow_call = asyncio.create_task(prepare(node, slow))
+    await asyncio.wait_for(reads.waiting.wait(), timeout=30)
+    assert (await asyncio.wait_for(prepare(node, quick), timeout=30)).error == ""
+    return quick, slow, reads, slow_call, writes
+
+
+async def test_a_claims_status_is_written_once_the_node_answers_no_call(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of prepares (a Job's pods landing on the node at once) is answered before its status writes take
+    the agent's CPU and the API server's: the Ready entry waits until no other call is in flight."""
+    node.defer_seconds = 60.0
+    await node.restart()
+    quick, slow, reads, slow_call, writes = await held_prepare_beside(node, monkeypatch)
+    written = asyncio.create_task(writes.waiting.wait())
+    done, _ = await asyncio.wait({written}, timeout=1.0)  # must not come while "slow" is in flight
+    assert not done
+    reads.release.set()
+    assert (await asyncio.wait_for(slow_call, timeout=30)).error == ""
+    await asyncio.wait_for(written, timeout=30)
+    for ref, gpu in ((quick, "gpu-1"), (slow, "gpu-2")):
+        assert ready_of(await node.get_claim(ref))[(DRIVER, NODE, gpu)]["status"] == "True"
+
+
+async def test_a_claims_status_is_written_while_calls_go_on_after_the_longest_wait(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that never stops answering calls still gets its claims' status, after ``defer_seconds``."""
+    node.defer_seconds = 0.2
+    await node.restart()
+    quick, _, reads, slow_call, writes = await held_prepare_beside(node, monkeypatch)
+    await asyncio.wait_for(writes.waiting.wait(), timeout=30)
+    assert not slow_call.done()
+    assert ready_of(await node.get_claim(quick))[(DRIVER, NODE, "gpu-1")]["status"] == "True"
+    reads.release.set()
+    assert (await asyncio.wait_for(slow_call, timeout=30)).error == ""
 
 
 async def test_a_prepare_reads_the_gpus_without_asking_for_nvlink_peers(

@@ -13,8 +13,8 @@ checkpoint write instead of two: CDI spec written -> PrepareCompleted (a spec no
 and its unprepare too: CDI spec deleted -> entry removed (a crash between leaves it prepared, the spec rewritten
 at the start, until the kubelet's unprepare comes again),
 
-then answer the kubelet; ``status.devices`` Ready is written on the claim after the answer, in the background
-(:mod:`gpudra.agent.claimstatus`; the pod's start does not wait for it). A failure after
+then answer the kubelet; ``status.devices`` Ready is written on the claim after the answer, in the background,
+once the node answers no call (:mod:`gpudra.agent.claimstatus`; the pod's start does not wait for it). A failure after
 PrepareStarted is rolled back at once, and so is a prepare cancelled because the kubelet gave up on the call (the
 hardware step in progress ends first, the rollback runs to its end, then the cancellation goes on); a crash is
 repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from the
@@ -159,11 +159,13 @@ class ClaimPreparer:
     # -- PluginHandler ---------------------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        results = await asyncio.gather(*(self._prepare_one(ref) for ref in claims))
+        with self.status.calls.one():
+            results = await asyncio.gather(*(self._prepare_one(ref) for ref in claims))
         return {ref.uid: result for ref, result in zip(claims, results, strict=True)}
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
-        results = await asyncio.gather(*(self._unprepare_one(ref) for ref in claims))
+        with self.status.calls.one():
+            results = await asyncio.gather(*(self._unprepare_one(ref) for ref in claims))
         return {ref.uid: result for ref, result in zip(claims, results, strict=True)}
 
     async def report_health(self, *, refresh: bool = False) -> None:

@@ -6,9 +6,12 @@ DeviceRecovered).
 only the claims whose devices changed.
 
 The writes after a prepare or an unprepare run in the background (``soon``): the kubelet's answer, and so the
-pod's start, does not wait for a write that only informs. One claim's writes run one at a time, in the order they
-were asked for (a prepare's Ready is never written over the unprepare that followed it); ``written`` waits for
-them all (before the agent stops or hands the node over).
+pod's start, does not wait for a write that only informs. They wait, too, until the node's drivers answer no call
+(:class:`CallsInFlight`), at most ``defer_seconds``: a burst of prepares (a Job's pods landing on a node at once)
+is answered before its writes take the agent's CPU and the API server's. One claim's writes run one at a time, in
+the order they were asked for (each holds the claim's turn from its first step, the wait included: a prepare's
+Ready is never written over the unprepare that followed it); ``written`` waits for them all (before the agent
+stops or hands the node over).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
+from gpudra.agent.callsinflight import CallsInFlight
 from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
 from gpudra.agent.health import DeviceProblem
 from gpudra.agent.keyedlocks import KeyedLocks
@@ -33,6 +37,9 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 Problems = Callable[[], Mapping[str, DeviceProblem]]
 HealthView = frozenset[tuple[str, str]]
+DEFER_SECONDS = 0.5
+"""The longest a background write waits for the node's calls to end: a node answering calls without a pause still
+gets its claims' status within about this much."""
 
 
 def _view(devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]) -> HealthView:
@@ -44,7 +51,9 @@ def _view(devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]
 
 class ClaimStatus:
     """Status entries and Events on the claims of one driver on one node. ``problems`` (when the agent watches
-    GPU health) says which devices are unhealthy now and why."""
+    GPU health) says which devices are unhealthy now and why. ``calls``: the node's calls in flight, shared by
+    its drivers (the preparer counts its calls there); background writes wait for none, at most
+    ``defer_seconds``."""
 
     def __init__(
         self,
@@ -55,6 +64,8 @@ class ClaimStatus:
         node: str,
         problems: Problems | None = None,
         shared_pool: Callable[[str], bool] | None = None,
+        calls: CallsInFlight | None = None,
+        defer_seconds: float = DEFER_SECONDS,
     ) -> None:
         self._client = client
         self._events = events
@@ -74,13 +85,24 @@ class ClaimStatus:
         self._turns = KeyedLocks()
         """Held by each write of a claim's status from its first step: the writes of one claim in order."""
         self._background: set[asyncio.Task[None]] = set()
+        self.calls = calls or CallsInFlight()
+        self._defer_seconds = defer_seconds
 
     def soon(self, write: Coroutine[Any, Any, None], uid: str) -> None:
-        """Run ``write`` (a call of ``prepared``, ``unprepared`` or ``failed``) in the background, after the
-        claim's writes asked for before it."""
-        task = asyncio.create_task(write, name=f"claim status {uid}")
+        """Run ``write`` (a call of ``prepared``, ``unprepared`` or ``failed``, which are run only this way) in
+        the background, in the claim's turn after its writes asked for before it, once no call is in flight (or
+        ``defer_seconds`` passed)."""
+        task = asyncio.create_task(self._in_turn(write, uid), name=f"claim status {uid}")
         self._background.add(task)
         task.add_done_callback(self._ended)
+
+    async def _in_turn(self, write: Coroutine[Any, Any, None], uid: str) -> None:
+        try:
+            async with self._turns.hold(uid):
+                await self.calls.none(self._defer_seconds)
+                await write
+        finally:
+            write.close()  # not awaited when cancelled before its turn: no "never awaited" warning
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._background.discard(task)
@@ -100,19 +122,15 @@ class ClaimStatus:
     ) -> None:
         """The claim's devices are prepared: Ready entries, each with its health. ``claim``: the claim as the
         prepare read it, to write from without reading it again (a conflict reads it afresh)."""
-        async with self._turns.hold(ref.uid):
-            problems = self._problems() if self._problems is not None else {}
-            devices = [d for d in devices if self._node_local(d.pool_name)]
-            await self._update(
-                ref, self._ready(devices, problems), read=_status_part(claim) if claim else None
-            )
-            self._health_view[ref.uid] = _view(devices, problems)
+        problems = self._problems() if self._problems is not None else {}
+        devices = [d for d in devices if self._node_local(d.pool_name)]
+        await self._update(ref, self._ready(devices, problems), read=_status_part(claim) if claim else None)
+        self._health_view[ref.uid] = _view(devices, problems)
 
     async def unprepared(self, ref: ClaimRef) -> None:
         """The claim's devices were unprepared here: this node's entries go."""
-        async with self._turns.hold(ref.uid):
-            self._health_view.pop(ref.uid, None)
-            await self._update(ref, [])
+        self._health_view.pop(ref.uid, None)
+        await self._update(ref, [])
 
     async def failed(
         self,
@@ -122,22 +140,21 @@ class ClaimStatus:
         error: PrepareError,
     ) -> None:
         """The prepare failed: a FailedPrepare Event (unless the claim is gone) and not-Ready entries."""
-        async with self._turns.hold(ref.uid):
-            involved = claim if claim is not None else ref.event_object()
-            if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
-                await self._events.post(
-                    involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"
+        involved = claim if claim is not None else ref.event_object()
+        if error.reason not in ("ClaimNotFound", "ClaimReplaced"):
+            await self._events.post(
+                involved, "Warning", "FailedPrepare", f"node {self.node}: {error.reason}: {error}"
+            )
+        results = [r for r in results if self._node_local(r.pool)]
+        if results:
+            entries = [
+                device_status(
+                    self.driver, r.pool, r.device, ready=False, reason=error.reason, message=str(error),
+                    now=rfc3339(), share_id=r.share_id,
                 )
-            results = [r for r in results if self._node_local(r.pool)]
-            if results:
-                entries = [
-                    device_status(
-                        self.driver, r.pool, r.device, ready=False, reason=error.reason, message=str(error),
-                        now=rfc3339(), share_id=r.share_id,
-                    )
-                    for r in results
-                ]  # fmt: skip
-                await self._update(ref, entries)
+                for r in results
+            ]  # fmt: skip
+            await self._update(ref, entries)
 
     async def report_health(self, store: CheckpointStore, *, refresh: bool = False) -> None:
         """Bring the Healthy condition of every prepared claim's devices in line with the health watcher: set it

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from gpudra.agent.callsinflight import CallsInFlight
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
@@ -80,6 +81,8 @@ class AgentRuntime:
         self.role = ActiveRole(
             settings.state_path, settings.instance_id, poll=settings.handover_poll_seconds, locks=locks
         )
+        self.calls = CallsInFlight()
+        """The kubelet's calls both drivers are answering: their claims' status writes wait for none."""
         if settings.serve_kubelet_plugin and settings.compute_domains != "disabled":
             from gpudra.agent.computedomain.driver import ComputeDomainDriver
 
@@ -90,6 +93,7 @@ class AgentRuntime:
                 metrics,
                 report_problem=self._report_checkpoint_problem,
                 role=self.role,
+                calls=self.calls,
             )
             self.agent.inventory_listeners.append(self.compute_domains.observe)
         self.dynamic_gpus: frozenset[str] | None = None
@@ -132,6 +136,7 @@ class AgentRuntime:
                 driver=settings.driver_name,
                 node=settings.node_name,
                 problems=self.agent.health.problems if settings.health_checks else None,
+                calls=self.calls,
             ),
             reservations=DeviceReservations(store, shareable=self._shareable),
             effects=ClaimEffects(

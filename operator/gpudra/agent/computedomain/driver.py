@@ -25,6 +25,7 @@ import contextlib
 from pathlib import Path
 from typing import Final
 
+from gpudra.agent.callsinflight import CallsInFlight
 from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
@@ -106,9 +107,10 @@ class ComputeDomainDriver:
         *,
         report_problem: ProblemReporter | None = None,
         role: ActiveRole | None = None,
+        calls: CallsInFlight | None = None,
     ) -> None:
         """``role``: the node's hand-over (its calls are operations of the active instance, drained before a
-        newer agent takes over)."""
+        newer agent takes over); ``calls``: the node's kubelet calls in flight, shared with the GPU driver."""
         self.settings = settings
         self.driver = settings.compute_domain_driver_name
         self._client = client
@@ -148,6 +150,7 @@ class ComputeDomainDriver:
                 driver=self.driver,
                 node=settings.node_name,
                 shared_pool=self.shared_pool,
+                calls=calls,
             ),
             reservations=DeviceReservations(store, shareable=lambda: [CHANNEL_DEVICE]),
             effects=ClaimEffects(backend, ClaimSpecDir(settings.cdi_dir, vendor=CD_VENDOR)),
