@@ -17,10 +17,11 @@ from gpudra.agent.cdi import ClaimSpecDir
 from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer, no_hook
-from gpudra.agent.claimstatus import DEFER_SECONDS, ClaimStatus
+from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.kubeletplugin import ClaimRef, KubeletPlugin
 from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.agent.laterwrites import DEFER_SECONDS, LaterWrites
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
 from gpudra.hardware.nvml.backend import NvmlBackend
@@ -103,7 +104,11 @@ class Node:
             backend=self.backend,
             store=store,
             status=ClaimStatus(
-                self.client, events, driver=DRIVER, node=NODE, defer_seconds=self.defer_seconds
+                self.client,
+                events,
+                driver=DRIVER,
+                node=NODE,
+                later=LaterWrites(defer_seconds=self.defer_seconds),
             ),
             reservations=DeviceReservations(store, shareable=lambda: self.shareable),
             effects=ClaimEffects(self.backend, self.specs(), claim_dirs=self.root / "mps"),
@@ -137,7 +142,7 @@ class Node:
         """Wait for the claim status writes the agent makes after its answers (as the agent does before it
         stops)."""
         if self.preparer is not None:
-            await self.preparer.status.written()
+            await self.preparer.status.later.written()
 
     async def stop(self) -> None:
         await self.written()

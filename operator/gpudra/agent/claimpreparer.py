@@ -14,7 +14,7 @@ and its unprepare too: CDI spec deleted -> entry removed (a crash between leaves
 at the start, until the kubelet's unprepare comes again),
 
 then answer the kubelet; ``status.devices`` Ready is written on the claim after the answer, in the background,
-once the node answers no call (:mod:`gpudra.agent.claimstatus`; the pod's start does not wait for it). A failure after
+once the node answers no call (:mod:`gpudra.agent.laterwrites`; the pod's start does not wait for it). A failure after
 PrepareStarted is rolled back at once, and so is a prepare cancelled because the kubelet gave up on the call (the
 hardware step in progress ends first, the rollback runs to its end, then the cancellation goes on); a crash is
 repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from the
@@ -159,12 +159,12 @@ class ClaimPreparer:
     # -- PluginHandler ---------------------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        with self.status.calls.one():
+        with self.status.later.calls.one():
             results = await asyncio.gather(*(self._prepare_one(ref) for ref in claims))
         return {ref.uid: result for ref, result in zip(claims, results, strict=True)}
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
-        with self.status.calls.one():
+        with self.status.later.calls.one():
             results = await asyncio.gather(*(self._unprepare_one(ref) for ref in claims))
         return {ref.uid: result for ref, result in zip(claims, results, strict=True)}
 
@@ -216,11 +216,11 @@ class ClaimPreparer:
             )
         except GpudraError as exc:
             error = _as_prepare_error(exc)
-            self.status.soon(self.status.failed(ref, claim, results, error), ref.uid)
+            self.status.later.soon(ref.uid, self.status.failed(ref, claim, results, error))
             if error is exc:
                 raise
             raise error from exc
-        self.status.soon(self.status.prepared(ref, plan.devices, claim), ref.uid)
+        self.status.later.soon(ref.uid, self.status.prepared(ref, plan.devices, claim))
         return PrepareResult(devices=prepared_devices(plan.devices))
 
     async def _plan_gpus(
@@ -372,7 +372,7 @@ class ClaimPreparer:
             self._metrics.count("unprepare", "failed", error.reason)
             return UnprepareResult(error=str(error))
         if entry is not None:
-            self.status.soon(self.status.unprepared(ref), ref.uid)
+            self.status.later.soon(ref.uid, self.status.unprepared(ref))
         self._metrics.count("unprepare", "ok")
         return UnprepareResult()
 

@@ -5,26 +5,20 @@ DeviceRecovered).
 ``ClaimStatus`` keeps, per prepared claim, the unhealthy devices it last reported, so a health change touches
 only the claims whose devices changed.
 
-The writes after a prepare or an unprepare run in the background (``soon``): the kubelet's answer, and so the
-pod's start, does not wait for a write that only informs. They wait, too, until the node's drivers answer no call
-(:class:`CallsInFlight`), at most ``defer_seconds``: a burst of prepares (a Job's pods landing on a node at once)
-is answered before its writes take the agent's CPU and the API server's. One claim's writes run one at a time, in
-the order they were asked for (each holds the claim's turn from its first step, the wait included: a prepare's
-Ready is never written over the unprepare that followed it); ``written`` waits for them all (before the agent
-stops or hands the node over).
+The writes after a prepare, an unprepare or a failed prepare run in the background, after the kubelet's answer
+and once the node answers no call (:mod:`gpudra.agent.laterwrites`): ``prepared``, ``unprepared`` and ``failed``
+are given to ``later.soon``, which holds the claim's turn.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from gpudra.agent.callsinflight import CallsInFlight
 from gpudra.agent.checkpoint import CheckpointStore, DeviceRecord
 from gpudra.agent.health import DeviceProblem
-from gpudra.agent.keyedlocks import KeyedLocks
 from gpudra.agent.kubeletplugin.messages import ClaimRef
+from gpudra.agent.laterwrites import LaterWrites
 from gpudra.agent.prepareplan import device_status, merge_device_statuses
 from gpudra.api.dra import DeviceRequestAllocationResult, ResourceClaim
 from gpudra.api.timestamps import rfc3339
@@ -37,9 +31,6 @@ from gpudra.telemetry import get_logger
 log = get_logger(__name__)
 Problems = Callable[[], Mapping[str, DeviceProblem]]
 HealthView = frozenset[tuple[str, str]]
-DEFER_SECONDS = 0.5
-"""The longest a background write waits for the node's calls to end: a node answering calls without a pause still
-gets its claims' status within about this much."""
 
 
 def _view(devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]) -> HealthView:
@@ -51,9 +42,8 @@ def _view(devices: Iterable[DeviceRecord], problems: Mapping[str, DeviceProblem]
 
 class ClaimStatus:
     """Status entries and Events on the claims of one driver on one node. ``problems`` (when the agent watches
-    GPU health) says which devices are unhealthy now and why. ``calls``: the node's calls in flight, shared by
-    its drivers (the preparer counts its calls there); background writes wait for none, at most
-    ``defer_seconds``."""
+    GPU health) says which devices are unhealthy now and why. ``later``: when the writes after the kubelet's
+    answers run (the node's calls in flight, shared by its drivers, are counted there)."""
 
     def __init__(
         self,
@@ -64,8 +54,7 @@ class ClaimStatus:
         node: str,
         problems: Problems | None = None,
         shared_pool: Callable[[str], bool] | None = None,
-        calls: CallsInFlight | None = None,
-        defer_seconds: float = DEFER_SECONDS,
+        later: LaterWrites | None = None,
     ) -> None:
         self._client = client
         self._events = events
@@ -82,37 +71,7 @@ class ClaimStatus:
         status entry. Every node where a pod of the claim runs prepares the one device, and an entry (keyed by
         driver, pool and device) cannot say which node it is about; kube-apiserver refuses the write anyway,
         as the agent may change the status of claims allocated on its own node only."""
-        self._turns = KeyedLocks()
-        """Held by each write of a claim's status from its first step: the writes of one claim in order."""
-        self._background: set[asyncio.Task[None]] = set()
-        self.calls = calls or CallsInFlight()
-        self._defer_seconds = defer_seconds
-
-    def soon(self, write: Coroutine[Any, Any, None], uid: str) -> None:
-        """Run ``write`` (a call of ``prepared``, ``unprepared`` or ``failed``, which are run only this way) in
-        the background, in the claim's turn after its writes asked for before it, once no call is in flight (or
-        ``defer_seconds`` passed)."""
-        task = asyncio.create_task(self._in_turn(write, uid), name=f"claim status {uid}")
-        self._background.add(task)
-        task.add_done_callback(self._ended)
-
-    async def _in_turn(self, write: Coroutine[Any, Any, None], uid: str) -> None:
-        try:
-            async with self._turns.hold(uid):
-                await self.calls.none(self._defer_seconds)
-                await write
-        finally:
-            write.close()  # not awaited when cancelled before its turn: no "never awaited" warning
-
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
-            log.error("writing a claim's status failed", task=task.get_name(), error=repr(error))
-
-    async def written(self) -> None:
-        """Return once every write started in the background so far has ended."""
-        while self._background:
-            await asyncio.wait(set(self._background))
+        self.later = later or LaterWrites()
 
     def _node_local(self, pool: str) -> bool:
         return self._shared_pool is None or not self._shared_pool(pool)
@@ -177,7 +136,7 @@ class ClaimStatus:
                 current = store.get(uid)
                 if current is None or current.state != "PrepareCompleted":
                     continue
-                async with self._turns.hold(uid):
+                async with self.later.turns.hold(uid):
                     await self._update(ref, self._ready(current.devices, problems))
             self._health_view[uid] = view
             await self._post_health_events(ref, before, view, problems)

@@ -26,6 +26,7 @@ from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.handover import ActiveRole, GatedHandler, HandoverLocks
 from gpudra.agent.kubeletplugin import KubeletPlugin
+from gpudra.agent.laterwrites import LaterWrites
 from gpudra.agent.migdynamic.decisions import claimed_placements
 from gpudra.agent.miglayout.applier import MigApplier
 from gpudra.agent.miglayout.journal import PlanJournal
@@ -136,7 +137,7 @@ class AgentRuntime:
                 driver=settings.driver_name,
                 node=settings.node_name,
                 problems=self.agent.health.problems if settings.health_checks else None,
-                calls=self.calls,
+                later=LaterWrites(self.calls),
             ),
             reservations=DeviceReservations(store, shareable=self._shareable),
             effects=ClaimEffects(
@@ -270,9 +271,9 @@ class AgentRuntime:
 
     async def _statuses_written(self) -> None:
         if self.preparer is not None:
-            await self.preparer.status.written()
+            await self.preparer.status.later.written()
         if self.compute_domains is not None:
-            await self.compute_domains.preparer.status.written()
+            await self.compute_domains.preparer.status.later.written()
 
     async def _duties(self) -> None:
         """What only the active instance does."""

@@ -34,6 +34,7 @@ from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.computedomain.planner import CD_VENDOR, ComputeDomainPlanner
 from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
+from gpudra.agent.laterwrites import LaterWrites
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.recovery import ProblemReporter, RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
@@ -150,7 +151,7 @@ class ComputeDomainDriver:
                 driver=self.driver,
                 node=settings.node_name,
                 shared_pool=self.shared_pool,
-                calls=calls,
+                later=LaterWrites(calls),
             ),
             reservations=DeviceReservations(store, shareable=lambda: [CHANNEL_DEVICE]),
             effects=ClaimEffects(backend, ClaimSpecDir(settings.cdi_dir, vendor=CD_VENDOR)),
