@@ -1,4 +1,5 @@
-"""Prepares that run at once share readings of the node's GPUs, and none gets a reading older than its call."""
+"""Prepares that run at once share readings of the node's GPUs, and none gets a reading that may miss a change gpudra
+made to the GPUs before its call."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 
 from gpudra.agent.freshinventory import FreshInventory
 from gpudra.errors import HardwareError
+from gpudra.hardware.gpus.backend import ChangeCount
 from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.testing import eventually
 
@@ -31,32 +33,73 @@ class SlowNode:
         return NodeInventory(node_name="n", driver_version=str(number), cuda_driver_version="13.0", gpus=())
 
 
-async def test_callers_during_a_reading_share_the_next_one_which_starts_after_they_asked() -> None:
-    node = SlowNode()
-    inventory = FreshInventory(node.read)
+async def start_reading(inventory: FreshInventory, node: SlowNode) -> asyncio.Task[NodeInventory]:
+    """A first caller, once its reading (reading 1) runs."""
     first = asyncio.create_task(inventory.read())
-    # reading 1 runs: what changed before the next callers asked may be missing from it
     await asyncio.wait_for(node.first_started.wait(), 10)
+    return first
+
+
+async def ask(inventory: FreshInventory, callers: int) -> list[asyncio.Task[NodeInventory]]:
+    """``callers`` more, each once it has asked."""
     asked = 0
 
-    async def ask() -> NodeInventory:
+    async def one() -> NodeInventory:
         nonlocal asked
-        asked += 1  # in the same step, read() joins the next reading before it first waits
+        asked += 1  # in the same step, read() joins a reading before it first waits
         return await inventory.read()
 
-    later = [asyncio.create_task(ask()) for _ in range(55)]
-    await eventually(lambda: asked == 55, timeout=10, what="every later caller asked")
+    later = [asyncio.create_task(one()) for _ in range(callers)]
+    await eventually(lambda: asked == callers, timeout=10, what="every later caller asked")
+    return later
+
+
+async def test_callers_during_a_reading_share_it_while_gpudra_changed_no_gpu() -> None:
+    """The prepares of a burst ask one after another as their claims arrive: one reading serves them all."""
+    node = SlowNode()
+    inventory = FreshInventory(node.read, ChangeCount())
+    first = await start_reading(inventory, node)
+    later = await ask(inventory, 55)
+    node.release.set()
+    answers = await asyncio.gather(first, *later)
+    assert {a.driver_version for a in answers} == {"1"}
+    assert node.readings == 1
+
+
+async def test_callers_after_a_change_began_share_the_next_reading_which_starts_after_they_asked() -> None:
+    """Another claim's prepare or unprepare began changing a GPU (an instance destroyed, a compute mode reset)
+    while reading 1 ran: who asks from then on gets a reading that starts after it asked."""
+    node = SlowNode()
+    changes = ChangeCount()
+    inventory = FreshInventory(node.read, changes)
+    first = await start_reading(inventory, node)
+    with changes.one():
+        later = await ask(inventory, 55)
     node.release.set()
     answers = await asyncio.gather(first, *later)
     assert [a.driver_version for a in answers] == ["1"] + ["2"] * 55
     assert node.readings == 2
 
 
+async def test_a_reading_begun_during_a_change_is_not_shared_with_later_callers() -> None:
+    """A change in progress when reading 1 began may be half in it: a caller asking once the change ended (no new
+    one begun) waits for the next reading."""
+    node = SlowNode()
+    changes = ChangeCount()
+    inventory = FreshInventory(node.read, changes)
+    with changes.one():
+        first = await start_reading(inventory, node)
+    later = await ask(inventory, 3)
+    node.release.set()
+    answers = await asyncio.gather(first, *later)
+    assert [a.driver_version for a in answers] == ["1"] + ["2"] * 3
+
+
 async def test_a_failed_reading_fails_every_caller_that_shared_it_and_the_next_call_reads_again() -> None:
     node = SlowNode()
     node.fail = True
     node.release.set()
-    inventory = FreshInventory(node.read)
+    inventory = FreshInventory(node.read, ChangeCount())
     results = await asyncio.gather(inventory.read(), inventory.read(), return_exceptions=True)
     assert all(isinstance(r, HardwareError) for r in results)
     node.fail = False

@@ -84,7 +84,9 @@ class ClaimEffects:
         self.data_dir = data_dir
         self.claim_dirs = claim_dirs
         self.instances = MigInstances(backend)
-        self.inventory = FreshInventory(lambda: self._backend.read_inventory(nvlink_peers=False))
+        self.inventory = FreshInventory(
+            lambda: self._backend.read_inventory(nvlink_peers=False), backend.changes
+        )
         """Readings of the GPUs shared by the prepares and unprepares that run at once (without NVLink peers,
         which no plan reads)."""
         self._hardware_changed = hardware_changed

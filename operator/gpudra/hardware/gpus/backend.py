@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
@@ -79,11 +81,35 @@ class HealthEvent(FrozenModel):
     ci_id: int | None = None
 
 
+class ChangeCount:
+    """How many changes to the GPUs (MIG mode and instances, sharing settings, vfio bindings) a backend has begun
+    and how many have ended, from any thread: a reading under way is as fresh as a new one for whoever asks while
+    no change was in progress at its start and none has begun since (changes made outside gpudra are not
+    counted)."""
+
+    def __init__(self) -> None:
+        self.begun = 0
+        self.ended = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def one(self) -> Iterator[None]:
+        with self._lock:
+            self.begun += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.ended += 1
+
+
 @runtime_checkable
 class GpuBackend(Protocol):
     """Everything gpudra does to a node's GPUs. Raises :class:`gpudra.errors.HardwareError` subclasses."""
 
     node_name: str
+    changes: ChangeCount
+    """The changes made through this backend."""
 
     def read_inventory(self, *, nvlink_peers: bool = True) -> NodeInventory:
         """A fresh reading of every GPU and MIG device. ``nvlink_peers`` False leaves each GPU's NVLink peers

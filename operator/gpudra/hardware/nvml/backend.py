@@ -26,6 +26,7 @@ from gpudra.errors import (
     HardwareTimeout,
 )
 from gpudra.hardware.gpus.backend import (
+    ChangeCount,
     GpuInstanceInfo,
     HealthEvent,
     HealthEventKind,
@@ -117,6 +118,7 @@ class NvmlBackend:
             nvml = load_binding()
         self.node_name = node_name
         self._nvml = nvml
+        self.changes = ChangeCount()
         # A simulated NVML also stands in for sysfs (FakeNvml.pcie_root_of); pynvml has no such attribute.
         self._pcie_root_of = pcie_root_of or getattr(nvml, "pcie_root_of", None) or sysfs_pcie_root
         self._lock = threading.Lock()
@@ -287,16 +289,19 @@ class NvmlBackend:
     # -- MIG -------------------------------------------------------------------------------------------------
 
     def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigModeResult:
-        return self._mig.set_mode(gpu_index, enabled)
+        with self.changes.one():
+            return self._mig.set_mode(gpu_index, enabled)
 
     def mig_profiles(self, gpu_index: int) -> tuple[MigProfileInfo, ...]:
         return self._mig.profiles(gpu_index)
 
     def create_mig_device(self, gpu_index: int, profile: str, placement_start: int) -> MigDeviceInfo:
-        return self._mig.create(gpu_index, profile, placement_start)
+        with self.changes.one():
+            return self._mig.create(gpu_index, profile, placement_start)
 
     def destroy_mig_device(self, gpu_index: int, gi_id: int) -> None:
-        self._mig.destroy(gpu_index, gi_id)
+        with self.changes.one():
+            self._mig.destroy(gpu_index, gi_id)
 
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstanceInfo, ...]:
         return self._mig.gpu_instances(gpu_index)
@@ -308,13 +313,15 @@ class NvmlBackend:
 
     def bind_vfio(self, pci_bus_id: str) -> PciGpu:
         try:
-            return self._vfio.bind(pci_bus_id)
+            with self.changes.one():
+                return self._vfio.bind(pci_bus_id)
         finally:
             self._watch_again()
 
     def unbind_vfio(self, pci_bus_id: str) -> PciGpu:
         try:
-            return self._vfio.unbind(pci_bus_id)
+            with self.changes.one():
+                return self._vfio.unbind(pci_bus_id)
         finally:
             self._watch_again()
 
@@ -330,7 +337,7 @@ class NvmlBackend:
     def set_compute_mode(self, gpu_uuid: str, exclusive_process: bool) -> None:
         nvml = self.nvml
         mode = nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if exclusive_process else nvml.NVML_COMPUTEMODE_DEFAULT
-        with self.errors(f"set the compute mode of {gpu_uuid} to {int(mode)}"):
+        with self.changes.one(), self.errors(f"set the compute mode of {gpu_uuid} to {int(mode)}"):
             handle = nvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
             if int(nvml.nvmlDeviceGetComputeMode(handle)) != int(mode):
                 nvml.nvmlDeviceSetComputeMode(handle, mode)
@@ -340,12 +347,13 @@ class NvmlBackend:
         ``nvidia-smi compute-policy`` (as NVIDIA's driver does)."""
         simulated = getattr(self._nvml, "set_time_slice", None)
         if simulated is not None:
-            with self.errors(f"set the time slice of {gpu_uuid}"):
+            with self.changes.one(), self.errors(f"set the time slice of {gpu_uuid}"):
                 simulated(gpu_uuid, interval)
             return
         command = ["nvidia-smi", "compute-policy", "-i", gpu_uuid, f"--set-timeslice={interval}"]
         try:
-            subprocess.run(command, check=True, capture_output=True, timeout=30)
+            with self.changes.one():
+                subprocess.run(command, check=True, capture_output=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as exc:
             detail = getattr(exc, "stderr", b"") or b""
             raise HardwareError(
