@@ -204,6 +204,22 @@ async def test_a_claims_status_is_written_once_the_node_answers_no_call(
         assert ready_of(await node.get_claim(ref))[(DRIVER, NODE, gpu)]["status"] == "True"
 
 
+async def test_a_claims_writes_held_back_together_land_in_the_order_of_its_calls(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim prepared and unprepared while another call stays in flight: both writes wait, then the removal
+    lands after the Ready entry, not before it."""
+    node.defer_seconds = 60.0
+    await node.restart()
+    quick, slow, reads, slow_call, _ = await held_prepare_beside(node, monkeypatch)
+    assert node.kubelet is not None
+    assert (await node.kubelet.unprepare([quick]))[quick.uid].error == ""
+    reads.release.set()
+    assert (await asyncio.wait_for(slow_call, timeout=30)).error == ""
+    assert not (await node.get_claim(quick))["status"].get("devices")
+    assert ready_of(await node.get_claim(slow))[(DRIVER, NODE, "gpu-2")]["status"] == "True"
+
+
 async def test_a_claims_status_is_written_while_calls_go_on_after_the_longest_wait(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
