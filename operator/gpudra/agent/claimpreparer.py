@@ -14,9 +14,9 @@ and its unprepare too: CDI spec deleted -> entry removed (a crash between leaves
 at the start, until the kubelet's unprepare comes again),
 
 then answer the kubelet; ``status.devices`` Ready is written on the claim after the answer, in the background,
-once the node answers no call (:mod:`gpudra.agent.laterwrites`; the pod's start does not wait for it). A failure after
-PrepareStarted is rolled back at once, and so is a prepare cancelled because the kubelet gave up on the call (the
-hardware step in progress ends first, the rollback runs to its end, then the cancellation goes on); a crash is
+once the node answers no call (:mod:`gpudra.agent.laterwrites`; the pod's start does not wait for it). A failure
+after PrepareStarted is rolled back at once, and so is a prepare cancelled because the kubelet gave up on the call
+(the hardware step in progress ends first, the rollback runs to its end, then the cancellation goes on); a crash is
 repaired at the next start (:mod:`gpudra.agent.recovery`). A second prepare of a completed claim answers from the
 checkpoint. Unprepare undoes exactly what the checkpoint says was done, and an unknown claim is a success.
 

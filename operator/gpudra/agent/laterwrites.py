@@ -2,12 +2,12 @@
 entries and its FailedPrepare Event (:mod:`gpudra.agent.claimstatus` says what they write, this module when).
 
 The kubelet's answer, and so a pod's start, does not wait for them. They wait, too, until the node's drivers
-answer no call (:class:`CallsInFlight`), at most ``defer_seconds``: a burst of prepares (a Job's pods landing on a
-node at once) is answered before the writes take the agent's CPU and the API server's: one task waits for that
-and then starts the writes asked for meanwhile. One key's writes (a claim's) run one at a time, in the order they
-were asked for (each holds the key's turn from its first step, and the writes start in the order asked), so a
-prepare's Ready is never written over the unprepare that followed it. ``written`` waits for
-them all (before the agent stops or hands the node over).
+answer no call (:class:`CallsInFlight`), at most ``defer_seconds``, so that a burst of prepares (a Job's pods
+landing on a node at once) is answered before the writes take the agent's CPU and the API server's: one task waits
+for that, then starts the writes asked for meanwhile. One key's writes (a claim's) run one at a time, in the order
+they were asked for (they start in that order, and each holds the key's turn from its first step), so a prepare's
+Ready is never written over the unprepare that followed it. ``written`` waits for them all (before the agent stops
+or hands the node over).
 """
 
 from __future__ import annotations
