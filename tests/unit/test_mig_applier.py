@@ -376,3 +376,24 @@ def test_a_gpu_instance_destroyed_while_the_instances_are_listed_is_left_out(
 
     monkeypatch.setattr(fake, "nvmlGpuInstanceGetInfo", destroyed_meanwhile)
     assert [g.gi_id for g in backend.gpu_instances(0)] == [second.gi_id]
+
+
+def test_the_applier_and_the_start_up_sweep_read_the_gpus_without_nvlink_peers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which GPUs reach each other over NVLink describes the published devices only: the applier's index lookups
+    before each change and the bare-instance sweep at start leave those 56 NVML calls (an 8-GPU node) out."""
+    fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
+    backend = NvmlBackend(NODE, nvml=fake)
+    pairs: list[Any] = []
+    asked = fake.nvmlDeviceGetP2PStatus
+
+    def counted(*args: Any) -> Any:
+        pairs.append(args)
+        return asked(*args)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetP2PStatus", counted)
+    assert apply(applier(backend, tmp_path), desired({0: {"3g.40gb": 2}})).state == "success"
+    assert MigInstances(backend).destroy_bare() == 0
+    assert pairs == []
+    assert backend.read_inventory().gpus[0].nvlink_peers and pairs  # the slices' reading asks

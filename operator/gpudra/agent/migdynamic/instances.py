@@ -147,7 +147,7 @@ class MigInstances:
         (start-up, before the plugin answers and the applier starts). One that cannot be destroyed is logged and
         left for the next start."""
         destroyed = 0
-        for gpu in self._backend.read_inventory().gpus:
+        for gpu in self._backend.read_inventory(nvlink_peers=False).gpus:
             if not gpu.mig_enabled:
                 continue
             for instance in self._backend.gpu_instances(gpu.index):
@@ -168,7 +168,7 @@ class MigInstances:
     def lost(self, uid: str, records: Sequence[MigInstanceRecord]) -> bool:
         """Whether a recorded instance is gone from its GPU (present): a reboot or GPU reset took it."""
         try:
-            gpus = {gpu.uuid: gpu for gpu in self._backend.read_inventory().gpus}
+            gpus = {gpu.uuid: gpu for gpu in self._backend.read_inventory(nvlink_peers=False).gpus}
         except HardwareError as exc:
             log.warning("cannot check the MIG instances of a prepared claim", uid=uid, error=str(exc))
             return False

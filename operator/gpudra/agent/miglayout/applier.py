@@ -146,12 +146,14 @@ class MigApplier:
 
     async def read(self) -> NodeInventory:
         """A reading in which each GPU's ``index`` is its minor (see :func:`by_minor`)."""
-        return by_minor(await asyncio.to_thread(self._backend.read_inventory))
+        return by_minor(await asyncio.to_thread(self._backend.read_inventory, nvlink_peers=False))
 
     def _nvml_index(self, minor: int) -> int:
         """The NVML index of the GPU ``/dev/nvidia<minor>`` now, for the backend's calls (on the calling thread,
         just before the call)."""
-        gpu = next((g for g in self._backend.read_inventory().gpus if g.minor == minor), None)
+        gpu = next(
+            (g for g in self._backend.read_inventory(nvlink_peers=False).gpus if g.minor == minor), None
+        )
         if gpu is None:
             raise HardwareNotFound(f"GPU {minor} (/dev/nvidia{minor}) of node {self._node} is not in NVML")
         return gpu.index

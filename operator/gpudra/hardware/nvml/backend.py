@@ -125,7 +125,9 @@ class NvmlBackend:
         self._initialized = False
         self._mig = MigOperations(self)
         self._vfio = VfioOperations(
-            self, pci_bus or getattr(nvml, "pci_bus", None) or SysfsPciBus(), self.read_inventory
+            self,
+            pci_bus or getattr(nvml, "pci_bus", None) or SysfsPciBus(),
+            lambda: self.read_inventory(nvlink_peers=False),  # names, processes and instances: no peers
         )
         self._event_set: Any = None
         # gpu uuid -> (NVML index when registered, handle). Keyed by UUID: a GPU bound to vfio-pci leaves NVML
