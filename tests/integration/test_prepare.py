@@ -18,6 +18,7 @@ from gpudra.agent.kubeletplugin import ClaimRef
 from gpudra.agent.reservations import DeviceReservations
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import RESOURCE_CLAIMS
+from nvmlkit import p2p_queries
 
 
 @pytest.fixture
@@ -239,14 +240,7 @@ async def test_a_prepare_reads_the_gpus_without_asking_for_nvlink_peers(
 ) -> None:
     """A prepare reads the node's GPUs afresh; which GPUs reach each other over NVLink only describes the devices
     (56 NVML calls on an 8-GPU node), and no plan uses it."""
-    pairs: list[Any] = []
-    asked = node.fake.nvmlDeviceGetP2PStatus
-
-    def counted(*args: Any) -> int:
-        pairs.append(args)
-        return asked(*args)
-
-    monkeypatch.setattr(node.fake, "nvmlDeviceGetP2PStatus", counted)
+    pairs = p2p_queries(node.fake, monkeypatch)
     assert node.backend.read_inventory().gpus[0].nvlink_peers and pairs  # the slices' reading asks
     pairs.clear()
     ref = await node.claim("peerless", {"gpu": "gpu-2"})

@@ -26,6 +26,7 @@ from gpudra.mig.keep import place_for_gpu
 from gpudra.mig.layout import MigLayout, state_of_gpu
 from gpudra.mig.space import placement_space
 from gpudra.mig.validate import place_counts
+from nvmlkit import p2p_queries
 
 NODE = "node-a"
 CATALOG = load_catalog()
@@ -385,14 +386,7 @@ def test_the_applier_and_the_start_up_sweep_read_the_gpus_without_nvlink_peers(
     before each change and the bare-instance sweep at start leave those 56 NVML calls (an 8-GPU node) out."""
     fake = FakeNvml.from_profile("dgx-h100", node_name=NODE)
     backend = NvmlBackend(NODE, nvml=fake)
-    pairs: list[Any] = []
-    asked = fake.nvmlDeviceGetP2PStatus
-
-    def counted(*args: Any) -> Any:
-        pairs.append(args)
-        return asked(*args)
-
-    monkeypatch.setattr(fake, "nvmlDeviceGetP2PStatus", counted)
+    pairs = p2p_queries(fake, monkeypatch)
     assert apply(applier(backend, tmp_path), desired({0: {"3g.40gb": 2}})).state == "success"
     assert MigInstances(backend).destroy_bare() == 0
     assert pairs == []

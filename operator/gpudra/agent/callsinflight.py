@@ -1,8 +1,9 @@
-"""How many of the kubelet's calls the node's drivers are answering now.
+"""How many calls are being answered now, and a wait until none is.
 
-Writes that only inform (a claim's ``status.devices`` entry, a FailedPrepare Event) wait until none is, so that
-their CPU, and the API server's, is not spent while pods wait on a burst of prepares; at most a bounded time, so a
-node that is never idle still gets them written.
+Two users: the node's kubelet calls, for which writes that only inform (a claim's ``status.devices`` entry, a
+FailedPrepare Event) wait, at most a bounded time, so that their CPU and the API server's is not spent while pods
+wait on a burst of prepares (:mod:`gpudra.agent.laterwrites`); and an agent instance's operations (prepares,
+unprepares, MIG steps), which a hand-over to a newer instance waits for (:mod:`gpudra.agent.handover`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ class CallsInFlight:
             if not self._count:
                 self._none.set()
 
-    async def none(self, at_most: float) -> None:
-        """Return once no call is in flight, or after ``at_most`` seconds of waiting for that."""
+    async def none(self, at_most: float | None = None) -> None:
+        """Return once no call is in flight, or after ``at_most`` seconds of waiting for that (None: no limit)."""
         if self._none.is_set():
             return
         try:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gpudra.agent.atomic_files import write_atomically
+from gpudra.agent.callsinflight import CallsInFlight
 from gpudra.agent.kubeletplugin.messages import ClaimRef, PluginHandler, PrepareResult, UnprepareResult
 from gpudra.errors import GpudraError
 from gpudra.telemetry import get_logger
@@ -118,9 +119,7 @@ class ActiveRole:
         self.poll = poll
         self._active_lock: Release | None = None
         self._alive_lock: Release | None = None
-        self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._operations = CallsInFlight()
         self.active = asyncio.Event()
         """Set while this instance is active and ready (it holds the lock and has reloaded the node's state):
         operations run."""
@@ -199,12 +198,12 @@ class ActiveRole:
         log.info("a newer agent instance asks for the node; handing over", to=requester)
         self.handed_to = requester
         self.yielding.set()
-        await self._idle.wait()
+        await self._operations.none()
 
     async def drain(self) -> None:
         """Stop letting operations start and wait for those in flight (before giving the lock up on the way out)."""
         self.yielding.set()
-        await self._idle.wait()
+        await self._operations.none()
 
     def release(self) -> None:
         """Give the active lock up (after the duties stopped)."""
@@ -234,14 +233,8 @@ class ActiveRole:
                     " the kubelet retries with it"
                 )
             await asyncio.sleep(self.poll / 2)
-        self._in_flight += 1
-        self._idle.clear()
-        try:
+        with self._operations.one():
             yield
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
 
     def stop(self) -> None:
         self.release()
