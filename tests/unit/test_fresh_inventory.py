@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 from gpudra.agent.freshinventory import FreshInventory
 from gpudra.errors import HardwareError
 from gpudra.hardware.gpus.backend import ChangeCount
 from gpudra.hardware.gpus.inventory import NodeInventory
+from gpudra.hardware.nvml.backend import NvmlBackend
+from gpudra.hardware.simulated.fake_nvml import FakeNvml
 from gpudra.testing import eventually
 
 
@@ -104,3 +107,24 @@ async def test_a_failed_reading_fails_every_caller_that_shared_it_and_the_next_c
     assert all(isinstance(r, HardwareError) for r in results)
     node.fail = False
     assert (await inventory.read()).driver_version == "2"
+
+
+def test_every_change_of_the_gpus_through_the_backend_is_counted_begun_and_ended() -> None:
+    """The sharing above is safe only if each change gpudra makes to the GPUs is counted: MIG mode and instances,
+    sharing settings (passthrough's bind and give-back are counted the same way, on a passthrough node)."""
+    fake = FakeNvml.from_profile("dgx-h100", node_name="n")
+    backend = NvmlBackend("n", nvml=fake)
+    uuid = backend.read_inventory().gpus[1].uuid
+    changes: list[Callable[[], object]] = [
+        lambda: backend.set_compute_mode(uuid, True),
+        lambda: backend.set_time_slice(uuid, 2),
+        lambda: backend.set_mig_mode(0, True),
+        lambda: backend.create_mig_device(0, "1g.10gb", 0),
+        lambda: backend.destroy_mig_device(0, backend.gpu_instances(0)[0].gi_id),
+    ]
+    for done, change in enumerate(changes, start=1):
+        change()
+        assert (backend.changes.begun, backend.changes.ended) == (done, done)
+    backend.read_inventory()
+    backend.mig_profiles(0)
+    assert backend.changes.begun == len(changes)  # readings are not changes

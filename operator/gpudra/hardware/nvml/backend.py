@@ -7,13 +7,14 @@ from the NVML error, with a message that says what was attempted on which GPU.""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from gpudra.errors import (
     HardwareError,
@@ -74,6 +75,23 @@ _KNOWN_CODES = (
 )
 _WHOLE_GPU = 0xFFFFFFFF
 _HEALTH_EVENT_MASK_NAMES = ("nvmlEventTypeXidCriticalError", "nvmlEventTypeDoubleBitEccError")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _a_change(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A method that changes the GPUs, counted in the backend's ``changes`` while it runs."""
+
+    @functools.wraps(method)
+    def counted(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        backend = args[0]
+        assert isinstance(backend, NvmlBackend)
+        with backend.changes.one():
+            return method(*args, **kwargs)
+
+    return counted
 
 
 def _text(value: Any) -> str:
@@ -290,20 +308,20 @@ class NvmlBackend:
 
     # -- MIG -------------------------------------------------------------------------------------------------
 
+    @_a_change
     def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigModeResult:
-        with self.changes.one():
-            return self._mig.set_mode(gpu_index, enabled)
+        return self._mig.set_mode(gpu_index, enabled)
 
     def mig_profiles(self, gpu_index: int) -> tuple[MigProfileInfo, ...]:
         return self._mig.profiles(gpu_index)
 
+    @_a_change
     def create_mig_device(self, gpu_index: int, profile: str, placement_start: int) -> MigDeviceInfo:
-        with self.changes.one():
-            return self._mig.create(gpu_index, profile, placement_start)
+        return self._mig.create(gpu_index, profile, placement_start)
 
+    @_a_change
     def destroy_mig_device(self, gpu_index: int, gi_id: int) -> None:
-        with self.changes.one():
-            self._mig.destroy(gpu_index, gi_id)
+        self._mig.destroy(gpu_index, gi_id)
 
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstanceInfo, ...]:
         return self._mig.gpu_instances(gpu_index)
@@ -313,17 +331,17 @@ class NvmlBackend:
     def pci_gpus(self) -> tuple[PciGpu, ...]:
         return self._vfio.gpus()
 
+    @_a_change
     def bind_vfio(self, pci_bus_id: str) -> PciGpu:
         try:
-            with self.changes.one():
-                return self._vfio.bind(pci_bus_id)
+            return self._vfio.bind(pci_bus_id)
         finally:
             self._watch_again()
 
+    @_a_change
     def unbind_vfio(self, pci_bus_id: str) -> PciGpu:
         try:
-            with self.changes.one():
-                return self._vfio.unbind(pci_bus_id)
+            return self._vfio.unbind(pci_bus_id)
         finally:
             self._watch_again()
 
@@ -336,26 +354,27 @@ class NvmlBackend:
 
     # -- sharing ---------------------------------------------------------------------------------------------
 
+    @_a_change
     def set_compute_mode(self, gpu_uuid: str, exclusive_process: bool) -> None:
         nvml = self.nvml
         mode = nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if exclusive_process else nvml.NVML_COMPUTEMODE_DEFAULT
-        with self.changes.one(), self.errors(f"set the compute mode of {gpu_uuid} to {int(mode)}"):
+        with self.errors(f"set the compute mode of {gpu_uuid} to {int(mode)}"):
             handle = nvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
             if int(nvml.nvmlDeviceGetComputeMode(handle)) != int(mode):
                 nvml.nvmlDeviceSetComputeMode(handle, mode)
 
+    @_a_change
     def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
         """NVML has no call for the compute-policy time slice: the simulation records it, a real node runs
         ``nvidia-smi compute-policy`` (as NVIDIA's driver does)."""
         simulated = getattr(self._nvml, "set_time_slice", None)
         if simulated is not None:
-            with self.changes.one(), self.errors(f"set the time slice of {gpu_uuid}"):
+            with self.errors(f"set the time slice of {gpu_uuid}"):
                 simulated(gpu_uuid, interval)
             return
         command = ["nvidia-smi", "compute-policy", "-i", gpu_uuid, f"--set-timeslice={interval}"]
         try:
-            with self.changes.one():
-                subprocess.run(command, check=True, capture_output=True, timeout=30)
+            subprocess.run(command, check=True, capture_output=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as exc:
             detail = getattr(exc, "stderr", b"") or b""
             raise HardwareError(
