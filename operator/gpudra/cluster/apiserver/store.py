@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,8 @@ class Store:
         self.history_size = history_size
         self.floor = start_rv  # events with rv <= floor may be missing from the history
         self.watchers: set[Watcher] = set()
+        self._route_paths = ("metadata.name", *self.indexes)
+        self.routed_history = RoutedHistory(self._route_paths)
         # watchers that select one value of a field (a kubelet's spec.nodeName, one object's metadata.name) are
         # offered only the events of objects with that value before or after: with a watch per node, offering
         # every event to every watcher cost more than the writes
@@ -215,7 +217,7 @@ class Store:
 
     def add_watcher(self, watcher: Watcher) -> None:
         self.watchers.add(watcher)
-        route = self._route(watcher)
+        route = self.route(watcher)
         if route is None:
             self._unrouted.add(watcher)
         else:
@@ -224,7 +226,7 @@ class Store:
     def remove_watcher(self, watcher: Watcher) -> None:
         self.watchers.discard(watcher)
         self._unrouted.discard(watcher)
-        route = self._route(watcher)
+        route = self.route(watcher)
         if route is None or (by_value := self._routes.get(route[0])) is None:
             return
         routed = by_value.get(route[1], set())
@@ -234,9 +236,10 @@ class Store:
             if not by_value:
                 del self._routes[route[0]]
 
-    def _route(self, watcher: Watcher) -> tuple[str, str] | None:
+    def route(self, watcher: Watcher) -> tuple[str, str] | None:
+        """The field path and the one value the watcher selects, when it selects one of the routed fields."""
         if watcher.fields is not None:
-            for path in ("metadata.name", *self.indexes):
+            for path in self._route_paths:
                 value = watcher.fields.equality(path)
                 if value is not None:
                     return path, value
@@ -245,36 +248,29 @@ class Store:
     def _emit(self, event: Event) -> None:
         history = self.history
         history.append(event)
+        routes = self.routed_history.add(event)
         if len(history) > self.history_size:
             self.floor = history.popleft().rv
+            self.routed_history.forget(self.floor)
         for watcher in self._unrouted:
             watcher.offer(event)
         routed: set[Watcher] = set()
-        for path, by_value in self._routes.items():
-            for entry in (event.entry, event.prev):
-                if entry is not None:
-                    routed |= by_value.get(field_value(entry.obj, path), set())
+        for path, value in routes:
+            by_value = self._routes.get(path)
+            if by_value is not None:
+                routed |= by_value.get(value, set())
         for watcher in routed:
             watcher.offer(event)
 
-    def since(self, rv: int) -> list[Event] | None:
-        """Events after ``rv``; None when the history no longer reaches back that far (410 Expired)."""
+    def since(self, rv: int, route: tuple[str, str] | None = None) -> list[Event] | None:
+        """Events after ``rv``; None when the history no longer reaches back that far (410 Expired). With a
+        ``route`` (:meth:`route`), only the events of objects with that value before or after: the others cannot
+        match its watcher."""
         if rv < self.floor:
             return None
-        history = self.history
-        if not history or history[-1].rv <= rv:
-            return []
-        if history[0].rv > rv:
-            return list(history)
-        # binary search for the first event after rv
-        lo, hi = 0, len(history) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if history[mid].rv <= rv:
-                lo = mid + 1
-            else:
-                hi = mid
-        return [history[i] for i in range(lo, len(history))]
+        if route is not None:
+            return self.routed_history.after(route, rv)
+        return _after(self.history, rv)
 
     def close_watchers(self) -> None:
         for watcher in list(self.watchers):
@@ -282,3 +278,68 @@ class Store:
         self.watchers.clear()
         self._routes.clear()
         self._unrouted.clear()
+
+
+def _after(events: Sequence[Event], rv: int) -> list[Event]:
+    """The events after ``rv`` of a sequence in resourceVersion order."""
+    if not events or events[-1].rv <= rv:
+        return []
+    if events[0].rv > rv:
+        return list(events)
+    lo, hi = 0, len(events) - 1  # binary search for the first event after rv
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if events[mid].rv <= rv:
+            lo = mid + 1
+        else:
+            hi = mid
+    return [events[i] for i in range(lo, len(events))]
+
+
+class RoutedHistory:
+    """The history's events by the value of each routed field, before and after each event: a watch that selects
+    one value (a node's agent watching its own ResourceSlices, or its Node by name) starts from a resourceVersion
+    by reading only its objects' events. Reading the whole history for each instead made a fleet's start
+    quadratic: each agent's watches began after hundreds of other nodes' writes.
+
+    The events the history has dropped are swept from the lists once these hold twice the references they kept at
+    the last sweep (``HISTORY_SIZE`` at least): about twice what the history's own events need, at most."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self._lists: dict[str, dict[str, list[Event]]] = {path: {} for path in paths}
+        self.held = 0
+        """References to events in the lists."""
+        self._sweep_at = HISTORY_SIZE
+
+    def add(self, event: Event) -> set[tuple[str, str]]:
+        """File the event under its objects' routes, and return them."""
+        routes = {
+            (path, field_value(entry.obj, path))
+            for path in self._lists
+            for entry in (event.entry, event.prev)
+            if entry is not None
+        }
+        for path, value in routes:
+            self._lists[path].setdefault(value, []).append(event)
+        self.held += len(routes)
+        return routes
+
+    def forget(self, floor: int) -> None:
+        """The history no longer holds the events up to ``floor``."""
+        if self.held < self._sweep_at:
+            return
+        held = 0
+        for by_value in self._lists.values():
+            for value, events in list(by_value.items()):
+                kept = _after(events, floor)
+                if kept:
+                    by_value[value] = kept
+                    held += len(kept)
+                else:
+                    del by_value[value]
+        self.held = held
+        self._sweep_at = max(HISTORY_SIZE, 2 * held)
+
+    def after(self, route: tuple[str, str], rv: int) -> list[Event]:
+        by_value = self._lists.get(route[0])
+        return _after(by_value.get(route[1], []), rv) if by_value is not None else []

@@ -138,7 +138,7 @@ class WatchRequest:
                 since = int(self.rv)
             except ValueError:
                 since = -1
-            events = store.since(since) if since >= 0 else None
+            events = store.since(since, store.route(watcher)) if since >= 0 else None
             if events is None:
                 status = {
                     "kind": "Status",
