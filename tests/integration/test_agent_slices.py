@@ -12,8 +12,10 @@ from clusterkit import StartCluster, client_of, eventually
 from gpudra.agent.node_agent import NodeAgent
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import AgentSettings
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.kube.resources import NODES, RESOURCE_SLICES
+from gpudra.mig.desired import STATE_ANNOTATION
 
 FLEET = "dgx-a100:1,dgx-h100:1,l4x4:1"
 
@@ -75,6 +77,34 @@ async def test_mig_change_is_published_without_restart(cluster: EmbeddedCluster)
         return gone in device_names(await node_slices(cluster, "dgx-a100-0"))
 
     await eventually(restored)
+
+
+async def test_an_agent_reads_its_gpus_once_to_publish_report_mig_and_recover(
+    start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's recovery (bare GPU instances), the node's MIG report and the first publish share one reading of
+    the GPUs (an 8-GPU node asks NVML hundreds of times for one); each read the node on its own before."""
+    readings: dict[str, int] = {}
+    read = NvmlBackend.read_inventory
+
+    def counted(self: NvmlBackend, *, nvlink_peers: bool = True) -> NodeInventory:
+        readings[self.node_name] = readings.get(self.node_name, 0) + 1
+        return read(self, nvlink_peers=nvlink_peers)
+
+    monkeypatch.setattr(NvmlBackend, "read_inventory", counted)
+    cluster = await start_cluster("dgx-a100:1", hardware_poll_seconds=30)
+    node = "dgx-a100-0"
+    assert cluster.client is not None
+    client = cluster.client
+
+    async def reported() -> bool:
+        annotations = (await client.get_raw(NODES, node))["metadata"].get("annotations") or {}
+        return STATE_ANNOTATION in annotations and bool(await node_slices(cluster, node))
+
+    await eventually(reported, timeout=30, what="the node's slices and its MIG report")
+    assert len(device_names(await node_slices(cluster, node))) == 32
+    assert '"1g.5gb"' in (await client.get_raw(NODES, node))["metadata"]["annotations"][STATE_ANNOTATION]
+    assert readings == {node: 1}
 
 
 async def test_agents_never_touch_other_nodes_slices(cluster: EmbeddedCluster) -> None:

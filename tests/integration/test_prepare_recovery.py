@@ -18,7 +18,9 @@ import gpudra.agent.checkpoint as checkpoint_module
 from gpudra.agent.atomic_files import write_atomically
 from gpudra.agent.claimpreparer import no_hook
 from gpudra.agent.recovery import recover
+from gpudra.agent.startreading import StartReading
 from gpudra.errors import HardwareError
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.hardware.simulated import nvml_types as t
 from gpudra.kube.resources import EVENTS
 from gpudra.testing import HeldCall
@@ -383,6 +385,36 @@ async def test_start_up_recovery_destroys_gpu_instances_without_a_compute_instan
     assert report.bare_instances_destroyed == 1
     assert node.instances(gpu) == [("1g.10gb", 0)]
     assert [g.compute_instances for g in node.backend.gpu_instances(gpu)] == [1]
+
+
+async def test_the_start_reading_finds_the_bare_instances_and_is_not_used_after_one_is_destroyed(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's start reading serves the look for bare GPU instances; destroying one changes the GPU, so the
+    MIG report and the first publish that follow read it afresh."""
+    gpu = node.make_dynamic(1)
+    handle = node.fake.nvmlDeviceGetHandleByIndex(gpu)
+    profile = node.fake.nvmlDeviceGetGpuInstanceProfileInfo(
+        handle, node.fake.NVML_GPU_INSTANCE_PROFILE_1_SLICE
+    )
+    placement = node.fake.c_nvmlGpuInstancePlacement_t(4, 1)
+    node.fake.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile.id, placement)
+    start = StartReading(node.backend, max_age_seconds=60)
+    await start.take()
+    assert start.current() is not None
+    readings: list[bool] = []
+    read = node.backend.read_inventory
+
+    def counted(*, nvlink_peers: bool = True) -> NodeInventory:
+        readings.append(nvlink_peers)
+        return read(nvlink_peers=nvlink_peers)
+
+    monkeypatch.setattr(node.backend, "read_inventory", counted)
+    report = await recover(node.build(), bare_instances=True, start=start)
+    assert report.bare_instances_destroyed == 1
+    assert node.backend.gpu_instances(gpu) == ()
+    assert readings == []  # the start reading told which GPUs have MIG on
+    assert start.current() is None
 
 
 async def test_a_prepare_cancelled_while_nvml_creates_its_instance_rolls_back_after_the_create(

@@ -34,6 +34,7 @@ from gpudra.agent.prepareplan import ClaimPlan, sharing_actions
 from gpudra.agent.uninterrupted import to_the_end
 from gpudra.errors import HardwareError
 from gpudra.hardware.gpus.backend import GpuBackend
+from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -164,9 +165,9 @@ class ClaimEffects:
         inventory = await self.inventory.read()
         await to_the_end(self.instances.run(self.instances.destroy, uid, records, inventory))
 
-    async def destroy_bare_instances(self) -> int:
+    async def destroy_bare_instances(self, inventory: NodeInventory | None = None) -> int:
         """See :meth:`MigInstances.destroy_bare`."""
-        return await asyncio.to_thread(self.instances.destroy_bare)
+        return await asyncio.to_thread(self.instances.destroy_bare, inventory)
 
     async def instances_lost(self, uid: str, entry: ClaimEntry) -> bool:
         """Whether a dynamic MIG instance recorded for the claim is gone from its (present) GPU."""

@@ -27,15 +27,15 @@ class FreshInventory:
         self._changes = changes
         self._reading = asyncio.Lock()  # one reading at a time
         self._next: asyncio.Future[NodeInventory] | None = None  # the reading not started yet
-        self._under_way: tuple[asyncio.Future[NodeInventory], int] | None = None
-        """The reading running now and the changes begun before it, when none was in progress at its start."""
+        self._under_way: tuple[asyncio.Future[NodeInventory], int | None] | None = None
+        """The reading running now and the backend's change mark at its start."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def read(self) -> NodeInventory:
         """A reading that sees every change made through the backend before this call (in a thread); a failed one
         raises its error to every caller."""
         under_way = self._under_way
-        if under_way is not None and self._changes.begun == under_way[1]:
+        if under_way is not None and self._changes.none_since(under_way[1]):
             return await asyncio.shield(under_way[0])
         upcoming = self._next
         if upcoming is None:
@@ -49,9 +49,7 @@ class FreshInventory:
     async def _run(self, upcoming: asyncio.Future[NodeInventory]) -> None:
         async with self._reading:
             self._next = None  # who asks from now on shares this one, or needs one that starts after it
-            begun = self._changes.begun
-            if begun == self._changes.ended:
-                self._under_way = (upcoming, begun)
+            self._under_way = (upcoming, self._changes.mark())
             try:
                 inventory = await asyncio.to_thread(self._read)
             except asyncio.CancelledError:

@@ -36,6 +36,7 @@ from gpudra.agent.migdynamic.selection import DynamicSelection
 from gpudra.agent.nodemark import NodeMark
 from gpudra.agent.publisher import SlicePublisher
 from gpudra.agent.slicesync import NodeRef
+from gpudra.agent.startreading import StartReading
 from gpudra.api.dra import Device
 from gpudra.api.meta import PartialObjectMetadata
 from gpudra.config import AgentSettings
@@ -94,9 +95,11 @@ class NodeAgent:
         metrics: Metrics,
         *,
         claimed_instances: ClaimedInstances = _no_claims,
+        start: StartReading | None = None,
     ) -> None:
         self.settings = settings
         self._backend = backend
+        self._start = start  # the first pass publishes the agent's start reading while it is current
         self._client = client
         self._metrics = metrics
         self._wake = asyncio.Event()
@@ -227,16 +230,22 @@ class NodeAgent:
     async def _loop(self) -> None:
         node = self.settings.node_name
         last_full, dirty = 0.0, True
+        start = self._start.current() if self._start is not None else None
         while True:
             if self.health.changed(time.time()):
                 dirty = True
             if self._republish:
                 self._republish, dirty = False, True
             inventory: NodeInventory | None
-            claimed = _union(self.claimed_instances())  # a copy, before the reading: see _publish
+            # a copy, before the reading: see _publish (for the start reading, no instance was forgotten since it
+            # began: forgetting one follows destroying it, a change after which the start reading is not current)
+            claimed = _union(self.claimed_instances())
             try:
-                read_at = time.time()
-                inventory = await asyncio.to_thread(self._backend.read_inventory)
+                if start is not None:
+                    read_at, inventory, start = start.read_at, start.inventory, None
+                else:
+                    read_at = time.time()
+                    inventory = await asyncio.to_thread(self._backend.read_inventory)
                 self._metrics.hardware_reads.labels(node, "ok").inc()
                 if self.health.hardware_read(inventory, read_at):
                     dirty = True

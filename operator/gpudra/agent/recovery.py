@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gpudra.agent.claimpreparer import ClaimPreparer
+from gpudra.agent.startreading import StartReading
 from gpudra.errors import CheckpointError, GpudraError
 from gpudra.metrics import Metrics
 from gpudra.telemetry import get_logger
@@ -59,8 +60,10 @@ async def recover(
     report_problem: ProblemReporter = _ignore,
     metrics: Metrics | None = None,
     bare_instances: bool = False,
+    start: StartReading | None = None,
 ) -> RecoveryReport:
-    """Bring the checkpoint, the CDI directory and the GPUs' sharing settings back in line."""
+    """Bring the checkpoint, the CDI directory and the GPUs' sharing settings back in line. ``start``: the
+    agent's start reading, which the look for bare GPU instances uses while it is current."""
     store, effects = preparer.store, preparer.effects
     specs = effects.specs
     report = RecoveryReport()
@@ -95,7 +98,10 @@ async def recover(
                 (report.rolled_back if entry.state == "PrepareStarted" else report.finished).append(uid)
     if bare_instances:
         try:
-            report.bare_instances_destroyed = await effects.destroy_bare_instances()
+            reading = start.current() if start is not None else None
+            report.bare_instances_destroyed = await effects.destroy_bare_instances(
+                reading.inventory if reading is not None else None
+            )
         except GpudraError as exc:
             log.error("could not look for GPU instances without a compute instance", error=str(exc))
     if trusted:

@@ -35,6 +35,7 @@ from gpudra.agent.node_agent import NodeAgent
 from gpudra.agent.orphans import OrphanSweeper
 from gpudra.agent.recovery import RecoveryReport, recover
 from gpudra.agent.reservations import DeviceReservations
+from gpudra.agent.startreading import StartReading
 from gpudra.api.core import Node
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.nvidia import SharingFeatures
@@ -69,7 +70,10 @@ class AgentRuntime:
         locks: HandoverLocks | None = None,
     ) -> None:
         self.settings = settings
-        self.agent = NodeAgent(settings, backend, client, metrics, claimed_instances=self._claimed_instances)
+        self.start = StartReading(backend, max_age_seconds=settings.hardware_poll_seconds)
+        self.agent = NodeAgent(
+            settings, backend, client, metrics, claimed_instances=self._claimed_instances, start=self.start
+        )
         self._client = client
         self._metrics = metrics
         self._events = EventRecorder(client, f"gpudra-agent-{settings.node_name}", window_seconds=60)
@@ -106,6 +110,7 @@ class AgentRuntime:
             node=settings.node_name,
             holders=self.preparer.reservations if self.preparer is not None else None,
             mark_dynamic=self._mark_dynamic,
+            start=self.start,
         )
         self.mig = MigSync(
             client,
@@ -234,6 +239,7 @@ class AgentRuntime:
             report_problem=self._report_checkpoint_problem,
             metrics=self._metrics,
             bare_instances=True,
+            start=self.start,
         )
         self.plugin_ready.set()
 
@@ -277,6 +283,7 @@ class AgentRuntime:
 
     async def _duties(self) -> None:
         """What only the active instance does."""
+        await self.start.take()
         await self._recover()
         self.role.open()
         node = self.settings.node_name

@@ -139,15 +139,17 @@ class MigInstances:
             return False
         return True
 
-    def destroy_bare(self) -> int:
+    def destroy_bare(self, inventory: NodeInventory | None = None) -> int:
         """Destroy the GPU instances without a compute instance on every MIG-enabled GPU of the node, and return
         how many. Only a process killed halfway through creating or destroying a MIG device (a claim's, or the
         MigLayout applier's) leaves one: no MIG device shows it, nothing can use it, and it holds memory slices
         that a later create at an overlapping placement needs. Safe only while no MIG change of this agent runs
         (start-up, before the plugin answers and the applier starts). One that cannot be destroyed is logged and
-        left for the next start."""
+        left for the next start. ``inventory``: a current reading of the node (NVML indices), else one is taken."""
         destroyed = 0
-        for gpu in self._backend.read_inventory(nvlink_peers=False).gpus:
+        if inventory is None:
+            inventory = self._backend.read_inventory(nvlink_peers=False)
+        for gpu in inventory.gpus:
             if not gpu.mig_enabled:
                 continue
             for instance in self._backend.gpu_instances(gpu.index):

@@ -23,6 +23,7 @@ from typing import Protocol
 from gpudra.agent.miglayout.facts import NodeMigFacts, models_of
 from gpudra.agent.miglayout.journal import PlanJournal
 from gpudra.agent.prepareplan import DeviceKey, device_targets
+from gpudra.agent.startreading import StartReading
 from gpudra.errors import HardwareError, HardwareNotFound, InvalidInputError
 from gpudra.hardware.gpus.backend import GpuBackend, MigModeResult
 from gpudra.hardware.gpus.catalog import Catalog, MigModel, load_catalog
@@ -132,21 +133,41 @@ class MigApplier:
         holders: DeviceHolders | None = None,
         mark_dynamic: Callable[[frozenset[str] | None], None] | None = None,
         catalog: Catalog | None = None,
+        start: StartReading | None = None,
     ) -> None:
         self._backend = backend
+        self._start = start
+        self._indices: tuple[dict[int, int], int | None] = ({}, None)
+        """Minor -> NVML index in the last reading, and the backend's change mark before it."""
         self._journal = journal
         self._node = node
         self._holders = holders or NoHolders()
         self._mark_dynamic = mark_dynamic
         self._facts = NodeMigFacts(
             catalog or load_catalog(),
-            lambda gpu: self._backend.mig_profiles(self._nvml_index(gpu.minor)),
+            lambda gpu: self._backend.mig_profiles(self._index_as_read(gpu.minor)),
             node=node,
         )
 
     async def read(self) -> NodeInventory:
-        """A reading in which each GPU's ``index`` is its minor (see :func:`by_minor`)."""
-        return by_minor(await asyncio.to_thread(self._backend.read_inventory, nvlink_peers=False))
+        """A reading in which each GPU's ``index`` is its minor (see :func:`by_minor`): the agent's start reading
+        while it is current (:class:`StartReading`), else a new one."""
+        reading = self._start.current() if self._start is not None else None
+        if reading is not None:
+            inventory, mark = reading.inventory, reading.mark
+        else:
+            mark = self._backend.changes.mark()
+            inventory = await asyncio.to_thread(self._backend.read_inventory, nvlink_peers=False)
+        self._indices = ({gpu.minor: gpu.index for gpu in inventory.gpus}, mark)
+        return by_minor(inventory)
+
+    def _index_as_read(self, minor: int) -> int:
+        """The NVML index of the GPU ``/dev/nvidia<minor>`` in the last reading while gpudra changed no GPU since
+        it began (no vfio binding moved the indices), else as NVML says now."""
+        indices, mark = self._indices
+        if minor in indices and self._backend.changes.none_since(mark):
+            return indices[minor]
+        return self._nvml_index(minor)
 
     def _nvml_index(self, minor: int) -> int:
         """The NVML index of the GPU ``/dev/nvidia<minor>`` now, for the backend's calls (on the calling thread,

@@ -92,6 +92,17 @@ class ChangeCount:
         self.ended = 0
         self._lock = threading.Lock()
 
+    def mark(self) -> int | None:
+        """Taken just before a reading: what :meth:`none_since` compares with (None while a change is in
+        progress, when no reading can be called current)."""
+        with self._lock:
+            return self.begun if self.begun == self.ended else None
+
+    def none_since(self, mark: int | None) -> bool:
+        """Whether no change was in progress at ``mark`` and none has begun since: a reading that began at the
+        mark sees every change made through the backend until now."""
+        return mark is not None and self.begun == mark
+
     @contextmanager
     def one(self) -> Iterator[None]:
         with self._lock:
