@@ -4,8 +4,8 @@ at that moment: the recovery's look for bare GPU instances, the MIG layout's fir
 A reading is as good to them as a new one while it is younger than the hardware poll (the agent re-reads its GPUs
 that often anyway, so no consumer was promised a fresher one) and gpudra changed no GPU since it began
 (:class:`gpudra.hardware.gpus.backend.ChangeCount`: a claim undone by the recovery, a MIG layout applied, a
-sharing setting restored all count). Otherwise each reads afresh, as before. On a simulated fleet, where each
-agent's start used to read its dgx-h100 four times, the readings were about a third of the start's CPU.
+sharing setting restored all count). Otherwise each reads afresh, as before: an agent's start read its GPUs four
+times, now once.
 """
 
 from __future__ import annotations

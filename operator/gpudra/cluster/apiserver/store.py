@@ -125,13 +125,13 @@ class Store:
         self.history_size = history_size
         self.floor = start_rv  # events with rv <= floor may be missing from the history
         self.watchers: set[Watcher] = set()
-        self._route_paths = ("metadata.name", *self.indexes)
-        self.routed_history = RoutedHistory(self._route_paths)
         # watchers that select one value of a field (a kubelet's spec.nodeName, one object's metadata.name) are
         # offered only the events of objects with that value before or after: with a watch per node, offering
         # every event to every watcher cost more than the writes
         self._routes: dict[str, dict[str, set[Watcher]]] = {}  # field path -> value -> watchers
         self._unrouted: set[Watcher] = set()
+        self._route_paths = ("metadata.name", *self.indexes)
+        self.routed_history = RoutedHistory(self._route_paths)
 
     def __len__(self) -> int:
         return len(self.objects)
