@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 
+from gpudra.agent.callsinflight import CallsInFlight
 from gpudra.agent.checkpoint import CheckpointStore, ClaimEntry, DeviceRecord
 from gpudra.agent.computedomain import readiness
 from gpudra.agent.computedomain.driver import ComputeDomainDriver, published_devices, read_channel_major
@@ -178,6 +179,7 @@ async def planner_for(
     clique: str = CLIQUE,
     daemon_wait: float = 0.05,
     events: EventRecorder | None = None,
+    calls: CallsInFlight | None = None,
 ) -> ComputeDomainPlanner:
     store = CheckpointStore(tmp_path / "checkpoint.json", node=NODE, driver=DRIVER)
     await store.load()
@@ -193,6 +195,7 @@ async def planner_for(
         domains_dir=tmp_path / "domains",
         daemon_wait=daemon_wait,
         events=events,
+        calls=calls,
     )
 
 
@@ -287,6 +290,25 @@ async def test_a_waiting_prepare_is_answered_when_the_daemon_turns_ready_and_say
     done = await asyncio.wait_for(waiting, 2)
     assert minors(done.cdi_document) == [0]
     assert api.watches == []  # the watch of the clique object closed with the last waiter
+
+
+async def test_a_channel_waiting_for_its_daemon_holds_back_no_status_write(tmp_path: Path) -> None:
+    """The node's claims' status writes wait while the kubelet's calls are answered (0.5 s at most); a channel's
+    prepare that waits up to 20 s for its IMEX daemon spends nothing meanwhile and is not counted then."""
+    api, calls = MemoryApi(), CallsInFlight()
+    planner = await planner_for(tmp_path, api, daemon_wait=10, calls=calls)
+
+    async def call() -> Any:
+        with calls.one():  # as the preparer holds each kubelet call
+            return await plan(planner, "u1", "channel-0", channel("d1"))
+
+    waiting = asyncio.create_task(call())
+    await eventually(lambda: api.watches, 5, what="the prepare waiting for its daemon")
+    await asyncio.wait_for(calls.none(), 5)
+    assert not waiting.done()
+    api.daemon("d1", "Ready")
+    done = await asyncio.wait_for(waiting, 5)
+    assert minors(done.cdi_document) == [0]
 
 
 async def test_a_nodes_channel_claims_waiting_together_read_the_clique_object_once(tmp_path: Path) -> None:

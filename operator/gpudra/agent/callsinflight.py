@@ -31,6 +31,23 @@ class CallsInFlight:
             if not self._count:
                 self._none.set()
 
+    @contextmanager
+    def aside(self) -> Iterator[None]:
+        """Inside a call held by :meth:`one`: while this is held the call does not count, for it waits on something
+        else and spends nothing meanwhile (a compute-domain channel's prepare waits up to 20 s for its IMEX
+        daemon). Outside any call it changes nothing."""
+        if not self._count:
+            yield
+            return
+        self._count -= 1
+        if not self._count:
+            self._none.set()
+        try:
+            yield
+        finally:
+            self._count += 1
+            self._none.clear()
+
     async def none(self, at_most: float | None = None) -> None:
         """Return once no call is in flight, or after ``at_most`` seconds of waiting for that (None: no limit)."""
         if self._none.is_set():

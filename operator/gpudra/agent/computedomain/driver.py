@@ -113,6 +113,7 @@ class ComputeDomainDriver:
         """``role``: the node's hand-over (its calls are operations of the active instance, drained before a
         newer agent takes over); ``calls``: the node's kubelet calls in flight, shared with the GPU driver."""
         self.settings = settings
+        calls = calls or CallsInFlight()
         self.driver = settings.compute_domain_driver_name
         self._client = client
         self._metrics = metrics
@@ -140,6 +141,7 @@ class ComputeDomainDriver:
             node_ip=settings.node_ip,
             daemon_wait=settings.compute_domain_daemon_wait_seconds,
             events=self._events,
+            calls=calls,
         )
         self.preparer = ClaimPreparer(
             client=client,

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from gpudra.agent.callsinflight import CallsInFlight
 from gpudra.agent.cdi import (
     CLAIM_CLASS,
     CDIDevice,
@@ -170,8 +171,12 @@ class ComputeDomainPlanner:
         node_ip: str = "",
         daemon_wait: float = 20.0,
         events: EventRecorder | None = None,
+        calls: CallsInFlight | None = None,
     ) -> None:
+        """``calls``: the node's kubelet calls in flight; a channel's prepare steps aside from them while it waits
+        for its daemon."""
         self._client = client
+        self._calls = calls or CallsInFlight()
         self._store = store
         self.node = node
         self.driver = driver
@@ -250,7 +255,8 @@ class ComputeDomainPlanner:
             await self._host_registration(uid, clique_id).report("Ready")
         else:
             lease = assign_channels(domain, {}, "daemonset", clique_id=clique_id)
-        await self._readiness.wait(uid, clique_id, notice=self._notice(ref))
+        with self._calls.aside():
+            await self._readiness.wait(uid, clique_id, notice=self._notice(ref))
         return self._channel_nodes(config, lease)
 
     def _notice(self, ref: ClaimRef) -> Notice | None:
