@@ -9,9 +9,16 @@ from gpudra.agent.callsinflight import CallsInFlight
 
 
 async def held_back(calls: CallsInFlight) -> asyncio.Task[None]:
-    """A wait for no call in flight, once it has had its chance to return."""
-    waiter = asyncio.create_task(calls.none())
-    await asyncio.sleep(0)  # one pass of the event loop: a wait that may return has returned
+    """A wait for no call in flight, once it has begun: one that does not wait has ended by then (it ends in the
+    same step in which it says it began)."""
+    began = asyncio.Event()
+
+    async def wait() -> None:
+        began.set()
+        await calls.none()
+
+    waiter = asyncio.create_task(wait())
+    await began.wait()
     return waiter
 
 
