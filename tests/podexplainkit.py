@@ -148,6 +148,27 @@ async def check_waiting_pod_is_explained(cluster: EmbeddedCluster) -> None:
     assert [e.get("count") for e in (old, new)] == [1, 1]  # each posted once
 
 
+async def check_prebound_pod_is_explained(cluster: EmbeddedCluster) -> None:
+    """dgx-h100:1. A pod created with spec.nodeName set never gets its claim allocated (the scheduler allocates only
+    for pods it schedules), though a GPU is free: the claim and the pod say so, naming the node, instead of an
+    explanation of where the claim would fit."""
+    manifest = gpus_pod("pinned", 1).replace(
+        "spec:\n  containers:", "spec:\n  nodeName: dgx-h100-0\n  containers:"
+    )
+    assert "nodeName: dgx-h100-0" in manifest
+    await kubectl(cluster, "apply", "-f", "-", stdin=manifest)
+    claim = await claim_of(cluster, "pinned")
+    (said,) = await explanations(cluster, "pinned", 1)
+    assert said["type"] == "Warning" and said["reason"] == "PodAlreadyBound", said
+    assert said["message"].startswith(
+        "pod default/pinned is bound to node dgx-h100-0 and this claim is not allocated: kube-scheduler allocates"
+    ), said["message"]
+    on_claim = await controller_events(cluster, "ResourceClaim", claim)
+    assert [(e["reason"], e["message"]) for e in on_claim] == [(said["reason"], said["message"])]
+    described = " ".join((await kubectl(cluster, "describe", "resourceclaim", claim)).split())
+    assert " ".join(said["message"].split()) in described
+
+
 async def check_mig_1g_12gb_pod_is_explained(cluster: EmbeddedCluster) -> dict[str, Any]:
     """dgx-h100:1. NVIDIA's `extended-resources/mig-1g-12gb` on a fleet without a 1g.12gb MIG device: the pod carries
     gpudra's explanation of the claim for its `nvidia.com/mig-1g.12gb: 1`, visible in `kubectl describe pod`.

@@ -12,6 +12,7 @@ from clusterkit import StartCluster
 from gpudra.config import ControllerSettings
 from podexplainkit import (
     check_mig_1g_12gb_pod_is_explained,
+    check_prebound_pod_is_explained,
     check_waiting_pod_is_explained,
     check_web_view_shows_the_mig_1g_12gb_claim,
 )
@@ -25,6 +26,12 @@ FAST = ControllerSettings(pending_grace_seconds=0.2, pending_interval_seconds=0.
 
 async def test_a_waiting_pod_carries_its_claims_explanation(start_cluster: StartCluster) -> None:
     await check_waiting_pod_is_explained(await start_cluster("dgx-h100:1", controller=FAST))
+
+
+async def test_a_pod_created_on_a_node_says_its_claim_will_not_be_allocated(
+    start_cluster: StartCluster,
+) -> None:
+    await check_prebound_pod_is_explained(await start_cluster("dgx-h100:1", controller=FAST))
 
 
 async def test_nvidias_mig_1g_12gb_spec_is_explained_on_the_pod(start_cluster: StartCluster) -> None:

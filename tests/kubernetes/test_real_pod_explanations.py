@@ -10,6 +10,7 @@ from _realkit import StartKubernetes, claims, events_of
 from podexplainkit import (
     MIG_1G_12GB_NAMESPACE,
     check_mig_1g_12gb_pod_is_explained,
+    check_prebound_pod_is_explained,
     check_waiting_pod_is_explained,
     check_web_view_shows_the_mig_1g_12gb_claim,
 )
@@ -20,6 +21,14 @@ async def test_a_waiting_pod_carries_its_claims_explanation(start_kubernetes: St
     await check_waiting_pod_is_explained(cluster)
     # kube-scheduler's own word is there too
     assert any(e["reason"] == "FailedScheduling" for e in await events_of(cluster, "eight"))
+
+
+async def test_a_pod_created_on_a_node_says_its_claim_will_not_be_allocated(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    """kube-controller-manager makes the claim of a pod created with spec.nodeName; kube-scheduler never allocates
+    it."""
+    await check_prebound_pod_is_explained(await start_kubernetes("dgx-h100:1"))
 
 
 async def test_nvidias_mig_1g_12gb_spec_is_explained_though_it_has_no_claim(

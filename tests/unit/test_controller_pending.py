@@ -182,3 +182,62 @@ def test_a_pods_claims_are_forgotten_at_their_deletion_without_new_metadata(
     for _ in range(3):  # deleted, and a deletion handed again (a re-list's)
         pods.claim_changed("a", None)
     assert pods._owned == {} and made == []
+
+
+def _owned_claim(uid: str, *, allocated: bool) -> ResourceClaim:
+    """A claim kube-controller-manager made for pod trainer's entry "gpu"."""
+    claim = _claim(uid, allocated=allocated)
+    claim.metadata.annotations = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    claim.metadata.owner_references = [
+        OwnerReference(api_version="v1", kind="Pod", name="trainer", uid="p1", controller=True)
+    ]
+    return claim
+
+
+async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kube-controller-manager made trainer's claim twice and the scheduler allocated the first: the second is said
+    to wait on nothing, naming the first, on the claim and on the pod; the pod is looked up once."""
+    client = KubeClient.__new__(KubeClient)
+    lists: list[str | None] = []
+    posted: list[tuple[str, str, str]] = []
+
+    async def list_raw(
+        res: object, namespace: str | None = None, **kw: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        lists.append(kw.get("field_selector"))
+        pod = {
+            "metadata": {"name": "trainer", "namespace": "default", "uid": "p1"},
+            "spec": {"nodeName": "n1"},
+        }
+        return [pod], "1"
+
+    async def create(res: object, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        involved = body["involvedObject"]
+        posted.append((involved["kind"], involved["name"], body["message"]))
+        return body
+
+    monkeypatch.setattr(client, "list_raw", list_raw, raising=False)
+    monkeypatch.setattr(client, "create", create, raising=False)
+    pending = PendingClaims(client, Metrics(), driver="gpu.nvidia.com")
+    pods = PendingPods(client, Informers(client), pending)
+    first, second = _owned_claim("first", allocated=True), _owned_claim("second", allocated=False)
+    for claim in (first, second):
+        pods.claim_changed(claim.metadata.uid or "", claim)
+        pending.claim_changed(claim.metadata.uid or "", claim)
+    classes = {c.metadata.name or "": c for c in load_device_classes()}
+
+    assert await pods.check_all([second], classes, grace_seconds=0) == {"second"}
+    said = pending.said["second"]
+    assert said.reason == "PodAlreadyBound"
+    assert said.text.startswith("pod default/trainer is bound to node n1 with claim first, which"), said.text
+    assert "kubernetes/kubernetes#140217" in said.text
+    assert [(kind, name) for kind, name, _ in posted] == [("ResourceClaim", "second"), ("Pod", "trainer")]
+    assert {message for _, _, message in posted} == {said.text}
+    assert lists == ["metadata.name=trainer"]
+    await pods.check_all([second], classes, grace_seconds=0)
+    assert lists == ["metadata.name=trainer"]  # remembered while it owns claims
+    for claim in (first, second):
+        pods.claim_changed(claim.metadata.uid or "", None)
+    assert pods._bound == {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,16 +239,34 @@ class PendingClaims:
                     if settled is not None:
                         settled.said[worded[1]] = known
                 words[worded] = known
-            reason = known.reason
-            if self.reasons.get(uid) != reason:
-                self._metrics.allocation_failures.labels(reason).inc()
-            self.reasons[uid] = reason
-            said[uid] = self.said[uid] = known
+            said[uid] = self._record(uid, known)
             if id(claim) not in no_object:
-                posts.append(self._events.post(claim, "Warning", reason, known.text))
+                posts.append(self._events.post(claim, "Warning", known.reason, known.text))
         await _at_most(EVENT_POSTS_AT_ONCE, posts)
         self._refresh_gauge()
         return said
+
+    def ours(self, classes: Mapping[str, DeviceClass]) -> Callable[[ResourceClaim], bool]:
+        """Whether a claim is this driver's to explain, with these DeviceClasses."""
+        return _DriverCheck(classes, self._driver)
+
+    async def tell(self, told: Sequence[tuple[ResourceClaim, Said]]) -> None:
+        """Say of each claim what is known of it without the allocator (a claim no scheduler will allocate), as
+        :meth:`check_all` says its explanations: the claim's Event, its reason in the metrics."""
+        for claim, known in told:
+            self._record(_uid(claim), known)
+        await _at_most(
+            EVENT_POSTS_AT_ONCE, [self._events.post(c, "Warning", k.reason, k.text) for c, k in told]
+        )
+        if told:
+            self._refresh_gauge()
+
+    def _record(self, uid: str, known: Said) -> Said:
+        if self.reasons.get(uid) != known.reason:
+            self._metrics.allocation_failures.labels(known.reason).inc()
+        self.reasons[uid] = known.reason
+        self.said[uid] = known
+        return known
 
     def _explain(self, view: ClusterView, shape: tuple[str, str], claim: ResourceClaim) -> Outcome:
         """The allocator's answer for claims of this shape: a settled one while it holds, else found again."""

@@ -4,7 +4,15 @@ pod`` says why on a real cluster too, where kube-scheduler says only "cannot all
 an extended resource that a DeviceClass maps, with no claim yet (kube-scheduler makes it only once a node fits), is
 explained as the claim kube-scheduler would make (``gpudra.planning.podclaims``). Events are deduplicated with a
 count (``gpudra.kube.events``) and a new one is posted when the explanation changes. Only pods not bound to a node
-are watched (a field selector): the controller never sees the rest."""
+are watched (a field selector): the controller never sees the rest.
+
+A pending claim whose pod is bound to a node will never be allocated: kube-scheduler allocates a pod's claims only
+while it schedules the pod. That is the claim of a pod created with ``spec.nodeName`` set, or one
+kube-controller-manager made twice for the same entry and named in the pod's status after the scheduler had
+allocated the first (kubernetes/kubernetes#140217). Such a claim is not explained by the allocator (which would
+say where it fits) but said to be waiting on nothing, on the claim and on its pod (reason ``PodAlreadyBound``). Its
+pod is not watched; a claim's owner that is not a waiting pod is looked up once by name (a list with a field
+selector: the controller's role lists pods and does not get them), and remembered while it owns pending claims."""
 
 from __future__ import annotations
 
@@ -15,7 +23,8 @@ from typing import Any
 from gpudra.api.core import Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
-from gpudra.controller.pending import PendingClaims, age_seconds
+from gpudra.controller.pending import PendingClaims, Said, age_seconds
+from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informers
@@ -29,20 +38,47 @@ from gpudra.planning.podclaims import (
     may_wait_on_claims,
     pod_claims,
 )
+from gpudra.telemetry import get_logger
+
+log = get_logger(__name__)
 
 _KEPT_ANNOTATIONS = (EXTENDED_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION)
 UNBOUND = "spec.nodeName="
 """The field selector of the pods watched: those not bound to a node (a pod that gets bound leaves the watch)."""
+BOUND_REASON = "PodAlreadyBound"
+
+
+def bound_pod_said(pod: dict[str, Any], first: str | None) -> Said:
+    """What is said of a pending claim whose pod (``pod``: its wire form) is bound to a node; ``first``: the claim
+    kube-controller-manager made for the same entry of the pod before this one, allocated, if there is one."""
+    meta = pod["metadata"]
+    who = f"pod {meta['namespace']}/{meta['name']} is bound to node {pod['spec']['nodeName']}"
+    if first:
+        return Said(
+            BOUND_REASON,
+            f"{who} with claim {first}, which kube-controller-manager made for the same entry of the pod before this"
+            " one (it made the entry's claim twice, kubernetes/kubernetes#140217): this claim will never be"
+            " allocated and goes with the pod",
+        )
+    return Said(
+        BOUND_REASON,
+        f"{who} and this claim is not allocated: kube-scheduler allocates a pod's claims only while it schedules"
+        " the pod, so a pod created with spec.nodeName set never gets them and the kubelet cannot start it; create"
+        " the pod without spec.nodeName (a nodeSelector on kubernetes.io/hostname still picks the node)",
+    )
 
 
 class PendingPods:
     def __init__(self, client: KubeClient, informers: Informers, pending: PendingClaims) -> None:
+        self._client = client
         self._pending = pending
         self._events = EventRecorder(client, "gpudra-controller", series=True)
         self.waiting: dict[str, Pod] = {}
         """The pods that wait for the scheduler and may wait on claims, by uid."""
         self._owner: dict[str, str] = {}  # claim uid -> uid of the pod that controls it
         self._owned: dict[str, dict[str, ObjectMeta]] = {}  # pod uid -> claim uid -> the claim's metadata
+        self._bound: dict[str, dict[str, Any]] = {}
+        """Pod uid -> the pod, bound to a node (its uid, name, namespace and node), while it owns claims."""
         informers.informer(PODS, field_selector=UNBOUND, parse=Pod.model_validate).subscribe(self._pod_event)
 
     async def _pod_event(self, kind: str, body: dict[str, Any]) -> None:
@@ -64,6 +100,7 @@ class PendingPods:
             owned.pop(uid, None)
             if not owned:
                 self._owned.pop(previous, None)
+                self._bound.pop(previous, None)
         if claim is None:  # deleted: nothing more to keep (a third of a controller's claim changes)
             return
         meta = claim.metadata
@@ -103,7 +140,19 @@ class PendingPods:
                 self._pending.forget(implicit_uid(uid))
             elif due(implicit_uid(uid)):
                 implicit.append(made)
-        await self._pending.check_all(claims, classes, implicit, planned=planned)
+        ours = self._pending.ours(classes)
+        bound = [(c, found) for c in claims if ours(c) and (found := await self._bound_owner(c)) is not None]
+        held = {id(c) for c, _ in bound}
+        await self._pending.check_all(
+            [c for c in claims if id(c) not in held],
+            classes,
+            implicit,
+            planned=[c for c in planned if self._owner.get(c.metadata.uid or "") not in self._bound],
+        )
+        told = [(c, self._bound_said(c, owner)) for c, owner in bound]
+        await self._pending.tell(told)
+        for (_, owner), (_, bound_said) in zip(bound, told, strict=True):
+            await self._events.post(owner, "Warning", bound_said.reason, bound_said.text)
         explained = {c.metadata.uid or "" for c in claims} | {c.metadata.uid or "" for c in implicit}
         by_name = (  # only with pods to tell: it is every pending claim's name
             {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()} if waits else {}
@@ -124,3 +173,58 @@ class PendingPods:
                 if said is not None:
                     await self._events.post(waiting, "Warning", said.reason, said.text)
         return explained
+
+    async def _bound_owner(self, claim: ResourceClaim) -> dict[str, Any] | None:
+        """The pod that owns the claim when it is bound to a node; None when the claim has no such owner."""
+        uid = claim.metadata.uid or ""
+        owner = self._owner.get(uid)
+        if owner is None or owner in self.waiting:
+            return None
+        return self._bound.get(owner) or await self._look_up_bound(owner, self._owned.get(owner, {}).get(uid))
+
+    def _bound_said(self, claim: ResourceClaim, pod: dict[str, Any]) -> Said:
+        """What is said of the claim its bound pod owns: naming the pod's claim for the same entry, allocated, made
+        before it, if there is one."""
+        uid = claim.metadata.uid or ""
+        owned = self._owned.get(pod["metadata"]["uid"], {})
+        entry = (claim.metadata.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION)
+        first = next(
+            (
+                m.name
+                for other, m in owned.items()
+                if entry is not None
+                and other != uid
+                and other not in self._pending.unallocated
+                and (m.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION) == entry
+            ),
+            None,
+        )
+        return bound_pod_said(pod, first)
+
+    async def _look_up_bound(self, owner: str, meta: ObjectMeta | None) -> dict[str, Any] | None:
+        """The pod ``owner`` (uid) when it is bound to a node, remembered; None when it is not, or is gone."""
+        if meta is None or not meta.owner_references:
+            return None
+        name = meta.owner_references[0].name
+        try:
+            items, _ = await self._client.list_raw(
+                PODS, meta.namespace, field_selector=f"metadata.name={name}"
+            )
+        except GpudraError as exc:  # said as usual this round; looked up again at the next
+            log.warning(
+                "looking up a pending claim's pod failed", pod=name, namespace=meta.namespace, error=str(exc)
+            )
+            return None
+        for item in items:
+            item_meta = item.get("metadata") or {}
+            node = (item.get("spec") or {}).get("nodeName")
+            if item_meta.get("uid") == owner and node:
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": meta.namespace, "uid": owner},
+                    "spec": {"nodeName": str(node)},
+                }
+                self._bound[owner] = pod
+                return pod
+        return None

@@ -42,6 +42,18 @@ class ClaimController:
         if complete and extended:
             name = await self._extended_claim(pod, extended)
             status["extendedResourceClaimStatus"] = extended_status(name, extended)
+        await self._record(pod, body, status)
+        return complete
+
+    async def make_for_bound(self, pod: Pod, body: dict[str, Any]) -> bool:
+        """The claims of a pod bound to a node from its creation (``spec.nodeName``), as kube-controller-manager
+        makes them: those of its templates, recorded in its status (no scheduler will allocate them, and none makes
+        its extended-resource claim); False while a template it names does not exist."""
+        complete, status = await self._from_templates(pod, body)
+        await self._record(pod, body, status)
+        return complete
+
+    async def _record(self, pod: Pod, body: dict[str, Any], status: dict[str, Any]) -> None:
         have = body.get("status") or {}
         changed = {k: v for k, v in status.items() if have.get(k) != v}
         if changed:
@@ -52,7 +64,6 @@ class ClaimController:
                 pod.metadata.namespace,
                 subresource="status",
             )
-        return complete
 
     def names(self, pod: Pod) -> list[str] | None:
         """The names of every claim of the pod, from the caches; None if one of those made for it is missing."""

@@ -125,8 +125,7 @@ class ControlPlane:
             self._unschedulable.discard((meta.get("namespace", ""), meta["name"]))
             self._retry_unschedulable()
             return
-        phase = (body.get("status") or {}).get("phase")
-        if body["spec"].get("nodeName") and phase not in ("Succeeded", "Failed"):
+        if _bound_and_live(body) and not _unrecorded_templates(body):
             return  # bound and running: nothing to do until it finishes or goes
         self._enqueue((meta.get("namespace", ""), meta["name"]))
 
@@ -205,6 +204,12 @@ class ControlPlane:
         """The pod's claims from templates and its extended-resource claim exist and are recorded in its status;
         False when the pod is not to be scheduled (yet)."""
         body = self.state.pods.cache.get(key)
+        if body is not None and _bound_and_live(body):
+            if _unrecorded_templates(body) and not await self.claims.make_for_bound(
+                Pod.model_validate(body), body
+            ):
+                self._unschedulable.add(key)  # a template is missing: retried when one appears
+            return False
         pod = await self._pending(body)
         if pod is None or body is None:
             return False
@@ -228,3 +233,19 @@ class ControlPlane:
             self._unschedulable.add(key)  # a named claim that does not exist yet
             return
         await self.scheduler.schedule(pod, body, [c for c in claims if c is not None])
+
+
+def _bound_and_live(body: dict[str, Any]) -> bool:
+    """Whether a pod is bound to a node, not finished and not being deleted."""
+    phase = (body.get("status") or {}).get("phase")
+    deleting = body["metadata"].get("deletionTimestamp")
+    return bool(body["spec"].get("nodeName")) and phase not in ("Succeeded", "Failed") and not deleting
+
+
+def _unrecorded_templates(body: dict[str, Any]) -> bool:
+    """Whether a pod's status does not record the claim of one of its templates yet."""
+    recorded = {s.get("name") for s in (body.get("status") or {}).get("resourceClaimStatuses") or []}
+    return any(
+        c.get("resourceClaimTemplateName") and c.get("name") not in recorded
+        for c in body["spec"].get("resourceClaims") or []
+    )
