@@ -125,9 +125,13 @@ class ControlPlane:
             self._unschedulable.discard((meta.get("namespace", ""), meta["name"]))
             self._retry_unschedulable()
             return
-        if _bound_and_live(body) and not _unrecorded_templates(body):
+        key = (meta.get("namespace", ""), meta["name"])
+        phase = (body.get("status") or {}).get("phase")
+        if body["spec"].get("nodeName") and phase not in ("Succeeded", "Failed"):
+            if _bound_and_live(body) and _unrecorded_templates(body):
+                self._enqueue(key)  # created bound to the node: its claims are made all the same
             return  # bound and running: nothing to do until it finishes or goes
-        self._enqueue((meta.get("namespace", ""), meta["name"]))
+        self._enqueue(key)
 
     async def _on_claim(self, kind: str, body: dict[str, Any]) -> None:
         """After the state recorded the claim's allocation: retry pods if devices came free. An allocated claim
