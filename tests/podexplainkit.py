@@ -5,6 +5,10 @@ Events gpudra's controller posts on an object."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 from typing import Any
 
 import aiohttp
@@ -167,6 +171,31 @@ async def check_prebound_pod_is_explained(cluster: EmbeddedCluster) -> None:
     assert [(e["reason"], e["message"]) for e in on_claim] == [(said["reason"], said["message"])]
     described = " ".join((await kubectl(cluster, "describe", "resourceclaim", claim)).split())
     assert " ".join(said["message"].split()) in described
+    for target in (["pod", "pinned"], ["claim", claim]):  # gpudra explain says the same, and exits 1
+        code, out = await gpudra_explain(cluster, *target)
+        assert code == 1, out
+        assert out.startswith(f"claim default/{claim} will not be allocated (PodAlreadyBound)\n"), out
+        assert " ".join(said["message"].split()) in " ".join(out.split()), out
+    code, out = await gpudra_explain(cluster, "pod", "pinned", "-o", "json")
+    answer = json.loads(out)["claims"][0]
+    assert (code, answer["state"], answer["fits"], answer["reason"]) == (
+        1,
+        "stranded",
+        False,
+        "PodAlreadyBound",
+    )
+    assert answer["text"] == said["message"]
+
+
+async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:
+    """`gpudra explain ...` as a user runs it: its exit status and output."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "explain", *args, "--kubeconfig", str(cluster.options.kubeconfig),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    return proc.returncode or 0, out.decode()
 
 
 async def check_mig_1g_12gb_pod_is_explained(cluster: EmbeddedCluster) -> dict[str, Any]:

@@ -17,6 +17,7 @@ T = TypeVar("T", bound="WireModel")
 
 if TYPE_CHECKING:
     from gpudra.api.base import WireModel
+    from gpudra.api.core import Pod
     from gpudra.api.dra import ResourceClaim
     from gpudra.cli.explainoutput import Answer
     from gpudra.controller.explaining import ClusterView
@@ -55,7 +56,8 @@ async def _answers(client: KubeClient, args: argparse.Namespace) -> list[Answer]
     if args.kind == "pod":
         return await _pod_answers(client, args)
     claim = await _get(client, RESOURCE_CLAIMS, args.name, args.namespace)
-    return [_answer(await load_view(client), claim, args.driver_name)]
+    stranded = await _stranded(client, claim)
+    return [stranded or _answer(await load_view(client), claim, args.driver_name)]
 
 
 async def _get(client: KubeClient, resource: TypedResource[T], name: str, namespace: str) -> T:
@@ -95,6 +97,10 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Ans
             note = f"not created yet; explained as the claim kube-scheduler would make for {entry.pod_claim}"
         elif entry.name is not None:
             claim = await _get(client, RESOURCE_CLAIMS, entry.name, args.namespace)
+            stranded = await _stranded(client, claim, pod, existing)
+            if stranded is not None:
+                answers.append(stranded)
+                continue
         else:
             template_name = templates.get(entry.pod_claim) or ""
             template = await _get(client, RESOURCE_CLAIM_TEMPLATES, template_name, args.namespace)
@@ -102,6 +108,45 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Ans
             note = f"not created yet; explained as the claim template {template_name} makes"
         answers.append(_answer(view, claim, args.driver_name, note))
     return answers
+
+
+async def _stranded(
+    client: KubeClient,
+    claim: ResourceClaim,
+    pod: Pod | None = None,
+    existing: list[ResourceClaim] | None = None,
+) -> Answer | None:
+    """The answer for an unallocated claim whose pod (``pod``, else the pod that controls the claim) is bound to a
+    node: no scheduler will allocate it (``gpudra.planning.boundclaims``); None for any other claim. ``existing``:
+    the claims of its namespace, listed when not given."""
+    from gpudra.allocator import claim_key
+    from gpudra.cli.explainoutput import STRANDED, Answer
+    from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
+    from gpudra.planning.boundclaims import BOUND_REASON, bound_pod_words, first_of_entry
+
+    namespace = claim.metadata.namespace or "default"
+    if claim.allocation is not None:
+        return None
+    if pod is None:
+        owner = next(
+            (o for o in claim.metadata.owner_references or [] if o.controller and o.kind == "Pod"), None
+        )
+        if owner is None:
+            return None
+        try:
+            pod = await client.get(PODS, owner.name, namespace)
+        except NotFoundError:
+            return None
+        if pod.metadata.uid != owner.uid:
+            return None
+    node = pod.spec.node_name
+    if not node:
+        return None
+    if existing is None:
+        existing, _ = await client.list(RESOURCE_CLAIMS, namespace)
+    first = first_of_entry(claim.metadata, ((c.metadata, c.allocation is not None) for c in existing))
+    words = bound_pod_words(f"{namespace}/{pod.metadata.name}", node, first)
+    return Answer(claim_key(claim), STRANDED, reason=BOUND_REASON, words=words)
 
 
 def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str = "") -> Answer:

@@ -21,12 +21,14 @@ from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 WIDTH = 80
 NEAREST = 5
 """Rows of the default output's node table."""
-ALLOCATED, FITS, PENDING = "allocated", "fits", "pending"
+ALLOCATED, FITS, PENDING, STRANDED = "allocated", "fits", "pending", "stranded"
+"""STRANDED: unallocated, and no scheduler will allocate it (``gpudra.planning.boundclaims``)."""
 
 
 @dataclass(frozen=True)
 class Answer:
-    """One claim explained: allocated already, would fit now (``fitted``), or not (``explanation``)."""
+    """One claim explained: allocated already, would fit now (``fitted``), or not (``explanation``), or left
+    unallocated for good (``reason`` and ``words``)."""
 
     claim: str
     """namespace/name."""
@@ -37,10 +39,12 @@ class Answer:
     plan: DemandPlan | None = None
     note: str = ""
     """Said before the answer (e.g. a template's claim that does not exist yet)."""
+    reason: str = ""
+    words: str = ""
 
     @property
     def fits(self) -> bool:
-        return self.state != PENDING
+        return self.state not in (PENDING, STRANDED)
 
     def _result(self) -> AllocationResult | None:
         return self.fitted.claims[0].result if self.fitted is not None else self.allocation
@@ -68,6 +72,8 @@ def short_report(answer: Answer) -> RenderableType:
     parts: list[RenderableType] = []
     if answer.note:
         parts.append(Text(f"claim {answer.claim}: {answer.note}"))
+    if answer.state == STRANDED:
+        return Group(*parts, *_stranded(answer))
     if answer.state != PENDING:
         where = f" on node {answer.node()}" if answer.node() else ""
         style = "green" if answer.state == FITS else ""
@@ -81,6 +87,13 @@ def short_report(answer: Answer) -> RenderableType:
     if e.nodes:
         parts.append(_nearest(e))
     return Group(*parts)
+
+
+def _stranded(answer: Answer) -> list[Text]:
+    return [
+        Text(f"claim {answer.claim} will not be allocated ({answer.reason})", style="bold red"),
+        Text(answer.words),
+    ]
 
 
 def _devices(answer: Answer) -> str:
@@ -112,6 +125,8 @@ def wide_report(answer: Answer, shipped: Collection[tuple[str, str]]) -> Rendera
         parts.append(allocation_table(f"claim {answer.claim} is allocated", answer.allocation))
     elif answer.fitted is not None:
         parts.append(outcome_report(answer.fitted))
+    elif answer.state == STRANDED:
+        parts += _stranded(answer)
     elif answer.explanation is not None:
         parts.append(outcome_report(answer.explanation, shipped))
         section = mig_plan_report(answer.plan, answer.claim) if answer.plan is not None else None
@@ -128,6 +143,8 @@ def answer_data(answer: Answer) -> dict[str, Any]:
     data: dict[str, Any] = {"claim": answer.claim, "state": answer.state, "fits": answer.fits}
     if answer.note:
         data["note"] = answer.note
+    if answer.state == STRANDED:
+        return {**data, "reason": answer.reason, "text": answer.words}
     if answer.state != PENDING:
         return {**data, "node": answer.node(), "devices": answer.devices()}
     e = answer.explanation

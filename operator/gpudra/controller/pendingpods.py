@@ -29,6 +29,7 @@ from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informers
 from gpudra.kube.resources import PODS
+from gpudra.planning.boundclaims import BOUND_REASON, bound_pod_words, first_of_entry
 from gpudra.planning.podclaims import (
     EXTENDED_CLAIM_ANNOTATION,
     POD_CLAIM_NAME_ANNOTATION,
@@ -45,27 +46,6 @@ log = get_logger(__name__)
 _KEPT_ANNOTATIONS = (EXTENDED_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION)
 UNBOUND = "spec.nodeName="
 """The field selector of the pods watched: those not bound to a node (a pod that gets bound leaves the watch)."""
-BOUND_REASON = "PodAlreadyBound"
-
-
-def bound_pod_said(pod: dict[str, Any], first: str | None) -> Said:
-    """What is said of a pending claim whose pod (``pod``: its wire form) is bound to a node; ``first``: the claim
-    kube-controller-manager made for the same entry of the pod before this one, allocated, if there is one."""
-    meta = pod["metadata"]
-    who = f"pod {meta['namespace']}/{meta['name']} is bound to node {pod['spec']['nodeName']}"
-    if first:
-        return Said(
-            BOUND_REASON,
-            f"{who} with claim {first}, which kube-controller-manager made for the same entry of the pod before this"
-            " one (it made the entry's claim twice, kubernetes/kubernetes#140217): this claim will never be"
-            " allocated and goes with the pod",
-        )
-    return Said(
-        BOUND_REASON,
-        f"{who} and this claim is not allocated: kube-scheduler allocates a pod's claims only while it schedules"
-        " the pod, so a pod created with spec.nodeName set never gets them and the kubelet cannot start it; create"
-        " the pod without spec.nodeName (a nodeSelector on kubernetes.io/hostname still picks the node)",
-    )
 
 
 class PendingPods:
@@ -183,23 +163,13 @@ class PendingPods:
         return self._bound.get(owner) or await self._look_up_bound(owner, self._owned.get(owner, {}).get(uid))
 
     def _bound_said(self, claim: ResourceClaim, pod: dict[str, Any]) -> Said:
-        """What is said of the claim its bound pod owns: naming the pod's claim for the same entry, allocated, made
-        before it, if there is one."""
-        uid = claim.metadata.uid or ""
-        owned = self._owned.get(pod["metadata"]["uid"], {})
-        entry = (claim.metadata.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION)
-        first = next(
-            (
-                m.name
-                for other, m in owned.items()
-                if entry is not None
-                and other != uid
-                and other not in self._pending.unallocated
-                and (m.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION) == entry
-            ),
-            None,
-        )
-        return bound_pod_said(pod, first)
+        """What is said of the claim its bound pod owns (``gpudra.planning.boundclaims``)."""
+        meta = pod["metadata"]
+        owned = self._owned.get(meta["uid"], {})
+        others = ((m, uid not in self._pending.unallocated) for uid, m in owned.items())
+        first = first_of_entry(claim.metadata, others)
+        words = bound_pod_words(f"{meta['namespace']}/{meta['name']}", pod["spec"]["nodeName"], first)
+        return Said(BOUND_REASON, words)
 
     async def _look_up_bound(self, owner: str, meta: ObjectMeta | None) -> dict[str, Any] | None:
         """The pod ``owner`` (uid) when it is bound to a node, remembered; None when it is not, or is gone."""
