@@ -241,3 +241,45 @@ async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
     for claim in (first, second):
         pods.claim_changed(claim.metadata.uid or "", None)
     assert pods._bound == {}
+
+
+async def test_the_claim_of_a_gated_pod_is_explained_without_looking_the_pod_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod held by a scheduling gate (Kueue's, say) is in the watch of unbound pods, not among the waiting: its
+    claim is explained by the allocator, and no list of pods is made for it."""
+    client = KubeClient.__new__(KubeClient)
+    lists: list[str] = []
+
+    async def list_raw(
+        res: object, namespace: str | None = None, **kw: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        lists.append(kw.get("field_selector") or "")
+        return [], "1"
+
+    monkeypatch.setattr(client, "list_raw", list_raw, raising=False)
+    pending = PendingClaims(client, Metrics(), driver="gpu.nvidia.com")
+    pods = PendingPods(client, Informers(client), pending)
+    gated: dict[str, Any] = {
+        "metadata": {"name": "trainer", "namespace": "default", "uid": "p1"},
+        "spec": {"containers": [{"name": "main"}], "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]},
+    }
+    pods.pod_changed("p1", Pod.model_validate(gated))
+    assert pods.waiting == {}
+    claim = _owned_claim("c", allocated=False)
+    pods.claim_changed("c", claim)
+    pending.claim_changed("c", claim)
+    told: list[object] = []
+
+    async def tell(said: list[tuple[ResourceClaim, Said]]) -> None:
+        told.extend(("told", c.metadata.name) for c, _ in said)
+
+    async def check_all(claims: list[ResourceClaim], *args: object, **kw: object) -> dict[str, Said]:
+        told.extend(("allocator", c.metadata.name) for c in claims)
+        return {}
+
+    monkeypatch.setattr(pending, "tell", tell)
+    monkeypatch.setattr(pending, "check_all", check_all)
+    classes = {c.metadata.name or "": c for c in load_device_classes()}
+    await pods.check_all([claim], classes, grace_seconds=0)
+    assert told == [("allocator", "c")] and lists == []

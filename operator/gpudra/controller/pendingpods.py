@@ -11,8 +11,9 @@ while it schedules the pod. That is the claim of a pod created with ``spec.nodeN
 kube-controller-manager made twice for the same entry and named in the pod's status after the scheduler had
 allocated the first (kubernetes/kubernetes#140217). Such a claim is not explained by the allocator (which would
 say where it fits) but said to be waiting on nothing, on the claim and on its pod (reason ``PodAlreadyBound``). Its
-pod is not watched; a claim's owner that is not a waiting pod is looked up once by name (a list with a field
-selector: the controller's role lists pods and does not get them), and remembered while it owns pending claims."""
+pod is not watched: a claim's owner that the watch of unbound pods does not hold is looked up by name (a list with
+a field selector: the controller's role lists pods and does not get them), and remembered, bound, while it owns
+claims."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ class PendingPods:
         """The pods that wait for the scheduler and may wait on claims, by uid."""
         self._owner: dict[str, str] = {}  # claim uid -> uid of the pod that controls it
         self._owned: dict[str, dict[str, ObjectMeta]] = {}  # pod uid -> claim uid -> the claim's metadata
+        self._unbound: set[str] = set()
+        """The uids of the pods not bound to a node (those of the watch; the waiting ones among them)."""
         self._bound: dict[str, dict[str, Any]] = {}
         """Pod uid -> the pod, bound to a node (its uid, name, namespace and node), while it owns claims."""
         informers.informer(PODS, field_selector=UNBOUND, parse=Pod.model_validate).subscribe(self._pod_event)
@@ -67,6 +70,10 @@ class PendingPods:
 
     def pod_changed(self, uid: str, pod: Pod | None) -> None:
         """A pod changed (None: deleted, bound to a node, or it does not parse)."""
+        if pod is None:
+            self._unbound.discard(uid)
+        else:
+            self._unbound.add(uid)
         if pod is not None and may_wait_on_claims(pod):
             self.waiting[uid] = pod
         elif self.waiting.pop(uid, None) is not None:
@@ -158,7 +165,7 @@ class PendingPods:
         """The pod that owns the claim when it is bound to a node; None when the claim has no such owner."""
         uid = claim.metadata.uid or ""
         owner = self._owner.get(uid)
-        if owner is None or owner in self.waiting:
+        if owner is None or owner in self._unbound:
             return None
         return self._bound.get(owner) or await self._look_up_bound(owner, self._owned.get(owner, {}).get(uid))
 
