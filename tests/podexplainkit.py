@@ -185,6 +185,15 @@ async def check_prebound_pod_is_explained(cluster: EmbeddedCluster) -> None:
         "PodAlreadyBound",
     )
     assert answer["text"] == said["message"]
+    assert cluster.client is not None
+    client = cluster.client
+    words = f"is not allowed to use ResourceClaim {claim} "  # a 1.37 kubelet's, of the claim as recorded now
+
+    async def kubelet_says() -> bool:
+        items, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=pinned")
+        return any(e["reason"] == "FailedPrepareDynamicResources" and words in e["message"] for e in items)
+
+    await eventually(kubelet_says, timeout=60, what="the kubelet's word on the pod's claim")
 
 
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:

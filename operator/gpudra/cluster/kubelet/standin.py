@@ -158,6 +158,8 @@ class StandInKubelet:
             str, list[tuple[str, ClaimRef]]
         ] = {}  # pod uid -> (driver, claim) handed to prepare
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._latest: dict[str, dict[str, Any]] = {}
+        """A starting pod's latest body, by uid, while its start retries (a status written meanwhile: its claims)."""
         self._daemons: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}  # pod uid -> simulated daemon
         self._background: set[asyncio.Task[None]] = set()
         self._terminating: set[str] = set()  # pod uids being torn down
@@ -199,6 +201,8 @@ class StandInKubelet:
                 self._terminating.add(uid)
                 self._spawn(self._terminate(pod, finish=kind != "DELETED"))
             return
+        if uid in self._tasks:
+            self._latest[uid] = pod  # its start retries with the pod as it is now, as a kubelet's pod manager
         phase = (pod.get("status") or {}).get("phase")
         if (
             uid in self._prepared
@@ -225,7 +229,11 @@ class StandInKubelet:
             claim = await self._client.get_raw(RESOURCE_CLAIMS, name, meta["namespace"])
             status = claim.get("status") or {}
             if not reserved_for_pod(pod, status.get("reservedFor") or []):
-                raise PrepareError(f"pod is not yet in the reservedFor of claim {name}", reason="NotReserved")
+                raise PrepareError(  # a 1.37 kubelet's words
+                    f"pod {meta['name']} ({meta['uid']}) is not allowed to use ResourceClaim {name}"
+                    f" ({claim['metadata']['uid']})",
+                    reason="NotReserved",
+                )
             results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
             ref = ClaimRef(namespace=meta["namespace"], uid=claim["metadata"]["uid"], name=name)
             for driver in sorted({str(r.get("driver")) for r in results}):
@@ -258,6 +266,7 @@ class StandInKubelet:
         waiting_written = False
         try:
             while True:
+                pod = self._latest.pop(uid, pod)
                 try:
                     by_driver = await self._claims_to_prepare(pod)
                     # Recorded before the call, as the kubelet checkpoints a claim before NodePrepareResources: a
@@ -291,6 +300,7 @@ class StandInKubelet:
                      error=str(exc))  # fmt: skip
         finally:
             self._tasks.pop(uid, None)
+            self._latest.pop(uid, None)
 
     async def _failed(self, pod: dict[str, Any], exc: GpudraError) -> None:
         log.info(
