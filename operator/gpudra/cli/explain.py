@@ -123,14 +123,13 @@ async def _stranded(
     from gpudra.cli.explainoutput import STRANDED, Answer
     from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
     from gpudra.planning.boundclaims import BOUND_REASON, bound_pod_words, first_of_entry
+    from gpudra.planning.podclaims import pod_owner
 
     namespace = claim.metadata.namespace or "default"
     if claim.allocation is not None:
         return None
     if pod is None:
-        owner = next(
-            (o for o in claim.metadata.owner_references or [] if o.controller and o.kind == "Pod"), None
-        )
+        owner = pod_owner(claim.metadata)
         if owner is None:
             return None
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpudra.api.meta import ObjectMeta
-from gpudra.planning.podclaims import POD_CLAIM_NAME_ANNOTATION
+from gpudra.planning.podclaims import POD_CLAIM_NAME_ANNOTATION, pod_owner
 
 BOUND_REASON = "PodAlreadyBound"
 
@@ -36,19 +36,17 @@ def first_of_entry(claim: ObjectMeta, others: Iterable[tuple[ObjectMeta, bool]])
     """The name of another claim the same pod controls, made for the same entry (``others``: claims' metadata, of
     the claim's namespace, and whether each is allocated), that is allocated; None when there is none."""
     entry = (claim.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION)
-    owner = _controller(claim)
+    owner = pod_owner(claim)
     if entry is None or owner is None:
         return None
     for meta, allocated in others:
+        other = pod_owner(meta)
         if (
             allocated
             and meta.name != claim.name
-            and _controller(meta) == owner
+            and other is not None
+            and other.uid == owner.uid
             and (meta.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION) == entry
         ):
             return meta.name
     return None
-
-
-def _controller(meta: ObjectMeta) -> str | None:
-    return next((o.uid for o in meta.owner_references or [] if o.controller and o.kind == "Pod"), None)

@@ -22,7 +22,7 @@ from gpudra.api.dra import (
     ResourceClaimSpec,
     ResourceClaimTemplate,
 )
-from gpudra.api.meta import ObjectMeta
+from gpudra.api.meta import ObjectMeta, OwnerReference
 from gpudra.api.quantity import parse_quantity
 from gpudra.errors import InvalidInputError
 
@@ -194,13 +194,18 @@ def _recorded_extended(pod: Pod) -> str | None:
     return status.resource_claim_name if status is not None else None
 
 
+def pod_owner(meta: ObjectMeta) -> OwnerReference | None:
+    """The pod that controls the object (a claim made for it), if one does."""
+    return next((o for o in meta.owner_references or [] if o.controller and o.kind == "Pod"), None)
+
+
 def owned_by_pods(claims: Iterable[ObjectMeta]) -> dict[str, list[ObjectMeta]]:
     """pod uid -> the metadata of the claims that pod controls."""
     owned: dict[str, list[ObjectMeta]] = {}
     for meta in claims:
-        for owner in meta.owner_references or []:
-            if owner.controller and owner.kind == "Pod":
-                owned.setdefault(owner.uid, []).append(meta)
+        owner = pod_owner(meta)
+        if owner is not None:
+            owned.setdefault(owner.uid, []).append(meta)
     return owned
 
 
