@@ -39,6 +39,7 @@ from gpudra.planning.podclaims import (
     implicit_uid,
     may_wait_on_claims,
     pod_claims,
+    pod_owner,
 )
 from gpudra.telemetry import get_logger
 
@@ -91,7 +92,7 @@ class PendingPods:
         if claim is None:  # deleted: nothing more to keep (a third of a controller's claim changes)
             return
         meta = claim.metadata
-        owner = next((o for o in meta.owner_references or [] if o.controller and o.kind == "Pod"), None)
+        owner = pod_owner(meta)
         if owner is None:
             return
         annotations = {k: v for k, v in (meta.annotations or {}).items() if k in _KEPT_ANNOTATIONS}
@@ -128,7 +129,10 @@ class PendingPods:
             elif due(implicit_uid(uid)):
                 implicit.append(made)
         ours = self._pending.ours(classes)
-        bound = [(c, found) for c in claims if ours(c) and (found := await self._bound_owner(c)) is not None]
+        maybe = [
+            c for c in claims if self._maybe_bound(c)
+        ]  # no I/O; empty unless a claim's pod left the watch
+        bound = [(c, found) for c in maybe if ours(c) and (found := await self._bound_owner(c)) is not None]
         held = {id(c) for c, _ in bound}
         await self._pending.check_all(
             [c for c in claims if id(c) not in held],
@@ -161,12 +165,15 @@ class PendingPods:
                     await self._events.post(waiting, "Warning", said.reason, said.text)
         return explained
 
+    def _maybe_bound(self, claim: ResourceClaim) -> bool:
+        """Whether a pod controls the claim and the watch of unbound pods does not hold it."""
+        owner = self._owner.get(claim.metadata.uid or "")
+        return owner is not None and owner not in self._unbound
+
     async def _bound_owner(self, claim: ResourceClaim) -> dict[str, Any] | None:
-        """The pod that owns the claim when it is bound to a node; None when the claim has no such owner."""
+        """The pod that owns the claim (one :meth:`_maybe_bound` holds) when it is bound to a node, else None."""
         uid = claim.metadata.uid or ""
-        owner = self._owner.get(uid)
-        if owner is None or owner in self._unbound:
-            return None
+        owner = self._owner[uid]
         return self._bound.get(owner) or await self._look_up_bound(owner, self._owned.get(owner, {}).get(uid))
 
     def _bound_said(self, claim: ResourceClaim, pod: dict[str, Any]) -> Said:
