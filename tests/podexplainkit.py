@@ -197,7 +197,8 @@ async def check_prebound_pod_is_explained(cluster: EmbeddedCluster) -> None:
 
 
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:
-    """`gpudra explain ...` as a user runs it: its exit status and output."""
+    """`gpudra explain ...` as a user runs it (a pipe: no terminal; COLUMNS as a wide terminal would set it): its
+    exit status and output."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gpudra", "explain", *args, "--kubeconfig", str(cluster.options.kubeconfig),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

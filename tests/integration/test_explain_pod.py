@@ -4,10 +4,7 @@ now, 1 cannot fit, 2 bad input), and counts that hold together after a fault whi
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from typing import Any
 
 import pytest
@@ -15,6 +12,7 @@ import pytest
 from clusterkit import StartCluster, eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from podexplainkit import gpudra_explain as explain
 
 PODS_YAML = """
 apiVersion: resource.k8s.io/v1
@@ -55,17 +53,6 @@ spec:
   containers: [{name: main, image: cuda, resources: {claims: [{name: gpus}, {name: spare}]}}]
   resourceClaims: [{name: gpus, resourceClaimTemplateName: gpus-9}, {name: spare, resourceClaimName: one-gpu}]
 """
-
-
-async def explain(cluster: EmbeddedCluster, *args: str, columns: int = 200) -> tuple[int, str]:
-    """`gpudra explain ...` as a user runs it (a pipe: no terminal; COLUMNS as a wide terminal would set it)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpudra", "explain", *args, "--kubeconfig", str(cluster.options.kubeconfig),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "COLUMNS": str(columns)},
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
-    return proc.returncode or 0, out.decode()
 
 
 @pytest.fixture
