@@ -6,6 +6,7 @@ Events gpudra's controller posts on an object."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 import sys
@@ -194,6 +195,28 @@ async def check_prebound_pod_is_explained(cluster: EmbeddedCluster) -> None:
         return any(e["reason"] == "FailedPrepareDynamicResources" and words in e["message"] for e in items)
 
     await eventually(kubelet_says, timeout=60, what="the kubelet's word on the pod's claim")
+    if cluster.web_url:
+        await check_web_view_shows_the_stranded_claim(cluster, claim, said["message"])
+
+
+async def check_web_view_shows_the_stranded_claim(cluster: EmbeddedCluster, claim: str, words: str) -> None:
+    """The web view (`web_port=0`) shows the claim of the pod created bound as one no scheduler will allocate, with
+    the Event's words (``words``), not where it would fit."""
+    assert cluster.web_url
+    url = cluster.web_url
+
+    async def card() -> str:
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            page = await response.text()
+        start = page.find(f'data-frag="pending/default/{claim}"')
+        found = page[start : page.find("</div>", start)] if start >= 0 else ""
+        return found if "PodAlreadyBound" in found else ""
+
+    found = await eventually(
+        card, timeout=60, interval=0.5, what="the web view's card of the pinned pod's claim"
+    )
+    assert "will not be allocated" in found and "fits on node" not in found, found
+    assert html.escape(words, quote=True) in found, found
 
 
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:

@@ -31,7 +31,7 @@ async def test_a_waiting_pod_carries_its_claims_explanation(start_cluster: Start
 async def test_a_pod_created_on_a_node_says_its_claim_will_not_be_allocated(
     start_cluster: StartCluster,
 ) -> None:
-    await check_prebound_pod_is_explained(await start_cluster("dgx-h100:1", controller=FAST))
+    await check_prebound_pod_is_explained(await start_cluster("dgx-h100:1", controller=FAST, web_port=0))
 
 
 async def test_nvidias_mig_1g_12gb_spec_is_explained_on_the_pod(start_cluster: StartCluster) -> None:

@@ -28,7 +28,7 @@ async def test_a_pod_created_on_a_node_says_its_claim_will_not_be_allocated(
 ) -> None:
     """kube-controller-manager makes the claim of a pod created with spec.nodeName; kube-scheduler never allocates
     it."""
-    await check_prebound_pod_is_explained(await start_kubernetes("dgx-h100:1"))
+    await check_prebound_pod_is_explained(await start_kubernetes("dgx-h100:1", web_port=0))
 
 
 async def test_nvidias_mig_1g_12gb_spec_is_explained_though_it_has_no_claim(

@@ -198,7 +198,8 @@ async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """kube-controller-manager made trainer's claim twice and the scheduler allocated the first: the second is said
-    to wait on nothing, naming the first, on the claim and on the pod; the pod is looked up once."""
+    to wait on nothing, naming the first, on the claim and on the pod (and to the web view, woken once); the pod is
+    looked up once."""
     client = KubeClient.__new__(KubeClient)
     lists: list[str | None] = []
     posted: list[tuple[str, str, str]] = []
@@ -227,9 +228,12 @@ async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
         pods.claim_changed(claim.metadata.uid or "", claim)
         pending.claim_changed(claim.metadata.uid or "", claim)
     classes = {c.metadata.name or "": c for c in load_device_classes()}
+    woken: list[str] = []
+    pending.told_listeners.append(lambda: woken.append("web view"))
 
     assert await pods.check_all([second], classes, grace_seconds=0) == {"second"}
     said = pending.said["second"]
+    assert (pending.stranded("second"), pending.stranded("first"), woken) == (said, None, ["web view"])
     assert said.reason == "PodAlreadyBound"
     assert said.text.startswith("pod default/trainer is bound to node n1 with claim first, which"), said.text
     assert "kubernetes/kubernetes#140217" in said.text
@@ -238,6 +242,7 @@ async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
     assert lists == ["metadata.name=trainer"]
     await pods.check_all([second], classes, grace_seconds=0)
     assert lists == ["metadata.name=trainer"]  # remembered while it owns claims
+    assert woken == ["web view"]  # told again the same: nothing new to draw
     for claim in (first, second):
         pods.claim_changed(claim.metadata.uid or "", None)
     assert pods._bound == {}

@@ -88,6 +88,9 @@ class Controller:
 
     registry: kopf.OperatorRegistry
     informers: Informers
+    pending: PendingClaims
+    """What the controller says of the pending claims (the web view draws from it the claims no scheduler will
+    allocate)."""
     loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = field(default_factory=list)
     """(name, the loop) of each loop to run beside kopf until the controller stops."""
     warm: Callable[[], None] = lambda: None
@@ -195,7 +198,7 @@ def build_controller(settings: ControllerSettings, metrics: Metrics, client: Kub
         ("MigLayouts", mig_layouts.run),
         ("ComputeDomain status", domains.run),
     ]
-    return Controller(registry, informers, loops, warm=pending.live.warm)
+    return Controller(registry, informers, pending, loops, warm=pending.live.warm)
 
 
 async def _counted(count: Callable[[], None], kind: str, body: dict[str, Any]) -> None:
@@ -294,7 +297,9 @@ async def run_controller(
                 driver=settings.driver_name,
                 namespace=settings.namespace,
                 kube_minor=minor,
+                stranded=controller.pending.stranded,
             )
+            controller.pending.told_listeners.append(view.wake)
             web_view = WebViewServer(settings.web_host, settings.web_port, view)
             url = await web_view.start()
             if web_view_started is not None:

@@ -40,6 +40,7 @@ from gpudra.metrics import Metrics
 from gpudra.mig import (
     DemandPlan,
 )
+from gpudra.planning.boundclaims import BOUND_REASON
 from gpudra.planning.migdemand import plan_pending
 from gpudra.telemetry import get_logger
 
@@ -163,6 +164,9 @@ class PendingClaims:
         self.unallocated: dict[str, ResourceClaim] = {}
         """The claims without an allocation, by uid, as of their latest change (``claim_changed``)."""
         self._settled: dict[tuple[str, str], _Settled] = {}
+        self.told_listeners: list[Callable[[], None]] = []
+        """Called when :meth:`tell` says something new of a claim (the web view draws those from
+        :meth:`stranded`)."""
 
     async def _cluster(self) -> ClusterView:
         if not self._minor_known:  # the allocator follows the API server's Kubernetes version
@@ -253,13 +257,23 @@ class PendingClaims:
     async def tell(self, told: Sequence[tuple[ResourceClaim, Said]]) -> None:
         """Say of each claim what is known of it without the allocator (a claim no scheduler will allocate), as
         :meth:`check_all` says its explanations: the claim's Event, its reason in the metrics."""
+        changed = any(self.said.get(_uid(c)) != k for c, k in told)
         for claim, known in told:
             self._record(_uid(claim), known)
+        if changed:
+            for listener in self.told_listeners:
+                listener()
         await _at_most(
             EVENT_POSTS_AT_ONCE, [self._events.post(c, "Warning", k.reason, k.text) for c, k in told]
         )
         if told:
             self._refresh_gauge()
+
+    def stranded(self, uid: str) -> Said | None:
+        """What was said of the claim when no scheduler will allocate it (``gpudra.planning.boundclaims``), else
+        None."""
+        said = self.said.get(uid)
+        return said if said is not None and said.reason == BOUND_REASON else None
 
     def _record(self, uid: str, known: Said) -> Said:
         if self.reasons.get(uid) != known.reason:

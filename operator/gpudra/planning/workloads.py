@@ -119,6 +119,13 @@ def pending_card(claim: ResourceClaim, outcome: Explanation | str) -> PendingCar
     )
 
 
+def stranded_card(claim: ResourceClaim, reason: str, words: str) -> PendingCard:
+    """A pending claim no scheduler will allocate (``gpudra.planning.boundclaims``), with what its Event says:
+    as ``gpudra explain`` answers it."""
+    namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
+    return PendingCard(namespace, name, reason, "will not be allocated", (words,))
+
+
 # ---------------------------------------------------------------- ComputeDomains
 
 

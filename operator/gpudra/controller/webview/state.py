@@ -24,6 +24,7 @@ from gpudra.api.core import Node, Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.api.meta import KubeObject
 from gpudra.api.miglayout import MigLayout
+from gpudra.controller.pending import Said
 from gpudra.controller.webview import html
 from gpudra.controller.webview.pendingcards import EXPLAINED_FROM, PendingExplainer
 from gpudra.controller.webview.updates import Sections, UpdateFeed
@@ -33,11 +34,22 @@ from gpudra.kube.informer import Informers
 from gpudra.planning.fleetview import NodeCard, node_card
 from gpudra.planning.podclaims import extended_resource_classes, implicit_claims
 from gpudra.planning.summaries import allocated_devices, device_users
-from gpudra.planning.workloads import ClaimRow, PendingCard, claims_by_namespace, domain_card, layout_card
+from gpudra.planning.workloads import (
+    ClaimRow,
+    PendingCard,
+    claims_by_namespace,
+    domain_card,
+    layout_card,
+    stranded_card,
+)
 
 
 def _signature(obj: KubeObject) -> tuple[str, str]:
     return obj.metadata.name or "", obj.metadata.resource_version or ""
+
+
+def _uid(body: dict[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
 
 
 def _draw_namespace(namespace: str, rows: list[ClaimRow]) -> tuple[str, None]:
@@ -76,6 +88,10 @@ class FleetView:
     explain_limit: int = 50
     kube_minor: int = DEFAULT_KUBE_MINOR
     """The API server's Kubernetes minor version, whose allocator the pending claims' explanations follow."""
+    stranded: Callable[[str], Said | None] = lambda _: None
+    """What the controller said of a claim (by uid) that no scheduler will allocate
+    (``PendingClaims.stranded``): its card says that, and the allocator does not explain it. Call :meth:`wake`
+    when that changes."""
     catalog: Catalog = field(default_factory=load_catalog)
     feed: UpdateFeed = field(default_factory=UpdateFeed)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -93,6 +109,10 @@ class FleetView:
             limit=self.explain_limit,
             kube_minor=self.kube_minor,
         )
+
+    def wake(self) -> None:
+        """Build again (what ``stranded`` says changed)."""
+        self._wake.set()
 
     def _changed(self, name: str) -> None:
         if name in EXPLAINED_FROM or name == "pods":
@@ -166,7 +186,7 @@ class FleetView:
         sections["nodes"] = {f"node/{c.name}": self._cache[f"node/{c.name}"].html for c in node_cards}
         sections["summary"] = {"summary/fleet": html.summary_fragment(node_cards, len(pending), len(claims))}
         cards = sorted(
-            (self.explainer.cards.get(c.metadata.uid or "") or self._unexplained(c) for c in pending),
+            (self._pending_card(c) for c in pending),
             key=lambda c: (c.namespace, c.name),
         )
         sections["pending"] = {f"pending/{c.namespace}/{c.name}": html.pending_fragment(c) for c in cards}
@@ -207,6 +227,13 @@ class FleetView:
             out[key] = self._cached(key, signature, partial(_draw_domain, domain, related)).html
         return out
 
+    def _pending_card(self, claim: ResourceClaim) -> PendingCard:
+        uid = claim.metadata.uid or ""
+        stranded = self.stranded(uid)
+        if stranded is not None:
+            return stranded_card(claim, stranded.reason, stranded.text)
+        return self.explainer.cards.get(uid) or self._unexplained(claim)
+
     def _unexplained(self, claim: ResourceClaim) -> PendingCard:
         meta = claim.metadata
         waiting = len(self.explainer.cards) >= self.explainer.limit
@@ -222,8 +249,10 @@ class FleetView:
         self.feed.publish(self._build())
         self.ready.set()
         if self.explainer.stale:  # after the fleet is out: on a large fleet this is seconds of CPU
-            pending = [
-                c for c in self.watched.wire("claims") if not (c.get("status") or {}).get("allocation")
+            pending = [  # a claim no scheduler will allocate is not the allocator's to explain
+                c
+                for c in self.watched.wire("claims")
+                if not (c.get("status") or {}).get("allocation") and not self.stranded(_uid(c))
             ] + [c.to_wire() for c in self._imagined]
             self.explainer.explain_if_due(
                 lambda: {name: self.watched.wire(name) for name in EXPLAINED_FROM}, pending
