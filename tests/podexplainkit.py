@@ -16,7 +16,7 @@ import aiohttp
 
 from clusterkit import eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
-from gpudra.kube.resources import EVENTS, PODS
+from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
 
 MIG_1G_12GB_NAMESPACE = "extended-resource-mig-1g12gb"
 _MIG_1G_12GB_SELECTOR = (
@@ -57,6 +57,17 @@ spec:
   - key: nvidia.com/gpu
     operator: Exists
     effect: NoSchedule
+"""
+
+
+ORPHAN_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: orphan, namespace: default}
+spec:
+  nodeName: dgx-h100-0
+  containers: [{name: main, image: cuda, resources: {claims: [{name: gpus}]}}]
+  resourceClaims: [{name: gpus, resourceClaimName: does-not-exist}]
 """
 
 
@@ -188,15 +199,48 @@ async def check_prebound_pod_is_explained(cluster: EmbeddedCluster) -> None:
     assert answer["text"] == said["message"]
     assert cluster.client is not None
     client = cluster.client
-    words = f"is not allowed to use ResourceClaim {claim} "  # a 1.37 kubelet's, of the claim as recorded now
-
-    async def kubelet_says() -> bool:
-        items, _ = await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=pinned")
-        return any(e["reason"] == "FailedPrepareDynamicResources" and words in e["message"] for e in items)
-
-    await eventually(kubelet_says, timeout=60, what="the kubelet's word on the pod's claim")
+    pod = await client.get_raw(PODS, "pinned", "default")
+    claim_uid = (await client.get_raw(RESOURCE_CLAIMS, claim, "default"))["metadata"]["uid"]
+    await kubelet_says(  # before the claim is recorded in the pod's status, and after
+        cluster,
+        "pinned",
+        'pod "default/pinned": ResourceClaim not created yet',
+        f"pod pinned ({pod['metadata']['uid']}) is not allowed to use ResourceClaim {claim} ({claim_uid})",
+    )
     if cluster.web_url:
         await check_web_view_shows_the_stranded_claim(cluster, claim, said["message"])
+
+
+async def kubelet_says(cluster: EmbeddedCluster, pod: str, *why: str) -> None:
+    """Until the pod (in default) has the kubelet's Warning that it cannot prepare the pod's claims because of the
+    last of ``why``, and each such Warning is one of ``why``, whole, in a 1.37 kubelet's words
+    (pkg/kubelet/cm/dra/manager.go and kuberuntime). A real kubelet tries again only at its next periodic sync of
+    the pod (a minute: a change of the pod's status alone does not wake it), the stand-in kubelet sooner."""
+    assert cluster.client is not None
+    client = cluster.client
+    wanted = [f"Failed to prepare dynamic resources: prepare dynamic resources: {w}" for w in why]
+
+    async def said() -> list[str]:
+        items, _ = await client.list_raw(EVENTS, "default", field_selector=f"involvedObject.name={pod}")
+        return [e["message"] for e in items if e["reason"] == "FailedPrepareDynamicResources"]
+
+    async def last_said() -> bool:
+        messages = await said()
+        assert set(messages) <= set(wanted), (messages, wanted)
+        return wanted[-1] in messages
+
+    await eventually(last_said, timeout=150, what=f"the kubelet's Warning on pod {pod}")
+
+
+async def check_missing_claim_is_said_as_a_kubelet_says(cluster: EmbeddedCluster) -> None:
+    """A pod created on a node that names a ResourceClaim that does not exist: the kubelet's Warning says so, in
+    the words of a 1.37 kubelet and of the API server."""
+    await kubectl(cluster, "apply", "-f", "-", stdin=ORPHAN_POD)
+    await kubelet_says(
+        cluster,
+        "orphan",
+        'fetch ResourceClaim does-not-exist: resourceclaims.resource.k8s.io "does-not-exist" not found',
+    )
 
 
 async def check_web_view_shows_the_stranded_claim(cluster: EmbeddedCluster, claim: str, words: str) -> None:

@@ -60,10 +60,12 @@ class HardwareGpuLost(HardwareError):
 class KubeError(GpudraError):
     """The Kubernetes API answered with an error. ``status`` is the HTTP status, ``reason`` Kubernetes' reason."""
 
-    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+    def __init__(self, message: str, *, status: int = 0, reason: str = "", detail: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.detail = detail or message
+        """The API server's own message (its Status object's), as kubectl prints it."""
 
 
 class KubeConnectionError(KubeError):

@@ -12,6 +12,7 @@ from clusterkit import StartCluster
 from gpudra.config import ControllerSettings
 from podexplainkit import (
     check_mig_1g_12gb_pod_is_explained,
+    check_missing_claim_is_said_as_a_kubelet_says,
     check_prebound_pod_is_explained,
     check_waiting_pod_is_explained,
     check_web_view_shows_the_mig_1g_12gb_claim,
@@ -31,7 +32,11 @@ async def test_a_waiting_pod_carries_its_claims_explanation(start_cluster: Start
 async def test_a_pod_created_on_a_node_says_its_claim_will_not_be_allocated(
     start_cluster: StartCluster,
 ) -> None:
-    await check_prebound_pod_is_explained(await start_cluster("dgx-h100:1", controller=FAST, web_port=0))
+    """And the stand-in kubelet's Warnings on pods created on the node say what a 1.37 kubelet says (the same
+    check runs with a real kubelet in tests/kubernetes/test_real_pod_explanations.py)."""
+    cluster = await start_cluster("dgx-h100:1", controller=FAST, web_port=0)
+    await check_prebound_pod_is_explained(cluster)
+    await check_missing_claim_is_said_as_a_kubelet_says(cluster)
 
 
 async def test_nvidias_mig_1g_12gb_spec_is_explained_on_the_pod(start_cluster: StartCluster) -> None:

@@ -189,6 +189,11 @@ async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_say
 
     messages = await eventually(lambda: prepare_failures(client), 30.0)
     assert any("MPS is disabled on this node" in m and "GPUDRA_MPS_SUPPORT" in m for m in messages), messages
+    prefix = (  # a 1.37 kubelet's words (pkg/kubelet/cm/dra/manager.go)
+        "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for"
+        " ResourceClaim mps: "
+    )
+    assert all(m.startswith(prefix) for m in messages), messages
     assert (await client.get_raw(PODS, "mps-user", NS)).get("status", {}).get("phase") != "Running"
 
 

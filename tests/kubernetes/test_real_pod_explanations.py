@@ -10,6 +10,7 @@ from _realkit import StartKubernetes, claims, events_of
 from podexplainkit import (
     MIG_1G_12GB_NAMESPACE,
     check_mig_1g_12gb_pod_is_explained,
+    check_missing_claim_is_said_as_a_kubelet_says,
     check_prebound_pod_is_explained,
     check_waiting_pod_is_explained,
     check_web_view_shows_the_mig_1g_12gb_claim,
@@ -27,8 +28,10 @@ async def test_a_pod_created_on_a_node_says_its_claim_will_not_be_allocated(
     start_kubernetes: StartKubernetes,
 ) -> None:
     """kube-controller-manager makes the claim of a pod created with spec.nodeName; kube-scheduler never allocates
-    it."""
-    await check_prebound_pod_is_explained(await start_kubernetes("dgx-h100:1", web_port=0))
+    it. The node's kubelet is a real one: its Warnings are what the stand-in kubelet's must say."""
+    cluster = await start_kubernetes("dgx-h100:1", web_port=0, real_kubelets=1)
+    await check_prebound_pod_is_explained(cluster)
+    await check_missing_claim_is_said_as_a_kubelet_says(cluster)
 
 
 async def test_nvidias_mig_1g_12gb_spec_is_explained_though_it_has_no_claim(

@@ -55,7 +55,7 @@ def _map_error(code: int, http_reason: str, body: Any, what: str) -> KubeError:
         pass
     text = f"{what}: {code} {reason}: {message}".rstrip(": ")
     cls = {404: NotFoundError, 409: ConflictError}.get(code, KubeError)
-    return cls(text, status=code, reason=reason)
+    return cls(text, status=code, reason=reason, detail=message)
 
 
 _TRANSPORT_ERRORS = (OSError,)

@@ -74,7 +74,11 @@ def pod_claim_names(pod: dict[str, Any]) -> list[str]:
     for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
         name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
         if not name:
-            raise PrepareError(f"claim {entry.get('name')!r} of the pod is not created yet", reason="Waiting")
+            meta = pod.get("metadata") or {}  # a 1.37 kubelet's words (k8s.io/dynamic-resource-allocation)
+            raise PrepareError(
+                f'pod "{meta.get("namespace")}/{meta.get("name")}": ResourceClaim not created yet',
+                reason="Waiting",
+            )
         names.append(name)
     return names
 
@@ -226,7 +230,12 @@ class StandInKubelet:
         meta = pod["metadata"]
         by_driver: dict[str, list[ClaimRef]] = {}
         for name in pod_claim_names(pod):
-            claim = await self._client.get_raw(RESOURCE_CLAIMS, name, meta["namespace"])
+            try:
+                claim = await self._client.get_raw(RESOURCE_CLAIMS, name, meta["namespace"])
+            except NotFoundError as exc:  # a 1.37 kubelet's words, with the API server's
+                raise PrepareError(
+                    f"fetch ResourceClaim {name}: {exc.detail}", reason="ClaimNotFound"
+                ) from exc
             status = claim.get("status") or {}
             if not reserved_for_pod(pod, status.get("reservedFor") or []):
                 raise PrepareError(  # a 1.37 kubelet's words
@@ -251,14 +260,31 @@ class StandInKubelet:
             except KubeletPluginError:
                 self._plugins.failed(plugin)
                 raise
-            errors = [f"{r.name}: {results[r.uid].error}" for r in refs if results[r.uid].error]
-            if errors:
-                raise PrepareError("; ".join(errors))
+            failed = next((r for r in refs if results[r.uid].error), None)
+            if failed is not None:  # a 1.37 kubelet's words, of the first claim that failed
+                raise PrepareError(
+                    f"NodePrepareResources failed for ResourceClaim {failed.name}: {results[failed.uid].error}"
+                )
             for ref in refs:
                 prepared.setdefault(ref.name, []).extend(
                     ClaimDevice(driver, d) for d in results[ref.uid].devices
                 )
         return prepared
+
+    async def _prepare_pod(self, pod: dict[str, Any]) -> dict[str, list[ClaimDevice]]:
+        """Prepare the pod's claims (``_prepare``); a failure is a PrepareError in a 1.37 kubelet's words
+        (pkg/kubelet/cm/dra/manager.go)."""
+        try:
+            by_driver = await self._claims_to_prepare(pod)
+            # Recorded before the call, as the kubelet checkpoints a claim before NodePrepareResources: a prepare
+            # that failed or was cut short (the plugin killed mid-call) may have prepared it all the same, so the
+            # pod's deletion must unprepare it.
+            self._prepared[pod["metadata"]["uid"]] = [
+                (d, r) for d, refs in sorted(by_driver.items()) for r in refs
+            ]
+            return await self._prepare(by_driver)
+        except GpudraError as exc:
+            raise PrepareError(f"prepare dynamic resources: {exc}") from exc
 
     async def _start_pod(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
@@ -268,12 +294,7 @@ class StandInKubelet:
             while True:
                 pod = self._latest.pop(uid, pod)
                 try:
-                    by_driver = await self._claims_to_prepare(pod)
-                    # Recorded before the call, as the kubelet checkpoints a claim before NodePrepareResources: a
-                    # prepare that failed or was cut short (the plugin killed mid-call) may have prepared it all
-                    # the same, so the pod's deletion must unprepare it.
-                    self._prepared[uid] = [(d, r) for d, refs in sorted(by_driver.items()) for r in refs]
-                    prepared = await self._prepare(by_driver)
+                    prepared = await self._prepare_pod(pod)
                     devices = container_devices(
                         pod, {name: [d.device for d in ds] for name, ds in prepared.items()}
                     )
