@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from gpudra.agent.checkpoint import ClaimEntry, decode_checkpoint
+from gpudra.agent.runtime import CHECKPOINT_FILE
 from gpudra.cluster.fleet import FleetNode, parse_fleet
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
 from gpudra.kube.client import KubeClient
@@ -119,3 +121,17 @@ def described_fields(schema: dict[str, Any], path: str = "") -> list[tuple[str, 
 def first_words(text: str) -> str:
     """A description's first words, as kubectl wraps them onto its first line."""
     return " ".join(text.split()[:4])
+
+
+def checkpoint_claims(cluster: EmbeddedCluster, node: str) -> dict[str, ClaimEntry]:
+    """The node's agent's prepared-claims checkpoint, by claim uid."""
+    path = cluster.node_dirs[node] / "state" / CHECKPOINT_FILE
+    if not path.exists():
+        return {}
+    claims_, _ = decode_checkpoint(path.read_bytes(), node=node, driver="gpu.nvidia.com")
+    return claims_
+
+
+def claim_specs(cluster: EmbeddedCluster, node: str) -> list[Path]:
+    """The node's per-claim CDI spec files."""
+    return sorted((cluster.node_dirs[node] / "cdi").glob("*claim_*.json"))

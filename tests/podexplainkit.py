@@ -14,8 +14,9 @@ from typing import Any
 
 import aiohttp
 
-from clusterkit import eventually, kubectl
+from clusterkit import checkpoint_claims, claim_specs, eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
+from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
 
 MIG_1G_12GB_NAMESPACE = "extended-resource-mig-1g12gb"
@@ -306,3 +307,65 @@ async def check_web_view_shows_the_mig_1g_12gb_claim(cluster: EmbeddedCluster) -
 
     found = await eventually(card, timeout=60, interval=0.5, what="the web view's card of the pod's claim")
     assert 'data-reason="NoMatchingDevice"' in found and "mig-1g-12gb.gpu.nvidia.com" in found, found
+
+
+async def claims_by_name(client: KubeClient) -> dict[str, dict[str, Any]]:
+    items, _ = await client.list_raw(RESOURCE_CLAIMS, "default")
+    return {c["metadata"]["name"]: c for c in items}
+
+
+async def check_claim_made_twice_names_the_first(cluster: EmbeddedCluster) -> None:
+    """dgx-h100:1. kubernetes/kubernetes#140217 by hand: a running pod's status is switched to a second claim for
+    the same entry, as kube-controller-manager does when it made the entry's claim twice. The second claim is said
+    to wait on nothing, naming the first, which the pod runs with; at the pod's end the kubelet unprepares the first
+    (the claims it prepared for the pod, whatever the status names) and both claims go with the pod."""
+    node = "dgx-h100-0"
+    assert cluster.client is not None
+    client = cluster.client
+    await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("twice", 1))
+
+    async def first_claim() -> dict[str, Any] | None:
+        pod = await client.get_raw(PODS, "twice", "default")
+        ready = [s.get("ready") for s in (pod.get("status") or {}).get("containerStatuses") or []]
+        found = [c for n, c in (await claims_by_name(client)).items() if n.startswith("twice-gpus-")]
+        return found[0] if ready == [True] and len(found) == 1 else None
+
+    first = await eventually(first_claim, timeout=90, what="pod twice running on its claim")
+    meta = first["metadata"]
+    second = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": f"{meta['name']}-again",
+            "namespace": "default",
+            "annotations": meta["annotations"],
+            "ownerReferences": meta["ownerReferences"],
+        },
+        "spec": first["spec"],
+    }
+    await client.create(RESOURCE_CLAIMS, second, "default")
+    switched = {
+        "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": f"{meta['name']}-again"}]}
+    }
+    await kubectl(
+        cluster, "patch", "pod", "twice", "--subresource=status", "--type=merge", "-p", json.dumps(switched)
+    )
+
+    (said,) = await explanations(cluster, "twice", 1)
+    assert said["reason"] == "PodAlreadyBound", said
+    assert said["message"].startswith(
+        f"pod default/twice is bound to node {node} with claim {meta['name']}, which kube-controller-manager made"
+    ), said["message"]
+    on_claim = await controller_events(cluster, "ResourceClaim", f"{meta['name']}-again")
+    assert [(e["reason"], e["message"]) for e in on_claim] == [(said["reason"], said["message"])]
+    code, out = await gpudra_explain(cluster, "pod", "twice")
+    assert code == 1 and out.startswith(f"claim default/{meta['name']}-again will not be allocated"), out
+    assert list(checkpoint_claims(cluster, node)) == [meta["uid"]]
+
+    await kubectl(cluster, "delete", "pod", "twice", "--wait=true", "--timeout=60s")
+
+    async def released() -> bool:  # a real kubelet before it lets the pod go, the stand-in kubelet after
+        left = [n for n in await claims_by_name(client) if n.startswith("twice-gpus-")]
+        return not left and not checkpoint_claims(cluster, node) and not claim_specs(cluster, node)
+
+    await eventually(released, timeout=60, what="the first claim unprepared, both deleted with their pod")

@@ -11,6 +11,7 @@ import pytest
 from clusterkit import StartCluster
 from gpudra.config import ControllerSettings
 from podexplainkit import (
+    check_claim_made_twice_names_the_first,
     check_mig_1g_12gb_pod_is_explained,
     check_missing_claim_is_said_as_a_kubelet_says,
     check_prebound_pod_is_explained,
@@ -43,3 +44,7 @@ async def test_nvidias_mig_1g_12gb_spec_is_explained_on_the_pod(start_cluster: S
     cluster = await start_cluster("dgx-h100:1", controller=FAST, web_port=0)
     await check_mig_1g_12gb_pod_is_explained(cluster)
     await check_web_view_shows_the_mig_1g_12gb_claim(cluster)
+
+
+async def test_a_claim_made_twice_for_a_running_pod_names_the_first(start_cluster: StartCluster) -> None:
+    await check_claim_made_twice_names_the_first(await start_cluster("dgx-h100:1", controller=FAST))

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpudra.agent.checkpoint import ClaimEntry, decode_checkpoint
-from gpudra.agent.runtime import CHECKPOINT_FILE
 from gpudra.cluster.kubernetes.binaries import kubernetes_version, version_minor
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings
@@ -67,17 +64,3 @@ def held_devices(all_claims: dict[str, dict[str, Any]]) -> Counter[tuple[str, st
 async def events_of(cluster: EmbeddedCluster, name: str, namespace: str = "default") -> list[dict[str, Any]]:
     items, _ = await admin(cluster).list_raw(EVENTS, namespace, field_selector=f"involvedObject.name={name}")
     return items
-
-
-def checkpoint_claims(cluster: EmbeddedCluster, node: str) -> dict[str, ClaimEntry]:
-    """The node's agent's prepared-claims checkpoint, by claim uid."""
-    path = cluster.node_dirs[node] / "state" / CHECKPOINT_FILE
-    if not path.exists():
-        return {}
-    claims_, _ = decode_checkpoint(path.read_bytes(), node=node, driver="gpu.nvidia.com")
-    return claims_
-
-
-def claim_specs(cluster: EmbeddedCluster, node: str) -> list[Path]:
-    """The node's per-claim CDI spec files."""
-    return sorted((cluster.node_dirs[node] / "cdi").glob("*claim_*.json"))

@@ -13,8 +13,6 @@ from collections import Counter
 import pytest
 from _realkit import (
     StartKubernetes,
-    checkpoint_claims,
-    claim_specs,
     claims,
     events_of,
     held_devices,
@@ -22,7 +20,7 @@ from _realkit import (
     pods,
 )
 
-from clusterkit import eventually, kubectl
+from clusterkit import checkpoint_claims, claim_specs, eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 
 WAVES, PER_WAVE, KILLS = 4, 50, 20

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-from _realkit import StartKubernetes, admin, checkpoint_claims, claim_specs, claims, pods
+from _realkit import StartKubernetes, admin, claims, pods
 
-from clusterkit import eventually, kubectl
+from clusterkit import checkpoint_claims, claim_specs, eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import RESOURCE_SLICES
 

@@ -18,6 +18,7 @@ from gpudra.controller.pendingpods import PendingPods
 from gpudra.devices.classes import load_device_classes
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informers
+from gpudra.kube.resources import Resource
 from gpudra.metrics import Metrics
 from gpudra.planning.podclaims import implicit_uid
 
@@ -188,31 +189,31 @@ def _owned_claim(uid: str, *, allocated: bool) -> ResourceClaim:
     """A claim kube-controller-manager made for pod trainer's entry "gpu"."""
     claim = _claim(uid, allocated=allocated)
     claim.metadata.annotations = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    claim.metadata.resource_version = "7" if allocated else "6"
     claim.metadata.owner_references = [
         OwnerReference(api_version="v1", kind="Pod", name="trainer", uid="p1", controller=True)
     ]
     return claim
 
 
-async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """kube-controller-manager made trainer's claim twice and the scheduler allocated the first: the second is said
-    to wait on nothing, naming the first, on the claim and on the pod (and to the web view, woken once); the pod is
-    looked up once."""
+def _server(
+    monkeypatch: pytest.MonkeyPatch, claims: list[ResourceClaim]
+) -> tuple[KubeClient, list[str | None], list[tuple[str, str, str]]]:
+    """A client of an API server that has pod trainer bound to node n1 and ``claims``; the field selectors of its
+    lists, and the Events posted (kind, name, message)."""
     client = KubeClient.__new__(KubeClient)
     lists: list[str | None] = []
     posted: list[tuple[str, str, str]] = []
+    pod = {"metadata": {"name": "trainer", "namespace": "default", "uid": "p1"}, "spec": {"nodeName": "n1"}}
+    objects = {"pods": [pod], "resourceclaims": [c.to_wire() for c in claims]}
 
     async def list_raw(
-        res: object, namespace: str | None = None, **kw: str
+        res: Resource, namespace: str | None = None, **kw: str
     ) -> tuple[list[dict[str, Any]], str]:
-        lists.append(kw.get("field_selector"))
-        pod = {
-            "metadata": {"name": "trainer", "namespace": "default", "uid": "p1"},
-            "spec": {"nodeName": "n1"},
-        }
-        return [pod], "1"
+        selector = kw.get("field_selector") or ""
+        lists.append(selector)
+        name = selector.removeprefix("metadata.name=")
+        return [o for o in objects[res.plural] if o["metadata"]["name"] == name], "1"
 
     async def create(res: object, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         involved = body["involvedObject"]
@@ -221,9 +222,19 @@ async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
 
     monkeypatch.setattr(client, "list_raw", list_raw, raising=False)
     monkeypatch.setattr(client, "create", create, raising=False)
+    return client, lists, posted
+
+
+async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kube-controller-manager made trainer's claim twice and the scheduler allocated the first: the second is said
+    to wait on nothing, naming the first, on the claim and on the pod (and to the web view, woken once); the pod
+    and the claim are read once."""
+    first, second = _owned_claim("first", allocated=True), _owned_claim("second", allocated=False)
+    client, lists, posted = _server(monkeypatch, [first, second])
     pending = PendingClaims(client, Metrics(), driver="gpu.nvidia.com")
     pods = PendingPods(client, Informers(client), pending)
-    first, second = _owned_claim("first", allocated=True), _owned_claim("second", allocated=False)
     for claim in (first, second):
         pods.claim_changed(claim.metadata.uid or "", claim)
         pending.claim_changed(claim.metadata.uid or "", claim)
@@ -239,13 +250,31 @@ async def test_a_claim_made_twice_for_a_bound_pod_names_the_one_it_runs_with(
     assert "kubernetes/kubernetes#140217" in said.text
     assert [(kind, name) for kind, name, _ in posted] == [("ResourceClaim", "second"), ("Pod", "trainer")]
     assert {message for _, _, message in posted} == {said.text}
-    assert lists == ["metadata.name=trainer"]
+    assert lists == ["metadata.name=trainer", "metadata.name=second"]
     await pods.check_all([second], classes, grace_seconds=0)
-    assert lists == ["metadata.name=trainer"]  # remembered while it owns claims
+    assert lists == ["metadata.name=trainer", "metadata.name=second"]  # remembered while they do not change
     assert woken == ["web view"]  # told again the same: nothing new to draw
     for claim in (first, second):
         pods.claim_changed(claim.metadata.uid or "", None)
     assert pods._bound == {}
+
+
+async def test_a_claim_whose_pod_got_bound_is_not_said_stranded_while_the_server_has_it_allocated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kube-scheduler allocated the claim, then bound the pod, and the pods' watch brought the binding first: the
+    claim is not said to wait on nothing (nor explained by the allocator) while the claims' watch catches up."""
+    cached = _owned_claim("late", allocated=False)
+    client, lists, posted = _server(monkeypatch, [_owned_claim("late", allocated=True)])
+    pending = PendingClaims(client, Metrics(), driver="gpu.nvidia.com")
+    pods = PendingPods(client, Informers(client), pending)
+    pods.claim_changed("late", cached)
+    pending.claim_changed("late", cached)
+    classes = {c.metadata.name or "": c for c in load_device_classes()}
+
+    await pods.check_all([cached], classes, grace_seconds=0)
+    assert (pending.said, pending.reasons, posted) == ({}, {}, [])
+    assert lists == ["metadata.name=trainer", "metadata.name=late"]
 
 
 async def test_the_claim_of_a_gated_pod_is_explained_without_looking_the_pod_up(

@@ -13,7 +13,8 @@ allocated the first (kubernetes/kubernetes#140217). Such a claim is not explaine
 say where it fits) but said to be waiting on nothing, on the claim and on its pod (reason ``PodAlreadyBound``). Its
 pod is not watched: a claim's owner that the watch of unbound pods does not hold is looked up by name (a list with
 a field selector: the controller's role lists pods and does not get them), and remembered, bound, while it owns
-claims."""
+claims. The claim itself is then read from the API server once (a list by name): kube-scheduler binds a pod after it
+allocated its claims, and the pods' watch can bring the binding before the claims' watch brings the allocation."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.informer import Informers
-from gpudra.kube.resources import PODS
+from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra.planning.boundclaims import BOUND_REASON, bound_pod_words, first_of_entry
 from gpudra.planning.podclaims import (
     EXTENDED_CLAIM_ANNOTATION,
@@ -63,6 +64,8 @@ class PendingPods:
         """The uids of the pods not bound to a node (those of the watch; the waiting ones among them)."""
         self._bound: dict[str, dict[str, Any]] = {}
         """Pod uid -> the pod, bound to a node (its uid, name, namespace and node), while it owns claims."""
+        self._unallocated: dict[str, str] = {}
+        """Claim uid -> its resourceVersion when the API server had it unallocated after its pod was bound."""
         informers.informer(PODS, field_selector=UNBOUND, parse=Pod.model_validate).subscribe(self._pod_event)
 
     async def _pod_event(self, kind: str, body: dict[str, Any]) -> None:
@@ -82,6 +85,7 @@ class PendingPods:
 
     def claim_changed(self, uid: str, claim: ResourceClaim | None) -> None:
         """A claim changed (None: deleted): keep which pod controls it (what made it for the pod)."""
+        self._unallocated.pop(uid, None)
         previous = self._owner.pop(uid, None)
         if previous is not None:
             owned = self._owned.get(previous, {})
@@ -132,8 +136,14 @@ class PendingPods:
         maybe = [
             c for c in claims if self._maybe_bound(c)
         ]  # no I/O; empty unless a claim's pod left the watch
-        bound = [(c, found) for c in maybe if ours(c) and (found := await self._bound_owner(c)) is not None]
-        held = {id(c) for c, _ in bound}
+        bound: list[tuple[ResourceClaim, dict[str, Any]]] = []
+        held: set[int] = set()  # not the allocator's to explain: their pod is bound
+        for candidate in maybe:
+            owner = await self._bound_owner(candidate) if ours(candidate) else None
+            if owner is not None:
+                held.add(id(candidate))
+                if await self._unallocated_now(candidate):
+                    bound.append((candidate, owner))
         await self._pending.check_all(
             [c for c in claims if id(c) not in held],
             classes,
@@ -175,6 +185,29 @@ class PendingPods:
         uid = claim.metadata.uid or ""
         owner = self._owner[uid]
         return self._bound.get(owner) or await self._look_up_bound(owner, self._owned.get(owner, {}).get(uid))
+
+    async def _unallocated_now(self, claim: ResourceClaim) -> bool:
+        """Whether the API server has the claim unallocated now, not only the claims' watch: kube-scheduler binds a
+        pod after it allocated the pod's claims, and the pods' watch may bring the binding before the claims' watch
+        brings the allocation. A claim found unallocated after its pod was bound is remembered (by its
+        resourceVersion) and not read again while it does not change."""
+        meta = claim.metadata
+        uid = meta.uid or ""
+        if uid in self._unallocated and self._unallocated[uid] == meta.resource_version:
+            return True
+        try:
+            items, _ = await self._client.list_raw(
+                RESOURCE_CLAIMS, meta.namespace, field_selector=f"metadata.name={meta.name}"
+            )
+        except GpudraError as exc:  # not said this round; read again at the next
+            log.warning("reading a pending claim failed", claim=meta.namespaced_name, error=str(exc))
+            return False
+        for item in items:
+            item_meta = item.get("metadata") or {}
+            if item_meta.get("uid") == uid and not (item.get("status") or {}).get("allocation"):
+                self._unallocated[uid] = str(item_meta.get("resourceVersion") or "")
+                return True
+        return False
 
     def _bound_said(self, claim: ResourceClaim, pod: dict[str, Any]) -> Said:
         """What is said of the claim its bound pod owns (``gpudra.planning.boundclaims``)."""
