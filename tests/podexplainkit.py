@@ -244,22 +244,28 @@ async def check_missing_claim_is_said_as_a_kubelet_says(cluster: EmbeddedCluster
     )
 
 
-async def check_web_view_shows_the_stranded_claim(cluster: EmbeddedCluster, claim: str, words: str) -> None:
-    """The web view (`web_port=0`) shows the claim of the pod created bound as one no scheduler will allocate, with
-    the Event's words (``words``), not where it would fit."""
+async def web_view_card(cluster: EmbeddedCluster, fragment: str, reason: str) -> str:
+    """The web view's (`web_port=0`) pending card whose key starts with ``fragment`` (``pending/NS/NAME``), once it
+    shows ``reason``."""
     assert cluster.web_url
     url = cluster.web_url
 
     async def card() -> str:
         async with aiohttp.ClientSession() as session, session.get(url) as response:
             page = await response.text()
-        start = page.find(f'data-frag="pending/default/{claim}"')
+        start = page.find(f'data-frag="{fragment}')
         found = page[start : page.find("</div>", start)] if start >= 0 else ""
-        return found if "PodAlreadyBound" in found else ""
+        return found if f'data-reason="{reason}"' in found else ""
 
-    found = await eventually(
-        card, timeout=60, interval=0.5, what="the web view's card of the pinned pod's claim"
+    return await eventually(
+        card, timeout=60, interval=0.5, what=f"the web view's card {fragment} saying {reason}"
     )
+
+
+async def check_web_view_shows_the_stranded_claim(cluster: EmbeddedCluster, claim: str, words: str) -> None:
+    """The web view shows the claim of the pod created bound as one no scheduler will allocate, with the Event's
+    words (``words``), not where it would fit."""
+    found = await web_view_card(cluster, f"pending/default/{claim}", "PodAlreadyBound")
     assert "will not be allocated" in found and "fits on node" not in found, found
     assert html.escape(words, quote=True) in found, found
 
@@ -296,17 +302,9 @@ async def check_mig_1g_12gb_pod_is_explained(cluster: EmbeddedCluster) -> dict[s
 
 async def check_web_view_shows_the_mig_1g_12gb_claim(cluster: EmbeddedCluster) -> None:
     """The web view (`web_port=0`) lists the pod's extended-resource claim among the pending ones, explained."""
-    assert cluster.web_url
-    url = cluster.web_url
-
-    async def card() -> str:
-        async with aiohttp.ClientSession() as session, session.get(url) as response:
-            page = await response.text()
-        start = page.find(f'data-frag="pending/{MIG_1G_12GB_NAMESPACE}/mig-1g12gb-pod-extended-resources')
-        return page[start : page.find("</div>", start)] if start >= 0 and "NoMatchingDevice" in page else ""
-
-    found = await eventually(card, timeout=60, interval=0.5, what="the web view's card of the pod's claim")
-    assert 'data-reason="NoMatchingDevice"' in found and "mig-1g-12gb.gpu.nvidia.com" in found, found
+    key = f"pending/{MIG_1G_12GB_NAMESPACE}/mig-1g12gb-pod-extended-resources"
+    found = await web_view_card(cluster, key, "NoMatchingDevice")
+    assert "mig-1g-12gb.gpu.nvidia.com" in found, found
 
 
 async def claims_by_name(client: KubeClient) -> dict[str, dict[str, Any]]:
