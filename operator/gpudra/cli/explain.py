@@ -141,8 +141,11 @@ async def _stranded(
     node = pod.spec.node_name
     if not node:
         return None
-    if existing is None:
+    if existing is None:  # the claim was read before its pod: it may have been allocated since
         existing, _ = await client.list(RESOURCE_CLAIMS, namespace)
+        now = next((c for c in existing if c.metadata.uid == claim.metadata.uid), None)
+        if now is None or now.allocation is not None:  # kube-scheduler allocates, then binds
+            return None
     first = first_of_entry(claim.metadata, ((c.metadata, c.allocation is not None) for c in existing))
     words = bound_pod_words(f"{namespace}/{pod.metadata.name}", node, first)
     return Answer(claim_key(claim), STRANDED, reason=BOUND_REASON, words=words)
