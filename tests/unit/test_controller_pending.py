@@ -3,6 +3,7 @@ of the pods waiting on claims."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from gpudra.controller import pendingpods as pendingpods_module
 from gpudra.controller.pending import PendingClaims, Said, uses_driver
 from gpudra.controller.pendingpods import PendingPods
 from gpudra.devices.classes import load_device_classes
+from gpudra.errors import KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informers
 from gpudra.kube.resources import Resource
@@ -185,10 +187,10 @@ def test_a_pods_claims_are_forgotten_at_their_deletion_without_new_metadata(
     assert pods._owned == {} and made == []
 
 
-def _owned_claim(uid: str, *, allocated: bool) -> ResourceClaim:
-    """A claim kube-controller-manager made for pod trainer's entry "gpu"."""
+def _owned_claim(uid: str, *, allocated: bool, entry: str = "gpu") -> ResourceClaim:
+    """A claim kube-controller-manager made for pod trainer's ``entry``."""
     claim = _claim(uid, allocated=allocated)
-    claim.metadata.annotations = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    claim.metadata.annotations = {"resource.kubernetes.io/pod-claim-name": entry}
     claim.metadata.resource_version = "7" if allocated else "6"
     claim.metadata.owner_references = [
         OwnerReference(api_version="v1", kind="Pod", name="trainer", uid="p1", controller=True)
@@ -197,21 +199,28 @@ def _owned_claim(uid: str, *, allocated: bool) -> ResourceClaim:
 
 
 def _server(
-    monkeypatch: pytest.MonkeyPatch, claims: list[ResourceClaim]
+    monkeypatch: pytest.MonkeyPatch, claims: list[ResourceClaim], *, claims_read_together: int = 1
 ) -> tuple[KubeClient, list[str | None], list[tuple[str, str, str]]]:
     """A client of an API server that has pod trainer bound to node n1 and ``claims``; the field selectors of its
-    lists, and the Events posted (kind, name, message)."""
+    lists, and the Events posted (kind, name, message). A read of a claim answers only once
+    ``claims_read_together`` such reads are in flight (an error after 2 s)."""
     client = KubeClient.__new__(KubeClient)
     lists: list[str | None] = []
     posted: list[tuple[str, str, str]] = []
     pod = {"metadata": {"name": "trainer", "namespace": "default", "uid": "p1"}, "spec": {"nodeName": "n1"}}
     objects = {"pods": [pod], "resourceclaims": [c.to_wire() for c in claims]}
+    together = asyncio.Barrier(claims_read_together)
 
     async def list_raw(
         res: Resource, namespace: str | None = None, **kw: str
     ) -> tuple[list[dict[str, Any]], str]:
         selector = kw.get("field_selector") or ""
         lists.append(selector)
+        if res.plural == "resourceclaims":
+            try:
+                await asyncio.wait_for(together.wait(), 2)
+            except TimeoutError:
+                raise KubeError(f"read alone: {lists}") from None
         name = selector.removeprefix("metadata.name=")
         return [o for o in objects[res.plural] if o["metadata"]["name"] == name], "1"
 
@@ -275,6 +284,33 @@ async def test_a_claim_whose_pod_got_bound_is_not_said_stranded_while_the_server
     await pods.check_all([cached], classes, grace_seconds=0)
     assert (pending.said, pending.reasons, posted) == ({}, {}, [])
     assert lists == ["metadata.name=trainer", "metadata.name=late"]
+
+
+async def test_the_claims_of_a_pod_created_bound_are_read_together_and_the_pod_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pod trainer was created bound with two claims: its claims are read from the API server in the same round
+    trip's time, not one after the other, and the pod is looked up once for both; both are said stranded."""
+    claims = [_owned_claim(e, allocated=False, entry=e) for e in ("gpu", "nic")]
+    client, lists, posted = _server(monkeypatch, claims, claims_read_together=2)
+    pending = PendingClaims(client, Metrics(), driver="gpu.nvidia.com")
+    pods = PendingPods(client, Informers(client), pending)
+    for claim in claims:
+        pods.claim_changed(claim.metadata.uid or "", claim)
+        pending.claim_changed(claim.metadata.uid or "", claim)
+    classes = {c.metadata.name or "": c for c in load_device_classes()}
+
+    await asyncio.wait_for(pods.check_all(claims, classes, grace_seconds=0), 10)
+    assert sorted(lists, key=str) == ["metadata.name=gpu", "metadata.name=nic", "metadata.name=trainer"]
+    assert lists[0] == "metadata.name=trainer"
+    assert (pending.reasons.get("gpu"), pending.reasons.get("nic")) == ("PodAlreadyBound", "PodAlreadyBound")
+    assert sorted(name for kind, name, _ in posted if kind == "ResourceClaim") == ["gpu", "nic"]
+    await asyncio.wait_for(pods.check_all(claims, classes, grace_seconds=0), 10)
+    assert len(lists) == 3  # remembered until they change
+    for claim in claims:
+        pods.claim_changed(claim.metadata.uid or "", claim)
+    await asyncio.wait_for(pods.check_all(claims, classes, grace_seconds=0), 10)
+    assert sorted(lists[3:], key=str) == ["metadata.name=gpu", "metadata.name=nic"]  # changed: read again
 
 
 async def test_the_claim_of_a_gated_pod_is_explained_without_looking_the_pod_up(

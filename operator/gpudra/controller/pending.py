@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpudra.allocator import (
     Allocation,
@@ -246,7 +246,7 @@ class PendingClaims:
             said[uid] = self._record(uid, known)
             if id(claim) not in no_object:
                 posts.append(self._events.post(claim, "Warning", known.reason, known.text))
-        await _at_most(EVENT_POSTS_AT_ONCE, posts)
+        await at_most(EVENT_POSTS_AT_ONCE, posts)
         self._refresh_gauge()
         return said
 
@@ -263,7 +263,7 @@ class PendingClaims:
         if changed:
             for listener in self.told_listeners:
                 listener()
-        await _at_most(
+        await at_most(
             EVENT_POSTS_AT_ONCE, [self._events.post(c, "Warning", k.reason, k.text) for c, k in told]
         )
         if told:
@@ -350,12 +350,15 @@ def _shape(claim: ResourceClaim) -> tuple[str, str]:
     return claim.metadata.namespace or "default", spec_json(claim)
 
 
-async def _at_most(limit: int, calls: list[Coroutine[Any, Any, bool]]) -> None:
-    """Await the calls, ``limit`` at a time."""
+_T = TypeVar("_T")
+
+
+async def at_most(limit: int, calls: Sequence[Coroutine[Any, Any, _T]]) -> list[_T]:
+    """Await the calls, ``limit`` at a time; their results in the calls' order."""
     gate = asyncio.Semaphore(limit)
 
-    async def one(call: Coroutine[Any, Any, bool]) -> None:
+    async def one(call: Coroutine[Any, Any, _T]) -> _T:
         async with gate:
-            await call
+            return await call
 
-    await asyncio.gather(*(one(c) for c in calls))
+    return list(await asyncio.gather(*(one(c) for c in calls)))

@@ -25,7 +25,7 @@ from typing import Any
 from gpudra.api.core import Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
-from gpudra.controller.pending import PendingClaims, Said, age_seconds
+from gpudra.controller.pending import PendingClaims, Said, age_seconds, at_most
 from gpudra.errors import GpudraError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -49,6 +49,8 @@ log = get_logger(__name__)
 _KEPT_ANNOTATIONS = (EXTENDED_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION)
 UNBOUND = "spec.nodeName="
 """The field selector of the pods watched: those not bound to a node (a pod that gets bound leaves the watch)."""
+LOOKUPS_AT_ONCE = 8
+"""The reads of pods and claims an explain round has in flight at once (those of claims whose pod left the watch)."""
 
 
 class PendingPods:
@@ -64,8 +66,8 @@ class PendingPods:
         """The uids of the pods not bound to a node (those of the watch; the waiting ones among them)."""
         self._bound: dict[str, dict[str, Any]] = {}
         """Pod uid -> the pod, bound to a node (its uid, name, namespace and node), while it owns claims."""
-        self._unallocated: dict[str, str] = {}
-        """Claim uid -> its resourceVersion when the API server had it unallocated after its pod was bound."""
+        self._unallocated: set[str] = set()
+        """The uids of the claims the API server had unallocated after their pod was bound (until they change)."""
         informers.informer(PODS, field_selector=UNBOUND, parse=Pod.model_validate).subscribe(self._pod_event)
 
     async def _pod_event(self, kind: str, body: dict[str, Any]) -> None:
@@ -85,7 +87,7 @@ class PendingPods:
 
     def claim_changed(self, uid: str, claim: ResourceClaim | None) -> None:
         """A claim changed (None: deleted): keep which pod controls it (what made it for the pod)."""
-        self._unallocated.pop(uid, None)
+        self._unallocated.discard(uid)
         previous = self._owner.pop(uid, None)
         if previous is not None:
             owned = self._owned.get(previous, {})
@@ -133,19 +135,15 @@ class PendingPods:
             elif due(implicit_uid(uid)):
                 implicit.append(made)
         ours = self._pending.ours(classes)
-        maybe = [
-            c for c in claims if self._maybe_bound(c)
-        ]  # no I/O; empty unless a claim's pod left the watch
-        bound: list[tuple[ResourceClaim, dict[str, Any]]] = []
-        held: set[int] = set()  # not the allocator's to explain: their pod is bound
-        for candidate in maybe:
-            owner = await self._bound_owner(candidate) if ours(candidate) else None
-            if owner is not None:
-                held.add(id(candidate))
-                if await self._unallocated_now(candidate):
-                    bound.append((candidate, owner))
+        # Claims whose pod left the watch of unbound pods (usually none): is it bound, and are they still pending?
+        maybe = [c for c in claims if self._maybe_bound(c) and ours(c)]
+        bound_pods = await self._bound_owners(maybe)
+        held = [(c, bound_pods[o]) for c in maybe if (o := self._owner[c.metadata.uid or ""]) in bound_pods]
+        still = await at_most(LOOKUPS_AT_ONCE, [self._unallocated_now(c) for c, _ in held])
+        bound = [pair for pair, unallocated in zip(held, still, strict=True) if unallocated]
+        not_ours = {id(c) for c, _ in held}  # not the allocator's to explain: their pod is bound
         await self._pending.check_all(
-            [c for c in claims if id(c) not in held],
+            [c for c in claims if id(c) not in not_ours],
             classes,
             implicit,
             planned=[c for c in planned if self._owner.get(c.metadata.uid or "") not in self._bound],
@@ -180,20 +178,27 @@ class PendingPods:
         owner = self._owner.get(claim.metadata.uid or "")
         return owner is not None and owner not in self._unbound
 
-    async def _bound_owner(self, claim: ResourceClaim) -> dict[str, Any] | None:
-        """The pod that owns the claim (one :meth:`_maybe_bound` holds) when it is bound to a node, else None."""
-        uid = claim.metadata.uid or ""
-        owner = self._owner[uid]
-        return self._bound.get(owner) or await self._look_up_bound(owner, self._owned.get(owner, {}).get(uid))
+    async def _bound_owners(self, claims: Sequence[ResourceClaim]) -> dict[str, dict[str, Any]]:
+        """The pods that own these claims (each one :meth:`_maybe_bound` holds) and are bound to a node, by uid: those
+        not remembered looked up, each once, ``LOOKUPS_AT_ONCE`` at a time."""
+        owners = {self._owner[c.metadata.uid or ""]: c.metadata.uid or "" for c in claims}
+        bound = {owner: self._bound[owner] for owner in owners if owner in self._bound}
+        unknown = [(owner, uid) for owner, uid in owners.items() if owner not in bound]
+        found = await at_most(
+            LOOKUPS_AT_ONCE,
+            [self._look_up_bound(owner, self._owned.get(owner, {}).get(uid)) for owner, uid in unknown],
+        )
+        bound.update((owner, pod) for (owner, _), pod in zip(unknown, found, strict=True) if pod is not None)
+        return bound
 
     async def _unallocated_now(self, claim: ResourceClaim) -> bool:
         """Whether the API server has the claim unallocated now, not only the claims' watch: kube-scheduler binds a
         pod after it allocated the pod's claims, and the pods' watch may bring the binding before the claims' watch
-        brings the allocation. A claim found unallocated after its pod was bound is remembered (by its
-        resourceVersion) and not read again while it does not change."""
+        brings the allocation. A claim found unallocated after its pod was bound is remembered and not read again
+        until it changes (:meth:`claim_changed`)."""
         meta = claim.metadata
         uid = meta.uid or ""
-        if uid in self._unallocated and self._unallocated[uid] == meta.resource_version:
+        if uid in self._unallocated:
             return True
         try:
             items, _ = await self._client.list_raw(
@@ -205,7 +210,7 @@ class PendingPods:
         for item in items:
             item_meta = item.get("metadata") or {}
             if item_meta.get("uid") == uid and not (item.get("status") or {}).get("allocation"):
-                self._unallocated[uid] = str(item_meta.get("resourceVersion") or "")
+                self._unallocated.add(uid)
                 return True
         return False
 
