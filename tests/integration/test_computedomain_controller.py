@@ -5,6 +5,7 @@ domains sharing nodes in host-managed mode, and deletion that cleans up while a 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from _domain_kit import (
 )
 
 from clusterkit import StartCluster, client_of, eventually
+from gpudra.cluster.kubelet.standin import StandInKubelet, is_imex_daemon, token_volume
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.computedomain.clique import CLIQUE_LABEL
 from gpudra.computedomain.names import (
@@ -32,12 +34,13 @@ from gpudra.computedomain.names import (
     shared_pool_name,
 )
 from gpudra.config import ControllerSettings
-from gpudra.errors import NotFoundError
+from gpudra.errors import KubeError, NotFoundError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import (
     COMPUTE_DOMAIN_CLIQUES,
     COMPUTE_DOMAINS,
     DAEMONSETS,
+    EVENTS,
     JOBS,
     NODES,
     PODS,
@@ -99,6 +102,65 @@ async def test_the_examples_form_a_domain_over_four_trays(cluster: EmbeddedClust
     assert sample("gpudra_computedomains", {"status": "Ready"}) == 1.0
     assert sample("gpudra_computedomain_ready_seconds_count") == 1.0
     assert not sample("gpudra_computedomain_status_conflicts_total")
+
+
+async def test_a_daemon_pod_whose_running_status_was_refused_gets_one_daemon_and_no_prepare_failure(
+    start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server refused the stand-in kubelet's first Running status of a daemon pod (a busy server timing
+    out): the pod's start is tried again, and its node runs one IMEX daemon, not one more for each try. No
+    FailedPrepareDynamicResources is said: its claims were prepared."""
+    refused: list[str] = []
+    write = StandInKubelet._write_status
+
+    async def refuse_once(self: StandInKubelet, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        if is_imex_daemon(pod) and status.get("phase") == "Running" and not refused:
+            refused.append(self.node)
+            raise KubeError("the server was unable to return a response in the time allotted", status=504)
+        await write(self, pod, status)
+
+    monkeypatch.setattr(StandInKubelet, "_write_status", refuse_once)
+    cluster = await start_cluster("gb200-nvl72:2", controller=FAST, hardware_poll_seconds=0.05)
+    client = client_of(cluster)
+    await ready_domain(client, "retried", TRAYS[:2])
+
+    assert len(refused) == 1
+    daemons = sorted(t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("imex-daemon "))
+    assert daemons == [f"imex-daemon {tray}" for tray in TRAYS[:2]]
+    events, _ = await client.list_raw(EVENTS, DRIVER_NS)
+    assert [e["message"] for e in events if e["reason"] == "FailedPrepareDynamicResources"] == []
+
+
+async def test_a_daemon_pod_whose_token_was_refused_says_so_as_a_kubelet_mounting_it(
+    start_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon pod's ServiceAccount token could not be had once (its account deleted and made again): the pod
+    gets the kubelet's FailedMount of its token volume with the API server's words, and starts at the next try."""
+    refused: list[str] = []
+    identity = EmbeddedCluster._embedded_pod_client
+
+    async def refuse_once(self: EmbeddedCluster, kubelet: KubeClient, pod: dict[str, Any]) -> KubeClient:
+        if not refused:
+            refused.append(pod["metadata"]["name"])
+            raise KubeError("refused", status=404, detail='serviceaccounts "gpudra-imex" not found')
+        return await identity(self, kubelet, pod)
+
+    monkeypatch.setattr(EmbeddedCluster, "_embedded_pod_client", refuse_once)
+    cluster = await start_cluster("gb200-nvl72:1", controller=FAST, hardware_poll_seconds=0.05)
+    client = client_of(cluster)
+    await ready_domain(client, "token", TRAYS[:1])
+
+    pod = await client.get_raw(PODS, refused[0], DRIVER_NS)
+    volume = token_volume(pod)
+    assert volume is not None and volume.startswith("kube-api-access-")
+    events, _ = await client.list_raw(EVENTS, DRIVER_NS)
+    assert [(e["involvedObject"]["name"], e["message"]) for e in events if e["reason"] == "FailedMount"] == [
+        (
+            refused[0],
+            f'MountVolume.SetUp failed for volume "{volume}" : failed to fetch token:'
+            ' serviceaccounts "gpudra-imex" not found',
+        )
+    ]
 
 
 async def test_tray_losing_its_fabric_makes_the_domain_not_ready_naming_it(cluster: EmbeddedCluster) -> None:

@@ -42,7 +42,14 @@ from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.api.core import Pod
 from gpudra.api.timestamps import rfc3339
 from gpudra.computedomain import COMPONENT_LABEL, OBJECT_LABEL
-from gpudra.errors import ConflictError, GpudraError, KubeletPluginError, NotFoundError, PrepareError
+from gpudra.errors import (
+    ConflictError,
+    GpudraError,
+    KubeError,
+    KubeletPluginError,
+    NotFoundError,
+    PrepareError,
+)
 from gpudra.hardware.gpus.inventory import NodeInventory
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
@@ -111,6 +118,15 @@ def simulated_pod_ip(node: str) -> str:
 def is_imex_daemon(pod: dict[str, Any]) -> bool:
     labels = pod["metadata"].get("labels") or {}
     return labels.get(COMPONENT_LABEL) == "daemon" and OBJECT_LABEL in labels
+
+
+def token_volume(pod: Mapping[str, Any]) -> str | None:
+    """The name of the pod's volume that projects its ServiceAccount's token (``kube-api-access-*``), if any."""
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        sources = (volume.get("projected") or {}).get("sources") or []
+        if any("serviceAccountToken" in source for source in sources):
+            return str(volume.get("name") or "")
+    return None
 
 
 def reserved_for_pod(pod: Mapping[str, Any], reserved_for: Sequence[Mapping[str, Any]]) -> bool:
@@ -302,12 +318,14 @@ class StandInKubelet:
                         await self._start_daemon(pod, [i for ids in devices.values() for i in ids])
                     ip, started_at = await self._set_running(pod, devices, prepared)
                     break
+                except PrepareError as exc:
+                    await self._failed(pod, exc)
                 except NotFoundError as exc:
                     if "pods/" in str(exc):
                         return  # the pod is gone
-                    await self._failed(pod, exc)
-                except GpudraError as exc:
-                    await self._failed(pod, exc)
+                    self._not_started(pod, exc)
+                except GpudraError as exc:  # a kubelet retries its status writes without an Event
+                    self._not_started(pod, exc)
                 if not waiting_written:
                     waiting_written = await self._set_waiting(pod)
                 await asyncio.sleep(delay)
@@ -323,7 +341,7 @@ class StandInKubelet:
             self._tasks.pop(uid, None)
             self._latest.pop(uid, None)
 
-    async def _failed(self, pod: dict[str, Any], exc: GpudraError) -> None:
+    async def _failed(self, pod: dict[str, Any], exc: PrepareError) -> None:
         log.info(
             "preparing a pod's claims failed; will retry",
             node=self.node,
@@ -331,6 +349,16 @@ class StandInKubelet:
             error=str(exc),
         )
         await self._events.post(pod, "Warning", FAILED_PREPARE, f"Failed to prepare dynamic resources: {exc}")
+
+    def _not_started(self, pod: dict[str, Any], exc: GpudraError) -> None:
+        """Its claims were prepared but its start did not finish (its status not written, its daemon's identity
+        not made): tried again, its claims prepared again (a plugin answers that at once)."""
+        log.warning(
+            "starting a pod with prepared claims failed; will retry",
+            node=self.node,
+            pod=pod["metadata"]["name"],
+            error=str(exc),
+        )
 
     async def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -425,7 +453,10 @@ class StandInKubelet:
         return logs
 
     async def _start_daemon(self, pod: dict[str, Any], device_ids: list[str]) -> None:
-        """Run the daemon pod's container: the simulated IMEX daemon with the container's env."""
+        """Run the daemon pod's container: the simulated IMEX daemon with the container's env (once: a start tried
+        again after its status write failed finds it running)."""
+        if pod["metadata"]["uid"] in self._daemons:
+            return
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         env = {e.get("name"): e.get("value") for e in container.get("env") or [] if "value" in e}
         if self._cdi_dir is not None:
@@ -437,10 +468,25 @@ class StandInKubelet:
             node_name=self.node,
             ip_address=simulated_pod_ip(self.node),
         )
-        client = self._client if self._pod_client is None else await self._pod_client(self._client, pod)
+        client = self._client if self._pod_client is None else await self._identity(pod)
         stop = asyncio.Event()
         task = asyncio.create_task(run_daemon(client, identity, stop=stop), name=f"imex-daemon {self.node}")
         self._daemons[pod["metadata"]["uid"]] = (stop, task)
+
+    async def _identity(self, pod: dict[str, Any]) -> KubeClient:
+        """The client of the daemon pod's ServiceAccount, whose token a kubelet mounts in the pod's projected
+        volume; a token it cannot get is said as a kubelet says it (its volume's FailedMount)."""
+        assert self._pod_client is not None
+        try:
+            return await self._pod_client(self._client, pod)
+        except KubeError as exc:
+            volume = token_volume(pod)
+            if volume is not None:
+                message = (
+                    f'MountVolume.SetUp failed for volume "{volume}" : failed to fetch token: {exc.detail}'
+                )
+                await self._events.post(pod, "Warning", "FailedMount", message)
+            raise
 
     async def _stop_daemon(self, pod_uid: str) -> None:
         daemon = self._daemons.pop(pod_uid, None)
