@@ -8,6 +8,7 @@ import socket
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -27,6 +28,13 @@ from gpudra.agent.kubeletplugin import (
 from gpudra.agent.kubeletplugin.grpccalls import MAX_RECEIVE_BYTES
 from gpudra.agent.kubeletplugin.grpcserver import PluginServer
 from gpudra.agent.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.agent.kubeletplugin.messages import DRA_PLUGIN_TYPE
+from gpudra.agent.kubeletplugin.pb import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    pluginregistration_pb2,
+    pluginregistration_pb2_grpc,
+)
 from gpudra.errors import ConfigurationError, InvalidInputError, KubeletPluginError
 
 DRIVER = "gpu.nvidia.com"
@@ -245,7 +253,10 @@ async def test_a_call_cut_off_by_closing_the_client_fails_as_a_plugin_error(
     # its tasks may still be in a call: that caller must see a failed call it can retry, not a cancellation
     call = await held_prepare(kubelet, handler)
     await kubelet.close()
-    with pytest.raises(KubeletPluginError, match=r"NodePrepareResources .*closed during the call"):
+    with pytest.raises(
+        KubeletPluginError,
+        match=r"^NodePrepareResources: rpc error: code = Unavailable desc = .*closed during the call$",
+    ):
         await call
 
 
@@ -267,7 +278,9 @@ async def test_the_kubelets_deadline_cancels_the_handler(short_dir: Path, handle
         KubeletClient(plugin.registration_socket, call_timeout=0.5) as client,
     ):
         await client.register()
-        with pytest.raises(KubeletPluginError, match="DEADLINE_EXCEEDED"):
+        with pytest.raises(
+            KubeletPluginError, match=r"^NodePrepareResources: rpc error: code = DeadlineExceeded desc = "
+        ):
             await client.prepare([claim("ok-0")])
         await asyncio.wait_for(handler.cancelled.wait(), 10)
 
@@ -288,7 +301,9 @@ async def test_an_unknown_method_is_unimplemented(plugin: KubeletPlugin) -> None
 async def test_a_request_over_4_mib_is_refused_before_the_handler_sees_it(
     kubelet: KubeletClient, handler: FakeHandler
 ) -> None:
-    with pytest.raises(KubeletPluginError, match="RESOURCE_EXHAUSTED"):
+    with pytest.raises(
+        KubeletPluginError, match=r"^NodePrepareResources: rpc error: code = ResourceExhausted "
+    ):
         await kubelet.prepare([ClaimRef(namespace="team-a", uid="ok-1", name="x" * MAX_RECEIVE_BYTES)])
     assert handler.prepare_calls == []
     # just under the limit is served (the request adds some 20 bytes to the name)
@@ -318,7 +333,8 @@ async def test_stop_lets_a_call_in_flight_finish_within_the_grace_and_refuses_ne
         await client.register()
         call = await held_prepare(client, handler)
         stopping = asyncio.create_task(plugin.stop())
-        assert "UNAVAILABLE" in await asyncio.wait_for(_refused_while_stopping(client), 10)
+        refused = await asyncio.wait_for(_refused_while_stopping(client), 10)
+        assert refused.startswith("NodeUnprepareResources: rpc error: code = Unavailable desc = "), refused
         assert not plugin.registration_socket.exists()  # deregistered first, without a grace
         assert not stopping.done()
         assert handler.gate is not None
@@ -366,7 +382,9 @@ async def test_after_a_stop_the_kubelets_connection_reaches_the_plugin_listening
         async with make_plugin(short_dir, newer):
             answer = await eventually(answered, 10, what="a call reaching the new plugin")
     assert answer["ok-2"].error == ""
-    assert all("UNAVAILABLE" in why for why in refused), refused
+    assert all(why.startswith("NodePrepareResources: rpc error: code = Unavailable ") for why in refused), (
+        refused
+    )
     assert newer.prepare_calls == [["ok-2"]]
     assert handler.prepare_calls == [["ok-1"]]
 
@@ -395,6 +413,64 @@ async def test_handler_exception_becomes_a_per_claim_error(
 
     unprepared = await kubelet.unprepare([claim("boom-2")])
     assert unprepared["boom-2"].error == "unprepare failed: checkpoint entry unreadable"
+
+
+class _ForeignPlugin:
+    """Another driver's plugin, registration and DRA service on one socket, whose answers name the claims in
+    ``answered`` whatever it is asked."""
+
+    def __init__(self, socket_path: Path, answered: list[str]) -> None:
+        self.socket_path = socket_path
+        self.answered = answered
+
+    async def GetInfo(self, request: Any, context: Any) -> Any:
+        return pluginregistration_pb2.PluginInfo(
+            type=DRA_PLUGIN_TYPE, name="other.example.com", endpoint=str(self.socket_path),
+            supported_versions=["v1.DRAPlugin"],
+        )  # fmt: skip
+
+    async def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
+        return pluginregistration_pb2.RegistrationStatusResponse()
+
+    async def NodePrepareResources(self, request: Any, context: Any) -> Any:
+        return dra_v1_pb2.NodePrepareResourcesResponse(
+            claims={uid: dra_v1_pb2.NodePrepareResourceResponse() for uid in self.answered}
+        )
+
+    async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
+        return dra_v1_pb2.NodeUnprepareResourcesResponse(
+            claims={uid: dra_v1_pb2.NodeUnprepareResourceResponse() for uid in self.answered}
+        )
+
+
+async def test_a_plugin_answering_other_claims_than_asked_is_said_as_a_kubelet_says_it(
+    short_dir: Path,
+) -> None:
+    """Another driver's plugin whose answer leaves a claim out, or answers one not asked about, fails the call in
+    a 1.37 kubelet's words (gpudra's plugin fills in and drops: the next test)."""
+    answered: list[str] = []
+    plugin = _ForeignPlugin(short_dir / "other.sock", answered)
+    server = grpc.aio.server()
+    dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(plugin, server)
+    pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(plugin, server)
+    server.add_insecure_port(f"unix:{plugin.socket_path}")
+    await server.start()
+    try:
+        async with KubeletClient(plugin.socket_path) as client:
+            await client.register()
+            answered[:] = ["ok-1"]
+            with pytest.raises(KubeletPluginError, match=r"^NodePrepareResources skipped 1 ResourceClaims$"):
+                await client.prepare([claim("ok-1"), claim("ok-2")])
+            answered[:] = ["ok-3", "stray"]
+            with pytest.raises(
+                KubeletPluginError,
+                match=r"^NodeUnprepareResources returned result for unknown claim UID stray$",
+            ):
+                await client.unprepare([claim("ok-3")])
+            answered[:] = ["ok-3"]
+            assert (await client.prepare([claim("ok-3")]))["ok-3"].error == ""  # answered as asked
+    finally:
+        await server.stop(None)
 
 
 async def test_claim_dropped_by_handler_gets_an_error_entry(kubelet: KubeletClient) -> None:

@@ -109,7 +109,7 @@ class KubeletClient:
         pb = PB_MODULES[version]
         stub = _STUBS[version](channel)
         request = pb.NodePrepareResourcesRequest(claims=claims_to_pb(pb, claims))
-        with _calling(f"NodePrepareResources ({version})"):
+        with _calling("NodePrepareResources"):
             response = await stub.NodePrepareResources(request, timeout=self.call_timeout)
         _check_keys("NodePrepareResources", claims, response.claims)
         return {
@@ -124,7 +124,7 @@ class KubeletClient:
         pb = PB_MODULES[version]
         stub = _STUBS[version](channel)
         request = pb.NodeUnprepareResourcesRequest(claims=claims_to_pb(pb, claims))
-        with _calling(f"NodeUnprepareResources ({version})"):
+        with _calling("NodeUnprepareResources"):
             response = await stub.NodeUnprepareResources(request, timeout=self.call_timeout)
         _check_keys("NodeUnprepareResources", claims, response.claims)
         return {uid: UnprepareResult(error=r.error) for uid, r in response.claims.items()}
@@ -174,13 +174,19 @@ class KubeletClient:
 
 
 def _check_keys(method: str, claims: Sequence[ClaimRef], answered: Any) -> None:
+    """A response must answer each claim asked about and no other, in a 1.37 kubelet's words when it does not."""
     wanted = {c.uid for c in claims}
-    got = set(answered)
-    if got != wanted:
-        raise KubeletPluginError(
-            f"{method}: response claims do not match the request "
-            f"(missing {sorted(wanted - got)}, unexpected {sorted(got - wanted)})"
-        )
+    unknown = sorted(set(answered) - wanted)
+    if unknown:
+        raise KubeletPluginError(f"{method} returned result for unknown claim UID {unknown[0]}")
+    skipped = len(wanted - set(answered))
+    if skipped:
+        raise KubeletPluginError(f"{method} skipped {skipped} ResourceClaims")
+
+
+def _go_code(code: grpc.StatusCode) -> str:
+    """A gRPC status code as Go's gRPC names it (``Unavailable``, ``DeadlineExceeded``, ``Canceled``)."""
+    return "Canceled" if code is grpc.StatusCode.CANCELLED else code.name.title().replace("_", "")
 
 
 @contextlib.contextmanager
@@ -192,11 +198,13 @@ def _calling(what: str) -> Iterator[None]:
     try:
         yield
     except grpc.aio.AioRpcError as exc:
-        raise KubeletPluginError(f"{what} failed: {exc.code().name}: {exc.details()}") from exc
+        raise KubeletPluginError(
+            f"{what}: rpc error: code = {_go_code(exc.code())} desc = {exc.details()}"
+        ) from exc
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is None or task.cancelling():
             raise
         raise KubeletPluginError(
-            f"{what} failed: the connection to the plugin was closed during the call"
+            f"{what}: rpc error: code = Unavailable desc = the connection to the plugin was closed during the call"
         ) from None
