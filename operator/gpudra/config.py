@@ -180,11 +180,12 @@ class AgentSettings(CommonSettings):
         "host-managed: one nvidia-imex per node run outside Kubernetes, domains share nodes by channel",
     )
     compute_domain_daemon_wait_seconds: float = Field(
-        20.0,
+        40.0,
         gt=0,
         le=40,
         description="how long a channel claim's prepare waits for the node's IMEX daemon to be Ready before it "
-        "fails and the kubelet retries it (below the kubelet's 45 s per call)",
+        "fails and the kubelet retries it (below the kubelet's 45 s per call; a real kubelet retries a failed "
+        "prepare only at its next periodic sync of the pod, a minute or more later)",
     )
     driver_namespace: str = Field(
         "gpudra", min_length=1, description="namespace of the ComputeDomainClique objects and daemons"

@@ -168,8 +168,8 @@ class ComputeDomainPlanner:
         clique: Callable[[], NodeClique],
         channel_major: Callable[[], int],
         domains_dir: Path,
+        daemon_wait: float,
         node_ip: str = "",
-        daemon_wait: float = 20.0,
         events: EventRecorder | None = None,
         calls: CallsInFlight | None = None,
     ) -> None:
