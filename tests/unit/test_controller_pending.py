@@ -313,6 +313,33 @@ async def test_the_claims_of_a_pod_created_bound_are_read_together_and_the_pod_o
     assert sorted(lists[3:], key=str) == ["metadata.name=gpu", "metadata.name=nic"]  # changed: read again
 
 
+async def test_a_claim_deleted_while_its_pod_is_looked_up_does_not_end_the_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claims' watch brings a claim's deletion while the round waits for the pod's lookup: the round goes on
+    and its other claim is said stranded."""
+    claims = [_owned_claim(e, allocated=False, entry=e) for e in ("gpu", "nic")]
+    client, _, _ = _server(monkeypatch, claims)
+    pending = PendingClaims(client, Metrics(), driver="gpu.nvidia.com")
+    pods = PendingPods(client, Informers(client), pending)
+    for claim in claims:
+        pods.claim_changed(claim.metadata.uid or "", claim)
+        pending.claim_changed(claim.metadata.uid or "", claim)
+    served = client.list_raw
+
+    async def deleted_meanwhile(res: Resource, namespace: str | None = None, **kw: str) -> Any:
+        if res.plural == "pods":
+            pods.claim_changed("nic", None)
+            pending.claim_changed("nic", None)
+        return await served(res, namespace, **kw)
+
+    monkeypatch.setattr(client, "list_raw", deleted_meanwhile, raising=False)
+    classes = {c.metadata.name or "": c for c in load_device_classes()}
+
+    await asyncio.wait_for(pods.check_all(claims, classes, grace_seconds=0), 10)
+    assert pending.reasons.get("gpu") == "PodAlreadyBound"
+
+
 async def test_the_claim_of_a_gated_pod_is_explained_without_looking_the_pod_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -137,8 +137,8 @@ class PendingPods:
         ours = self._pending.ours(classes)
         # Claims whose pod left the watch of unbound pods (usually none): is it bound, and are they still pending?
         maybe = [c for c in claims if self._maybe_bound(c) and ours(c)]
-        bound_pods = await self._bound_owners(maybe)
-        held = [(c, bound_pods[o]) for c in maybe if (o := self._owner[c.metadata.uid or ""]) in bound_pods]
+        owners = await self._bound_owners(maybe)
+        held = [(c, owners[uid]) for c in maybe if (uid := c.metadata.uid or "") in owners]
         still = await at_most(LOOKUPS_AT_ONCE, [self._unallocated_now(c) for c, _ in held])
         bound = [pair for pair, unallocated in zip(held, still, strict=True) if unallocated]
         not_ours = {id(c) for c, _ in held}  # not the allocator's to explain: their pod is bound
@@ -179,17 +179,20 @@ class PendingPods:
         return owner is not None and owner not in self._unbound
 
     async def _bound_owners(self, claims: Sequence[ResourceClaim]) -> dict[str, dict[str, Any]]:
-        """The pods that own these claims (each one :meth:`_maybe_bound` holds) and are bound to a node, by uid: those
-        not remembered looked up, each once, ``LOOKUPS_AT_ONCE`` at a time."""
-        owners = {self._owner[c.metadata.uid or ""]: c.metadata.uid or "" for c in claims}
-        bound = {owner: self._bound[owner] for owner in owners if owner in self._bound}
-        unknown = [(owner, uid) for owner, uid in owners.items() if owner not in bound]
+        """Claim uid -> the pod that owns it, for those of these claims (each one :meth:`_maybe_bound` holds) whose
+        pod is bound to a node. A pod not remembered is looked up once, ``LOOKUPS_AT_ONCE`` at a time."""
+        owner_of = {c.metadata.uid or "": self._owner[c.metadata.uid or ""] for c in claims}
+        pods = {owner: self._bound[owner] for owner in owner_of.values() if owner in self._bound}
+        unknown = {owner: uid for uid, owner in owner_of.items() if owner not in pods}
         found = await at_most(
             LOOKUPS_AT_ONCE,
-            [self._look_up_bound(owner, self._owned.get(owner, {}).get(uid)) for owner, uid in unknown],
+            [
+                self._look_up_bound(owner, self._owned.get(owner, {}).get(uid))
+                for owner, uid in unknown.items()
+            ],
         )
-        bound.update((owner, pod) for (owner, _), pod in zip(unknown, found, strict=True) if pod is not None)
-        return bound
+        pods.update((owner, pod) for owner, pod in zip(unknown, found, strict=True) if pod is not None)
+        return {uid: pods[owner] for uid, owner in owner_of.items() if owner in pods}
 
     async def _unallocated_now(self, claim: ResourceClaim) -> bool:
         """Whether the API server has the claim unallocated now, not only the claims' watch: kube-scheduler binds a
