@@ -16,6 +16,7 @@ from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import ConflictError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS
+from podexplainkit import gpudra_explain
 
 NODE = "l4x4-0"
 NS = "e2e"
@@ -145,7 +146,7 @@ async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster
 async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_says_why(
     start_cluster: StartCluster,
 ) -> None:
-    _, client = await started(start_cluster, mps_support=False)
+    cluster, client = await started(start_cluster, mps_support=False)
     sharing = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}
     await client.create(
         RESOURCE_CLAIMS,
@@ -195,6 +196,16 @@ async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_say
     )
     assert all(m.startswith(prefix) for m in messages), messages
     assert (await client.get_raw(PODS, "mps-user", NS)).get("status", {}).get("phase") != "Running"
+
+    async def explained() -> str | None:  # the agent writes the claim's status after the kubelet's answer
+        status, out = await gpudra_explain(cluster, "pod", "mps-user", "-n", NS)
+        return out if status == 0 and "not prepared" in out else None
+
+    out = " ".join((await eventually(explained, 30.0)).split())
+    assert f"claim {NS}/mps is allocated on node {NODE}" in out, out
+    assert "not prepared (gpu-0): InvalidConfig: invalid opaque config: " in out, out
+    assert "MPS is disabled on this node (the agent's GPUDRA_MPS_SUPPORT)" in out, out
+    assert "the kubelet tries the prepare again at its next sync of the pod" in out, out
 
 
 async def test_an_agent_stops_only_after_its_claim_status_writes(

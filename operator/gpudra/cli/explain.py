@@ -158,10 +158,13 @@ def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str
     from gpudra.cli.explainoutput import ALLOCATED, FITS, PENDING, Answer
     from gpudra.controller.explaining import explain, explanation
     from gpudra.planning.migdemand import plan_pending
+    from gpudra.planning.preparestatus import not_prepared
 
     key = claim_key(claim)
     if claim.allocation is not None:
-        return Answer(key, ALLOCATED, allocation=claim.allocation, note=note)
+        return Answer(
+            key, ALLOCATED, allocation=claim.allocation, note=note, not_prepared=not_prepared(claim)
+        )
     outcome = explain(view, claim)
     if isinstance(outcome, Allocation):
         return Answer(key, FITS, fitted=outcome, note=note)

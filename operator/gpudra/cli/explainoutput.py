@@ -1,7 +1,8 @@
 """What ``gpudra explain`` prints for each claim: by default the sentence and a short table of the nearest nodes,
 within 80 columns; ``-o wide`` everything (``gpudra.reports``: per-request numbers, closest devices, selectors,
-the MIG planner's section); ``-o json`` the same as data. Exit status: 0 when every claim fits now (or is
-allocated), 1 when one cannot fit."""
+the MIG planner's section); ``-o json`` the same as data. An allocated claim its driver could not prepare says
+so, with the driver's reason. Exit status: 0 when every claim fits now (or is allocated, prepared or not), 1 when
+one cannot fit."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rich.text import Text
 from gpudra.allocator import Allocation, Explanation, Failure, NodesFailure, SelectorStat
 from gpudra.api.dra import AllocationResult
 from gpudra.mig import DemandPlan
+from gpudra.planning.preparestatus import RETRY_WORDS, NotPrepared, not_prepared_words
 from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 
 WIDTH = 80
@@ -41,6 +43,8 @@ class Answer:
     """Said before the answer (e.g. a template's claim that does not exist yet)."""
     reason: str = ""
     words: str = ""
+    not_prepared: tuple[NotPrepared, ...] = ()
+    """An allocated claim's devices that its driver could not prepare (``gpudra.planning.preparestatus``)."""
 
     @property
     def fits(self) -> bool:
@@ -79,7 +83,7 @@ def short_report(answer: Answer) -> RenderableType:
         style = "green" if answer.state == FITS else ""
         verb = "fits now" if answer.state == FITS else "is allocated"
         parts.append(Text(f"claim {answer.claim} {verb}{where}: {_devices(answer)}", style=style))
-        return Group(*parts)
+        return Group(*parts, *_not_prepared(answer))
     e = answer.explanation
     assert e is not None
     parts.append(Text(f"claim {answer.claim} does not fit ({e.reason})", style="bold red"))
@@ -94,6 +98,13 @@ def _stranded(answer: Answer) -> list[Text]:
         Text(f"claim {answer.claim} will not be allocated ({answer.reason})", style="bold red"),
         Text(answer.words),
     ]
+
+
+def _not_prepared(answer: Answer) -> list[Text]:
+    if not answer.not_prepared:
+        return []
+    lines = [Text(line, style="bold red") for line in not_prepared_words(answer.not_prepared)]
+    return [*lines, Text(RETRY_WORDS)]
 
 
 def _devices(answer: Answer) -> str:
@@ -123,6 +134,7 @@ def wide_report(answer: Answer, shipped: Collection[tuple[str, str]]) -> Rendera
     parts: list[RenderableType] = [Text(f"claim {answer.claim}: {answer.note}")] if answer.note else []
     if answer.allocation is not None:
         parts.append(allocation_table(f"claim {answer.claim} is allocated", answer.allocation))
+        parts += _not_prepared(answer)
     elif answer.fitted is not None:
         parts.append(outcome_report(answer.fitted))
     elif answer.state == STRANDED:
@@ -145,6 +157,9 @@ def answer_data(answer: Answer) -> dict[str, Any]:
         data["note"] = answer.note
     if answer.state == STRANDED:
         return {**data, "reason": answer.reason, "text": answer.words}
+    if answer.state == ALLOCATED:
+        unprepared = [vars(d) for d in answer.not_prepared]
+        return {**data, "node": answer.node(), "devices": answer.devices(), "notPrepared": unprepared}
     if answer.state != PENDING:
         return {**data, "node": answer.node(), "devices": answer.devices()}
     e = answer.explanation
