@@ -7,7 +7,7 @@ one cannot fit."""
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -157,11 +157,11 @@ def answer_data(answer: Answer) -> dict[str, Any]:
         data["note"] = answer.note
     if answer.state == STRANDED:
         return {**data, "reason": answer.reason, "text": answer.words}
-    if answer.state == ALLOCATED:
-        unprepared = [vars(d) for d in answer.not_prepared]
-        return {**data, "node": answer.node(), "devices": answer.devices(), "notPrepared": unprepared}
     if answer.state != PENDING:
-        return {**data, "node": answer.node(), "devices": answer.devices()}
+        data.update(node=answer.node(), devices=answer.devices())
+        if answer.state == ALLOCATED:
+            data["notPrepared"] = [asdict(d) for d in answer.not_prepared]
+        return data
     e = answer.explanation
     assert e is not None
     failures = e.outcome.failures if isinstance(e.outcome, NodesFailure) else [e.outcome]
