@@ -9,6 +9,7 @@ import asyncio
 import html
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -268,6 +269,60 @@ async def check_web_view_shows_the_stranded_claim(cluster: EmbeddedCluster, clai
     found = await web_view_card(cluster, f"pending/default/{claim}", "PodAlreadyBound")
     assert "will not be allocated" in found and "fits on node" not in found, found
     assert html.escape(words, quote=True) in found, found
+
+
+MPS_POD = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: mps, namespace: default}
+spec:
+  devices:
+    requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+    config:
+    - opaque:
+        driver: gpu.nvidia.com
+        parameters:
+          apiVersion: resource.nvidia.com/v1beta1
+          kind: GpuConfig
+          sharing: {strategy: MPS, mpsConfig: {defaultActiveThreadPercentage: 50}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: mps-user, namespace: default}
+spec:
+  containers: [{name: main, image: cuda, resources: {claims: [{name: gpu}]}}]
+  resourceClaims: [{name: gpu, resourceClaimName: mps}]
+"""
+MPS_REFUSED = (
+    "invalid opaque config: config from claim #0: GpuConfig: sharing.strategy: MPS is disabled on this node"
+    " (the agent's GPUDRA_MPS_SUPPORT)"
+)
+
+
+async def check_unprepared_claim_is_explained(cluster: EmbeddedCluster, node: str) -> None:
+    """A cluster whose agents run with ``mps_support=False`` and whose only node is ``node``. An MPS claim is
+    allocated there, and its prepare refused: the kubelet says so on the pod, `gpudra explain pod` says the claim
+    is allocated but not prepared, why, and when the kubelet tries again (exit 0: nothing to schedule), and the
+    web view (if any) lists it with the pending claims in the same words."""
+    await kubectl(cluster, "apply", "-f", "-", stdin=MPS_POD)
+    await kubelet_says(
+        cluster, "mps-user", f"NodePrepareResources failed for ResourceClaim mps: {MPS_REFUSED}"
+    )
+
+    async def explained() -> str:  # the agent writes the claim's status after the kubelet's answer
+        status, out = await gpudra_explain(cluster, "pod", "mps-user")
+        return " ".join(out.split()) if status == 0 and "not prepared" in out else ""
+
+    out = await eventually(explained, timeout=60, what="gpudra explain saying the claim is not prepared")
+    assert f"claim default/mps is allocated on node {node}" in out, out
+    assert re.search(rf"not prepared \(gpu-\d\): InvalidConfig: {re.escape(MPS_REFUSED)}", out), out
+    assert "the kubelet tries the prepare again at its next sync of the pod" in out, out
+    if not cluster.web_url:
+        return
+    card = await web_view_card(cluster, "pending/default/mps", "InvalidConfig")
+    assert f"allocated on node {node}, not prepared: its pods wait in ContainerCreating" in card, card
+    assert html.escape(MPS_REFUSED, quote=True) in card, card
+    assert "the kubelet tries the prepare again at its next sync of the pod" in card, card
 
 
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:

@@ -16,15 +16,19 @@ from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import ConflictError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS
-from podexplainkit import gpudra_explain
+from podexplainkit import check_unprepared_claim_is_explained
 
 NODE = "l4x4-0"
 NS = "e2e"
 
 
-async def started(start_cluster: StartCluster, **agent_settings: Any) -> tuple[EmbeddedCluster, KubeClient]:
-    """One l4x4 node, its cluster's client and the test's namespace."""
-    cluster = await start_cluster("l4x4:1", hardware_poll_seconds=0.1, agent_settings=agent_settings)
+async def started(
+    start_cluster: StartCluster, web_port: int | None = None, **agent_settings: Any
+) -> tuple[EmbeddedCluster, KubeClient]:
+    """One l4x4 node, its cluster's client and the test's namespace (and the web view, on ``web_port``)."""
+    cluster = await start_cluster(
+        "l4x4:1", hardware_poll_seconds=0.1, agent_settings=agent_settings, web_port=web_port
+    )
     client = cluster.client
     assert client is not None
     await client.apply_object(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -146,66 +150,9 @@ async def test_pod_waits_with_an_event_until_its_claim_is_reserved(start_cluster
 async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_says_why(
     start_cluster: StartCluster,
 ) -> None:
-    cluster, client = await started(start_cluster, mps_support=False)
-    sharing = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}
-    await client.create(
-        RESOURCE_CLAIMS,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "mps", "namespace": NS},
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
-                    "config": [
-                        {
-                            "opaque": {
-                                "driver": "gpu.nvidia.com",
-                                "parameters": {
-                                    "apiVersion": "resource.nvidia.com/v1beta1",
-                                    "kind": "GpuConfig",
-                                    "sharing": sharing,
-                                },
-                            }
-                        }
-                    ],
-                }
-            },
-        },
-        NS,
-    )
-    await client.create(
-        PODS,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "mps-user", "namespace": NS},
-            "spec": {
-                "containers": [{"name": "main", "image": "cuda"}],
-                "resourceClaims": [{"name": "gpu", "resourceClaimName": "mps"}],
-            },
-        },
-        NS,
-    )
-
-    messages = await eventually(lambda: prepare_failures(client), 30.0)
-    assert any("MPS is disabled on this node" in m and "GPUDRA_MPS_SUPPORT" in m for m in messages), messages
-    prefix = (  # a 1.37 kubelet's words (pkg/kubelet/cm/dra/manager.go)
-        "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for"
-        " ResourceClaim mps: "
-    )
-    assert all(m.startswith(prefix) for m in messages), messages
-    assert (await client.get_raw(PODS, "mps-user", NS)).get("status", {}).get("phase") != "Running"
-
-    async def explained() -> str | None:  # the agent writes the claim's status after the kubelet's answer
-        status, out = await gpudra_explain(cluster, "pod", "mps-user", "-n", NS)
-        return out if status == 0 and "not prepared" in out else None
-
-    out = " ".join((await eventually(explained, 30.0)).split())
-    assert f"claim {NS}/mps is allocated on node {NODE}" in out, out
-    assert "not prepared (gpu-0): InvalidConfig: invalid opaque config: " in out, out
-    assert "MPS is disabled on this node (the agent's GPUDRA_MPS_SUPPORT)" in out, out
-    assert "the kubelet tries the prepare again at its next sync of the pod" in out, out
+    cluster, client = await started(start_cluster, web_port=0, mps_support=False)
+    await check_unprepared_claim_is_explained(cluster, NODE)
+    assert (await client.get_raw(PODS, "mps-user", "default")).get("status", {}).get("phase") != "Running"
 
 
 async def test_an_agent_stops_only_after_its_claim_status_writes(

@@ -13,6 +13,7 @@ from podexplainkit import (
     check_mig_1g_12gb_pod_is_explained,
     check_missing_claim_is_said_as_a_kubelet_says,
     check_prebound_pod_is_explained,
+    check_unprepared_claim_is_explained,
     check_waiting_pod_is_explained,
     check_web_view_shows_the_mig_1g_12gb_claim,
 )
@@ -43,6 +44,17 @@ async def test_nvidias_mig_1g_12gb_spec_is_explained_though_it_has_no_claim(
     # explained as the claim kube-scheduler would make: there is none
     assert await claims(cluster, MIG_1G_12GB_NAMESPACE) == {}
     await check_web_view_shows_the_mig_1g_12gb_claim(cluster)
+
+
+async def test_a_claim_its_driver_refused_to_prepare_is_explained_as_a_real_kubelet_retries_it(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    """The real kubelet's Warning in its own words; `gpudra explain` and the web view read the refusal from the
+    claim's status, where the agent writes it after answering that kubelet."""
+    cluster = await start_kubernetes(
+        "dgx-h100:1", web_port=0, real_kubelets=1, agent_settings={"mps_support": False}
+    )
+    await check_unprepared_claim_is_explained(cluster, "dgx-h100-0")
 
 
 async def test_a_claim_made_twice_for_a_running_pod_names_the_first_which_the_kubelet_unprepares(

@@ -1,4 +1,5 @@
-"""The web view's cards of claims, pending claims (the allocator's explanation), ComputeDomains and MigLayouts."""
+"""The web view's cards of claims, pending claims (the allocator's explanation), allocated claims not prepared,
+ComputeDomains and MigLayouts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
 from gpudra.controller.explaining import explain, explanation, view_from_wire
 from gpudra.devices.classes import load_device_classes
+from gpudra.planning.preparestatus import not_prepared
 from gpudra.planning.workloads import (
     ConditionView,
     claim_row,
@@ -19,6 +21,7 @@ from gpudra.planning.workloads import (
     domain_card,
     layout_card,
     pending_card,
+    unprepared_card,
 )
 
 
@@ -74,6 +77,37 @@ def test_pending_card_carries_the_explanation_node_by_node() -> None:
     assert card.nodes[0].need == 9 and card.nodes[0].now == 8
     fits = pending_card(claim, "dgx-h100-0")
     assert fits.fits_on == "dgx-h100-0" and fits.nodes == ()
+
+
+def test_unprepared_card_says_where_it_is_allocated_why_it_failed_and_when_it_is_tried_again() -> None:
+    refused = condition(
+        "Ready", "False", "InvalidConfig", "invalid opaque config: MPS is disabled on this node"
+    )
+    claim = ResourceClaim.model_validate({
+        "metadata": {"namespace": "ml", "name": "mps"},
+        "status": {
+            "allocation": {
+                "devices": {"results": [
+                    {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n0", "device": d}
+                    for d in ("gpu-0", "gpu-1")
+                ]},
+                "nodeSelector": {"nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}
+                ]},
+            },
+            "devices": [
+                {"driver": "gpu.nvidia.com", "pool": "n0", "device": d, "conditions": [refused]}
+                for d in ("gpu-0", "gpu-1")
+            ],
+        },
+    })  # fmt: skip
+    card = unprepared_card(claim, not_prepared(claim))
+    assert (card.namespace, card.name, card.reason) == ("ml", "mps", "InvalidConfig")
+    assert card.headline == "allocated on node n0, not prepared: its pods wait in ContainerCreating"
+    assert card.sentences == (  # one failure of both devices, said once
+        "not prepared (gpu-0, gpu-1): InvalidConfig: invalid opaque config: MPS is disabled on this node",
+        "the kubelet tries the prepare again at its next sync of the pod, a minute or more after it failed",
+    )
 
 
 def test_domain_card_names_why_a_node_is_not_ready() -> None:

@@ -11,6 +11,7 @@ from gpudra.controller.webview.html import (
     node_fragment,
     page,
     pending_fragment,
+    summary_fragment,
 )
 from gpudra.planning.fleetview import GpuCard, MigGeometry, MigSlot, NodeCard
 from gpudra.planning.workloads import LayoutCard, LayoutNode, PendingCard
@@ -68,3 +69,11 @@ def test_page_holds_every_section_in_order_and_the_version() -> None:
     assert ids == [key for key, _ in SECTIONS]
     assert 'data-version="7"' in text and "new EventSource" in text
     assert 'class="pending empty"' in text and 'class="nodes"' in text
+
+
+def test_summary_counts_claims_not_prepared_only_when_there_are_some() -> None:
+    stats = re.compile(r'data-stat="([^"]+)"><b>(\d+)</b>')
+    quiet = dict((label, n) for label, n in stats.findall(summary_fragment([mig_node()], 1, 3)))
+    assert quiet["pending"] == "1" and "not prepared" not in quiet
+    failing = dict((label, n) for label, n in stats.findall(summary_fragment([mig_node()], 0, 3, 2)))
+    assert (failing["pending"], failing["not prepared"]) == ("0", "2")

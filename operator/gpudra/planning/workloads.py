@@ -1,7 +1,8 @@
 """Pure: the web view's cards of what runs on the fleet, from watched objects: claims by namespace (devices, pods,
 Ready and Healthy), pending claims with the allocator's explanation (``gpudra.allocator.explain.explanation``: the same
-words as the claim's Event and ``gpudra explain``, node by node), ComputeDomains (nodes, cliques, daemons, why not
-Ready) and MigLayouts (progress per node, what blocks them)."""
+words as the claim's Event and ``gpudra explain``, node by node), allocated claims their driver could not prepare
+(``gpudra.planning.preparestatus``), ComputeDomains (nodes, cliques, daemons, why not Ready) and MigLayouts
+(progress per node, what blocks them)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, Compute
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import Condition
 from gpudra.api.miglayout import MigLayout, MigLayoutStatus
+from gpudra.planning.preparestatus import RETRY_WORDS, NotPrepared, not_prepared_words
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,20 @@ def stranded_card(claim: ResourceClaim, reason: str, words: str) -> PendingCard:
     as ``gpudra explain`` answers it."""
     namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
     return PendingCard(namespace, name, reason, "will not be allocated", (words,))
+
+
+def unprepared_card(claim: ResourceClaim, devices: tuple[NotPrepared, ...]) -> PendingCard:
+    """An allocated claim whose driver could not prepare ``devices`` (``not_prepared(claim)``, not empty): its
+    pods wait in ContainerCreating. Its reason is the first failure's; each distinct failure is a sentence, then
+    when the kubelet tries again, as ``gpudra explain`` says it."""
+    namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
+    node = claim.allocation.node if claim.allocation is not None else None
+    headline = (
+        f"allocated{f' on node {node}' if node else ''}, not prepared: its pods wait in ContainerCreating"
+    )
+    return PendingCard(
+        namespace, name, devices[0].reason, headline, (*not_prepared_words(devices), RETRY_WORDS)
+    )
 
 
 # ---------------------------------------------------------------- ComputeDomains

@@ -1,6 +1,7 @@
-"""HTML of the web view, drawn from the pure cards of ``gpudra.planning``: one fragment per node, pending claim,
-namespace of claims, ComputeDomain and MigLayout, each with a stable ``data-frag`` id the page's script replaces
-in place when the server sends a new version of it. Every value from the cluster goes through ``escape``."""
+"""HTML of the web view, drawn from the pure cards of ``gpudra.planning``: one fragment per node, pending (or
+unprepared) claim, namespace of claims, ComputeDomain and MigLayout, each with a stable ``data-frag`` id the page's
+script replaces in place when the server sends a new version of it. Every value from the cluster goes through
+``escape``."""
 
 from __future__ import annotations
 
@@ -175,7 +176,9 @@ def _counted(n: int, one: str, many: str) -> tuple[int, str]:
     return n, one if n == 1 else many
 
 
-def summary_fragment(nodes: Sequence[NodeCard], pending: int, claims: int) -> str:
+def summary_fragment(nodes: Sequence[NodeCard], pending: int, claims: int, unprepared: int = 0) -> str:
+    """The fleet's counts; ``unprepared`` (allocated claims their driver could not prepare, listed with the
+    pending ones) only when there are any."""
     gpus = [g for n in nodes for g in n.gpus]
     instances = sum(len(g.mig.instances) for g in gpus if g.mig is not None)
     items = [
@@ -185,6 +188,7 @@ def summary_fragment(nodes: Sequence[NodeCard], pending: int, claims: int) -> st
         _counted(instances, "MIG instance", "MIG instances"),
         _counted(claims, "claim", "claims"),
         (pending, "pending"),
+        *([(unprepared, "not prepared")] if unprepared else []),
     ]
     body = "".join(
         f'<span class="stat" data-stat="{_e(label)}"><b>{n}</b> {_e(label)}</span>' for n, label in items

@@ -33,6 +33,7 @@ from gpudra.hardware.gpus.catalog import Catalog, load_catalog
 from gpudra.kube.informer import Informers
 from gpudra.planning.fleetview import NodeCard, node_card
 from gpudra.planning.podclaims import extended_resource_classes, implicit_claims
+from gpudra.planning.preparestatus import not_prepared
 from gpudra.planning.summaries import allocated_devices, device_users
 from gpudra.planning.workloads import (
     ClaimRow,
@@ -41,6 +42,7 @@ from gpudra.planning.workloads import (
     domain_card,
     layout_card,
     stranded_card,
+    unprepared_card,
 )
 
 
@@ -181,12 +183,19 @@ class FleetView:
         claims = self.watched.parsed("claims", ResourceClaim)
         self._imagined = self._implicit(claims)
         pending = [c for c in claims if c.allocation is None] + self._imagined
+        unprepared = [
+            unprepared_card(c, devices)
+            for c in claims
+            if c.allocation is not None and (devices := not_prepared(c))
+        ]
         sections: Sections = {}
         node_cards = self._node_fragments()
         sections["nodes"] = {f"node/{c.name}": self._cache[f"node/{c.name}"].html for c in node_cards}
-        sections["summary"] = {"summary/fleet": html.summary_fragment(node_cards, len(pending), len(claims))}
+        sections["summary"] = {
+            "summary/fleet": html.summary_fragment(node_cards, len(pending), len(claims), len(unprepared))
+        }
         cards = sorted(
-            (self._pending_card(c) for c in pending),
+            [*(self._pending_card(c) for c in pending), *unprepared],
             key=lambda c: (c.namespace, c.name),
         )
         sections["pending"] = {f"pending/{c.namespace}/{c.name}": html.pending_fragment(c) for c in cards}
