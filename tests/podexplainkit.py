@@ -325,6 +325,32 @@ async def check_unprepared_claim_is_explained(cluster: EmbeddedCluster, node: st
     assert "the kubelet tries the prepare again at its next sync of the pod" in card, card
 
 
+async def check_unregistered_driver_is_explained(cluster: EmbeddedCluster, node: str) -> None:
+    """A one-node cluster with agents in processes of their own (``agent_processes=True``). With the node's agent
+    stopped, a pod's claim is still allocated there (its slices stay published), and the kubelet cannot prepare it:
+    `gpudra explain pod` says what the kubelet says, that no plugin of the driver is registered on the node, and
+    when the kubelet tries again."""
+    await cluster.agent_processes[node].stop()
+    await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("lonely", 1))
+    await kubelet_says(cluster, "lonely", "DRA driver gpu.nvidia.com is not registered")
+    status, out = await gpudra_explain(cluster, "pod", "lonely")
+    said = " ".join(out.split())
+    assert status == 0 and "is allocated on node" in said, out
+    assert re.search(
+        rf"the kubelet on node {node} says \((\d+ times, )?last at [0-9T:Z-]+\): Failed to prepare dynamic"
+        r" resources: prepare dynamic resources: DRA driver gpu.nvidia.com is not registered",
+        said,
+    ), out
+    assert (
+        f"no kubelet plugin of gpu.nvidia.com is registered on node {node}: is gpudra's agent running" in said
+    )
+    assert "the kubelet tries the prepare again at its next sync of the pod" in said, out
+    status, out = await gpudra_explain(cluster, "pod", "lonely", "-o", "json")
+    warning = json.loads(out)["kubelet"]
+    assert (status, warning["node"]) == (0, node), out
+    assert warning["message"].endswith("DRA driver gpu.nvidia.com is not registered"), out
+
+
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:
     """`gpudra explain ...` as a user runs it (a pipe: no terminal; COLUMNS as a wide terminal would set it): its
     exit status and output."""

@@ -16,7 +16,7 @@ from gpudra.cluster.up import EmbeddedCluster
 from gpudra.errors import ConflictError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS
-from podexplainkit import check_unprepared_claim_is_explained
+from podexplainkit import check_unprepared_claim_is_explained, check_unregistered_driver_is_explained
 
 NODE = "l4x4-0"
 NS = "e2e"
@@ -153,6 +153,11 @@ async def test_an_agent_without_mps_support_refuses_an_mps_claim_and_the_pod_say
     cluster, client = await started(start_cluster, web_port=0, mps_support=False)
     await check_unprepared_claim_is_explained(cluster, NODE)
     assert (await client.get_raw(PODS, "mps-user", "default")).get("status", {}).get("phase") != "Running"
+
+
+async def test_a_pod_whose_node_has_no_agent_says_what_the_kubelet_says(start_cluster: StartCluster) -> None:
+    cluster = await start_cluster("l4x4:1", agent_processes=True, hardware_poll_seconds=0.1)
+    await check_unregistered_driver_is_explained(cluster, NODE)
 
 
 async def test_an_agent_stops_only_after_its_claim_status_writes(

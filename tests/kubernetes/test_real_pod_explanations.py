@@ -14,6 +14,7 @@ from podexplainkit import (
     check_missing_claim_is_said_as_a_kubelet_says,
     check_prebound_pod_is_explained,
     check_unprepared_claim_is_explained,
+    check_unregistered_driver_is_explained,
     check_waiting_pod_is_explained,
     check_web_view_shows_the_mig_1g_12gb_claim,
 )
@@ -55,6 +56,13 @@ async def test_a_claim_its_driver_refused_to_prepare_is_explained_as_a_real_kube
         "dgx-h100:1", web_port=0, real_kubelets=1, agent_settings={"mps_support": False}
     )
     await check_unprepared_claim_is_explained(cluster, "dgx-h100-0")
+
+
+async def test_a_pod_whose_node_has_no_agent_says_what_the_real_kubelet_says(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    cluster = await start_kubernetes("dgx-h100:1", real_kubelets=1, agent_processes=True)
+    await check_unregistered_driver_is_explained(cluster, "dgx-h100-0")
 
 
 async def test_a_claim_made_twice_for_a_running_pod_names_the_first_which_the_kubelet_unprepares(

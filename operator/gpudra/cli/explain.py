@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpudra.errors import ConfigurationError, NotFoundError
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gpudra.controller.explaining import ClusterView
     from gpudra.kube.client import KubeClient
     from gpudra.kube.resources import TypedResource
+    from gpudra.planning.preparestatus import KubeletWarning
 
 # The imports inside the functions are deferred: the client, the allocator and the explanations take a second or
 # more to import, and `gpudra --help` or another command should not wait for them.
@@ -38,26 +39,27 @@ async def explain_command(args: argparse.Namespace) -> int:
         raise ConfigurationError("give either `claim NAME`, `pod NAME` or `--file claim.yaml`")
     client = await KubeClient.from_environment(args.kubeconfig, field_manager="gpudra-explain")
     try:
-        answers = await _answers(client, args)
+        answers, warning = await _answers(client, args)
     finally:
         await client.close()
-    _print(answers, args)
+    _print(answers, warning, args)
     return exit_status(answers)
 
 
-async def _answers(client: KubeClient, args: argparse.Namespace) -> list[Answer]:
+async def _answers(
+    client: KubeClient, args: argparse.Namespace
+) -> tuple[list[Answer], KubeletWarning | None]:
     from gpudra.controller.explaining import load_view
     from gpudra.kube.resources import RESOURCE_CLAIMS
 
     if args.file is not None:
-        return [
-            _answer(await load_view(client), _read_claim_file(args.file, args.namespace), args.driver_name)
-        ]
+        claim = _read_claim_file(args.file, args.namespace)
+        return [_answer(await load_view(client), claim, args.driver_name)], None
     if args.kind == "pod":
         return await _pod_answers(client, args)
     claim = await _get(client, RESOURCE_CLAIMS, args.name, args.namespace)
     stranded = await _stranded(client, claim)
-    return [stranded or _answer(await load_view(client), claim, args.driver_name)]
+    return [stranded or _answer(await load_view(client), claim, args.driver_name)], None
 
 
 async def _get(client: KubeClient, resource: TypedResource[T], name: str, namespace: str) -> T:
@@ -71,9 +73,12 @@ async def _get(client: KubeClient, resource: TypedResource[T], name: str, namesp
         ) from exc
 
 
-async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Answer]:
+async def _pod_answers(
+    client: KubeClient, args: argparse.Namespace
+) -> tuple[list[Answer], KubeletWarning | None]:
     """Every claim of the pod: those that exist as they stand, a template's claim not made yet as it would be, and
-    the claim kube-scheduler would make for the pod's extended resources while it has not made one."""
+    the claim kube-scheduler would make for the pod's extended resources while it has not made one. Then the
+    kubelet's Warning that it could not prepare them, while it still says why the pod waits."""
     from gpudra.controller.explaining import load_view
     from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
     from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
@@ -90,6 +95,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Ans
     templates = {c.name: c.resource_claim_template_name for c in pod.spec.resource_claims or []}
     view = await load_view(client)
     answers: list[Answer] = []
+    made: list[ResourceClaim] = []
     for entry in entries:
         note = ""
         if entry.implicit is not None:
@@ -97,6 +103,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Ans
             note = f"not created yet; explained as the claim kube-scheduler would make for {entry.pod_claim}"
         elif entry.name is not None:
             claim = await _get(client, RESOURCE_CLAIMS, entry.name, args.namespace)
+            made.append(claim)
             stranded = await _stranded(client, claim, pod, existing)
             if stranded is not None:
                 answers.append(stranded)
@@ -107,7 +114,29 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> list[Ans
             claim = claim_from_template(pod, entry.pod_claim, template)
             note = f"not created yet; explained as the claim template {template_name} makes"
         answers.append(_answer(view, claim, args.driver_name, note))
-    return answers
+    warning = await _kubelet_warning(client, pod, made) if len(made) == len(entries) else None
+    return answers, warning
+
+
+async def _kubelet_warning(
+    client: KubeClient, pod: Pod, claims: list[ResourceClaim]
+) -> KubeletWarning | None:
+    """The kubelet's latest Warning that it could not prepare the pod's ``claims`` (all of them made), while it
+    still stands (``gpudra.planning.preparestatus``). Events the user may not list say nothing."""
+    from gpudra.errors import KubeError
+    from gpudra.kube.resources import EVENTS
+    from gpudra.planning.preparestatus import PREPARE_WARNING, kubelet_warning, waits_for_prepare
+
+    if not waits_for_prepare(pod, claims):
+        return None  # not bound, started, prepared, or the driver says why: no need to read Events
+    selector = f"involvedObject.kind=Pod,involvedObject.name={pod.metadata.name},reason={PREPARE_WARNING}"
+    try:
+        events, _ = await client.list_raw(EVENTS, pod.metadata.namespace, field_selector=selector)
+    except KubeError as exc:
+        if exc.status != 403:
+            raise
+        return None
+    return kubelet_warning(pod, events)
 
 
 async def _stranded(
@@ -174,29 +203,35 @@ def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str
     return Answer(key, PENDING, explanation=explanation(view, claim, outcome, plan), plan=plan, note=note)
 
 
-def _print(answers: list[Answer], args: argparse.Namespace) -> None:
+def _print(answers: list[Answer], warning: KubeletWarning | None, args: argparse.Namespace) -> None:
+    from dataclasses import asdict
+
     from rich.console import Console
 
-    from gpudra.cli.explainoutput import WIDTH, answer_data, short_report, wide_report
+    from gpudra.cli.explainoutput import WIDTH, answer_data, kubelet_report, short_report, wide_report
     from gpudra.reports import print_fitted
 
     if args.output == "json":
         data = [answer_data(a) for a in answers]
-        body = {"pod": f"{args.namespace}/{args.name}", "claims": data} if args.kind == "pod" else data[0]
+        pod = {"pod": f"{args.namespace}/{args.name}", "claims": data}
+        body: dict[str, Any] = pod if args.kind == "pod" else data[0]
+        if warning is not None:
+            body["kubelet"] = asdict(warning)
         sys.stdout.write(json.dumps(body, indent=2) + "\n")
         return
+    tail = [kubelet_report(warning)] if warning is not None else []
     if args.output == "wide":
         console, shipped = Console(), _shipped(args.driver_name)
-        for answer in answers:
-            print_fitted(console, wide_report(answer, shipped))
+        for report in [*(wide_report(answer, shipped) for answer in answers), *tail]:
+            print_fitted(console, report)
         return
     console = Console()
     console.width = min(console.width, WIDTH) if console.is_terminal else WIDTH
     with console.capture() as captured:
-        for i, answer in enumerate(answers):
+        for i, report in enumerate([*(short_report(answer) for answer in answers), *tail]):
             if i:
                 console.print()
-            console.print(short_report(answer))
+            console.print(report)
     sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 

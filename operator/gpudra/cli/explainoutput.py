@@ -17,7 +17,13 @@ from rich.text import Text
 from gpudra.allocator import Allocation, Explanation, Failure, NodesFailure, SelectorStat
 from gpudra.api.dra import AllocationResult
 from gpudra.mig import DemandPlan
-from gpudra.planning.preparestatus import RETRY_WORDS, NotPrepared, not_prepared_words
+from gpudra.planning.preparestatus import (
+    RETRY_WORDS,
+    KubeletWarning,
+    NotPrepared,
+    kubelet_warning_words,
+    not_prepared_words,
+)
 from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 
 WIDTH = 80
@@ -105,6 +111,12 @@ def _not_prepared(answer: Answer) -> list[Text]:
         return []
     lines = [Text(line, style="bold red") for line in not_prepared_words(answer.not_prepared)]
     return [*lines, Text(RETRY_WORDS)]
+
+
+def kubelet_report(warning: KubeletWarning) -> RenderableType:
+    """The kubelet's Warning on the pod (``explain pod``), where no claim's status says why it waits."""
+    first, *rest = kubelet_warning_words(warning)
+    return Group(Text(first, style="bold red"), *(Text(line) for line in rest))
 
 
 def _devices(answer: Answer) -> str:
