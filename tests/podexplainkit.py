@@ -351,6 +351,47 @@ async def check_unregistered_driver_is_explained(cluster: EmbeddedCluster, node:
     assert warning["message"].endswith("DRA driver gpu.nvidia.com is not registered"), out
 
 
+async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
+    """dgx-h100:1,l4x4:1. `gpudra explain pod` explains a waiting pod's claims over the nodes kube-scheduler's node
+    filters let the pod go to, and names what keeps it off the others: a claim of 8 GPUs fits only dgx-h100-0,
+    which carries a taint the pod does not tolerate, so it does not fit for that pod (before: "fits now on node
+    dgx-h100-0", exit 0); a pod whose nodeSelector matches no node gets no claim allocated at all."""
+    await kubectl(cluster, "taint", "nodes", "dgx-h100-0", "dedicated=train:NoSchedule")
+    await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("picky", 8))
+    await claim_of(cluster, "picky")
+    status, out = await gpudra_explain(cluster, "pod", "picky")
+    lines = out.splitlines()
+    assert status == 1, out
+    assert lines[:2] == [
+        "kube-scheduler's node filters keep the pod off 1 of 2 nodes with devices:",
+        "  dgx-h100-0: taint dedicated=train:NoSchedule not tolerated",
+    ], out
+    assert "does not fit" in out and "l4x4-0" in out and "fits now" not in out, out
+
+    manifest = gpus_pod("nowhere", 1).replace(
+        "spec:\n  containers:", "spec:\n  nodeSelector: {pool: none}\n  containers:"
+    )
+    assert "nodeSelector" in manifest
+    await kubectl(cluster, "apply", "-f", "-", stdin=manifest)
+    claim = await claim_of(cluster, "nowhere")
+    status, out = await gpudra_explain(cluster, "pod", "nowhere", "-o", "json")
+    answer = json.loads(out)
+    assert status == 1, out
+    assert answer["keptOff"] == [
+        {"node": "dgx-h100-0", "reason": "taint dedicated=train:NoSchedule not tolerated"},
+        {"node": "l4x4-0", "reason": "does not match the pod's nodeSelector pool=none"},
+    ], out
+    (said,) = answer["claims"]
+    assert (said["claim"], said["state"], said["reason"]) == (
+        f"default/{claim}",
+        "stranded",
+        "NoNodeForPod",
+    ), out
+    status, out = await gpudra_explain(cluster, "pod", "nowhere")
+    assert out.startswith("kube-scheduler's node filters keep the pod off all 2 nodes with devices:\n"), out
+    assert f"claim default/{claim} will not be allocated (NoNodeForPod)" in out, out
+
+
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:
     """`gpudra explain ...` as a user runs it (a pipe: no terminal; COLUMNS as a wide terminal would set it): its
     exit status and output."""

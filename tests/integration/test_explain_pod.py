@@ -12,6 +12,7 @@ import pytest
 from clusterkit import StartCluster, eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from podexplainkit import check_node_filters_are_explained
 from podexplainkit import gpudra_explain as explain
 
 PODS_YAML = """
@@ -149,3 +150,9 @@ async def test_an_allocated_claim_exits_0_and_bad_input_exits_2(cluster: Embedde
     assert cluster.client is not None
     claims, _ = await cluster.client.list_raw(RESOURCE_CLAIMS, "default")
     assert len(claims) == 3  # holder's, trainer's and one-gpu: explaining creates nothing
+
+
+async def test_a_pod_is_explained_over_the_nodes_its_filters_let_it_go_to(
+    start_cluster: StartCluster,
+) -> None:
+    await check_node_filters_are_explained(await start_cluster("dgx-h100:1,l4x4:1"))

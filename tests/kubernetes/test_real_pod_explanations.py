@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from _realkit import StartKubernetes, claims, events_of
 
+from clusterkit import eventually
 from podexplainkit import (
     MIG_1G_12GB_NAMESPACE,
     check_claim_made_twice_names_the_first,
     check_mig_1g_12gb_pod_is_explained,
     check_missing_claim_is_said_as_a_kubelet_says,
+    check_node_filters_are_explained,
     check_prebound_pod_is_explained,
     check_unprepared_claim_is_explained,
     check_unregistered_driver_is_explained,
@@ -63,6 +65,30 @@ async def test_a_pod_whose_node_has_no_agent_says_what_the_real_kubelet_says(
 ) -> None:
     cluster = await start_kubernetes("dgx-h100:1", real_kubelets=1, agent_processes=True)
     await check_unregistered_driver_is_explained(cluster, "dgx-h100-0")
+
+
+async def test_a_pod_is_explained_over_the_nodes_kube_schedulers_filters_let_it_go_to(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    """gpudra explain names the nodes the pod cannot go to as kube-scheduler counts them."""
+    cluster = await start_kubernetes("dgx-h100:1,l4x4:1")
+    await check_node_filters_are_explained(cluster)
+
+    async def scheduler_said(pod: str) -> list[str]:
+        return [e["message"] for e in await events_of(cluster, pod) if e["reason"] == "FailedScheduling"]
+
+    picky = await eventually(lambda: scheduler_said("picky"), timeout=60, what="kube-scheduler on picky")
+    assert any("1 node(s) had untolerated taint(s)" in m for m in picky), picky
+    nowhere = await eventually(
+        lambda: scheduler_said("nowhere"), timeout=60, what="kube-scheduler on nowhere"
+    )
+    assert any(
+        m.startswith(
+            "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector,"
+            " 1 node(s) had untolerated taint(s)."
+        )
+        for m in nowhere
+    ), nowhere
 
 
 async def test_a_claim_made_twice_for_a_running_pod_names_the_first_which_the_kubelet_unprepares(

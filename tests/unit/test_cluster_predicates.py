@@ -13,6 +13,7 @@ from gpudra.cluster.controlplane.filtering import NodeFilter
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
+from gpudra.planning import podnodes as pn
 
 
 def node(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -63,7 +64,7 @@ ZONE_A = node("n1", {"zone": "a", "gpus": "8"})
     ],
 )  # fmt: skip
 def test_node_selector_and_required_node_affinity(spec: dict[str, Any], passes: bool) -> None:
-    assert (p.node_affinity(pod(**spec), ZONE_A) is None) is passes
+    assert (pn.node_affinity(pod(**spec), ZONE_A) is None) is passes
 
 
 TAINTED = node("n1", taints=[{"key": "gpu", "value": "h100", "effect": "NoSchedule"},
@@ -73,28 +74,28 @@ TAINTED = node("n1", taints=[{"key": "gpu", "value": "h100", "effect": "NoSchedu
 @pytest.mark.parametrize(
     ("tolerations", "reason"),
     [
-        ([], p.UNTOLERATED),
+        ([], pn.UNTOLERATED),
         ([{"key": "gpu", "operator": "Equal", "value": "h100"}], None),
-        ([{"key": "gpu", "operator": "Equal", "value": "a100"}], p.UNTOLERATED),
+        ([{"key": "gpu", "operator": "Equal", "value": "a100"}], pn.UNTOLERATED),
         ([{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}], None),
         (
             [{"key": "gpu", "operator": "Exists", "effect": "NoExecute"}],
-            p.UNTOLERATED,
+            pn.UNTOLERATED,
         ),
         ([{"operator": "Exists"}], None),  # tolerates everything
     ],
 )
 def test_taints_and_tolerations(tolerations: list[dict[str, Any]], reason: str | None) -> None:
-    assert p.taints(pod(tolerations=tolerations), TAINTED) == reason
+    assert pn.taints(pod(tolerations=tolerations), TAINTED) == reason
 
 
 def test_a_cordoned_node_takes_only_pods_that_tolerate_it() -> None:
     cordoned = node("n1", unschedulable=True)
-    assert p.taints(pod(), cordoned) == p.UNSCHEDULABLE
+    assert pn.taints(pod(), cordoned) == pn.UNSCHEDULABLE
     tolerating = pod(
-        tolerations=[{"key": p.UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+        tolerations=[{"key": pn.UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
     )
-    assert p.taints(tolerating, cordoned) is None
+    assert pn.taints(tolerating, cordoned) is None
 
 
 def container(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> dict[str, Any]:
@@ -203,7 +204,7 @@ def test_match_label_keys_narrow_a_term_to_the_pods_of_the_same_group() -> None:
 def test_the_failure_message_is_kube_schedulers() -> None:
     """As kube-scheduler v1.34.4 wrote it for a pod with anti-affinity next to two tainted nodes (its preemption
     sentence after the period aside: the stand-in does not preempt)."""
-    reasons = Counter({p.UNTOLERATED: 2, p.ANTI_AFFINITY: 1})
+    reasons = Counter({pn.UNTOLERATED: 2, p.ANTI_AFFINITY: 1})
     assert p.unschedulable_message(3, reasons) == (
         "0/3 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 2 node(s) had untolerated taint(s)."
     )

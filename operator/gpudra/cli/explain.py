@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpudra.api.base import WireModel
     from gpudra.api.core import Pod
     from gpudra.api.dra import ResourceClaim
-    from gpudra.cli.explainoutput import Answer
+    from gpudra.cli.explainoutput import Answer, PodNotes
     from gpudra.controller.explaining import ClusterView
     from gpudra.kube.client import KubeClient
     from gpudra.kube.resources import TypedResource
@@ -39,27 +39,26 @@ async def explain_command(args: argparse.Namespace) -> int:
         raise ConfigurationError("give either `claim NAME`, `pod NAME` or `--file claim.yaml`")
     client = await KubeClient.from_environment(args.kubeconfig, field_manager="gpudra-explain")
     try:
-        answers, warning = await _answers(client, args)
+        answers, notes = await _answers(client, args)
     finally:
         await client.close()
-    _print(answers, warning, args)
+    _print(answers, notes, args)
     return exit_status(answers)
 
 
-async def _answers(
-    client: KubeClient, args: argparse.Namespace
-) -> tuple[list[Answer], KubeletWarning | None]:
+async def _answers(client: KubeClient, args: argparse.Namespace) -> tuple[list[Answer], PodNotes]:
+    from gpudra.cli.explainoutput import PodNotes
     from gpudra.controller.explaining import load_view
     from gpudra.kube.resources import RESOURCE_CLAIMS
 
     if args.file is not None:
         claim = _read_claim_file(args.file, args.namespace)
-        return [_answer(await load_view(client), claim, args.driver_name)], None
+        return [_answer(await load_view(client), claim, args.driver_name)], PodNotes()
     if args.kind == "pod":
         return await _pod_answers(client, args)
     claim = await _get(client, RESOURCE_CLAIMS, args.name, args.namespace)
     stranded = await _stranded(client, claim)
-    return [stranded or _answer(await load_view(client), claim, args.driver_name)], None
+    return [stranded or _answer(await load_view(client), claim, args.driver_name)], PodNotes()
 
 
 async def _get(client: KubeClient, resource: TypedResource[T], name: str, namespace: str) -> T:
@@ -73,13 +72,12 @@ async def _get(client: KubeClient, resource: TypedResource[T], name: str, namesp
         ) from exc
 
 
-async def _pod_answers(
-    client: KubeClient, args: argparse.Namespace
-) -> tuple[list[Answer], KubeletWarning | None]:
+async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[list[Answer], PodNotes]:
     """Every claim of the pod: those that exist as they stand, a template's claim not made yet as it would be, and
-    the claim kube-scheduler would make for the pod's extended resources while it has not made one. Then the
-    kubelet's Warning that it could not prepare them, while it still says why the pod waits."""
-    from gpudra.controller.explaining import load_view
+    the claim kube-scheduler would make for the pod's extended resources while it has not made one, each over the
+    nodes the pod may go to. Then the kubelet's Warning that it could not prepare them, while it still says why
+    the pod waits."""
+    from gpudra.cli.explainoutput import PodNotes
     from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
     from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
 
@@ -93,7 +91,8 @@ async def _pod_answers(
     if not entries:
         raise ConfigurationError(f"pod {args.namespace}/{args.name} has no resource claims")
     templates = {c.name: c.resource_claim_template_name for c in pod.spec.resource_claims or []}
-    view = await load_view(client)
+    view, kept = await _pod_view(client, pod)
+    devices_on = len(view.allocator.snapshot.node_names())
     answers: list[Answer] = []
     made: list[ResourceClaim] = []
     for entry in entries:
@@ -113,9 +112,47 @@ async def _pod_answers(
             template = await _get(client, RESOURCE_CLAIM_TEMPLATES, template_name, args.namespace)
             claim = claim_from_template(pod, entry.pod_claim, template)
             note = f"not created yet; explained as the claim template {template_name} makes"
-        answers.append(_answer(view, claim, args.driver_name, note))
+        if claim.allocation is None and kept and len(kept) >= devices_on:
+            answers.append(_nowhere(claim, note))
+        else:
+            answers.append(_answer(view, claim, args.driver_name, note))
     warning = await _kubelet_warning(client, pod, made) if len(made) == len(entries) else None
-    return answers, warning
+    return answers, PodNotes(nodes=devices_on, kept_off=kept, kubelet=warning)
+
+
+async def _pod_view(client: KubeClient, pod: Pod) -> tuple[ClusterView, dict[str, str]]:
+    """The cluster's view for the pod: for a pod not bound yet, only the nodes kube-scheduler's node filters let
+    it go to, with what keeps it off each of the others that publish devices."""
+    from dataclasses import replace
+
+    from gpudra.controller.explaining import load_view
+    from gpudra.kube.resources import NODES
+    from gpudra.planning.podnodes import kept_off
+
+    view = await load_view(client)
+    if pod.spec.node_name:
+        return view, {}
+    nodes, _ = await client.list(NODES)
+    with_devices = set(view.allocator.snapshot.node_names())
+    kept = {
+        name: why
+        for name, why in kept_off(pod.to_wire(), [n.to_wire() for n in nodes]).items()
+        if name in with_devices
+    }
+    return replace(view, nodes=[n for n in view.nodes if n.name not in kept]), kept
+
+
+def _nowhere(claim: ResourceClaim, note: str) -> Answer:
+    """An unallocated claim of a pod that kube-scheduler's node filters keep off every node publishing devices:
+    no scheduler allocates it while they do (the pod's notes name the nodes and why)."""
+    from gpudra.allocator import claim_key
+    from gpudra.cli.explainoutput import STRANDED, Answer
+
+    words = (
+        "kube-scheduler allocates a pod's claims only on a node the pod may go to, and its node filters leave"
+        " none of the nodes that publish devices"
+    )
+    return Answer(claim_key(claim), STRANDED, reason="NoNodeForPod", words=words, note=note)
 
 
 async def _kubelet_warning(
@@ -203,33 +240,33 @@ def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str
     return Answer(key, PENDING, explanation=explanation(view, claim, outcome, plan), plan=plan, note=note)
 
 
-def _print(answers: list[Answer], warning: KubeletWarning | None, args: argparse.Namespace) -> None:
-    from dataclasses import asdict
-
+def _print(answers: list[Answer], notes: PodNotes, args: argparse.Namespace) -> None:
     from rich.console import Console
 
-    from gpudra.cli.explainoutput import WIDTH, answer_data, kubelet_report, short_report, wide_report
+    from gpudra.cli.explainoutput import WIDTH, answer_data, short_report, wide_report
     from gpudra.reports import print_fitted
 
     if args.output == "json":
         data = [answer_data(a) for a in answers]
         pod = {"pod": f"{args.namespace}/{args.name}", "claims": data}
         body: dict[str, Any] = pod if args.kind == "pod" else data[0]
-        if warning is not None:
-            body["kubelet"] = asdict(warning)
+        body.update(notes.data())
         sys.stdout.write(json.dumps(body, indent=2) + "\n")
         return
-    tail = [kubelet_report(warning)] if warning is not None else []
     if args.output == "wide":
         console, shipped = Console(), _shipped(args.driver_name)
-        for report in [*(wide_report(answer, shipped) for answer in answers), *tail]:
+        reports = [*notes.head(limit=None), *(wide_report(a, shipped) for a in answers), *notes.tail()]
+        for report in reports:
             print_fitted(console, report)
         return
     console = Console()
     console.width = min(console.width, WIDTH) if console.is_terminal else WIDTH
     with console.capture() as captured:
-        for i, report in enumerate([*(short_report(answer) for answer in answers), *tail]):
-            if i:
+        head = notes.head()
+        for line in head:
+            console.print(line)
+        for i, report in enumerate([*(short_report(answer) for answer in answers), *notes.tail()]):
+            if i or head:
                 console.print()
             console.print(report)
     sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))

@@ -6,8 +6,8 @@ one cannot fit."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import asdict, dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -29,6 +29,8 @@ from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 WIDTH = 80
 NEAREST = 5
 """Rows of the default output's node table."""
+KEPT_OFF_SHOWN = 5
+"""Nodes the pod cannot go to, named by the default output."""
 ALLOCATED, FITS, PENDING, STRANDED = "allocated", "fits", "pending", "stranded"
 """STRANDED: unallocated, and no scheduler will allocate it (``gpudra.planning.boundclaims``)."""
 
@@ -113,10 +115,48 @@ def _not_prepared(answer: Answer) -> list[Text]:
     return [*lines, Text(RETRY_WORDS)]
 
 
-def kubelet_report(warning: KubeletWarning) -> RenderableType:
-    """The kubelet's Warning on the pod (``explain pod``), where no claim's status says why it waits."""
-    first, *rest = kubelet_warning_words(warning)
-    return Group(Text(first, style="bold red"), *(Text(line) for line in rest))
+@dataclass(frozen=True)
+class PodNotes:
+    """What ``explain pod`` says of the pod itself, beside its claims: the nodes publishing devices that
+    kube-scheduler's node filters keep it off (``gpudra.planning.podnodes``), and the kubelet's Warning that it
+    could not prepare its claims (``gpudra.planning.preparestatus``)."""
+
+    nodes: int = 0
+    """Nodes that publish devices."""
+    kept_off: Mapping[str, str] = field(default_factory=dict)
+    """Node -> what keeps the pod off it."""
+    kubelet: KubeletWarning | None = None
+
+    def head(self, limit: int | None = KEPT_OFF_SHOWN) -> list[RenderableType]:
+        """Said before the claims: the nodes the pod cannot go to (the first ``limit``; None: all)."""
+        if not self.kept_off:
+            return []
+        named = sorted(self.kept_off.items())
+        shown = named if limit is None else named[:limit]
+        lines = [f"  {node}: {why}" for node, why in shown]
+        if len(named) > len(shown):
+            lines.append(f"  and {len(named) - len(shown)} more: -o wide")
+        if len(self.kept_off) < self.nodes:
+            off = f"{len(self.kept_off)} of {self.nodes} nodes"
+        else:
+            off = f"all {self.nodes} nodes" if self.nodes > 1 else "the only node"
+        title = f"kube-scheduler's node filters keep the pod off {off} with devices:"
+        return [Text(title, style="bold"), *(Text(x) for x in lines)]
+
+    def tail(self) -> list[RenderableType]:
+        """Said after the claims: the kubelet's Warning, where no claim's status says why the pod waits."""
+        if self.kubelet is None:
+            return []
+        first, *rest = kubelet_warning_words(self.kubelet)
+        return [Group(Text(first, style="bold red"), *(Text(line) for line in rest))]
+
+    def data(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.kept_off:
+            out["keptOff"] = [{"node": n, "reason": why} for n, why in sorted(self.kept_off.items())]
+        if self.kubelet is not None:
+            out["kubelet"] = asdict(self.kubelet)
+        return out
 
 
 def _devices(answer: Answer) -> str:

@@ -17,6 +17,7 @@ from gpudra.allocator import NodeInfo
 from gpudra.cluster.controlplane import predicates
 from gpudra.cluster.controlplane.state import ClusterState
 from gpudra.kube.events import EventRecorder
+from gpudra.planning.podnodes import node_affinity, taints
 
 _FINISHED = ("Succeeded", "Failed")
 _CACHE_LIMIT = 256
@@ -122,9 +123,7 @@ class NodeFilter:
 
     def _static_reason(self, pod: dict[str, Any], node: NodeInfo) -> str | None:
         body = self._state.nodes.cache.get(("", node.name)) or {}
-        return predicates.taints(pod, body) or predicates.node_affinity(
-            pod, body
-        )  # kube-scheduler's plugin order
+        return taints(pod, body) or node_affinity(pod, body)  # kube-scheduler's plugin order
 
     def _dynamic_reasons(
         self,

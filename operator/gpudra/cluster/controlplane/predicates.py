@@ -1,9 +1,10 @@
 """kube-scheduler's filters for what GPU workloads use, as pure functions over pods and nodes (wire dicts).
 
-NodeUnschedulable, NodeAffinity (``nodeSelector`` and required node affinity, matchExpressions and matchFields),
-TaintToleration (NoSchedule and NoExecute taints must be tolerated), NodeResourcesFit (cpu, memory, pods and any
-other allocatable resource against the requests of the pods on the node; a container's limits stand in for
-absent requests, init containers count by their largest) and InterPodAffinity (required pod affinity and
+NodeUnschedulable, NodeAffinity (``nodeSelector`` and required node affinity, matchExpressions and matchFields) and
+TaintToleration (NoSchedule and NoExecute taints must be tolerated) are in ``gpudra.planning.podnodes``, which
+``gpudra explain`` shares; here NodeResourcesFit (cpu, memory, pods and any other allocatable resource against the
+requests of the pods on the node; a container's limits stand in for absent requests, init containers count by
+their largest) and InterPodAffinity (required pod affinity and
 anti-affinity with any ``topologyKey``, and the anti-affinity of the pods already placed). Each filter answers
 None when the node passes, else kube-scheduler's reason, and :func:`unschedulable_message` words a failure as
 kube-scheduler does (``0/4 nodes are available: 3 node(s) didn't match pod anti-affinity rules, ...``).
@@ -22,12 +23,9 @@ from typing import Any
 from gpudra.api.quantity import parse_quantity
 from gpudra.cluster.apiserver.podadmission import SYSTEM_PRIORITY_CLASSES
 from gpudra.errors import InvalidInputError
+from gpudra.planning.podnodes import labels_of, requirement_met
 
 Obj = Mapping[str, Any]
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
-NODE_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
-UNSCHEDULABLE = "node(s) were unschedulable"
-UNTOLERATED = "node(s) had untolerated taint(s)"
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
@@ -78,90 +76,6 @@ def allocatable(node: Obj) -> dict[str, int]:
     return {name: quantity(value, name) for name, value in found.items()}
 
 
-# ---- node filters --------------------------------------------------------------------------------------------
-def _labels(obj: Obj) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("labels") or {}
-
-
-def _number(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _requirement(requirement: Obj, labels: Mapping[str, str]) -> bool:
-    key, operator = str(requirement.get("key") or ""), requirement.get("operator")
-    values = [str(v) for v in requirement.get("values") or ()]
-    present = key in labels
-    if operator == "In":
-        return present and labels[key] in values
-    if operator == "NotIn":
-        return not present or labels[key] not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and len(values) == 1:
-        have, bound = _number(labels[key]), _number(values[0])
-        if have is None or bound is None:
-            return False
-        return have > bound if operator == "Gt" else have < bound
-    return False
-
-
-def _term(term: Obj, node: Obj) -> bool:
-    expressions, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not expressions and not fields:
-        return False  # an empty term matches no node
-    labels = _labels(node)
-    name = {"metadata.name": str((node.get("metadata") or {}).get("name") or "")}
-    return all(_requirement(r, labels) for r in expressions) and all(_requirement(r, name) for r in fields)
-
-
-def node_affinity(pod: Obj, node: Obj) -> str | None:
-    """NodeAffinity: every nodeSelector label, and one of the required node affinity terms."""
-    spec = pod.get("spec") or {}
-    labels = _labels(node)
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return NODE_SELECTOR
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {})  # fmt: skip
-    terms = required.get("nodeSelectorTerms")
-    if terms is not None and not any(_term(t, node) for t in terms):
-        return NODE_SELECTOR
-    return None
-
-
-def _tolerated(taint: Obj, tolerations: Sequence[Obj]) -> bool:
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key") or ""
-        if toleration.get("operator") == "Exists":
-            if not key or key == taint.get("key"):
-                return True
-        elif key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
-def taints(pod: Obj, node: Obj) -> str | None:
-    """NodeUnschedulable and TaintToleration: a cordoned node and NoSchedule / NoExecute taints must be
-    tolerated (PreferNoSchedule is a preference)."""
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    spec = node.get("spec") or {}
-    cordon = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
-    if spec.get("unschedulable") and not _tolerated(cordon, tolerations):
-        return UNSCHEDULABLE
-    for taint in spec.get("taints") or ():
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, tolerations):
-            return UNTOLERATED
-    return None
-
-
 def resources(requests: Mapping[str, int], free: Mapping[str, int]) -> list[str]:
     """NodeResourcesFit: every resource the pod asks for that the node has too little of left."""
     reasons = []
@@ -199,13 +113,13 @@ def _selector(selector: Obj | None, labels: Mapping[str, str]) -> bool:
         return False
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
         return False
-    return all(_requirement(r, labels) for r in selector.get("matchExpressions") or ())
+    return all(requirement_met(r, labels) for r in selector.get("matchExpressions") or ())
 
 
 def _with_label_keys(term: Obj, pod: Obj) -> Obj | None:
     """The term's selector with matchLabelKeys / mismatchLabelKeys resolved against the incoming pod."""
     selector = dict(term.get("labelSelector") or {}) if term.get("labelSelector") is not None else None
-    labels = _labels(pod)
+    labels = labels_of(pod)
     extra = [
         {"key": k, "operator": "In", "values": [labels[k]]}
         for k in term.get("matchLabelKeys") or ()
@@ -269,9 +183,9 @@ class AffinityView:
 
 def inter_pod_affinity(pod: Obj, node: Obj, view: AffinityView) -> str | None:
     """InterPodAffinity: the anti-affinity of placed pods, then the pod's required anti-affinity and affinity."""
-    labels = _labels(node)
+    labels = labels_of(node)
     meta = pod.get("metadata") or {}
-    namespace, pod_labels = str(meta.get("namespace") or ""), _labels(pod)
+    namespace, pod_labels = str(meta.get("namespace") or ""), labels_of(pod)
     for other in view.guards:
         owner = {"metadata": {"namespace": other.namespace, "labels": other.labels}}
         for term in other.anti_affinity:
