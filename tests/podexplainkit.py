@@ -255,7 +255,8 @@ async def web_view_card(cluster: EmbeddedCluster, fragment: str, reason: str) ->
         async with aiohttp.ClientSession() as session, session.get(url) as response:
             page = await response.text()
         start = page.find(f'data-frag="{fragment}')
-        found = page[start : page.find("</div>", start)] if start >= 0 else ""
+        ends = [i for i in (page.find("data-frag=", start + 1), page.find("</section>", start)) if i >= 0]
+        found = page[start : min(ends)] if start >= 0 else ""  # up to the next fragment or the section's end
         return found if f'data-reason="{reason}"' in found else ""
 
     return await eventually(
@@ -390,6 +391,16 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     status, out = await gpudra_explain(cluster, "pod", "nowhere")
     assert out.startswith("kube-scheduler's node filters keep the pod off all 2 nodes with devices:\n"), out
     assert f"claim default/{claim} will not be allocated (NoNodeForPod)" in out, out
+    if not cluster.web_url:
+        return
+    card = await web_view_card(cluster, f"pending/default/{claim}", "NoNodeForPod")
+    assert "its pod&#x27;s node filters leave no node with devices" in card, card
+    assert "<li>l4x4-0: does not match the pod&#x27;s nodeSelector pool=none</li>" in card, card
+    picky = await web_view_card(
+        cluster, f"pending/default/{await claim_of(cluster, 'picky')}", "InsufficientDevices"
+    )
+    assert "<li>dgx-h100-0: taint dedicated=train:NoSchedule not tolerated</li>" in picky, picky
+    assert "fits on node" not in picky, picky
 
 
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:

@@ -155,4 +155,4 @@ async def test_an_allocated_claim_exits_0_and_bad_input_exits_2(cluster: Embedde
 async def test_a_pod_is_explained_over_the_nodes_its_filters_let_it_go_to(
     start_cluster: StartCluster,
 ) -> None:
-    await check_node_filters_are_explained(await start_cluster("dgx-h100:1,l4x4:1"))
+    await check_node_filters_are_explained(await start_cluster("dgx-h100:1,l4x4:1", web_port=0))

@@ -71,7 +71,7 @@ async def test_a_pod_is_explained_over_the_nodes_kube_schedulers_filters_let_it_
     start_kubernetes: StartKubernetes,
 ) -> None:
     """gpudra explain names the nodes the pod cannot go to as kube-scheduler counts them."""
-    cluster = await start_kubernetes("dgx-h100:1,l4x4:1")
+    cluster = await start_kubernetes("dgx-h100:1,l4x4:1", web_port=0)
     await check_node_filters_are_explained(cluster)
 
     async def scheduler_said(pod: str) -> list[str]:

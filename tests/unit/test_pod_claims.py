@@ -15,6 +15,7 @@ from gpudra.planning.podclaims import (
     implicit_claims,
     may_wait_on_claims,
     pod_claims,
+    waiting_pod_of,
 )
 
 MAPPING = extended_resource_classes(
@@ -193,3 +194,26 @@ def test_only_waiting_pods_without_their_claim_get_an_implicit_one() -> None:
         "ml/trainer-extended-resources",
         "implicit:pod-uid",
     )
+
+
+def test_the_pod_a_claim_is_for() -> None:
+    """The web view explains a pending claim over the nodes its pod may go to: which pod is that."""
+    trainer = pod(
+        [limits({"nvidia.com/gpu": 1})], resourceClaims=[{"name": "spare", "resourceClaimName": "one-gpu"}]
+    )
+    other = Pod.model_validate(
+        {**trainer.to_wire(), "metadata": {"name": "another", "namespace": "ml", "uid": "u2"}}
+    )
+    elsewhere = Pod.model_validate(
+        {**trainer.to_wire(), "metadata": {"name": "a-pod", "namespace": "other", "uid": "u3"}}
+    )
+    pods = [trainer, other, elsewhere]
+    assert waiting_pod_of(owned("trainer-gpus-x", TEMPLATED), pods) is trainer  # controlled by it
+    (imagined,) = implicit_claims([trainer], [], MAPPING)
+    assert waiting_pod_of(imagined.metadata, pods) is trainer  # the claim kube-scheduler would make for it
+    named = ObjectMeta(name="one-gpu", namespace="ml")
+    assert waiting_pod_of(named, pods) is other  # both name it: the first by name, in the claim's namespace
+    assert (
+        waiting_pod_of(owned("gone-gpus-x", TEMPLATED, owner="gone"), pods) is None
+    )  # its pod is not waiting
+    assert waiting_pod_of(ObjectMeta(name="unused", namespace="ml"), pods) is None

@@ -77,3 +77,15 @@ def test_summary_counts_claims_not_prepared_only_when_there_are_some() -> None:
     assert quiet["pending"] == "1" and "not prepared" not in quiet
     failing = dict((label, n) for label, n in stats.findall(summary_fragment([mig_node()], 0, 3, 2)))
     assert (failing["pending"], failing["not prepared"]) == ("0", "2")
+
+
+def test_the_nodes_a_pending_claims_pod_cannot_go_to_are_listed_after_its_explanation() -> None:
+    kept = tuple((f"n{i}", f"taint t{i}=x:NoSchedule not tolerated") for i in range(7))
+    text = pending_fragment(PendingCard("ns", "c", "InsufficientDevices", "needs 9", (), kept_off=kept))
+    listed = text.index("nodes its pod cannot go to (kube-scheduler&#x27;s node filters)")
+    assert (
+        listed
+        < text.index("<li>n0: taint t0=x:NoSchedule not tolerated</li>")
+        < text.index("<summary>2 more")
+    )
+    assert text.index("<summary>2 more") < text.index("<li>n5: ")  # the first five shown, the rest folded

@@ -123,23 +123,14 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
 async def _pod_view(client: KubeClient, pod: Pod) -> tuple[ClusterView, dict[str, str]]:
     """The cluster's view for the pod: for a pod not bound yet, only the nodes kube-scheduler's node filters let
     it go to, with what keeps it off each of the others that publish devices."""
-    from dataclasses import replace
-
-    from gpudra.controller.explaining import load_view
+    from gpudra.controller.explaining import load_view, pod_view
     from gpudra.kube.resources import NODES
-    from gpudra.planning.podnodes import kept_off
 
     view = await load_view(client)
     if pod.spec.node_name:
         return view, {}
     nodes, _ = await client.list(NODES)
-    with_devices = set(view.allocator.snapshot.node_names())
-    kept = {
-        name: why
-        for name, why in kept_off(pod.to_wire(), [n.to_wire() for n in nodes]).items()
-        if name in with_devices
-    }
-    return replace(view, nodes=[n for n in view.nodes if n.name not in kept]), kept
+    return pod_view(view, pod.to_wire(), [n.to_wire() for n in nodes])
 
 
 def _nowhere(claim: ResourceClaim, note: str) -> Answer:
@@ -147,12 +138,13 @@ def _nowhere(claim: ResourceClaim, note: str) -> Answer:
     no scheduler allocates it while they do (the pod's notes name the nodes and why)."""
     from gpudra.allocator import claim_key
     from gpudra.cli.explainoutput import STRANDED, Answer
+    from gpudra.planning.podnodes import NO_NODE_REASON
 
     words = (
         "kube-scheduler allocates a pod's claims only on a node the pod may go to, and its node filters leave"
         " none of the nodes that publish devices"
     )
-    return Answer(claim_key(claim), STRANDED, reason="NoNodeForPod", words=words, note=note)
+    return Answer(claim_key(claim), STRANDED, reason=NO_NODE_REASON, words=words, note=note)
 
 
 async def _kubelet_warning(

@@ -10,8 +10,8 @@ fails only that node). Nothing is written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpudra.allocator import (
@@ -37,6 +37,7 @@ from gpudra.mig import (
     DemandPlan,
 )
 from gpudra.planning.migmodels import FleetMigModels
+from gpudra.planning.podnodes import kept_off
 
 Outcome = Allocation | Failure | NodesFailure
 DETAIL_NODES = 16
@@ -118,6 +119,19 @@ async def load_view(client: KubeClient, *, skip_claim_uid: str | None = None) ->
     return build_view(
         slices, classes, claims, namespaces, nodes, skip_claim_uid=skip_claim_uid, kube_minor=minor
     )
+
+
+def pod_view(
+    view: ClusterView, pod: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]
+) -> tuple[ClusterView, dict[str, str]]:
+    """Pure: ``view`` over the nodes kube-scheduler's node filters let ``pod`` (not bound yet, a wire object) go
+    to, and what keeps it off each of the others that publish devices (``gpudra.planning.podnodes``; ``nodes``:
+    every node, wire objects): a claim of the pod is allocated only on a node the pod may go to."""
+    with_devices = set(view.allocator.snapshot.node_names())
+    kept = {name: why for name, why in kept_off(pod, nodes).items() if name in with_devices}
+    if not kept:
+        return view, {}
+    return replace(view, nodes=[n for n in view.nodes if n.name not in kept]), kept
 
 
 def explain(view: ClusterView, claim: ResourceClaim) -> Outcome:

@@ -199,6 +199,24 @@ def pod_owner(meta: ObjectMeta) -> OwnerReference | None:
     return next((o for o in meta.owner_references or [] if o.controller and o.kind == "Pod"), None)
 
 
+def waiting_pod_of(claim: ObjectMeta, pods: Iterable[Pod]) -> Pod | None:
+    """Of ``pods``, the one the claim is for: the pod that controls it (a template's or an extended-resource
+    claim), the pod an imagined claim (:func:`implicit_claim`) stands for, else the first by name that names it in
+    ``spec.resourceClaims``."""
+    owner = pod_owner(claim)
+    uids = {owner.uid} if owner is not None else set()
+    if claim.uid and claim.uid.startswith("implicit:"):
+        uids.add(claim.uid.removeprefix("implicit:"))
+    mine = [p for p in pods if p.metadata.namespace == claim.namespace]
+    found = next((p for p in mine if p.metadata.uid in uids), None)
+    if found is not None or uids:
+        return found
+    naming = [
+        p for p in mine if any(c.resource_claim_name == claim.name for c in p.spec.resource_claims or [])
+    ]
+    return min(naming, key=lambda p: p.metadata.name or "", default=None)
+
+
 def owned_by_pods(claims: Iterable[ObjectMeta]) -> dict[str, list[ObjectMeta]]:
     """pod uid -> the metadata of the claims that pod controls."""
     owned: dict[str, list[ObjectMeta]] = {}

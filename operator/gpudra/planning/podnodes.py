@@ -15,6 +15,9 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NODE_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 UNSCHEDULABLE = "node(s) were unschedulable"
 UNTOLERATED = "node(s) had untolerated taint(s)"
+NO_NODE_REASON = "NoNodeForPod"
+"""What ``gpudra explain`` and the web view say of a claim whose pod the node filters keep off every node with
+devices."""
 _CORDON: Obj = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
 """What NodeUnschedulable asks a pod to tolerate on a cordoned node (``spec.unschedulable``)."""
 

@@ -15,6 +15,7 @@ from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, Compute
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import Condition
 from gpudra.api.miglayout import MigLayout, MigLayoutStatus
+from gpudra.planning.podnodes import NO_NODE_REASON
 from gpudra.planning.preparestatus import RETRY_WORDS, NotPrepared, not_prepared_words
 
 
@@ -108,17 +109,39 @@ class PendingCard:
     nodes: tuple[NodeLine, ...] = ()
     closest: tuple[ClosestDevice, ...] = ()
     fits_on: str | None = None  # it would fit now (the scheduler has not got to it yet)
+    kept_off: tuple[tuple[str, str], ...] = ()
+    """The nodes with devices its pod cannot go to, and why (``gpudra.planning.podnodes``): it is explained over
+    the others."""
 
 
-def pending_card(claim: ResourceClaim, outcome: Explanation | str) -> PendingCard:
-    """A pending claim with its explanation, or with the node it would fit on now."""
+def pending_card(
+    claim: ResourceClaim, outcome: Explanation | str, kept_off: Mapping[str, str] | None = None
+) -> PendingCard:
+    """A pending claim with its explanation, or with the node it would fit on now; ``kept_off``: the nodes its pod
+    cannot go to, which the explanation left out."""
     namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
+    kept = tuple(sorted((kept_off or {}).items()))
     if isinstance(outcome, str):
         headline = f"fits on node {outcome} now; waiting for the scheduler (or for a pod that uses it)"
-        return PendingCard(namespace, name, "", headline, fits_on=outcome)
+        return PendingCard(namespace, name, "", headline, fits_on=outcome, kept_off=kept)
     return PendingCard(
-        namespace, name, outcome.reason, outcome.headline, outcome.sentences, outcome.nodes, outcome.closest
+        namespace,
+        name,
+        outcome.reason,
+        outcome.headline,
+        outcome.sentences,
+        outcome.nodes,
+        outcome.closest,
+        kept_off=kept,
     )
+
+
+def nowhere_card(claim: ResourceClaim, kept_off: Mapping[str, str]) -> PendingCard:
+    """A pending claim whose pod kube-scheduler's node filters keep off every node that publishes devices: no
+    scheduler allocates it while they do."""
+    namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
+    headline = "will not be allocated: its pod's node filters leave no node with devices"
+    return PendingCard(namespace, name, NO_NODE_REASON, headline, kept_off=tuple(sorted(kept_off.items())))
 
 
 def stranded_card(claim: ResourceClaim, reason: str, words: str) -> PendingCard:

@@ -265,15 +265,22 @@ def pending_fragment(card: PendingCard) -> str:
             )
     if card.closest:
         items = [f"<li>{_e(c.node)}/{_e(c.device)} ({_e(c.kind)}): {_e(c.miss)}</li>" for c in card.closest]
-        parts.append(
-            f'<p class="muted">closest devices</p><ul class="closest">{"".join(items[:CLOSEST_SHOWN])}</ul>'
-        )
-        if items[CLOSEST_SHOWN:]:
-            more = "".join(items[CLOSEST_SHOWN:])
-            summary = f"<summary>{len(items) - CLOSEST_SHOWN} more</summary>"
-            parts.append(f'<details>{summary}<ul class="closest">{more}</ul></details>')
+        parts += _folded_list("closest devices", items)
+    if card.kept_off:
+        items = [f"<li>{_e(node)}: {_e(why)}</li>" for node, why in card.kept_off]
+        parts += _folded_list("nodes its pod cannot go to (kube-scheduler's node filters)", items)
     body = f"<details>{''.join(parts)}</details>"  # folded: one line per claim above the fleet
     return _frag("pending", key, "card pending", body, claim=key, reason=card.reason)
+
+
+def _folded_list(title: str, items: Sequence[str]) -> list[str]:
+    """A titled list of ``<li>`` items, the first ``CLOSEST_SHOWN`` shown and the rest folded away."""
+    parts = [f'<p class="muted">{_e(title)}</p><ul class="closest">{"".join(items[:CLOSEST_SHOWN])}</ul>']
+    if items[CLOSEST_SHOWN:]:
+        more = "".join(items[CLOSEST_SHOWN:])
+        summary = f"<summary>{len(items) - CLOSEST_SHOWN} more</summary>"
+        parts.append(f'<details>{summary}<ul class="closest">{more}</ul></details>')
+    return parts
 
 
 # ---------------------------------------------------------------- ComputeDomains and MigLayouts

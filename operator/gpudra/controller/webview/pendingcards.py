@@ -15,27 +15,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.allocator import DEFAULT_KUBE_MINOR, Allocation
+from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
-from gpudra.controller.explaining import explain, explanation, view_from_wire
+from gpudra.controller.explaining import explain, explanation, pod_view, view_from_wire
 from gpudra.errors import GpudraError
 from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import plan_pending
-from gpudra.planning.workloads import PendingCard, pending_card
+from gpudra.planning.podclaims import waiting_pod_of
+from gpudra.planning.workloads import PendingCard, nowhere_card, pending_card
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 
 Body = dict[str, Any]
-EXPLAINED_FROM = ("nodes", "slices", "claims", "classes", "namespaces")
-"""The kinds an explanation reads (keys of the web view's watched objects)."""
+EXPLAINED_FROM = ("nodes", "slices", "claims", "classes", "namespaces", "pods")
+"""The kinds an explanation reads (keys of the web view's watched objects; the pods are those not bound yet)."""
 
 
 def explain_pending(
     objects: Mapping[str, list[Body]], pending: list[Body], driver: str, limit: int, kube_minor: int
 ) -> dict[str, PendingCard]:
     """Pure (and slow on large fleets): claim uid -> its card, for the oldest ``limit`` pending claims, explained
-    as ``gpudra explain`` and the controller's Events do (the MIG planner serving them together), following the
-    allocator of Kubernetes 1.``kube_minor``. Runs in the worker process, which is sent wire objects."""
+    as ``gpudra explain`` does (the MIG planner serving them together), each over the nodes its waiting pod may go
+    to, following the allocator of Kubernetes 1.``kube_minor``. Runs in the worker process, which is sent wire
+    objects."""
     view = view_from_wire(
         objects["slices"],
         objects["classes"],
@@ -52,11 +55,19 @@ def explain_pending(
     except GpudraError as exc:
         log.warning("the MIG planner failed for the web view", error=str(exc))
         plan = None
+    pods = {p.metadata.uid: p for p in (Pod.model_validate(b) for b in objects["pods"])}
+    raw_pods = {str(b["metadata"].get("uid")): b for b in objects["pods"]}
+    devices_on = len(view.allocator.snapshot.node_names())
     cards: dict[str, PendingCard] = {}
     for claim in oldest:
-        outcome = explain(view, claim)
-        said = outcome.node if isinstance(outcome, Allocation) else explanation(view, claim, outcome, plan)
-        cards[claim.metadata.uid or ""] = pending_card(claim, said)
+        pod = waiting_pod_of(claim.metadata, pods.values())
+        seen, kept = pod_view(view, raw_pods[pod.metadata.uid or ""], objects["nodes"]) if pod else (view, {})
+        if kept and len(kept) >= devices_on:
+            cards[claim.metadata.uid or ""] = nowhere_card(claim, kept)
+            continue
+        outcome = explain(seen, claim)
+        said = outcome.node if isinstance(outcome, Allocation) else explanation(seen, claim, outcome, plan)
+        cards[claim.metadata.uid or ""] = pending_card(claim, said, kept)
     return cards
 
 
