@@ -359,7 +359,7 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     dgx-h100-0", exit 0); a pod whose nodeSelector matches no node gets no claim allocated at all."""
     await kubectl(cluster, "taint", "nodes", "dgx-h100-0", "dedicated=train:NoSchedule")
     await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("picky", 8))
-    await claim_of(cluster, "picky")
+    picky = await claim_of(cluster, "picky")
     status, out = await gpudra_explain(cluster, "pod", "picky")
     lines = out.splitlines()
     assert status == 1, out
@@ -368,6 +368,11 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
         "  dgx-h100-0: taint dedicated=train:NoSchedule not tolerated",
     ], out
     assert "does not fit" in out and "l4x4-0" in out and "fits now" not in out, out
+    # the claim alone is explained for its pod too
+    status, by_claim = await gpudra_explain(cluster, "claim", picky)
+    assert status == 1 and by_claim.splitlines()[:2] == lines[:2], by_claim
+    said = " ".join(by_claim.split())
+    assert f"claim default/{picky}: explained for its pod picky, over the nodes that pod may go to" in said
 
     manifest = gpus_pod("nowhere", 1).replace(
         "spec:\n  containers:", "spec:\n  nodeSelector: {pool: none}\n  containers:"
@@ -391,16 +396,16 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     status, out = await gpudra_explain(cluster, "pod", "nowhere")
     assert out.startswith("kube-scheduler's node filters keep the pod off all 2 nodes with devices:\n"), out
     assert f"claim default/{claim} will not be allocated (NoNodeForPod)" in out, out
+    status, out = await gpudra_explain(cluster, "claim", claim)
+    assert status == 1 and f"claim default/{claim} will not be allocated (NoNodeForPod)" in out, out
     if not cluster.web_url:
         return
     card = await web_view_card(cluster, f"pending/default/{claim}", "NoNodeForPod")
     assert "its pod&#x27;s node filters leave no node with devices" in card, card
     assert "<li>l4x4-0: does not match the pod&#x27;s nodeSelector pool=none</li>" in card, card
-    picky = await web_view_card(
-        cluster, f"pending/default/{await claim_of(cluster, 'picky')}", "InsufficientDevices"
-    )
-    assert "<li>dgx-h100-0: taint dedicated=train:NoSchedule not tolerated</li>" in picky, picky
-    assert "fits on node" not in picky, picky
+    shown = await web_view_card(cluster, f"pending/default/{picky}", "InsufficientDevices")
+    assert "<li>dgx-h100-0: taint dedicated=train:NoSchedule not tolerated</li>" in shown, shown
+    assert "fits on node" not in shown, shown
 
 
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:

@@ -58,7 +58,15 @@ async def _answers(client: KubeClient, args: argparse.Namespace) -> tuple[list[A
         return await _pod_answers(client, args)
     claim = await _get(client, RESOURCE_CLAIMS, args.name, args.namespace)
     stranded = await _stranded(client, claim)
-    return [stranded or _answer(await load_view(client), claim, args.driver_name)], PodNotes()
+    if stranded is not None:
+        return [stranded], PodNotes()
+    pod = await _waiting_pod(client, claim) if claim.allocation is None else None
+    if pod is None:
+        return [_answer(await load_view(client), claim, args.driver_name)], PodNotes()
+    view, kept = await _pod_view(client, pod)
+    note = f"explained for its pod {pod.metadata.name}, over the nodes that pod may go to" if kept else ""
+    answer = _answer_for_pod(view, kept, claim, args.driver_name, note)
+    return [answer], PodNotes(nodes=len(view.allocator.snapshot.node_names()), kept_off=kept)
 
 
 async def _get(client: KubeClient, resource: TypedResource[T], name: str, namespace: str) -> T:
@@ -92,7 +100,6 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
         raise ConfigurationError(f"pod {args.namespace}/{args.name} has no resource claims")
     templates = {c.name: c.resource_claim_template_name for c in pod.spec.resource_claims or []}
     view, kept = await _pod_view(client, pod)
-    devices_on = len(view.allocator.snapshot.node_names())
     answers: list[Answer] = []
     made: list[ResourceClaim] = []
     for entry in entries:
@@ -112,12 +119,20 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
             template = await _get(client, RESOURCE_CLAIM_TEMPLATES, template_name, args.namespace)
             claim = claim_from_template(pod, entry.pod_claim, template)
             note = f"not created yet; explained as the claim template {template_name} makes"
-        if claim.allocation is None and kept and len(kept) >= devices_on:
-            answers.append(_nowhere(claim, note))
-        else:
-            answers.append(_answer(view, claim, args.driver_name, note))
+        answers.append(_answer_for_pod(view, kept, claim, args.driver_name, note))
     warning = await _kubelet_warning(client, pod, made) if len(made) == len(entries) else None
+    devices_on = len(view.allocator.snapshot.node_names())
     return answers, PodNotes(nodes=devices_on, kept_off=kept, kubelet=warning)
+
+
+async def _waiting_pod(client: KubeClient, claim: ResourceClaim) -> Pod | None:
+    """The pod not bound yet that the claim is for (``gpudra.planning.podclaims.waiting_pod_of``), if one waits."""
+    from gpudra.kube.resources import PODS
+    from gpudra.planning.podclaims import may_wait_on_claims, waiting_pod_of
+
+    unbound, _ = await client.list(PODS, claim.metadata.namespace, field_selector="spec.nodeName=")
+    pod = waiting_pod_of(claim.metadata, unbound)
+    return pod if pod is not None and may_wait_on_claims(pod) else None
 
 
 async def _pod_view(client: KubeClient, pod: Pod) -> tuple[ClusterView, dict[str, str]]:
@@ -133,12 +148,18 @@ async def _pod_view(client: KubeClient, pod: Pod) -> tuple[ClusterView, dict[str
     return pod_view(view, pod.to_wire(), [n.to_wire() for n in nodes])
 
 
-def _nowhere(claim: ResourceClaim, note: str) -> Answer:
-    """An unallocated claim of a pod that kube-scheduler's node filters keep off every node publishing devices:
-    no scheduler allocates it while they do (the pod's notes name the nodes and why)."""
+def _answer_for_pod(
+    view: ClusterView, kept: dict[str, str], claim: ResourceClaim, driver_name: str, note: str
+) -> Answer:
+    """:func:`_answer` over the pod's view (:func:`_pod_view`); for an unallocated claim whose pod kube-scheduler's
+    node filters keep off every node publishing devices, that no scheduler allocates it while they do (the
+    pod's notes name the nodes and why)."""
     from gpudra.allocator import claim_key
     from gpudra.cli.explainoutput import STRANDED, Answer
     from gpudra.planning.podnodes import NO_NODE_REASON
+
+    if claim.allocation is not None or not kept or len(kept) < len(view.allocator.snapshot.node_names()):
+        return _answer(view, claim, driver_name, note)
 
     words = (
         "kube-scheduler allocates a pod's claims only on a node the pod may go to, and its node filters leave"
