@@ -1,8 +1,9 @@
 """What ``gpudra explain`` prints for each claim: by default the sentence and a short table of the nearest nodes,
 within 80 columns; ``-o wide`` everything (``gpudra.reports``: per-request numbers, closest devices, selectors,
 the MIG planner's section); ``-o json`` the same as data. An allocated claim its driver could not prepare says
-so, with the driver's reason. Exit status: 0 when every claim fits now (or is allocated, prepared or not), 1 when
-one cannot fit."""
+so, with the driver's reason. For a pod, :class:`PodNotes` come before and after its claims: the nodes its node
+filters keep it off, and the kubelet's Warning where no driver said why. Exit status: 0 when every claim fits now
+(or is allocated, prepared or not), 1 when one cannot fit."""
 
 from __future__ import annotations
 

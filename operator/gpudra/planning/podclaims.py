@@ -110,9 +110,12 @@ def extended_claim_spec(requests: Iterable[ExtendedRequest]) -> ResourceClaimSpe
     )
 
 
+_IMPLICIT = "implicit:"
+
+
 def implicit_uid(pod_uid: str) -> str:
     """The uid of the claim kube-scheduler would make for a pod's extended resources (no real claim has it)."""
-    return f"implicit:{pod_uid}"
+    return f"{_IMPLICIT}{pod_uid}"
 
 
 def implicit_claim(pod: Pod, requests: Iterable[ExtendedRequest]) -> ResourceClaim:
@@ -205,8 +208,8 @@ def waiting_pod_of(claim: ObjectMeta, pods: Iterable[Pod]) -> Pod | None:
     ``spec.resourceClaims``."""
     owner = pod_owner(claim)
     uids = {owner.uid} if owner is not None else set()
-    if claim.uid and claim.uid.startswith("implicit:"):
-        uids.add(claim.uid.removeprefix("implicit:"))
+    if claim.uid and claim.uid.startswith(_IMPLICIT):
+        uids.add(claim.uid.removeprefix(_IMPLICIT))
     mine = [p for p in pods if p.metadata.namespace == claim.namespace]
     found = next((p for p in mine if p.metadata.uid in uids), None)
     if found is not None or uids:

@@ -4,11 +4,11 @@ NodeUnschedulable, NodeAffinity (``nodeSelector`` and required node affinity, ma
 TaintToleration (NoSchedule and NoExecute taints must be tolerated) are in ``gpudra.planning.podnodes``, which
 ``gpudra explain`` shares; here NodeResourcesFit (cpu, memory, pods and any other allocatable resource against the
 requests of the pods on the node; a container's limits stand in for absent requests, init containers count by
-their largest) and InterPodAffinity (required pod affinity and
-anti-affinity with any ``topologyKey``, and the anti-affinity of the pods already placed). Each filter answers
-None when the node passes, else kube-scheduler's reason, and :func:`unschedulable_message` words a failure as
-kube-scheduler does (``0/4 nodes are available: 3 node(s) didn't match pod anti-affinity rules, ...``).
-What the stand-in does not implement is named by :func:`unsupported` so that the pod can be told.
+their largest) and InterPodAffinity (required pod affinity and anti-affinity with any ``topologyKey``, and the
+anti-affinity of the pods already placed). Each filter answers None when the node passes, else kube-scheduler's
+reason, and :func:`unschedulable_message` words a failure as kube-scheduler does (``0/4 nodes are available: 3
+node(s) didn't match pod anti-affinity rules, ...``). What the stand-in does not implement is named by
+:func:`unsupported` so that the pod can be told.
 """
 
 from __future__ import annotations
