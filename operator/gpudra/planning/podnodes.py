@@ -108,12 +108,15 @@ def _untolerated(pod: Obj, node: Obj) -> Obj | None:
     spec = node.get("spec") or {}
     if spec.get("unschedulable") and not _tolerated(_CORDON, tolerations):
         return _CORDON
-    found: list[Obj] = [
-        t
-        for t in spec.get("taints") or ()
-        if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(t, tolerations)
-    ]
-    return found[0] if found else None
+    first: Obj | None = next(
+        (
+            t
+            for t in spec.get("taints") or ()
+            if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(t, tolerations)
+        ),
+        None,
+    )  # the embedded scheduler asks this per node and pod: stop at the first
+    return first
 
 
 def taints(pod: Obj, node: Obj) -> str | None:
