@@ -356,7 +356,9 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     """dgx-h100:1,l4x4:1. `gpudra explain pod` explains a waiting pod's claims over the nodes kube-scheduler's node
     filters let the pod go to, and names what keeps it off the others: a claim of 8 GPUs fits only dgx-h100-0,
     which carries a taint the pod does not tolerate, so it does not fit for that pod (before: "fits now on node
-    dgx-h100-0", exit 0); a pod whose nodeSelector matches no node gets no claim allocated at all."""
+    dgx-h100-0", exit 0); a pod whose nodeSelector matches no node gets no claim allocated at all. gpudra's
+    controller says the same on the pods and their claims in Events (before: nothing, the claims fitting some
+    node)."""
     await kubectl(cluster, "taint", "nodes", "dgx-h100-0", "dedicated=train:NoSchedule")
     await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("picky", 8))
     picky = await claim_of(cluster, "picky")
@@ -398,6 +400,19 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     assert f"claim default/{claim} will not be allocated (NoNodeForPod)" in out, out
     status, out = await gpudra_explain(cluster, "claim", claim)
     assert status == 1 and f"claim default/{claim} will not be allocated (NoNodeForPod)" in out, out
+
+    said = await controller_said(cluster, "picky", picky, "InsufficientDevices")
+    assert said == (
+        "needs 8 NVIDIA L4 on one node; the most on any node is 4 (l4x4-0). kube-scheduler's node filters keep the"
+        " pod off 1 of 2 nodes with devices: dgx-h100-0: taint dedicated=train:NoSchedule not tolerated"
+    ), said
+    said = await controller_said(cluster, "nowhere", claim, "NoNodeForPod")
+    assert said == (
+        "kube-scheduler allocates a pod's claims only on a node the pod may go to, and its node filters leave none"
+        " of the nodes that publish devices. kube-scheduler's node filters keep the pod off all 2 nodes with"
+        " devices: dgx-h100-0: taint dedicated=train:NoSchedule not tolerated; l4x4-0: does not match the pod's"
+        " nodeSelector pool=none"
+    ), said
     if not cluster.web_url:
         return
     card = await web_view_card(cluster, f"pending/default/{claim}", "NoNodeForPod")
@@ -406,6 +421,21 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     shown = await web_view_card(cluster, f"pending/default/{picky}", "InsufficientDevices")
     assert "<li>dgx-h100-0: taint dedicated=train:NoSchedule not tolerated</li>" in shown, shown
     assert "fits on node" not in shown, shown
+
+
+async def controller_said(cluster: EmbeddedCluster, pod: str, claim: str, reason: str) -> str:
+    """Once gpudra's controller posted a ``reason`` Event on the pod and the same on its claim: its message."""
+
+    async def posted() -> str:
+        on_pod = [e["message"] for e in await controller_events(cluster, "Pod", pod) if e["reason"] == reason]
+        on_claim = [
+            e["message"]
+            for e in await controller_events(cluster, "ResourceClaim", claim)
+            if e["reason"] == reason
+        ]
+        return next((m for m in on_pod if m in on_claim), "")
+
+    return await eventually(posted, timeout=60, what=f"a {reason} Event on pod {pod} and claim {claim}")
 
 
 async def gpudra_explain(cluster: EmbeddedCluster, *args: str) -> tuple[int, str]:

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from gpudra.allocator import NodesFailure
-from gpudra.api.core import Node
+from gpudra.api.core import Node, Pod
 from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.cluster.fleet import parse_fleet
 from gpudra.cluster.simslices import node_objects
+from gpudra.controller import liveview as liveview_module
 from gpudra.controller import pending as pending_module
 from gpudra.controller.explaining import ClusterView, Outcome, explain
 from gpudra.controller.pending import PendingClaims
@@ -21,6 +22,7 @@ from gpudra.devices.classes import load_device_classes
 from gpudra.kube.client import KubeClient
 from gpudra.kube.resources import EVENTS, Resource
 from gpudra.metrics import Metrics
+from gpudra.planning import podnodes
 
 NODE = "l4x4-0"
 
@@ -196,3 +198,88 @@ def test_warming_up_indexes_every_published_device_before_the_first_round(pendin
     pending.live.warm()
 
     assert sum(g.count for g in index.groups.values()) == 4  # the l4x4 node's four GPUs
+
+
+def _add_node(pending: PendingClaims, profile: str, **spec: Any) -> str:
+    """A node of ``profile`` publishing its slices (``spec``: its Node's spec, taints say); its name."""
+    node, *slices = node_objects(parse_fleet(f"{profile}:1", {profile})[0])
+    node["spec"] = {**(node.get("spec") or {}), **spec}
+    name = str(node["metadata"]["name"])
+    pending.live.node_changed(name, Node.model_validate(node))
+    for body in slices:
+        pending.live.slice_changed(body["metadata"]["name"], ResourceSlice.model_validate(body))
+    return name
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+TRAIN_ONLY = "taint dedicated=train:NoSchedule not tolerated"
+
+
+async def test_a_claim_that_fits_only_where_its_pod_may_not_go_is_explained_over_the_nodes_it_may(
+    pending: PendingClaims, asked: list[str]
+) -> None:
+    _add_node(pending, "dgx-h100")
+    pending.claim_changed("picky", _asking_for("picky", H100))
+    claim = pending.unallocated["picky"]
+    assert await pending.check_all([claim], _classes()) == {}  # it fits dgx-h100-0
+
+    said = await pending.check_all([claim], _classes(), kept_off={"picky": {"dgx-h100-0": TRAIN_ONLY}})
+
+    assert said["picky"].reason == "NoMatchingDevice"
+    headline, _, rest = said["picky"].text.partition(". kube-scheduler's")
+    assert headline.startswith("no GPU matches request gpu: 4 NVIDIA L4 fail only"), (
+        said
+    )  # dgx-h100-0 left out
+    assert rest.startswith(
+        f" node filters keep the pod off 1 of 2 nodes with devices: dgx-h100-0: {TRAIN_ONLY}"
+    )
+    posted = pending._client.posted  # type: ignore[attr-defined]
+    assert [e["message"] for e in posted] == [said["picky"].text]
+
+
+async def test_a_claim_whose_pod_may_go_to_no_node_with_devices_is_said_so_without_the_allocator(
+    pending: PendingClaims, asked: list[str]
+) -> None:
+    pending.claim_changed("nowhere", _claim("nowhere"))
+    kept = {
+        NODE: "does not match the pod's nodeSelector pool=none",
+        "cpu-node": "cordoned (spec.unschedulable)",
+    }
+
+    said = await pending.check_all([pending.unallocated["nowhere"]], _classes(), kept_off={"nowhere": kept})
+
+    assert said["nowhere"].reason == "NoNodeForPod" and asked == []
+    assert said["nowhere"].text.endswith(  # a node that publishes no devices is not named
+        ". kube-scheduler's node filters keep the pod off the only node with devices:"
+        f" {NODE}: does not match the pod's nodeSelector pool=none"
+    ), said
+
+
+def _pod(**spec: Any) -> Pod:
+    return Pod.model_validate({"metadata": {"name": "p", "namespace": "default"}, "spec": spec})
+
+
+def test_what_keeps_pods_off_nodes_is_found_once_for_pods_alike_until_a_node_changes(
+    pending: PendingClaims, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taint = {"key": "dedicated", "value": "train", "effect": "NoSchedule"}
+    name = _add_node(pending, "dgx-h100", taints=[taint])
+    found: list[int] = []
+    real = podnodes.kept_off
+
+    def counting(pod: Any, nodes: Any) -> dict[str, str]:
+        found.append(1)
+        return real(pod, nodes)
+
+    monkeypatch.setattr(liveview_module, "kept_off", counting)
+    first, second = _pod(nodeSelector={"a": "b"}), _pod(nodeSelector={"a": "b"}, restartPolicy="Never")
+    selector = "does not match the pod's nodeSelector a=b"
+    assert pending.live.kept_off(first) == pending.live.kept_off(second) == {NODE: selector, name: TRAIN_ONLY}
+    assert len(found) == 1
+    tolerant = _pod(tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    assert pending.live.kept_off(tolerant) == {} and len(found) == 2
+
+    _add_node(pending, "dgx-h100")  # the taint is taken off
+
+    assert pending.live.kept_off(first) == {NODE: selector, name: selector}
+    assert len(found) == 3

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.cli.explainoutput import PodNotes
-from gpudra.planning.podnodes import UNSCHEDULABLE_TAINT, kept_off
+from gpudra.planning.podnodes import UNSCHEDULABLE_TAINT, filters_of, kept_off, kept_off_sentence
 
 
 def _node(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -76,3 +76,27 @@ def test_the_default_output_names_five_nodes_and_says_how_many_more() -> None:
     )
     assert everywhere.data() == {"keptOff": [{"node": "n0", "reason": "cordoned (spec.unschedulable)"}]}
     assert PodNotes().head() == [] and PodNotes().data() == {}
+
+
+def test_an_events_sentence_names_five_nodes_and_counts_the_rest() -> None:
+    kept = {f"n{i}": "cordoned (spec.unschedulable)" for i in range(7)}
+    assert kept_off_sentence(kept, 9) == (
+        "kube-scheduler's node filters keep the pod off 7 of 9 nodes with devices: "
+        + "; ".join(f"n{i}: cordoned (spec.unschedulable)" for i in range(5))
+        + "; and 2 more"
+    )
+    assert kept_off_sentence({"n0": "cordoned (spec.unschedulable)"}, 1).startswith(
+        "kube-scheduler's node filters keep the pod off the only node with devices: n0"
+    )
+
+
+def test_pods_alike_in_what_the_node_filters_read_have_the_same_filters() -> None:
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    }
+    pod = _pod(
+        nodeSelector={"pool": "a"}, affinity={**affinity, "podAntiAffinity": {}}, restartPolicy="Never"
+    )
+    assert filters_of(pod) == {"spec": {"nodeSelector": {"pool": "a"}, "affinity": affinity}}
+    assert kept_off(filters_of(pod), NODES) == kept_off(pod, NODES)
+    assert filters_of(_pod(containers=[])) == {"spec": {}}

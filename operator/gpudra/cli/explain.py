@@ -156,16 +156,11 @@ def _answer_for_pod(
     pod's notes name the nodes and why)."""
     from gpudra.allocator import claim_key
     from gpudra.cli.explainoutput import STRANDED, Answer
-    from gpudra.planning.podnodes import NO_NODE_REASON
+    from gpudra.planning.podnodes import NO_NODE_REASON, NO_NODE_WORDS
 
     if claim.allocation is not None or not kept or len(kept) < len(view.allocator.snapshot.node_names()):
         return _answer(view, claim, driver_name, note)
-
-    words = (
-        "kube-scheduler allocates a pod's claims only on a node the pod may go to, and its node filters leave"
-        " none of the nodes that publish devices"
-    )
-    return Answer(claim_key(claim), STRANDED, reason=NO_NODE_REASON, words=words, note=note)
+    return Answer(claim_key(claim), STRANDED, reason=NO_NODE_REASON, words=NO_NODE_WORDS, note=note)
 
 
 async def _kubelet_warning(

@@ -18,6 +18,7 @@ from rich.text import Text
 from gpudra.allocator import Allocation, Explanation, Failure, NodesFailure, SelectorStat
 from gpudra.api.dra import AllocationResult
 from gpudra.mig import DemandPlan
+from gpudra.planning.podnodes import KEPT_OFF_SHOWN, kept_off_title
 from gpudra.planning.preparestatus import (
     RETRY_WORDS,
     KubeletWarning,
@@ -30,8 +31,6 @@ from gpudra.reports import allocation_table, mig_plan_report, outcome_report
 WIDTH = 80
 NEAREST = 5
 """Rows of the default output's node table."""
-KEPT_OFF_SHOWN = 5
-"""Nodes the pod cannot go to, named by the default output."""
 ALLOCATED, FITS, PENDING, STRANDED = "allocated", "fits", "pending", "stranded"
 """STRANDED: unallocated, and no scheduler will allocate it (``gpudra.planning.boundclaims``)."""
 
@@ -137,12 +136,8 @@ class PodNotes:
         lines = [f"  {node}: {why}" for node, why in shown]
         if len(named) > len(shown):
             lines.append(f"  and {len(named) - len(shown)} more: -o wide")
-        if len(self.kept_off) < self.nodes:
-            off = f"{len(self.kept_off)} of {self.nodes} nodes"
-        else:
-            off = f"all {self.nodes} nodes" if self.nodes > 1 else "the only node"
-        title = f"kube-scheduler's node filters keep the pod off {off} with devices:"
-        return [Text(title, style="bold"), *(Text(x) for x in lines)]
+        title = kept_off_title(len(self.kept_off), self.nodes)
+        return [Text(f"{title}:", style="bold"), *(Text(x) for x in lines)]
 
     def tail(self) -> list[RenderableType]:
         """Said after the claims: the kubelet's Warning, where no claim's status says why the pod waits."""

@@ -127,11 +127,17 @@ def pod_view(
     """Pure: ``view`` over the nodes kube-scheduler's node filters let ``pod`` (not bound yet, a wire object) go
     to, and what keeps it off each of the others that publish devices (``gpudra.planning.podnodes``; ``nodes``:
     every node, wire objects): a claim of the pod is allocated only on a node the pod may go to."""
+    return over_nodes(view, kept_off(pod, nodes))
+
+
+def over_nodes(view: ClusterView, kept: Mapping[str, str]) -> tuple[ClusterView, dict[str, str]]:
+    """Pure: ``view`` without the nodes in ``kept`` (node -> what keeps a pod off it), and those of them that
+    publish devices."""
     with_devices = set(view.allocator.snapshot.node_names())
-    kept = {name: why for name, why in kept_off(pod, nodes).items() if name in with_devices}
-    if not kept:
+    off = {name: why for name, why in kept.items() if name in with_devices}
+    if not off:
         return view, {}
-    return replace(view, nodes=[n for n in view.nodes if n.name not in kept]), kept
+    return replace(view, nodes=[n for n in view.nodes if n.name not in off]), off
 
 
 def explain(view: ClusterView, claim: ResourceClaim) -> Outcome:

@@ -1,8 +1,9 @@
 """The cluster as the controller's informers see it, kept in step with each change they hand it: the allocator's
 snapshot (every slice, every claim's allocation), which claim holds each device, the DeviceClasses, the nodes and
-the namespaces' labels. A round of explanations reads it as a :class:`~gpudra.controller.explaining.ClusterView`
-without listing anything: at 1,000 nodes a listed view cost about 2 s of CPU and its own copy of every slice and
-claim per round (docs/performance.md).
+the namespaces' labels; and which nodes kube-scheduler's node filters keep a waiting pod off. A round of
+explanations reads it as a :class:`~gpudra.controller.explaining.ClusterView` without listing anything: at 1,000
+nodes a listed view cost about 2 s of CPU and its own copy of every slice and claim per round
+(docs/performance.md).
 
 The allocator is built again only when a DeviceClass changes; slices and allocations change its snapshot in place,
 as kube-scheduler's allocator cache does (the stand-in scheduler's ``cluster.controlplane.state`` keeps its own the
@@ -11,11 +12,15 @@ same way).
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from gpudra.allocator import DEFAULT_KUBE_MINOR, Allocator, ClusterSnapshot, DeviceId, NodeInfo
-from gpudra.api.core import Node
+from gpudra.api.core import Node, Pod
 from gpudra.api.dra import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import ClusterView
 from gpudra.planning.migmodels import FleetMigModels
+from gpudra.planning.podnodes import filters_of, kept_off
 
 
 class LiveView:
@@ -29,6 +34,10 @@ class LiveView:
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._allocator: Allocator | None = None
         self._node_view: tuple[list[NodeInfo], FleetMigModels] | None = None
+        self._node_wires: dict[str, dict[str, Any]] = {}
+        """The nodes' wire objects, made as :meth:`kept_off` first needs each."""
+        self._kept_off: dict[str, dict[str, str]] = {}
+        """Pods' node filters (JSON) -> what keeps such a pod off each node, while no node changes."""
 
     def slice_changed(self, name: str, slice_: ResourceSlice | None) -> None:
         """A slice changed (None: deleted, or it does not parse)."""
@@ -69,6 +78,33 @@ class LiveView:
         else:
             self._nodes[name] = node
         self._node_view = None
+        self._node_wires.pop(name, None)
+        self._kept_off.clear()
+
+    def kept_off(self, pod: Pod) -> dict[str, str]:
+        """Node -> what keeps the pod (not bound yet) off it (``gpudra.planning.podnodes``), over every node:
+        found once for pods whose node filters are alike, while no node changes."""
+        spec = pod.spec  # these three are kept in their wire form
+        filters = filters_of(
+            {
+                "spec": {
+                    "nodeSelector": spec.node_selector,
+                    "affinity": spec.affinity,
+                    "tolerations": spec.tolerations,
+                }
+            }
+        )
+        key = json.dumps(filters, sort_keys=True)
+        known = self._kept_off.get(key)
+        if known is None:
+            known = self._kept_off[key] = kept_off(filters, (self._wire(n) for n in self._nodes))
+        return known
+
+    def _wire(self, name: str) -> dict[str, Any]:
+        wire = self._node_wires.get(name)
+        if wire is None:
+            wire = self._node_wires[name] = self._nodes[name].to_wire()
+        return wire
 
     def namespace_changed(self, name: str, labels: dict[str, str] | None) -> None:
         if labels is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from gpudra.allocator import (
@@ -30,7 +30,14 @@ from gpudra.api.dra import DeviceClass, ResourceClaim
 from gpudra.api.meta import ObjectMeta
 from gpudra.api.timestamps import epoch_seconds
 from gpudra.config import MigPlannerPolicy
-from gpudra.controller.explaining import ClusterView, Outcome, explain, explanation, repartition
+from gpudra.controller.explaining import (
+    ClusterView,
+    Outcome,
+    explain,
+    explanation,
+    over_nodes,
+    repartition,
+)
 from gpudra.controller.liveview import LiveView
 from gpudra.controller.migplanner import apply_plan, step_aside
 from gpudra.errors import GpudraError
@@ -42,6 +49,7 @@ from gpudra.mig import (
 )
 from gpudra.planning.boundclaims import BOUND_REASON
 from gpudra.planning.migdemand import plan_pending
+from gpudra.planning.podnodes import NO_NODE_REASON, NO_NODE_WORDS, kept_off_sentence
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -134,6 +142,48 @@ class _Settled:
         )
 
 
+_Kept = tuple[tuple[str, str], ...]
+"""The nodes with devices a claim's pod may not go to, with why, sorted (empty: it may go to any)."""
+
+
+@dataclass(frozen=True)
+class _PodNodes:
+    """The view a claim is explained over: every node, or the nodes its waiting pod may go to (``kept``: those
+    with devices it may not, and why)."""
+
+    view: ClusterView
+    kept: _Kept = ()
+
+    @classmethod
+    def of(cls, view: ClusterView, kept_off: Mapping[str, str] | None) -> _PodNodes:
+        if not kept_off:
+            return cls(view)
+        seen, kept = over_nodes(view, kept_off)
+        return cls(seen, tuple(sorted(kept.items())))
+
+    def nowhere(self) -> bool:
+        """The pod may go to no node with devices: no scheduler allocates its claim while it may not."""
+        return bool(self.kept) and not self.view.nodes
+
+    def explain(self, claim: ResourceClaim) -> Outcome | None:
+        """The allocator's answer over these nodes; None when there are none."""
+        return None if self.nowhere() else explain(self.view, claim)
+
+    def said(
+        self, claim: ResourceClaim, outcome: Failure | NodesFailure | None, plan: DemandPlan | None, note: str
+    ) -> Said:
+        """The claim's Event: its explanation, after which nodes its pod may not go to; the node filters' alone
+        when there is no node left (``outcome`` None)."""
+        devices_on = len(self.view.allocator.snapshot.node_names())
+        off = kept_off_sentence(dict(self.kept), devices_on) if self.kept else ""
+        if outcome is None:
+            return Said(NO_NODE_REASON, f"{NO_NODE_WORDS}. {off}")  # the Event keeps its first 1,024
+        explained = explanation(self.view, claim, outcome, plan, note)
+        if off:
+            explained = replace(explained, sentences=(off, *explained.sentences))
+        return Said(explained.reason, explained.text(EVENT_LIMIT))
+
+
 def age_seconds(meta: ObjectMeta, now: float) -> float:
     created = meta.creation_timestamp
     if not created:
@@ -181,11 +231,14 @@ class PendingClaims:
         implicit: Sequence[ResourceClaim] = (),
         *,
         planned: Sequence[ResourceClaim] = (),
+        kept_off: Mapping[str, Mapping[str, str]] | None = None,
     ) -> dict[str, Said]:
         """Explain the pending claims, with the ``implicit`` claims kube-scheduler would make for pods' extended
         resources (each with a uid of its own); return what is said of each claim that does not fit now, by uid.
         The MIG planner serves them jointly, oldest first, with the other pending claims in ``planned`` (those
-        explained in an earlier round: a plan for some of them alone could differ)."""
+        explained in an earlier round: a plan for some of them alone could differ). ``kept_off``: claim uid ->
+        the nodes its waiting pod may not go to and why (kube-scheduler's node filters): the claim is explained
+        over the other nodes, and its words name those."""
         ours_to_explain = _DriverCheck(classes, self._driver)
         ours: list[ResourceClaim] = []
         for claim in claims:
@@ -203,17 +256,18 @@ class PendingClaims:
             except GpudraError as exc:
                 log.warning("checking planner MigLayouts failed", error=str(exc))
         ours += imagined
-        failed: list[tuple[ResourceClaim, Failure | NodesFailure]] = []
-        outcomes: dict[tuple[str, str], Allocation | Failure | NodesFailure] = {}
-        for claim in ours:  # claims of one shape (one template's) get one answer in a round
-            shape = _shape(claim)
-            if shape not in outcomes:
-                outcomes[shape] = self._explain(view, shape, claim)
-            outcome = outcomes[shape]
+        failed: list[tuple[ResourceClaim, _PodNodes, Failure | NodesFailure | None]] = []
+        outcomes: dict[tuple[tuple[str, str], _Kept], Allocation | Failure | NodesFailure | None] = {}
+        for claim in ours:  # claims of one shape (one template's) whose pods go to the same nodes: one answer
+            shape, nodes = _shape(claim), _PodNodes.of(view, (kept_off or {}).get(_uid(claim)))
+            key = (shape, nodes.kept)
+            if key not in outcomes:
+                outcomes[key] = nodes.explain(claim) if nodes.kept else self._explain(view, shape, claim)
+            outcome = outcomes[key]
             if isinstance(outcome, Allocation):
                 self.forget(_uid(claim))  # it fits now; the scheduler will get to it
             else:
-                failed.append((claim, outcome))
+                failed.append((claim, nodes, outcome))
         plan: DemandPlan | None = None
         notes: dict[str, str] = {}
         if failed and self._planner != "off":
@@ -227,21 +281,20 @@ class PendingClaims:
                 log.warning("the MIG planner failed", error=str(exc))
         said: dict[str, Said] = {}
         no_object = {id(c) for c in imagined}
-        words: dict[tuple[tuple[str, str], Repartition | None], Said] = {}
+        words: dict[tuple[tuple[str, str], _Kept, Repartition | None], Said] = {}
         posts: list[Coroutine[Any, Any, bool]] = []
-        for claim, outcome in failed:
+        for claim, nodes, outcome in failed:
             uid = _uid(claim)
             note = (notes.get(plan.placed.get(claim_key(claim), "")) if plan is not None else None) or ""
-            worded = (_shape(claim), repartition(plan, claim, note))
+            worded = (_shape(claim), nodes.kept, repartition(plan, claim, note))
             known = words.get(worded)
             if known is None:
-                settled = self._settled.get(worded[0])
-                known = settled.said.get(worded[1]) if settled is not None else None
+                settled = None if nodes.kept else self._settled.get(worded[0])
+                known = settled.said.get(worded[2]) if settled is not None else None
                 if known is None:
-                    explained = explanation(view, claim, outcome, plan, note)
-                    known = Said(explained.reason, explained.text(EVENT_LIMIT))
+                    known = nodes.said(claim, outcome, plan, note)
                     if settled is not None:
-                        settled.said[worded[1]] = known
+                        settled.said[worded[2]] = known
                 words[worded] = known
             said[uid] = self._record(uid, known)
             if id(claim) not in no_object:

@@ -142,36 +142,45 @@ class PendingPods:
         still = await at_most(LOOKUPS_AT_ONCE, [self._unallocated_now(c) for c, _ in held])
         bound = [pair for pair, unallocated in zip(held, still, strict=True) if unallocated]
         not_ours = {id(c) for c, _ in held}  # not the allocator's to explain: their pod is bound
+        by_name = (  # only with pods to tell: it is every pending claim's name
+            {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()} if waits else {}
+        )
         await self._pending.check_all(
             [c for c in claims if id(c) not in not_ours],
             classes,
             implicit,
             planned=[c for c in planned if self._owner.get(c.metadata.uid or "") not in self._bound],
+            kept_off=self._kept_off(waits, by_name),
         )
         told = [(c, self._bound_said(c, owner)) for c, owner in bound]
         await self._pending.tell(told)
         for (_, owner), (_, bound_said) in zip(bound, told, strict=True):
             await self._events.post(owner, "Warning", bound_said.reason, bound_said.text)
         explained = {c.metadata.uid or "" for c in claims} | {c.metadata.uid or "" for c in implicit}
-        by_name = (  # only with pods to tell: it is every pending claim's name
-            {c.metadata.namespaced_name: uid for uid, c in self._pending.unallocated.items()} if waits else {}
-        )
         for uid, wanted in waits.items():
             waiting = self.waiting.get(uid)
             if waiting is None:
                 continue
-            namespace = waiting.metadata.namespace or "default"
-            for claim in wanted:
-                if claim.implicit is not None:
-                    claim_uid = implicit_uid(uid)
-                elif claim.name is not None:
-                    claim_uid = by_name.get(f"{namespace}/{claim.name}", "")
-                else:
-                    continue
+            for claim_uid in _claim_uids(waiting, wanted, by_name):
                 said = self._pending.said.get(claim_uid) if claim_uid in explained else None
                 if said is not None:
                     await self._events.post(waiting, "Warning", said.reason, said.text)
         return explained
+
+    def _kept_off(
+        self, waits: Mapping[str, list[PodClaim]], by_name: Mapping[str, str]
+    ) -> dict[str, dict[str, str]]:
+        """Claim uid -> the nodes kube-scheduler's node filters keep its waiting pod off, and why (for the claims of
+        the pods in ``waits`` kept off any node; a claim several such pods name: the first pod's)."""
+        kept: dict[str, dict[str, str]] = {}
+        for uid, wanted in waits.items():
+            waiting = self.waiting.get(uid)
+            off = self._pending.live.kept_off(waiting) if waiting is not None else {}
+            if waiting is None or not off:
+                continue
+            for claim_uid in _claim_uids(waiting, wanted, by_name):
+                kept.setdefault(claim_uid, off)
+        return kept
 
     def _maybe_bound(self, claim: ResourceClaim) -> bool:
         """Whether a pod controls the claim and the watch of unbound pods does not hold it."""
@@ -253,3 +262,16 @@ class PendingPods:
                 self._bound[owner] = pod
                 return pod
         return None
+
+
+def _claim_uids(pod: Pod, wanted: list[PodClaim], by_name: Mapping[str, str]) -> list[str]:
+    """The uids of the pod's claims that are pending (``by_name``: namespace/name -> uid), the claim
+    kube-scheduler would make for its extended resources by its imagined uid."""
+    namespace = pod.metadata.namespace or "default"
+    uids: list[str] = []
+    for claim in wanted:
+        if claim.implicit is not None:
+            uids.append(implicit_uid(pod.metadata.uid or ""))
+        elif claim.name is not None and (uid := by_name.get(f"{namespace}/{claim.name}")):
+            uids.append(uid)
+    return uids

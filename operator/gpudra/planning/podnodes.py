@@ -16,8 +16,14 @@ NODE_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 UNSCHEDULABLE = "node(s) were unschedulable"
 UNTOLERATED = "node(s) had untolerated taint(s)"
 NO_NODE_REASON = "NoNodeForPod"
-"""What ``gpudra explain`` and the web view say of a claim whose pod the node filters keep off every node with
-devices."""
+"""What ``gpudra explain``, the web view and the controller's Events say of a claim whose pod the node filters keep
+off every node with devices."""
+NO_NODE_WORDS = (
+    "kube-scheduler allocates a pod's claims only on a node the pod may go to, and its node filters leave none of"
+    " the nodes that publish devices"
+)
+KEPT_OFF_SHOWN = 5
+"""How many of the nodes a pod is kept off are named in a sentence (the rest are counted)."""
 _CORDON: Obj = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
 """What NodeUnschedulable asks a pod to tolerate on a cordoned node (``spec.unschedulable``)."""
 
@@ -143,3 +149,34 @@ def kept_off(pod: Obj, nodes: Iterable[Obj]) -> dict[str, str]:
         elif (miss := _selector_miss(pod, node)) is not None:
             out[name] = f"does not match the pod's {miss}"
     return out
+
+
+def filters_of(pod: Obj) -> Obj:
+    """The part of a pod (a wire object) that :func:`kept_off` reads: pods alike there are kept off the same
+    nodes (a Job's pods, say)."""
+    spec = pod.get("spec") or {}
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+    kept = {
+        "nodeSelector": spec.get("nodeSelector"),
+        "affinity": {"nodeAffinity": affinity} if affinity else None,
+        "tolerations": spec.get("tolerations"),
+    }
+    return {"spec": {key: value for key, value in kept.items() if value}}
+
+
+def kept_off_title(kept: int, nodes: int) -> str:
+    """How many of the ``nodes`` that publish devices the node filters keep the pod off (``kept`` of them)."""
+    if kept < nodes:
+        return f"kube-scheduler's node filters keep the pod off {kept} of {nodes} nodes with devices"
+    off = f"all {nodes} nodes" if nodes > 1 else "the only node"
+    return f"kube-scheduler's node filters keep the pod off {off} with devices"
+
+
+def kept_off_sentence(kept: Mapping[str, str], nodes: int) -> str:
+    """:func:`kept_off_title` with the first ``KEPT_OFF_SHOWN`` nodes named, each with what keeps the pod off it:
+    one sentence, for an Event."""
+    named = sorted(kept.items())
+    parts = [f"{node}: {why}" for node, why in named[:KEPT_OFF_SHOWN]]
+    if len(named) > KEPT_OFF_SHOWN:
+        parts.append(f"and {len(named) - KEPT_OFF_SHOWN} more")
+    return f"{kept_off_title(len(kept), nodes)}: {'; '.join(parts)}"
