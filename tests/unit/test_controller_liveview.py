@@ -200,9 +200,9 @@ def test_warming_up_indexes_every_published_device_before_the_first_round(pendin
     assert sum(g.count for g in index.groups.values()) == 4  # the l4x4 node's four GPUs
 
 
-def _add_node(pending: PendingClaims, profile: str, **spec: Any) -> str:
-    """A node of ``profile`` publishing its slices (``spec``: its Node's spec, taints say); its name."""
-    node, *slices = node_objects(parse_fleet(f"{profile}:1", {profile})[0])
+def _add_node(pending: PendingClaims, profile: str, index: int = 0, **spec: Any) -> str:
+    """Node ``index`` of ``profile`` publishing its slices (``spec``: its Node's spec, taints say); its name."""
+    node, *slices = node_objects(parse_fleet(f"{profile}:{index + 1}", {profile})[index])
     node["spec"] = {**(node.get("spec") or {}), **spec}
     name = str(node["metadata"]["name"])
     pending.live.node_changed(name, Node.model_validate(node))
@@ -283,3 +283,36 @@ def test_what_keeps_pods_off_nodes_is_found_once_for_pods_alike_until_a_node_cha
 
     assert pending.live.kept_off(first) == {NODE: selector, name: selector}
     assert len(found) == 3
+
+
+async def test_the_mig_planner_repartitions_no_gpu_on_a_node_the_claims_pod_may_not_go_to(
+    pending: PendingClaims,
+) -> None:
+    first, second = _add_node(pending, "dgx-a100"), _add_node(pending, "dgx-a100", 1)
+    selector = {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].profile == "7g.40gb"'}}
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "big", "namespace": "default", "uid": "big"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com", "selectors": [selector]}}
+                ]
+            }
+        },
+    }
+    pending.claim_changed("big", ResourceClaim.model_validate(body))
+    claim = pending.unallocated["big"]
+    said = await pending.check_all([claim], _classes())
+    assert said["big"].text.startswith(f"would fit on {first} if its MIG layout had a 7g.40gb free"), said
+
+    said = await pending.check_all([claim], _classes(), kept_off={"big": {first: TRAIN_ONLY}})
+
+    assert said["big"].text.startswith(
+        f"would fit on {second} if its MIG layout had a 7g.40gb free (the MIG planner can do this: GPU 0: destroy"
+    ), said
+    assert (
+        f". kube-scheduler's node filters keep the pod off 1 of 3 nodes with devices: {first}: "
+        in said["big"].text
+    )

@@ -3,6 +3,8 @@ repartition of idle GPUs that satisfies it, never touching what is in use; what 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,6 +96,30 @@ def test_h100_mig_disabled_idle_gpu_is_enabled() -> None:
 def test_h100_whole_gpu_in_use_is_never_planned() -> None:
     plan = plan_demand([gpu(H100, 0, MigLayout(False), ("gpu",))], [claim("c", H100, ("1g.10gb", 1))])
     assert plan.placed == {} and plan.reason_for("default/c") is not None
+
+
+def test_h100_a_gpu_on_a_node_the_claims_pod_may_not_go_to_is_left_alone() -> None:
+    fleet = [gpu(H100, 0, MigLayout(False), node="a"), gpu(H100, 0, balanced(H100), ("3g.40gb@4",), node="b")]
+    wanted = claim("c", H100, ("2g.20gb", 2))
+    assert plan_demand(fleet, [wanted]).placed == {"default/c": "a"}  # an idle GPU beats a busy one
+
+    kept = replace(wanted, kept_off=frozenset({"a"}))  # tainted, say
+    plan = plan_demand(fleet, [kept])
+    assert plan.placed == {"default/c": "b"}
+    assert steps_text(plan, "c") == ["GPU 0 on node b: destroy 2x 1g.10gb, create 2g.20gb"]
+
+    nowhere = plan_demand(fleet, [replace(wanted, kept_off=frozenset({"a", "b"}))])
+    assert nowhere.placed == {} and nowhere.nodes == ()
+    assert nowhere.reason_for("default/c") == (
+        "no node its pod may go to has GPUs of one model offering a matching profile for every request"
+    )
+    busy = ("2g.20gb@0", "1g.10gb@2", "1g.10gb@3", "3g.40gb@4")
+    crowded = [gpu(H100, 0, MigLayout(False), node="a"), gpu(H100, 0, balanced(H100), busy, node="b")]
+    reason = plan_demand(crowded, [kept]).reason_for("default/c")
+    assert reason == (
+        "needs 2x 2g.20gb; the idle capacity of the 1 matching GPU(s) on 1 node(s) its pod may go to cannot fit it"
+        " around the instances in use and the other pending claims"
+    )
 
 
 # ------------------------------------------------------------------ A100-40GB

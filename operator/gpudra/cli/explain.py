@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -159,7 +160,7 @@ def _answer_for_pod(
     from gpudra.planning.podnodes import NO_NODE_REASON, NO_NODE_WORDS
 
     if claim.allocation is not None or not kept or len(kept) < len(view.allocator.snapshot.node_names()):
-        return _answer(view, claim, driver_name, note)
+        return _answer(view, claim, driver_name, note, kept)
     return Answer(claim_key(claim), STRANDED, reason=NO_NODE_REASON, words=NO_NODE_WORDS, note=note)
 
 
@@ -225,9 +226,16 @@ async def _stranded(
     return Answer(claim_key(claim), STRANDED, reason=BOUND_REASON, words=words)
 
 
-def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str = "") -> Answer:
+def _answer(
+    view: ClusterView,
+    claim: ResourceClaim,
+    driver_name: str,
+    note: str = "",
+    kept: Mapping[str, str] | None = None,
+) -> Answer:
     """Allocated, would fit now, or why not (with the MIG planner's answer, planned for the pending claims
-    together, as the controller does)."""
+    together, as the controller does; ``kept``: the nodes the claim's pod may not go to, where it plans nothing
+    for the claim)."""
     from gpudra.allocator import Allocation, claim_key
     from gpudra.cli.explainoutput import ALLOCATED, FITS, PENDING, Answer
     from gpudra.controller.explaining import explain, explanation
@@ -244,7 +252,7 @@ def _answer(view: ClusterView, claim: ResourceClaim, driver_name: str, note: str
         return Answer(key, FITS, fitted=outcome, note=note)
     uid = claim.metadata.uid
     waiting = [*(c for c in view.pending if uid is None or c.metadata.uid != uid), claim]
-    plan = plan_pending(view.allocator, waiting, driver_name, view.mig_models)
+    plan = plan_pending(view.allocator, waiting, driver_name, view.mig_models, {key: list(kept or {})})
     return Answer(key, PENDING, explanation=explanation(view, claim, outcome, plan), plan=plan, note=note)
 
 

@@ -276,7 +276,10 @@ class PendingClaims:
                 others = [
                     c for c in planned if _uid(c) not in asked and c.allocation is None and ours_to_explain(c)
                 ]
-                plan, notes = await self._suggest(view, ours + others)
+                kept = {
+                    claim_key(c): [node for node, _ in nodes.kept] for c, nodes, _ in failed if nodes.kept
+                }
+                plan, notes = await self._suggest(view, ours + others, kept)
             except GpudraError as exc:  # the explanations still go out
                 log.warning("the MIG planner failed", error=str(exc))
         said: dict[str, Said] = {}
@@ -351,10 +354,11 @@ class PendingClaims:
         return outcome
 
     async def _suggest(
-        self, view: ClusterView, claims: list[ResourceClaim]
+        self, view: ClusterView, claims: list[ResourceClaim], kept_off: Mapping[str, list[str]]
     ) -> tuple[DemandPlan, dict[str, str]]:
-        """The MIG planner's plan for the pending claims and, when the policy applies it, a note per node."""
-        plan = plan_pending(view.allocator, claims, self._driver, view.mig_models)
+        """The MIG planner's plan for the pending claims (none placed on a node its pod may not go to: ``kept_off``,
+        by claim key) and, when the policy applies it, a note per node."""
+        plan = plan_pending(view.allocator, claims, self._driver, view.mig_models, kept_off)
         notes: dict[str, str] = {}
         if self._planner == "apply" and any(n.gpus for n in plan.nodes):
             notes = await apply_plan(self._client, plan, view.nodes, view.mig_models.pci_device_ids())

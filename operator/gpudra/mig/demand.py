@@ -15,6 +15,8 @@ Rules:
   destroyed, then the fewest changes. Each changed GPU's suggested layout is the one its counts give when
   applied as a MigLayout entry (``applied_layout``), so what the Event says is what the applier does.
 - Claims are taken in the order given (oldest first); a claim that does not fit whole is left out entirely.
+- A claim is never placed on a node its pod may not go to (``MigDemand.kept_off``): a GPU repartitioned there would
+  not serve it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class MigRequest:
 class MigDemand:
     claim: str  # namespace/name
     requests: tuple[MigRequest, ...]
+    kept_off: frozenset[str] = frozenset()
+    """Nodes its pod may not go to (kube-scheduler's node filters): no GPU of theirs is repartitioned for it."""
 
     def profiles_on(self, model_id: str) -> Counter[str] | None:
         """The profiles the claim needs on GPUs of ``model_id``; None when some request cannot use that model."""
@@ -279,17 +283,19 @@ def _unsatisfied(demand: MigDemand, groups: Collection[_Group]) -> str:
     for request in demand.requests:
         if not request.choices:
             return f"request {request.name}: no GPU model in the fleet has a MIG profile that matches it"
-    models = {g.model_id for g in groups if demand.profiles_on(g.model_id) is not None}
+    allowed = [g for g in groups if g.node not in demand.kept_off]
+    models = {g.model_id for g in allowed if demand.profiles_on(g.model_id) is not None}
+    its_pod = " its pod may go to" if len(allowed) < len(groups) else ""
     if not models:
-        return "no node has GPUs of one model offering a matching profile for every request"
-    usable = [g for g in groups if g.model_id in models]
+        return f"no node{its_pod} has GPUs of one model offering a matching profile for every request"
+    usable = [g for g in allowed if g.model_id in models]
     need = ", ".join(
         f"{n}x {p}" for p, n in sorted((demand.profiles_on(usable[0].model_id) or Counter()).items())
     )
     count = sum(len(g.gpus) for g in usable)
     return (
         f"needs {need}; the idle capacity of the {count} matching GPU(s) on {len({g.node for g in usable})} "
-        "node(s) cannot fit it around the instances in use and the other pending claims"
+        f"node(s){its_pod} cannot fit it around the instances in use and the other pending claims"
     )
 
 
@@ -307,7 +313,11 @@ def plan_demand(gpus: Sequence[DemandGpu], demands: Sequence[MigDemand]) -> Dema
     while pending and free:
         trials: list[_Trial] = []
         for group in free:
-            claims = [(d, need) for d in pending if (need := d.profiles_on(group.model_id)) is not None]
+            claims = [
+                (d, need)
+                for d in pending
+                if group.node not in d.kept_off and (need := d.profiles_on(group.model_id)) is not None
+            ]
             key = (id(group), tuple(d.claim for d, _ in claims))
             if key not in tried:
                 tried[key] = _trial(group, claims) if claims else None

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from gpudra.allocator import (
     Allocator,
@@ -230,12 +230,17 @@ def _created(claim: ResourceClaim) -> tuple[float, str]:
 
 
 def plan_pending(
-    allocator: Allocator, claims: Iterable[ResourceClaim], driver: str, models: FleetMigModels | None = None
+    allocator: Allocator,
+    claims: Iterable[ResourceClaim],
+    driver: str,
+    models: FleetMigModels | None = None,
+    kept_off: Mapping[str, Collection[str]] | None = None,
 ) -> DemandPlan:
     """The planner's suggestions for these pending claims (oldest first) over the allocator's snapshot;
-    ``models``: the MIG facts the nodes reported (the catalog's alone without). Claims that ask for no MIG device
-    cost no scan of the fleet's GPUs (a controller explains them at every pending interval, and at 8,000 GPUs a
-    scan took about 0.4 s)."""
+    ``models``: the MIG facts the nodes reported (the catalog's alone without); ``kept_off``: claim key -> the nodes
+    its pod may not go to, where nothing is planned for it. Claims that ask for no MIG device cost no scan of the
+    fleet's GPUs (a controller explains them at every pending interval, and at 8,000 GPUs a scan took about
+    0.4 s)."""
     models = models or FleetMigModels()
     fleet = _virtual_fleet(allocator.snapshot, driver, models)
     if not fleet.devices:
@@ -258,7 +263,8 @@ def plan_pending(
         if demand is None:
             known[1].add(claim_shape)
         else:
-            demands.append(demand)
+            off = (kept_off or {}).get(demand.claim)
+            demands.append(replace(demand, kept_off=frozenset(off)) if off else demand)
     if not demands:
         return DemandPlan()
     return plan_demand([g.demand_gpu() for g in _scan(allocator.snapshot, driver, models)], demands)

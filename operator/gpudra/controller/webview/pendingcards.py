@@ -14,10 +14,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.allocator import DEFAULT_KUBE_MINOR, Allocation
+from gpudra.allocator import DEFAULT_KUBE_MINOR, Allocation, claim_key
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
-from gpudra.controller.explaining import explain, explanation, pod_view, view_from_wire
+from gpudra.controller.explaining import ClusterView, explain, explanation, pod_view, view_from_wire
 from gpudra.errors import GpudraError
 from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import plan_pending
@@ -50,18 +50,23 @@ def explain_pending(
     claims = [ResourceClaim.model_validate(c) for c in pending]
     oldest = sorted(claims, key=lambda c: (c.metadata.creation_timestamp or "", c.metadata.namespaced_name))
     oldest = oldest[:limit]
+    pods = {p.metadata.uid: p for p in (Pod.model_validate(b) for b in objects["pods"])}
+    raw_pods = {str(b["metadata"].get("uid")): b for b in objects["pods"]}
+    views: list[tuple[ClusterView, dict[str, str]]] = []
+    for claim in oldest:
+        pod = waiting_pod_of(claim.metadata, pods.values())
+        views.append(
+            pod_view(view, raw_pods[pod.metadata.uid or ""], objects["nodes"]) if pod else (view, {})
+        )
+    kept_off = {claim_key(c): list(kept) for c, (_, kept) in zip(oldest, views, strict=True) if kept}
     try:
-        plan: DemandPlan | None = plan_pending(view.allocator, oldest, driver, view.mig_models)
+        plan: DemandPlan | None = plan_pending(view.allocator, oldest, driver, view.mig_models, kept_off)
     except GpudraError as exc:
         log.warning("the MIG planner failed for the web view", error=str(exc))
         plan = None
-    pods = {p.metadata.uid: p for p in (Pod.model_validate(b) for b in objects["pods"])}
-    raw_pods = {str(b["metadata"].get("uid")): b for b in objects["pods"]}
     devices_on = len(view.allocator.snapshot.node_names())
     cards: dict[str, PendingCard] = {}
-    for claim in oldest:
-        pod = waiting_pod_of(claim.metadata, pods.values())
-        seen, kept = pod_view(view, raw_pods[pod.metadata.uid or ""], objects["nodes"]) if pod else (view, {})
+    for claim, (seen, kept) in zip(oldest, views, strict=True):
         if kept and len(kept) >= devices_on:
             cards[claim.metadata.uid or ""] = nowhere_card(claim, kept)
             continue
