@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from clusterkit import StartCluster, client_of, eventually, mig_claim
+from clusterkit import StartCluster, client_of, eventually, kubectl, mig_claim
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.config import ControllerSettings, MigPlannerPolicy
 from gpudra.controller.miglayouts import MIGLAYOUTS
@@ -25,10 +25,10 @@ SUGGESTION = (
 )
 
 
-async def balanced_and_busy(cluster: EmbeddedCluster) -> None:
-    """Every H100 of the node all-balanced, every 3g.40gb allocated to one claim."""
+async def balanced_and_busy(cluster: EmbeddedCluster, node: str = NODE, busy: str = "busy") -> None:
+    """Every H100 of the node all-balanced, every 3g.40gb allocated to one claim (``busy``)."""
     assert cluster.client is not None
-    backend = cluster.agents[NODE]._backend
+    backend = cluster.agents[node]._backend
     model = load_catalog().model("H100-SXM5-80GB")
     assert model.mig is not None
     layout = place_counts(model, model.mig.all_balanced)
@@ -38,13 +38,13 @@ async def balanced_and_busy(cluster: EmbeddedCluster) -> None:
             backend.create_mig_device(gpu, placement.profile, placement.start)
 
     async def published() -> bool:
-        slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+        slices, _ = await client_of(cluster).list_raw(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
         return sum(len(s["spec"].get("devices") or []) for s in slices) == 32
 
     await eventually(published)
-    await cluster.client.create(RESOURCE_CLAIMS, mig_claim("busy", "3g.40gb", 8), "default")
-    await cluster.client.create(PODS, pod("holder", "busy"), "default")
-    await eventually(lambda: allocation(cluster, "busy"), timeout=30)
+    await cluster.client.create(RESOURCE_CLAIMS, mig_claim(busy, "3g.40gb", 8), "default")
+    await cluster.client.create(PODS, pod(f"{busy}-holder", busy), "default")
+    await eventually(lambda: allocation(cluster, busy), timeout=30)
 
 
 def pod(name: str, claim: str) -> dict[str, Any]:
@@ -204,4 +204,29 @@ async def test_planner_off_leaves_events_as_they_were(start_cluster: StartCluste
     assert (
         events[0]["message"]
         == f"{NODE} has 8 matching 3g.40gb MIG devices but all are in use by default/busy"
+    )
+
+
+async def test_apply_repartitions_only_a_node_the_waiting_pod_may_go_to(start_cluster: StartCluster) -> None:
+    """Two nodes alike, the first tainted: the planner's MigLayout is for the second, where the pod then runs
+    (before, the first by name, where the pod may not go: its claim stayed pending on a repartitioned GPU)."""
+    settings = ControllerSettings(
+        pending_grace_seconds=0.2, pending_interval_seconds=0.2, mig_planner="apply"
+    )
+    cluster = await start_cluster("dgx-h100:2", controller=settings)
+    other = "dgx-h100-1"
+    await balanced_and_busy(cluster)
+    await balanced_and_busy(cluster, other, "busy-1")
+    await kubectl(cluster, "taint", "nodes", NODE, "dedicated=train:NoSchedule")
+    await client_of(cluster).create(RESOURCE_CLAIMS, mig_claim("wants-3g", "3g.40gb"), "default")
+    await client_of(cluster).create(PODS, pod("waiting", "wants-3g"), "default")
+
+    allocated = await eventually(lambda: allocation(cluster, "wants-3g"), timeout=60)
+    assert allocated["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [other], allocated
+    layouts, _ = await client_of(cluster).list_raw(MIGLAYOUTS)
+    assert [b["metadata"]["name"] for b in layouts] == [f"gpudra-planner-{other}"]
+    events = await planner_events(cluster, "wants-3g")
+    assert f"applying through MigLayout gpudra-planner-{other}" in events[0]["message"], events
+    assert (
+        f"keep the pod off 1 of 2 nodes with devices: {NODE}: taint dedicated=train" in events[0]["message"]
     )
