@@ -423,6 +423,73 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     assert "fits on node" not in shown, shown
 
 
+DEVICE_QUOTA = """
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpus, namespace: default}
+spec:
+  hard: {gpu.nvidia.com.deviceclass.resource.k8s.io/devices: "2"}
+"""
+
+
+async def check_claim_not_made_is_explained(cluster: EmbeddedCluster, *, quota: bool) -> None:
+    """dgx-h100:1. A pod whose ResourceClaimTemplate does not exist: kube-controller-manager's Warning in a 1.37's
+    words, and `gpudra explain pod` says it, exit 1 (before: exit 2, "no ResourceClaimTemplate"). With ``quota``
+    (kube-apiserver: the embedded API server serves no ResourceQuota), a pod whose claim of 4 GPUs a namespace quota
+    of 2 refuses: `gpudra explain pod` gives kube-controller-manager's words and where to look (before: "fits now
+    on node dgx-h100-0", exit 0)."""
+    await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("missing", 1).split("---")[1])
+    refused = await creation_refused(cluster, "missing")
+    assert refused == (
+        'PodResourceClaim gpus: resource claim template "missing-gpus": resourceclaimtemplate.resource.k8s.io'
+        ' "missing-gpus" not found'
+    ), refused
+    status, out = await gpudra_explain(cluster, "pod", "missing")
+    said = " ".join(out.split())
+    assert status == 1, out
+    assert "claim default/missing-gpus: not created yet, from claim template missing-gpus" in said, out
+    assert "claim default/missing-gpus will not be allocated (ClaimNotCreated)" in said, out
+    assert "kube-controller-manager could not make it (" in said and refused in said, out
+    if not quota:
+        return
+    await kubectl(cluster, "apply", "-f", "-", stdin=DEVICE_QUOTA)
+
+    async def counted() -> str:  # kube-controller-manager's quota controller has read it: it is enforced
+        return await kubectl(cluster, "get", "resourcequota", "gpus", "-o", "jsonpath={.status.hard}")
+
+    await eventually(counted, timeout=60, what="the quota's status")
+    await kubectl(cluster, "apply", "-f", "-", stdin=gpus_pod("big", 4))
+    refused = await creation_refused(cluster, "big")
+    assert (
+        " is forbidden: exceeded quota: gpus, requested: gpu.nvidia.com.deviceclass.resource.k8s.io/devices=4,"
+        in refused
+    ), refused
+    status, out = await gpudra_explain(cluster, "pod", "big", "-o", "json")
+    (answer,) = json.loads(out)["claims"]
+    assert status == 1, out
+    assert (answer["claim"], answer["state"], answer["reason"]) == (
+        "default/big-gpus",
+        "stranded",
+        "ClaimNotCreated",
+    )
+    assert refused in answer["text"] and "`kubectl describe resourcequota -n default`" in answer["text"], (
+        answer
+    )
+
+
+async def creation_refused(cluster: EmbeddedCluster, pod: str) -> str:
+    """Once kube-controller-manager said it could not make the pod's claim: what it said."""
+    assert cluster.client is not None
+    client = cluster.client
+    selector = f"involvedObject.kind=Pod,involvedObject.name={pod},reason=FailedResourceClaimCreation"
+
+    async def said() -> str:
+        items, _ = await client.list_raw(EVENTS, "default", field_selector=selector)
+        return str(items[0]["message"]) if items else ""
+
+    return await eventually(said, timeout=60, what=f"FailedResourceClaimCreation on pod {pod}")
+
+
 async def controller_said(cluster: EmbeddedCluster, pod: str, claim: str, reason: str) -> str:
     """Once gpudra's controller posted a ``reason`` Event on the pod and the same on its claim: its message."""
 

@@ -12,7 +12,7 @@ import pytest
 from clusterkit import StartCluster, eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
-from podexplainkit import check_node_filters_are_explained
+from podexplainkit import check_claim_not_made_is_explained, check_node_filters_are_explained
 from podexplainkit import gpudra_explain as explain
 
 PODS_YAML = """
@@ -156,3 +156,9 @@ async def test_a_pod_is_explained_over_the_nodes_its_filters_let_it_go_to(
     start_cluster: StartCluster,
 ) -> None:
     await check_node_filters_are_explained(await start_cluster("dgx-h100:1,l4x4:1", web_port=0))
+
+
+async def test_a_pod_whose_claim_kube_controller_manager_cannot_make_says_why(
+    start_cluster: StartCluster,
+) -> None:
+    await check_claim_not_made_is_explained(await start_cluster("dgx-h100:1"), quota=False)

@@ -113,7 +113,10 @@ async def test_a_pod_whose_template_is_missing_waits_for_it_and_says_so(cluster:
 
     (event,) = await eventually(told)
     assert event["type"] == "Warning"
-    assert event["message"] == "resourceclaimtemplate 'training-gpu' not found"
+    assert event["message"] == (  # a 1.37 kube-controller-manager's words
+        'PodResourceClaim training-gpu: resource claim template "training-gpu": resourceclaimtemplate.resource.k8s.io'
+        ' "training-gpu" not found'
+    )
     assert not await bound(cluster, "trainer-a")
 
     await client.create(RESOURCE_CLAIM_TEMPLATES, template, "default")

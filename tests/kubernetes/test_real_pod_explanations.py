@@ -11,6 +11,7 @@ from clusterkit import eventually
 from podexplainkit import (
     MIG_1G_12GB_NAMESPACE,
     check_claim_made_twice_names_the_first,
+    check_claim_not_made_is_explained,
     check_mig_1g_12gb_pod_is_explained,
     check_missing_claim_is_said_as_a_kubelet_says,
     check_node_filters_are_explained,
@@ -96,3 +97,11 @@ async def test_a_claim_made_twice_for_a_running_pod_names_the_first_which_the_ku
 ) -> None:
     """With a real kubelet: it unprepares the claims it prepared for the pod, whatever the status names."""
     await check_claim_made_twice_names_the_first(await start_kubernetes("dgx-h100:1", real_kubelets=1))
+
+
+async def test_a_pod_whose_claim_kube_controller_manager_cannot_make_says_its_words(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    """The template missing, and a namespace's device quota (kube-controller-manager's quota controller counts it,
+    kube-apiserver's ResourceQuota admission refuses the claim)."""
+    await check_claim_not_made_is_explained(await start_kubernetes("dgx-h100:1"), quota=True)

@@ -19,7 +19,7 @@ T = TypeVar("T", bound="WireModel")
 if TYPE_CHECKING:
     from gpudra.api.base import WireModel
     from gpudra.api.core import Pod
-    from gpudra.api.dra import ResourceClaim
+    from gpudra.api.dra import ResourceClaim, ResourceClaimTemplate
     from gpudra.cli.explainoutput import Answer, PodNotes
     from gpudra.controller.explaining import ClusterView
     from gpudra.kube.client import KubeClient
@@ -86,8 +86,14 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
     the claim kube-scheduler would make for the pod's extended resources while it has not made one, each over the
     nodes the pod may go to. Then the kubelet's Warning that it could not prepare them, while it still says why
     the pod waits."""
-    from gpudra.cli.explainoutput import PodNotes
-    from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+    from gpudra.cli.explainoutput import STRANDED, Answer, PodNotes
+    from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
+    from gpudra.planning.claimcreation import (
+        CREATE_WARNING,
+        NOT_CREATED_REASON,
+        creation_warning,
+        not_created_words,
+    )
     from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
 
     pod = await _get(client, PODS, args.name, args.namespace)
@@ -103,6 +109,9 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
     view, kept = await _pod_view(client, pod)
     answers: list[Answer] = []
     made: list[ResourceClaim] = []
+    creating: list[dict[str, Any]] | None = (
+        None  # kube-controller-manager's Warnings that it could not make one
+    )
     for entry in entries:
         note = ""
         if entry.implicit is not None:
@@ -117,13 +126,37 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
                 continue
         else:
             template_name = templates.get(entry.pod_claim) or ""
-            template = await _get(client, RESOURCE_CLAIM_TEMPLATES, template_name, args.namespace)
+            template = await _template(client, template_name, args.namespace)
+            if creating is None:  # read once, for the first claim not made yet
+                creating = await _pod_events(client, pod, CREATE_WARNING)
+            refused = creation_warning(pod, creating, entry.pod_claim)
+            if template is None or refused is not None:
+                answers.append(
+                    Answer(
+                        f"{args.namespace}/{pod.metadata.name}-{entry.pod_claim}",
+                        STRANDED,
+                        reason=NOT_CREATED_REASON,
+                        words=not_created_words(args.namespace, template_name, refused),
+                        note=f"not created yet, from claim template {template_name}",
+                    )
+                )
+                continue
             claim = claim_from_template(pod, entry.pod_claim, template)
             note = f"not created yet; explained as the claim template {template_name} makes"
         answers.append(_answer_for_pod(view, kept, claim, args.driver_name, note))
     warning = await _kubelet_warning(client, pod, made) if len(made) == len(entries) else None
     devices_on = len(view.allocator.snapshot.node_names())
     return answers, PodNotes(nodes=devices_on, kept_off=kept, kubelet=warning)
+
+
+async def _template(client: KubeClient, name: str, namespace: str) -> ResourceClaimTemplate | None:
+    """The ResourceClaimTemplate, or None when it does not exist."""
+    from gpudra.kube.resources import RESOURCE_CLAIM_TEMPLATES
+
+    try:
+        return await client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace)
+    except NotFoundError:
+        return None
 
 
 async def _waiting_pod(client: KubeClient, claim: ResourceClaim) -> Pod | None:
@@ -169,20 +202,26 @@ async def _kubelet_warning(
 ) -> KubeletWarning | None:
     """The kubelet's latest Warning that it could not prepare the pod's ``claims`` (all of them made), while it
     still stands (``gpudra.planning.preparestatus``). Events the user may not list say nothing."""
-    from gpudra.errors import KubeError
-    from gpudra.kube.resources import EVENTS
     from gpudra.planning.preparestatus import PREPARE_WARNING, kubelet_warning, waits_for_prepare
 
     if not waits_for_prepare(pod, claims):
         return None  # not bound, started, prepared, or the driver says why: no need to read Events
-    selector = f"involvedObject.kind=Pod,involvedObject.name={pod.metadata.name},reason={PREPARE_WARNING}"
+    return kubelet_warning(pod, await _pod_events(client, pod, PREPARE_WARNING))
+
+
+async def _pod_events(client: KubeClient, pod: Pod, reason: str) -> list[dict[str, Any]]:
+    """The pod's ``reason`` Events (one list, with field selectors); none when the user may not list Events."""
+    from gpudra.errors import KubeError
+    from gpudra.kube.resources import EVENTS
+
+    selector = f"involvedObject.kind=Pod,involvedObject.name={pod.metadata.name},reason={reason}"
     try:
         events, _ = await client.list_raw(EVENTS, pod.metadata.namespace, field_selector=selector)
     except KubeError as exc:
         if exc.status != 403:
             raise
-        return None
-    return kubelet_warning(pod, events)
+        return []
+    return events
 
 
 async def _stranded(

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
+from gpudra.planning.podwarnings import PodWarning, newest_warning
 
 PREPARE_WARNING = "FailedPrepareDynamicResources"
 """The reason of a kubelet's Warning on a pod whose claims it could not prepare (1.37 kuberuntime)."""
@@ -92,36 +93,17 @@ def waits_for_prepare(pod: Pod, claims: Sequence[ResourceClaim]) -> bool:
 def kubelet_warning(pod: Pod, events: Iterable[Mapping[str, Any]]) -> KubeletWarning | None:
     """The newest of ``events`` (the pod's, as listed) that is the kubelet's ``FailedPrepareDynamicResources``
     Warning on this pod (bound to a node); None when there is none."""
-    uid = pod.metadata.uid
-    found = [
-        e
-        for e in events
-        if e.get("reason") == PREPARE_WARNING
-        and e.get("type") == "Warning"
-        and (e.get("involvedObject") or {}).get("uid") in (None, "", uid)
-    ]
-    if not found or not pod.spec.node_name:
+    newest = newest_warning(pod, events, PREPARE_WARNING)
+    if newest is None or not pod.spec.node_name:
         return None
-    newest = max(found, key=_said_at)
-    count = int(newest.get("count") or 1)
-    return KubeletWarning(pod.spec.node_name, str(newest.get("message") or ""), count, _said_at(newest))
-
-
-def _said_at(event: Mapping[str, Any]) -> str:
-    return str(
-        event.get("lastTimestamp")
-        or event.get("eventTime")
-        or event.get("firstTimestamp")
-        or (event.get("metadata") or {}).get("creationTimestamp")
-        or ""
-    )
+    return KubeletWarning(pod.spec.node_name, newest.message, newest.count, newest.last)
 
 
 def kubelet_warning_words(warning: KubeletWarning) -> list[str]:
     """What the kubelet said, how often and when, what it means when the driver is not registered there, and when
     the kubelet tries again."""
-    times = f"{warning.count} times, " if warning.count > 1 else ""
-    words = [f"the kubelet on node {warning.node} says ({times}last at {warning.last}): {warning.message}"]
+    said = PodWarning(warning.message, warning.count, warning.last)
+    words = [f"the kubelet on node {warning.node} says ({said.times()}): {warning.message}"]
     missing = _NOT_REGISTERED.search(warning.message)
     if missing is not None:
         words.append(

@@ -16,9 +16,11 @@ from gpudra.api.meta import ObjectMeta
 from gpudra.cluster.controlplane.claims import claim_from_template
 from gpudra.cluster.controlplane.extended import class_for_resource, extended_claim, extended_status
 from gpudra.cluster.controlplane.state import ClusterState
+from gpudra.errors import KubeError, is_transient
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
+from gpudra.planning.claimcreation import CREATE_WARNING
 from gpudra.planning.podclaims import (
     EXTENDED_CLAIM_ANNOTATION,
     ExtendedRequest,
@@ -104,22 +106,33 @@ class ClaimController:
     async def _create_from_template(
         self, pod: Pod, pod_claim: PodResourceClaim, body: dict[str, Any]
     ) -> str | None:
-        """The name of the claim created for ``pod_claim``; None (and an Event) when its template is missing."""
+        """The name of the claim created for ``pod_claim``; None, and a Warning in a 1.37 kube-controller-manager's
+        words, when its template is missing or the API server refuses the claim."""
         namespace = pod.metadata.namespace or "default"
         template_name = pod_claim.resource_claim_template_name or ""
         template_body = self._state.templates.cache.get((namespace, template_name))
+        failed = f"PodResourceClaim {pod_claim.name}: "
         if template_body is None:
             await self._events.post(
                 body,
                 "Warning",
-                "FailedResourceClaimCreation",
-                f"resourceclaimtemplate {template_name!r} not found",
+                CREATE_WARNING,
+                f'{failed}resource claim template "{template_name}": resourceclaimtemplate.resource.k8s.io'
+                f' "{template_name}" not found',
             )
             return None
         template = ResourceClaimTemplate.model_validate(template_body)
-        created = await self._client.create(
-            RESOURCE_CLAIMS, claim_from_template(pod, pod_claim, template), namespace
-        )
+        try:
+            created = await self._client.create(
+                RESOURCE_CLAIMS, claim_from_template(pod, pod_claim, template), namespace
+            )
+        except KubeError as exc:
+            if is_transient(exc):
+                raise
+            await self._events.post(
+                body, "Warning", CREATE_WARNING, f"{failed}create ResourceClaim : {exc.detail}"
+            )
+            return None
         self._state.remember_claim(created)
         return str(created["metadata"]["name"])
 

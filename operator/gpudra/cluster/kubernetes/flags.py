@@ -34,6 +34,7 @@ CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
     "resourceclaim-controller",
+    "resourcequota-controller",
     "job-controller",
     "cronjob-controller",
     "deployment-controller",
