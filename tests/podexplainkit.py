@@ -423,6 +423,50 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     assert "fits on node" not in shown, shown
 
 
+async def check_gated_pod_is_explained(cluster: EmbeddedCluster) -> None:
+    """dgx-h100:1. A pod Kueue holds (its scheduling gate): `gpudra explain pod` says so first, then that its claim
+    fits now (before: only "fits now on node dgx-h100-0", though kube-scheduler will not look at the pod); the web
+    view's card says the same. Once the gate is removed, the pod is placed and nothing is said of gates."""
+    manifest = gpus_pod("queued", 1).replace(
+        "spec:\n  containers:", "spec:\n  schedulingGates: [{name: kueue.x-k8s.io/admission}]\n  containers:"
+    )
+    assert "schedulingGates" in manifest
+    await kubectl(cluster, "apply", "-f", "-", stdin=manifest)
+    claim = await claim_of(cluster, "queued")
+    status, out = await gpudra_explain(cluster, "pod", "queued")
+    said = " ".join(out.split())
+    assert status == 0, out  # its claim fits
+    assert said.startswith(
+        "the pod is held by its scheduling gates (kueue.x-k8s.io/admission): kube-scheduler neither places it nor"
+        " allocates its claims until every gate is removed Kueue removes kueue.x-k8s.io/admission when it admits"
+        " the pod's workload (`kubectl get workloads -n default` says whether it is admitted, and why not)"
+        f" claim default/{claim} fits now on node dgx-h100-0: gpu-"
+    ), out
+    status, out = await gpudra_explain(cluster, "pod", "queued", "-o", "json")
+    assert json.loads(out)["schedulingGates"] == ["kueue.x-k8s.io/admission"], out
+    if cluster.web_url:
+        card = await web_view_card(cluster, f"pending/default/{claim}", "")
+        assert (
+            "fits on node dgx-h100-0 now; the pod is held by its scheduling gates (kueue.x-k8s.io/admission)"
+            in (html.unescape(card))
+        ), card
+
+    await kubectl(
+        cluster,
+        "patch",
+        "pod",
+        "queued",
+        "--type=json",
+        "-p",
+        '[{"op":"remove","path":"/spec/schedulingGates"}]',
+    )
+    await bound(cluster, "queued")
+    status, out = await gpudra_explain(cluster, "pod", "queued")
+    assert (
+        "scheduling gates" not in out and f"claim default/{claim} is allocated on node dgx-h100-0" in out
+    ), out
+
+
 DEVICE_QUOTA = """
 apiVersion: v1
 kind: ResourceQuota

@@ -12,7 +12,11 @@ import pytest
 from clusterkit import StartCluster, eventually, kubectl
 from gpudra.cluster.up import EmbeddedCluster
 from gpudra.kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
-from podexplainkit import check_claim_not_made_is_explained, check_node_filters_are_explained
+from podexplainkit import (
+    check_claim_not_made_is_explained,
+    check_gated_pod_is_explained,
+    check_node_filters_are_explained,
+)
 from podexplainkit import gpudra_explain as explain
 
 PODS_YAML = """
@@ -162,3 +166,7 @@ async def test_a_pod_whose_claim_kube_controller_manager_cannot_make_says_why(
     start_cluster: StartCluster,
 ) -> None:
     await check_claim_not_made_is_explained(await start_cluster("dgx-h100:1"), quota=False)
+
+
+async def test_a_pod_held_by_a_scheduling_gate_says_so_before_its_claims(start_cluster: StartCluster) -> None:
+    await check_gated_pod_is_explained(await start_cluster("dgx-h100:1", web_port=0))

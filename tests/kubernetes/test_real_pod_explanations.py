@@ -12,6 +12,7 @@ from podexplainkit import (
     MIG_1G_12GB_NAMESPACE,
     check_claim_made_twice_names_the_first,
     check_claim_not_made_is_explained,
+    check_gated_pod_is_explained,
     check_mig_1g_12gb_pod_is_explained,
     check_missing_claim_is_said_as_a_kubelet_says,
     check_node_filters_are_explained,
@@ -105,3 +106,9 @@ async def test_a_pod_whose_claim_kube_controller_manager_cannot_make_says_its_wo
     """The template missing, and a namespace's device quota (kube-controller-manager's quota controller counts it,
     kube-apiserver's ResourceQuota admission refuses the claim)."""
     await check_claim_not_made_is_explained(await start_kubernetes("dgx-h100:1"), quota=True)
+
+
+async def test_a_pod_held_by_a_scheduling_gate_says_so_and_runs_once_it_is_removed(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    await check_gated_pod_is_explained(await start_kubernetes("dgx-h100:1", web_port=0))

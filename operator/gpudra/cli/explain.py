@@ -95,6 +95,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
         not_created_words,
     )
     from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
+    from gpudra.planning.podgates import scheduling_gates
 
     pod = await _get(client, PODS, args.name, args.namespace)
     existing, _ = await client.list(RESOURCE_CLAIMS, args.namespace)
@@ -146,7 +147,8 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
         answers.append(_answer_for_pod(view, kept, claim, args.driver_name, note))
     warning = await _kubelet_warning(client, pod, made) if len(made) == len(entries) else None
     devices_on = len(view.allocator.snapshot.node_names())
-    return answers, PodNotes(nodes=devices_on, kept_off=kept, kubelet=warning)
+    gates = scheduling_gates(pod)
+    return answers, PodNotes(devices_on, kept, warning, gates, args.namespace)
 
 
 async def _template(client: KubeClient, name: str, namespace: str) -> ResourceClaimTemplate | None:

@@ -18,6 +18,7 @@ from rich.text import Text
 from gpudra.allocator import Allocation, Explanation, Failure, NodesFailure, SelectorStat
 from gpudra.api.dra import AllocationResult
 from gpudra.mig import DemandPlan
+from gpudra.planning.podgates import gate_words
 from gpudra.planning.podnodes import KEPT_OFF_SHOWN, kept_off_title
 from gpudra.planning.preparestatus import (
     RETRY_WORDS,
@@ -117,27 +118,35 @@ def _not_prepared(answer: Answer) -> list[Text]:
 
 @dataclass(frozen=True)
 class PodNotes:
-    """What ``explain pod`` says of the pod itself, beside its claims: the nodes publishing devices that
-    kube-scheduler's node filters keep it off (``gpudra.planning.podnodes``), and the kubelet's Warning that it
-    could not prepare its claims (``gpudra.planning.preparestatus``)."""
+    """What ``explain pod`` says of the pod itself, beside its claims: the scheduling gates that hold it
+    (``gpudra.planning.podgates``), the nodes publishing devices that kube-scheduler's node filters keep it off
+    (``gpudra.planning.podnodes``), and the kubelet's Warning that it could not prepare its claims
+    (``gpudra.planning.preparestatus``)."""
 
     nodes: int = 0
     """Nodes that publish devices."""
     kept_off: Mapping[str, str] = field(default_factory=dict)
     """Node -> what keeps the pod off it."""
     kubelet: KubeletWarning | None = None
+    gates: tuple[str, ...] = ()
+    namespace: str = ""
 
     def head(self, limit: int | None = KEPT_OFF_SHOWN) -> list[RenderableType]:
-        """Said before the claims: the nodes the pod cannot go to (the first ``limit``; None: all)."""
+        """Said before the claims: the gates that hold the pod, the nodes it cannot go to (the first ``limit``;
+        None: all)."""
+        held: list[RenderableType] = []
+        if self.gates:
+            first, *rest = gate_words(self.gates, self.namespace)
+            held = [Text(first, style="bold"), *(Text(line) for line in rest)]
         if not self.kept_off:
-            return []
+            return held
         named = sorted(self.kept_off.items())
         shown = named if limit is None else named[:limit]
         lines = [f"  {node}: {why}" for node, why in shown]
         if len(named) > len(shown):
             lines.append(f"  and {len(named) - len(shown)} more: -o wide")
         title = kept_off_title(len(self.kept_off), self.nodes)
-        return [Text(f"{title}:", style="bold"), *(Text(x) for x in lines)]
+        return [*held, Text(f"{title}:", style="bold"), *(Text(x) for x in lines)]
 
     def tail(self) -> list[RenderableType]:
         """Said after the claims: the kubelet's Warning, where no claim's status says why the pod waits."""
@@ -148,6 +157,8 @@ class PodNotes:
 
     def data(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        if self.gates:
+            out["schedulingGates"] = list(self.gates)
         if self.kept_off:
             out["keptOff"] = [{"node": n, "reason": why} for n, why in sorted(self.kept_off.items())]
         if self.kubelet is not None:

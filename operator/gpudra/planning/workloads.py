@@ -15,6 +15,7 @@ from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, Compute
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import Condition
 from gpudra.api.miglayout import MigLayout, MigLayoutStatus
+from gpudra.planning.podgates import gate_words
 from gpudra.planning.podnodes import NO_NODE_REASON
 from gpudra.planning.preparestatus import RETRY_WORDS, NotPrepared, not_prepared_words
 
@@ -115,21 +116,27 @@ class PendingCard:
 
 
 def pending_card(
-    claim: ResourceClaim, outcome: Explanation | str, kept_off: Mapping[str, str] | None = None
+    claim: ResourceClaim,
+    outcome: Explanation | str,
+    kept_off: Mapping[str, str] | None = None,
+    gates: tuple[str, ...] = (),
 ) -> PendingCard:
     """A pending claim with its explanation, or with the node it would fit on now; ``kept_off``: the nodes its pod
-    cannot go to, which the explanation left out."""
+    cannot go to, which the explanation left out; ``gates``: the scheduling gates that hold its pod
+    (``gpudra.planning.podgates``), said first."""
     namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
     kept = tuple(sorted((kept_off or {}).items()))
+    held = tuple(gate_words(gates, namespace)) if gates else ()
     if isinstance(outcome, str):
-        headline = f"fits on node {outcome} now; waiting for the scheduler (or for a pod that uses it)"
-        return PendingCard(namespace, name, "", headline, fits_on=outcome, kept_off=kept)
+        waits = held[0] if held else "waiting for the scheduler (or for a pod that uses it)"
+        headline = f"fits on node {outcome} now; {waits}"
+        return PendingCard(namespace, name, "", headline, held[1:], fits_on=outcome, kept_off=kept)
     return PendingCard(
         namespace,
         name,
         outcome.reason,
         outcome.headline,
-        outcome.sentences,
+        (*held, *outcome.sentences),
         outcome.nodes,
         outcome.closest,
         kept_off=kept,
