@@ -397,6 +397,11 @@ async def check_node_filters_are_explained(cluster: EmbeddedCluster) -> None:
     ), out
     status, out = await gpudra_explain(cluster, "pod", "nowhere")
     assert out.startswith("kube-scheduler's node filters keep the pod off all 2 nodes with devices:\n"), out
+    condition = await scheduler_said(cluster, "nowhere")  # kube-scheduler's condition on the pod says it too
+    assert (condition["type"], condition["status"]) == ("PodScheduled", "False"), condition
+    assert condition["message"].startswith(
+        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector"
+    )
     assert f"claim default/{claim} will not be allocated (NoNodeForPod)" in out, out
     status, out = await gpudra_explain(cluster, "claim", claim)
     assert status == 1 and f"claim default/{claim} will not be allocated (NoNodeForPod)" in out, out
@@ -433,6 +438,21 @@ async def check_gated_pod_is_explained(cluster: EmbeddedCluster) -> None:
     assert "schedulingGates" in manifest
     await kubectl(cluster, "apply", "-f", "-", stdin=manifest)
     claim = await claim_of(cluster, "queued")
+    body = json.loads(await kubectl(cluster, "get", "pod", "queued", "-o", "json"))
+    (condition,) = body["status"]["conditions"]  # kube-apiserver's, from the pod's creation
+    assert {k: v for k, v in condition.items() if k not in ("lastTransitionTime", "lastProbeTime")} == {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "SchedulingGated",
+        "message": "Scheduling is blocked due to non-empty scheduling gates",
+    }, condition
+    row = (await kubectl(cluster, "get", "pod", "queued", "--no-headers")).split()
+    assert row[:3] == ["queued", "0/1", "SchedulingGated"], row
+    assert cluster.client is not None
+    gated_events, _ = await cluster.client.list_raw(
+        EVENTS, "default", field_selector="involvedObject.name=queued"
+    )
+    assert gated_events == [], gated_events  # the scheduler does not look at it, and says nothing
     status, out = await gpudra_explain(cluster, "pod", "queued")
     said = " ".join(out.split())
     assert status == 0, out  # its claim fits
@@ -465,6 +485,32 @@ async def check_gated_pod_is_explained(cluster: EmbeddedCluster) -> None:
     assert (
         "scheduling gates" not in out and f"claim default/{claim} is allocated on node dgx-h100-0" in out
     ), out
+
+
+async def check_pod_kept_off_by_cpu_says_kube_schedulers_words(cluster: EmbeddedCluster) -> None:
+    """dgx-h100:1. A pod whose claim fits but that asks for more cpu than any node has: `gpudra explain pod` says its
+    claim fits, then what kube-scheduler's PodScheduled condition says (before: only "fits now", and the pod waited
+    on)."""
+    manifest = gpus_pod("hungry", 1).replace(
+        "resources: {claims: [{name: gpus}]}", "resources: {requests: {cpu: '1000'}, claims: [{name: gpus}]}"
+    )
+    assert "cpu: '1000'" in manifest
+    await kubectl(cluster, "apply", "-f", "-", stdin=manifest)
+    claim = await claim_of(cluster, "hungry")
+    said = await scheduler_said(cluster, "hungry")
+    assert said["message"].startswith("0/1 nodes are available: 1 Insufficient cpu."), said
+    status, out = await gpudra_explain(cluster, "pod", "hungry")
+    joined = " ".join(out.split())
+    assert status == 0, out  # its claim fits
+    assert f"claim default/{claim} fits now on node dgx-h100-0: gpu-" in joined, out
+    assert joined.endswith(
+        f"kube-scheduler could not place the pod (since {said['lastTransitionTime']}): {said['message']}"
+    ), out
+    status, out = await gpudra_explain(cluster, "pod", "hungry", "-o", "json")
+    assert json.loads(out)["unschedulable"] == {
+        "message": said["message"],
+        "since": said["lastTransitionTime"],
+    }
 
 
 DEVICE_QUOTA = """
@@ -532,6 +578,25 @@ async def creation_refused(cluster: EmbeddedCluster, pod: str) -> str:
         return str(items[0]["message"]) if items else ""
 
     return await eventually(said, timeout=60, what=f"FailedResourceClaimCreation on pod {pod}")
+
+
+async def scheduler_said(cluster: EmbeddedCluster, pod: str) -> dict[str, Any]:
+    """Once the pod's ``PodScheduled`` condition says Unschedulable: that condition, whose message is that of the
+    scheduler's latest FailedScheduling Warning."""
+    assert cluster.client is not None
+    client = cluster.client
+
+    async def condition() -> dict[str, Any] | None:
+        status = (await client.get_raw(PODS, pod, "default")).get("status") or {}
+        found = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+        return found if found is not None and found.get("reason") == "Unschedulable" else None
+
+    said: dict[str, Any] = await eventually(condition, timeout=60, what=f"pod {pod}'s PodScheduled condition")
+    items, _ = await client.list_raw(
+        EVENTS, "default", field_selector=f"involvedObject.name={pod},reason=FailedScheduling"
+    )
+    assert said["message"] in {e["message"] for e in items}, (said, items)
+    return said
 
 
 async def controller_said(cluster: EmbeddedCluster, pod: str, claim: str, reason: str) -> str:

@@ -16,6 +16,7 @@ from podexplainkit import (
     check_claim_not_made_is_explained,
     check_gated_pod_is_explained,
     check_node_filters_are_explained,
+    check_pod_kept_off_by_cpu_says_kube_schedulers_words,
 )
 from podexplainkit import gpudra_explain as explain
 
@@ -170,3 +171,7 @@ async def test_a_pod_whose_claim_kube_controller_manager_cannot_make_says_why(
 
 async def test_a_pod_held_by_a_scheduling_gate_says_so_before_its_claims(start_cluster: StartCluster) -> None:
     await check_gated_pod_is_explained(await start_cluster("dgx-h100:1", web_port=0))
+
+
+async def test_a_pod_whose_claims_fit_ends_with_what_kube_scheduler_says(start_cluster: StartCluster) -> None:
+    await check_pod_kept_off_by_cpu_says_kube_schedulers_words(await start_cluster("dgx-h100:1"))

@@ -71,9 +71,12 @@ async def test_gates_hold_a_pod_and_unimplemented_fields_are_told(cluster: Embed
                 topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                                             "whenUnsatisfiable": "DoNotSchedule",
                                             "labelSelector": {"matchLabels": {"app": "x"}}}])  # fmt: skip
-    await client.create(PODS, gated, "default")
-    (waiting,) = await eventually(lambda: events_of(client, "gated", "SchedulingGated"))
-    assert "example.com/quota" in waiting
+    created = await client.create(PODS, gated, "default")
+    (condition,) = created["status"]["conditions"]  # as kube-apiserver, no Event
+    assert (condition["reason"], condition["message"]) == (
+        "SchedulingGated",
+        "Scheduling is blocked due to non-empty scheduling gates",
+    )
     assert await node_of(client, "gated") == ""
     await client.patch(PODS, "gated", {"spec": {"schedulingGates": None}}, "default")
     assert await eventually(lambda: node_of(client, "gated"))

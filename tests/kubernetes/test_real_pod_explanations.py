@@ -16,6 +16,7 @@ from podexplainkit import (
     check_mig_1g_12gb_pod_is_explained,
     check_missing_claim_is_said_as_a_kubelet_says,
     check_node_filters_are_explained,
+    check_pod_kept_off_by_cpu_says_kube_schedulers_words,
     check_prebound_pod_is_explained,
     check_unprepared_claim_is_explained,
     check_unregistered_driver_is_explained,
@@ -112,3 +113,9 @@ async def test_a_pod_held_by_a_scheduling_gate_says_so_and_runs_once_it_is_remov
     start_kubernetes: StartKubernetes,
 ) -> None:
     await check_gated_pod_is_explained(await start_kubernetes("dgx-h100:1", web_port=0))
+
+
+async def test_a_pod_whose_claims_fit_ends_with_what_kube_scheduler_says(
+    start_kubernetes: StartKubernetes,
+) -> None:
+    await check_pod_kept_off_by_cpu_says_kube_schedulers_words(await start_kubernetes("dgx-h100:1"))

@@ -95,7 +95,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
         not_created_words,
     )
     from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
-    from gpudra.planning.podgates import scheduling_gates
+    from gpudra.planning.podscheduling import scheduling_gates, unschedulable
 
     pod = await _get(client, PODS, args.name, args.namespace)
     existing, _ = await client.list(RESOURCE_CLAIMS, args.namespace)
@@ -148,7 +148,8 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
     warning = await _kubelet_warning(client, pod, made) if len(made) == len(entries) else None
     devices_on = len(view.allocator.snapshot.node_names())
     gates = scheduling_gates(pod)
-    return answers, PodNotes(devices_on, kept, warning, gates, args.namespace)
+    stuck = unschedulable(pod) if not gates and all(a.fits for a in answers) else None
+    return answers, PodNotes(devices_on, kept, warning, gates, args.namespace, stuck)
 
 
 async def _template(client: KubeClient, name: str, namespace: str) -> ResourceClaimTemplate | None:

@@ -18,8 +18,8 @@ from rich.text import Text
 from gpudra.allocator import Allocation, Explanation, Failure, NodesFailure, SelectorStat
 from gpudra.api.dra import AllocationResult
 from gpudra.mig import DemandPlan
-from gpudra.planning.podgates import gate_words
 from gpudra.planning.podnodes import KEPT_OFF_SHOWN, kept_off_title
+from gpudra.planning.podscheduling import Unschedulable, gate_words
 from gpudra.planning.preparestatus import (
     RETRY_WORDS,
     KubeletWarning,
@@ -119,7 +119,7 @@ def _not_prepared(answer: Answer) -> list[Text]:
 @dataclass(frozen=True)
 class PodNotes:
     """What ``explain pod`` says of the pod itself, beside its claims: the scheduling gates that hold it
-    (``gpudra.planning.podgates``), the nodes publishing devices that kube-scheduler's node filters keep it off
+    (``gpudra.planning.podscheduling``), the nodes publishing devices that kube-scheduler's node filters keep it off
     (``gpudra.planning.podnodes``), and the kubelet's Warning that it could not prepare its claims
     (``gpudra.planning.preparestatus``)."""
 
@@ -130,6 +130,8 @@ class PodNotes:
     kubelet: KubeletWarning | None = None
     gates: tuple[str, ...] = ()
     namespace: str = ""
+    unschedulable: Unschedulable | None = None
+    """kube-scheduler's word on the pod, said when every claim fits (what keeps the pod off is no device)."""
 
     def head(self, limit: int | None = KEPT_OFF_SHOWN) -> list[RenderableType]:
         """Said before the claims: the gates that hold the pod, the nodes it cannot go to (the first ``limit``;
@@ -149,11 +151,15 @@ class PodNotes:
         return [*held, Text(f"{title}:", style="bold"), *(Text(x) for x in lines)]
 
     def tail(self) -> list[RenderableType]:
-        """Said after the claims: the kubelet's Warning, where no claim's status says why the pod waits."""
-        if self.kubelet is None:
-            return []
-        first, *rest = kubelet_warning_words(self.kubelet)
-        return [Group(Text(first, style="bold red"), *(Text(line) for line in rest))]
+        """Said after the claims: kube-scheduler's word on a pod whose claims fit, the kubelet's Warning where no
+        claim's status says why the pod waits."""
+        said: list[RenderableType] = []
+        if self.unschedulable is not None:
+            said.append(Text(self.unschedulable.words(), style="bold red"))
+        if self.kubelet is not None:
+            first, *rest = kubelet_warning_words(self.kubelet)
+            said.append(Group(Text(first, style="bold red"), *(Text(line) for line in rest)))
+        return said
 
     def data(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -163,6 +169,8 @@ class PodNotes:
             out["keptOff"] = [{"node": n, "reason": why} for n, why in sorted(self.kept_off.items())]
         if self.kubelet is not None:
             out["kubelet"] = asdict(self.kubelet)
+        if self.unschedulable is not None:
+            out["unschedulable"] = asdict(self.unschedulable)
         return out
 
 

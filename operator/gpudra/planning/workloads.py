@@ -15,8 +15,8 @@ from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, Compute
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import Condition
 from gpudra.api.miglayout import MigLayout, MigLayoutStatus
-from gpudra.planning.podgates import gate_words
 from gpudra.planning.podnodes import NO_NODE_REASON
+from gpudra.planning.podscheduling import gate_words
 from gpudra.planning.preparestatus import RETRY_WORDS, NotPrepared, not_prepared_words
 
 
@@ -123,7 +123,7 @@ def pending_card(
 ) -> PendingCard:
     """A pending claim with its explanation, or with the node it would fit on now; ``kept_off``: the nodes its pod
     cannot go to, which the explanation left out; ``gates``: the scheduling gates that hold its pod
-    (``gpudra.planning.podgates``), said first."""
+    (``gpudra.planning.podscheduling``), said first."""
     namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
     kept = tuple(sorted((kept_off or {}).items()))
     held = tuple(gate_words(gates, namespace)) if gates else ()

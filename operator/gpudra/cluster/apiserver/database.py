@@ -22,7 +22,7 @@ from .registry import BUILTIN_NAMESPACES, CRD_GROUP, CRD_PLURAL, Registry, Resou
 from .selectorsyntax import FieldSelector, LabelSelector
 from .store import Clock, Entry, Store
 from .validation import Admission, Admitter
-from .validation.poddefaults import qos_class
+from .validation.poddefaults import gated_condition, qos_class
 from .versions import KubeVersion
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -179,6 +179,7 @@ class Database:
         obj = self.admitter.admit(rt, obj, None, admission)
         if rt.storage_key == PODS:
             obj["status"]["qosClass"] = qos_class(obj.get("spec") or {})
+            gated_condition(obj, meta["creationTimestamp"])
         if store.get(namespace if rt.namespaced else "", name) is not None:
             raise st.already_exists(rt.plural, rt.group, name)
         if dry_run:

@@ -172,14 +172,8 @@ class NodeFilter:
             self._told.clear()
         self._told.add(told)
 
-    async def gated(self, pod: dict[str, Any]) -> bool:
-        """Whether scheduling gates hold the pod back (it is scheduled once they are removed)."""
-        gates = [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or ()]
-        if gates:
-            uid = str(pod["metadata"].get("uid") or "")
-            if (uid, "spec.schedulingGates") not in self._told:
-                self._remember((uid, "spec.schedulingGates"))
-                await self._events.post(
-                    pod, "Normal", "SchedulingGated", f"waiting for the scheduling gates {', '.join(gates)}"
-                )
-        return bool(gates)
+    @staticmethod
+    def gated(pod: dict[str, Any]) -> bool:
+        """Whether scheduling gates hold the pod back (it is scheduled once they are removed). As kube-scheduler,
+        no Event: the API server gave the pod its ``SchedulingGated`` condition when it was created."""
+        return bool((pod.get("spec") or {}).get("schedulingGates"))

@@ -226,7 +226,7 @@ class ControlPlane:
         """The scheduling cycle of one pod whose claims were made."""
         body = self.state.pods.cache.get(key)
         pod = await self._pending(body)
-        if pod is None or body is None or await self.filter.gated(body):
+        if pod is None or body is None or self.filter.gated(body):
             return
         names = self.claims.names(pod)
         if names is None:

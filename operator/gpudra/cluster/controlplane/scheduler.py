@@ -37,6 +37,8 @@ from gpudra.kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
+UNSCHEDULABLE = "Unschedulable"
+"""The reason of the ``PodScheduled`` condition kube-scheduler writes on a pod it could not place."""
 NOTE_LIMIT = 1024
 """An Event's longest note; kube-scheduler cuts a longer FailedScheduling message to it, ending " ..."."""
 
@@ -104,7 +106,7 @@ class Scheduler:
                 if nodes
                 else "0 nodes are available: the pod's claims are allocated on different nodes"
             )
-            await self._events.post(body, "Warning", "FailedScheduling", message)
+            await self._failed(body, message)
             return
         nodes = verdict.nodes
         node_name = self._least_loaded(nodes) if not claims else nodes[0].name
@@ -119,7 +121,7 @@ class Scheduler:
             if not isinstance(outcome, Allocation):
                 self._unschedulable(key)
                 message = self._why(allocator, models, nodes, outcome)
-                await self._events.post(body, "Warning", "FailedScheduling", message)
+                await self._failed(body, message)
                 for claim, _ in pending:
                     await self._events.post(claim, "Warning", "FailedAllocation", message)
                 return
@@ -137,6 +139,35 @@ class Scheduler:
         task = asyncio.create_task(self._bind(key, pod, writes, node_name), name=f"bind {key}")
         self.binding.add(task)
         task.add_done_callback(self.binding.discard)
+
+    async def _failed(self, body: dict[str, Any], message: str) -> None:
+        """The FailedScheduling Warning, and as kube-scheduler the pod's ``PodScheduled`` condition False with
+        reason ``Unschedulable`` and the same message (written when it changes)."""
+        await self._events.post(body, "Warning", "FailedScheduling", message)
+        meta, status = body["metadata"], body.get("status") or {}
+        conditions = list(status.get("conditions") or [])
+        old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (
+            "False",
+            UNSCHEDULABLE,
+            message,
+        ):
+            return
+        condition: dict[str, Any] = {"type": "PodScheduled", "status": "False", "lastProbeTime": None}
+        if meta.get("generation"):
+            condition["observedGeneration"] = meta["generation"]
+        since = old.get("lastTransitionTime") if old is not None and old.get("status") == "False" else None
+        condition.update(lastTransitionTime=since or rfc3339(), reason=UNSCHEDULABLE, message=message)
+        kept = [c for c in conditions if c.get("type") != "PodScheduled"]
+        try:
+            await self._client.patch(
+                PODS, meta["name"], {"status": {"conditions": [*kept, condition]}}, meta["namespace"],
+                subresource="status",
+            )  # fmt: skip
+        except (
+            GpudraError
+        ) as exc:  # the pod went meanwhile, or the server did not answer: said at the next try
+            log.info("writing a pod's PodScheduled condition failed", pod=meta["name"], error=str(exc))
 
     def _why(
         self,

@@ -22,7 +22,7 @@ from gpudra.errors import GpudraError
 from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import plan_pending
 from gpudra.planning.podclaims import waiting_pod_of
-from gpudra.planning.podgates import scheduling_gates
+from gpudra.planning.podscheduling import scheduling_gates
 from gpudra.planning.workloads import PendingCard, nowhere_card, pending_card
 from gpudra.telemetry import get_logger
 

@@ -113,3 +113,24 @@ def qos_class(spec: dict[str, Any]) -> str:
     if not requests and not limits:
         return "BestEffort"
     return "Guaranteed" if guaranteed and requests == limits else "Burstable"
+
+
+def gated_condition(pod: dict[str, Any], now: str) -> None:
+    """kube-apiserver's condition on a pod created with scheduling gates: ``PodScheduled`` False, reason
+    ``SchedulingGated`` (``kubectl get pods`` shows that as the pod's status), unless it has that condition."""
+    status = pod.setdefault("status", {})
+    conditions = (
+        status.setdefault("conditions", []) if (pod.get("spec") or {}).get("schedulingGates") else None
+    )
+    if conditions is None or any(c.get("type") == "PodScheduled" for c in conditions):
+        return
+    conditions.append(
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
+            "reason": "SchedulingGated",
+            "message": "Scheduling is blocked due to non-empty scheduling gates",
+        }
+    )

@@ -9,7 +9,8 @@ from gpudra.allocator import Explanation, Failure
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import ObjectMeta
-from gpudra.planning.podgates import gate_words, scheduling_gates
+from gpudra.cli.explainoutput import PodNotes
+from gpudra.planning.podscheduling import gate_words, scheduling_gates, unschedulable
 from gpudra.planning.workloads import pending_card
 
 HELD = (
@@ -45,3 +46,31 @@ def test_the_web_views_card_says_the_gates_first() -> None:
     failed = Explanation("DevicesInUse", "all in use", ("held by team/other",), (), (), Failure("c", "x"))
     card = pending_card(claim, failed, gates=("example.com/budget",))
     assert card.headline == "all in use" and card.sentences == (HELD, "held by team/other")
+
+
+def test_kube_schedulers_word_is_its_unschedulable_condition_until_the_pod_is_bound() -> None:
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient cpu.",
+        "lastTransitionTime": "2026-11-30T10:00:00Z",
+    }
+    pod = Pod.model_validate({"metadata": {"name": "p"}, "spec": {}, "status": {"conditions": [condition]}})
+    said = unschedulable(pod)
+    assert said is not None and said.words() == (
+        "kube-scheduler could not place the pod (since 2026-11-30T10:00:00Z): 0/3 nodes are available: 3"
+        " Insufficient cpu."
+    )
+    notes = PodNotes(unschedulable=said)
+    assert [str(t) for t in notes.tail()] == [said.words()]
+    assert notes.data() == {
+        "unschedulable": {"message": condition["message"], "since": condition["lastTransitionTime"]}
+    }
+    gated = {**condition, "reason": "SchedulingGated"}
+    assert (
+        unschedulable(Pod.model_validate({"metadata": {}, "spec": {}, "status": {"conditions": [gated]}}))
+        is None
+    )
+    bound = {"metadata": {}, "spec": {"nodeName": "n1"}, "status": {"conditions": [condition]}}
+    assert unschedulable(Pod.model_validate(bound)) is None
