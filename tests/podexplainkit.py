@@ -562,7 +562,13 @@ async def check_claim_not_made_is_explained(cluster: EmbeddedCluster, *, quota: 
         "stranded",
         "ClaimNotCreated",
     )
-    assert refused in answer["text"] and "`kubectl describe resourcequota -n default`" in answer["text"], (
+    exceeded = refused[refused.index(" is forbidden: ") :]  # each try's claim has a name of its own
+    assert answer["text"].startswith("kube-controller-manager could not make it ("), answer
+    assert (
+        'PodResourceClaim gpus: create ResourceClaim : resourceclaims.resource.k8s.io "big-gpus-'
+        in answer["text"]
+    )
+    assert exceeded in answer["text"] and "`kubectl describe resourcequota -n default`" in answer["text"], (
         answer
     )
 
