@@ -241,9 +241,11 @@ async def test_a_claim_whose_pod_may_go_to_no_node_with_devices_is_said_so_witho
     pending: PendingClaims, asked: list[str]
 ) -> None:
     pending.claim_changed("nowhere", _claim("nowhere"))
+    cpu_only = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-node"}}
+    pending.live.node_changed("cpu-node", Node.model_validate(cpu_only))  # the pod may go there: no devices
     kept = {
         NODE: "does not match the pod's nodeSelector pool=none",
-        "cpu-node": "cordoned (spec.unschedulable)",
+        "cpu-node-2": "cordoned (spec.unschedulable)",
     }
 
     said = await pending.check_all([pending.unallocated["nowhere"]], _classes(), kept_off={"nowhere": kept})

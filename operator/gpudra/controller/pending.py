@@ -163,7 +163,7 @@ class _PodNodes:
 
     def nowhere(self) -> bool:
         """The pod may go to no node with devices: no scheduler allocates its claim while it may not."""
-        return bool(self.kept) and not self.view.nodes
+        return bool(self.kept) and len(self.kept) >= len(self.view.allocator.snapshot.node_names())
 
     def explain(self, claim: ResourceClaim) -> Outcome | None:
         """The allocator's answer over these nodes; None when there are none."""
