@@ -84,8 +84,10 @@ async def _get(client: KubeClient, resource: TypedResource[T], name: str, namesp
 async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[list[Answer], PodNotes]:
     """Every claim of the pod: those that exist as they stand, a template's claim not made yet as it would be, and
     the claim kube-scheduler would make for the pod's extended resources while it has not made one, each over the
-    nodes the pod may go to. Then the kubelet's Warning that it could not prepare them, while it still says why
-    the pod waits."""
+    nodes the pod may go to; a template's claim kube-controller-manager could not make, with its Warning
+    (``gpudra.planning.claimcreation``). Then the pod's notes: its scheduling gates, kube-scheduler's word when
+    every claim fits (``gpudra.planning.podscheduling``), and the kubelet's Warning that it could not prepare them,
+    while it still says why the pod waits."""
     from gpudra.cli.explainoutput import STRANDED, Answer, PodNotes
     from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
     from gpudra.planning.claimcreation import (
@@ -110,9 +112,8 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
     view, kept = await _pod_view(client, pod)
     answers: list[Answer] = []
     made: list[ResourceClaim] = []
-    creating: list[dict[str, Any]] | None = (
-        None  # kube-controller-manager's Warnings that it could not make one
-    )
+    # kube-controller-manager's Warnings that it could not make a claim, read once a template's claim is missing
+    creating: list[dict[str, Any]] | None = None
     for entry in entries:
         note = ""
         if entry.implicit is not None:
@@ -128,7 +129,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
         else:
             template_name = templates.get(entry.pod_claim) or ""
             template = await _template(client, template_name, args.namespace)
-            if creating is None:  # read once, for the first claim not made yet
+            if creating is None:
                 creating = await _pod_events(client, pod, CREATE_WARNING)
             refused = creation_warning(pod, creating, entry.pod_claim)
             if template is None or refused is not None:

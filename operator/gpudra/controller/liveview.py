@@ -22,6 +22,10 @@ from gpudra.controller.explaining import ClusterView
 from gpudra.planning.migmodels import FleetMigModels
 from gpudra.planning.podnodes import filters_of, kept_off
 
+KEPT_OFF_LIMIT = 256
+"""How many pods' node filters' answers are kept (all are dropped past it: pods each pinned to a node of their own,
+waiting at once, would keep a node list apiece)."""
+
 
 class LiveView:
     def __init__(self, kube_minor: int = DEFAULT_KUBE_MINOR) -> None:
@@ -97,6 +101,8 @@ class LiveView:
         key = json.dumps(filters, sort_keys=True)
         known = self._kept_off.get(key)
         if known is None:
+            if len(self._kept_off) >= KEPT_OFF_LIMIT:
+                self._kept_off.clear()
             known = self._kept_off[key] = kept_off(filters, (self._wire(n) for n in self._nodes))
         return known
 
