@@ -464,6 +464,8 @@ async def check_gated_pod_is_explained(cluster: EmbeddedCluster) -> None:
     ), out
     status, out = await gpudra_explain(cluster, "pod", "queued", "-o", "json")
     assert json.loads(out)["schedulingGates"] == ["kueue.x-k8s.io/admission"], out
+    status, out = await gpudra_explain(cluster, "claim", claim)  # the claim alone says it too
+    assert status == 0 and " ".join(out.split()).startswith("the pod is held by its scheduling gates"), out
     if cluster.web_url:
         card = await web_view_card(cluster, f"pending/default/{claim}", "")
         assert (
@@ -511,6 +513,8 @@ async def check_pod_kept_off_by_cpu_says_kube_schedulers_words(cluster: Embedded
         "message": said["message"],
         "since": said["lastTransitionTime"],
     }
+    status, out = await gpudra_explain(cluster, "claim", claim)  # the claim alone says it too
+    assert status == 0 and " ".join(out.split()).endswith(said["message"]), out
 
 
 DEVICE_QUOTA = """

@@ -51,6 +51,7 @@ async def _answers(client: KubeClient, args: argparse.Namespace) -> tuple[list[A
     from gpudra.cli.explainoutput import PodNotes
     from gpudra.controller.explaining import load_view
     from gpudra.kube.resources import RESOURCE_CLAIMS
+    from gpudra.planning.podscheduling import scheduling_gates, unschedulable
 
     if args.file is not None:
         claim = _read_claim_file(args.file, args.namespace)
@@ -67,7 +68,10 @@ async def _answers(client: KubeClient, args: argparse.Namespace) -> tuple[list[A
     view, kept = await _pod_view(client, pod)
     note = f"explained for its pod {pod.metadata.name}, over the nodes that pod may go to" if kept else ""
     answer = _answer_for_pod(view, kept, claim, args.driver_name, note)
-    return [answer], PodNotes(nodes=len(view.allocator.snapshot.node_names()), kept_off=kept)
+    gates = scheduling_gates(pod)
+    stuck = unschedulable(pod) if not gates and answer.fits else None
+    devices_on = len(view.allocator.snapshot.node_names())
+    return [answer], PodNotes(devices_on, kept, None, gates, args.namespace, stuck)
 
 
 async def _get(client: KubeClient, resource: TypedResource[T], name: str, namespace: str) -> T:
@@ -170,7 +174,7 @@ async def _waiting_pod(client: KubeClient, claim: ResourceClaim) -> Pod | None:
 
     unbound, _ = await client.list(PODS, claim.metadata.namespace, field_selector="spec.nodeName=")
     pod = waiting_pod_of(claim.metadata, unbound)
-    return pod if pod is not None and may_wait_on_claims(pod) else None
+    return pod if pod is not None and may_wait_on_claims(pod, gated=True) else None
 
 
 async def _pod_view(client: KubeClient, pod: Pod) -> tuple[ClusterView, dict[str, str]]:

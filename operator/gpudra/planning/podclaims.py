@@ -244,11 +244,12 @@ def implicit_claims(
     return out
 
 
-def may_wait_on_claims(pod: Pod) -> bool:
-    """Whether the pod waits for the scheduler (not bound, not gated, not being deleted, not finished) and may
-    wait on claims: it has claims, or asks for a domain-qualified resource (which a DeviceClass may map)."""
+def may_wait_on_claims(pod: Pod, *, gated: bool = False) -> bool:
+    """Whether the pod waits for the scheduler (not bound, not gated unless ``gated``, not being deleted, not
+    finished) and may wait on claims: it has claims, or asks for a domain-qualified resource (which a DeviceClass
+    may map)."""
     status = pod.status.phase if pod.status is not None else None
-    if pod.spec.node_name or pod.metadata.deletion_timestamp or pod.spec.scheduling_gates:
+    if pod.spec.node_name or pod.metadata.deletion_timestamp or (pod.spec.scheduling_gates and not gated):
         return False
     if status not in (None, "", "Pending"):
         return False
