@@ -164,9 +164,7 @@ class Scheduler:
                 PODS, meta["name"], {"status": {"conditions": [*kept, condition]}}, meta["namespace"],
                 subresource="status",
             )  # fmt: skip
-        except (
-            GpudraError
-        ) as exc:  # the pod went meanwhile, or the server did not answer: said at the next try
+        except GpudraError as exc:  # the pod went, or the server did not answer: written at the next try
             log.info("writing a pod's PodScheduled condition failed", pod=meta["name"], error=str(exc))
 
     def _why(

@@ -118,11 +118,10 @@ def qos_class(spec: dict[str, Any]) -> str:
 def gated_condition(pod: dict[str, Any], now: str) -> None:
     """kube-apiserver's condition on a pod created with scheduling gates: ``PodScheduled`` False, reason
     ``SchedulingGated`` (``kubectl get pods`` shows that as the pod's status), unless it has that condition."""
-    status = pod.setdefault("status", {})
-    conditions = (
-        status.setdefault("conditions", []) if (pod.get("spec") or {}).get("schedulingGates") else None
-    )
-    if conditions is None or any(c.get("type") == "PodScheduled" for c in conditions):
+    if not (pod.get("spec") or {}).get("schedulingGates"):
+        return
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    if any(c.get("type") == "PodScheduled" for c in conditions):
         return
     conditions.append(
         {
