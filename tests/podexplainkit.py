@@ -492,7 +492,7 @@ async def check_gated_pod_is_explained(cluster: EmbeddedCluster) -> None:
 async def check_pod_kept_off_by_cpu_says_kube_schedulers_words(cluster: EmbeddedCluster) -> None:
     """dgx-h100:1. A pod whose claim fits but that asks for more cpu than any node has: `gpudra explain pod` says its
     claim fits, then what kube-scheduler's PodScheduled condition says (before: only "fits now", and the pod waited
-    on)."""
+    on); with `web_port=0`, the web view's card says the same."""
     manifest = gpus_pod("hungry", 1).replace(
         "resources: {claims: [{name: gpus}]}", "resources: {requests: {cpu: '1000'}, claims: [{name: gpus}]}"
     )
@@ -515,6 +515,10 @@ async def check_pod_kept_off_by_cpu_says_kube_schedulers_words(cluster: Embedded
     }
     status, out = await gpudra_explain(cluster, "claim", claim)  # the claim alone says it too
     assert status == 0 and " ".join(out.split()).endswith(said["message"]), out
+    if cluster.web_url:
+        card = html.unescape(await web_view_card(cluster, f"pending/default/{claim}", ""))
+        assert "fits on node dgx-h100-0 now; kube-scheduler could not place the pod (since " in card, card
+        assert said["message"] in card, card
 
 
 DEVICE_QUOTA = """

@@ -174,4 +174,4 @@ async def test_a_pod_held_by_a_scheduling_gate_says_so_before_its_claims(start_c
 
 
 async def test_a_pod_whose_claims_fit_ends_with_what_kube_scheduler_says(start_cluster: StartCluster) -> None:
-    await check_pod_kept_off_by_cpu_says_kube_schedulers_words(await start_cluster("dgx-h100:1"))
+    await check_pod_kept_off_by_cpu_says_kube_schedulers_words(await start_cluster("dgx-h100:1", web_port=0))

@@ -118,4 +118,6 @@ async def test_a_pod_held_by_a_scheduling_gate_says_so_and_runs_once_it_is_remov
 async def test_a_pod_whose_claims_fit_ends_with_what_kube_scheduler_says(
     start_kubernetes: StartKubernetes,
 ) -> None:
-    await check_pod_kept_off_by_cpu_says_kube_schedulers_words(await start_kubernetes("dgx-h100:1"))
+    await check_pod_kept_off_by_cpu_says_kube_schedulers_words(
+        await start_kubernetes("dgx-h100:1", web_port=0)
+    )

@@ -10,7 +10,7 @@ from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import ObjectMeta
 from gpudra.cli.explainoutput import PodNotes
-from gpudra.planning.podscheduling import gate_words, scheduling_gates, unschedulable
+from gpudra.planning.podscheduling import Unschedulable, gate_words, scheduling_gates, unschedulable
 from gpudra.planning.workloads import pending_card
 
 HELD = (
@@ -74,3 +74,13 @@ def test_kube_schedulers_word_is_its_unschedulable_condition_until_the_pod_is_bo
     )
     bound = {"metadata": {}, "spec": {"nodeName": "n1"}, "status": {"conditions": [condition]}}
     assert unschedulable(Pod.model_validate(bound)) is None
+
+
+def test_the_web_views_card_of_a_claim_that_fits_gives_kube_schedulers_word_unless_gates_hold_the_pod() -> (
+    None
+):
+    claim = ResourceClaim(metadata=ObjectMeta(name="c", namespace="team"))
+    stuck = Unschedulable("0/1 nodes are available: 1 Insufficient cpu.", "2026-11-30T10:00:00Z")
+    assert pending_card(claim, "n1", stuck=stuck).headline == f"fits on node n1 now; {stuck.words()}"
+    held = pending_card(claim, "n1", gates=("example.com/budget",), stuck=stuck)
+    assert held.headline == f"fits on node n1 now; {HELD}"

@@ -16,7 +16,7 @@ from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import Condition
 from gpudra.api.miglayout import MigLayout, MigLayoutStatus
 from gpudra.planning.podnodes import NO_NODE_REASON
-from gpudra.planning.podscheduling import gate_words
+from gpudra.planning.podscheduling import Unschedulable, gate_words
 from gpudra.planning.preparestatus import RETRY_WORDS, NotPrepared, not_prepared_words
 
 
@@ -120,15 +120,18 @@ def pending_card(
     outcome: Explanation | str,
     kept_off: Mapping[str, str] | None = None,
     gates: tuple[str, ...] = (),
+    stuck: Unschedulable | None = None,
 ) -> PendingCard:
     """A pending claim with its explanation, or with the node it would fit on now; ``kept_off``: the nodes its pod
-    cannot go to, which the explanation left out; ``gates``: the scheduling gates that hold its pod
-    (``gpudra.planning.podscheduling``), said first."""
+    cannot go to, which the explanation left out; ``gates``: the scheduling gates that hold its pod, said first;
+    ``stuck``: kube-scheduler's word on its pod, said of a claim that fits (``gpudra.planning.podscheduling``)."""
     namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
     kept = tuple(sorted((kept_off or {}).items()))
     held = tuple(gate_words(gates, namespace)) if gates else ()
     if isinstance(outcome, str):
         waits = held[0] if held else "waiting for the scheduler (or for a pod that uses it)"
+        if stuck is not None and not held:
+            waits = stuck.words()
         headline = f"fits on node {outcome} now; {waits}"
         return PendingCard(namespace, name, "", headline, held[1:], fits_on=outcome, kept_off=kept)
     return PendingCard(

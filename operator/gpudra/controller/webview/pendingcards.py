@@ -22,7 +22,7 @@ from gpudra.errors import GpudraError
 from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import plan_pending
 from gpudra.planning.podclaims import waiting_pod_of
-from gpudra.planning.podscheduling import scheduling_gates
+from gpudra.planning.podscheduling import Unschedulable, scheduling_gates, unschedulable
 from gpudra.planning.workloads import PendingCard, nowhere_card, pending_card
 from gpudra.telemetry import get_logger
 
@@ -54,10 +54,10 @@ def explain_pending(
     pods = {p.metadata.uid: p for p in (Pod.model_validate(b) for b in objects["pods"])}
     raw_pods = {str(b["metadata"].get("uid")): b for b in objects["pods"]}
     views: list[tuple[ClusterView, dict[str, str]]] = []
-    gated: list[tuple[str, ...]] = []
+    said: list[tuple[tuple[str, ...], Unschedulable | None]] = []  # the pod's gates, kube-scheduler's word
     for claim in oldest:
         pod = waiting_pod_of(claim.metadata, pods.values())
-        gated.append(scheduling_gates(pod) if pod else ())
+        said.append((scheduling_gates(pod), unschedulable(pod)) if pod else ((), None))
         views.append(
             pod_view(view, raw_pods[pod.metadata.uid or ""], objects["nodes"]) if pod else (view, {})
         )
@@ -69,13 +69,13 @@ def explain_pending(
         plan = None
     devices_on = len(view.allocator.snapshot.node_names())
     cards: dict[str, PendingCard] = {}
-    for claim, (seen, kept), gates in zip(oldest, views, gated, strict=True):
+    for claim, (seen, kept), (gates, stuck) in zip(oldest, views, said, strict=True):
         if kept and len(kept) >= devices_on:
             cards[claim.metadata.uid or ""] = nowhere_card(claim, kept)
             continue
         outcome = explain(seen, claim)
-        said = outcome.node if isinstance(outcome, Allocation) else explanation(seen, claim, outcome, plan)
-        cards[claim.metadata.uid or ""] = pending_card(claim, said, kept, gates)
+        worded = outcome.node if isinstance(outcome, Allocation) else explanation(seen, claim, outcome, plan)
+        cards[claim.metadata.uid or ""] = pending_card(claim, worded, kept, gates, stuck)
     return cards
 
 
