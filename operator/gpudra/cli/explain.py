@@ -51,7 +51,6 @@ async def _answers(client: KubeClient, args: argparse.Namespace) -> tuple[list[A
     from gpudra.cli.explainoutput import PodNotes
     from gpudra.controller.explaining import load_view
     from gpudra.kube.resources import RESOURCE_CLAIMS
-    from gpudra.planning.podscheduling import scheduling_gates, unschedulable
 
     if args.file is not None:
         claim = _read_claim_file(args.file, args.namespace)
@@ -68,10 +67,7 @@ async def _answers(client: KubeClient, args: argparse.Namespace) -> tuple[list[A
     view, kept = await _pod_view(client, pod)
     note = f"explained for its pod {pod.metadata.name}, over the nodes that pod may go to" if kept else ""
     answer = _answer_for_pod(view, kept, claim, args.driver_name, note)
-    gates = scheduling_gates(pod)
-    stuck = unschedulable(pod) if not gates and answer.fits else None
-    devices_on = len(view.allocator.snapshot.node_names())
-    return [answer], PodNotes(devices_on, kept, None, gates, args.namespace, stuck)
+    return [answer], _pod_notes(pod, view, kept, [answer])
 
 
 async def _get(client: KubeClient, resource: TypedResource[T], name: str, namespace: str) -> T:
@@ -92,7 +88,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
     (``gpudra.planning.claimcreation``). Then the pod's notes: its scheduling gates, kube-scheduler's word when
     every claim fits (``gpudra.planning.podscheduling``), and the kubelet's Warning that it could not prepare them,
     while it still says why the pod waits."""
-    from gpudra.cli.explainoutput import STRANDED, Answer, PodNotes
+    from gpudra.cli.explainoutput import STRANDED, Answer
     from gpudra.kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
     from gpudra.planning.claimcreation import (
         CREATE_WARNING,
@@ -101,7 +97,6 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
         not_created_words,
     )
     from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
-    from gpudra.planning.podscheduling import scheduling_gates, unschedulable
 
     pod = await _get(client, PODS, args.name, args.namespace)
     existing, _ = await client.list(RESOURCE_CLAIMS, args.namespace)
@@ -151,10 +146,25 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
             note = f"not created yet; explained as the claim template {template_name} makes"
         answers.append(_answer_for_pod(view, kept, claim, args.driver_name, note))
     warning = await _kubelet_warning(client, pod, made) if len(made) == len(entries) else None
-    devices_on = len(view.allocator.snapshot.node_names())
+    return answers, _pod_notes(pod, view, kept, answers, warning)
+
+
+def _pod_notes(
+    pod: Pod,
+    view: ClusterView,
+    kept: dict[str, str],
+    answers: list[Answer],
+    kubelet: KubeletWarning | None = None,
+) -> PodNotes:
+    """What is said of the pod beside its claims: the nodes it is kept off, its scheduling gates, kube-scheduler's
+    word when every claim fits (``gpudra.planning.podscheduling``), the kubelet's Warning."""
+    from gpudra.cli.explainoutput import PodNotes
+    from gpudra.planning.podscheduling import scheduling_gates, unschedulable
+
     gates = scheduling_gates(pod)
     stuck = unschedulable(pod) if not gates and all(a.fits for a in answers) else None
-    return answers, PodNotes(devices_on, kept, warning, gates, args.namespace, stuck)
+    devices_on = len(view.allocator.snapshot.node_names())
+    return PodNotes(devices_on, kept, kubelet, gates, pod.metadata.namespace or "default", stuck)
 
 
 async def _template(client: KubeClient, name: str, namespace: str) -> ResourceClaimTemplate | None:
@@ -198,9 +208,10 @@ def _answer_for_pod(
     pod's notes name the nodes and why)."""
     from gpudra.allocator import claim_key
     from gpudra.cli.explainoutput import STRANDED, Answer
+    from gpudra.controller.explaining import no_node_left
     from gpudra.planning.podnodes import NO_NODE_REASON, NO_NODE_WORDS
 
-    if claim.allocation is not None or not kept or len(kept) < len(view.allocator.snapshot.node_names()):
+    if claim.allocation is not None or not no_node_left(view, kept):
         return _answer(view, claim, driver_name, note, kept)
     return Answer(claim_key(claim), STRANDED, reason=NO_NODE_REASON, words=NO_NODE_WORDS, note=note)
 

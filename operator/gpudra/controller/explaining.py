@@ -130,6 +130,12 @@ def pod_view(
     return over_nodes(view, kept_off(pod, nodes))
 
 
+def no_node_left(view: ClusterView, kept: Mapping[str, str]) -> bool:
+    """Pure: ``kept`` (the nodes with devices a pod may not go to, as :func:`over_nodes` leaves them) is every node
+    that publishes devices: no scheduler allocates the pod's claims while it is."""
+    return bool(kept) and len(kept) >= len(view.allocator.snapshot.node_names())
+
+
 def over_nodes(view: ClusterView, kept: Mapping[str, str]) -> tuple[ClusterView, dict[str, str]]:
     """Pure: ``view`` without the nodes in ``kept`` (node -> what keeps a pod off it), and those of them that
     publish devices."""

@@ -35,6 +35,7 @@ from gpudra.controller.explaining import (
     Outcome,
     explain,
     explanation,
+    no_node_left,
     over_nodes,
     repartition,
 )
@@ -163,7 +164,7 @@ class _PodNodes:
 
     def nowhere(self) -> bool:
         """The pod may go to no node with devices: no scheduler allocates its claim while it may not."""
-        return bool(self.kept) and len(self.kept) >= len(self.view.allocator.snapshot.node_names())
+        return no_node_left(self.view, dict(self.kept))
 
     def explain(self, claim: ResourceClaim) -> Outcome | None:
         """The allocator's answer over these nodes; None when there are none."""
@@ -258,8 +259,13 @@ class PendingClaims:
         ours += imagined
         failed: list[tuple[ResourceClaim, _PodNodes, Failure | NodesFailure | None]] = []
         outcomes: dict[tuple[tuple[str, str], _Kept], Allocation | Failure | NodesFailure | None] = {}
+        seen: dict[int, _PodNodes] = {}  # pods alike share one answer of the node filters: one view for them
         for claim in ours:  # claims of one shape (one template's) whose pods go to the same nodes: one answer
-            shape, nodes = _shape(claim), _PodNodes.of(view, (kept_off or {}).get(_uid(claim)))
+            off = (kept_off or {}).get(_uid(claim))
+            nodes = seen.get(id(off))
+            if nodes is None:
+                nodes = seen[id(off)] = _PodNodes.of(view, off)
+            shape = _shape(claim)
             key = (shape, nodes.kept)
             if key not in outcomes:
                 outcomes[key] = nodes.explain(claim) if nodes.kept else self._explain(view, shape, claim)

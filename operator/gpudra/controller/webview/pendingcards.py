@@ -17,7 +17,14 @@ from typing import Any
 from gpudra.allocator import DEFAULT_KUBE_MINOR, Allocation, claim_key
 from gpudra.api.core import Pod
 from gpudra.api.dra import ResourceClaim
-from gpudra.controller.explaining import ClusterView, explain, explanation, pod_view, view_from_wire
+from gpudra.controller.explaining import (
+    ClusterView,
+    explain,
+    explanation,
+    no_node_left,
+    pod_view,
+    view_from_wire,
+)
 from gpudra.errors import GpudraError
 from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import plan_pending
@@ -67,10 +74,9 @@ def explain_pending(
     except GpudraError as exc:
         log.warning("the MIG planner failed for the web view", error=str(exc))
         plan = None
-    devices_on = len(view.allocator.snapshot.node_names())
     cards: dict[str, PendingCard] = {}
     for claim, (seen, kept), (gates, stuck) in zip(oldest, views, said, strict=True):
-        if kept and len(kept) >= devices_on:
+        if no_node_left(view, kept):
             cards[claim.metadata.uid or ""] = nowhere_card(claim, kept)
             continue
         outcome = explain(seen, claim)
