@@ -123,7 +123,7 @@ async def measure(prepares: int) -> None:
         "GPUDRA_REGISTRY_DIR": str(root / "registry"),
         "GPUDRA_CDI_DIR": str(root / "cdi"),
         "GPUDRA_COMPUTE_DOMAIN_PLUGIN_DIR": str(root / "cd"),
-        "GPUDRA_LOG_LEVEL": "warning",
+        "GPUDRA_LOG_FORMAT": "json",  # as the chart's defaults have it: one JSON object a line, at INFO
     }
     process: asyncio.subprocess.Process | None = None
     try:

@@ -170,7 +170,7 @@ async def run_layout(
         registry_dir=directory / "r",
         cdi_dir=directory / "cdi",
         compute_domain_plugin_dir=directory / "cd",
-        log_level="warning",
+        log_format="json",  # logged as the chart's defaults have it: one JSON object a line, at INFO
     )
     agent = AgentProcess(settings, directory / "agent.log")
     await agent.start(timeout=120)

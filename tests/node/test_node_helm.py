@@ -5,6 +5,7 @@ a GPU pod, and the gate takes effect; ``helm rollback`` brings the first revisio
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,11 @@ async def test_install_upgrade_rollback_and_uninstall_with_helm(
 ) -> None:
     cluster = await start_real_nodes("dgx-h100:2")
     installed = yaml.safe_load((cluster.options.kubeconfig.parent / "helm-values.yaml").read_text())
+    # the chart's default logFormat (json): every line the agent logged is a JSON object
+    first = next(iter((await agents(cluster)).values()))
+    lines = (await kubectl(cluster, "logs", "-n", "gpudra", first["metadata"]["name"])).splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    assert any(r.get("event") == "agent starting" and r.get("level") == "info" for r in records)
 
     # uninstall what gpudra up installed: nothing is left but the CRDs; the kubelets remove the agents' slices
     await helm(cluster, "uninstall", "--wait")
@@ -200,6 +206,7 @@ async def test_install_upgrade_rollback_and_uninstall_with_helm(
     assert env_of(agent)["GPUDRA_LOG_LEVEL"] == "DEBUG" and env_of(agent)["GPUDRA_DEVICE_METADATA"] == "true"
     log = await kubectl(cluster, "logs", "-n", "gpudra", agent["metadata"]["name"])
     assert "[info     ] agent starting" in log and not log.startswith("{")  # the console format, not JSON
+    assert "[debug    ] start-up heap frozen" in log  # logLevel DEBUG
     controller = [p for k, p in (await pods(cluster, "gpudra")).items() if "/gpudra-controller-" in k]
     assert controller and controller[0]["spec"]["priorityClassName"] == "system-cluster-critical"
     sa = await kubectl(

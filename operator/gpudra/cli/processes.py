@@ -10,10 +10,22 @@ import argparse
 import asyncio
 import contextlib
 import signal
-from typing import Any
+from typing import Any, TypeVar
 
-from gpudra.config import AgentSettings, ControllerSettings, ImexDaemonSettings, load_settings
+from gpudra.config import AgentSettings, CommonSettings, ControllerSettings, ImexDaemonSettings, load_settings
 from gpudra.errors import ConfigurationError
+from gpudra.telemetry import configure_logging
+
+S = TypeVar("S", bound=CommonSettings)
+
+
+def process_settings(cls: type[S], **values: Any) -> S:
+    """The process's settings (flags over GPUDRA_* variables), and its log set up as they say: a pod's
+    ``GPUDRA_LOG_FORMAT`` and ``GPUDRA_LOG_LEVEL`` (the Helm chart's ``logFormat`` and ``logLevel``) rule its log
+    as the flags ``--log-format`` and ``--log-level`` do."""
+    settings = load_settings(cls, **values)
+    configure_logging(settings.log_format, settings.log_level)
+    return settings
 
 
 async def until_signal(main: Any) -> None:
@@ -29,7 +41,7 @@ async def until_signal(main: Any) -> None:
 async def agent_command(args: argparse.Namespace) -> int:
     from gpudra.agent.main import make_backend, run_agent, simulated_nvml
 
-    settings = load_settings(
+    settings = process_settings(
         AgentSettings,
         node_name=args.node_name,
         driver_name=args.driver_name,
@@ -60,7 +72,9 @@ async def imex_daemon_command(args: argparse.Namespace) -> int:
     from gpudra.agent.computedomain.daemon import DaemonIdentity, run_daemon
     from gpudra.kube.client import KubeClient
 
-    settings = load_settings(ImexDaemonSettings, kubeconfig=args.kubeconfig)
+    settings = process_settings(
+        ImexDaemonSettings, kubeconfig=args.kubeconfig, log_format=args.log_format, log_level=args.log_level
+    )
     identity = DaemonIdentity(
         namespace=settings.namespace,
         domain_uid=settings.domain_uid,
@@ -79,7 +93,7 @@ async def imex_daemon_command(args: argparse.Namespace) -> int:
 async def controller_command(args: argparse.Namespace) -> int:
     from gpudra.controller.main import run_controller_process
 
-    settings = load_settings(
+    settings = process_settings(
         ControllerSettings,
         kubeconfig=args.kubeconfig,
         metrics_port=args.metrics_port,
