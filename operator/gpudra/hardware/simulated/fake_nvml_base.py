@@ -46,7 +46,7 @@ def locked(method: Callable[P, R]) -> Callable[P, R]:
             try:
                 return method(*args, **kwargs)
             finally:
-                self._persist()
+                self._persist(self._gpu_of_call(method.__name__, args[1:]))
 
     return wrapper
 
@@ -114,9 +114,14 @@ class CallInjection:
 
 @dataclass(frozen=True)
 class _SavedState:
-    gpus: list[SimulatedGpu]
+    gpus: list[bytes] | list[SimulatedGpu]
+    """Each GPU pickled apart, so that a call about one GPU pickles that GPU alone (a state file written before
+    2026-12-01 holds the GPUs themselves)."""
     driver_version: str
     cuda_driver_version: int
+
+    def simulated_gpus(self) -> list[SimulatedGpu]:
+        return [pickle.loads(gpu) if isinstance(gpu, bytes) else gpu for gpu in self.gpus]
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -147,7 +152,7 @@ class FakeNvmlBase:
         self._events = EventHub(self._lock)
         self._handles: dict[tuple[str, int, int], Any] = {}
         self._state_file: Path | None = None
-        self._saved = b""
+        self._saved: list[bytes] = []  # each GPU's pickle, as the state file holds it
         self._injections: list[CallInjection] = []
         self._bind_failures: dict[tuple[int, str], int] = {}  # (GPU position, driver) -> failures left
 
@@ -221,15 +226,25 @@ class FakeNvmlBase:
     def saved_state(self) -> bytes:
         """The GPUs' state as :meth:`persist_to` writes it (a state file another process may :meth:`load`)."""
         with self._lock:
-            return pickle.dumps(_SavedState(self._all, self._driver_version, self._cuda_driver_version))
+            return self._state_of([pickle.dumps(gpu) for gpu in self._all])
 
-    def _persist(self) -> None:
+    def _state_of(self, gpus: list[bytes]) -> bytes:
+        return pickle.dumps(_SavedState(gpus, self._driver_version, self._cuda_driver_version))
+
+    def _persist(self, slot: int | None = None) -> None:
+        """Write the state file when the GPUs changed: after a call about one GPU (``slot``, its position on
+        the PCI bus) only that GPU is pickled again to see whether it did (a MIG instance created on a
+        dgx-h100 used to pickle all eight twice)."""
         if self._state_file is None:
             return
-        data = self.saved_state()
-        if data != self._saved:
-            write_atomically(self._state_file, data)
-            self._saved = data
+        if slot is None or not 0 <= slot < len(self._all) or len(self._saved) != len(self._all):
+            gpus = [pickle.dumps(gpu) for gpu in self._all]
+        else:
+            gpus = list(self._saved)
+            gpus[slot] = pickle.dumps(self._all[slot])
+        if gpus != self._saved:
+            write_atomically(self._state_file, self._state_of(gpus))
+            self._saved = gpus
 
     @classmethod
     def load(cls, path: Path, *, keep_persisting: bool = True) -> Self:
@@ -239,7 +254,9 @@ class FakeNvmlBase:
         if not isinstance(state, _SavedState):
             raise ValueError(f"{path} does not hold a simulated node's state")
         nvml = cls(
-            state.gpus, driver_version=state.driver_version, cuda_driver_version=state.cuda_driver_version
+            state.simulated_gpus(),
+            driver_version=state.driver_version,
+            cuda_driver_version=state.cuda_driver_version,
         )
         if keep_persisting:
             nvml.persist_to(path)

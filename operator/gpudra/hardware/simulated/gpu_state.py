@@ -91,7 +91,19 @@ class SimulatedGpu:
         self.compute_mode = 0  # NVML_COMPUTEMODE_DEFAULT; MPS sets EXCLUSIVE_PROCESS (3)
         self.time_slice = 0  # nvidia-smi compute-policy --set-timeslice value (0 Default ... 3 Long)
         self.gpu_instances: dict[int, SimGpuInstance] = {}
-        self._serials = itertools.count(1)
+        self._last_serial = 0  # an int, not an itertools.count: Python 3.14 pickles no itertools object
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A GPU as a state file holds it; one written before 2026-12-01 kept its serials in a count."""
+        serials = state.pop("_serials", None)
+        if isinstance(serials, itertools.count):
+            state["_last_serial"] = next(serials) - 1
+        self.__dict__.update(state)
+
+    def _serial(self) -> int:
+        """A new handle serial of this GPU's MIG objects."""
+        self._last_serial += 1
+        return self._last_serial
 
     # -- basic checks ----------------------------------------------------------------------------------------
 
@@ -209,7 +221,7 @@ class SimulatedGpu:
                 first_reason = next(iter(reasons.values()))
                 raise t.NVMLError_InsufficientResources(f"no room for {profile.name}: {first_reason}")
             start = free[0]
-        gi = SimGpuInstance(next(self._serials), _swizzle_id(spec, profile, start), profile, start)
+        gi = SimGpuInstance(self._serial(), _swizzle_id(spec, profile, start), profile, start)
         self.gpu_instances[gi.gi_id] = gi
         return gi
 
@@ -263,7 +275,7 @@ class SimulatedGpu:
         ci_id = next(i for i in itertools.count() if i not in gi.cis)
         name = f"{self.uuid}/gi/{gi.gi_id}/{gi.profile.profile_id}@{gi.start}/ci/{ci_id}/{constant}"
         ci = SimComputeInstance(
-            serial=next(self._serials),
+            serial=self._serial(),
             ci_id=ci_id,
             profile=profile,
             start=starts[0],
