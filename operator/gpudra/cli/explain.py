@@ -193,10 +193,10 @@ async def _pod_view(client: KubeClient, pod: Pod) -> tuple[ClusterView, dict[str
     from gpudra.controller.explaining import load_view, pod_view
     from gpudra.kube.resources import NODES
 
-    view = await load_view(client)
+    nodes, _ = await client.list(NODES)  # one list, for the view and for the pod's node filters
+    view = await load_view(client, nodes=nodes)
     if pod.spec.node_name:
         return view, {}
-    nodes, _ = await client.list(NODES)
     return pod_view(view, pod.to_wire(), [n.to_wire() for n in nodes])
 
 

@@ -108,14 +108,18 @@ def view_from_wire(
     )
 
 
-async def load_view(client: KubeClient, *, skip_claim_uid: str | None = None) -> ClusterView:
-    """:func:`build_view` over what the cluster holds now, at the API server's minor (``/version``)."""
+async def load_view(
+    client: KubeClient, *, skip_claim_uid: str | None = None, nodes: list[Node] | None = None
+) -> ClusterView:
+    """:func:`build_view` over what the cluster holds now, at the API server's minor (``/version``); ``nodes``:
+    the cluster's nodes, when the caller has listed them already."""
     _, minor = await client.server_version()
     slices, _ = await client.list(RESOURCE_SLICES)
     classes, _ = await client.list(DEVICE_CLASSES)
     claims, _ = await client.list(RESOURCE_CLAIMS)
     namespaces, _ = await client.list(NAMESPACES)
-    nodes, _ = await client.list(NODES)
+    if nodes is None:
+        nodes, _ = await client.list(NODES)
     return build_view(
         slices, classes, claims, namespaces, nodes, skip_claim_uid=skip_claim_uid, kube_minor=minor
     )
