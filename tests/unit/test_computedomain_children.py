@@ -10,6 +10,8 @@ from gpudra.api.computedomain import ComputeDomain
 from gpudra.api.nvidia import decode_opaque
 from gpudra.computedomain.children import Children, DaemonPodSettings, child_selector, desired_children
 from gpudra.computedomain.names import CHANNEL_SCOPE_ANNOTATION, DaemonMode, DriverNames
+from gpudra.config import ControllerSettings
+from gpudra.controller.domainchildren import daemon_env
 from gpudra.errors import InvalidInputError
 
 UID_A = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
@@ -264,3 +266,25 @@ def test_an_unknown_channel_scope_is_refused_naming_the_annotation_and_the_value
         f"metadata.annotations[{CHANNEL_SCOPE_ANNOTATION}]: Unsupported value: 'podgroup': supported values: "
         '"Pod", "PodGroup"'
     )
+
+
+def test_daemon_pods_log_as_the_controller_does() -> None:
+    """The chart's ``logFormat`` and ``logLevel`` reach the IMEX daemons through the controller; the daemon env
+    the chart or the user sets (GPUDRA_IMEX_DAEMON_ENV) may still say otherwise."""
+
+    def daemon_env_of(settings: ControllerSettings) -> dict[str, str]:
+        children = desired_children(
+            domain(), drivers=DriverNames(), driver_namespace="gpudra", daemon_image="gpudra:1.0",
+            mode="daemonset", pods=DaemonPodSettings(env=daemon_env(settings)),
+        )  # fmt: skip
+        assert children.daemon_set is not None
+        env = children.daemon_set["spec"]["template"]["spec"]["containers"][0]["env"]
+        return {e["name"]: e["value"] for e in env if e["name"].startswith("GPUDRA_LOG")}
+
+    assert daemon_env_of(ControllerSettings(log_format="json", log_level="DEBUG")) == {
+        "GPUDRA_LOG_FORMAT": "json",
+        "GPUDRA_LOG_LEVEL": "DEBUG",
+    }
+    assert daemon_env_of(ControllerSettings()) == {}  # the defaults: the daemon's own are the same
+    own = ControllerSettings(log_format="json", imex_daemon_env={"GPUDRA_LOG_FORMAT": "console"})
+    assert daemon_env_of(own) == {"GPUDRA_LOG_FORMAT": "console"}

@@ -50,6 +50,18 @@ _BY_KIND: dict[str, Resource] = {
 }
 
 
+def daemon_env(settings: ControllerSettings) -> tuple[tuple[str, str], ...]:
+    """Pure: the more environment of a domain's IMEX daemon pods. They log as the controller does (its log format
+    and level, where not the defaults: the chart's ``logFormat`` and ``logLevel`` reach them too), then
+    ``GPUDRA_IMEX_DAEMON_ENV``, which may say otherwise."""
+    env: dict[str, str] = {}
+    if settings.log_format != "console":
+        env["GPUDRA_LOG_FORMAT"] = settings.log_format
+    if settings.log_level.upper() != "INFO":
+        env["GPUDRA_LOG_LEVEL"] = settings.log_level
+    return tuple((env | settings.imex_daemon_env).items())
+
+
 async def apply_children(
     client: KubeClient, domain: ComputeDomain, settings: ControllerSettings
 ) -> list[str]:
@@ -62,7 +74,7 @@ async def apply_children(
         mode=settings.imex_daemon_mode,
         pods=DaemonPodSettings(
             image_pull_secrets=tuple(settings.imex_daemon_image_pull_secrets),
-            env=tuple(settings.imex_daemon_env.items()),
+            env=daemon_env(settings),
         ),
     )
     applied = []
