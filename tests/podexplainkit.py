@@ -532,7 +532,8 @@ spec:
 
 async def check_claim_not_made_is_explained(cluster: EmbeddedCluster, *, quota: bool) -> None:
     """dgx-h100:1. A pod whose ResourceClaimTemplate does not exist: kube-controller-manager's Warning in a 1.37's
-    words, and `gpudra explain pod` says it, exit 1 (before: exit 2, "no ResourceClaimTemplate"). With ``quota``
+    words, and `gpudra explain pod` says it, exit 1 (before: exit 2, "no ResourceClaimTemplate"); with `web_port=0`
+    the web view lists the claim as not made (before: nothing, as no claim exists). With ``quota``
     (kube-apiserver: the embedded API server serves no ResourceQuota), a pod whose claim of 4 GPUs a namespace quota
     of 2 refuses: `gpudra explain pod` gives kube-controller-manager's words and where to look (before: "fits now
     on node dgx-h100-0", exit 0)."""
@@ -548,6 +549,10 @@ async def check_claim_not_made_is_explained(cluster: EmbeddedCluster, *, quota: 
     assert "claim default/missing-gpus: not created yet, from claim template missing-gpus" in said, out
     assert "claim default/missing-gpus will not be allocated (ClaimNotCreated)" in said, out
     assert "kube-controller-manager could not make it (" in said and refused in said, out
+    if cluster.web_url:  # the web view lists the claim not made, with why where it knows (no Events watched)
+        card = html.unescape(await web_view_card(cluster, "pending/default/missing-gpus", "ClaimNotCreated"))
+        assert "not created yet, from claim template missing-gpus (pod missing)" in card, card
+        assert "its ResourceClaimTemplate missing-gpus does not exist in namespace default" in card, card
     if not quota:
         return
     await kubectl(cluster, "apply", "-f", "-", stdin=DEVICE_QUOTA)
@@ -579,6 +584,11 @@ async def check_claim_not_made_is_explained(cluster: EmbeddedCluster, *, quota: 
     assert exceeded in answer["text"] and "`kubectl describe resourcequota -n default`" in answer["text"], (
         answer
     )
+    if cluster.web_url:
+        card = html.unescape(await web_view_card(cluster, "pending/default/big-gpus", "ClaimNotCreated"))
+        assert (
+            "FailedResourceClaimCreation Warning on pod big: `gpudra explain pod big -n default`" in card
+        ), card
 
 
 async def creation_refused(cluster: EmbeddedCluster, pod: str) -> str:

@@ -166,7 +166,7 @@ async def test_a_pod_is_explained_over_the_nodes_its_filters_let_it_go_to(
 async def test_a_pod_whose_claim_kube_controller_manager_cannot_make_says_why(
     start_cluster: StartCluster,
 ) -> None:
-    await check_claim_not_made_is_explained(await start_cluster("dgx-h100:1"), quota=False)
+    await check_claim_not_made_is_explained(await start_cluster("dgx-h100:1", web_port=0), quota=False)
 
 
 async def test_a_pod_held_by_a_scheduling_gate_says_so_before_its_claims(start_cluster: StartCluster) -> None:

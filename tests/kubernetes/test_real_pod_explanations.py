@@ -106,7 +106,7 @@ async def test_a_pod_whose_claim_kube_controller_manager_cannot_make_says_its_wo
 ) -> None:
     """The template missing, and a namespace's device quota (kube-controller-manager's quota controller counts it,
     kube-apiserver's ResourceQuota admission refuses the claim)."""
-    await check_claim_not_made_is_explained(await start_kubernetes("dgx-h100:1"), quota=True)
+    await check_claim_not_made_is_explained(await start_kubernetes("dgx-h100:1", web_port=0), quota=True)
 
 
 async def test_a_pod_held_by_a_scheduling_gate_says_so_and_runs_once_it_is_removed(

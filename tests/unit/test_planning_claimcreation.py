@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.api.core import Pod
-from gpudra.planning.claimcreation import creation_warning, not_created_words
+from gpudra.api.meta import ObjectMeta
+from gpudra.planning.claimcreation import (
+    UnmadeClaim,
+    creation_warning,
+    not_created_words,
+    unmade_claims,
+    unmade_words,
+)
 from gpudra.planning.podwarnings import PodWarning
 
 POD = Pod.model_validate({"metadata": {"name": "big", "namespace": "team", "uid": "u2"}, "spec": {}})
@@ -59,3 +66,53 @@ def test_the_words_say_where_a_quota_is_read_and_what_a_missing_template_waits_f
         "its ResourceClaimTemplate big-gpus does not exist in namespace team (`kubectl get resourceclaimtemplates"
         " -n team` lists them); kube-controller-manager makes the claim once it does"
     )
+
+
+def _pod(name: str, uid: str, *, node: str = "", statuses: list[dict[str, str]] | None = None) -> Pod:
+    return Pod.model_validate(
+        {
+            "metadata": {"name": name, "namespace": "team", "uid": uid},
+            "spec": {
+                "nodeName": node or None,
+                "containers": [{"name": "c", "image": "i"}],
+                "resourceClaims": [
+                    {"name": "gpus", "resourceClaimTemplateName": "four"},
+                    {"name": "shared", "resourceClaimName": "pool"},
+                ],
+            },
+            "status": {"phase": "Pending", "resourceClaimStatuses": statuses or []},
+        }
+    )
+
+
+def test_the_template_claims_no_claim_stands_for_yet_are_the_ones_not_made() -> None:
+    owned = ObjectMeta.model_validate(
+        {
+            "name": "made-gpus-abcde",
+            "namespace": "team",
+            "annotations": {"resource.kubernetes.io/pod-claim-name": "gpus"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "made", "uid": "u3", "controller": True}
+            ],
+        }
+    )
+    pods = [
+        _pod("waits", "u1"),
+        _pod("recorded", "u2", statuses=[{"name": "gpus", "resourceClaimName": "recorded-gpus-x"}]),
+        _pod("made", "u3"),  # made, not recorded in the pod's status yet
+        _pod("bound", "u4", node="n1"),  # kube-scheduler has placed it: not waiting
+    ]
+    assert unmade_claims(pods, [owned], {("team", "four")}) == [
+        UnmadeClaim("team", "waits", "gpus", "four", True)
+    ]
+    (missing,) = unmade_claims(pods[:1], [], {("other", "four")})
+    assert (missing.name, missing.template_exists) == ("waits-gpus", False)
+
+
+def test_what_the_web_view_says_of_a_claim_not_made() -> None:
+    missing = unmade_words(UnmadeClaim("team", "waits", "gpus", "four", False))
+    assert missing == not_created_words("team", "four", None)
+    assert "does not exist in namespace team" in missing
+    waiting = unmade_words(UnmadeClaim("team", "waits", "gpus", "four", True))
+    assert "FailedResourceClaimCreation Warning on pod waits" in waiting
+    assert "`gpudra explain pod waits -n team`" in waiting

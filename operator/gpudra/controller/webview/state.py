@@ -21,7 +21,7 @@ from typing import Any
 from gpudra.allocator import DEFAULT_KUBE_MINOR
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Node, Pod
-from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
+from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from gpudra.api.meta import KubeObject
 from gpudra.api.miglayout import MigLayout
 from gpudra.controller.pending import Said
@@ -31,6 +31,7 @@ from gpudra.controller.webview.updates import Sections, UpdateFeed
 from gpudra.controller.webview.watched import Watched
 from gpudra.hardware.gpus.catalog import Catalog, load_catalog
 from gpudra.kube.informer import Informers
+from gpudra.planning.claimcreation import unmade_claims
 from gpudra.planning.fleetview import NodeCard, node_card
 from gpudra.planning.podclaims import extended_resource_classes, implicit_claims
 from gpudra.planning.preparestatus import not_prepared
@@ -42,6 +43,7 @@ from gpudra.planning.workloads import (
     domain_card,
     layout_card,
     stranded_card,
+    unmade_card,
     unprepared_card,
 )
 
@@ -188,14 +190,24 @@ class FleetView:
             for c in claims
             if c.allocation is not None and (devices := not_prepared(c))
         ]
+        templates = {
+            (t.metadata.namespace or "", t.metadata.name or "")
+            for t in self.watched.parsed("templates", ResourceClaimTemplate)
+        }
+        unmade = [
+            unmade_card(u)
+            for u in unmade_claims(self.watched.parsed("pods", Pod), (c.metadata for c in claims), templates)
+        ]
         sections: Sections = {}
         node_cards = self._node_fragments()
         sections["nodes"] = {f"node/{c.name}": self._cache[f"node/{c.name}"].html for c in node_cards}
         sections["summary"] = {
-            "summary/fleet": html.summary_fragment(node_cards, len(pending), len(claims), len(unprepared))
+            "summary/fleet": html.summary_fragment(
+                node_cards, len(pending) + len(unmade), len(claims), len(unprepared)
+            )
         }
         cards = sorted(
-            [*(self._pending_card(c) for c in pending), *unprepared],
+            [*(self._pending_card(c) for c in pending), *unmade, *unprepared],
             key=lambda c: (c.namespace, c.name),
         )
         sections["pending"] = {f"pending/{c.namespace}/{c.name}": html.pending_fragment(c) for c in cards}

@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 from gpudra.api.base import WireModel
 from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique
 from gpudra.api.core import Namespace, Node, Pod
-from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceSlice
+from gpudra.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from gpudra.api.miglayout import MigLayout
 from gpudra.controller.miglayouts import MIGLAYOUTS
 from gpudra.kube.informer import Informer, Informers, Key, Parse
@@ -23,6 +23,7 @@ from gpudra.kube.resources import (
     NAMESPACES,
     NODES,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Resource,
@@ -41,11 +42,13 @@ WATCHED: dict[str, tuple[Resource, Parse]] = {
     "cliques": (COMPUTE_DOMAIN_CLIQUES, ComputeDomainClique.model_validate),
     "layouts": (MIGLAYOUTS, MigLayout.model_validate),
     "pods": (PODS, Pod.model_validate),
+    "templates": (RESOURCE_CLAIM_TEMPLATES, ResourceClaimTemplate.model_validate),
 }
 """What the view watches, each with the model an object must parse as (one that does not is left out, as absent)."""
 SELECTED = {"pods": "spec.nodeName="}
 """Field selectors of the kinds watched in part: pods not bound to a node (a pod asking for an extended resource
-that has no claim yet is shown as the claim kube-scheduler would make)."""
+that has no claim yet is shown as the claim kube-scheduler would make, a template's claim not made yet as such:
+whether its template exists is why the templates are watched)."""
 OPTIONAL = frozenset({"domains", "cliques", "layouts"})
 """Custom resources a cluster may not serve (CRDs not installed): their sections stay empty meanwhile."""
 IN_DRIVER_NAMESPACE = frozenset({"cliques"})
