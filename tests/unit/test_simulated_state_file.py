@@ -72,6 +72,17 @@ def test_instances_made_after_a_restart_get_handles_of_their_own(tmp_path: Path)
     assert reloaded(state).read_inventory() == after.read_inventory()
 
 
+class _CountAsPickled:
+    """Pickled as the ``itertools.count`` such a file holds (pickling a count itself is deprecated from Python 3.12
+    and refused from 3.14; loading one stays possible)."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+
+    def __reduce__(self) -> tuple[type[itertools.count[int]], tuple[int]]:
+        return itertools.count, (self.start,)
+
+
 def test_a_state_file_of_the_gpus_themselves_still_loads(tmp_path: Path) -> None:
     """The format before 2026-12-01: the GPUs pickled in one piece, each with its serials in a count."""
     fake, backend = node(tmp_path / "new.state")
@@ -79,7 +90,7 @@ def test_a_state_file_of_the_gpus_themselves_still_loads(tmp_path: Path) -> None
     made = backend.create_mig_device(5, "2g.20gb", 0)
     gpus = fake._all
     for gpu in gpus:
-        gpu._serials = itertools.count(gpu.__dict__.pop("_last_serial") + 1)  # type: ignore[attr-defined]
+        gpu._serials = _CountAsPickled(gpu.__dict__.pop("_last_serial") + 1)  # type: ignore[attr-defined]
     old = tmp_path / "old.state"
     old.write_bytes(pickle.dumps(fake_nvml_base._SavedState(gpus, "580.65.06", 13000)))
     loaded = NvmlBackend(NODE, nvml=FakeNvml.load(old))

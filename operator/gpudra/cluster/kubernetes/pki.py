@@ -1,6 +1,11 @@
 """The cluster's certificates: one CA, the API server's serving certificate, client certificates for users and
 components (the CN is the user name, each O a group, as kube-apiserver's x509 authenticator reads them) and the
-service-account signing key. Files are written with 0600 permissions into one directory."""
+service-account signing key. Files are written with 0600 permissions into one directory.
+
+Every certificate carries a Subject Key Identifier and every issued one the CA's Authority Key Identifier, as
+RFC 5280 asks and as strict X.509 verification checks: Python 3.13's default TLS context verifies strictly, and
+refused the certificates made without them ("Missing Authority Key Identifier"), so no gpudra process on 3.13
+could reach ``gpudra up``'s API server."""
 
 from __future__ import annotations
 
@@ -57,6 +62,9 @@ class ClusterPKI:
             .not_valid_after(self._not_after)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(self._ca_key.public_key()), critical=False
+            )
+            .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,
                     key_cert_sign=True,
@@ -98,6 +106,10 @@ class ClusterPKI:
             .add_extension(
                 x509.ExtendedKeyUsage([usage or ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False,
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._ca_key.public_key()), critical=False
             )
         )
         if hosts:
