@@ -31,7 +31,7 @@ $(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json
 # Quiet (one line, then pip's warnings and errors only), so that `make demo`'s first screen is gpudra up's table.
 $(STAMP): pyproject.toml
 	@echo "Installing gpudra and its dependencies into $(VENV) (the first time takes a minute or two)"
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@hack/venv/make.sh "$(PYTHON)" "$(VENV)"
 	@$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
