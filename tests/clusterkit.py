@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,8 @@ async def kubectl(
     cluster: EmbeddedCluster, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 60
 ) -> str:
     """The real kubectl against the cluster's kubeconfig; stdout and stderr together (``timeout``: seconds the
-    process may take, more than any ``--timeout`` given to kubectl)."""
+    process may take, more than any ``--timeout`` given to kubectl), less the lines of kubectl's own log when it
+    succeeded (``kubectl exec`` may log a websocket stream's hiccup beside the command's output)."""
     env = {**os.environ, "KUBECONFIG": str(cluster.options.kubeconfig)}
     proc = await asyncio.create_subprocess_exec(
         "kubectl",
@@ -66,7 +68,14 @@ async def kubectl(
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {err.decode()}")
-    return out.decode() + err.decode()
+    said = err.decode()
+    if proc.returncode == 0:
+        said = "".join(line for line in said.splitlines(keepends=True) if not KLOG_LINE.match(line))
+    return out.decode() + said
+
+
+KLOG_LINE = re.compile(r"[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w./-]+:\d+\] ")
+"""A line of kubectl's own log (klog's header: severity, date, time, thread, file:line)."""
 
 
 def gpu_claim(name: str, count: int, namespace: str = "default") -> dict[str, Any]:

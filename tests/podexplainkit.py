@@ -245,9 +245,10 @@ async def check_missing_claim_is_said_as_a_kubelet_says(cluster: EmbeddedCluster
     )
 
 
-async def web_view_card(cluster: EmbeddedCluster, fragment: str, reason: str) -> str:
+async def web_view_card(cluster: EmbeddedCluster, fragment: str, reason: str, saying: str = "") -> str:
     """The web view's (`web_port=0`) pending card whose key starts with ``fragment`` (``pending/NS/NAME``), once it
-    shows ``reason``."""
+    shows ``reason`` and says ``saying`` (its text unescaped): a card the view drew before it saw the last change
+    (its explanations come at most once a second) is waited past."""
     assert cluster.web_url
     url = cluster.web_url
 
@@ -257,7 +258,7 @@ async def web_view_card(cluster: EmbeddedCluster, fragment: str, reason: str) ->
         start = page.find(f'data-frag="{fragment}')
         ends = [i for i in (page.find("data-frag=", start + 1), page.find("</section>", start)) if i >= 0]
         found = page[start : min(ends)] if start >= 0 else ""  # up to the next fragment or the section's end
-        return found if f'data-reason="{reason}"' in found else ""
+        return found if f'data-reason="{reason}"' in found and saying in html.unescape(found) else ""
 
     return await eventually(
         card, timeout=60, interval=0.5, what=f"the web view's card {fragment} saying {reason}"
@@ -467,11 +468,10 @@ async def check_gated_pod_is_explained(cluster: EmbeddedCluster) -> None:
     status, out = await gpudra_explain(cluster, "claim", claim)  # the claim alone says it too
     assert status == 0 and " ".join(out.split()).startswith("the pod is held by its scheduling gates"), out
     if cluster.web_url:
-        card = await web_view_card(cluster, f"pending/default/{claim}", "")
-        assert (
+        gated = (
             "fits on node dgx-h100-0 now; the pod is held by its scheduling gates (kueue.x-k8s.io/admission)"
-            in (html.unescape(card))
-        ), card
+        )
+        await web_view_card(cluster, f"pending/default/{claim}", "", saying=gated)
 
     await kubectl(
         cluster,
@@ -516,8 +516,8 @@ async def check_pod_kept_off_by_cpu_says_kube_schedulers_words(cluster: Embedded
     status, out = await gpudra_explain(cluster, "claim", claim)  # the claim alone says it too
     assert status == 0 and " ".join(out.split()).endswith(said["message"]), out
     if cluster.web_url:
-        card = html.unescape(await web_view_card(cluster, f"pending/default/{claim}", ""))
-        assert "fits on node dgx-h100-0 now; kube-scheduler could not place the pod (since " in card, card
+        words = "fits on node dgx-h100-0 now; kube-scheduler could not place the pod (since "
+        card = html.unescape(await web_view_card(cluster, f"pending/default/{claim}", "", saying=words))
         assert said["message"] in card, card
 
 
