@@ -94,6 +94,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
         CREATE_WARNING,
         NOT_CREATED_REASON,
         creation_warning,
+        not_created_note,
         not_created_words,
     )
     from gpudra.planning.podclaims import claim_from_template, extended_resource_classes, pod_claims
@@ -138,7 +139,7 @@ async def _pod_answers(client: KubeClient, args: argparse.Namespace) -> tuple[li
                         STRANDED,
                         reason=NOT_CREATED_REASON,
                         words=not_created_words(args.namespace, template_name, refused),
-                        note=f"not created yet, from claim template {template_name}",
+                        note=not_created_note(template_name),
                     )
                 )
                 continue

@@ -27,6 +27,11 @@ def creation_warning(pod: Pod, events: Iterable[Mapping[str, Any]], entry: str) 
     return newest_warning(pod, events, CREATE_WARNING, prefix=f"PodResourceClaim {entry}: ")
 
 
+def not_created_note(template: str) -> str:
+    """What a claim not made yet is, as `gpudra explain` and the web view say it."""
+    return f"not created yet, from claim template {template}"
+
+
 def not_created_words(namespace: str, template: str, warning: PodWarning | None) -> str:
     """Why the claim is not made: kube-controller-manager's words (with where to look for a quota it exceeds),
     or, before it said anything, that the template does not exist."""

@@ -15,7 +15,7 @@ from gpudra.api.computedomain import ComputeDomain, ComputeDomainClique, Compute
 from gpudra.api.dra import ResourceClaim
 from gpudra.api.meta import Condition
 from gpudra.api.miglayout import MigLayout, MigLayoutStatus
-from gpudra.planning.claimcreation import NOT_CREATED_REASON, UnmadeClaim, unmade_words
+from gpudra.planning.claimcreation import NOT_CREATED_REASON, UnmadeClaim, not_created_note, unmade_words
 from gpudra.planning.podnodes import NO_NODE_REASON
 from gpudra.planning.podscheduling import Unschedulable, gate_words
 from gpudra.planning.preparestatus import RETRY_WORDS, NotPrepared, not_prepared_words
@@ -164,7 +164,7 @@ def stranded_card(claim: ResourceClaim, reason: str, words: str) -> PendingCard:
 
 def unmade_card(unmade: UnmadeClaim) -> PendingCard:
     """A waiting pod's claim kube-controller-manager has not made from its template: no claim to allocate yet."""
-    headline = f"not created yet, from claim template {unmade.template} (pod {unmade.pod})"
+    headline = f"{not_created_note(unmade.template)} (pod {unmade.pod})"
     return PendingCard(unmade.namespace, unmade.name, NOT_CREATED_REASON, headline, (unmade_words(unmade),))
 
 
