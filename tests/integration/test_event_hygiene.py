@@ -8,7 +8,7 @@ from typing import Any
 from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.kube.client import KubeClient
 from gpudra.kube.events import EventRecorder
-from gpudra.kube.resources import EVENTS, RESOURCE_CLAIMS
+from gpudra.kube.resources import EVENTS, NAMESPACES, RESOURCE_CLAIMS
 
 CLAIM: dict[str, Any] = {
     "apiVersion": "resource.k8s.io/v1",
@@ -50,5 +50,26 @@ async def test_a_repeat_after_the_window_counts_on_the_same_event(apiserver: Emb
         assert await recorder.post(claim, "Warning", "DevicesInUse", "all 8 H100s in use") is True
         (again,) = (await client.list_raw(EVENTS, "default", field_selector="involvedObject.name=pending"))[0]
         assert again["metadata"]["name"] != event["metadata"]["name"] and again["count"] == 1
+    finally:
+        await client.close()
+
+
+async def test_an_event_the_server_refused_is_posted_on_the_next_try(apiserver: EmbeddedAPIServer) -> None:
+    """A refused post is no repeat: the same Event tried again within the window is posted, not dropped."""
+    client = KubeClient.for_url(apiserver.url, token=apiserver.token())
+    try:
+        about = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "later", "uid": "u"},
+        }
+        recorder = EventRecorder(client, "test", window_seconds=3600)
+        assert (
+            await recorder.post(about, "Warning", "FailedPrepare", "no such GPU") is False
+        )  # no namespace yet
+        await client.create(NAMESPACES, {"metadata": {"name": "later"}})
+        assert await recorder.post(about, "Warning", "FailedPrepare", "no such GPU") is True
+        events, _ = await client.list_raw(EVENTS, "later")
+        assert [e["message"] for e in events] == ["no such GPU"]
     finally:
         await client.close()

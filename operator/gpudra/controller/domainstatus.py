@@ -10,7 +10,7 @@ returned becomes the new baseline at once, so the echo of its own write is a no-
 Events on the domain say what is missing: a node that lost its fabric, changed clique, is gone or is held
 by another domain, and nodes of different cliques, are reported at once; a node still waiting for its
 daemon only after ``computedomain_event_grace_seconds`` (starting up is not a problem). A Normal event
-marks the domain Ready. The EventRecorder drops repeats of the same message.
+marks the domain Ready, and Ready over more nodes than before. The EventRecorder drops repeats of the same message.
 """
 
 from __future__ import annotations
@@ -136,9 +136,9 @@ class DomainStatusWriter:
         patch = status_patch(stored, computed)
         if patch is not None and not await self._write(domain, uid, patch):
             return
-        was_ready = stored is not None and stored.status == "Ready" and bool(stored.nodes)
+        ready_before = len(stored.nodes or []) if stored is not None and stored.status == "Ready" else 0
         self._update_gauge()  # before the Events: whoever sees DomainReady sees the gauge say so
-        await self._report(domain, computed, was_ready=was_ready)
+        await self._report(domain, computed, ready_before=ready_before)
 
     async def _write(self, domain: ComputeDomain, uid: str, patch: dict[str, Any]) -> bool:
         meta = domain.metadata
@@ -161,7 +161,8 @@ class DomainStatusWriter:
         self.view.domain_changed(ComputeDomain.from_wire(written), uid)
         return True
 
-    async def _report(self, domain: ComputeDomain, computed: DomainStatus, *, was_ready: bool) -> None:
+    async def _report(self, domain: ComputeDomain, computed: DomainStatus, *, ready_before: int) -> None:
+        """``ready_before``: how many nodes the stored status had Ready (0: it was not Ready)."""
         uid = domain.metadata.uid or ""
         involved = _involved(domain)
         if computed.condition("CliqueConsistent").reason == "MultipleCliques":
@@ -174,7 +175,9 @@ class DomainStatusWriter:
                 "IMEX domain: GPU memory is shared over NVLink only within a clique",
             )
         if computed.ready:
-            if not was_ready and computed.status.nodes:  # Ready with no node yet is no news
+            # Ready with no node yet is no news; Ready over more nodes than the stored status is (with numNodes 0
+            # nodes that joined and got ready within one batch never made it NotReady in between)
+            if len(computed.status.nodes or []) > ready_before:
                 age = _age_seconds(domain)
                 if uid not in self._ready_observed and age is not None:
                     self._metrics.computedomain_ready_seconds.observe(max(age, 0.0))

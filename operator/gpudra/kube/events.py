@@ -2,7 +2,8 @@
 message on the same object is one Event whose ``count`` grows. Within the window a repeat only bumps a counter in
 memory, so a pending claim cannot flood the API (kubernetes#137617). A repeat after the window is a new Event, or,
 for a recorder made with ``series=True`` (it needs ``events patch``), writes the count and ``lastTimestamp`` into
-the Event posted before (a new one when that has expired meanwhile)."""
+the Event posted before (a new one when that has expired meanwhile). A post the server refused counts for nothing:
+the same Event tried again is posted."""
 
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ class EventRecorder:
             await self._client.create(EVENTS, body, namespace)
         except KubeError as exc:
             log.warning("posting an event failed", reason=reason, error=str(exc))
+            self._last.pop(key, None)  # nothing was posted: the next try is not a repeat
             return False
         self._posted[key] = (name, namespace, 1)
         return True
