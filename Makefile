@@ -8,7 +8,7 @@ BROWSER_DIR := tests/browser
 BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test test-matrix lint unit bench venv browser screenshots clean kubernetes oracle helm node images bytecode
+.PHONY: demo test test-matrix test-pythons lint unit bench venv browser screenshots clean kubernetes oracle helm node images bytecode
 
 venv: $(STAMP)
 
@@ -78,6 +78,12 @@ test: $(STAMP) bytecode lint kubernetes oracle helm node images $(if $(SKIP_BROW
 # Not part of `make test`: CI runs the tier on 1.37 only.
 test-matrix: $(STAMP)
 	PY=$(PY) hack/kubernetes/matrix.sh
+
+# The unit tier and `gpudra up`'s own tests on each newer Python this machine has (3.12, 3.13, 3.14: python3.N on
+# PATH or pyenv's), each in its own virtualenv (.venv-3.13); one line per version (hack/venv/pythons.sh).
+# PYTHON_MINORS="13" narrows it. CI runs it on 3.13 after `make test`.
+test-pythons:
+	@hack/venv/pythons.sh
 
 # helm, built from its Go module (helm.sh/helm/v3) into ~/.cache/gpudra like the Kubernetes binaries, for the
 # chart's test (tests/unit/test_helm_chart.py: charts/gpudra renders what manifests/base holds). HELM_VERSION=...

@@ -64,3 +64,43 @@ async def test_a_virtualenv_made_with_an_older_interpreter_is_made_again(tmp_pat
     )
     printed, _ = await asyncio.wait_for(made.communicate(), timeout=60)
     assert printed.decode().strip() == "True"
+
+
+async def pythons(tmp_path: Path, minors: str) -> tuple[int, str]:
+    """`make test-pythons` for ``minors``, with pyenv's versions under ``tmp_path/pyenv`` and nothing else to find."""
+    proc = await asyncio.create_subprocess_exec(
+        str(ROOT / "hack" / "venv" / "pythons.sh"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={"PATH": "/usr/bin:/bin", "PYTHON_MINORS": minors, "PYENV_ROOT": str(tmp_path / "pyenv"),
+             "VENVS": str(tmp_path), "HOME": str(tmp_path)},
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_test_pythons_says_which_versions_it_did_not_find(tmp_path: Path) -> None:
+    status, out = await pythons(tmp_path, "97")
+    assert status == 0, out
+    assert "Python 3.97: not on this machine (neither python3.97 on PATH nor under " in out
+    assert "no Python newer than 3.11 found: nothing was run on one" in out
+
+
+async def test_test_pythons_takes_pyenvs_newest_patch_and_fails_where_no_virtualenv_is_made(
+    tmp_path: Path,
+) -> None:
+    """Two patches of 3.98 under pyenv: the newer is taken (10 after 9, not after 1 as text); a stand-in that
+    cannot make a virtualenv is a failed version with its log named, and the whole run fails."""
+    for patch in ("9", "10"):
+        stand_in = tmp_path / "pyenv" / "versions" / f"3.98.{patch}" / "bin" / "python"
+        stand_in.parent.mkdir(parents=True)
+        stand_in.write_text(f'#!/bin/sh\ncase "$2" in *platform*) echo 3.98.{patch};; esac\nexit 0\n')
+        stand_in.chmod(0o755)
+    status, out = await pythons(tmp_path, "98")
+    assert status == 1, out
+    log = tmp_path / ".venv-3.98.log"
+    assert (
+        f"Python 3.98.10 ({stand_in}): its virtualenv {tmp_path}/.venv-3.98 could not be made; see {log}"
+        in out
+    )
+    assert log.exists()
