@@ -73,3 +73,29 @@ def test_a_waiting_pods_claim_is_planned_and_explained_where_the_pod_may_go() ->
 
     assert card.headline.startswith("would fit on dgx-a100-1 if its MIG layout had a 7g.40gb free"), card
     assert card.kept_off == (("dgx-a100-0", "taint dedicated=train:NoSchedule not tolerated"),)
+
+
+def test_each_claim_is_explained_over_the_nodes_its_own_pod_may_go_to() -> None:
+    """Three waiting pods: two alike (a Job's), kept off the tainted node, and one that tolerates its taint. The
+    pods alike share what keeps them off nodes; the tolerating one is explained over both nodes."""
+    claims, pods = [], []
+    for name, tolerations in (
+        ("a", None),
+        ("b", None),
+        ("tolerant", [{"key": "dedicated", "operator": "Exists"}]),
+    ):
+        claim = _claim()
+        claim["metadata"] = {**claim["metadata"], "name": name, "uid": f"{name}-uid"}
+        pod = _pod()
+        pod["metadata"] = {**pod["metadata"], "name": f"pod-{name}", "uid": f"pod-{name}-uid"}
+        pod["spec"] = {**pod["spec"], "resourceClaims": [{"name": "mig", "resourceClaimName": name}]}
+        if tolerations:
+            pod["spec"]["tolerations"] = tolerations
+        claims.append(claim)
+        pods.append(pod)
+    objects = {**_objects(pods, claims[0]), "claims": claims}
+
+    cards = explain_pending(objects, claims, "gpu.nvidia.com", 10, 37)
+
+    kept = (("dgx-a100-0", "taint dedicated=train:NoSchedule not tolerated"),)
+    assert [cards[f"{n}-uid"].kept_off for n in ("a", "b", "tolerant")] == [kept, kept, ()]

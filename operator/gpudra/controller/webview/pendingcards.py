@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import multiprocessing
 import signal
 import time
@@ -29,6 +30,7 @@ from gpudra.errors import GpudraError
 from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import plan_pending
 from gpudra.planning.podclaims import waiting_pod_of
+from gpudra.planning.podnodes import filters_of
 from gpudra.planning.podscheduling import Unschedulable, scheduling_gates, unschedulable
 from gpudra.planning.workloads import PendingCard, nowhere_card, pending_card
 from gpudra.telemetry import get_logger
@@ -62,12 +64,18 @@ def explain_pending(
     raw_pods = {str(b["metadata"].get("uid")): b for b in objects["pods"]}
     views: list[tuple[ClusterView, dict[str, str]]] = []
     said: list[tuple[tuple[str, ...], Unschedulable | None]] = []  # the pod's gates, kube-scheduler's word
+    by_filters: dict[str, tuple[ClusterView, dict[str, str]]] = {}  # pods alike (a Job's) share their nodes
     for claim in oldest:
         pod = waiting_pod_of(claim.metadata, pods.values())
         said.append((scheduling_gates(pod), unschedulable(pod)) if pod else ((), None))
-        views.append(
-            pod_view(view, raw_pods[pod.metadata.uid or ""], objects["nodes"]) if pod else (view, {})
-        )
+        if pod is None:
+            views.append((view, {}))
+            continue
+        filters = filters_of(raw_pods[pod.metadata.uid or ""])
+        key = json.dumps(filters, sort_keys=True)
+        if key not in by_filters:
+            by_filters[key] = pod_view(view, filters, objects["nodes"])
+        views.append(by_filters[key])
     kept_off = {claim_key(c): list(kept) for c, (_, kept) in zip(oldest, views, strict=True) if kept}
     try:
         plan: DemandPlan | None = plan_pending(view.allocator, oldest, driver, view.mig_models, kept_off)
