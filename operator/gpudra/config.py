@@ -6,10 +6,12 @@ with a ConfigurationError that names the setting.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpudra.errors import ConfigurationError
@@ -36,6 +38,13 @@ class CommonSettings(BaseSettings):
         "IPv6 (a single-stack IPv6 cluster scrapes and probes the pod's IPv6 address)",
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="port of the metrics server; 0 disables it")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if not isinstance(logging.getLevelName(value.upper()), int):
+            raise PydanticCustomError("log_level", "Input should be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return value
 
 
 class AgentSettings(CommonSettings):
@@ -346,10 +355,32 @@ S = TypeVar("S", bound=BaseSettings)
 
 def load_settings(cls: type[S], **values: Any) -> S:
     """Build settings from explicit values (flags) over the environment; raise ConfigurationError on bad input."""
+    explicit = {k: v for k, v in values.items() if v is not None}
     try:
-        return cls(**{k: v for k, v in values.items() if v is not None})
+        return cls(**explicit)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+            f"{_setting_name(cls, err['loc'], explicit)}: {err['msg']}{_got(err)}" for err in exc.errors()
         )
         raise ConfigurationError(f"invalid {cls.__name__}: {problems}") from exc
+
+
+def _setting_name(cls: type[BaseSettings], loc: tuple[int | str, ...], explicit: dict[str, Any]) -> str:
+    """How the user set the failing value: its flag (``--web-port``) when the command line gave it, else its
+    environment variable (``GPUDRA_WEB_PORT``, the name a Helm chart's env or a pod spec sets); a field read by
+    an alias (the IMEX daemon's ``CLIQUE_ID``) is named by it already."""
+    if not loc:
+        return "settings"
+    field, rest = str(loc[0]), "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+    if field not in cls.model_fields:
+        return field + rest
+    if field in explicit:
+        return "--" + field.replace("_", "-") + rest
+    return str(cls.model_config.get("env_prefix") or "") + field.upper() + rest
+
+
+def _got(err: Any) -> str:
+    value = err.get("input")
+    if err.get("type") == "missing" or not isinstance(value, str | int | float):
+        return ""
+    return f" (got {value!r:.80})"
