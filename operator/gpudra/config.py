@@ -7,12 +7,14 @@ with a ConfigurationError that names the setting.
 from __future__ import annotations
 
 import logging
+import os
+import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from gpudra.errors import ConfigurationError
 
@@ -358,6 +360,12 @@ def load_settings(cls: type[S], **values: Any) -> S:
     explicit = {k: v for k, v in values.items() if v is not None}
     try:
         return cls(**explicit)
+    except SettingsError as exc:  # a list or map variable that is not JSON
+        found = re.search(r'field "(\w+)"', str(exc))
+        name = _setting_name(cls, (found.group(1),), explicit) if found else "a setting"
+        why = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+        got = _got({"input": os.environ[name]}) if name in os.environ else ""
+        raise ConfigurationError(f"invalid {cls.__name__}: {name}: not JSON{why}{got}") from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{_setting_name(cls, err['loc'], explicit)}: {err['msg']}{_got(err)}" for err in exc.errors()

@@ -53,3 +53,17 @@ def test_missing_node_name_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUDRA_NODE_NAME", raising=False)
     with pytest.raises(ConfigurationError, match="GPUDRA_NODE_NAME: Field required"):
         load_settings(AgentSettings)
+
+
+def test_a_list_variable_that_is_not_json_is_named_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list or map setting is JSON (docs/install.md); ``13,31`` used to stop the agent with pydantic-settings'
+    traceback, naming neither the variable nor what to write."""
+    monkeypatch.setenv("GPUDRA_HEALTH_IGNORED_XIDS", "13,31")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(AgentSettings, node_name="n")
+    assert str(caught.value) == (
+        "invalid AgentSettings: GPUDRA_HEALTH_IGNORED_XIDS: not JSON (Extra data: line 1 column 3 (char 2)) "
+        "(got '13,31')"
+    )
+    monkeypatch.setenv("GPUDRA_HEALTH_IGNORED_XIDS", "[13, 31]")
+    assert load_settings(AgentSettings, node_name="n").health_ignored_xids == [13, 31]
