@@ -7,6 +7,7 @@ The controller's kopf side and its client must use the same credentials: kopf's 
 from __future__ import annotations
 
 import base64
+import binascii
 import os
 import tempfile
 from dataclasses import dataclass
@@ -53,10 +54,13 @@ _CARRIED_CLUSTER_FIELDS = frozenset(
 )
 
 
-def _named(entries: list[dict[str, Any]] | None, name: str, what: str, source: Path) -> dict[str, Any]:
-    for entry in entries or []:
-        if entry.get("name") == name:
-            return dict(entry.get(what) or {})
+def _named(entries: Any, name: str, what: str, source: Path) -> dict[str, Any]:
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            found = entry.get(what) or {}
+            if not isinstance(found, dict):
+                raise ConfigurationError(f"{source}: {what} {name!r} is not a mapping")
+            return dict(found)
     raise ConfigurationError(f"{source}: no {what} named {name!r}")
 
 
@@ -67,8 +71,13 @@ def _path(value: Any, base: Path) -> Path | None:
     return path if path.is_absolute() else base / path
 
 
-def _data(value: Any) -> bytes | None:
-    return base64.b64decode(value) if value else None
+def _data(value: Any, field: str, source: Path) -> bytes | None:
+    if not value:
+        return None
+    try:
+        return base64.b64decode("".join(str(value).split()), validate=True)  # line breaks skipped, as Go does
+    except binascii.Error as exc:
+        raise ConfigurationError(f"{source}: {field} is not base64 ({exc})") from exc
 
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -102,8 +111,10 @@ def read_credentials(path: Path) -> Credentials:
     """The current context's cluster and user, or ConfigurationError saying what is missing."""
     try:
         config = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigurationError(f"cannot read kubeconfig {path}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ConfigurationError(f"{path}: not a kubeconfig (a YAML mapping of clusters, users and contexts)")
     context_name = config.get("current-context")
     if not context_name:
         raise ConfigurationError(f"{path}: no current-context")
@@ -117,7 +128,12 @@ def read_credentials(path: Path) -> Credentials:
     token_path = None
     if token is None and user.get("tokenFile"):
         token_path = _path(user["tokenFile"], base)
-        token = (token_path or Path()).read_text().strip()
+        try:
+            token = (token_path or Path()).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(
+                f"{path}: user {context.get('user')!r}: cannot read its tokenFile: {exc}"
+            ) from exc
     unsupported = sorted(
         {f"users.{k}" for k in user if k not in _CARRIED_USER_FIELDS}
         | {f"clusters.{k}" for k in cluster if k not in _CARRIED_CLUSTER_FIELDS}
@@ -125,13 +141,13 @@ def read_credentials(path: Path) -> Credentials:
     return Credentials(
         server=str(cluster["server"]),
         ca_path=_path(cluster.get("certificate-authority"), base),
-        ca_data=_data(cluster.get("certificate-authority-data")),
+        ca_data=_data(cluster.get("certificate-authority-data"), "certificate-authority-data", path),
         insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
         token=token,
         certificate_path=_path(user.get("client-certificate"), base),
-        certificate_data=_data(user.get("client-certificate-data")),
+        certificate_data=_data(user.get("client-certificate-data"), "client-certificate-data", path),
         private_key_path=_path(user.get("client-key"), base),
-        private_key_data=_data(user.get("client-key-data")),
+        private_key_data=_data(user.get("client-key-data"), "client-key-data", path),
         namespace=context.get("namespace"),
         token_path=token_path,
         unsupported=tuple(unsupported),
