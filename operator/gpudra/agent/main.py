@@ -6,7 +6,9 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from gpudra.agent.runtime import AgentRuntime
+from gpudra.agent.startdirs import check_agent_directories
 from gpudra.config import AgentSettings
+from gpudra.errors import ConfigurationError, HardwareError
 from gpudra.hardware.gpus.backend import GpuBackend
 from gpudra.hardware.nvml.backend import NvmlBackend
 from gpudra.heap import freeze_when_started
@@ -44,10 +46,34 @@ def make_backend(settings: AgentSettings, nvml: FakeNvml | None = None) -> GpuBa
     return NvmlBackend(settings.node_name)
 
 
+_DRIVER_ADVICE = {
+    "NVML_ERROR_LIBRARY_NOT_FOUND": "the NVIDIA driver's libnvidia-ml.so.1 is not in the agent's container: is the "
+    "driver installed on this node, and does the NVIDIA container toolkit inject it (the agent asks for it with "
+    "NVIDIA_VISIBLE_DEVICES=all)? The agent belongs on GPU nodes only (the chart's agent.nodeSelector)",
+    "NVML_ERROR_DRIVER_NOT_LOADED": "the NVIDIA kernel module is not loaded on this node (nvidia-smi on the node "
+    "says the same); under the GPU Operator, its driver pod installs it",
+    "NVML_ERROR_NO_PERMISSION": "the agent's container may not open the GPUs' device nodes: the agent runs "
+    "privileged (docs/install.md)",
+}
+
+
+def driver_ready(backend: NvmlBackend) -> None:
+    """NVML initialised, or a ConfigurationError saying why the node's NVIDIA driver cannot be used and what to
+    look at: the agent stops at start with that one line rather than half-starting and failing in its parts."""
+    try:
+        backend.initialise()
+    except HardwareError as exc:
+        advice = _DRIVER_ADVICE.get(exc.code)
+        raise ConfigurationError(f"{exc}: {advice}" if advice else str(exc)) from exc
+
+
 async def run_agent(settings: AgentSettings, backend: GpuBackend | None = None) -> None:
     metrics = Metrics()
+    check_agent_directories(settings)
     if backend is None:
         backend = make_backend(settings)
+    if isinstance(backend, NvmlBackend):
+        await asyncio.to_thread(driver_ready, backend)
     client = await KubeClient.from_environment(
         settings.kubeconfig, field_manager=f"gpudra-agent-{settings.node_name}"
     )

@@ -216,6 +216,10 @@ class NvmlBackend:
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
+    def initialise(self) -> None:
+        """NVML initialised now (once): a HardwareError when the driver cannot be used at all."""
+        self._ensure_initialized()
+
     def _ensure_initialized(self) -> None:
         with self._lock:
             if self._initialized:
