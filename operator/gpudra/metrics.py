@@ -241,6 +241,13 @@ def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> dict[
     }
 
 
-async def serve_metrics(routes: dict[str, Route], host: str, port: int) -> MetricsServer:
-    """Serve ``routes`` on ``host`` (empty: every address, IPv4 and IPv6) and ``port``."""
-    return await serve(routes, host, port)
+async def serve_metrics(
+    routes: dict[str, Route],
+    host: str,
+    port: int,
+    *,
+    setting: str = "GPUDRA_METRICS_PORT, GPUDRA_METRICS_HOST",
+) -> MetricsServer:
+    """Serve ``routes`` on ``host`` (empty: every address, IPv4 and IPv6) and ``port``; ``setting``: what the
+    user set them with (the agent's and the controller's variables by default)."""
+    return await serve(routes, host, port, setting=setting)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import parse_qs
 
+from gpudra.errors import ConfigurationError
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -68,8 +69,11 @@ class MetricsServer:
         await self.server.wait_closed()
 
 
-async def serve(routes: Mapping[str, Route], host: str, port: int) -> MetricsServer:
-    """Serve ``routes`` on ``host`` (empty: every address, IPv4 and IPv6) and ``port`` (0: any free one)."""
+async def serve(
+    routes: Mapping[str, Route], host: str, port: int, *, setting: str = "the metrics port"
+) -> MetricsServer:
+    """Serve ``routes`` on ``host`` (empty: every address, IPv4 and IPv6) and ``port`` (0: any free one);
+    ``setting``: what the user set the port with, named when it cannot be listened on."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -89,7 +93,11 @@ async def serve(routes: Mapping[str, Route], host: str, port: int) -> MetricsSer
             with contextlib.suppress(ConnectionError, TimeoutError):
                 await asyncio.wait_for(writer.wait_closed(), READ_SECONDS)
 
-    server = await asyncio.start_server(handle, host or None, port, limit=MAX_HEAD_BYTES)
+    try:
+        server = await asyncio.start_server(handle, host or None, port, limit=MAX_HEAD_BYTES)
+    except OSError as exc:  # the port taken, an address the node does not have
+        where = f"{host or 'every address'}:{port}"
+        raise ConfigurationError(f"the metrics server cannot listen on {where} ({setting}): {exc}") from exc
     return MetricsServer(server)
 
 

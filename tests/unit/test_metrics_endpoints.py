@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import generate_latest
 
 from gpudra.config import ControllerSettings
+from gpudra.errors import ConfigurationError
 from gpudra.metrics import ALLOCATION_LABELS, Metrics, metrics_app, serve_metrics
 
 PATHS = ("/metrics", "/healthz", "/readyz")
@@ -164,3 +165,15 @@ async def test_allocated_device_series_scrape_as_a_labelled_gauge_and_go_once_no
             text = await response.text()
     assert "# TYPE gpudra_device_allocated gauge" in text
     assert 'dra_claim_name="train"' not in text
+
+
+async def test_a_port_already_taken_is_refused_naming_the_setting(served: tuple[Metrics, list[str]]) -> None:
+    """It used to end the agent or the controller with an OSError traceback."""
+    _, urls = served
+    port = int(urls[0].rsplit(":", 1)[1])
+    with pytest.raises(ConfigurationError) as caught:
+        await serve_metrics(metrics_app(CollectorRegistry(), lambda: True), "", port)
+    assert str(caught.value).startswith(
+        f"the metrics server cannot listen on every address:{port} (GPUDRA_METRICS_PORT, GPUDRA_METRICS_HOST): "
+    )
+    assert "address already in use" in str(caught.value)

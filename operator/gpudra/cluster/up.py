@@ -493,7 +493,10 @@ class EmbeddedCluster:
 
         if self.options.metrics_port is not None:
             runner = await serve_metrics(
-                metrics_app(self.metrics.registry, lambda: True), "127.0.0.1", self.options.metrics_port
+                metrics_app(self.metrics.registry, lambda: True),
+                "127.0.0.1",
+                self.options.metrics_port,
+                setting="--metrics-port",
             )
             self._metrics_runner = runner
             port = runner.addresses[0][1]
