@@ -120,7 +120,7 @@ def test_a_directory_the_agent_may_not_write_in_is_named(
     with pytest.raises(ConfigurationError) as caught:
         check_agent_directories(settings)
     assert str(caught.value) == (
-        f"GPUDRA_CDI_DIR: {cdi} is not writable by the agent (to make {cdi}/specs in it): a read-only mount, or "
+        f"GPUDRA_CDI_DIR: {cdi} is not writable (to make {cdi}/specs in it): a read-only mount, or "
         "another owner"
     )
 

@@ -7,6 +7,7 @@ import asyncio
 import os
 import resource
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -86,6 +87,28 @@ async def test_unknown_profile_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "unknown node profile 'dgx-h999'" in err.decode()
     assert not (tmp_path / "kc").exists()
+
+
+async def test_a_web_view_port_taken_stops_the_start_at_once_with_one_line(tmp_path: Path) -> None:
+    """The controller's thread failed and the start waited for it to be ready until its timeout (minutes), with
+    the thread's traceback printed; a SIGTERM meanwhile took as long to end it."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        proc = await start_up(tmp_path, "--nodes", "l4x4:1", "--once", "--web-port", str(port))
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    finally:
+        taken.close()
+    assert proc.returncode == 2, err.decode()
+    assert (
+        err.decode()
+        .strip()
+        .splitlines()[-1]
+        .startswith(f"gpudra up: the web view cannot listen on 127.0.0.1:{port}: ")
+    ), err.decode()
+    assert "Traceback" not in err.decode()
 
 
 async def run_once(tmp_path: Path, *args: str) -> tuple[str, str]:

@@ -9,6 +9,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -123,4 +124,35 @@ def test_up_refuses_a_feature_gate_that_is_not_on_or_off() -> None:
     assert done.returncode == 2
     assert done.stderr.endswith(
         "gpudra up: error: argument --feature-gates: 'GenericWorkload=maybe' is not GATE, GATE=true or GATE=false\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "what"),
+    [
+        ("--port", "99999", "a port, 0 to 65535"),
+        ("--web-port", "-2", "a port, 0 to 65535, or -1 for none"),
+        ("--metrics-port", "x", "a port, 0 to 65535, or -1 for none"),
+    ],
+)
+def test_a_port_out_of_range_is_a_usage_error(flag: str, value: str, what: str) -> None:
+    """`gpudra up --port 99999` ended in OverflowError from the socket's bind."""
+    done = _gpudra("up", flag, value)
+    assert done.returncode == 2
+    assert done.stderr.endswith(f"gpudra up: error: argument {flag}: {value!r} is not {what}\n"), done.stderr
+
+
+def test_a_kubeconfig_path_gpudra_up_cannot_write_is_one_line(tmp_path: Path) -> None:
+    """A --kubeconfig under a file, or naming a directory, ended in FileExistsError or IsADirectoryError."""
+    (tmp_path / "a-file").write_text("")
+    under_a_file = tmp_path / "a-file" / "kubeconfig"
+    done = _gpudra("up", "--once", "--kubeconfig", str(under_a_file))
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"gpudra up: --kubeconfig {under_a_file}: {tmp_path}/a-file is not a directory\n",
+    )
+    done = _gpudra("up", "--once", "--kubeconfig", str(tmp_path))
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"gpudra up: --kubeconfig {tmp_path}: {tmp_path} is a directory\n",
     )

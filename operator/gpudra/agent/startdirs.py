@@ -5,11 +5,11 @@ a read-only mount, used to stop the agent half-started with a Python traceback (
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from gpudra.config import AgentSettings
 from gpudra.errors import ConfigurationError
+from gpudra.writable import directory_problem
 
 
 def agent_directories(settings: AgentSettings) -> list[tuple[str, Path]]:
@@ -29,21 +29,6 @@ def agent_directories(settings: AgentSettings) -> list[tuple[str, Path]]:
     for name, path in wanted:
         first.setdefault(path, name)
     return [(name, path) for path, name in first.items()]
-
-
-def directory_problem(path: Path) -> str | None:
-    """Why the agent cannot write in ``path`` (or make it), or None."""
-    existing = path
-    while not existing.exists():
-        if existing.is_symlink():
-            return f"{existing} is a link to nothing"
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is not a directory" if existing == path else f"{existing}, on its path, is a file"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        made = "" if existing == path else f" (to make {path} in it)"
-        return f"{existing} is not writable by the agent{made}: a read-only mount, or another owner"
-    return None
 
 
 def check_agent_directories(settings: AgentSettings) -> None:

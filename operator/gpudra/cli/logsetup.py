@@ -4,8 +4,9 @@ progress and summary; the other commands log to standard error."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from gpudra.cli.up import up_log_file
+from gpudra.cli.up import up_directory_ready, up_log_file
 from gpudra.telemetry import configure_logging
 
 
@@ -16,6 +17,7 @@ def configure_cli_logging(args: argparse.Namespace) -> None:
     if args.command != "up":
         configure_logging(args.log_format or "console", level)
         return
+    up_directory_ready(Path(args.kubeconfig))  # its log file goes beside the kubeconfig, first
     if args.verbose >= 2 and not args.log_level:
         level = "DEBUG"
     console = level if args.verbose else "WARNING"

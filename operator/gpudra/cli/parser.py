@@ -25,6 +25,26 @@ def feature_gates(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(on), tuple(off)
 
 
+def port(text: str) -> int:
+    """A TCP port, 0 (a free one) to 65535; argparse reports another as a usage error."""
+    return _number(text, 0, 65535, "a port, 0 to 65535")
+
+
+def port_or_none(text: str) -> int:
+    """A TCP port, 0 (a free one) to 65535, or -1 (none)."""
+    return _number(text, -1, 65535, "a port, 0 to 65535, or -1 for none")
+
+
+def _number(text: str, low: int, high: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
 def build_parser(prog: str = "gpudra") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gpudra {__version__}")
@@ -67,14 +87,19 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="with --from-cluster: copy its pending and allocated ResourceClaims with their pods too",
     )
-    up.add_argument("--port", type=int, default=0, help="API server port; 0 picks a free port")
+    up.add_argument("--port", type=port, default=0, help="API server port; 0 picks a free port")
     up.add_argument(
         "--kubeconfig", type=Path, default=Path("gpudra-demo/kubeconfig"), help="where to write it"
     )
     up.add_argument("--once", action="store_true", help="bring everything up, print the fleet, shut down")
-    up.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free port, -1: none)")
     up.add_argument(
-        "--web-port", type=int, default=0, help="port of the web view on 127.0.0.1 (0: a free port, -1: none)"
+        "--metrics-port", type=port_or_none, default=0, help="metrics port (0: a free port, -1: none)"
+    )
+    up.add_argument(
+        "--web-port",
+        type=port_or_none,
+        default=0,
+        help="port of the web view on 127.0.0.1 (0: a free port, -1: none)",
     )
     up.add_argument("--list-profiles", action="store_true", help="list the node profiles and exit")
     up.add_argument(

@@ -7,11 +7,28 @@ import argparse
 from pathlib import Path
 
 from gpudra.errors import ConfigurationError
+from gpudra.writable import directory_problem
 
 
 def up_log_file(args: argparse.Namespace) -> Path:
     """The log file of ``gpudra up``: beside the kubeconfig it writes, in the demo directory."""
     return Path(args.kubeconfig).parent / "gpudra.log"
+
+
+def up_directory_ready(kubeconfig: Path) -> None:
+    """The demo directory made (``kubeconfig``'s, where gpudra up's log and state go), or a ConfigurationError
+    naming ``--kubeconfig`` and why it cannot be."""
+    problem = directory_problem(kubeconfig.parent) or (
+        f"{kubeconfig} is a directory" if kubeconfig.is_dir() else None
+    )
+    if problem is not None:
+        raise ConfigurationError(f"--kubeconfig {kubeconfig}: {problem}")
+    try:
+        kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # where permissions do not tell (/proc, a full disk)
+        raise ConfigurationError(
+            f"--kubeconfig {kubeconfig}: cannot make {kubeconfig.parent}: {exc.strerror}"
+        ) from exc
 
 
 async def up_command(args: argparse.Namespace) -> int:

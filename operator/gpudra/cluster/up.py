@@ -160,10 +160,6 @@ def pod_uid() -> str:
     return str(uuid.uuid4())
 
 
-def _wait_flag(flag: threading.Event, timeout: float) -> bool:
-    return flag.wait(timeout)
-
-
 def _counted(wait: Coroutine[Any, Any, Any], progress: StartProgress, stage: str) -> asyncio.Task[Any]:
     """A task of ``wait`` that advances ``stage`` when it completes."""
     task = asyncio.ensure_future(wait)
@@ -267,6 +263,7 @@ class EmbeddedCluster:
     sim_controls: SimulatorControls | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _controller: threading.Thread | None = None
+    _controller_error: BaseException | None = None
     _metrics_runner: MetricsServer | None = None
     _tuned: list[SharedSetting[Any]] = field(default_factory=list)  # interpreter settings held until stop()
     metrics_url: str = ""
@@ -546,8 +543,9 @@ class EmbeddedCluster:
             return
         controller_ready = threading.Event()
         self._controller = threading.Thread(
-            target=asyncio.run,
+            target=self._run_controller,
             args=(
+                controller_ready,
                 run_controller(
                     self.options.controller.model_copy(
                         update={
@@ -573,12 +571,31 @@ class EmbeddedCluster:
             waiters.append(_counted(self.control_plane.synced.wait(), progress, STAGE_CONTROLLER))
         waiters.append(
             _counted(
-                asyncio.to_thread(_wait_flag, controller_ready, self.options.ready_timeout),
+                asyncio.to_thread(self._controller_started, controller_ready, self.options.ready_timeout),
                 progress,
                 STAGE_CONTROLLER,
             )
         )
         await self._wait_ready(waiters, controller_ready)
+
+    def _run_controller(self, ready: threading.Event, main: Coroutine[Any, Any, None]) -> None:
+        """The controller's thread. A failure before it is ready (its web view's port taken) is handed to the
+        start, which raises it at once rather than waiting out its timeout; a later one ends the thread as
+        before, its traceback printed."""
+        try:
+            asyncio.run(main)
+        except BaseException as exc:
+            if ready.is_set():
+                raise
+            self._controller_error = exc
+        finally:
+            ready.set()
+
+    def _controller_started(self, ready: threading.Event, timeout: float) -> None:
+        """Until the controller is ready (or ``timeout``); its failure to start raised here."""
+        ready.wait(timeout)
+        if self._controller_error is not None:
+            raise self._controller_error
 
     async def _wait_ready(
         self, waiters: list[asyncio.Task[Any]], controller_ready: threading.Event | None
@@ -587,7 +604,9 @@ class EmbeddedCluster:
         kubeconfig: a script that waits for it finds the nodes registered, their slices published and the
         controller ready."""
         assert self.client is not None
-        done, pending = await asyncio.wait(waiters, timeout=self.options.ready_timeout)
+        done, pending = await asyncio.wait(
+            waiters, timeout=self.options.ready_timeout, return_when=asyncio.FIRST_EXCEPTION
+        )
         for task in pending:
             task.cancel()
         for task in done:
