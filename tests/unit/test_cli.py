@@ -133,10 +133,13 @@ def test_up_refuses_a_feature_gate_that_is_not_on_or_off() -> None:
         ("--port", "99999", "a port, 0 to 65535"),
         ("--web-port", "-2", "a port, 0 to 65535, or -1 for none"),
         ("--metrics-port", "x", "a port, 0 to 65535, or -1 for none"),
+        ("--health-recovery-seconds", "-5", "a number of seconds, 0 or more"),
+        ("--real-nodes", "-1", "a whole number, 0 or more"),
     ],
 )
-def test_a_port_out_of_range_is_a_usage_error(flag: str, value: str, what: str) -> None:
-    """`gpudra up --port 99999` ended in OverflowError from the socket's bind."""
+def test_a_number_out_of_range_is_a_usage_error(flag: str, value: str, what: str) -> None:
+    """`gpudra up --port 99999` ended in OverflowError from the socket's bind, `--health-recovery-seconds -5` in
+    pydantic's ValidationError once the first agent started."""
     done = _gpudra("up", flag, value)
     assert done.returncode == 2
     assert done.stderr.endswith(f"gpudra up: error: argument {flag}: {value!r} is not {what}\n"), done.stderr
@@ -155,4 +158,13 @@ def test_a_kubeconfig_path_gpudra_up_cannot_write_is_one_line(tmp_path: Path) ->
     assert (done.returncode, done.stderr) == (
         2,
         f"gpudra up: --kubeconfig {tmp_path}: {tmp_path} is a directory\n",
+    )
+
+
+def test_a_recording_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    target = tmp_path / "no-such-dir" / "gpus.json"
+    done = _gpudra("hardware", "record", "--simulated-profile", "l4x4", "-o", str(target))
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"gpudra hardware: cannot write {target}: No such file or directory\n",
     )

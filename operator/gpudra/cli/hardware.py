@@ -10,6 +10,7 @@ import sys
 from importlib import metadata
 
 from gpudra import __version__
+from gpudra.errors import ConfigurationError
 
 
 async def hardware_command(args: argparse.Namespace) -> int:
@@ -44,5 +45,8 @@ async def hardware_command(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        args.output.write_text(text)
+        try:
+            args.output.write_text(text)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write {args.output}: {exc.strerror}") from exc
     return 0

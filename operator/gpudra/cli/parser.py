@@ -35,6 +35,22 @@ def port_or_none(text: str) -> int:
     return _number(text, -1, 65535, "a port, 0 to 65535, or -1 for none")
 
 
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    return _number(text, 0, 1_000_000, "a whole number, 0 or more")
+
+
+def seconds(text: str) -> float:
+    """A number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
+    return value
+
+
 def _number(text: str, low: int, high: int, what: str) -> int:
     try:
         value = int(text)
@@ -136,7 +152,7 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     up.add_argument(
         "--real-kubelet",
-        type=int,
+        type=count,
         default=0,
         metavar="N",
         help="with --control-plane kubernetes: the first N nodes run under a real kubelet (same version) over "
@@ -144,7 +160,7 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     up.add_argument(
         "--real-nodes",
-        type=int,
+        type=count,
         default=0,
         metavar="N",
         help="with --control-plane kubernetes: the first N nodes are real nodes (a real kubelet over containerd "
@@ -158,7 +174,7 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     up.add_argument(
         "--health-recovery-seconds",
-        type=float,
+        type=seconds,
         default=None,
         help="how long a device must be quiet before its health taint goes (default: the agent's, 300)",
     )
