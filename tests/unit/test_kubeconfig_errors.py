@@ -1,5 +1,6 @@
-"""A kubeconfig that is not one stops a gpudra command with what is wrong with it, not a traceback: `gpudra status
---kubeconfig` of a file holding a word used to end in ``AttributeError: 'str' object has no attribute 'get'``."""
+"""A kubeconfig that is not one, or whose TLS files cannot be used, stops a gpudra command with what is wrong with it,
+not a traceback: `gpudra status --kubeconfig` of a file holding a word used to end in ``AttributeError: 'str' object
+has no attribute 'get'``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpudra.errors import ConfigurationError
-from gpudra.kube.kubeconfig import read_credentials
+from gpudra.kube.kubeconfig import Credentials, read_credentials
+from gpudra.kube.session import ssl_context
 
 CONTEXT = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
 
@@ -54,3 +56,35 @@ def test_a_kubeconfig_that_is_not_text_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ConfigurationError, match=r"cannot read kubeconfig .*: 'utf-8' codec can't decode"):
         read_credentials(path)
+
+
+@pytest.mark.parametrize(
+    ("credentials", "said"),
+    [
+        (
+            Credentials(server="https://h", ca_path=Path("/nonexistent/ca.crt")),
+            "the cluster's certificate authority (/nonexistent/ca.crt) cannot be used: No such file or directory",
+        ),
+        (
+            Credentials(server="https://h", ca_data=b"not a certificate"),
+            "the cluster's certificate authority (certificate-authority-data) cannot be used: ",
+        ),
+        (
+            Credentials(server="https://h", certificate_path=Path("/nonexistent/c.crt")),
+            "the client certificate (/nonexistent/c.crt) or its key cannot be used: No such file or directory",
+        ),
+        (
+            Credentials(
+                server="https://h", certificate_data=b"not a certificate", private_key_data=b"nor a key"
+            ),
+            "the client certificate (client-certificate-data) or its key cannot be used: ",
+        ),
+    ],
+    ids=["no-ca-file", "ca-data-not-pem", "no-certificate-file", "certificate-data-not-pem"],
+)
+def test_tls_files_that_cannot_be_used_are_named(credentials: Credentials, said: str) -> None:
+    """`gpudra status` with a kubeconfig whose certificate-authority file was gone ended in FileNotFoundError
+    from ssl, naming no file."""
+    with pytest.raises(ConfigurationError) as caught:
+        ssl_context(credentials)
+    assert str(caught.value).startswith(said), caught.value

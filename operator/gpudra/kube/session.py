@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
+from gpudra.errors import ConfigurationError
 from gpudra.kube.http11 import Endpoint, Pool
 from gpudra.kube.kubeconfig import Credentials
 from gpudra.kube.transport import Call, Reply
@@ -30,20 +31,37 @@ rotates a pod's service-account token."""
 
 def ssl_context(credentials: Credentials) -> ssl.SSLContext:
     """What kubernetes_asyncio's REST client builds: the CA (file or inline), the client certificate, and no
-    verification when the kubeconfig says ``insecure-skip-tls-verify``."""
-    context = ssl.create_default_context(
-        cafile=str(credentials.ca_path) if credentials.ca_path else None,
-        cadata=credentials.ca_data.decode() if credentials.ca_data else None,
-    )
-    if credentials.certificate_data is not None or credentials.private_key_data is not None:
-        _load_inline_chain(context, credentials)
-    elif credentials.certificate_path is not None:
-        key = credentials.private_key_path
-        context.load_cert_chain(str(credentials.certificate_path), keyfile=str(key) if key else None)
+    verification when the kubeconfig says ``insecure-skip-tls-verify``. A file that cannot be read or is not PEM
+    is a ConfigurationError naming it."""
+    try:
+        context = ssl.create_default_context(
+            cafile=str(credentials.ca_path) if credentials.ca_path else None,
+            cadata=credentials.ca_data.decode(errors="replace") if credentials.ca_data else None,
+        )
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        where = credentials.ca_path or "certificate-authority-data"
+        raise ConfigurationError(
+            f"the cluster's certificate authority ({where}) cannot be used: {_why(exc)}"
+        ) from exc
+    try:
+        if credentials.certificate_data is not None or credentials.private_key_data is not None:
+            _load_inline_chain(context, credentials)
+        elif credentials.certificate_path is not None:
+            key = credentials.private_key_path
+            context.load_cert_chain(str(credentials.certificate_path), keyfile=str(key) if key else None)
+    except OSError as exc:
+        where = credentials.certificate_path or "client-certificate-data"
+        raise ConfigurationError(
+            f"the client certificate ({where}) or its key cannot be used: {_why(exc)}"
+        ) from exc
     if credentials.insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc.strerror) if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
 def _load_inline_chain(context: ssl.SSLContext, credentials: Credentials) -> None:
