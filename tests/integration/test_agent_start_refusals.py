@@ -21,6 +21,7 @@ import pytest
 from gpudra.agent import startdirs
 from gpudra.agent.main import driver_ready
 from gpudra.agent.startdirs import check_agent_directories
+from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.config import AgentSettings
 from gpudra.errors import ConfigurationError
 from gpudra.hardware.nvml.backend import NvmlBackend
@@ -44,12 +45,11 @@ class _NoDriver:
         raise self.NVMLError(self.NVML_ERROR_DRIVER_NOT_LOADED)
 
 
-async def agent_refusal(tmp_path: Path, **env: str) -> list[str]:
-    """``gpudra agent`` run with ``env`` over a node's usual settings; the lines it wrote on standard error,
-    after checking that it exited with status 2 and offered the kubelet no plugin."""
-    kubeconfig = write_kubeconfig(
-        tmp_path / "kubeconfig", Credentials(server="http://127.0.0.1:9", token="t")
-    )
+async def agent_refusal(tmp_path: Path, server: str = "http://127.0.0.1:9", **env: str) -> list[str]:
+    """``gpudra agent`` run with ``env`` over a node's usual settings, its kubeconfig a token ``t`` for ``server``;
+    the lines it wrote on standard error, after checking that it exited with status 2 and offered the kubelet no
+    plugin."""
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", Credentials(server=server, token="t"))
     settings = {
         "GPUDRA_NODE_NAME": "gpu-node-3",
         "GPUDRA_KUBECONFIG": str(kubeconfig),
@@ -132,3 +132,34 @@ def test_a_state_directory_that_is_the_plugin_directory_is_named_once(tmp_path: 
     assert "GPUDRA_STATE_DIR" not in names and names[0] == "GPUDRA_PLUGIN_DIR"
     with pytest.raises(ConfigurationError, match=r"^GPUDRA_PLUGIN_DIR: .*/file is not a directory$"):
         check_agent_directories(settings)
+
+
+async def test_the_agent_whose_credentials_the_api_server_refuses_stops_with_one_line(
+    tmp_path: Path, apiserver: EmbeddedAPIServer
+) -> None:
+    """Its parts fail together (an exception group): each error of gpudra's own is said in one line, where the
+    group's traceback was."""
+    lines = await agent_refusal(
+        tmp_path, apiserver.url, GPUDRA_BACKEND="simulated", GPUDRA_SIMULATED_PROFILE="l4x4"
+    )
+    assert lines[-1] == "gpudra agent: get nodes/gpu-node-3: 401 Unauthorized: Unauthorized", lines
+    assert not any("Traceback" in line for line in lines), lines
+
+
+async def test_the_controller_whose_credentials_the_api_server_refuses_stops_with_one_line(
+    tmp_path: Path, apiserver: EmbeddedAPIServer
+) -> None:
+    """kopf gave up with "Ran out of valid credentials. Consider installing an API client library" and its
+    traceback."""
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", Credentials(server=apiserver.url, token="t"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpudra", "controller", "--kubeconfig", str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=90)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 2, err.decode()[-3000:]
+    assert lines[-1] == (
+        "gpudra controller: the API server refused the controller's credentials (401 Unauthorized): the token of "
+        "its ServiceAccount, or the kubeconfig's user, is not valid for this cluster"
+    )

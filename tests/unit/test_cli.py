@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from gpudra import cli
 from gpudra.cli import PLUGIN_USAGE, kubectl_plugin
 from gpudra.cli.parser import build_parser
+from gpudra.errors import ConfigurationError, KubeError
 
 
 def _gpudra(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -168,3 +170,36 @@ def test_a_recording_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
         2,
         f"gpudra hardware: cannot write {target}: No such file or directory\n",
     )
+
+
+def test_parts_that_fail_together_with_gpudras_own_errors_are_one_line_each(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A process's parts run in task groups: their errors arrive grouped. Each of gpudra's own is one line (a 401
+    or 403 of the agent's API calls used to end it in an exception group traceback); anything else is a bug, and
+    its traceback shows."""
+
+    async def failing(args: argparse.Namespace) -> int:
+        raise ExceptionGroup(
+            "parts",
+            [
+                KubeError("get nodes/n: 403 Forbidden: nodes is forbidden"),
+                ExceptionGroup("inner", [KubeError("get nodes/n: 403 Forbidden: nodes is forbidden")]),
+                ConfigurationError("GPUDRA_CDI_DIR: /x is not a directory"),
+            ],
+        )
+
+    monkeypatch.setattr(cli, "configure_cli_logging", lambda args: None)  # this process's log is pytest's
+    monkeypatch.setitem(cli.RUNNERS, "status", failing)
+    assert cli.main(["status"]) == 2
+    assert capsys.readouterr().err == (
+        "gpudra status: get nodes/n: 403 Forbidden: nodes is forbidden\n"
+        "gpudra status: GPUDRA_CDI_DIR: /x is not a directory\n"
+    )
+
+    async def buggy(args: argparse.Namespace) -> int:
+        raise ExceptionGroup("parts", [KubeError("get nodes/n: 403"), KeyError("oops")])
+
+    monkeypatch.setitem(cli.RUNNERS, "status", buggy)
+    with pytest.raises(ExceptionGroup):
+        cli.main(["status"])

@@ -67,5 +67,31 @@ def main(argv: list[str] | None = None, *, prog: str = "gpudra") -> int:
     except GpudraError as exc:
         print(f"{prog} {args.command}: {exc}", file=sys.stderr)
         return 2
+    except (
+        BaseExceptionGroup
+    ) as group:  # the parts a process runs at once failed, each with gpudra's own error
+        errors = _gpudra_errors(group)
+        if errors is None:
+            raise
+        for error in errors:
+            print(f"{prog} {args.command}: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _gpudra_errors(group: BaseExceptionGroup[BaseException]) -> list[GpudraError] | None:
+    """The errors of ``group`` when every one is gpudra's own (each said once), else None: anything else is a
+    bug whose traceback must show."""
+    matched, rest = group.split(GpudraError)
+    if matched is None or rest is not None:
+        return None
+    found: list[GpudraError] = []
+    pending: list[BaseException] = [matched]
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending[:0] = exc.exceptions
+        elif isinstance(exc, GpudraError) and str(exc) not in {str(e) for e in found}:
+            found.append(exc)
+    return found

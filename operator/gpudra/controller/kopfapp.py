@@ -37,7 +37,7 @@ from gpudra.controller.pendingpods import PendingPods
 from gpudra.controller.usage import Attribution
 from gpudra.controller.webview.server import WebViewServer
 from gpudra.controller.webview.state import FleetView
-from gpudra.errors import GpudraError
+from gpudra.errors import ConfigurationError, GpudraError, KubeError
 from gpudra.kube.client import KubeClient
 from gpudra.kube.informer import Informers
 from gpudra.kube.kubeconfig import Credentials, in_cluster_credentials, read_credentials
@@ -257,6 +257,21 @@ async def _explain_loop(
         schedule.explained(done, now, set(pending.unallocated) | {implicit_uid(u) for u in pods.waiting})
 
 
+async def _credentials_accepted(client: KubeClient) -> None:
+    """A ConfigurationError when the API server refuses the controller's credentials, before anything starts:
+    the informers and kopf would otherwise each fail on it, kopf with its tracebacks and advice to install an
+    API client. A server not reachable yet is left to them: they retry."""
+    try:
+        await client.server_version()
+    except KubeError as exc:
+        if exc.status == 401:
+            await client.close()
+            raise ConfigurationError(
+                "the API server refused the controller's credentials (401 Unauthorized): the token of its "
+                "ServiceAccount, or the kubeconfig's user, is not valid for this cluster"
+            ) from exc
+
+
 async def run_controller(
     settings: ControllerSettings,
     metrics: Metrics,
@@ -285,6 +300,7 @@ async def run_controller(
     kopf_settings.persistence.diffbase_storage = LeanDiffBaseStorage(tracked_kinds=CHANGE_HANDLED_KINDS)
     kopf_settings.persistence.progress_storage = LeanProgressStorage()
     client = await KubeClient.from_environment(settings.kubeconfig, field_manager="gpudra-controller")
+    await _credentials_accepted(client)
     web_view = None
     streams = KopfStreams()
     beside: list[asyncio.Task[None]] = []
