@@ -69,9 +69,7 @@ class MetricsServer:
         await self.server.wait_closed()
 
 
-async def serve(
-    routes: Mapping[str, Route], host: str, port: int, *, setting: str = "the metrics port"
-) -> MetricsServer:
+async def serve(routes: Mapping[str, Route], host: str, port: int, *, setting: str) -> MetricsServer:
     """Serve ``routes`` on ``host`` (empty: every address, IPv4 and IPv6) and ``port`` (0: any free one);
     ``setting``: what the user set the port with, named when it cannot be listened on."""
 

@@ -67,9 +67,8 @@ def main(argv: list[str] | None = None, *, prog: str = "gpudra") -> int:
     except GpudraError as exc:
         print(f"{prog} {args.command}: {exc}", file=sys.stderr)
         return 2
-    except (
-        BaseExceptionGroup
-    ) as group:  # the parts a process runs at once failed, each with gpudra's own error
+    except BaseExceptionGroup as group:
+        # the parts a process runs at once failed together: each of gpudra's own errors is one line
         errors = _gpudra_errors(group)
         if errors is None:
             raise
