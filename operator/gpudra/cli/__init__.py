@@ -79,18 +79,16 @@ def main(argv: list[str] | None = None, *, prog: str = "gpudra") -> int:
         return 130
 
 
-def _gpudra_errors(group: BaseExceptionGroup[BaseException]) -> list[GpudraError] | None:
+def _gpudra_errors(group: BaseExceptionGroup[BaseException]) -> list[BaseException] | None:
     """The errors of ``group`` when every one is gpudra's own (each said once), else None: anything else is a
     bug whose traceback must show."""
     matched, rest = group.split(GpudraError)
     if matched is None or rest is not None:
         return None
-    found: list[GpudraError] = []
-    pending: list[BaseException] = [matched]
-    while pending:
-        exc = pending.pop(0)
-        if isinstance(exc, BaseExceptionGroup):
-            pending[:0] = exc.exceptions
-        elif isinstance(exc, GpudraError) and str(exc) not in {str(e) for e in found}:
-            found.append(exc)
-    return found
+    return list({str(exc): exc for exc in _leaves(matched)}.values())
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]

@@ -12,7 +12,6 @@ same way).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gpudra.allocator import DEFAULT_KUBE_MINOR, Allocator, ClusterSnapshot, DeviceId, NodeInfo
@@ -20,7 +19,7 @@ from gpudra.api.core import Node, Pod
 from gpudra.api.dra import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
 from gpudra.controller.explaining import ClusterView
 from gpudra.planning.migmodels import FleetMigModels
-from gpudra.planning.podnodes import filters_of, kept_off
+from gpudra.planning.podnodes import filters_key, filters_of, kept_off
 
 KEPT_OFF_LIMIT = 256
 """How many pods' node filters' answers are kept (all are dropped past it: pods each pinned to a node of their own,
@@ -98,7 +97,7 @@ class LiveView:
                 }
             }
         )
-        key = json.dumps(filters, sort_keys=True)
+        key = filters_key(filters)
         known = self._kept_off.get(key)
         if known is None:
             if len(self._kept_off) >= KEPT_OFF_LIMIT:

@@ -7,6 +7,7 @@ each node (:func:`kept_off`), since a claim that would fit on a node the pod can
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -162,6 +163,11 @@ def filters_of(pod: Obj) -> Obj:
         "tolerations": spec.get("tolerations"),
     }
     return {"spec": {key: value for key, value in kept.items() if value}}
+
+
+def filters_key(filters: Obj) -> str:
+    """A key of :func:`filters_of`'s answer: pods whose keys are equal are kept off the same nodes."""
+    return json.dumps(filters, sort_keys=True)
 
 
 def kept_off_title(kept: int, nodes: int) -> str:

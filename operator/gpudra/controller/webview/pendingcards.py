@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import multiprocessing
 import signal
 import time
@@ -30,7 +29,7 @@ from gpudra.errors import GpudraError
 from gpudra.mig import DemandPlan
 from gpudra.planning.migdemand import plan_pending
 from gpudra.planning.podclaims import waiting_pod_of
-from gpudra.planning.podnodes import filters_of
+from gpudra.planning.podnodes import filters_key, filters_of
 from gpudra.planning.podscheduling import Unschedulable, scheduling_gates, unschedulable
 from gpudra.planning.workloads import PendingCard, nowhere_card, pending_card
 from gpudra.telemetry import get_logger
@@ -72,7 +71,7 @@ def explain_pending(
             views.append((view, {}))
             continue
         filters = filters_of(raw_pods[pod.metadata.uid or ""])
-        key = json.dumps(filters, sort_keys=True)
+        key = filters_key(filters)
         if key not in by_filters:
             by_filters[key] = pod_view(view, filters, objects["nodes"])
         views.append(by_filters[key])
