@@ -112,6 +112,10 @@ async def measure(prepares: int) -> None:
     await server.start()
     client = await KubeClient.from_environment(kubeconfig, field_manager="bench")
     modules_file = root / "modules.json"
+    driver_root = root / "driver"  # stand-ins for the stub's device nodes, which the agent waits for at start
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", *(f"nvidia{minor}" for minor in range(8))):
+        (driver_root / "dev").mkdir(parents=True, exist_ok=True)
+        (driver_root / "dev" / name).touch()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(STUB), *sys.path[1:]]),
@@ -123,6 +127,7 @@ async def measure(prepares: int) -> None:
         "GPUDRA_REGISTRY_DIR": str(root / "registry"),
         "GPUDRA_CDI_DIR": str(root / "cdi"),
         "GPUDRA_COMPUTE_DOMAIN_PLUGIN_DIR": str(root / "cd"),
+        "GPUDRA_DRIVER_ROOT": str(driver_root),
         "GPUDRA_LOG_FORMAT": "json",  # as the chart's defaults have it: one JSON object a line, at INFO
     }
     process: asyncio.subprocess.Process | None = None

@@ -163,7 +163,14 @@ class AgentSettings(CommonSettings):
     driver_root: Path = Field(
         Path("/"),
         description="the NVIDIA driver's root on the host (NVIDIA's nvidiaDriverRoot): CDI specs point the "
-        "runtime at <root>/dev/nvidia* for the GPUs' device nodes; /run/nvidia/driver under the GPU Operator",
+        "runtime at <root>/dev/nvidia* for the GPUs' device nodes when <root>/dev is a directory, else at "
+        "/dev/nvidia*; /run/nvidia/driver under the GPU Operator",
+    )
+    driver_root_mount: Path | None = Field(
+        None,
+        description="where this process sees the host's driver root (the chart mounts it at /driver-root); "
+        "unset: at driver_root itself. Set, or with the nvml backend, the agent waits at start until the GPUs' "
+        "device nodes are there",
     )
     instance_id: str = Field(
         "",

@@ -1,7 +1,8 @@
 """Real nodes under stress, one cluster for the module: a container that claims two GPUs sees exactly those two; a
 missing image shows as the kubelet reports it; GPU pods keep running, untouched, through a containerd restart, a
 kubelet restart and a ``helm upgrade`` that hands each node over to a new agent; the agent's container killed in a
-wave of prepares loses nothing and hands no device to two claims; ``gpudra sim fault`` reaches the agent's pod."""
+wave of prepares loses nothing and hands no device to two claims; an agent waits for a GPU's missing device node;
+``gpudra sim fault`` reaches the agent's pod."""
 
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ from _nodekit import (
     injected_nodes,
     pods,
     real_node,
+    running,
     smi_report,
     tag_gpudra_image,
 )
 
 from clusterkit import eventually, kubectl
 from gpudra.cluster.fleet import parse_fleet
+from gpudra.cluster.realnode.devices import create_device_nodes
 from gpudra.cluster.up import EmbeddedCluster, UpOptions
 from gpudra.kube.resources import DAEMONSETS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
@@ -240,6 +243,43 @@ async def test_helm_upgrade_to_a_new_tag_hands_each_node_over_without_draining(
     await delete_gpu_pods(cluster)  # ... and unprepare what the old ones prepared
     for name in NODES:
         assert checkpoint(cluster, name) == {}
+
+
+async def test_an_agent_whose_gpus_device_node_is_missing_waits_for_it_not_ready(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The chart mounts the host's driver root into the agent: started where a GPU's device node is missing, the
+    agent's pod is not Ready and its log names the node as containerd would look for it; once the node is there,
+    the agent goes on by itself."""
+    node = real_node(cluster, "dgx-h100-1")
+    missing = node.dirs.driver_root / "dev" / "nvidia3"
+    missing.unlink()
+    (agent,) = (await node.crictl("ps", "--name", "agent", "-q")).split()
+    await node.crictl("stop", "--timeout", "0", agent)
+
+    async def agent_pod() -> tuple[str, dict[str, Any]]:
+        (found,) = [
+            (k.split("/")[1], p)
+            for k, p in (await pods(cluster, "gpudra")).items()
+            if "gpudra-agent-" in k and p["spec"]["nodeName"] == "dgx-h100-1"
+        ]
+        return found
+
+    async def waiting() -> str | None:
+        name, pod = await agent_pod()
+        if running(pod):
+            return None
+        log = await kubectl(cluster, "logs", "-n", "gpudra", name, "-c", "agent")
+        return log if "waiting for the GPUs' device nodes" in log else None
+
+    log = await eventually(waiting, timeout=120)
+    assert "the node has no /run/nvidia/driver/dev/nvidia3" in log
+    create_device_nodes(node.dirs.driver_root, ["/dev/nvidia3"])
+
+    async def ready() -> bool:
+        return running((await agent_pod())[1])
+
+    await eventually(ready, timeout=120)
 
 
 async def test_gpudra_sim_fault_reaches_the_agent_in_its_pod(cluster: EmbeddedCluster) -> None:

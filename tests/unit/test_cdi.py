@@ -163,8 +163,8 @@ def test_claim_spec_json_shape() -> None:
     assert claim_device_id(CLAIM, "gpu-0") == f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-0"
 
 
-def test_driver_root_puts_the_host_side_of_nvidia_device_nodes_under_it() -> None:
-    """Under the GPU Operator the driver's /dev lives under /run/nvidia/driver on the host: the runtime must read
+def test_a_dev_root_puts_the_host_side_of_nvidia_device_nodes_under_it() -> None:
+    """Under the GPU Operator the driver's /dev may live under /run/nvidia/driver on the host: the runtime must read
     the nodes there, and the container still sees /dev/nvidia*. Nodes with numbers of their own (IMEX channels)
     and nodes that are not NVIDIA's (VFIO) are left as they are."""
     channel = DeviceNode("/dev/nvidia-caps-imex-channels/channel0", type="c", major=508, minor=0)
@@ -179,7 +179,7 @@ def test_driver_root_puts_the_host_side_of_nvidia_device_nodes_under_it() -> Non
             ),
             ClaimDevice("other", [], ContainerEdits(device_nodes=[channel, vfio])),
         ],
-        driver_root="/run/nvidia/driver/",
+        dev_root="/run/nvidia/driver/",
     ).to_json()
     mig, other = (d["containerEdits"]["deviceNodes"] for d in spec["devices"])
     assert [(n["path"], n["hostPath"]) for n in mig] == [
@@ -191,7 +191,7 @@ def test_driver_root_puts_the_host_side_of_nvidia_device_nodes_under_it() -> Non
         f"/run/nvidia/driver{n.path}" for n in CONTROL_DEVICE_NODES
     }
     gpu = [ClaimDevice("gpu-0", ["GPU-aaaa"], ContainerEdits(device_nodes=gpu_device_nodes(0)))]
-    assert build_claim_spec(CLAIM, gpu, driver_root="/").to_json() == build_claim_spec(CLAIM, gpu).to_json()
+    assert build_claim_spec(CLAIM, gpu, dev_root="/").to_json() == build_claim_spec(CLAIM, gpu).to_json()
 
 
 def test_device_node_fields_use_cdi_spelling() -> None:

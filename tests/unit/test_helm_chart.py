@@ -178,7 +178,7 @@ def test_every_value_reaches_the_objects() -> None:
         assert env(agent)[variable] == "true"
     mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert mounts == {"plugins": "/data/kubelet/plugins", "plugins-registry": "/data/kubelet/plugins_registry",
-                      "cdi": "/etc/cdi"}  # fmt: skip
+                      "cdi": "/etc/cdi", "driver-root": "/driver-root"}  # fmt: skip
     assert agent["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert controller["spec"]["strategy"] == {"type": "Recreate"}
     assert env(controller)["GPUDRA_IMEX_DAEMON_MODE"] == "host-managed"
@@ -275,6 +275,34 @@ def test_values_for_simulated_gpus_a_driver_root_and_a_cluster_without_a_service
     defaults = render()
     assert "KUBERNETES_SERVICE_HOST" not in env(find(defaults, "DaemonSet", "gpudra-agent"))
     assert "GPUDRA_IMEX_DAEMON_ENV" not in env(find(defaults, "Deployment", "gpudra-controller"))
+
+
+def driver_root_mount(values: str) -> tuple[str | None, str | None, dict[str, object] | None]:
+    """What the agent is told of the driver root (GPUDRA_DRIVER_ROOT_MOUNT), the host path mounted for it, and the
+    container's mount of it, rendered with ``values``."""
+    agent = find(render("--set", values), "DaemonSet", "gpudra-agent")
+    pod = agent["spec"]["template"]["spec"]
+    volume = next((v for v in pod["volumes"] if v["name"] == "driver-root"), None)
+    mount = next((m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "driver-root"), None)
+    host = volume["hostPath"]["path"] if volume else None
+    return env(agent).get("GPUDRA_DRIVER_ROOT_MOUNT"), host, mount
+
+
+def test_the_agent_sees_the_driver_root_read_only_and_an_unprivileged_one_sees_no_host_root() -> None:
+    """The agent chooses where CDI specs name device nodes by what is under the driver root, and waits for the
+    GPUs' nodes there: the chart mounts the host's driver root read-only at /driver-root. With simulated GPUs the
+    agent runs unprivileged and is not given the host's / (only a driver root of its own, as a real node's tier)."""
+    mounted = {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True}
+    assert driver_root_mount("driverRoot=/") == ("/driver-root", "/", mounted)
+    assert driver_root_mount("driverRoot=/run/nvidia/driver") == (
+        "/driver-root",
+        "/run/nvidia/driver",
+        mounted,
+    )
+    assert driver_root_mount("simulated.enabled=true") == (None, None, None)
+    assert driver_root_mount("simulated.enabled=true,driverRoot=/run/nvidia/driver") == (
+        "/driver-root", "/run/nvidia/driver", mounted,
+    )  # fmt: skip
 
 
 def test_another_namespace_reaches_every_reference_to_it() -> None:

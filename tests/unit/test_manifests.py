@@ -128,6 +128,9 @@ def test_simulated_overlay_runs_agents_without_gpus() -> None:
     env = {e["name"]: e.get("value") for e in agent["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GPUDRA_BACKEND"] == "simulated"
     assert "nodeSelector" not in agent["spec"]["template"]["spec"]
+    # the base mounts the host's / as the driver root; a simulated agent is not given it, nor waits for its nodes
+    assert "GPUDRA_DRIVER_ROOT_MOUNT" not in env
+    assert "driver-root" not in {v["name"] for v in agent["spec"]["template"]["spec"]["volumes"]}
 
 
 @NEEDS_KUBECTL

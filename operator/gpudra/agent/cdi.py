@@ -290,12 +290,13 @@ class ClaimDevice:
     edits: ContainerEdits
 
 
-def under_driver_root(edits: ContainerEdits, driver_root: str) -> ContainerEdits:
+def under_dev_root(edits: ContainerEdits, dev_root: str) -> ContainerEdits:
     """``edits`` with the host side of each NVIDIA device node (``/dev/nvidia*`` without numbers of its own) under
-    ``driver_root``, the NVIDIA driver's root on the host: ``/`` when the driver is installed on the host, as most
-    nodes have it; ``/run/nvidia/driver`` under the GPU Operator's driver container. The runtime reads the node's
-    type and numbers from ``<driver_root>/dev/...``; in the container it keeps its ``/dev`` path."""
-    root = driver_root.rstrip("/")
+    ``dev_root``: ``/`` when the driver is installed on the host, as most nodes have it; the driver root
+    (``/run/nvidia/driver`` under the GPU Operator's driver container) when it holds a ``dev`` of its own
+    (:func:`gpudra.agent.devicenodes.device_root`). The runtime reads the node's type and numbers from
+    ``<dev_root>/dev/...``; in the container it keeps its ``/dev`` path."""
+    root = dev_root.rstrip("/")
     if not root:
         return edits
     nodes = [
@@ -322,12 +323,12 @@ def build_claim_spec(
     *,
     common_edits: ContainerEdits = ContainerEdits(device_nodes=CONTROL_DEVICE_NODES),
     vendor: str = NVIDIA_VENDOR,
-    driver_root: str = "/",
+    dev_root: str = "/",
 ) -> CDISpec:
     """The spec of one claim. Spec-wide edits: ``common_edits`` (control nodes; driver library mounts and
     hooks when the agent injects them) and NVIDIA_VISIBLE_DEVICES with all the claim's UUIDs. What only some of
     its devices need (their device nodes, MPS client setup) is in those devices' own edits. NVIDIA device nodes
-    are read from under ``driver_root`` on the host (:func:`under_driver_root`).
+    are read from under ``dev_root`` on the host (:func:`under_dev_root`).
     """
     uuids = [u for d in devices for u in d.uuids]
     visible = ContainerEdits(env=[f"NVIDIA_VISIBLE_DEVICES={','.join(uuids) or 'void'}"])
@@ -335,10 +336,10 @@ def build_claim_spec(
         vendor=vendor,
         class_name=CLAIM_CLASS,
         devices=[
-            CDIDevice(claim_device_name(claim_uid, d.canonical_name), under_driver_root(d.edits, driver_root))
+            CDIDevice(claim_device_name(claim_uid, d.canonical_name), under_dev_root(d.edits, dev_root))
             for d in devices
         ],
-        container_edits=under_driver_root(common_edits, driver_root) + visible,
+        container_edits=under_dev_root(common_edits, dev_root) + visible,
     )
 
 

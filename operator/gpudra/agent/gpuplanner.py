@@ -29,8 +29,9 @@ class PrepareOptions:
     """Which sharing strategies opaque configs may ask for (all when None)."""
     mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps"
     """Where each MPS claim's pipe and log directories live on the node."""
-    driver_root: str = "/"
-    """The NVIDIA driver's root on the host: CDI specs name device nodes under it (AgentSettings.driver_root)."""
+    dev_root: str = "/"
+    """Where the host keeps the NVIDIA device nodes the CDI specs name: the driver root or ``/``
+    (:func:`gpudra.agent.devicenodes.device_root`)."""
     passthrough: bool = False
     """Prepare ``gpu-vfio-<i>`` devices (bind their GPUs to vfio-pci)."""
     device_metadata: bool = False
@@ -90,7 +91,7 @@ def plan_gpu_claim(
         targets = device_targets(inventory, dynamic, pci_gpus)
     plan = plan_claim(
         uid, claim, results, targets, driver=driver, features=options.features,
-        mps_root=options.mps_root, driver_root=options.driver_root,
+        mps_root=options.mps_root, dev_root=options.dev_root,
     )  # fmt: skip
     if options.device_metadata and data_dir is not None:
         plan = with_device_metadata(

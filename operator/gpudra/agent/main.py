@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from gpudra.agent.devicenodes import wait_for_device_nodes
 from gpudra.agent.runtime import AgentRuntime
 from gpudra.agent.startdirs import check_agent_directories
 from gpudra.config import AgentSettings
@@ -86,6 +87,13 @@ async def run_agent(settings: AgentSettings, backend: GpuBackend | None = None) 
     log.info("agent starting", node=settings.node_name, driver=settings.driver_name, backend=settings.backend)
     freeze = asyncio.create_task(freeze_when_started(agent.published))
     try:
+        if settings.serve_kubelet_plugin and (
+            settings.backend == "nvml" or settings.driver_root_mount is not None
+        ):
+            inventory = await asyncio.to_thread(backend.read_inventory, nvlink_peers=False)
+            await wait_for_device_nodes(
+                runtime.device_root, settings.driver_root, [g.minor for g in inventory.gpus]
+            )
         await runtime.run()
     finally:
         freeze.cancel()

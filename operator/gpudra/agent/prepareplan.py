@@ -167,10 +167,10 @@ def plan_claim(
     driver: str,
     features: SharingFeatures | None = None,
     mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
-    driver_root: str = "/",
+    dev_root: str = "/",
 ) -> ClaimPlan:
     """Map results to hardware, resolve the opaque configs, and build the CDI document (its NVIDIA device nodes
-    read from under ``driver_root`` on the host)."""
+    read from under ``dev_root`` on the host)."""
     chosen: list[tuple[DeviceRequestAllocationResult, DeviceTarget]] = []
     for result in results:
         target = targets.get(result.device)
@@ -226,7 +226,7 @@ def plan_claim(
             for _, t in chosen
         ],
         common_edits=common,
-        driver_root=driver_root,
+        dev_root=dev_root,
     )
     return ClaimPlan(
         devices=tuple(records),

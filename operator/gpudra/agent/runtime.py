@@ -23,6 +23,7 @@ from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer, Hook, no_hook
 from gpudra.agent.claimstatus import ClaimStatus
+from gpudra.agent.devicenodes import device_root
 from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.handover import ActiveRole, GatedHandler, HandoverLocks
 from gpudra.agent.kubeletplugin import KubeletPlugin
@@ -102,6 +103,8 @@ class AgentRuntime:
             )
             self.agent.inventory_listeners.append(self.compute_domains.observe)
         self.dynamic_gpus: frozenset[str] | None = None
+        self.device_root = device_root(settings.driver_root, settings.driver_root_mount)
+        """Where the host keeps the device nodes the CDI specs name, and where the agent sees them."""
         if settings.serve_kubelet_plugin:
             self._build_plugin(settings, backend, client, metrics, hook)
         applier = MigApplier(
@@ -157,7 +160,7 @@ class AgentRuntime:
                     time_slicing=settings.time_slicing_settings, mps=settings.mps_support
                 ),
                 mps_root=str(settings.plugin_path / "mps"),
-                driver_root=str(settings.driver_root),
+                dev_root=str(self.device_root.host),
                 passthrough=settings.passthrough_support,
                 device_metadata=settings.device_metadata,
             ),
