@@ -166,6 +166,13 @@ class AgentSettings(CommonSettings):
         "runtime at <root>/dev/nvidia* for the GPUs' device nodes when <root>/dev is a directory, else at "
         "/dev/nvidia*; /run/nvidia/driver under the GPU Operator",
     )
+    mig_caps_major: int | None = Field(
+        None,
+        ge=0,
+        description="major of /dev/nvidia-caps/* (MIG capabilities), named by number in CDI specs so that the "
+        "host need not have the nodes; default: read from /proc/devices with the nvml backend (simulated: named "
+        "by host path)",
+    )
     driver_root_mount: Path | None = Field(
         None,
         description="where this process sees the host's driver root (the chart mounts it at /driver-root); "

@@ -4,9 +4,11 @@ ComputeDomain's IMEX daemons run as real containers of gpudra's image and its wo
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
+import yaml
 from _nodekit import (
     StartRealNodes,
     all_running,
@@ -19,6 +21,7 @@ from _nodekit import (
     injected_nodes,
     on_workload_image,
     pods,
+    real_node,
     smi_report,
 )
 
@@ -60,9 +63,13 @@ spec:
 async def test_a_dynamic_mig_instance_reaches_a_real_container_and_goes_with_its_pod(
     start_real_nodes: StartRealNodes,
 ) -> None:
-    cluster = await start_real_nodes("dgx-h100:1", dynamic_mig=True)
+    """The access capabilities are numbered character devices (as on a node whose kernel has ``nvidia-caps``: the
+    major is given here, the machine has none), which the runtime makes in the container: the node keeps no
+    /dev/nvidia-caps, as a real node has none for a MIG instance just made."""
+    cluster = await start_real_nodes("dgx-h100:1", dynamic_mig=True, agent_settings={"mig_caps_major": 1})
     node = "dgx-h100-0"
     assert not any(g.mig_devices for g in gpus(cluster, node))
+    shutil.rmtree(real_node(cluster, node).dirs.driver_root / "dev" / "nvidia-caps")
     await apply(cluster, on_workload_image((ROOT / "examples" / "dynamic-mig-1g.yaml").read_text()))
 
     async def server_running() -> dict[str, Any] | None:
@@ -76,6 +83,11 @@ async def test_a_dynamic_mig_instance_reaches_a_real_container_and_goes_with_its
     assert uuids == [instance.uuid]
     assert set(nodes) == injected_nodes(cluster, node, uid, None)
     assert len(nodes) == 3 and sum(n.startswith("/dev/nvidia-caps/") for n in nodes) == 2
+    spec = yaml.safe_load(next(p for p in claim_specs(cluster, node) if uid in p.name).read_text())
+    caps = [
+        n for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"] if "nvidia-caps" in n["path"]
+    ]
+    assert [(n["type"], n["major"], "hostPath" in n) for n in caps] == [("c", 1, False)] * 2
 
     await kubectl(cluster, "delete", "pod", "small-inference", "--wait=false")
 

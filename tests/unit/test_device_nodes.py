@@ -11,7 +11,15 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from gpudra.agent.devicenodes import DeviceRoot, device_root, required_nodes, wait_for_device_nodes
+from gpudra.agent.devicenodes import (
+    DeviceRoot,
+    character_major,
+    device_root,
+    mig_caps_major,
+    required_nodes,
+    wait_for_device_nodes,
+)
+from gpudra.config import AgentSettings
 from gpudra.testing import eventually
 
 
@@ -72,3 +80,29 @@ async def test_missing_uvm_nodes_are_warned_about_not_waited_for(tmp_path: Path)
     (warning,) = logs  # nothing waited for
     assert warning["event"] == "UVM device nodes missing"
     assert warning["problem"].startswith("the node has no /dev/nvidia-uvm, /dev/nvidia-uvm-tools:")
+
+
+PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n234 nvidia-caps\n508 nvidia-caps-imex-channels\n"
+
+
+def test_the_kernels_major_of_a_device_name(tmp_path: Path) -> None:
+    proc = tmp_path / "devices"
+    proc.write_text(PROC_DEVICES)
+    assert character_major("nvidia-caps", proc) == 234
+    assert character_major("nvidia-caps-imex-channels", proc) == 508
+    assert character_major("nvidia-uvm", proc) is None
+    assert character_major("nvidia-caps", tmp_path / "absent") is None
+
+
+def test_mig_capabilities_are_numbered_with_nvml_and_named_by_path_when_simulated(tmp_path: Path) -> None:
+    proc = tmp_path / "devices"
+    proc.write_text(PROC_DEVICES)
+    assert mig_caps_major(AgentSettings(node_name="n", backend="nvml"), proc) == 234
+    assert mig_caps_major(AgentSettings(node_name="n", backend="simulated"), proc) is None
+    assert mig_caps_major(AgentSettings(node_name="n", backend="simulated", mig_caps_major=7), proc) == 7
+    proc.write_text("Character devices:\n195 nvidia\n")
+    with capture_logs() as logs:
+        assert mig_caps_major(AgentSettings(node_name="n", backend="nvml"), proc) is None
+    (said,) = logs
+    assert said["event"] == "no nvidia-caps devices"
+    assert said["problem"].startswith(f"{proc} has no nvidia-caps line")

@@ -83,6 +83,32 @@ def test_each_result_is_planned_on_the_hardware_it_names(
     assert any(p.endswith(device_node) for p in paths), paths
 
 
+def test_a_mig_devices_capabilities_are_numbered_so_that_the_host_need_not_have_them() -> None:
+    """On a real node the kernel has ``nvidia-caps`` devices but /dev/nvidia-caps holds only the nodes somebody
+    made (``nvidia-modprobe -f``): a CDI spec naming a host path the host lacks stops the container at its creation,
+    so the capabilities are character devices of the kernel's major and their own minor, made in the container.
+    The parent GPU's node is the host's, under the device root. Without a major (a simulated node): paths."""
+    device = "gpu-1-mig-1g5gb-19-2"  # dgx-a100: GPU 1's third 1g.5gb, GPU instance 9, compute instance 0
+
+    def nodes(**options: Any) -> list[dict[str, Any]]:
+        (entry,) = plan_of("dgx-a100", device, **options).claim.cdi_document["devices"]
+        return list(entry["containerEdits"]["deviceNodes"])
+
+    gi_minor = 3 + 1 * 135 + 9 * 9  # /proc/driver/nvidia-caps/mig-minors: gpu1/gi9/access
+    assert nodes(dev_root="/run/nvidia/driver", mig_caps_major=511) == [
+        {"path": "/dev/nvidia1", "hostPath": "/run/nvidia/driver/dev/nvidia1"},
+        {"path": f"/dev/nvidia-caps/nvidia-cap{gi_minor}", "type": "c", "major": 511, "minor": gi_minor,
+         "fileMode": 0o444},
+        {"path": f"/dev/nvidia-caps/nvidia-cap{gi_minor + 1}", "type": "c", "major": 511, "minor": gi_minor + 1,
+         "fileMode": 0o444},
+    ]  # fmt: skip
+    assert [n.get("hostPath") for n in nodes(dev_root="/run/nvidia/driver")] == [
+        "/run/nvidia/driver/dev/nvidia1",
+        f"/run/nvidia/driver/dev/nvidia-caps/nvidia-cap{gi_minor}",
+        f"/run/nvidia/driver/dev/nvidia-caps/nvidia-cap{gi_minor + 1}",
+    ]
+
+
 @pytest.mark.parametrize(
     ("devices", "passthrough", "bound"),
     [

@@ -308,6 +308,35 @@ def under_dev_root(edits: ContainerEdits, dev_root: str) -> ContainerEdits:
     return replace(edits, device_nodes=nodes)
 
 
+MIG_CAP_PREFIX = "/dev/nvidia-caps/nvidia-cap"
+MIG_CAP_FILE_MODE = 0o444
+"""The mode the NVIDIA driver gives a MIG instance's access capability (``DeviceFileMode: 292`` in its
+``/proc/driver/nvidia/capabilities/gpu<N>/mig/gi<G>[/ci<C>]/access`` file)."""
+
+
+def with_cap_numbers(edits: ContainerEdits, caps_major: int | None) -> ContainerEdits:
+    """``edits`` with each MIG access capability node (``/dev/nvidia-caps/nvidia-cap<minor>``) a character device of
+    major ``caps_major`` (the ``nvidia-caps`` line of /proc/devices) and its own minor: the runtime makes it in the
+    container, so the host need not have it. The host has one only where something ran ``nvidia-modprobe -f`` for
+    the instance, and a CDI spec naming a host node that is not there stops the container at its creation.
+    ``None`` (a simulated node, whose stand-in nodes the host has): left as paths."""
+    if caps_major is None:
+        return edits
+    nodes = [
+        replace(
+            n,
+            type="c",
+            major=caps_major,
+            minor=int(n.path[len(MIG_CAP_PREFIX) :]),
+            file_mode=MIG_CAP_FILE_MODE,
+        )
+        if n.major is None and n.path.startswith(MIG_CAP_PREFIX) and n.path[len(MIG_CAP_PREFIX) :].isdigit()
+        else n
+        for n in edits.device_nodes
+    ]
+    return replace(edits, device_nodes=nodes)
+
+
 def claim_device_name(claim_uid: str, canonical_name: str) -> str:
     return f"{claim_uid}-{canonical_name}"
 
@@ -324,11 +353,13 @@ def build_claim_spec(
     common_edits: ContainerEdits = ContainerEdits(device_nodes=CONTROL_DEVICE_NODES),
     vendor: str = NVIDIA_VENDOR,
     dev_root: str = "/",
+    caps_major: int | None = None,
 ) -> CDISpec:
     """The spec of one claim. Spec-wide edits: ``common_edits`` (control nodes; driver library mounts and
     hooks when the agent injects them) and NVIDIA_VISIBLE_DEVICES with all the claim's UUIDs. What only some of
     its devices need (their device nodes, MPS client setup) is in those devices' own edits. NVIDIA device nodes
-    are read from under ``dev_root`` on the host (:func:`under_dev_root`).
+    are read from under ``dev_root`` on the host (:func:`under_dev_root`), but MIG capabilities, given
+    ``caps_major``, are numbered (:func:`with_cap_numbers`).
     """
     uuids = [u for d in devices for u in d.uuids]
     visible = ContainerEdits(env=[f"NVIDIA_VISIBLE_DEVICES={','.join(uuids) or 'void'}"])
@@ -336,7 +367,10 @@ def build_claim_spec(
         vendor=vendor,
         class_name=CLAIM_CLASS,
         devices=[
-            CDIDevice(claim_device_name(claim_uid, d.canonical_name), under_dev_root(d.edits, dev_root))
+            CDIDevice(
+                claim_device_name(claim_uid, d.canonical_name),
+                under_dev_root(with_cap_numbers(d.edits, caps_major), dev_root),
+            )
             for d in devices
         ],
         container_edits=under_dev_root(common_edits, dev_root) + visible,

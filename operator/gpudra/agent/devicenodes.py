@@ -1,5 +1,8 @@
 """Where the container runtime finds the NVIDIA device nodes the agent's CDI specs name, and whether they are there.
 
+MIG devices' access capabilities (``/dev/nvidia-caps/nvidia-cap<minor>``) are named by number, with the kernel's
+``nvidia-caps`` major (:func:`mig_caps_major`): the runtime makes them in the container, as NVIDIA's driver has them.
+
 The device root is the driver root (``driverRoot``) when it holds a ``dev`` directory, and ``/`` when it does not:
 NVIDIA's driver chooses it so, and a node whose driver root has no ``dev`` of its own (a driver container that
 shares the host's ``/dev``) then works with either driver. The agent sees the host's driver root where its pod
@@ -21,10 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudra.agent.cdi import CONTROL_DEVICE_NODES
+from gpudra.config import AgentSettings
 from gpudra.telemetry import get_logger
 
 log = get_logger(__name__)
 HOST_ROOT = Path("/")
+PROC_DEVICES = Path("/proc/devices")
+CAPS_DEVICES = "nvidia-caps"
+"""The /proc/devices name of the NVIDIA capability devices (/dev/nvidia-caps/nvidia-cap<minor>)."""
 UVM_NODES = tuple(n.path for n in CONTROL_DEVICE_NODES if n.path.startswith("/dev/nvidia-uvm"))
 CHECK_SECONDS = 5.0
 """How often the agent looks again while device nodes are missing."""
@@ -52,6 +59,35 @@ def device_root(driver_root: Path, mount: Path | None) -> DeviceRoot:
     if (seen / "dev").is_dir():
         return DeviceRoot(driver_root, seen)
     return DeviceRoot(HOST_ROOT, HOST_ROOT)
+
+
+def character_major(name: str, proc_devices: Path = PROC_DEVICES) -> int | None:
+    """The major the kernel gave the character devices ``name`` (their line in /proc/devices); None when it has
+    none (no such driver loaded, or a simulated node) or the file cannot be read."""
+    try:
+        lines = proc_devices.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == name and parts[0].isdigit():
+            return int(parts[0])
+    return None
+
+
+def mig_caps_major(settings: AgentSettings, proc_devices: Path = PROC_DEVICES) -> int | None:
+    """The major MIG capability nodes are named with in CDI specs: the setting, else the kernel's with NVML;
+    None (named by host path) with simulated GPUs, or where the kernel has no ``nvidia-caps`` (said once)."""
+    if settings.mig_caps_major is not None or settings.backend == "simulated":
+        return settings.mig_caps_major
+    major = character_major(CAPS_DEVICES, proc_devices)
+    if major is None:
+        log.warning(
+            "no nvidia-caps devices",
+            problem=f"{proc_devices} has no {CAPS_DEVICES} line: CDI specs name MIG devices' capability nodes by "
+            "their path on the host, which must have them (nvidia-modprobe -f makes them)",
+        )
+    return major
 
 
 def required_nodes(minors: Iterable[int]) -> list[str]:

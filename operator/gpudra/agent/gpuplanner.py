@@ -32,6 +32,8 @@ class PrepareOptions:
     dev_root: str = "/"
     """Where the host keeps the NVIDIA device nodes the CDI specs name: the driver root or ``/``
     (:func:`gpudra.agent.devicenodes.device_root`)."""
+    mig_caps_major: int | None = None
+    """The ``nvidia-caps`` character-device major: MIG capabilities are named by number (None: by host path)."""
     passthrough: bool = False
     """Prepare ``gpu-vfio-<i>`` devices (bind their GPUs to vfio-pci)."""
     device_metadata: bool = False
@@ -91,7 +93,7 @@ def plan_gpu_claim(
         targets = device_targets(inventory, dynamic, pci_gpus)
     plan = plan_claim(
         uid, claim, results, targets, driver=driver, features=options.features,
-        mps_root=options.mps_root, dev_root=options.dev_root,
+        mps_root=options.mps_root, dev_root=options.dev_root, caps_major=options.mig_caps_major,
     )  # fmt: skip
     if options.device_metadata and data_dir is not None:
         plan = with_device_metadata(

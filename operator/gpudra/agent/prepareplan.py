@@ -168,9 +168,11 @@ def plan_claim(
     features: SharingFeatures | None = None,
     mps_root: str = "/var/lib/kubelet/plugins/gpu.nvidia.com/mps",
     dev_root: str = "/",
+    caps_major: int | None = None,
 ) -> ClaimPlan:
     """Map results to hardware, resolve the opaque configs, and build the CDI document (its NVIDIA device nodes
-    read from under ``dev_root`` on the host)."""
+    read from under ``dev_root`` on the host, MIG capabilities numbered with ``caps_major``:
+    :func:`build_claim_spec`)."""
     chosen: list[tuple[DeviceRequestAllocationResult, DeviceTarget]] = []
     for result in results:
         target = targets.get(result.device)
@@ -227,6 +229,7 @@ def plan_claim(
         ],
         common_edits=common,
         dev_root=dev_root,
+        caps_major=caps_major,
     )
     return ClaimPlan(
         devices=tuple(records),

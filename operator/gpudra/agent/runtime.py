@@ -23,7 +23,7 @@ from gpudra.agent.checkpoint import CheckpointStore
 from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer, Hook, no_hook
 from gpudra.agent.claimstatus import ClaimStatus
-from gpudra.agent.devicenodes import device_root
+from gpudra.agent.devicenodes import device_root, mig_caps_major
 from gpudra.agent.gpuplanner import PrepareOptions
 from gpudra.agent.handover import ActiveRole, GatedHandler, HandoverLocks
 from gpudra.agent.kubeletplugin import KubeletPlugin
@@ -161,6 +161,7 @@ class AgentRuntime:
                 ),
                 mps_root=str(settings.plugin_path / "mps"),
                 dev_root=str(self.device_root.host),
+                mig_caps_major=mig_caps_major(settings),
                 passthrough=settings.passthrough_support,
                 device_metadata=settings.device_metadata,
             ),

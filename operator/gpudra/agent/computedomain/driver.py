@@ -32,6 +32,7 @@ from gpudra.agent.claimeffects import ClaimEffects
 from gpudra.agent.claimpreparer import ClaimPreparer
 from gpudra.agent.claimstatus import ClaimStatus
 from gpudra.agent.computedomain.planner import CD_VENDOR, ComputeDomainPlanner
+from gpudra.agent.devicenodes import PROC_DEVICES, character_major
 from gpudra.agent.handover import ActiveRole, GatedHandler
 from gpudra.agent.kubeletplugin import KubeletPlugin
 from gpudra.agent.laterwrites import LaterWrites
@@ -67,20 +68,15 @@ SIMULATED_CHANNEL_MAJOR: Final = 509
 """The channels' major in simulated nodes (no /proc/devices entry there)."""
 
 
-def read_channel_major(proc_devices: Path = Path("/proc/devices")) -> int:
+def read_channel_major(proc_devices: Path = PROC_DEVICES) -> int:
     """The character-device major of the IMEX channels from /proc/devices."""
-    try:
-        lines = proc_devices.read_text().splitlines()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read {proc_devices}: {exc}") from exc
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 2 and parts[1] == PROC_DEVICES_NAME and parts[0].isdigit():
-            return int(parts[0])
-    raise InvalidInputError(
-        f"{proc_devices} has no {PROC_DEVICES_NAME} entry: is the NVIDIA driver loaded with IMEX channels? "
-        "(or set the imex_channel_major setting)"
-    )
+    major = character_major(PROC_DEVICES_NAME, proc_devices)
+    if major is None:
+        raise InvalidInputError(
+            f"{proc_devices} has no {PROC_DEVICES_NAME} entry (or cannot be read): is the NVIDIA driver loaded with "
+            "IMEX channels? (or set the imex_channel_major setting)"
+        )
+    return major
 
 
 def published_devices(clique: NodeClique) -> list[Device]:
