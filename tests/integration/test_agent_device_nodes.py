@@ -1,8 +1,8 @@
 """`gpudra agent` given the host's driver root (the chart mounts it at /driver-root) waits at start until the GPUs'
 device nodes are there, says what is missing, and offers the kubelet nothing meanwhile: before, it published the
 GPUs at once, and every container given one stopped at its creation with containerd's "failed to stat CDI host
-device", which names neither gpudra nor driverRoot. Once the nodes come, it goes on, and its CDI specs name them
-where the host has them."""
+device", which names neither gpudra nor driverRoot. It says so on the Node too (a Warning Event, for kubectl
+describe node). Once the nodes come, it goes on, and its CDI specs name them where the host has them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from gpudra.cluster.apiserver import EmbeddedAPIServer
 from gpudra.config import AgentSettings
 from gpudra.kube.client import KubeClient
 from gpudra.kube.kubeconfig import Credentials, write_kubeconfig
-from gpudra.kube.resources import NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra.kube.resources import EVENTS, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra.testing import eventually
 
 NODE = "gpu-node-7"
@@ -49,6 +49,13 @@ async def allocated_claim(client: KubeClient, device: str) -> ClaimRef:
     }
     claim = await client.replace(RESOURCE_CLAIMS, claim, subresource="status")
     return ClaimRef(namespace="default", uid=claim["metadata"]["uid"], name="train")
+
+
+async def node_events(client: KubeClient) -> list[dict[str, Any]]:
+    events, _ = await client.list_raw(EVENTS, "default")
+    return [
+        e for e in events if e["involvedObject"].get("kind") == "Node" and e["involvedObject"]["name"] == NODE
+    ]
 
 
 async def test_the_agent_waits_for_the_gpus_device_nodes_under_the_driver_root(
@@ -94,6 +101,9 @@ async def test_the_agent_waits_for_the_gpus_device_nodes_under_the_driver_root(
             "/run/nvidia/driver/dev/nvidia2, /run/nvidia/driver/dev/nvidia3, looked for at "
             f"{mount} in the agent's container: a container given these GPUs could not start"
         )
+        (event,) = await eventually(lambda: node_events(client), what="the Node's Event")
+        assert (event["type"], event["reason"]) == ("Warning", "DeviceNodesMissing")
+        assert event["message"] == said[0]["problem"]
         assert not ready.done(), "the agent said it was ready while it waited"
         assert not list((tmp_path / "r").glob("*.sock")), (
             "the agent offered the kubelet a plugin while it waited"

@@ -11,7 +11,8 @@ itself.
 
 Before the agent offers the kubelet anything it waits until ``nvidiactl`` and each GPU's ``nvidia<minor>`` are there:
 a CDI spec that names a node the host lacks stops every container given that GPU at its creation, with an error of
-containerd's that names neither gpudra nor ``driverRoot``. The UVM nodes are only warned about: the NVIDIA container
+containerd's that names neither gpudra nor ``driverRoot``. It says what is missing in its log and in a Warning Event
+``DeviceNodesMissing`` on its Node. The UVM nodes are only warned about: the NVIDIA container
 toolkit makes them when it starts a GPU container (the agent's own), and a node that has none yet is not stopped.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,16 +106,22 @@ def missing_message(root: DeviceRoot, driver_root: Path, missing: Sequence[str])
 
 
 async def wait_for_device_nodes(
-    root: DeviceRoot, driver_root: Path, minors: Sequence[int], *, check_seconds: float = CHECK_SECONDS
+    root: DeviceRoot,
+    driver_root: Path,
+    minors: Sequence[int],
+    *,
+    report: Callable[[str], Awaitable[None]] | None = None,
+    check_seconds: float = CHECK_SECONDS,
 ) -> None:
     """Return once the GPUs' device nodes are there, saying what is missing meanwhile (at once, then every
-    ``REPEAT_SECONDS``); then warn once about missing UVM nodes."""
+    ``REPEAT_SECONDS``: in the log, and to ``report``, the Node's Event); then warn once about missing UVM nodes."""
     said = float("-inf")
     while missing := root.missing(required_nodes(minors)):
         if time.monotonic() - said >= REPEAT_SECONDS:
-            log.warning(
-                "waiting for the GPUs' device nodes", problem=missing_message(root, driver_root, missing)
-            )
+            problem = missing_message(root, driver_root, missing)
+            log.warning("waiting for the GPUs' device nodes", problem=problem)
+            if report is not None:
+                await report(problem)
             said = time.monotonic()
         await asyncio.sleep(check_seconds)
     if said > float("-inf"):

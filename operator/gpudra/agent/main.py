@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING
 
 from gpudra.agent.devicenodes import wait_for_device_nodes
@@ -92,7 +93,10 @@ async def run_agent(settings: AgentSettings, backend: GpuBackend | None = None) 
         ):
             inventory = await asyncio.to_thread(backend.read_inventory, nvlink_peers=False)
             await wait_for_device_nodes(
-                runtime.device_root, settings.driver_root, [g.minor for g in inventory.gpus]
+                runtime.device_root,
+                settings.driver_root,
+                [g.minor for g in inventory.gpus],
+                report=partial(runtime.warn_node, "DeviceNodesMissing"),
             )
         await runtime.run()
     finally:

@@ -182,7 +182,7 @@ class AgentRuntime:
         self.orphans = OrphanSweeper(
             self.preparer,
             client,
-            self._warn_node,
+            self.warn_node,
             grace=settings.orphan_grace_seconds,
             interval=settings.orphan_sweep_seconds,
             metrics=metrics,
@@ -219,9 +219,10 @@ class AgentRuntime:
         message = (
             f"prepared-claims checkpoint {problem.path or ''} cannot be trusted; started empty: {problem}"
         )
-        await self._warn_node("CheckpointUnreadable", message)
+        await self.warn_node("CheckpointUnreadable", message)
 
-    async def _warn_node(self, reason: str, message: str) -> None:
+    async def warn_node(self, reason: str, message: str) -> None:
+        """A Warning Event on this agent's Node."""
         name = self.settings.node_name
         try:
             node = await self._client.get(NODES, name)
