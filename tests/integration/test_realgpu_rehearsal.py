@@ -96,7 +96,8 @@ async def test_device_nodes_missing_on_the_host_fail_their_step_and_the_agent_st
     tmp_path: Path,
 ) -> None:
     empty_root = tmp_path / "driver-root"
-    (empty_root / "dev").mkdir(parents=True)  # a dev of its own, so CDI specs name the nodes under it, not /dev
+    # a dev of its own, so that CDI specs name the nodes under it, not under /dev
+    (empty_root / "dev").mkdir(parents=True)
     code, summary = await run_check(
         tmp_path / "out",
         "--simulated-profile",
