@@ -113,8 +113,8 @@ async def measure(prepares: int) -> None:
     client = await KubeClient.from_environment(kubeconfig, field_manager="bench")
     modules_file = root / "modules.json"
     driver_root = root / "driver"  # stand-ins for the stub's device nodes, which the agent waits for at start
+    (driver_root / "dev").mkdir(parents=True)
     for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", *(f"nvidia{minor}" for minor in range(8))):
-        (driver_root / "dev").mkdir(parents=True, exist_ok=True)
         (driver_root / "dev" / name).touch()
     env = {
         **os.environ,

@@ -323,18 +323,17 @@ def with_cap_numbers(edits: ContainerEdits, caps_major: int | None) -> Container
     if caps_major is None:
         return edits
     nodes = [
-        replace(
-            n,
-            type="c",
-            major=caps_major,
-            minor=int(n.path[len(MIG_CAP_PREFIX) :]),
-            file_mode=MIG_CAP_FILE_MODE,
-        )
-        if n.major is None and n.path.startswith(MIG_CAP_PREFIX) and n.path[len(MIG_CAP_PREFIX) :].isdigit()
-        else n
+        n if (minor := _cap_minor(n)) is None
+        else replace(n, type="c", major=caps_major, minor=minor, file_mode=MIG_CAP_FILE_MODE)
         for n in edits.device_nodes
-    ]
+    ]  # fmt: skip
     return replace(edits, device_nodes=nodes)
+
+
+def _cap_minor(node: DeviceNode) -> int | None:
+    """The minor of a MIG capability node named by path alone (the driver names it by its minor), else None."""
+    number = node.path.removeprefix(MIG_CAP_PREFIX)
+    return int(number) if node.major is None and number != node.path and number.isdigit() else None
 
 
 def claim_device_name(claim_uid: str, canonical_name: str) -> str:
